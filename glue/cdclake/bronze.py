@@ -1,0 +1,109 @@
+"""The bronze layout DMS writes, as pure functions over object keys.
+
+Keys are relative to the bronze root (the endpoint's bucket folder):
+``<schema>/<table>/[<date folders>/]<file>``. Full-load files are ``LOAD`` + 8 hexadecimal digits;
+CDC files are named by timestamp (``20141029-1134010000.csv``). Both may end in ``.gz``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import Enum
+
+
+class FileKind(Enum):
+    FULL_LOAD = "full-load"
+    CDC = "cdc"
+
+
+_LOAD_NAME = re.compile(r"^LOAD([0-9A-Fa-f]{8})\.(csv|parquet)(\.gz)?$")
+_CDC_NAME = re.compile(r"^(\d{8})-(\d+)\.(csv|parquet)(\.gz)?$")
+_DATE_FOLDER = re.compile(r"^\d{2,8}$")
+
+
+@dataclass(frozen=True, order=True)
+class BronzeFile:
+    """One DMS file. Instances sort in apply order within a table: full load first, then CDC."""
+
+    sort_key: tuple[str, int, str, str]
+    key: str  # relative to the bronze root
+    schema: str
+    table: str
+    kind: FileKind
+    file_format: str  # csv | parquet
+    compressed: bool
+    size: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.key.rsplit("/", 1)[-1]
+
+    @property
+    def source(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+
+class UnrecognisedKey(ValueError):
+    """A key that is not a DMS data file (reported to the user, never silently dropped)."""
+
+
+def parse_key(key: str, size: int = 0) -> BronzeFile:
+    """Classify a bronze key; raise ``UnrecognisedKey`` with the reason if it is not a DMS file."""
+    parts = [p for p in key.strip("/").split("/") if p]
+    if len(parts) < 3:
+        raise UnrecognisedKey(f"{key}: expected <schema>/<table>/<file>")
+    schema, table, *folders, name = parts
+    if any(not _DATE_FOLDER.match(folder) for folder in folders):
+        raise UnrecognisedKey(f"{key}: folders between the table and the file must be date partitions")
+    if match := _LOAD_NAME.match(name):
+        kind, ordinal, fmt, gz = FileKind.FULL_LOAD, int(match.group(1), 16), match.group(2), match.group(3)
+        # Full-load files sort by their hexadecimal counter; the name breaks ties across folders.
+        sort_key = ("0", ordinal, "", "/".join(parts))
+    elif match := _CDC_NAME.match(name):
+        kind, fmt, gz = FileKind.CDC, match.group(3), match.group(4)
+        # CDC names are write timestamps of one width: text order is write order.
+        stamp = f"{match.group(1)}-{match.group(2)}"
+        sort_key = ("1", 0, stamp, "/".join(parts))
+    else:
+        raise UnrecognisedKey(f"{key}: not a DMS full-load (LOADxxxxxxxx) or CDC (timestamp) file name")
+    return BronzeFile(
+        sort_key=sort_key,
+        key="/".join(parts),
+        schema=schema,
+        table=table,
+        kind=kind,
+        file_format=fmt,
+        compressed=gz is not None,
+        size=size,
+    )
+
+
+@dataclass(frozen=True)
+class BronzeListing:
+    files: tuple[BronzeFile, ...]
+    unrecognised: tuple[str, ...]  # reasons, one per key that is not a DMS data file
+
+    def for_table(self, schema: str, table: str, kind: FileKind) -> list[BronzeFile]:
+        return sorted(f for f in self.files if f.schema == schema and f.table == table and f.kind == kind)
+
+    def sources(self) -> set[tuple[str, str]]:
+        return {(f.schema, f.table) for f in self.files}
+
+
+def classify(keys_and_sizes: Iterable[tuple[str, int]]) -> BronzeListing:
+    """Split a raw listing into DMS files (sorted) and unrecognised keys."""
+    files: list[BronzeFile] = []
+    unrecognised: list[str] = []
+    for key, size in keys_and_sizes:
+        try:
+            files.append(parse_key(key, size))
+        except UnrecognisedKey as exc:
+            unrecognised.append(str(exc))
+    return BronzeListing(files=tuple(sorted(files)), unrecognised=tuple(unrecognised))
+
+
+def order_files(files: Iterable[BronzeFile]) -> list[BronzeFile]:
+    """Files in apply order (per table: LOAD files by hex counter, then CDC files by timestamp)."""
+    return sorted(files)

@@ -1,0 +1,184 @@
+"""The ``cdclake`` command: the local shell around the engine.
+
+Settings are read once here (arguments, then environment defaults) and passed down; nothing
+below this module reads the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from cdclake.config import load_config
+from cdclake.errors import CdclakeError
+
+DEFAULT_HOME = Path(".cdclake")
+
+
+def _default_cache() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "cdclake"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cdclake", description="Mirror AWS DMS full-load and CDC files into Apache Iceberg tables."
+    )
+    parser.add_argument("--config", type=Path, default=Path("cdclake.yaml"), help="table configuration (YAML)")
+    parser.add_argument("--bronze", help="bronze root (directory or s3://bucket/prefix); overrides bronze.path")
+    parser.add_argument(
+        "--warehouse", type=Path, default=DEFAULT_HOME / "warehouse", help="local Iceberg warehouse directory"
+    )
+    parser.add_argument(
+        "--cache-dir", type=Path, default=_default_cache(), help="where the relocated Jackson jar is cached"
+    )
+    parser.add_argument(
+        "--iceberg-jar",
+        type=Path,
+        default=os.environ.get("CDCLAKE_ICEBERG_JAR") or None,
+        help="an official iceberg-spark-runtime jar to use instead of the PyPI one (env CDCLAKE_ICEBERG_JAR)",
+    )
+    parser.add_argument(
+        "--iceberg-packages",
+        default=os.environ.get("CDCLAKE_ICEBERG_PACKAGES", ""),
+        help="Maven coordinates for spark.jars.packages, comma-separated (env CDCLAKE_ICEBERG_PACKAGES)",
+    )
+    parser.add_argument("--driver-memory", default="2g", help="Spark driver memory for local runs")
+    parser.add_argument("-q", "--quiet", action="store_true", help="print only results and warnings")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    demo = commands.add_parser("demo", help="write the Airbnb hosts example as DMS files, apply, verify")
+    demo.add_argument("--workdir", type=Path, default=DEFAULT_HOME / "demo")
+
+    run = commands.add_parser("run", help="full load where a table has none yet, then all pending CDC")
+    run.add_argument("--table", action="append", help="only this table (repeatable)")
+
+    full = commands.add_parser("full-load", help="load LOAD files into tables that have no full load yet")
+    full.add_argument("--table", action="append", help="only this table (repeatable)")
+    full.add_argument("--reload", action="store_true", help="replace tables that are already loaded")
+
+    apply = commands.add_parser("apply", help="apply the given CDC files (keys, paths or s3:// URIs)")
+    apply.add_argument("files", nargs="*", help="CDC files; already applied ones are skipped")
+    apply.add_argument("--manifest", type=Path, help='a JSON manifest: {"files": [{"key":..., "size":...}]}')
+
+    status = commands.add_parser("status", help="per table: rows, snapshots, last applied file, freshness")
+    status.add_argument("--format", choices=("table", "csv", "json"), default="table")
+
+    query = commands.add_parser("query", help="run SQL on the silver catalog")
+    query.add_argument("sql")
+    query.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    query.add_argument("--limit", type=int, default=1000, help="at most this many rows (0: no limit)")
+    return parser
+
+
+def _engine(args: argparse.Namespace, config_path: Path, bronze_override: str | None = None):  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from cdclake.pipeline import Engine
+    from cdclake.session import LocalCatalog, SessionSettings, build_spark_session
+    from cdclake.storage import open_store
+
+    config = load_config(config_path)
+    bronze = bronze_override or args.bronze
+    if bronze is None:  # bronze.path in the file is relative to the file; the others to the cwd
+        bronze = config.bronze.path
+        if not bronze.startswith("s3://"):
+            bronze = str((config_path.parent / bronze).resolve())
+    config = replace(config, bronze=replace(config.bronze, path=bronze))
+    store = open_store(bronze, staging_dir=args.warehouse.parent / "staging")
+    packages = tuple(p.strip() for p in args.iceberg_packages.split(",") if p.strip())
+    catalog = LocalCatalog(
+        warehouse=args.warehouse,
+        cache_dir=args.cache_dir,
+        runtime_jar=args.iceberg_jar,
+        maven_packages=packages,
+        driver_memory=args.driver_memory,
+    )
+    spark = build_spark_session(SessionSettings(catalog=catalog))
+    return Engine(spark=spark, config=config, store=store)
+
+
+def _print_report(report: object) -> None:
+    from cdclake.pipeline import RunReport
+
+    assert isinstance(report, RunReport)
+    for table in report.tables:
+        note = f" ({table.note})" if table.note else ""
+        print(
+            f"{table.kind:9} {table.table}: files={table.files_applied} skipped={table.files_skipped} "
+            f"upserts={table.inserted_or_updated} deletes={table.deleted} {table.seconds:.1f}s{note}"
+        )
+    if not report.tables:
+        print("nothing to apply")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    try:
+        return _dispatch(args)
+    except CdclakeError as exc:
+        print(f"cdclake: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("cdclake: interrupted", file=sys.stderr)
+        return 130
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from cdclake import pipeline
+    from cdclake.status import format_rows, statuses_as_rows, table_statuses
+    from cdclake.storage import list_bronze
+
+    if args.command == "demo":
+        from cdclake.demo import run_demo
+
+        args.warehouse = args.workdir / "warehouse"  # the demo starts from an empty warehouse
+        return run_demo(args.workdir, lambda config, bronze: _engine(args, config, bronze))
+    engine = _engine(args, args.config)
+    if args.command == "run":
+        tables = [engine.config.table(t) for t in args.table] if args.table else None
+        _print_report(pipeline.run(engine, tables))
+    elif args.command == "full-load":
+        listing = list_bronze(engine.store)
+        tables = [engine.config.table(t) for t in args.table] if args.table else list(engine.config.tables)
+        report = pipeline.RunReport()
+        for table in tables:
+            report.tables.append(pipeline.full_load_table(engine, table, listing, reload=args.reload))
+        _print_report(report)
+    elif args.command == "apply":
+        keys, sizes = list(args.files), {}
+        if args.manifest:
+            from cdclake.manifest import read_manifest
+
+            entries = read_manifest(args.manifest.read_text(encoding="utf-8"), str(args.manifest))
+            keys += [e.key for e in entries]
+            sizes = {e.key: e.size for e in entries}
+        files = pipeline.files_from_keys(engine.store, keys, sizes)
+        _print_report(pipeline.apply_cdc_files(engine, files))
+    elif args.command == "status":
+        columns, rows = statuses_as_rows(table_statuses(engine))
+        print(format_rows(columns, rows, args.format), end="")
+    elif args.command == "query":
+        try:
+            frame = engine.spark.sql(args.sql)
+        except Exception as exc:  # Spark's AnalysisException / ParseException
+            raise CdclakeError(f"The query failed: {str(exc).splitlines()[0]}") from None
+        if args.limit:
+            frame = frame.limit(args.limit)
+        result = frame.collect()
+        print(format_rows(frame.columns, [list(r) for r in result], args.format), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,328 @@
+"""The table configuration file: one YAML document read once, validated, and passed down.
+
+Every mistake names its line: unknown keys, bad types, missing primary keys in the column list.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from cdclake.errors import ConfigError
+
+BronzeFormat = Literal["csv", "parquet"]
+
+# Spark SQL type names accepted for declared columns and casts.
+_SIMPLE_TYPES = {
+    "string", "boolean", "tinyint", "smallint", "int", "integer", "bigint", "long", "float",
+    "double", "date", "timestamp", "timestamp_ntz", "binary",
+}  # fmt: skip
+_DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
+
+
+def normalise_type(type_name: str) -> str:
+    """Canonical Spark SQL spelling of a type name, or ``ValueError``."""
+    lowered = type_name.strip().lower()
+    aliases = {"integer": "int", "long": "bigint"}
+    if lowered in _SIMPLE_TYPES:
+        return aliases.get(lowered, lowered)
+    match = _DECIMAL.match(lowered)
+    if match and 1 <= int(match.group(1)) <= 38 and int(match.group(2)) <= int(match.group(1)):
+        return f"decimal({match.group(1)},{match.group(2)})"
+    raise ValueError(f"unknown type '{type_name}' (use one of {', '.join(sorted(_SIMPLE_TYPES))} or decimal(p,s))")
+
+
+@dataclass(frozen=True)
+class CleaningRules:
+    """Declarative bronze -> silver cleaning, applied in this order: cast, derive, rename, drop."""
+
+    cast: dict[str, str] = field(default_factory=dict)
+    derive: dict[str, str] = field(default_factory=dict)  # new column -> Spark SQL expression
+    rename: dict[str, str] = field(default_factory=dict)
+    drop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    """One source table (``schema.table`` as DMS lays it out) and its silver table."""
+
+    source_schema: str
+    source_table: str
+    target: str
+    primary_key: tuple[str, ...] = ()
+    append_only: bool = False
+    columns: dict[str, str] = field(default_factory=dict)  # source column -> type, in file order
+    clean: CleaningRules = field(default_factory=CleaningRules)
+
+    @property
+    def source(self) -> str:
+        return f"{self.source_schema}.{self.source_table}"
+
+    @property
+    def is_keyed(self) -> bool:
+        return bool(self.primary_key)
+
+    def silver_key(self) -> tuple[str, ...]:
+        """Primary-key column names as they appear in silver (after renames)."""
+        return tuple(self.clean.rename.get(k, k) for k in self.primary_key)
+
+
+@dataclass(frozen=True)
+class BronzeSettings:
+    """How the DMS target endpoint writes files (mirror the endpoint's S3 settings here)."""
+
+    path: str = "bronze"  # local directory or s3://bucket/prefix (BucketFolder included)
+    format: BronzeFormat = "csv"  # DataFormat
+    csv_header: bool = False  # AddColumnName
+    csv_delimiter: str = ","  # CsvDelimiter
+    csv_null_value: str = ""  # CsvNullValue; real DMS output writes NULL as an empty unquoted field
+    include_op_for_full_load: bool = False  # IncludeOpForFullLoad
+    timestamp_column: str | None = None  # TimestampColumnName
+    change_sequence_column: str | None = None  # a transformation-added AR_H_CHANGE_SEQ column
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    bronze: BronzeSettings
+    database: str
+    tables: tuple[TableConfig, ...]
+    max_files_per_batch: int = 500
+
+    def table(self, name: str) -> TableConfig:
+        """Find a table by source name (``schema.table``), source table name or silver name."""
+        for table in self.tables:
+            if name in (table.source, table.source_table, table.target):
+                return table
+        from cdclake.errors import UnknownTableError
+
+        known = ", ".join(t.source for t in self.tables) or "none"
+        raise UnknownTableError(f"Table '{name}' is not in the configuration (known: {known}).")
+
+    def table_for_source(self, schema: str, table: str) -> TableConfig | None:
+        for candidate in self.tables:
+            if candidate.source_schema == schema and candidate.source_table == table:
+                return candidate
+        return None
+
+
+# --------------------------------------------------------------------------- YAML validation
+
+
+class _Doc:
+    """Typed access to YAML nodes that reports errors with the file name and line."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, node: Node, message: str) -> ConfigError:
+        return ConfigError(f"{self.source}, line {node.start_mark.line + 1}: {message}")
+
+    def mapping(self, node: Node, what: str, allowed: set[str]) -> dict[str, Node]:
+        if not isinstance(node, MappingNode):
+            raise self.fail(node, f"{what} must be a mapping")
+        result: dict[str, Node] = {}
+        for key_node, value_node in node.value:
+            key = self.scalar(key_node, f"a key in {what}")
+            if allowed and key not in allowed:
+                raise self.fail(key_node, f"unknown key '{key}' in {what} (allowed: {', '.join(sorted(allowed))})")
+            if key in result:
+                raise self.fail(key_node, f"duplicate key '{key}' in {what}")
+            result[key] = value_node
+        return result
+
+    def free_mapping(self, node: Node, what: str) -> dict[str, Node]:
+        return self.mapping(node, what, set())
+
+    def scalar(self, node: Node, what: str) -> str:
+        if not isinstance(node, ScalarNode):
+            raise self.fail(node, f"{what} must be a single value")
+        return str(node.value)
+
+    def boolean(self, node: Node, what: str) -> bool:
+        value = self.scalar(node, what).lower()
+        if value in ("true", "yes", "on"):
+            return True
+        if value in ("false", "no", "off"):
+            return False
+        raise self.fail(node, f"{what} must be true or false, not '{value}'")
+
+    def integer(self, node: Node, what: str, minimum: int = 1) -> int:
+        value = self.scalar(node, what)
+        if not value.isdigit() or int(value) < minimum:
+            raise self.fail(node, f"{what} must be an integer >= {minimum}, not '{value}'")
+        return int(value)
+
+    def identifier(self, node: Node, what: str) -> str:
+        value = self.scalar(node, what)
+        if not _IDENTIFIER.match(value):
+            raise self.fail(node, f"{what} '{value}' is not a valid column or table name")
+        return value
+
+    def identifiers(self, node: Node, what: str) -> tuple[str, ...]:
+        if isinstance(node, ScalarNode):
+            return (self.identifier(node, what),)
+        if not isinstance(node, SequenceNode):
+            raise self.fail(node, f"{what} must be a name or a list of names")
+        return tuple(self.identifier(item, what) for item in node.value)
+
+    def type_name(self, node: Node, what: str) -> str:
+        try:
+            return normalise_type(self.scalar(node, what))
+        except ValueError as exc:
+            raise self.fail(node, f"{what}: {exc}") from None
+
+    def typed_columns(self, node: Node, what: str) -> dict[str, str]:
+        result: dict[str, str] = {}
+        for name, type_node in self.free_mapping(node, what).items():
+            if not _IDENTIFIER.match(name):
+                raise self.fail(type_node, f"column name '{name}' in {what} is not valid")
+            result[name] = self.type_name(type_node, f"type of column '{name}'")
+        return result
+
+
+_TOP_KEYS = {"bronze", "silver", "tables", "cdc"}
+_BRONZE_KEYS = {
+    "path", "format", "csv_header", "csv_delimiter", "csv_null_value", "include_op_for_full_load",
+    "timestamp_column", "change_sequence_column",
+}  # fmt: skip
+_TABLE_KEYS = {"target", "primary_key", "append_only", "columns", "clean"}
+_CLEAN_KEYS = {"cast", "derive", "rename", "drop"}
+
+
+def _parse_bronze(doc: _Doc, node: Node | None) -> BronzeSettings:
+    if node is None:
+        return BronzeSettings()
+    fields = doc.mapping(node, "bronze", _BRONZE_KEYS)
+    defaults = BronzeSettings()
+    fmt = doc.scalar(fields["format"], "bronze.format") if "format" in fields else defaults.format
+    if fmt not in ("csv", "parquet"):
+        raise doc.fail(fields["format"], f"bronze.format must be csv or parquet, not '{fmt}'")
+    delimiter = (
+        doc.scalar(fields["csv_delimiter"], "bronze.csv_delimiter")
+        if "csv_delimiter" in fields
+        else defaults.csv_delimiter
+    )
+    if len(delimiter) != 1:
+        raise doc.fail(fields["csv_delimiter"], "bronze.csv_delimiter must be one character")
+
+    def optional_name(key: str) -> str | None:
+        return doc.identifier(fields[key], f"bronze.{key}") if key in fields else None
+
+    return BronzeSettings(
+        path=doc.scalar(fields["path"], "bronze.path") if "path" in fields else defaults.path,
+        format="parquet" if fmt == "parquet" else "csv",
+        csv_header=doc.boolean(fields["csv_header"], "bronze.csv_header")
+        if "csv_header" in fields
+        else defaults.csv_header,
+        csv_delimiter=delimiter,
+        csv_null_value=doc.scalar(fields["csv_null_value"], "bronze.csv_null_value")
+        if "csv_null_value" in fields
+        else defaults.csv_null_value,
+        include_op_for_full_load=doc.boolean(fields["include_op_for_full_load"], "bronze.include_op_for_full_load")
+        if "include_op_for_full_load" in fields
+        else defaults.include_op_for_full_load,
+        timestamp_column=optional_name("timestamp_column"),
+        change_sequence_column=optional_name("change_sequence_column"),
+    )
+
+
+def _parse_clean(doc: _Doc, node: Node | None, where: str) -> CleaningRules:
+    if node is None:
+        return CleaningRules()
+    fields = doc.mapping(node, where, _CLEAN_KEYS)
+    cast = doc.typed_columns(fields["cast"], f"{where}.cast") if "cast" in fields else {}
+    derive: dict[str, str] = {}
+    if "derive" in fields:
+        for name, expr in doc.free_mapping(fields["derive"], f"{where}.derive").items():
+            if not _IDENTIFIER.match(name):
+                raise doc.fail(expr, f"derived column name '{name}' is not valid")
+            derive[name] = doc.scalar(expr, f"expression of derived column '{name}'")
+    rename: dict[str, str] = {}
+    if "rename" in fields:
+        for old, new in doc.free_mapping(fields["rename"], f"{where}.rename").items():
+            rename[old] = doc.identifier(new, f"new name of '{old}'")
+    drop = doc.identifiers(fields["drop"], f"{where}.drop") if "drop" in fields else ()
+    return CleaningRules(cast=cast, derive=derive, rename=rename, drop=drop)
+
+
+def _parse_table(doc: _Doc, source_node: Node, node: Node, bronze: BronzeSettings) -> TableConfig:
+    source = doc.scalar(source_node, "a table name")
+    parts = source.split(".")
+    if len(parts) != 2 or not all(_IDENTIFIER.match(p) for p in parts):
+        raise doc.fail(source_node, f"table '{source}' must be written as schema.table")
+    where = f"table {source}"
+    fields = doc.mapping(node, where, _TABLE_KEYS) if node.tag != "tag:yaml.org,2002:null" else {}
+    key = doc.identifiers(fields["primary_key"], f"{where}.primary_key") if "primary_key" in fields else ()
+    append_only = doc.boolean(fields["append_only"], f"{where}.append_only") if "append_only" in fields else False
+    if key and append_only:
+        raise doc.fail(fields["append_only"], f"{where} has a primary key and append_only: choose one")
+    columns = doc.typed_columns(fields["columns"], f"{where}.columns") if "columns" in fields else {}
+    if columns:
+        missing = [k for k in key if k not in columns]
+        if missing:
+            raise doc.fail(fields["primary_key"], f"primary key column(s) {', '.join(missing)} not in {where}.columns")
+    if bronze.format == "csv" and not bronze.csv_header and not columns:
+        raise doc.fail(
+            node if fields else source_node,
+            f"{where} needs 'columns' (names and types in file order) because bronze CSV files have no header",
+        )
+    return TableConfig(
+        source_schema=parts[0],
+        source_table=parts[1],
+        target=doc.identifier(fields["target"], f"{where}.target") if "target" in fields else parts[1],
+        primary_key=key,
+        append_only=append_only,
+        columns=columns,
+        clean=_parse_clean(doc, fields.get("clean"), f"{where}.clean"),
+    )
+
+
+def parse_config(text: str, source: str = "<config>") -> PipelineConfig:
+    """Parse and validate a configuration document; raise ``ConfigError`` naming the line."""
+    doc = _Doc(source)
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
+    if root is None:
+        raise ConfigError(f"{source} is empty: it needs at least a 'tables' section.")
+    top = doc.mapping(root, "the configuration", _TOP_KEYS)
+    bronze = _parse_bronze(doc, top.get("bronze"))
+    database = "cdclake"
+    if "silver" in top:
+        silver = doc.mapping(top["silver"], "silver", {"database"})
+        if "database" in silver:
+            database = doc.identifier(silver["database"], "silver.database")
+    max_files = 500
+    if "cdc" in top:
+        cdc = doc.mapping(top["cdc"], "cdc", {"max_files_per_batch"})
+        if "max_files_per_batch" in cdc:
+            max_files = doc.integer(cdc["max_files_per_batch"], "cdc.max_files_per_batch")
+    if "tables" not in top:
+        raise doc.fail(root, "the configuration needs a 'tables' section")
+    tables_node = top["tables"]
+    if not isinstance(tables_node, MappingNode) or not tables_node.value:
+        raise doc.fail(tables_node, "'tables' must map schema.table names to their settings")
+    tables = tuple(_parse_table(doc, k, v, bronze) for k, v in tables_node.value)
+    targets = [t.target for t in tables]
+    duplicates = sorted({t for t in targets if targets.count(t) > 1})
+    if duplicates:
+        raise doc.fail(tables_node, f"several tables write to the same silver table: {', '.join(duplicates)}")
+    return PipelineConfig(bronze=bronze, database=database, tables=tables, max_files_per_batch=max_files)
+
+
+def load_config(path: Path) -> PipelineConfig:
+    """Read the configuration file at ``path``."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"The configuration file {path} does not exist.") from None
+    except OSError as exc:
+        raise ConfigError(f"The configuration file {path} cannot be read: {exc.strerror}.") from None
+    return parse_config(text, str(path))

@@ -1,0 +1,27 @@
+"""Typed errors. ``CdclakeError`` and its subclasses carry one sentence meant for the user."""
+
+from __future__ import annotations
+
+
+class CdclakeError(Exception):
+    """A problem the user can fix; the command line prints the message and exits non-zero."""
+
+
+class SetupError(CdclakeError):
+    """The local environment is missing something (Java, a jar, a package)."""
+
+
+class ConfigError(CdclakeError):
+    """The table configuration file is invalid."""
+
+
+class BronzeError(CdclakeError):
+    """A bronze path or file cannot be listed or read."""
+
+
+class BadInputError(CdclakeError):
+    """A bronze file holds data that cannot be applied (unknown Op, missing key, bad value)."""
+
+
+class UnknownTableError(CdclakeError):
+    """A table named by the user is not in the configuration."""

@@ -1,0 +1,105 @@
+"""What the AWS Glue job entry points share: argument parsing and building the engine.
+
+``awsglue`` is imported only when it exists (inside AWS Glue); elsewhere the same arguments are
+parsed with argparse, so the job scripts also run under plain PySpark against a local warehouse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from cdclake.config import PipelineConfig, load_config, parse_config
+from cdclake.errors import ConfigError
+from cdclake.pipeline import Engine, RunReport
+from cdclake.session import GlueCatalog, LocalCatalog, SessionSettings, build_spark_session
+from cdclake.storage import open_store
+
+log = logging.getLogger("cdclake")
+
+COMMON_ARGUMENTS = ("config", "bronze", "warehouse")
+
+
+@dataclass(frozen=True)
+class JobArguments:
+    config: str  # s3:// URI or local path of the table configuration
+    bronze: str  # s3://bucket/prefix DMS writes to (or a local directory)
+    warehouse: str  # s3:// warehouse (Glue Data Catalog) or a local directory (Hadoop catalog)
+    catalog: str = "silver"
+    manifest: str | None = None  # CDC job: the batch manifest; absent = everything pending
+    reload: bool = False  # full-load job: replace tables that are already loaded
+
+
+def parse_arguments(argv: Sequence[str], extra: Sequence[str] = ()) -> JobArguments:
+    """Glue passes ``--name value`` pairs; ``getResolvedOptions`` reads them when available."""
+    names = [*COMMON_ARGUMENTS, *extra]
+    try:
+        from awsglue.utils import getResolvedOptions
+
+        optional = [n for n in ("catalog", "manifest", "reload") if f"--{n}" in argv]
+        values = getResolvedOptions(list(argv), [*names, *optional])
+    except ImportError:
+        parser = argparse.ArgumentParser(description="cdclake Glue job (running outside AWS Glue)")
+        for name in names:
+            parser.add_argument(f"--{name}", required=True)
+        for name in ("catalog", "manifest", "reload"):
+            if name not in names:
+                parser.add_argument(f"--{name}")
+        values = {k: v for k, v in vars(parser.parse_known_args(list(argv[1:]))[0]).items() if v is not None}
+    return JobArguments(
+        config=values["config"],
+        bronze=values["bronze"],
+        warehouse=values["warehouse"],
+        catalog=values.get("catalog") or "silver",
+        manifest=values.get("manifest") or None,
+        reload=str(values.get("reload", "false")).lower() == "true",
+    )
+
+
+def read_text(uri: str) -> str:
+    """Read a small text object (configuration, manifest) from S3 or a local path."""
+    if uri.startswith("s3://"):
+        import boto3
+
+        bucket, _, key = uri[len("s3://") :].partition("/")
+        body = boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
+        return str(body.decode("utf-8"))
+    try:
+        return Path(uri).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{uri} cannot be read: {exc.strerror}.") from None
+
+
+def job_config(args: JobArguments) -> PipelineConfig:
+    config = (
+        parse_config(read_text(args.config), args.config)
+        if args.config.startswith("s3://")
+        else load_config(Path(args.config))
+    )
+    return replace(config, bronze=replace(config.bronze, path=args.bronze))
+
+
+def build_engine(args: JobArguments) -> Engine:
+    """The engine for a job run: Glue Data Catalog on S3, or a local Hadoop catalog."""
+    config = job_config(args)
+    if args.warehouse.startswith("s3://"):
+        catalog: GlueCatalog | LocalCatalog = GlueCatalog(warehouse=args.warehouse)
+        staging = None
+    else:
+        warehouse = Path(args.warehouse)
+        catalog = LocalCatalog(warehouse=warehouse, cache_dir=warehouse.parent / "cache")
+        staging = warehouse.parent / "staging"
+    spark = build_spark_session(SessionSettings(catalog=catalog, catalog_name=args.catalog))
+    return Engine(spark=spark, config=config, store=open_store(args.bronze, staging), catalog=args.catalog)
+
+
+def log_report(report: RunReport) -> None:
+    for table in report.tables:
+        log.info(
+            "table=%s kind=%s files_applied=%d files_skipped=%d upserts=%d deletes=%d seconds=%.1f",
+            table.table, table.kind, table.files_applied, table.files_skipped,
+            table.inserted_or_updated, table.deleted, table.seconds,
+        )  # fmt: skip

@@ -1,0 +1,76 @@
+"""Which columns a DMS file holds, and in what order: pure functions over settings and headers."""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+
+from cdclake.bronze import BronzeFile, FileKind
+from cdclake.config import BronzeSettings, TableConfig
+from cdclake.errors import BadInputError
+
+DMS_OP_COLUMN = "Op"
+
+
+@dataclass(frozen=True)
+class FileLayout:
+    """The columns of one group of files that Spark can read in a single scan."""
+
+    file_format: str
+    columns: tuple[str, ...] | None  # None: the file describes itself (Parquet)
+    has_header: bool
+    op_column: str | None  # the DMS Op column when the files have one
+
+
+def headerless_columns(settings: BronzeSettings, table: TableConfig, kind: FileKind) -> tuple[str, ...]:
+    """Column order of a headerless DMS CSV file.
+
+    DMS writes ``Op`` first (CDC files, and full-load files with IncludeOpForFullLoad), then the
+    TimestampColumnName column, then the table's columns; columns added by transformation rules
+    (such as ``AR_H_CHANGE_SEQ``) come last, so the change-sequence column is appended when the
+    configuration does not list it.
+    """
+    columns: list[str] = []
+    if kind is FileKind.CDC or settings.include_op_for_full_load:
+        columns.append(DMS_OP_COLUMN)
+    if settings.timestamp_column and settings.timestamp_column not in table.columns:
+        columns.append(settings.timestamp_column)
+    columns.extend(table.columns)
+    seq = settings.change_sequence_column
+    if seq and seq not in table.columns:
+        columns.append(seq)
+    return tuple(columns)
+
+
+def parse_header(head: bytes, delimiter: str, key: str) -> tuple[str, ...]:
+    """Column names from the first record of a CSV file (quoted names allowed)."""
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        # The head may end inside a multi-byte character; only the first line matters.
+        text = head[: head.rfind(b"\n") + 1 or len(head)].decode("utf-8", errors="strict")
+    reader = csv.reader(io.StringIO(text), delimiter=delimiter, quotechar='"', doublequote=True)
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise BadInputError(f"{key} is empty: a CSV file with AddColumnName needs a header row.") from None
+    if not header or any(not name for name in header):
+        raise BadInputError(f"{key} has an empty column name in its header row.")
+    return tuple(header)
+
+
+def layout_for(
+    settings: BronzeSettings, table: TableConfig, file: BronzeFile, header: tuple[str, ...] | None
+) -> FileLayout:
+    """The layout of ``file``; ``header`` is the parsed header row for CSV files that have one."""
+    if file.file_format == "parquet":
+        return FileLayout("parquet", None, has_header=False, op_column=DMS_OP_COLUMN)
+    if settings.csv_header:
+        if header is None:
+            raise ValueError("a CSV file with a header needs its header parsed first")
+        op = DMS_OP_COLUMN if DMS_OP_COLUMN in header else None
+        return FileLayout("csv", header, has_header=True, op_column=op)
+    columns = headerless_columns(settings, table, file.kind)
+    op = DMS_OP_COLUMN if DMS_OP_COLUMN in columns else None
+    return FileLayout("csv", columns, has_header=False, op_column=op)

@@ -1,0 +1,103 @@
+"""One Spark session factory for both shells: AWS Glue (Glue Data Catalog + S3) and local.
+
+Only the catalog differs between the two; everything downstream addresses tables as
+``<catalog>.<database>.<table>`` and never asks where it runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cdclake.runtime import require_java, resolve_iceberg_runtime
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+
+
+@dataclass(frozen=True)
+class LocalCatalog:
+    """An Iceberg Hadoop catalog on a local warehouse directory, for laptops and tests."""
+
+    warehouse: Path
+    cache_dir: Path
+    runtime_jar: Path | None = None  # an official iceberg-spark-runtime jar instead of the PyPI one
+    maven_packages: tuple[str, ...] = ()  # e.g. org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.0
+    cores: str = "*"
+    shuffle_partitions: int = 4
+    driver_memory: str = "2g"
+
+
+@dataclass(frozen=True)
+class GlueCatalog:
+    """The AWS Glue Data Catalog as the Iceberg catalog, data files on S3 through S3FileIO."""
+
+    warehouse: str  # s3://bucket/prefix
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    catalog: LocalCatalog | GlueCatalog
+    catalog_name: str = "silver"
+    app_name: str = "cdclake"
+    extra_conf: dict[str, str] = field(default_factory=dict)
+
+
+def spark_conf(settings: SessionSettings) -> dict[str, str]:
+    """The Spark configuration for ``settings``; pure, so both shells' settings are testable."""
+    name = settings.catalog_name
+    prefix = f"spark.sql.catalog.{name}"
+    conf: dict[str, str] = {
+        "spark.sql.extensions": ICEBERG_EXTENSIONS,
+        prefix: "org.apache.iceberg.spark.SparkCatalog",
+        "spark.sql.defaultCatalog": name,
+        # DMS timestamps carry no zone; read and write them as UTC wall-clock values.
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.iceberg.handle-timestamp-without-timezone": "true",
+    }
+    catalog = settings.catalog
+    if isinstance(catalog, GlueCatalog):
+        conf |= {
+            f"{prefix}.catalog-impl": "org.apache.iceberg.aws.glue.GlueCatalog",
+            f"{prefix}.io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
+            f"{prefix}.warehouse": catalog.warehouse,
+        }
+    else:
+        conf |= {
+            f"{prefix}.type": "hadoop",
+            f"{prefix}.warehouse": str(catalog.warehouse.resolve()),
+            "spark.master": f"local[{catalog.cores}]",
+            "spark.driver.memory": catalog.driver_memory,
+            "spark.sql.shuffle.partitions": str(catalog.shuffle_partitions),
+            "spark.default.parallelism": str(catalog.shuffle_partitions),
+            "spark.sql.adaptive.enabled": "true",
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.driver.extraJavaOptions": "-Dderby.system.home=" + str(catalog.cache_dir),
+        }
+    return conf | settings.extra_conf
+
+
+def build_spark_session(settings: SessionSettings) -> SparkSession:
+    """Create (or reuse) the Spark session with the Iceberg catalog ``settings`` describes."""
+    from pyspark.sql import SparkSession
+
+    conf = spark_conf(settings)
+    if isinstance(settings.catalog, LocalCatalog):
+        require_java()
+        runtime = resolve_iceberg_runtime(
+            settings.catalog.cache_dir, settings.catalog.runtime_jar, settings.catalog.maven_packages
+        )
+        if runtime.jars:
+            conf["spark.jars"] = ",".join(str(j) for j in runtime.jars)
+        if runtime.packages:
+            conf["spark.jars.packages"] = ",".join(runtime.packages)
+    builder = SparkSession.builder.appName(settings.app_name)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session

@@ -1,0 +1,189 @@
+"""Silver Iceberg tables at the edge: create, merge, append, and the applied-files ledger.
+
+The ledger lives in the snapshot summaries of the very commits that apply the files
+(``cdclake.kind`` and ``cdclake.files``), set through Iceberg's ``CommitMetadata``. A crash after a
+commit and before the queue is acknowledged therefore cannot lose the record of what was applied,
+and re-applying the same files is recognised and skipped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from cdclake.changes import quote
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+T = TypeVar("T")
+
+KIND_PROPERTY = "cdclake.kind"
+FILES_PROPERTY = "cdclake.files"
+LATEST_COMMIT_TS_PROPERTY = "cdclake.latest-commit-ts"
+KIND_FULL_LOAD = "full-load"
+KIND_CDC = "cdc"
+
+# Format v2 with merge-on-read row-level operations: a CDC batch writes delete files instead of
+# rewriting data files, which keeps MERGE cost proportional to the changes. Maintenance compacts.
+TABLE_PROPERTIES = {
+    "format-version": "2",
+    "write.delete.mode": "merge-on-read",
+    "write.update.mode": "merge-on-read",
+    "write.merge.mode": "merge-on-read",
+    "write.parquet.compression-codec": "zstd",
+    "write.target-file-size-bytes": str(128 * 1024 * 1024),
+    "write.distribution-mode": "hash",
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "100",
+}
+
+
+@dataclass(frozen=True)
+class SilverTable:
+    catalog: str
+    database: str
+    name: str
+
+    @property
+    def identifier(self) -> str:
+        return f"{quote(self.catalog)}.{quote(self.database)}.{quote(self.name)}"
+
+    def metadata(self, table: str) -> str:
+        return f"{self.identifier}.{quote(table)}"
+
+
+@dataclass(frozen=True)
+class LedgerState:
+    """What the current snapshot lineage says about one table."""
+
+    full_load_done: bool
+    applied: frozenset[str]  # bronze keys applied since (and including) the last full load
+    last_file: str | None
+
+
+def commit_with_properties(spark: SparkSession, properties: dict[str, str], action: Callable[[], T]) -> T:
+    """Run ``action`` so that every Iceberg commit it makes carries ``properties`` in its summary.
+
+    Iceberg keeps the properties in a thread-local of the JVM thread that runs the write; py4j's
+    pinned threads run the Python callback's Spark calls on that same JVM thread.
+    """
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    gateway: Any = spark.sparkContext._gateway
+    jvm: Any = spark.sparkContext._jvm
+    ensure_callback_server_started(gateway)  # type: ignore[no-untyped-call]
+    results: list[T] = []
+    failures: list[BaseException] = []
+
+    class _Callable:
+        def call(self) -> None:
+            # Keep the Python exception: raised through py4j it would come back as a bare Java error.
+            try:
+                results.append(action())
+            except BaseException as exc:
+                failures.append(exc)
+
+        class Java:
+            implements = ("java.util.concurrent.Callable",)
+
+    java_props = jvm.java.util.HashMap()
+    for key, value in properties.items():
+        java_props.put(key, value)
+    runtime_exception = jvm.java.lang.Class.forName("java.lang.RuntimeException")
+    jvm.org.apache.iceberg.spark.CommitMetadata.withCommitProperties(java_props, _Callable(), runtime_exception)
+    if failures:
+        raise failures[0]
+    return results[0]
+
+
+def ledger_properties(kind: str, files: Sequence[str], latest_commit_ts: str | None = None) -> dict[str, str]:
+    """Snapshot-summary properties recording a batch: its kind, files and newest commit time."""
+    properties = {KIND_PROPERTY: kind, FILES_PROPERTY: json.dumps(list(files), separators=(",", ":"))}
+    if latest_commit_ts:
+        properties[LATEST_COMMIT_TS_PROPERTY] = latest_commit_ts
+    return properties
+
+
+def table_exists(spark: SparkSession, table: SilverTable) -> bool:
+    return bool(spark.catalog.tableExists(f"{table.catalog}.{table.database}.{table.name}"))
+
+
+def ensure_database(spark: SparkSession, catalog: str, database: str) -> None:
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {quote(catalog)}.{quote(database)}")
+
+
+def newest_first(snapshots: Sequence[Any]) -> list[Any]:
+    """Order a lineage of snapshots (rows with ``snapshot_id`` and ``parent_id``) from the head back."""
+    by_id = {row["snapshot_id"]: row for row in snapshots}
+    parents = {row["parent_id"] for row in snapshots}
+    heads = [row for row in snapshots if row["snapshot_id"] not in parents]
+    ordered: list[Any] = []
+    current = heads[0] if heads else None
+    while current is not None:
+        ordered.append(current)
+        current = by_id.get(current["parent_id"])
+    return ordered
+
+
+def read_ledger(spark: SparkSession, table: SilverTable) -> LedgerState:
+    """Walk the current snapshot lineage back to the last full load, collecting applied files.
+
+    Only ancestors of the current snapshot count: after a rollback, files applied by the
+    rolled-back snapshots are pending again.
+    """
+    if not table_exists(spark, table):
+        return LedgerState(full_load_done=False, applied=frozenset(), last_file=None)
+    rows = spark.sql(
+        f"""
+        SELECT s.snapshot_id, s.parent_id, s.summary['{KIND_PROPERTY}'] AS kind,
+               s.summary['{FILES_PROPERTY}'] AS files
+        FROM {table.metadata("snapshots")} s
+        JOIN {table.metadata("history")} h ON s.snapshot_id = h.snapshot_id
+        WHERE h.is_current_ancestor
+        """
+    ).collect()
+    applied: set[str] = set()
+    last_file: str | None = None
+    full_load_done = False
+    for row in newest_first(rows):
+        if row["files"]:
+            files = json.loads(row["files"])
+            applied.update(files)
+            if last_file is None and files:
+                last_file = max(files)
+        if row["kind"] == KIND_FULL_LOAD:
+            full_load_done = True
+            break
+    return LedgerState(full_load_done=full_load_done, applied=frozenset(applied), last_file=last_file)
+
+
+def replace_table(spark: SparkSession, table: SilverTable, rows: DataFrame, files: Sequence[str]) -> None:
+    """Create or atomically replace ``table`` with ``rows``: the full load, recorded in the ledger."""
+    writer = rows.writeTo(table.identifier).using("iceberg")
+    for key, value in TABLE_PROPERTIES.items():
+        writer = writer.tableProperty(key, value)
+    commit_with_properties(spark, ledger_properties(KIND_FULL_LOAD, files), writer.createOrReplace)
+
+
+def add_missing_columns(spark: SparkSession, table: SilverTable, rows: DataFrame) -> list[str]:
+    """Add columns present in ``rows`` but not in ``table`` (nullable); return their names."""
+    existing = {f.name.lower() for f in spark.table(table.identifier).schema.fields}
+    added = []
+    for field in rows.schema.fields:
+        if field.name.lower() not in existing:
+            spark.sql(f"ALTER TABLE {table.identifier} ADD COLUMN {quote(field.name)} {field.dataType.simpleString()}")
+            added.append(field.name)
+    return added
+
+
+def merge_rows(spark: SparkSession, statement: str, ledger: dict[str, str]) -> None:
+    """Run one MERGE statement as one Iceberg commit carrying the ``ledger`` properties."""
+    commit_with_properties(spark, ledger, lambda: spark.sql(statement))
+
+
+def append_rows(spark: SparkSession, table: SilverTable, rows: DataFrame, ledger: dict[str, str]) -> None:
+    """Append ``rows`` as one commit carrying the ``ledger`` properties (append-only tables)."""
+    commit_with_properties(spark, ledger, rows.writeTo(table.identifier).append)

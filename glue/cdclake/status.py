@@ -1,0 +1,98 @@
+"""Per-table status and ad-hoc queries on the silver catalog (read-only)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from cdclake.silver import LATEST_COMMIT_TS_PROPERTY, read_ledger, table_exists
+
+if TYPE_CHECKING:
+    from cdclake.pipeline import Engine
+
+
+@dataclass(frozen=True)
+class TableStatus:
+    source: str
+    silver_table: str
+    exists: bool
+    rows: int | None = None
+    snapshots: int | None = None
+    files_applied: int | None = None
+    last_applied_file: str | None = None
+    latest_change: str | None = None  # newest source commit timestamp applied
+    lag_seconds: float | None = None  # now - latest_change
+
+
+def _lag(latest: str | None, now: datetime) -> float | None:
+    if not latest:
+        return None
+    try:
+        moment = datetime.fromisoformat(latest).replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    return round((now - moment).total_seconds(), 1)
+
+
+def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableStatus]:
+    """One status per configured table, read from the Iceberg metadata tables."""
+    now = now or datetime.now(UTC)
+    statuses = []
+    for table in engine.config.tables:
+        silver = engine.silver_table(table)
+        name = f"{engine.config.database}.{table.target}"
+        if not table_exists(engine.spark, silver):
+            statuses.append(TableStatus(table.source, name, exists=False))
+            continue
+        ledger = read_ledger(engine.spark, silver)
+        rows = engine.spark.table(silver.identifier).count()
+        summary = engine.spark.sql(
+            f"SELECT count(*) AS n, max(summary['{LATEST_COMMIT_TS_PROPERTY}']) AS latest "
+            f"FROM {silver.metadata('snapshots')}"
+        ).first()
+        latest = summary["latest"] if summary else None
+        statuses.append(
+            TableStatus(
+                source=table.source,
+                silver_table=name,
+                exists=True,
+                rows=rows,
+                snapshots=summary["n"] if summary else 0,
+                files_applied=len(ledger.applied),
+                last_applied_file=ledger.last_file,
+                latest_change=latest,
+                lag_seconds=_lag(latest, now),
+            )
+        )
+    return statuses
+
+
+def format_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], style: str) -> str:
+    """Render rows as an aligned text table, CSV, or JSON lines."""
+    if style == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows([["" if v is None else v for v in row] for row in rows])
+        return out.getvalue()
+    if style == "json":
+        return "".join(json.dumps(dict(zip(columns, row, strict=False)), default=str) + "\n" for row in rows)
+    text = [[("NULL" if v is None else str(v)) for v in row] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in text]) for i, c in enumerate(columns)]
+    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+
+    def render(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    body = [line, render(columns), line, *[render(r) for r in text], line]
+    return "\n".join(body) + f"\n({len(rows)} row{'s' if len(rows) != 1 else ''})\n"
+
+
+def statuses_as_rows(statuses: Sequence[TableStatus]) -> tuple[list[str], list[list[Any]]]:
+    columns = list(asdict(statuses[0]).keys()) if statuses else list(TableStatus.__dataclass_fields__)
+    return columns, [list(asdict(s).values()) for s in statuses]

@@ -1,0 +1,33 @@
+"""AWS Glue job: apply one CDC batch. Each table's changes land in one Iceberg commit.
+
+Arguments: --config, --bronze, --warehouse; optional --catalog and --manifest (the batch the
+state machine dequeued; without it every pending CDC file in bronze is applied).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+
+from cdclake.jobs import build_engine, log_report, parse_arguments, read_text
+from cdclake.manifest import read_manifest
+from cdclake.pipeline import RunReport, apply_cdc_files, files_from_keys, run
+
+
+def main(argv: Sequence[str]) -> RunReport:
+    args = parse_arguments(argv)
+    engine = build_engine(args)
+    if args.manifest:
+        entries = read_manifest(read_text(args.manifest), args.manifest)
+        files = files_from_keys(engine.store, [e.key for e in entries], {e.key: e.size for e in entries})
+        report = apply_cdc_files(engine, files)
+    else:
+        report = run(engine)
+    log_report(report)
+    return report
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    main(sys.argv)

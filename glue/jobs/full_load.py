@@ -1,0 +1,31 @@
+"""AWS Glue job: the full load. Creates each silver table from its LOAD files, once.
+
+Arguments: --config (table configuration), --bronze (DMS prefix), --warehouse; optional
+--catalog and --reload true (replace tables that are already loaded).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+
+from cdclake.jobs import build_engine, log_report, parse_arguments
+from cdclake.pipeline import RunReport, full_load_table
+from cdclake.storage import list_bronze
+
+
+def main(argv: Sequence[str]) -> RunReport:
+    args = parse_arguments(argv)
+    engine = build_engine(args)
+    listing = list_bronze(engine.store)
+    report = RunReport(unrecognised=list(listing.unrecognised))
+    for table in engine.config.tables:
+        report.tables.append(full_load_table(engine, table, listing, reload=args.reload))
+    log_report(report)
+    return report
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    main(sys.argv)

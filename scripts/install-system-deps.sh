@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# System packages the project needs that pip cannot provide: a Java runtime for Spark.
+# Installs only what is missing, so it is a no-op on a prepared machine.
+set -euo pipefail
+
+need=()
+command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null 2>&1; then
+  echo "cdclake needs: ${need[*]}. Install them with your package manager and run make again." >&2
+  exit 1
+fi
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO=sudo
+if command -v apt-get >/dev/null 2>&1; then
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"
+else
+  echo "cdclake needs: ${need[*]} (Java 17). Install it with your package manager and run make again." >&2
+  exit 1
+fi
