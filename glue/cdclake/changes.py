@@ -44,6 +44,14 @@ def _add_error(df: DataFrame, condition: Column, reason: Column) -> DataFrame:
     )
 
 
+def _excerpt(value: Column, length: int = 40) -> Column:
+    """A value short enough to quote in an error message."""
+    from pyspark.sql import functions as F
+
+    text = value.cast("string")
+    return F.when(F.length(text) > length, F.concat(F.substring(text, 1, length), F.lit("..."))).otherwise(text)
+
+
 def _checked_cast(df: DataFrame, column: str, type_name: str) -> DataFrame:
     """Cast ``column``; a non-NULL value that does not convert is an error, never a silent NULL."""
     from pyspark.sql import functions as F
@@ -53,7 +61,7 @@ def _checked_cast(df: DataFrame, column: str, type_name: str) -> DataFrame:
     df = _add_error(
         df,
         original.isNotNull() & F.col("_cdc_cast").isNull(),
-        F.format_string(f"value '%s' of column {column} is not a valid {type_name}", original.cast("string")),
+        F.format_string(f"value '%s' of column {column} is not a valid {type_name}", _excerpt(original)),
     )
     return df.withColumn(column, F.col("_cdc_cast")).drop("_cdc_cast")
 
@@ -80,9 +88,8 @@ def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig) -> 
         .withColumn(ERROR, F.lit(None).cast("string"))
     )
     df = _add_error(df, F.col(CORRUPT_RECORD).isNotNull(), F.lit("wrong number of fields"))
-    df = _add_error(
-        df, ~F.coalesce(F.col(OP).isin(*VALID_OPS), F.lit(False)), F.format_string("unknown Op '%s'", F.col(OP))
-    )
+    known_op = F.coalesce(F.col(OP).isin(*VALID_OPS), F.lit(False))
+    df = _add_error(df, ~known_op, F.format_string("unknown Op '%s'", _excerpt(F.col(OP))))
     for column, type_name in table.columns.items():
         if column in columns and column != seq_name:
             df = _checked_cast(df, column, type_name)

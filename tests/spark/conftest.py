@@ -1,0 +1,53 @@
+"""One local Spark session with an Iceberg catalog for all Spark tests; each test gets its own
+database and bronze directory so tests never see each other's tables."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from cdclake.config import PipelineConfig, parse_config
+from cdclake.pipeline import Engine
+from cdclake.session import LocalCatalog, SessionSettings, build_spark_session
+from cdclake.storage import BronzeStore, LocalBronze
+
+CACHE_DIR = Path.home() / ".cache" / "cdclake"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/spark" in str(item.fspath):
+            item.add_marker(pytest.mark.spark)
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    warehouse = tmp_path_factory.mktemp("warehouse")
+    session = build_spark_session(
+        SessionSettings(LocalCatalog(warehouse=warehouse, cache_dir=CACHE_DIR, shuffle_partitions=2))
+    )
+    yield session
+    session.stop()
+
+
+EngineFactory = Callable[..., Engine]
+
+
+@pytest.fixture
+def make_engine(spark: SparkSession, tmp_path: Path) -> EngineFactory:
+    """Build an engine from YAML text; the bronze root is ``tmp_path / 'bronze'`` unless a store is given."""
+
+    def build(config_text: str, store: BronzeStore | None = None) -> Engine:
+        config: PipelineConfig = parse_config(config_text, "test.yaml")
+        database = f"db_{uuid.uuid4().hex[:10]}"
+        bronze = tmp_path / "bronze"
+        bronze.mkdir(exist_ok=True)
+        config = replace(config, database=database, bronze=replace(config.bronze, path=str(bronze)))
+        return Engine(spark=spark, config=config, store=store or LocalBronze(bronze))
+
+    return build

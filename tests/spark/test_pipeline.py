@@ -1,0 +1,308 @@
+"""The engine end to end on local Spark and Iceberg, checked against a plain-Python replay."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from datetime import date
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from cdclake.dms_writer import (
+    SourceChange,
+    cdc_file_name,
+    cdc_records,
+    change_sequence,
+    load_file_name,
+    replay,
+    write_csv,
+)
+from cdclake.errors import BadInputError
+from cdclake.pipeline import Engine, apply_cdc_files, files_from_keys, full_load_table, run
+from cdclake.silver import read_ledger
+from cdclake.storage import list_bronze
+
+EngineFactory = Callable[..., Engine]
+
+ORDERS = """
+bronze: {timestamp_column: commit_ts, change_sequence_column: AR_H_CHANGE_SEQ}
+cdc: {max_files_per_batch: 3}
+tables:
+  sales.orders:
+    primary_key: [region, order_id]
+    columns: {region: string, order_id: int, status: string, amount: "decimal(10,2)"}
+"""
+COLUMNS = ("region", "order_id", "status", "amount")
+TEXTS = ["new", "paid", "a, b", 'say "x"', "multi\nline", "", None, "ünïcødé ✓", "x" * 300]
+
+
+def _silver(engine: Engine) -> dict[tuple, dict]:
+    table = engine.silver_table(engine.config.tables[0])
+    rows = engine.spark.table(table.identifier).collect()
+    return {(r["region"], r["order_id"]): r.asDict() for r in rows}
+
+
+def _expected(state: dict) -> dict[tuple, dict]:
+    return {
+        (row["region"], int(row["order_id"])): {
+            "region": row["region"],
+            "order_id": int(row["order_id"]),
+            "status": row["status"],
+            "amount": None if row["amount"] is None else Decimal(row["amount"]),
+            "commit_ts": row["commit_ts"],
+        }
+        for row in state.values()
+    }
+
+
+def _random_stream(rng: random.Random, initial_keys: int, changes: int) -> tuple[list[dict], list[SourceChange]]:
+    """A random change log with ties on commit timestamps, deletes, re-inserts and composite keys."""
+    load_ts = "2024-01-01 00:00:00.000000"
+    state: dict[tuple, dict] = {}
+    for i in range(initial_keys):
+        key = (rng.choice(["eu", "us"]), i)
+        state[key] = {"region": key[0], "order_id": str(i), "status": rng.choice(TEXTS),
+                      "amount": f"{rng.randint(0, 99999) / 100:.2f}", "commit_ts": load_ts}  # fmt: skip
+    initial = list(state.values())
+    log: list[SourceChange] = []
+    second = 0
+    for n in range(changes):
+        if rng.random() < 0.6:
+            second += 1  # otherwise this change shares the previous commit timestamp
+        ts = f"2024-01-02 00:{second // 60:02d}:{second % 60:02d}.000000"
+        if state and rng.random() < 0.7:
+            key = rng.choice(sorted(state))
+        else:
+            key = (rng.choice(["eu", "us"]), rng.randint(0, initial_keys + 20))
+        exists = key in state
+        op = "D" if exists and rng.random() < 0.3 else ("U" if exists else "I")
+        if op == "U" and rng.random() < 0.1:
+            op = "I"  # an insert of an existing key must upsert
+        row = {"region": key[0], "order_id": str(key[1]), "status": rng.choice(TEXTS),
+               "amount": rng.choice([None, f"{rng.randint(0, 99999) / 100:.2f}"]), "commit_ts": ts}  # fmt: skip
+        if op == "D":
+            row = {**state.pop(key), "commit_ts": ts}
+        else:
+            state[key] = row
+        log.append(SourceChange(op, row, ts, change_sequence(ts, n + 1)))
+    return initial, log
+
+
+def _write_stream(bronze: Path, initial: list[dict], log: list[SourceChange], rng: random.Random) -> list[Path]:
+    table_dir = bronze / "sales" / "orders"
+    load_rows = [[r["commit_ts"], *[r[c] for c in COLUMNS], change_sequence(r["commit_ts"], 0)] for r in initial]
+    for number, start in enumerate(range(0, len(load_rows), 7), start=1):
+        write_csv(table_dir / load_file_name(number), load_rows[start : start + 7])
+    files, start, counter = [], 0, 0
+    while start < len(log):
+        size = rng.randint(1, 12)
+        chunk = log[start : start + size]
+        counter += 1
+        compress = rng.random() < 0.3
+        name = cdc_file_name(chunk[-1].commit_ts).replace(".csv", f"{counter:04d}.csv" + (".gz" if compress else ""))
+        files.append(write_csv(table_dir / name, cdc_records(chunk, COLUMNS), compress=compress))
+        start += size
+    return files
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_change_streams_match_the_replayed_source(make_engine: EngineFactory, tmp_path: Path, seed: int) -> None:
+    # GIVEN a random full load and change log written as DMS files (some gzip, random batches)
+    rng = random.Random(seed)
+    engine = make_engine(ORDERS)
+    initial, log = _random_stream(rng, initial_keys=30, changes=120)
+    files = _write_stream(tmp_path / "bronze", initial, log, rng)
+    # WHEN the pipeline runs (full load, then CDC in batches of 3 files)
+    report = run(engine)
+    # THEN silver equals the source state replayed in plain Python
+    assert _silver(engine) == _expected(replay(initial, log, ["region", "order_id"]))
+    assert sum(t.files_applied for t in report.tables if t.kind == "cdc") == len(files)
+    # AND running again applies nothing and makes no new snapshot
+    table = engine.silver_table(engine.config.tables[0])
+    snapshots = engine.spark.sql(f"SELECT count(*) FROM {table.metadata('snapshots')}").first()[0]
+    again = run(engine)
+    assert [t for t in again.tables if t.files_applied] == []
+    assert engine.spark.sql(f"SELECT count(*) FROM {table.metadata('snapshots')}").first()[0] == snapshots
+
+
+def test_without_change_sequence_file_and_row_order_decide(make_engine: EngineFactory, tmp_path: Path) -> None:
+    # GIVEN no change-sequence column and three changes to one key on one timestamp, in one file
+    config = ORDERS.replace(", change_sequence_column: AR_H_CHANGE_SEQ", "")
+    engine = make_engine(config)
+    ts = "2024-01-02 00:00:01.000000"
+    rows = [["I", ts, "eu", "1", "first", "1.00"], ["U", ts, "eu", "1", "second", "2.00"],
+            ["U", ts, "eu", "1", "third", "3.00"]]  # fmt: skip
+    write_csv(tmp_path / "bronze" / "sales" / "orders" / "20240102-0000010000.csv", rows)
+    # WHEN applied
+    run(engine)
+    # THEN the last row in the file wins
+    assert _silver(engine)[("eu", 1)]["status"] == "third"
+
+
+def test_same_batch_applied_twice_after_a_crash_is_a_no_op(make_engine: EngineFactory, tmp_path: Path) -> None:
+    # GIVEN a batch that was committed but whose queue messages were never acknowledged
+    engine = make_engine(ORDERS)
+    table_dir = tmp_path / "bronze" / "sales" / "orders"
+    ts = "2024-01-02 00:00:01.000000"
+    write_csv(table_dir / "20240102-0000010000.csv", [["I", ts, "eu", "1", "new", "1.00", change_sequence(ts, 1)]])
+    ts2 = "2024-01-02 00:00:02.000000"
+    write_csv(table_dir / "20240102-0000020000.csv", [["D", ts2, "eu", "1", "new", "1.00", change_sequence(ts2, 2)]])
+    batch = files_from_keys(engine.store, ["sales/orders/20240102-0000010000.csv"])
+    first = apply_cdc_files(engine, batch)
+    # WHEN the same manifest is delivered again, also after a later batch was applied
+    again = apply_cdc_files(engine, batch)
+    later = apply_cdc_files(engine, files_from_keys(engine.store, ["sales/orders/20240102-0000020000.csv"]))
+    replayed = apply_cdc_files(engine, batch)
+    # THEN it is recognised from the snapshot ledger and changes nothing: the delete stays
+    assert first.tables[0].files_applied == 1
+    assert (again.tables[0].files_applied, again.tables[0].files_skipped) == (0, 1)
+    assert later.tables[0].deleted == 1
+    assert replayed.tables[0].files_applied == 0
+    assert _silver(engine) == {}
+    ledger = read_ledger(engine.spark, engine.silver_table(engine.config.tables[0]))
+    assert ledger.applied == {"sales/orders/20240102-0000010000.csv", "sales/orders/20240102-0000020000.csv"}
+
+
+def test_upsert_semantics_and_missing_keys(make_engine: EngineFactory, tmp_path: Path) -> None:
+    # GIVEN a loaded row, then an insert of an existing key, an update of a missing key
+    # and a delete of a missing key
+    engine = make_engine(ORDERS)
+    table_dir = tmp_path / "bronze" / "sales" / "orders"
+    write_csv(table_dir / "LOAD00000001.csv", [["2024-01-01 00:00:00.000000", "eu", "1", "old", "1.00", ""]])
+    ts = "2024-01-02 00:00:01.000000"
+    write_csv(
+        table_dir / "20240102-0000010000.csv",
+        [
+            ["I", ts, "eu", "1", "upserted", "2.00", change_sequence(ts, 1)],
+            ["U", ts, "us", "7", "inserted", "3.00", change_sequence(ts, 2)],
+            ["D", ts, "us", "8", "gone", "4.00", change_sequence(ts, 3)],
+        ],
+    )
+    # WHEN run
+    run(engine)
+    # THEN inserts upsert, updates insert, deletes of missing keys do nothing
+    silver = _silver(engine)
+    assert {k: v["status"] for k, v in silver.items()} == {("eu", 1): "upserted", ("us", 7): "inserted"}
+
+
+def test_full_load_twice_leaves_the_same_table(make_engine: EngineFactory, tmp_path: Path) -> None:
+    # GIVEN a loaded table
+    engine = make_engine(ORDERS)
+    table_dir = tmp_path / "bronze" / "sales" / "orders"
+    write_csv(
+        table_dir / "LOAD00000001.csv",
+        [["2024-01-01 00:00:00.000000", "eu", str(i), "s", "1.00", ""] for i in range(5)],
+    )
+    table = engine.config.tables[0]
+    listing = list_bronze(engine.store)
+    full_load_table(engine, table, listing)
+    # WHEN the full load runs again, and once more with reload
+    second = full_load_table(engine, table, listing)
+    third = full_load_table(engine, table, listing, reload=True)
+    # THEN the table holds the rows once
+    assert second.note == "already loaded"
+    assert third.files_applied == 1
+    assert sorted(k[1] for k in _silver(engine)) == [0, 1, 2, 3, 4]
+
+
+def test_bad_input_stops_the_batch_with_file_row_and_reason(make_engine: EngineFactory, tmp_path: Path) -> None:
+    # GIVEN a CDC file whose second data row has an unknown Op and whose third has a NULL key
+    engine = make_engine(ORDERS)
+    table_dir = tmp_path / "bronze" / "sales" / "orders"
+    ts = "2024-01-02 00:00:01.000000"
+    write_csv(
+        table_dir / "20240102-0000010000.csv",
+        [["I", ts, "eu", "1", "ok", "1.00", "1"], ["Z", ts, "eu", "2", "bad", "1.00", "2"],
+         ["I", ts, "eu", None, "bad", "1.00", "3"]],
+    )  # fmt: skip
+    # WHEN applied
+    with pytest.raises(BadInputError) as failure:
+        run(engine)
+    # THEN the error names the file, the rows and the reasons, and nothing was committed
+    message = str(failure.value)
+    assert "sales/orders/20240102-0000010000.csv data row 2: unknown Op 'Z'" in message
+    assert "data row 3: primary key column order_id is NULL" in message
+    assert read_ledger(engine.spark, engine.silver_table(engine.config.tables[0])).applied == frozenset()
+
+
+def test_append_only_and_keyless_tables(make_engine: EngineFactory, tmp_path: Path) -> None:
+    # GIVEN an append-only history table and a table without a key that is not append-only
+    config = """
+bronze: {timestamp_column: ts}
+tables:
+  bank.history: {append_only: true, columns: {account: int, delta: int}}
+  bank.scratch: {columns: {a: int}}
+"""
+    engine = make_engine(config)
+    bronze = tmp_path / "bronze"
+    write_csv(bronze / "bank" / "history" / "LOAD00000001.csv", [["2024-01-01 00:00:00.000000", "1", "10"]])
+    write_csv(
+        bronze / "bank" / "history" / "20240102-0000010000.csv",
+        [["I", "2024-01-02 00:00:01.000000", "1", "5"], ["I", "2024-01-02 00:00:01.000000", "1", "5"]],
+    )
+    write_csv(bronze / "bank" / "scratch" / "LOAD00000001.csv", [["2024-01-01 00:00:00.000000", "1"]])
+    write_csv(bronze / "other" / "table" / "LOAD00000001.csv", [["x"]])
+    # WHEN run
+    report = run(engine)
+    # THEN every history row is kept with its operation; the keyless table is skipped with a
+    # reason; the unconfigured source is reported
+    table = engine.silver_table(engine.config.tables[0])
+    rows = sorted(
+        tuple(r) for r in engine.spark.table(table.identifier).select("account", "delta", "cdc_operation").collect()
+    )
+    assert rows == [(1, 5, "I"), (1, 5, "I"), (1, 10, "I")]
+    assert report.skipped_tables == [
+        "bank.scratch has no primary key: skipped (declare primary_key, or append_only: true to keep every change row)"
+    ]
+    assert report.unconfigured == ["other.table"]
+
+
+def test_cleaning_rules_shape_the_silver_schema(make_engine: EngineFactory, tmp_path: Path) -> None:
+    # GIVEN cast, derive, rename and drop rules, and a key that is renamed
+    config = """
+bronze: {timestamp_column: ts}
+tables:
+  crm.people:
+    target: people_silver
+    primary_key: [pid]
+    columns: {pid: int, born: string, place: string}
+    clean:
+      cast: {born: date, ts: timestamp}
+      derive: {city: "split(place, ', *')[0]"}
+      rename: {pid: person_id}
+      drop: [place]
+"""
+    engine = make_engine(config)
+    bronze = tmp_path / "bronze" / "crm" / "people"
+    write_csv(bronze / "LOAD00000001.csv", [["2024-01-01 00:00:00.000000", "1", "1990-05-01", "Oslo, Norway"]])
+    write_csv(
+        bronze / "20240102-0000010000.csv", [["U", "2024-01-02 00:00:01.000000", "1", "1990-05-02", "Bergen, Norway"]]
+    )
+    # WHEN run
+    run(engine)
+    # THEN silver has the cleaned columns and the update matched on the renamed key
+    table = engine.silver_table(engine.config.tables[0])
+    frame = engine.spark.table(table.identifier)
+    assert frame.columns == ["ts", "person_id", "born", "city"]
+    assert [tuple(r)[1:] for r in frame.collect()] == [(1, date(1990, 5, 2), "Bergen")]
+
+
+def test_a_value_that_does_not_cast_is_an_error_not_a_null(make_engine: EngineFactory, tmp_path: Path) -> None:
+    # GIVEN a cleaning cast to date and a value that is not a date
+    config = """
+bronze: {timestamp_column: ts}
+tables:
+  crm.people:
+    primary_key: [pid]
+    columns: {pid: int, born: string}
+    clean: {cast: {born: date}}
+"""
+    engine = make_engine(config)
+    write_csv(
+        tmp_path / "bronze" / "crm" / "people" / "LOAD00000001.csv", [["2024-01-01 00:00:00.000000", "1", "yesterday"]]
+    )
+    # WHEN loaded THEN the batch stops naming the value
+    with pytest.raises(BadInputError, match="value 'yesterday' of column born is not a valid date"):
+        run(engine)
