@@ -1,0 +1,64 @@
+"""The ``cdclake`` command as a user runs it (a subprocess each, so each starts its own Spark)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from cdclake.dms_writer import write_csv
+
+CONFIG = """
+bronze: {path: bronze, timestamp_column: ts}
+silver: {database: shop}
+tables:
+  s.items: {primary_key: [id], columns: {id: int, name: string}}
+"""
+
+
+def _cdclake(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "cdclake.cli", "--config", str(tmp_path / "cdclake.yaml")]
+    command += ["--warehouse", str(tmp_path / "warehouse"), "-q", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+
+def test_missing_config_is_one_sentence_and_exit_2(tmp_path: Path) -> None:
+    # GIVEN no configuration file WHEN any command runs
+    result = _cdclake(tmp_path, "run")
+    # THEN one clear sentence, no traceback, exit code 2
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"cdclake: The configuration file {tmp_path / 'cdclake.yaml'} does not exist."
+
+
+def test_run_status_query_and_user_mistakes(tmp_path: Path) -> None:
+    # GIVEN a configuration and bronze files next to it
+    (tmp_path / "cdclake.yaml").write_text(CONFIG)
+    write_csv(tmp_path / "bronze" / "s" / "items" / "LOAD00000001.csv", [["2024-01-01 00:00:00.000000", "1", "a,b"]])
+    write_csv(
+        tmp_path / "bronze" / "s" / "items" / "20240102-0000010000.csv",
+        [["I", "2024-01-02 00:00:01.000000", "2", "c"]],
+    )
+    # WHEN the user runs, asks for status and queries as JSON
+    ran = _cdclake(tmp_path, "run")
+    status = _cdclake(tmp_path, "status", "--format", "json")
+    query = _cdclake(tmp_path, "query", "SELECT id, name FROM shop.items ORDER BY id", "--format", "json")
+    unknown = _cdclake(tmp_path, "run", "--table", "nope")
+    bad_sql = _cdclake(tmp_path, "query", "SELECT FROM WHERE")
+    # THEN each prints what it should
+    assert ran.returncode == 0, ran.stderr
+    assert "cdc       s.items: files=1 skipped=0 upserts=1 deletes=0" in ran.stdout
+    table_status = json.loads(status.stdout)
+    assert (table_status["rows"], table_status["files_applied"]) == (2, 2)
+    assert table_status["last_applied_file"] == "s/items/20240102-0000010000.csv"
+    assert table_status["latest_change"] == "2024-01-02 00:00:01.000000"
+    assert [json.loads(line) for line in query.stdout.splitlines()] == [
+        {"id": 1, "name": "a,b"},
+        {"id": 2, "name": "c"},
+    ]
+    assert unknown.returncode == 2
+    assert "Table 'nope' is not in the configuration (known: s.items)." in unknown.stderr
+    assert "Traceback" not in unknown.stderr
+    assert bad_sql.returncode == 2
+    # Spark itself may log warnings while it starts; our message is the last line
+    assert bad_sql.stderr.strip().splitlines()[-1].startswith("cdclake: The query failed: [UNRESOLVED_COLUMN")
