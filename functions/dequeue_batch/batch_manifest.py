@@ -1,0 +1,199 @@
+"""The next CDC batch: receive S3 "Object Created" events from the FIFO queue, in order, and write the manifest.
+
+The manifest is the format ``cdclake.manifest.read_manifest`` reads (a test proves it):
+``{"files": [{"key": "s3://bucket/prefix/schema/table/20240301-1200000000.csv", "size": 123}]}``.
+Re-implemented here (a few lines) so this function needs no Spark-side package.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sqs import SQSClient
+
+# A DMS CDC file name is its write timestamp (``20240301-120000000.csv[.gz]``); the same rule as
+# cdclake.bronze. Full-load files (LOADxxxxxxxx) also raise events but belong to the full-load job.
+_CDC_FILE_NAME = re.compile(r"^\d{8}-\d+\.(csv|parquet)(\.gz)?$")
+_SQS_MAX_MESSAGES_PER_RECEIVE = 10
+
+
+class MalformedMessageError(ValueError):
+    """A queue message that is not an EventBridge S3 "Object Created" event."""
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """What the function reads from its environment, once per invocation."""
+
+    queue_url: str
+    manifest_bucket: str
+    manifest_prefix: str = "manifests"
+    max_files: int = 10  # one SQS FIFO message group yields at most 10 messages while earlier ones are in flight
+    max_bytes: int = 512 * 1024 * 1024
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str]) -> BatchSettings:
+        try:
+            settings = cls(
+                queue_url=environ["QUEUE_URL"],
+                manifest_bucket=environ["MANIFEST_BUCKET"],
+                manifest_prefix=environ.get("MANIFEST_PREFIX", "manifests").strip("/"),
+                max_files=int(environ.get("MAX_FILES_PER_BATCH", "10")),
+                max_bytes=int(environ.get("MAX_BYTES_PER_BATCH", str(512 * 1024 * 1024))),
+            )
+        except KeyError as missing:
+            raise ValueError(f"The environment variable {missing} is not set.") from None
+        if settings.max_files < 1 or settings.max_bytes < 1:
+            raise ValueError("MAX_FILES_PER_BATCH and MAX_BYTES_PER_BATCH must be positive.")
+        return settings
+
+
+@dataclass(frozen=True)
+class BronzeObject:
+    bucket: str
+    key: str
+    size: int
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+    @property
+    def is_cdc_file(self) -> bool:
+        return bool(_CDC_FILE_NAME.match(self.key.rsplit("/", 1)[-1]))
+
+
+@dataclass(frozen=True)
+class QueuedObject:
+    """One received message: the object it announces and the handle that acknowledges it."""
+
+    obj: BronzeObject
+    receipt_handle: str
+
+
+@dataclass(frozen=True)
+class Batch:
+    files: list[BronzeObject]  # CDC files, in apply order, each once
+    receipt_handles: list[str]  # every message taken in this batch (files, duplicates, non-CDC objects)
+    skipped: list[str] = field(default_factory=list)  # URIs announced but not CDC files (e.g. LOAD files)
+
+    @property
+    def byte_count(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+def parse_object_created(body: str) -> BronzeObject:
+    """The bucket, key and size of an EventBridge S3 "Object Created" event (the queue message body)."""
+    try:
+        event = json.loads(body)
+        if event.get("detail-type") != "Object Created":
+            raise MalformedMessageError(f"not an 'Object Created' event: {event.get('detail-type')!r}")
+        detail = event["detail"]
+        return BronzeObject(
+            bucket=str(detail["bucket"]["name"]),
+            key=str(detail["object"]["key"]),
+            size=int(detail["object"].get("size", 0)),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        if isinstance(exc, MalformedMessageError):
+            raise
+        raise MalformedMessageError(f"not an EventBridge S3 event ({exc!r})") from None
+
+
+def take_batch(queued: list[QueuedObject], max_files: int, max_bytes: int) -> tuple[Batch, list[QueuedObject]]:
+    """Split received messages (in FIFO order) into this batch and the rest to hand back to the queue.
+
+    A file larger than ``max_bytes`` still forms a batch on its own, so it can never block the queue.
+    Duplicate announcements of one object are acknowledged with the batch but listed once.
+    Files are ordered by key: DMS names each table's CDC files by write timestamp.
+    """
+    files: dict[str, BronzeObject] = {}
+    handles: list[str] = []
+    skipped: list[str] = []
+    total = 0
+    for index, item in enumerate(queued):
+        obj = item.obj
+        if obj.is_cdc_file and obj.uri not in files:
+            full = len(files) >= max_files or (files and total + obj.size > max_bytes)
+            if full:
+                return _batch(files, handles, skipped), queued[index:]
+            files[obj.uri] = obj
+            total += obj.size
+        elif not obj.is_cdc_file:
+            skipped.append(obj.uri)
+        handles.append(item.receipt_handle)
+    return _batch(files, handles, skipped), []
+
+
+def _batch(files: dict[str, BronzeObject], handles: list[str], skipped: list[str]) -> Batch:
+    ordered = sorted(files.values(), key=lambda f: (f.bucket, f.key))
+    return Batch(files=ordered, receipt_handles=handles, skipped=skipped)
+
+
+def manifest_document(files: list[BronzeObject]) -> str:
+    return json.dumps({"files": [{"key": f.uri, "size": f.size} for f in files]}, indent=1)
+
+
+def manifest_key(prefix: str, execution_name: str, iteration: int) -> str:
+    """One manifest per (execution, iteration): a retried invocation overwrites its own manifest."""
+    return f"{prefix}/{execution_name}/{iteration:06d}.json".lstrip("/")
+
+
+def receive_in_order(sqs: SQSClient, queue_url: str, max_files: int) -> list[QueuedObject]:
+    """Receive up to ``max_files`` messages (several receives of at most 10), in FIFO order."""
+    queued: list[QueuedObject] = []
+    while len(queued) < max_files:
+        wanted = min(_SQS_MAX_MESSAGES_PER_RECEIVE, max_files - len(queued))
+        response = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=wanted, WaitTimeSeconds=0)
+        messages = response.get("Messages", [])
+        if not messages:
+            break
+        for message in messages:
+            queued.append(QueuedObject(parse_object_created(message["Body"]), message["ReceiptHandle"]))
+    return queued
+
+
+def release(sqs: SQSClient, queue_url: str, items: list[QueuedObject]) -> None:
+    """Make messages that do not fit this batch visible again at once (they keep their FIFO position)."""
+    for start in range(0, len(items), _SQS_MAX_MESSAGES_PER_RECEIVE):
+        chunk = items[start : start + _SQS_MAX_MESSAGES_PER_RECEIVE]
+        sqs.change_message_visibility_batch(
+            QueueUrl=queue_url,
+            Entries=[
+                {"Id": str(i), "ReceiptHandle": item.receipt_handle, "VisibilityTimeout": 0}
+                for i, item in enumerate(chunk)
+            ],
+        )
+
+
+def dequeue_batch(
+    sqs: SQSClient, s3: S3Client, settings: BatchSettings, execution_name: str, iteration: int
+) -> dict[str, Any]:
+    """Take the next batch from the queue and write its manifest; the state machine's view of it."""
+    queued = receive_in_order(sqs, settings.queue_url, settings.max_files)
+    batch, rest = take_batch(queued, settings.max_files, settings.max_bytes)
+    if rest:
+        release(sqs, settings.queue_url, rest)
+    manifest_uri = ""
+    if batch.files:
+        key = manifest_key(settings.manifest_prefix, execution_name, iteration)
+        s3.put_object(
+            Bucket=settings.manifest_bucket,
+            Key=key,
+            Body=manifest_document(batch.files).encode("utf-8"),
+            ContentType="application/json",
+        )
+        manifest_uri = f"s3://{settings.manifest_bucket}/{key}"
+    return {
+        "manifestUri": manifest_uri,
+        "receiptHandles": batch.receipt_handles,
+        "fileCount": len(batch.files),
+        "byteCount": batch.byte_count,
+        "skipped": batch.skipped,
+    }
