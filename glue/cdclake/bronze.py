@@ -20,7 +20,9 @@ class FileKind(Enum):
 
 _LOAD_NAME = re.compile(r"^LOAD([0-9A-Fa-f]{8})\.(csv|parquet)(\.gz)?$")
 _CDC_NAME = re.compile(r"^(\d{8})-(\d+)\.(csv|parquet)(\.gz)?$")
-_DATE_FOLDER = re.compile(r"^\d{2,8}$")
+# DatePartitionSequence with DatePartitionDelimiter: SLASH gives one folder per part; UNDERSCORE,
+# DASH and NONE give one folder such as 2024_03_01, 2024-03-01-12 or 2024030112.
+_DATE_FOLDER = re.compile(r"^\d{2,4}(?:[_-]?\d{2,4}){0,3}$")
 
 
 @dataclass(frozen=True, order=True)

@@ -154,7 +154,7 @@ class _Doc:
 
     def integer(self, node: Node, what: str, minimum: int = 1) -> int:
         value = self.scalar(node, what)
-        if not value.isdigit() or int(value) < minimum:
+        if not (value.isascii() and value.isdigit()) or int(value) < minimum:
             raise self.fail(node, f"{what} must be an integer >= {minimum}, not '{value}'")
         return int(value)
 
@@ -309,6 +309,12 @@ def parse_config(text: str, source: str = "<config>") -> PipelineConfig:
     tables_node = top["tables"]
     if not isinstance(tables_node, MappingNode) or not tables_node.value:
         raise doc.fail(tables_node, "'tables' must map schema.table names to their settings")
+    seen_sources: set[str] = set()
+    for key_node, _ in tables_node.value:
+        name = doc.scalar(key_node, "a table name")
+        if name in seen_sources:
+            raise doc.fail(key_node, f"duplicate table '{name}' in tables")
+        seen_sources.add(name)
     tables = tuple(_parse_table(doc, k, v, bronze) for k, v in tables_node.value)
     targets = [t.target for t in tables]
     duplicates = sorted({t for t in targets if targets.count(t) > 1})

@@ -9,6 +9,7 @@ constant-pool index valid.
 
 from __future__ import annotations
 
+import re
 import struct
 import zipfile
 from collections.abc import Iterable, Iterator
@@ -51,9 +52,16 @@ class Relocation:
     target: str
 
     def rewrite_text(self, text: str) -> str:
-        """Rewrite both the internal (slashed) and the binary (dotted) spelling of the package."""
-        slashed_source, slashed_target = self.source.replace(".", "/"), self.target.replace(".", "/")
-        return text.replace(slashed_source, slashed_target).replace(self.source, self.target)
+        """Rewrite both the internal (slashed) and the binary (dotted) spelling of the package.
+
+        Only whole package names move: ``com.fasterxml.jacksonx`` is another package.
+        """
+        for source, target in (
+            (self.source.replace(".", "/"), self.target.replace(".", "/")),
+            (self.source, self.target),
+        ):
+            text = re.sub(re.escape(source) + r"(?![A-Za-z0-9_])", target.replace("\\", "\\\\"), text)
+        return text
 
     def rewrite_path(self, entry_name: str) -> str:
         return self.rewrite_text(entry_name)
@@ -66,6 +74,8 @@ def _constant_pool(data: bytes) -> Iterator[tuple[int, int, int]]:
     (pool_count,) = struct.unpack_from(">H", data, 8)
     offset, index = 10, 1
     while index < pool_count:
+        if offset + 3 > len(data):
+            raise ClassFileError(f"class file ends inside its constant pool (entry {index})")
         tag = data[offset]
         if tag == _UTF8_TAG:
             (length,) = struct.unpack_from(">H", data, offset + 1)
@@ -74,6 +84,8 @@ def _constant_pool(data: bytes) -> Iterator[tuple[int, int, int]]:
             size = 1 + _FIXED_SIZE_TAGS[tag]
         else:
             raise ClassFileError(f"unknown constant-pool tag {tag} at byte {offset}")
+        if offset + size > len(data):
+            raise ClassFileError(f"constant-pool entry {index} runs past the end of the class file")
         yield tag, offset, offset + size
         offset += size
         index += 2 if tag in (5, 6) else 1

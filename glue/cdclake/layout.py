@@ -45,11 +45,15 @@ def headerless_columns(settings: BronzeSettings, table: TableConfig, kind: FileK
 
 def parse_header(head: bytes, delimiter: str, key: str) -> tuple[str, ...]:
     """Column names from the first record of a CSV file (quoted names allowed)."""
+    newline = head.find(b"\n")
+    # Only the first record matters; the head may end inside a multi-byte character further on.
+    # (A header with a quoted newline in a name is read from the whole head instead.)
+    first = head if newline < 0 or head.count(b'"', 0, newline) % 2 else head[: newline + 1]
     try:
-        text = head.decode("utf-8")
-    except UnicodeDecodeError:
-        # The head may end inside a multi-byte character; only the first line matters.
-        text = head[: head.rfind(b"\n") + 1 or len(head)].decode("utf-8", errors="strict")
+        text = first.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        reason = f"{exc.reason} at byte {exc.start}"
+        raise BadInputError(f"{key} does not start with a UTF-8 header row ({reason}).") from None
     reader = csv.reader(io.StringIO(text), delimiter=delimiter, quotechar='"', doublequote=True)
     try:
         header = next(reader)

@@ -18,11 +18,17 @@ class ManifestEntry:
     size: int = 0
 
 
+def _key(value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"a file key must be a non-empty string, not {value!r}")
+    return value
+
+
 def read_manifest(text: str, source: str = "manifest") -> list[ManifestEntry]:
     """Parse a manifest; a malformed one is a clear error naming ``source``."""
     try:
         document = json.loads(text)
-        entries = [ManifestEntry(key=str(f["key"]), size=int(f.get("size", 0))) for f in document["files"]]
+        entries = [ManifestEntry(key=_key(f["key"]), size=int(f.get("size", 0))) for f in document["files"]]
     except (ValueError, KeyError, TypeError) as exc:
         raise BadInputError(
             f'The manifest {source} is not valid ({exc!r}); expected {{"files": [{{"key": ...}}]}}.'

@@ -118,10 +118,17 @@ class S3Bronze:
             raise BronzeError(f"The bronze bucket '{self.bucket}' does not exist.") from None
 
     def read_head(self, key: str, max_bytes: int) -> bytes:
-        response = self.client.get_object(
-            Bucket=self.bucket, Key=self._object_key(key), Range=f"bytes=0-{max_bytes - 1}"
-        )
-        return response["Body"].read()
+        try:
+            response = self.client.get_object(
+                Bucket=self.bucket, Key=self._object_key(key), Range=f"bytes=0-{max_bytes - 1}"
+            )
+        except self.client.exceptions.NoSuchKey:
+            raise BronzeError(f"The bronze object s3://{self.bucket}/{self._object_key(key)} does not exist.") from None
+        except self.client.exceptions.ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "InvalidRange":
+                return b""  # S3 refuses any range on an empty object
+            raise
+        return bytes(response["Body"].read())
 
     def spark_paths(self, files: Iterable[BronzeFile]) -> dict[str, str]:
         if self.staging_dir is None:

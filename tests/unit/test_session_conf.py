@@ -1,0 +1,79 @@
+"""The Spark configuration for both shells, as a pure dictionary (no Spark is started)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cdclake.session import ICEBERG_EXTENSIONS, GlueCatalog, LocalCatalog, SessionSettings, spark_conf
+
+COMMON = {
+    "spark.sql.extensions": ICEBERG_EXTENSIONS,
+    "spark.sql.catalog.silver": "org.apache.iceberg.spark.SparkCatalog",
+    "spark.sql.defaultCatalog": "silver",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.iceberg.handle-timestamp-without-timezone": "true",
+}
+
+
+def test_local_catalog(tmp_path: Path) -> None:
+    # GIVEN a local catalog
+    catalog = LocalCatalog(warehouse=tmp_path / "wh", cache_dir=tmp_path / "cache", cores="2", shuffle_partitions=3)
+    # WHEN / THEN Spark runs locally on a Hadoop catalog in the warehouse directory
+    assert spark_conf(SessionSettings(catalog)) == COMMON | {
+        "spark.sql.catalog.silver.type": "hadoop",
+        "spark.sql.catalog.silver.warehouse": str((tmp_path / "wh").resolve()),
+        "spark.master": "local[2]",
+        "spark.driver.memory": "2g",
+        "spark.sql.shuffle.partitions": "3",
+        "spark.default.parallelism": "3",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={tmp_path / 'cache'}",
+    }
+
+
+def test_local_catalog_resolves_relative_warehouse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a warehouse given relative to the working directory
+    monkeypatch.chdir(tmp_path)
+    catalog = LocalCatalog(warehouse=Path("wh"), cache_dir=Path("cache"))
+    # WHEN / THEN the catalog gets the absolute path
+    assert spark_conf(SessionSettings(catalog))["spark.sql.catalog.silver.warehouse"] == str(tmp_path.resolve() / "wh")
+
+
+def test_local_catalog_defaults(tmp_path: Path) -> None:
+    # GIVEN a local catalog with default resources
+    conf = spark_conf(SessionSettings(LocalCatalog(warehouse=tmp_path, cache_dir=tmp_path)))
+    # WHEN / THEN all cores and four shuffle partitions are used
+    assert (conf["spark.master"], conf["spark.sql.shuffle.partitions"]) == ("local[*]", "4")
+
+
+def test_glue_catalog() -> None:
+    # GIVEN the Glue Data Catalog on S3
+    conf = spark_conf(SessionSettings(GlueCatalog(warehouse="s3://lake/warehouse")))
+    # WHEN / THEN Iceberg uses GlueCatalog with S3FileIO, and no local master is set
+    assert conf == COMMON | {
+        "spark.sql.catalog.silver.catalog-impl": "org.apache.iceberg.aws.glue.GlueCatalog",
+        "spark.sql.catalog.silver.io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
+        "spark.sql.catalog.silver.warehouse": "s3://lake/warehouse",
+    }
+
+
+def test_catalog_name_prefixes_catalog_keys() -> None:
+    # GIVEN another catalog name
+    conf = spark_conf(SessionSettings(GlueCatalog(warehouse="s3://lake/wh"), catalog_name="lake"))
+    # WHEN / THEN the catalog keys and the default catalog use it
+    assert (conf["spark.sql.defaultCatalog"], conf["spark.sql.catalog.lake.warehouse"]) == ("lake", "s3://lake/wh")
+
+
+def test_extra_conf_wins() -> None:
+    # GIVEN extra settings, one overriding a computed one
+    settings = SessionSettings(
+        GlueCatalog(warehouse="s3://lake/wh"),
+        extra_conf={"spark.sql.session.timeZone": "Europe/Paris", "spark.custom": "1"},
+    )
+    # WHEN / THEN the extra settings are applied last
+    conf = spark_conf(settings)
+    assert (conf["spark.sql.session.timeZone"], conf["spark.custom"]) == ("Europe/Paris", "1")
