@@ -23,5 +23,9 @@ class BadInputError(CdclakeError):
     """A bronze file holds data that cannot be applied (unknown Op, missing key, bad value)."""
 
 
+class FullLoadPendingError(CdclakeError):
+    """CDC files were given for a table whose full load has not been applied yet."""
+
+
 class UnknownTableError(CdclakeError):
     """A table named by the user is not in the configuration."""

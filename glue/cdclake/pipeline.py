@@ -25,7 +25,7 @@ from cdclake.changes import (
     to_changes,
 )
 from cdclake.config import PipelineConfig, TableConfig
-from cdclake.errors import BadInputError, BronzeError
+from cdclake.errors import BadInputError, BronzeError, FullLoadPendingError
 from cdclake.reader import FILE_ORDINAL, ROW_POSITION, read_files
 from cdclake.silver import (
     KIND_CDC,
@@ -214,6 +214,15 @@ def apply_cdc_batch(engine: Engine, table: TableConfig, files: Sequence[BronzeFi
     if not pending:
         report.note = "nothing new"
         return report
+    if not ledger.full_load_done:
+        # Creating the table from CDC alone would mark it loaded and its LOAD files would never
+        # be applied; only a table that had no rows at full load (no LOAD files) starts from CDC.
+        listing = list_bronze(engine.store, f"{table.source_schema}/{table.source_table}")
+        if listing.for_table(table.source_schema, table.source_table, FileKind.FULL_LOAD):
+            raise FullLoadPendingError(
+                f"Table {table.source} has full-load files in bronze that are not applied yet: "
+                "run the full load before its CDC files."
+            )
     log.info(
         "cdc batch table=%s files=%d first=%s last=%s", table.source, len(pending), pending[0].name, pending[-1].name
     )

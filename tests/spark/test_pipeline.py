@@ -19,7 +19,7 @@ from cdclake.dms_writer import (
     replay,
     write_csv,
 )
-from cdclake.errors import BadInputError
+from cdclake.errors import BadInputError, FullLoadPendingError
 from cdclake.pipeline import Engine, apply_cdc_files, files_from_keys, full_load_table, run
 from cdclake.silver import read_ledger
 from cdclake.storage import list_bronze
@@ -306,3 +306,20 @@ tables:
     # WHEN loaded THEN the batch stops naming the value
     with pytest.raises(BadInputError, match="value 'yesterday' of column born is not a valid date"):
         run(engine)
+
+
+def test_cdc_before_the_full_load_is_refused(make_engine: EngineFactory, tmp_path: Path) -> None:
+    # GIVEN LOAD files that were not applied and a CDC manifest for the same table
+    engine = make_engine(ORDERS)
+    table_dir = tmp_path / "bronze" / "sales" / "orders"
+    write_csv(table_dir / "LOAD00000001.csv", [["2024-01-01 00:00:00.000000", "eu", "1", "s", "1.00", ""]])
+    ts = "2024-01-02 00:00:01.000000"
+    write_csv(table_dir / "20240102-0000010000.csv", [["U", ts, "eu", "1", "t", "2.00", change_sequence(ts, 1)]])
+    batch = files_from_keys(engine.store, ["sales/orders/20240102-0000010000.csv"])
+    # WHEN the CDC batch is applied first THEN it is refused, and nothing was created
+    with pytest.raises(FullLoadPendingError, match="run the full load before its CDC files"):
+        apply_cdc_files(engine, batch)
+    assert not read_ledger(engine.spark, engine.silver_table(engine.config.tables[0])).full_load_done
+    # AND after the full load the same batch applies
+    run(engine)
+    assert _silver(engine)[("eu", 1)]["status"] == "t"
