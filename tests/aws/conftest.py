@@ -127,8 +127,14 @@ def moto_step_functions_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctio
     from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service import (
         StateTaskService,
     )
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_aws_sdk import (
+        StateTaskServiceAwsSdk,
+    )
     from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_glue import (
         StateTaskServiceGlue,
+    )
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_sfn import (
+        StateTaskServiceSfn,
     )
 
     knobs = MotoStepFunctionsGaps()
@@ -140,8 +146,10 @@ def moto_step_functions_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctio
     # GAP 2: `glue:startJobRun.sync` fails with "'NoneType' object has no attribute 'interrupt_all'": moto's
     # callback base class interrupts a wait-for-task-token endpoint Glue never has. Run the same sync
     # resolver moto already has (poll GetJobRun until terminal; FAILED/TIMEOUT/ERROR raise States.TaskFailed).
-    def glue_sync(self: Any, env: Any, resource_runtime_part: Any, normalised_parameters: Any, creds: Any) -> None:
-        resolver = self._build_sync_resolver(env, resource_runtime_part, normalised_parameters, creds)
+    def glue_sync(
+        self: Any, env: Any, resource_runtime_part: Any, normalised_parameters: Any, state_credentials: Any
+    ) -> None:
+        resolver = self._build_sync_resolver(env, resource_runtime_part, normalised_parameters, state_credentials)
         while env.is_running():
             result = resolver()
             if result:
@@ -188,7 +196,42 @@ def moto_step_functions_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctio
 
     monkeypatch.setattr(LambdaFunction, "_invoke_lambda", invoke_in_process)
 
-    # GAP 6 (no patch): a JSONPath such as `$.ReplicationTasks[0].Status` yields a one-element list in moto.
+    # GAP 6: `aws-sdk:*` results holding timestamps (DescribeReplicationTasks, ListExecutions) fail with
+    # "Object of type datetime is not JSON serializable" (AWS returns them as strings/numbers). And for
+    # `aws-sdk:sfn:*` moto hands the PascalCase parameter names Step Functions uses (StateMachineArn) to boto3,
+    # whose stepfunctions client wants camelCase (stateMachineArn) and answers in camelCase.
+    original_sdk_call = StateTaskServiceAwsSdk._eval_service_task
+
+    def sdk_call(
+        self: Any, env: Any, resource_runtime_part: Any, normalised_parameters: dict[str, Any], state_credentials: Any
+    ) -> None:
+        is_sfn = self._get_boto_service_name() == "stepfunctions"
+        if is_sfn:
+            normalised_parameters = {key[:1].lower() + key[1:]: value for key, value in normalised_parameters.items()}
+        original_sdk_call(self, env, resource_runtime_part, normalised_parameters, state_credentials)
+        response = env.stack.pop()
+        if is_sfn:
+            response = {key[:1].upper() + key[1:]: value for key, value in response.items()}
+        env.stack.append(json.loads(json.dumps(response, default=str)))
+
+    monkeypatch.setattr(StateTaskServiceAwsSdk, "_eval_service_task", sdk_call)
+
+    # GAP 7: `states:startExecution` (the optimised integration) has the same casing gap: boto3 gets
+    # StateMachineArn/Input where it wants stateMachineArn/input. Same translation, same reason.
+    original_sfn_call = StateTaskServiceSfn._eval_service_task
+
+    def sfn_call(
+        self: Any, env: Any, resource_runtime_part: Any, normalised_parameters: dict[str, Any], state_credentials: Any
+    ) -> None:
+        camel = {key[:1].lower() + key[1:]: value for key, value in normalised_parameters.items()}
+        original_sfn_call(self, env, resource_runtime_part, camel, state_credentials)
+        response = env.stack.pop()
+        pascal = {key[:1].upper() + key[1:]: value for key, value in response.items()}
+        env.stack.append(json.loads(json.dumps(pascal, default=str)))
+
+    monkeypatch.setattr(StateTaskServiceSfn, "_eval_service_task", sfn_call)
+
+    # GAP 8 (no patch): a JSONPath such as `$.ReplicationTasks[0].Status` yields a one-element list in moto.
     # The definition avoids indexed paths: a Map state classifies every task and States.ArrayContains decides.
     return knobs
 
@@ -215,6 +258,7 @@ class Pipeline:
     full_load_job: str
     cdc_job: str
     gaps: MotoStepFunctionsGaps
+    started: int = 0
 
     def send_file(self, key: str, size: int) -> None:
         body = object_created_event(self.bronze_bucket, key, size)
@@ -222,7 +266,10 @@ class Pipeline:
         self.sqs.send_message(QueueUrl=self.queue_url, MessageBody=body, MessageGroupId="dms")
 
     def start(self, execution_input: dict[str, Any]) -> str:
-        arn: str = self.sfn.start_execution(stateMachineArn=self.state_machine_arn, input=json.dumps(execution_input))[
+        self.started += 1
+        arn: str = self.sfn.start_execution(
+            stateMachineArn=self.state_machine_arn, name=f"run-{self.started}", input=json.dumps(execution_input)
+        )[
             "executionArn"
         ]
         return arn
