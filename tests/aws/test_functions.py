@@ -1,0 +1,114 @@
+"""The Lambda handlers against moto SQS/S3, with a fake Lambda context."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from batch_manifest import BronzeObject, QueuedObject, take_batch
+from conftest import FakeLambdaContext, load_handler_module, object_created_event
+from moto import mock_aws
+
+from cdclake.manifest import read_manifest
+
+BRONZE = "bronze"
+
+
+@pytest.fixture
+def queue(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any, str]]:
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="artifacts")
+        url = sqs.create_queue(
+            QueueName="files.fifo", Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"}
+        )["QueueUrl"]
+        monkeypatch.setenv("QUEUE_URL", url)
+        monkeypatch.setenv("MANIFEST_BUCKET", "artifacts")
+        monkeypatch.setenv("MAX_FILES_PER_BATCH", "10")
+        monkeypatch.setenv("MAX_BYTES_PER_BATCH", "250")
+        yield sqs, s3, url
+
+
+def send(sqs: Any, url: str, key: str, size: int) -> None:
+    sqs.send_message(QueueUrl=url, MessageBody=object_created_event(BRONZE, key, size), MessageGroupId="dms")
+
+
+def test_dequeue_writes_an_ordered_manifest_cdclake_reads(
+    queue: tuple[Any, Any, str], lambda_context: FakeLambdaContext
+) -> None:
+    sqs, s3, url = queue
+    send(sqs, url, "dms/s/orders/20240301-120000200.csv", 100)
+    send(sqs, url, "dms/s/orders/LOAD00000001.csv", 5000)  # full-load file: acknowledged, not applied
+    send(sqs, url, "dms/s/orders/20240301-120000100.csv", 100)
+    send(sqs, url, "dms/s/orders/20240301-120000300.csv", 100)  # over the 250-byte limit: next batch
+
+    result = load_handler_module("dequeue_batch").handler({"executionName": "run-1", "iteration": 7}, lambda_context)
+
+    assert result["manifestUri"] == "s3://artifacts/manifests/run-1/000007.json"
+    assert (result["fileCount"], result["byteCount"]) == (2, 200)
+    assert len(result["receiptHandles"]) == 3
+    assert result["skipped"] == [f"s3://{BRONZE}/dms/s/orders/LOAD00000001.csv"]
+    text = s3.get_object(Bucket="artifacts", Key="manifests/run-1/000007.json")["Body"].read().decode()
+    entries = read_manifest(text, "test")  # the CDC job's own reader
+    assert [(e.key, e.size) for e in entries] == [
+        (f"s3://{BRONZE}/dms/s/orders/20240301-120000100.csv", 100),
+        (f"s3://{BRONZE}/dms/s/orders/20240301-120000200.csv", 100),
+    ]
+    # The file that did not fit was handed back at once: visible again, and next once the batch is deleted.
+    counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert (counts["ApproximateNumberOfMessages"], counts["ApproximateNumberOfMessagesNotVisible"]) == ("1", "3")
+    load_handler_module("ack_batch").handler({"receiptHandles": result["receiptHandles"]}, lambda_context)
+    [left] = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert json.loads(left["Body"])["detail"]["object"]["key"] == "dms/s/orders/20240301-120000300.csv"
+
+
+def test_dequeue_of_an_empty_queue_writes_nothing(
+    queue: tuple[Any, Any, str], lambda_context: FakeLambdaContext
+) -> None:
+    _, s3, _ = queue
+    result = load_handler_module("dequeue_batch").handler({"executionName": "run-1"}, lambda_context)
+    assert result == {"manifestUri": "", "receiptHandles": [], "fileCount": 0, "byteCount": 0, "skipped": []}
+    assert s3.list_objects_v2(Bucket="artifacts")["KeyCount"] == 0
+
+
+def test_dequeue_rejects_a_message_that_is_not_an_s3_event(
+    queue: tuple[Any, Any, str], lambda_context: FakeLambdaContext
+) -> None:
+    sqs, _, url = queue
+    sqs.send_message(QueueUrl=url, MessageBody='{"detail-type": "Object Deleted"}', MessageGroupId="dms")
+    with pytest.raises(ValueError, match="not an 'Object Created' event"):
+        load_handler_module("dequeue_batch").handler({"executionName": "run-1"}, lambda_context)
+
+
+def test_ack_deletes_exactly_the_batch(queue: tuple[Any, Any, str], lambda_context: FakeLambdaContext) -> None:
+    sqs, _, url = queue
+    for n in range(12):
+        send(sqs, url, f"dms/s/t/20240301-1200000{n:02d}.csv", 1)
+    handles = [m["ReceiptHandle"] for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]]
+
+    result = load_handler_module("ack_batch").handler({"receiptHandles": handles}, lambda_context)
+
+    assert result == {"deleted": 10, "expired": 0}
+    remaining = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
+    assert remaining["Attributes"]["ApproximateNumberOfMessages"] == "2"
+
+
+def test_a_single_file_over_the_byte_limit_still_forms_a_batch() -> None:
+    big = QueuedObject(BronzeObject("b", "p/s/t/20240301-1.csv", 10_000), "h1")
+    small = QueuedObject(BronzeObject("b", "p/s/t/20240301-2.csv", 1), "h2")
+    batch, rest = take_batch([big, small], max_files=10, max_bytes=100)
+    assert [f.key for f in batch.files] == ["p/s/t/20240301-1.csv"]
+    assert batch.receipt_handles == ["h1"]
+    assert rest == [small]
+
+
+def test_a_file_announced_twice_is_listed_once_and_acknowledged_twice() -> None:
+    first = QueuedObject(BronzeObject("b", "p/s/t/20240301-1.csv", 5), "h1")
+    again = QueuedObject(BronzeObject("b", "p/s/t/20240301-1.csv", 5), "h2")
+    batch, rest = take_batch([first, again], max_files=10, max_bytes=100)
+    assert len(batch.files) == 1 and batch.byte_count == 5
+    assert batch.receipt_handles == ["h1", "h2"] and rest == []
