@@ -38,3 +38,46 @@ wheel: setup ## the cdclake wheel AWS Glue installs (--additional-python-modules
 
 clean:
 	rm -rf $(VENV) .cdclake dist build glue/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+
+# ------------------------------------------------------------------------------ the AWS stack
+# SAM CLI and checkov pin boto3 versions that conflict with ours (and with each other): each gets its
+# own virtual environment under .venv/tools. `make aws-tools` once; tests/aws skips their checks without them.
+SAM_CLI_VERSION := 1.170.0
+CHECKOV_VERSION := 3.3.30
+TOOLS   := $(VENV)/tools
+SAM     := $(TOOLS)/sam/bin/sam
+CHECKOV := $(TOOLS)/checkov/bin/checkov
+SAM_ENV ?= default
+PARAMS  ?=
+export SAM_CLI_TELEMETRY := 0
+
+.PHONY: aws-tools aws-test sam-build deploy
+
+$(SAM):
+	$(PYTHON) -m venv $(TOOLS)/sam
+	$(TOOLS)/sam/bin/python -m pip install --quiet --disable-pip-version-check aws-sam-cli==$(SAM_CLI_VERSION)
+
+$(CHECKOV):
+	$(PYTHON) -m venv $(TOOLS)/checkov
+	$(TOOLS)/checkov/bin/python -m pip install --quiet --disable-pip-version-check checkov==$(CHECKOV_VERSION)
+
+aws-tools: setup $(SAM) $(CHECKOV) ## SAM CLI and checkov, in their own virtual environments
+
+aws-test: aws-tools ## the AWS stack tests, static checks included
+	$(BIN)/ruff check functions tests/aws
+	$(BIN)/ruff format --check functions tests/aws
+	$(BIN)/pytest tests/aws
+
+sam-build: aws-tools ## Lambda code -> build/sam
+	$(SAM) build --build-dir build/sam --region us-east-1
+
+deploy: aws-tools wheel sam-build ## build and deploy everything: make deploy [SAM_ENV=prod] PARAMS="Key=Value ..."
+	$(SAM) deploy --config-env $(SAM_ENV) --template-file build/sam/template.yaml \
+		$(if $(PARAMS),--parameter-overrides $(PARAMS))
+	$(SAM) list stack-outputs --config-env $(SAM_ENV) --output json > build/stack-outputs.json
+	$(BIN)/python -c "import boto3, json, glob; \
+	out = {o['OutputKey']: o['OutputValue'] for o in json.load(open('build/stack-outputs.json'))}; \
+	s3 = boto3.client('s3'); bucket = out['ArtifactsBucketName']; \
+	[s3.upload_file(f, bucket, 'glue/' + f.split('/')[-1]) for f in ['glue/jobs/full_load.py', 'glue/jobs/cdc.py']]; \
+	[s3.upload_file(w, bucket, 'glue/' + w.split('/')[-1]) for w in glob.glob('dist/cdclake-*.whl')]; \
+	print('uploaded the Glue entry points and the wheel to s3://' + bucket + '/glue/')"

@@ -269,9 +269,7 @@ class Pipeline:
         self.started += 1
         arn: str = self.sfn.start_execution(
             stateMachineArn=self.state_machine_arn, name=f"run-{self.started}", input=json.dumps(execution_input)
-        )[
-            "executionArn"
-        ]
+        )["executionArn"]
         return arn
 
     def wait_until_done(self, execution_arn: str, timeout: float = 20) -> dict[str, Any]:
@@ -291,7 +289,9 @@ class Pipeline:
 
     def states_entered(self, execution_arn: str) -> list[str]:
         return [
-            e["stateEnteredEventDetails"]["name"] for e in self.history(execution_arn) if "stateEnteredEventDetails" in e
+            e["stateEnteredEventDetails"]["name"]
+            for e in self.history(execution_arn)
+            if "stateEnteredEventDetails" in e
         ]
 
     def wait_for_state(self, execution_arn: str, state: str, times: int = 1, timeout: float = 20) -> None:
