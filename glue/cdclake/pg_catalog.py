@@ -1,0 +1,220 @@
+"""PostgreSQL tables as cdclake sees them: columns, Spark types, primary keys, and value text.
+
+Type mapping (PostgreSQL -> Spark SQL type in the table configuration -> text written to bronze):
+
+========================  =====================  ===============================================
+PostgreSQL                Spark                  bronze text
+========================  =====================  ===============================================
+boolean                   boolean                ``true`` / ``false``
+smallint, int, bigint     smallint, int, bigint  as PostgreSQL prints it
+oid                       bigint                 as printed
+real, double precision    float, double          as printed (``NaN``, ``Infinity`` included)
+numeric(p,s), p <= 38     decimal(p,s)           as printed
+numeric (no precision)    string                 as printed: exact, where decimal(38,10) would round
+date                      date                   ``yyyy-MM-dd``
+timestamp                 timestamp_ntz          ``yyyy-MM-dd HH:mm:ss.ffffff``
+timestamptz               timestamp              the instant in UTC, ``yyyy-MM-dd HH:mm:ss.ffffff``
+bytea                     string                 lowercase hexadecimal, no ``\\x`` prefix
+everything else           string                 as printed (json, jsonb, uuid, arrays, interval,
+                                                 time, enums, char(n) with its padding, ...)
+========================  =====================  ===============================================
+
+"As printed" is the type's output function with the session settings of ``SESSION_SETTINGS``, which
+is what both ``COPY ... TO STDOUT`` (the full load) and ``pgoutput`` (CDC) produce. A value the
+mapping cannot read (``infinity`` timestamps, dates before year 1, ``NaN`` in a numeric(p,s)) is
+written as printed, and the engine then stops the batch naming file, row and value.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+# Output settings for every session that reads values (capture and verify).
+SESSION_SETTINGS = {
+    "TimeZone": "UTC",
+    "DateStyle": "ISO, MDY",
+    "IntervalStyle": "postgres",
+    "bytea_output": "hex",
+    "extra_float_digits": "1",
+}
+
+_SIMPLE = {
+    "bool": "boolean",
+    "int2": "smallint",
+    "int4": "int",
+    "int8": "bigint",
+    "oid": "bigint",
+    "float4": "float",
+    "float8": "double",
+    "date": "date",
+    "timestamp": "timestamp_ntz",
+    "timestamptz": "timestamp",
+}
+
+
+@dataclass(frozen=True)
+class SourceColumn:
+    name: str
+    pg_type: str  # the base type's name (domains resolved), e.g. int4, numeric, _text for text[]
+    type_modifier: int  # atttypmod: -1 when none
+    spark_type: str
+    not_null: bool = False
+
+
+@dataclass(frozen=True)
+class SourceTable:
+    schema: str
+    name: str
+    columns: tuple[SourceColumn, ...]
+    primary_key: tuple[str, ...]
+    replica_identity: str  # d default, f full, n nothing, i index
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+    def column(self, name: str) -> SourceColumn:
+        return next(c for c in self.columns if c.name == name)
+
+
+def spark_type(pg_type: str, type_modifier: int) -> str:
+    """The Spark SQL type for a PostgreSQL base type (see the module table)."""
+    if pg_type in _SIMPLE:
+        return _SIMPLE[pg_type]
+    if pg_type == "numeric" and type_modifier >= 4:
+        precision = ((type_modifier - 4) >> 16) & 0xFFFF
+        scale = (type_modifier - 4) & 0xFFFF
+        if 1 <= precision <= 38 and scale <= precision:  # PostgreSQL 15 allows negative scales (> 0x7FF)
+            return f"decimal({precision},{scale})"
+    return "string"
+
+
+_TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.(\d{1,6}))?([+-]\d\d(?::?\d\d(?::?\d\d)?)?)?$")
+
+
+def _timestamp_text(value: str, with_zone: bool) -> str:
+    match = _TIMESTAMP.match(value)
+    if not match:
+        return value  # infinity, BC dates: left for the engine to reject by name
+    whole, fraction, zone = match.groups()
+    fraction = (fraction or "").ljust(6, "0")
+    if not with_zone or zone in (None, "+00"):
+        return f"{whole}.{fraction}"
+    stamp = datetime.fromisoformat(f"{whole}.{fraction}{zone}")
+    return stamp.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def value_text(pg_type: str) -> Callable[[str], str]:
+    """A function from PostgreSQL's printed value to the text Spark's cast reads (module table)."""
+    if pg_type == "bool":
+        return lambda v: {"t": "true", "f": "false"}.get(v, v)
+    if pg_type == "timestamptz":
+        return lambda v: _timestamp_text(v, with_zone=True)
+    if pg_type == "timestamp":
+        return lambda v: _timestamp_text(v, with_zone=False)
+    if pg_type == "bytea":
+        return lambda v: v[2:] if v.startswith("\\x") else v
+    return lambda v: v
+
+
+# --------------------------------------------------------------------------- catalog queries
+
+_TABLES_SQL = """
+SELECT n.nspname, c.relname, c.relreplident,
+       a.attname, a.attnotnull,
+       COALESCE(bt.typname, t.typname) AS base_type,
+       CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END AS typmod,
+       t.typtype, COALESCE(bt.typcategory, t.typcategory) AS category,
+       COALESCE(pk.position, 0) AS pk_position
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+JOIN pg_type t ON t.oid = a.atttypid
+LEFT JOIN pg_type bt ON t.typtype = 'd' AND bt.oid = t.typbasetype
+LEFT JOIN LATERAL (
+    SELECT k.position FROM pg_index i, unnest(i.indkey) WITH ORDINALITY AS k(attnum, position)
+    WHERE i.indrelid = c.oid AND i.indisprimary AND k.attnum = a.attnum
+) pk ON true
+WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
+  AND n.nspname = ANY(%(schemas)s)
+ORDER BY n.nspname, c.relname, a.attnum
+"""
+
+
+def read_tables(cursor: Any, schemas: Sequence[str], only: Sequence[str] = ()) -> list[SourceTable]:
+    """Ordinary and partitioned tables of ``schemas`` (or just ``only``: ``schema.table`` names).
+
+    ``cursor`` is a DB-API cursor on the source database. Columns are in ``attnum`` order (the
+    order the full load and the table configuration use); the primary key in index order.
+    """
+    wanted_schemas = sorted({*schemas, *(name.split(".", 1)[0] for name in only)})
+    cursor.execute(_TABLES_SQL, {"schemas": wanted_schemas})
+    rows = cursor.fetchall()
+    grouped: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
+    for row in rows:
+        grouped.setdefault((row[0], row[1]), []).append(row)
+    tables = []
+    for (schema, name), columns in grouped.items():
+        if only and f"{schema}.{name}" not in only:
+            continue
+        if not only and schema not in schemas:
+            continue
+        source_columns = []
+        for _s, _n, _ident, column, not_null, base_type, typmod, _typtype, category, _pk in columns:
+            pg_type = "array" if category == "A" else str(base_type)
+            source_columns.append(
+                SourceColumn(column, pg_type, int(typmod), spark_type(pg_type, int(typmod)), bool(not_null))
+            )
+        key = tuple(c[3] for c in sorted((c for c in columns if c[9]), key=lambda c: int(c[9])))
+        tables.append(SourceTable(schema, name, tuple(source_columns), key, str(columns[0][2])))
+    missing = sorted(set(only) - {t.qualified for t in tables})
+    if missing:
+        from cdclake.errors import ConfigError
+
+        raise ConfigError(f"The source database has no table {', '.join(missing)}.")
+    return tables
+
+
+def configuration_yaml(
+    tables: Sequence[SourceTable],
+    bronze_path: str,
+    database: str,
+    timestamp_column: str,
+    change_sequence_column: str,
+) -> str:
+    """A cdclake table configuration for the captured tables (bronze settings as capture writes).
+
+    Tables without a primary key become ``append_only: true``: capture publishes only their
+    inserts, and silver keeps every inserted row with ``cdc_operation``.
+    """
+    import yaml
+
+    def quoted(value: str) -> str:
+        return yaml.safe_dump(value, default_style='"').strip()
+
+    lines = [
+        "# Written by `cdclake capture` from the PostgreSQL catalog.",
+        "bronze:",
+        f"  path: {quoted(bronze_path)}",
+        "  format: csv",
+        "  csv_header: false",
+        '  csv_null_value: ""',
+        f"  timestamp_column: {timestamp_column}",
+        f"  change_sequence_column: {change_sequence_column}",
+        "silver:",
+        f"  database: {database}",
+        "tables:",
+    ]
+    for table in tables:
+        lines.append(f"  {table.qualified}:")
+        if table.primary_key:
+            lines.append(f"    primary_key: [{', '.join(table.primary_key)}]")
+        else:
+            lines.append("    append_only: true  # no primary key at the source: inserts only")
+        lines.append("    columns:")
+        lines.extend(f'      {c.name}: "{c.spark_type}"' for c in table.columns)
+    return "\n".join(lines) + "\n"
