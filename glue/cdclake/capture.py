@@ -311,9 +311,13 @@ def _selected_tables(settings: CaptureSettings, conn: Any) -> list[SourceTable]:
 
 
 def _slot_exists(conn: Any, slot: str) -> bool:
+    """Whether ``slot`` exists; a slot of another database (slots are per server) is an error."""
     with conn.cursor() as cur:
-        cur.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,))
-        return cur.fetchone() is not None
+        cur.execute("SELECT database, current_database() FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+        row = cur.fetchone()
+    if row is not None and row[0] != row[1]:
+        raise CaptureError(f"The replication slot {slot} belongs to database {row[0]}: choose another --slot.")
+    return row is not None
 
 
 def _publications(settings: CaptureSettings, tables: Sequence[SourceTable]) -> list[tuple[str, list[str], str]]:

@@ -1,0 +1,148 @@
+"""A real PostgreSQL server for the capture tests: started once per session on a free loopback
+port with ``wal_level=logical`` (by ``scripts/postgres-local.sh``), stopped at the end.
+
+Each test gets its own database, bronze folder and capture state, and builds its engine on the
+shared Spark session (``make_engine`` from ``tests/spark/conftest.py``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+import pytest
+
+from cdclake.capture import CaptureReport, CaptureSettings, capture
+from cdclake.pipeline import Engine, run
+from cdclake.verify import TableComparison, verify
+
+REPO = Path(__file__).resolve().parents[3]
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+@dataclass(frozen=True)
+class PgServer:
+    port: int
+
+    def dsn(self, database: str = "postgres") -> str:
+        return f"host=127.0.0.1 port={self.port} user=postgres dbname={database}"
+
+    def create_database(self) -> str:
+        name = f"src_{uuid.uuid4().hex[:10]}"
+        conn = psycopg2.connect(self.dsn())
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE {name}")
+        conn.close()
+        return name
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    if not (PG_BIN / "postgres").exists():
+        pytest.fail("PostgreSQL 15 is not installed: run `make setup` (scripts/install-system-deps.sh installs it)")
+    # Not under pytest's tmp_path: that is private to this user, and as root the server runs as `postgres`.
+    home = Path(tempfile.mkdtemp(prefix="cdclake-pg-"))
+    home.chmod(0o755)
+    data = home / "data"
+    server = PgServer(_free_port())
+    subprocess.run([REPO / "scripts" / "postgres-local.sh", "start", data, str(server.port)], check=True)
+    try:
+        yield server
+    finally:
+        subprocess.run([REPO / "scripts" / "postgres-local.sh", "stop", data], check=False)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@dataclass
+class SourceDatabase:
+    """One test's source database, bronze folder, capture settings and SQL helper."""
+
+    server: PgServer
+    name: str
+    workdir: Path
+
+    @property
+    def dsn(self) -> str:
+        return self.server.dsn(self.name)
+
+    @property
+    def bronze(self) -> Path:
+        return self.workdir / "bronze"
+
+    @property
+    def config_path(self) -> Path:
+        return self.workdir / "cdclake.yaml"
+
+    def settings(self, **overrides: Any) -> CaptureSettings:
+        base: dict[str, Any] = {
+            "dsn": self.dsn,
+            "bronze": self.bronze,
+            "state_dir": self.workdir / "capture-state",
+            "config_path": self.config_path,
+            "slot": f"cdclake_{self.name}",  # slots are per server, not per database
+        }
+        return CaptureSettings(**(base | overrides))
+
+    def execute(self, *statements: str) -> None:
+        """Run statements, each in its own transaction (autocommit)."""
+        conn = psycopg2.connect(self.dsn)
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            for statement in statements:
+                cur.execute(statement)
+        conn.close()
+
+    def transaction(self, *statements: str) -> None:
+        """Run statements as one transaction."""
+        conn = psycopg2.connect(self.dsn)
+        with conn, conn.cursor() as cur:
+            for statement in statements:
+                cur.execute(statement)
+        conn.close()
+
+    def capture(self, **overrides: Any) -> CaptureReport:
+        return capture(self.settings(**overrides))
+
+    def connect(self) -> Any:
+        from cdclake.capture import connect
+
+        return connect(self.dsn)
+
+
+@pytest.fixture
+def source_db(pg_server: PgServer, tmp_path: Path) -> SourceDatabase:
+    return SourceDatabase(pg_server, pg_server.create_database(), tmp_path)
+
+
+@pytest.fixture
+def apply_and_verify(make_engine: Callable[..., Engine]) -> Callable[[SourceDatabase], list[TableComparison]]:
+    """Apply the captured files with ``run`` (one engine per test), then verify against the source."""
+    engines: dict[str, Engine] = {}
+
+    def go(db: SourceDatabase) -> list[TableComparison]:
+        if db.name not in engines:
+            engines[db.name] = make_engine(db.config_path.read_text("utf-8"))
+        engine = engines[db.name]
+        run(engine)
+        conn = db.connect()
+        try:
+            return verify(engine, conn)
+        finally:
+            conn.close()
+
+    return go
