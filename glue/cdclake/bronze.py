@@ -39,6 +39,12 @@ class BronzeFile:
     size: int = 0
 
     @property
+    def position(self) -> str:
+        """A fixed-width text that sorts like ``sort_key`` across batches (LOAD files first)."""
+        kind, ordinal, stamp, _ = self.sort_key
+        return f"{kind}{ordinal:08x}{stamp:<24}"
+
+    @property
     def name(self) -> str:
         return self.key.rsplit("/", 1)[-1]
 

@@ -20,28 +20,44 @@ if TYPE_CHECKING:
 OP = "_cdc_op"
 COMMIT_TS = "_cdc_ts"
 CHANGE_SEQ = "_cdc_seq"
-ERROR = "_cdc_error"
+ERROR = "_cdc_errors"  # array<string>: why the row cannot be applied (NULL entries mean no problem)
 ORDER_COLUMNS = (COMMIT_TS, CHANGE_SEQ, FILE_ORDINAL, ROW_POSITION)
+# Kept on every silver row and tombstone: the order of the change that produced it, as one
+# comparable text (commit time, change sequence, file position), so later batches can tell
+# whether an incoming change is newer. Readers may ignore this documented column.
+SILVER_ORDER = "_cdc_order"
+TOMBSTONE_DELETED_AT = "deleted_at"  # the delete's source commit time, for tombstone retention
+_TS_WIDTH, _SEQ_WIDTH = 32, 48
 BOOKKEEPING = (OP, *ORDER_COLUMNS, ERROR)
 VALID_OPS = ("I", "U", "D")
 
 
 def data_columns(df: DataFrame) -> list[str]:
     """The columns of ``df`` that describe the source row (everything but bookkeeping)."""
-    return [c for c in df.columns if c not in BOOKKEEPING]
+    return [c for c in df.columns if c not in BOOKKEEPING and c != SILVER_ORDER]
 
 
 def _add_error(df: DataFrame, condition: Column, reason: Column) -> DataFrame:
     """Append ``reason`` to the row's error text where ``condition`` holds."""
     from pyspark.sql import functions as F
 
-    new = F.when(condition, reason)
-    return df.withColumn(
-        ERROR,
-        F.when(F.col(ERROR).isNull(), new).otherwise(
-            F.when(new.isNull(), F.col(ERROR)).otherwise(F.concat_ws("; ", F.col(ERROR), new))
-        ),
-    )
+    # The error column is referenced once, so expressions stay linear when Spark collapses the
+    # projections of many columns (twice would double the expression with every column).
+    return df.withColumn(ERROR, F.concat(F.col(ERROR), F.array(F.when(condition, reason))))
+
+
+def has_error() -> Column:
+    """True for rows with at least one error."""
+    from pyspark.sql import functions as F
+
+    return F.exists(F.col(ERROR), lambda reason: reason.isNotNull())
+
+
+def error_text() -> Column:
+    """The row's errors as one text (NULL entries skipped)."""
+    from pyspark.sql import functions as F
+
+    return F.concat_ws("; ", F.col(ERROR))
 
 
 def _excerpt(value: Column, length: int = 40) -> Column:
@@ -85,7 +101,7 @@ def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig) -> 
         raw.withColumn(OP, op)
         .withColumn(COMMIT_TS, F.col(ts_name).cast("string") if ts_name in columns else F.lit(None).cast("string"))
         .withColumn(CHANGE_SEQ, F.col(seq_name).cast("string") if seq_name in columns else F.lit(None).cast("string"))
-        .withColumn(ERROR, F.lit(None).cast("string"))
+        .withColumn(ERROR, F.array().cast("array<string>"))
     )
     df = _add_error(df, F.col(CORRUPT_RECORD).isNotNull(), F.lit("wrong number of fields"))
     known_op = F.coalesce(F.col(OP).isin(*VALID_OPS), F.lit(False))
@@ -140,6 +156,26 @@ def flag_missing_keys(df: DataFrame, key: Sequence[str]) -> DataFrame:
     return df
 
 
+def with_silver_order(changes: DataFrame, file_positions: dict[int, str], full_load: bool) -> DataFrame:
+    """Add ``_cdc_order``: commit time, change sequence and file position as one sortable text.
+
+    Full-load rows order before every CDC change whatever their timestamp: CDC changes carry
+    whole after-images, so replaying every change captured during the load over it converges,
+    whichever way the full-load/CDC overlap falls.
+    """
+    from pyspark.sql import functions as F
+
+    if file_positions:
+        mapping = F.create_map(*[x for o, p in file_positions.items() for x in (F.lit(o), F.lit(p))])
+        position = F.element_at(mapping, F.col(FILE_ORDINAL))
+    else:
+        position = F.lit("")
+    ts = F.lit("") if full_load else F.coalesce(F.col(COMMIT_TS), F.lit(""))
+    seq = F.lit("") if full_load else F.coalesce(F.col(CHANGE_SEQ), F.lit(""))
+    order = F.concat(F.rpad(ts, _TS_WIDTH, " "), F.lpad(seq, _SEQ_WIDTH, "0"), position)
+    return changes.withColumn(SILVER_ORDER, order)
+
+
 def change_order() -> Column:
     """The apply order of changes: commit timestamp, change sequence, file order, row in file."""
     from pyspark.sql import functions as F
@@ -159,28 +195,82 @@ def latest_change_per_key(df: DataFrame, key: Sequence[str]) -> DataFrame:
     return latest.select(*key, *[F.col(f"_cdc_latest.{c}").alias(c) for c in values])
 
 
+EFFECT = "_cdc_effect"
+# What applying a change does, decided against the stored row and the tombstones.
+EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE = "insert", "update", "delete"
+EFFECT_DELETE_MISSING, EFFECT_LATE = "delete-missing", "late"
+
+
+def classify_effects(latest: DataFrame, stored: DataFrame, tombstones: DataFrame, key: Sequence[str]) -> DataFrame:
+    """Add ``_cdc_effect`` to each latest change: insert, update, delete, delete-missing or late.
+
+    ``stored`` and ``tombstones`` hold ``key`` + ``_cdc_order`` of silver rows and of deleted keys.
+    A change is late when the stored row, or the tombstone of a deleted key, is newer: it must
+    not overwrite newer data nor bring a deleted row back.
+    """
+    from pyspark.sql import functions as F
+
+    stored_order, tomb_order = "_cdc_stored_order", "_cdc_tomb_order"
+    joined = latest.join(stored.withColumnRenamed(SILVER_ORDER, stored_order), list(key), "left").join(
+        tombstones.withColumnRenamed(SILVER_ORDER, tomb_order), list(key), "left"
+    )
+    order, is_delete = F.col(SILVER_ORDER), F.col(OP) == "D"
+    matched = F.col(stored_order).isNotNull()
+    effect = (
+        F.when(matched & (order < F.col(stored_order)), F.lit(EFFECT_LATE))
+        .when(matched & is_delete, F.lit(EFFECT_DELETE))
+        .when(matched, F.lit(EFFECT_UPDATE))
+        .when(F.col(tomb_order).isNotNull() & (order < F.col(tomb_order)), F.lit(EFFECT_LATE))
+        .when(is_delete, F.lit(EFFECT_DELETE_MISSING))
+        .otherwise(F.lit(EFFECT_INSERT))
+    )
+    return joined.withColumn(EFFECT, effect).drop(stored_order, tomb_order)
+
+
 def quote(identifier: str) -> str:
     return "`" + identifier.replace("`", "``") + "`"
 
 
-def merge_statement(target: str, source_view: str, key: Sequence[str], columns: Sequence[str]) -> str:
-    """One MERGE that applies de-duplicated changes (one row per key) to ``target``.
+def merge_statement(
+    target: str, source_view: str, key: Sequence[str], columns: Sequence[str], absent: Sequence[str] = ()
+) -> str:
+    """One MERGE that applies de-duplicated changes (one row per key, with ``_cdc_order``).
 
-    Deletes remove a matched row and ignore a missing one; inserts and updates both upsert, so an
-    insert of an existing key updates it and an update of a missing key inserts it.
+    A change older than the stored row's order is ignored. Deletes remove a matched row and
+    ignore a missing one; inserts and updates both upsert. ``absent`` names silver columns the
+    batch does not carry (dropped at the source): they become NULL on insert and update.
     """
     on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
+    newer = f"(t.{SILVER_ORDER} IS NULL OR s.{SILVER_ORDER} >= t.{SILVER_ORDER})"
     non_key = [c for c in columns if c not in key]
-    insert_cols = ", ".join(quote(c) for c in columns)
-    insert_vals = ", ".join(f"s.{quote(c)}" for c in columns)
-    lines = [
-        f"MERGE INTO {target} AS t",
-        f"USING {source_view} AS s",
-        f"ON {on}",
-        f"WHEN MATCHED AND s.{OP} = 'D' THEN DELETE",
-    ]
-    if non_key:
-        sets = ", ".join(f"t.{quote(c)} = s.{quote(c)}" for c in non_key)
-        lines.append(f"WHEN MATCHED THEN UPDATE SET {sets}")
-    lines.append(f"WHEN NOT MATCHED AND s.{OP} <> 'D' THEN INSERT ({insert_cols}) VALUES ({insert_vals})")
-    return "\n".join(lines)
+    sets = [f"t.{quote(c)} = s.{quote(c)}" for c in (*non_key, SILVER_ORDER)]
+    sets += [f"t.{quote(c)} = NULL" for c in absent]
+    insert_cols = ", ".join(quote(c) for c in (*columns, SILVER_ORDER))
+    insert_vals = ", ".join(f"s.{quote(c)}" for c in (*columns, SILVER_ORDER))
+    return "\n".join(
+        [
+            f"MERGE INTO {target} AS t",
+            f"USING {source_view} AS s",
+            f"ON {on}",
+            f"WHEN MATCHED AND s.{OP} = 'D' AND {newer} THEN DELETE",
+            f"WHEN MATCHED AND {newer} THEN UPDATE SET {', '.join(sets)}",
+            f"WHEN NOT MATCHED AND s.{OP} <> 'D' THEN INSERT ({insert_cols}) VALUES ({insert_vals})",
+        ]
+    )
+
+
+def tombstone_statement(target: str, source_view: str, key: Sequence[str]) -> str:
+    """Upsert delete tombstones (key, order, commit time), keeping the newest order per key."""
+    on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
+    columns = ", ".join(quote(c) for c in (*key, SILVER_ORDER, TOMBSTONE_DELETED_AT))
+    values = ", ".join(f"s.{quote(c)}" for c in (*key, SILVER_ORDER, TOMBSTONE_DELETED_AT))
+    return "\n".join(
+        [
+            f"MERGE INTO {target} AS t",
+            f"USING {source_view} AS s",
+            f"ON {on}",
+            f"WHEN MATCHED AND s.{SILVER_ORDER} > t.{SILVER_ORDER} THEN UPDATE SET "
+            f"t.{SILVER_ORDER} = s.{SILVER_ORDER}, t.{TOMBSTONE_DELETED_AT} = s.{TOMBSTONE_DELETED_AT}",
+            f"WHEN NOT MATCHED THEN INSERT ({columns}) VALUES ({values})",
+        ]
+    )

@@ -143,7 +143,8 @@ def _engine(args: argparse.Namespace, config_path: Path, bronze_override: str | 
     return Engine(spark=spark, config=config, store=store)
 
 
-def _print_report(report: object) -> None:
+def _print_report(report: object) -> int:
+    """Print one line per table and batch; exit code 1 when a batch was quarantined."""
     from cdclake.pipeline import RunReport
 
     assert isinstance(report, RunReport)
@@ -151,10 +152,14 @@ def _print_report(report: object) -> None:
         note = f" ({table.note})" if table.note else ""
         print(
             f"{table.kind:9} {table.table}: files={table.files_applied} skipped={table.files_skipped} "
-            f"upserts={table.inserted_or_updated} deletes={table.deleted} {table.seconds:.1f}s{note}"
+            f"inserted={table.inserted} updated={table.updated} deleted={table.deleted} "
+            f"ignored_late={table.ignored_late} {table.seconds:.1f}s{note}"
         )
     if not report.tables:
         print("nothing to apply")
+    for table in report.quarantined:
+        print(f"cdclake: {table.table}: {len(table.quarantined_files)} file(s) quarantined", file=sys.stderr)
+    return 1 if report.quarantined else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -202,7 +207,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0 if all(r.equal for r in results) else 1
     if args.command == "run":
         tables = [engine.config.table(t) for t in args.table] if args.table else None
-        _print_report(pipeline.run(engine, tables))
+        return _print_report(pipeline.run(engine, tables))
     elif args.command == "full-load":
         listing = list_bronze(engine.store)
         tables = [engine.config.table(t) for t in args.table] if args.table else list(engine.config.tables)
@@ -219,7 +224,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             keys += [e.key for e in entries]
             sizes = {e.key: e.size for e in entries}
         files = pipeline.files_from_keys(engine.store, keys, sizes)
-        _print_report(pipeline.apply_cdc_files(engine, files))
+        return _print_report(pipeline.apply_cdc_files(engine, files))
     elif args.command == "status":
         columns, rows = statuses_as_rows(table_statuses(engine))
         print(format_rows(columns, rows, args.format), end="")

@@ -99,7 +99,8 @@ def build_engine(args: JobArguments) -> Engine:
 def log_report(report: RunReport) -> None:
     for table in report.tables:
         log.info(
-            "table=%s kind=%s files_applied=%d files_skipped=%d upserts=%d deletes=%d seconds=%.1f",
-            table.table, table.kind, table.files_applied, table.files_skipped,
-            table.inserted_or_updated, table.deleted, table.seconds,
+            "table=%s kind=%s files_applied=%d files_skipped=%d inserted=%d updated=%d deleted=%d "
+            "ignored_late=%d quarantined=%d seconds=%.1f",
+            table.table, table.kind, table.files_applied, table.files_skipped, table.inserted, table.updated,
+            table.deleted, table.ignored_late, len(table.quarantined_files), table.seconds,
         )  # fmt: skip

@@ -10,34 +10,54 @@ import logging
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from cdclake.bronze import BronzeFile, BronzeListing, FileKind, parse_key
 from cdclake.changes import (
     COMMIT_TS,
+    EFFECT,
+    EFFECT_DELETE,
+    EFFECT_DELETE_MISSING,
+    EFFECT_INSERT,
+    EFFECT_LATE,
+    EFFECT_UPDATE,
     ERROR,
     OP,
+    SILVER_ORDER,
+    TOMBSTONE_DELETED_AT,
     apply_cleaning,
+    classify_effects,
     data_columns,
+    error_text,
     flag_missing_keys,
+    has_error,
     latest_change_per_key,
     merge_statement,
     to_changes,
+    tombstone_statement,
+    with_silver_order,
 )
 from cdclake.config import PipelineConfig, TableConfig
 from cdclake.errors import BadInputError, BronzeError, FullLoadPendingError
 from cdclake.reader import FILE_ORDINAL, ROW_POSITION, read_files
+from cdclake.schema_evolution import SchemaPlan, plan_schema_change
 from cdclake.silver import (
     KIND_CDC,
     SilverTable,
-    add_missing_columns,
     append_rows,
+    apply_schema_plan,
     ensure_database,
+    ensure_table,
     ledger_properties,
     merge_rows,
     read_ledger,
+    record_quarantine,
+    record_schema_changes,
     replace_table,
+    silver_columns,
     table_exists,
+    tombstones_of,
 )
 from cdclake.storage import BronzeStore, list_bronze
 
@@ -73,9 +93,14 @@ class TableReport:
     files_skipped: int = 0  # already in the ledger
     bytes_applied: int = 0
     changes_read: int = 0
-    inserted_or_updated: int = 0
+    inserted: int = 0
+    updated: int = 0
     deleted: int = 0
-    columns_added: list[str] = field(default_factory=list)
+    deleted_missing: int = 0  # deletes of keys silver does not hold (tombstoned all the same)
+    ignored_late: int = 0  # changes older than the stored row or the key's tombstone
+    schema_changes: list[str] = field(default_factory=list)
+    columns_dropped_at_source: list[str] = field(default_factory=list)
+    quarantined_files: list[str] = field(default_factory=list)
     seconds: float = 0.0
     note: str = ""
 
@@ -83,6 +108,11 @@ class TableReport:
 @dataclass
 class RunReport:
     tables: list[TableReport] = field(default_factory=list)
+
+    @property
+    def quarantined(self) -> list[TableReport]:
+        return [t for t in self.tables if t.quarantined_files]
+
     skipped_tables: list[str] = field(default_factory=list)  # reasons
     unconfigured: list[str] = field(default_factory=list)  # bronze sources with no configuration
     unrecognised: list[str] = field(default_factory=list)  # bronze keys that are not DMS files
@@ -91,9 +121,12 @@ class RunReport:
 # ------------------------------------------------------------------------------- transforms
 
 
-def _prepared_changes(engine: Engine, table: TableConfig, files: Sequence[BronzeFile]) -> DataFrame:
+def _prepared_changes(
+    engine: Engine, table: TableConfig, files: Sequence[BronzeFile], full_load: bool = False
+) -> DataFrame:
     raw = read_files(engine.spark, engine.store, engine.config.bronze, table, files)
     changes = to_changes(raw, engine.config.bronze, table)
+    changes = with_silver_order(changes, {i: f.position for i, f in enumerate(files)}, full_load)
     changes = apply_cleaning(changes, table.clean, table.source)
     return flag_missing_keys(changes, table.silver_key())
 
@@ -106,7 +139,7 @@ def _raise_on_bad_rows(changes: DataFrame, files: Sequence[BronzeFile], table: T
     """
     from pyspark.sql import functions as F
 
-    bad = changes.where(F.col(ERROR).isNotNull()).select(FILE_ORDINAL, ROW_POSITION, ERROR)
+    bad = changes.where(has_error()).select(FILE_ORDINAL, ROW_POSITION, error_text().alias(ERROR))
     sample = bad.limit(_MAX_REPORTED_ERRORS).collect()
     if not sample:
         return
@@ -136,7 +169,7 @@ def _silver_rows(changes: DataFrame, table: TableConfig) -> DataFrame:
             *data_columns(changes), APPEND_ONLY_OP_COLUMN
         )
     latest = latest_change_per_key(changes, table.silver_key())
-    return latest.where(F.col(OP) != "D").select(*data_columns(changes))
+    return latest.where(F.col(OP) != "D").select(*data_columns(changes), SILVER_ORDER)
 
 
 # ------------------------------------------------------------------------------- full load
@@ -168,16 +201,19 @@ def full_load_table(engine: Engine, table: TableConfig, listing: BronzeListing, 
         report.note = "no LOAD files and no declared columns: the table is created by its first CDC batch"
         return report
     log.info("full load table=%s files=%d", table.source, len(files))
-    changes = _prepared_changes(engine, table, files) if files else _empty_changes(engine, table)
+    changes = _prepared_changes(engine, table, files, full_load=True) if files else _empty_changes(engine, table)
     _raise_on_bad_rows(changes, files, table)
     rows = _silver_rows(changes, table)
     ensure_database(engine.spark, engine.catalog, engine.config.database)
     replace_table(engine.spark, silver, rows, [f.key for f in files])
+    tombstones = tombstones_of(silver)
+    if table_exists(engine.spark, tombstones):
+        engine.spark.sql(f"DELETE FROM {tombstones.identifier}")  # the new load is the truth now
     report.files_applied = len(files)
     report.bytes_applied = sum(f.size for f in files)
-    report.inserted_or_updated = engine.spark.table(silver.identifier).count()
+    report.inserted = engine.spark.table(silver.identifier).count()
     report.seconds = time.monotonic() - started
-    log.info("full load done table=%s rows=%d seconds=%.1f", table.source, report.inserted_or_updated, report.seconds)
+    log.info("full load done table=%s rows=%d seconds=%.1f", table.source, report.inserted, report.seconds)
     return report
 
 
@@ -194,7 +230,8 @@ def _empty_changes(engine: Engine, table: TableConfig) -> DataFrame:
         + [StructField(FILE_ORDINAL, LongType(), True), StructField(ROW_POSITION, LongType(), True)]
     )
     raw = engine.spark.createDataFrame([], schema)
-    changes = apply_cleaning(to_changes(raw, engine.config.bronze, table), table.clean, table.source)
+    changes = with_silver_order(to_changes(raw, engine.config.bronze, table), {}, full_load=True)
+    changes = apply_cleaning(changes, table.clean, table.source)
     return flag_missing_keys(changes, table.silver_key())
 
 
@@ -202,9 +239,12 @@ def _empty_changes(engine: Engine, table: TableConfig) -> DataFrame:
 
 
 def apply_cdc_batch(engine: Engine, table: TableConfig, files: Sequence[BronzeFile]) -> TableReport:
-    """Apply one batch of CDC files of one table as one Iceberg commit; skip files already applied."""
-    from pyspark.sql import functions as F
+    """Apply one batch of CDC files of one table as one Iceberg commit; skip files already applied.
 
+    Keyed tables: the latest change per key is compared with the stored row and the tombstones
+    (older changes are ignored and counted), tombstones are upserted for deletes, then one MERGE
+    applies the rest and records the files. An incompatible schema change quarantines the batch.
+    """
     started = time.monotonic()
     silver = engine.silver_table(table)
     report = TableReport(table=table.source, kind="cdc")
@@ -230,36 +270,128 @@ def apply_cdc_batch(engine: Engine, table: TableConfig, files: Sequence[BronzeFi
     try:
         _raise_on_bad_rows(changes, pending, table)
         report.changes_read = changes.count()
-        rows = _cdc_rows(changes, table).cache()
+        rows = _cdc_rows(changes, table)
         if not table_exists(engine.spark, silver):
             ensure_database(engine.spark, engine.catalog, engine.config.database)
-            replace_table(engine.spark, silver, rows.limit(0).drop(OP, COMMIT_TS), [])
-        report.columns_added = add_missing_columns(engine.spark, silver, rows.drop(OP, COMMIT_TS))
-        stats = rows.groupBy(OP).agg(F.count(F.lit(1)).alias("n"), F.max(COMMIT_TS).alias("ts")).collect()
-        counts = {r[OP]: r["n"] for r in stats}
-        latest_ts = max((r["ts"] for r in stats if r["ts"]), default=None)
-        report.deleted = counts.get("D", 0) if not table.append_only else 0
-        report.inserted_or_updated = sum(counts.values()) - report.deleted
-        ledger_entry = ledger_properties(KIND_CDC, [f.key for f in pending], latest_ts)
+            replace_table(engine.spark, silver, rows.drop(OP, COMMIT_TS), [])
+        plan = plan_schema_change(
+            silver_columns(engine.spark, silver),
+            [(f.name, f.dataType.simpleString()) for f in rows.drop(OP, COMMIT_TS).schema.fields],
+            bookkeeping=(SILVER_ORDER,),
+        )
+        if plan.incompatible:
+            _quarantine(engine, silver, pending, "; ".join(plan.incompatible), report)
+            return report
+        _evolve(engine, silver, plan, report)
+        rows = _cast_to_silver(rows, plan.cast)
+        keys = [f.key for f in pending]
         if table.append_only:
-            append_rows(engine.spark, silver, rows.drop(OP, COMMIT_TS), ledger_entry)
+            _append_batch(engine, silver, rows, keys, report)
         else:
-            view = f"cdclake_changes_{table.target}"
-            rows.createOrReplaceTempView(view)
-            statement = merge_statement(silver.identifier, view, table.silver_key(), data_columns(rows))
-            merge_rows(engine.spark, statement, ledger_entry)
-            engine.spark.catalog.dropTempView(view)
-        rows.unpersist()
+            _merge_batch(engine, table, silver, rows, keys, plan.absent, report)
     finally:
         changes.unpersist()
     report.files_applied = len(pending)
     report.bytes_applied = sum(f.size for f in pending)
     report.seconds = time.monotonic() - started
     log.info(
-        "cdc batch done table=%s upserts=%d deletes=%d seconds=%.1f",
-        table.source, report.inserted_or_updated, report.deleted, report.seconds,
+        "cdc batch done table=%s inserted=%d updated=%d deleted=%d ignored_late=%d seconds=%.1f",
+        table.source, report.inserted, report.updated, report.deleted, report.ignored_late, report.seconds,
     )  # fmt: skip
     return report
+
+
+def _evolve(engine: Engine, silver: SilverTable, plan: SchemaPlan, report: TableReport) -> None:
+    if plan.changes_table:
+        apply_schema_plan(engine.spark, silver, plan)
+        record_schema_changes(engine.spark, silver, plan.describe(), datetime.now(UTC))
+        for change in plan.describe():
+            log.warning("schema change table=%s %s", silver.name, change)
+    report.schema_changes = plan.describe()
+    report.columns_dropped_at_source = list(plan.absent)
+
+
+def _quarantine(
+    engine: Engine, silver: SilverTable, files: Sequence[BronzeFile], reason: str, report: TableReport
+) -> None:
+    """Hold a table's batch back (nothing applied, files left pending) and record why."""
+    record_quarantine(engine.spark, silver, [f.key for f in files], reason, datetime.now(UTC))
+    report.quarantined_files = [f.key for f in files]
+    report.note = f"quarantined: {reason}"
+    log.error("batch quarantined table=%s files=%d reason=%s", silver.name, len(files), reason)
+
+
+def _cast_to_silver(rows: DataFrame, casts: dict[str, str]) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    for column, type_name in casts.items():
+        rows = rows.withColumn(column, F.col(column).cast(type_name))
+    return rows
+
+
+def _batch_ledger(rows: DataFrame, keys: Sequence[str]) -> dict[str, str]:
+    from pyspark.sql import functions as F
+
+    latest_ts = rows.agg(F.max(COMMIT_TS)).first()
+    return ledger_properties(KIND_CDC, keys, latest_ts[0] if latest_ts else None)
+
+
+def _append_batch(
+    engine: Engine, silver: SilverTable, rows: DataFrame, keys: Sequence[str], report: TableReport
+) -> None:
+    rows = rows.cache()
+    report.inserted = rows.count()
+    append_rows(engine.spark, silver, rows.drop(OP, COMMIT_TS), _batch_ledger(rows, keys))
+    rows.unpersist()
+
+
+def _merge_batch(
+    engine: Engine,
+    table: TableConfig,
+    silver: SilverTable,
+    rows: DataFrame,
+    keys: Sequence[str],
+    absent: Sequence[str],
+    report: TableReport,
+) -> None:
+    from pyspark.sql import functions as F
+
+    key = table.silver_key()
+    tombstones = tombstones_of(silver)
+    ensure_table(
+        engine.spark,
+        tombstones,
+        rows.select(*key, SILVER_ORDER, F.col(COMMIT_TS).alias(TOMBSTONE_DELETED_AT)),
+    )
+    stored = engine.spark.table(silver.identifier).select(*key, SILVER_ORDER)
+    known_deleted = engine.spark.table(tombstones.identifier).select(*key, SILVER_ORDER)
+    classified = classify_effects(rows, stored, known_deleted, key).cache()
+    try:
+        stats = classified.groupBy(EFFECT).agg(F.count(F.lit(1)).alias("n"), F.max(COMMIT_TS).alias("ts")).collect()
+        counts = {r[EFFECT]: r["n"] for r in stats}
+        report.inserted = counts.get(EFFECT_INSERT, 0)
+        report.updated = counts.get(EFFECT_UPDATE, 0)
+        report.deleted = counts.get(EFFECT_DELETE, 0)
+        report.deleted_missing = counts.get(EFFECT_DELETE_MISSING, 0)
+        report.ignored_late = counts.get(EFFECT_LATE, 0)
+        latest_ts = max((r["ts"] for r in stats if r["ts"]), default=None)
+        if report.deleted or report.deleted_missing:
+            # Tombstones first: if the MERGE below never commits, re-running rewrites them harmlessly.
+            deletes = classified.where(F.col(EFFECT).isin(EFFECT_DELETE, EFFECT_DELETE_MISSING)).select(
+                *key, SILVER_ORDER, F.col(COMMIT_TS).alias(TOMBSTONE_DELETED_AT)
+            )
+            view = f"cdclake_tombstones_{table.target}"
+            deletes.createOrReplaceTempView(view)
+            engine.spark.sql(tombstone_statement(tombstones.identifier, view, key))
+            engine.spark.catalog.dropTempView(view)
+        applicable = classified.where(F.col(EFFECT).isin(EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE))
+        view = f"cdclake_changes_{table.target}"
+        applicable.createOrReplaceTempView(view)
+        statement = merge_statement(silver.identifier, view, key, data_columns(rows), absent)
+        merge_rows(engine.spark, statement, ledger_properties(KIND_CDC, keys, latest_ts))
+        engine.spark.catalog.dropTempView(view)
+    finally:
+        classified.unpersist()
 
 
 def _cdc_rows(changes: DataFrame, table: TableConfig) -> DataFrame:
@@ -271,7 +403,7 @@ def _cdc_rows(changes: DataFrame, table: TableConfig) -> DataFrame:
             *data_columns(changes), APPEND_ONLY_OP_COLUMN, OP, COMMIT_TS
         )
     latest = latest_change_per_key(changes, table.silver_key())
-    return latest.select(*data_columns(changes), OP, COMMIT_TS)
+    return latest.select(*data_columns(changes), SILVER_ORDER, OP, COMMIT_TS)
 
 
 def group_by_table(
@@ -339,7 +471,10 @@ def run(engine: Engine, tables: Sequence[TableConfig] | None = None) -> RunRepor
         pending = [f for f in files if f.key not in ledger.applied]
         size = engine.config.max_files_per_batch
         for start in range(0, len(pending), size):
-            report.tables.append(apply_cdc_batch(engine, table, pending[start : start + size]))
+            batch = apply_cdc_batch(engine, table, pending[start : start + size])
+            report.tables.append(batch)
+            if batch.quarantined_files:
+                break  # later changes of this table wait until the quarantined ones are replayed
     unconfigured_sources = sorted(
         f"{s}.{t}" for s, t in listing.sources() if engine.config.table_for_source(s, t) is None
     )

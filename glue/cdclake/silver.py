@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from cdclake.changes import quote
+from cdclake.schema_evolution import SchemaPlan
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -25,6 +27,9 @@ FILES_PROPERTY = "cdclake.files"
 LATEST_COMMIT_TS_PROPERTY = "cdclake.latest-commit-ts"
 KIND_FULL_LOAD = "full-load"
 KIND_CDC = "cdc"
+TOMBSTONE_SUFFIX = "__tombstones"
+SCHEMA_CHANGES_TABLE = "cdclake_schema_changes"
+QUARANTINE_TABLE = "cdclake_quarantine"
 
 # Format v2 with merge-on-read row-level operations: a CDC batch writes delete files instead of
 # rewriting data files, which keeps MERGE cost proportional to the changes. Maintenance compacts.
@@ -168,15 +173,54 @@ def replace_table(spark: SparkSession, table: SilverTable, rows: DataFrame, file
     commit_with_properties(spark, ledger_properties(KIND_FULL_LOAD, files), writer.createOrReplace)
 
 
-def add_missing_columns(spark: SparkSession, table: SilverTable, rows: DataFrame) -> list[str]:
-    """Add columns present in ``rows`` but not in ``table`` (nullable); return their names."""
-    existing = {f.name.lower() for f in spark.table(table.identifier).schema.fields}
-    added = []
-    for field in rows.schema.fields:
-        if field.name.lower() not in existing:
-            spark.sql(f"ALTER TABLE {table.identifier} ADD COLUMN {quote(field.name)} {field.dataType.simpleString()}")
-            added.append(field.name)
-    return added
+def silver_columns(spark: SparkSession, table: SilverTable) -> list[tuple[str, str]]:
+    """(name, Spark SQL type) of each column of ``table``, in order."""
+    return [(f.name, f.dataType.simpleString()) for f in spark.table(table.identifier).schema.fields]
+
+
+def apply_schema_plan(spark: SparkSession, table: SilverTable, plan: SchemaPlan) -> None:
+    """Add and widen columns (metadata-only Iceberg changes; no data is rewritten)."""
+    for column, type_name in plan.add:
+        spark.sql(f"ALTER TABLE {table.identifier} ADD COLUMN {quote(column)} {type_name}")
+    for column, _old, new in plan.widen:
+        spark.sql(f"ALTER TABLE {table.identifier} ALTER COLUMN {quote(column)} TYPE {new}")
+
+
+def tombstones_of(table: SilverTable) -> SilverTable:
+    """Where the delete tombstones of ``table`` live: ``<table>__tombstones`` beside it."""
+    return SilverTable(table.catalog, table.database, f"{table.name}{TOMBSTONE_SUFFIX}")
+
+
+def ensure_table(spark: SparkSession, table: SilverTable, empty: DataFrame) -> None:
+    """Create ``table`` with ``empty``'s schema unless it exists (no ledger entry)."""
+    if not table_exists(spark, table):
+        writer = empty.limit(0).writeTo(table.identifier).using("iceberg")
+        for key, value in TABLE_PROPERTIES.items():
+            writer = writer.tableProperty(key, value)
+        writer.create()
+
+
+def _journal(
+    spark: SparkSession, catalog: str, database: str, name: str, schema: str, rows: list[tuple[Any, ...]]
+) -> None:
+    journal = SilverTable(catalog, database, name)
+    frame = spark.createDataFrame(rows, schema)
+    ensure_table(spark, journal, frame)
+    frame.writeTo(journal.identifier).append()
+
+
+def record_schema_changes(spark: SparkSession, table: SilverTable, changes: Sequence[str], at: datetime) -> None:
+    """Append to ``cdclake_schema_changes``: every change made to a silver table's schema."""
+    rows = [(table.name, change, at) for change in changes]
+    schema = "silver_table string, change string, changed_at timestamp"
+    _journal(spark, table.catalog, table.database, SCHEMA_CHANGES_TABLE, schema, rows)
+
+
+def record_quarantine(spark: SparkSession, table: SilverTable, files: Sequence[str], reason: str, at: datetime) -> None:
+    """Append to ``cdclake_quarantine``: files held back, with the reason, for a later replay."""
+    rows = [(table.name, key, reason, at) for key in files]
+    schema = "silver_table string, file_key string, reason string, quarantined_at timestamp"
+    _journal(spark, table.catalog, table.database, QUARANTINE_TABLE, schema, rows)
 
 
 def merge_rows(spark: SparkSession, statement: str, ledger: dict[str, str]) -> None:

@@ -48,7 +48,8 @@ def test_cleaning_casts_derives_renames_and_drops(spark: SparkSession) -> None:
     # WHEN cleaned (the error column exists, as after to_changes)
     from pyspark.sql import functions as F
 
-    cleaned = apply_cleaning(frame.withColumn("_cdc_error", F.lit(None).cast("string")), rules, "public.hosts_demo")
+    no_errors = F.array().cast("array<string>")
+    cleaned = apply_cleaning(frame.withColumn("_cdc_errors", no_errors), rules, "public.hosts_demo")
     # THEN the silver shape and values are the seed's
     row = cleaned.first()
     assert row is not None
@@ -56,17 +57,17 @@ def test_cleaning_casts_derives_renames_and_drops(spark: SparkSession) -> None:
         "host_since",
         "last_updated_ts",
         "_cdc_op",
-        "_cdc_error",
+        "_cdc_errors",
         "location_city",
         "location_country",
     ]
     assert str(row["host_since"]) == "2015-04-12"
     assert str(row["last_updated_ts"]) == "2024-03-01 09:00:00.000001"
-    assert (row["location_city"], row["location_country"], row[OP], row["_cdc_error"]) == (
+    assert (row["location_city"], row["location_country"], row[OP], row["_cdc_errors"]) == (
         "Berlin",
         "Germany",
         "U",
-        None,
+        [None, None],  # one entry per checked cast: neither failed
     )
 
 
@@ -82,20 +83,37 @@ def test_bad_derive_expression_is_a_config_error(spark: SparkSession) -> None:
         apply_cleaning(frame, CleaningRules(derive={"b": "no_such_fn(a)"}), "s.t")
 
 
-def test_merge_statement_runs_one_merge_with_upsert_and_delete(spark: SparkSession) -> None:
-    # GIVEN a silver table and a de-duplicated change set (one row per key)
+def test_merge_statement_applies_newer_changes_and_ignores_older_ones(spark: SparkSession) -> None:
+    # GIVEN a silver table whose rows carry the order of the change that wrote them
     spark.sql("CREATE NAMESPACE IF NOT EXISTS silver.merge_test")
     spark.sql("DROP TABLE IF EXISTS silver.merge_test.t")
-    spark.sql("CREATE TABLE silver.merge_test.t (k1 string, k2 int, v string) USING iceberg")
-    spark.sql("INSERT INTO silver.merge_test.t VALUES ('a', 1, 'keep'), ('b', 1, 'update me'), ('c', 1, 'delete me')")
+    spark.sql("CREATE TABLE silver.merge_test.t (k1 string, k2 int, v string, _cdc_order string) USING iceberg")
+    spark.sql(
+        "INSERT INTO silver.merge_test.t VALUES ('a', 1, 'keep', '5'), ('b', 1, 'update me', '5'), "
+        "('c', 1, 'delete me', '5'), ('f', 1, 'newer than the change', '9'), ('g', 1, 'newer than the delete', '9')"
+    )
     spark.createDataFrame(
-        [("b", 1, "updated", "U"), ("c", 1, None, "D"), ("d", 1, "inserted", "U"), ("e", 1, None, "D")],
-        "k1 string, k2 int, v string, _cdc_op string",
+        [
+            ("b", 1, "updated", "U", "6"),
+            ("c", 1, None, "D", "6"),
+            ("d", 1, "inserted", "U", "6"),
+            ("e", 1, None, "D", "6"),
+            ("f", 1, "stale", "U", "6"),
+            ("g", 1, None, "D", "6"),
+        ],
+        "k1 string, k2 int, v string, _cdc_op string, _cdc_order string",
     ).createOrReplaceTempView("merge_changes")
     statement = merge_statement("silver.merge_test.t", "merge_changes", ["k1", "k2"], ["k1", "k2", "v"])
     # WHEN the statement runs
     spark.sql(statement)
-    # THEN updates applied, deletes removed, missing-key update inserted, missing-key delete ignored
-    result = {(r["k1"], r["k2"]): r["v"] for r in spark.table("silver.merge_test.t").collect()}
-    assert result == {("a", 1): "keep", ("b", 1): "updated", ("d", 1): "inserted"}
+    # THEN newer changes apply (update, delete, insert of a missing key), a delete of a missing key
+    # does nothing, and changes older than the stored row change nothing
+    result = {(r["k1"], r["k2"]): (r["v"], r["_cdc_order"]) for r in spark.table("silver.merge_test.t").collect()}
+    assert result == {
+        ("a", 1): ("keep", "5"),
+        ("b", 1): ("updated", "6"),
+        ("d", 1): ("inserted", "6"),
+        ("f", 1): ("newer than the change", "9"),
+        ("g", 1): ("newer than the delete", "9"),
+    }
     assert statement.splitlines()[2] == "ON t.`k1` = s.`k1` AND t.`k2` = s.`k2`"

@@ -46,7 +46,7 @@ def _demo_config(tmp_path: Path) -> Path:
 
 
 def _silver(spark: SparkSession, catalog: str) -> list[dict[str, Any]]:
-    rows = spark.table(f"{catalog}.airbnb.hosts_silver").orderBy("id").collect()
+    rows = spark.table(f"{catalog}.airbnb.hosts_silver").drop("_cdc_order").orderBy("id").collect()
     return [r.asDict() for r in rows]
 
 

@@ -144,7 +144,7 @@ def test_bad_rows_are_flagged_with_a_reason(spark: SparkSession, tmp_path: Path)
     # WHEN read
     rows = _read(spark, tmp_path, HEADERLESS)
     # THEN each bad row says why, and the good row has no error
-    errors = [r["_cdc_error"] for r in rows]
+    errors = ["; ".join(e for e in r["_cdc_errors"] if e) or None for r in rows]
     assert errors[0] == "unknown Op 'X'"
     assert errors[1] == "value 'abc' of column id is not a valid int"
     assert errors[2] == "wrong number of fields"

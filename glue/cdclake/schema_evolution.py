@@ -1,0 +1,88 @@
+"""Schema evolution as a pure plan: compare a batch's columns with the silver table's.
+
+| change at the source                 | what cdclake does                                         |
+|--------------------------------------|-----------------------------------------------------------|
+| column added                         | added to silver (nullable); earlier rows read as NULL     |
+| int -> bigint, float -> double,      | silver column widened in place (Iceberg type promotion)   |
+| decimal(p,s) -> decimal(p2,s), p2>p  |                                                           |
+| column dropped                       | kept in silver, NULL for rows written from then on        |
+| narrower type (bigint -> int, ...)   | values stored in the wider silver type (lossless)         |
+| any other type change                | the table's batch is quarantined with the reason          |
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+_INTEGERS = ("tinyint", "smallint", "int", "bigint")
+_FLOATS = ("float", "double")
+_DECIMAL = re.compile(r"^decimal\((\d+),(\d+)\)$")
+
+
+@dataclass(frozen=True)
+class SchemaPlan:
+    """What to change in silver before a batch can be merged, and what the batch must do."""
+
+    add: list[tuple[str, str]] = field(default_factory=list)  # (column, type)
+    widen: list[tuple[str, str, str]] = field(default_factory=list)  # (column, from, to)
+    absent: list[str] = field(default_factory=list)  # silver columns the batch does not carry
+    cast: dict[str, str] = field(default_factory=dict)  # batch column -> silver type (narrower input)
+    incompatible: list[str] = field(default_factory=list)  # reasons
+
+    @property
+    def changes_table(self) -> bool:
+        return bool(self.add or self.widen)
+
+    def describe(self) -> list[str]:
+        """One line per schema change, for the schema-change log."""
+        lines = [f"added column {c} {t}" for c, t in self.add]
+        lines += [f"widened column {c} from {a} to {b}" for c, a, b in self.widen]
+        return lines
+
+
+def _rank(type_name: str, family: Sequence[str]) -> int | None:
+    return family.index(type_name) if type_name in family else None
+
+
+def compare_types(stored: str, incoming: str) -> str:
+    """``same``, ``widen`` (promote silver), ``narrower`` (cast the batch) or ``incompatible``."""
+    if stored == incoming:
+        return "same"
+    for family in (_INTEGERS, _FLOATS):
+        a, b = _rank(stored, family), _rank(incoming, family)
+        if a is not None and b is not None:
+            return "widen" if b > a else "narrower"
+    da, db = _DECIMAL.match(stored), _DECIMAL.match(incoming)
+    if da and db and da.group(2) == db.group(2):
+        return "widen" if int(db.group(1)) > int(da.group(1)) else "narrower"
+    return "incompatible"
+
+
+def plan_schema_change(
+    stored: Sequence[tuple[str, str]], incoming: Sequence[tuple[str, str]], bookkeeping: Sequence[str] = ()
+) -> SchemaPlan:
+    """Plan how a batch with ``incoming`` (name, type) columns fits silver's ``stored`` columns.
+
+    Names compare case-insensitively, as Spark resolves them. ``bookkeeping`` columns never count
+    as dropped.
+    """
+    plan = SchemaPlan()
+    stored_types = {name.lower(): (name, type_name) for name, type_name in stored}
+    incoming_names = {name.lower() for name, _ in incoming}
+    for name, type_name in incoming:
+        if name.lower() not in stored_types:
+            plan.add.append((name, type_name))
+            continue
+        stored_name, stored_type = stored_types[name.lower()]
+        verdict = compare_types(stored_type, type_name)
+        if verdict == "widen":
+            plan.widen.append((stored_name, stored_type, type_name))
+        elif verdict == "narrower":
+            plan.cast[name] = stored_type
+        elif verdict == "incompatible":
+            plan.incompatible.append(f"column {name} changed type from {stored_type} to {type_name}")
+    skip = {b.lower() for b in bookkeeping}
+    plan.absent.extend(name for key, (name, _) in stored_types.items() if key not in incoming_names and key not in skip)
+    return plan
