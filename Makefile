@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup demo test unit lint format wheel clean
+.PHONY: setup demo demo-postgres test unit lint format wheel clean
 
 setup: $(STAMP)
 
@@ -18,20 +18,23 @@ $(STAMP): pyproject.toml scripts/install-system-deps.sh
 demo: setup ## the Airbnb hosts example end to end on local Spark + Iceberg
 	$(BIN)/cdclake demo
 
-test: setup lint ## linters, type checks and the whole test suite
+demo-postgres: setup ## a real PostgreSQL source: capture, apply, verify (scripts/demo-postgres.sh)
+	scripts/demo-postgres.sh
+
+test: setup aws-tools lint ## linters, type checks and the whole test suite (AWS stack checks included)
 	$(BIN)/pytest
 
 unit: setup ## the fast tests only (no Spark)
 	$(BIN)/pytest -m "not spark"
 
 lint: setup
-	$(BIN)/ruff check glue tests
-	$(BIN)/ruff format --check glue tests
+	$(BIN)/ruff check glue tests functions
+	$(BIN)/ruff format --check glue tests functions
 	$(BIN)/mypy
 
 format: setup
-	$(BIN)/ruff format glue tests
-	$(BIN)/ruff check --fix glue tests
+	$(BIN)/ruff format glue tests functions
+	$(BIN)/ruff check --fix glue tests functions
 
 wheel: setup ## the cdclake wheel AWS Glue installs (--additional-python-modules)
 	$(BIN)/python -m pip wheel --no-deps --wheel-dir dist .
