@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# System packages the project needs that pip cannot provide: a Java runtime for Spark.
+# System packages the project needs that pip cannot provide: a Java runtime for Spark and
+# PostgreSQL 15 for the local change-capture source.
 # Installs only what is missing, so it is a no-op on a prepared machine.
 set -euo pipefail
 
 need=()
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+# PostgreSQL 15 (server, pgbench, pgoutput): the local source for `make demo-postgres` and its tests.
+[ -x /usr/lib/postgresql/15/bin/postgres ] || need+=(postgresql-15)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
@@ -19,6 +22,6 @@ if command -v apt-get >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"
 else
-  echo "cdclake needs: ${need[*]} (Java 17). Install it with your package manager and run make again." >&2
+  echo "cdclake needs: ${need[*]}. Install it with your package manager and run make again." >&2
   exit 1
 fi

@@ -32,6 +32,10 @@ case "$action" in
     mkdir -p "$data"
     if [ "$(id -u)" -eq 0 ]; then
       chown postgres: "$data"
+      if ! runuser -u postgres -- test -w "$data"; then
+        echo "the postgres user cannot reach $data (a parent folder is private): use another folder" >&2
+        exit 1
+      fi
     fi
     chmod 700 "$data"
     if [ ! -f "$data/PG_VERSION" ]; then

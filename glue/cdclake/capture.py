@@ -256,11 +256,19 @@ class _CopyRows:
 
 
 def _full_load(
-    settings: CaptureSettings, conn: Any, snapshot: str, tables: Sequence[SourceTable], consistent_lsn: int
+    settings: CaptureSettings,
+    conn: Any,
+    snapshot: str,
+    tables: Sequence[SourceTable],
+    consistent_lsn: int,
+    loaded_at: str,
 ) -> CaptureReport:
-    """Copy every table in the exported snapshot into LOAD files (one folder per non-empty table)."""
+    """Copy every table in the exported snapshot into LOAD files (one folder per non-empty table).
+
+    ``loaded_at`` (the timestamp column) is the server's clock read before the slot was created,
+    so every change decoded from the slot commits at or after it and orders after the full load.
+    """
     report = CaptureReport()
-    loaded_at = timestamp_text(datetime.now(UTC))
     sequence = change_sequence(consistent_lsn, 0)
     with conn.cursor() as cur:
         cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -350,13 +358,16 @@ def initialise(settings: CaptureSettings, conn: Any) -> tuple[CaptureState, Capt
             cur.execute(f"DROP PUBLICATION IF EXISTS {quote_ident(name)}")
             listed = ", ".join(".".join(quote_ident(p) for p in m.split(".")) for m in members)
             cur.execute(f"CREATE PUBLICATION {quote_ident(name)} FOR TABLE {listed} WITH (publish = %s)", (publish,))
+    with conn.cursor() as cur:
+        cur.execute("SELECT clock_timestamp()")
+        loaded_at = timestamp_text(cur.fetchone()[0])
     replication = connect(settings.dsn, replication=True)
     try:
         with replication.cursor() as rcur:
             rcur.execute(f"CREATE_REPLICATION_SLOT {quote_ident(settings.slot)} LOGICAL pgoutput EXPORT_SNAPSHOT")
             _slot, consistent_point, snapshot, _plugin = rcur.fetchone()
             # The snapshot lives as long as this connection stays idle: load everything now.
-            report = _full_load(settings, conn, snapshot, tables, parse_lsn(consistent_point))
+            report = _full_load(settings, conn, snapshot, tables, parse_lsn(consistent_point), loaded_at)
     finally:
         replication.close()
     state = CaptureState(settings.slot, tables, full_load_done=True, consistent_point=consistent_point)
