@@ -273,7 +273,7 @@ def apply_cdc_batch(engine: Engine, table: TableConfig, files: Sequence[BronzeFi
         rows = _cdc_rows(changes, table)
         if not table_exists(engine.spark, silver):
             ensure_database(engine.spark, engine.catalog, engine.config.database)
-            replace_table(engine.spark, silver, rows.drop(OP, COMMIT_TS), [])
+            replace_table(engine.spark, silver, rows.drop(OP, COMMIT_TS).limit(0), [])
         plan = plan_schema_change(
             silver_columns(engine.spark, silver),
             [(f.name, f.dataType.simpleString()) for f in rows.drop(OP, COMMIT_TS).schema.fields],

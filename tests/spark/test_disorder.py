@@ -1,0 +1,199 @@
+"""Late and duplicate files, deletes before inserts, and schema changes, on real Spark and Iceberg."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from cdclake.dms_writer import change_sequence, write_csv
+from cdclake.pipeline import Engine, apply_cdc_files, files_from_keys, run
+from cdclake.silver import QUARANTINE_TABLE, SCHEMA_CHANGES_TABLE, tombstones_of
+
+EngineFactory = Callable[..., Engine]
+
+ITEMS = """
+bronze: {timestamp_column: ts, change_sequence_column: seq}
+tables:
+  s.items: {primary_key: [id], columns: {id: int, name: string}}
+"""
+
+
+def _cdc(bronze: Path, table: str, name: str, rows: list[tuple[str, str, str, str | None]]) -> str:
+    """Write a headerless CDC file of (op, commit second, id, name) rows; return its key."""
+    records = []
+    for n, (op, second, ident, value) in enumerate(rows):
+        ts = f"2024-01-02 00:00:{int(second):02d}.000000"
+        records.append([op, ts, ident, value, change_sequence(ts, n)])
+    key = f"s/{table}/{name}"
+    write_csv(bronze / key, records)
+    return key
+
+
+def _state(engine: Engine, table: str = "items") -> dict[int, str | None]:
+    frame = engine.spark.table(f"silver.{engine.config.database}.{table}")
+    return {r["id"]: r["name"] for r in frame.collect()}
+
+
+def _apply(engine: Engine, *keys: str):  # type: ignore[no-untyped-def]
+    return apply_cdc_files(engine, files_from_keys(engine.store, list(keys)))
+
+
+def test_an_older_file_arriving_late_changes_nothing(make_engine: EngineFactory, tmp_path: Path) -> None:
+    # GIVEN a newer file applied first, then an older one that arrives late
+    engine = make_engine(ITEMS)
+    bronze = tmp_path / "bronze"
+    old = _cdc(bronze, "items", "20240102-0000010000.csv", [("I", "1", "1", "v1"), ("I", "1", "2", "only-old")])
+    new = _cdc(bronze, "items", "20240102-0000020000.csv", [("U", "2", "1", "v2")])
+    _apply(engine, new)
+    # WHEN the late file is applied
+    late = _apply(engine, old)
+    # THEN the newer value stays, the late change is counted, the other key still arrives
+    assert _state(engine) == {1: "v2", 2: "only-old"}
+    assert (late.tables[0].ignored_late, late.tables[0].inserted) == (1, 1)
+
+
+def test_a_late_insert_cannot_bring_a_deleted_row_back(make_engine: EngineFactory, tmp_path: Path) -> None:
+    # GIVEN a key inserted then deleted, with the delete's file delivered first
+    engine = make_engine(ITEMS)
+    bronze = tmp_path / "bronze"
+    insert = _cdc(bronze, "items", "20240102-0000010000.csv", [("I", "1", "7", "ghost")])
+    delete = _cdc(bronze, "items", "20240102-0000020000.csv", [("D", "2", "7", "ghost")])
+    first = _apply(engine, delete)
+    # WHEN the insert arrives late, and then the same files are delivered again
+    second = _apply(engine, insert)
+    again = _apply(engine, insert, delete)
+    # THEN the row stays deleted, a tombstone holds the key, duplicates are no-ops
+    assert _state(engine) == {}
+    assert (first.tables[0].deleted_missing, second.tables[0].ignored_late) == (1, 1)
+    assert again.tables[0].files_skipped == 2
+    tombstones = engine.spark.table(tombstones_of(engine.silver_table(engine.config.tables[0])).identifier)
+    assert [(r["id"], r["deleted_at"]) for r in tombstones.collect()] == [(7, "2024-01-02 00:00:02.000000")]
+
+
+def test_a_reinsert_newer_than_the_tombstone_applies(make_engine: EngineFactory, tmp_path: Path) -> None:
+    engine = make_engine(ITEMS)
+    bronze = tmp_path / "bronze"
+    _apply(engine, _cdc(bronze, "items", "20240102-0000010000.csv", [("I", "1", "7", "a"), ("D", "2", "7", "a")]))
+    _apply(engine, _cdc(bronze, "items", "20240102-0000030000.csv", [("I", "3", "7", "back")]))
+    assert _state(engine) == {7: "back"}
+
+
+def test_crash_between_tombstones_and_merge_converges_on_rerun(
+    make_engine: EngineFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a batch whose MERGE fails after its tombstones were written
+    import cdclake.pipeline as pipeline
+
+    engine = make_engine(ITEMS)
+    bronze = tmp_path / "bronze"
+    _apply(engine, _cdc(bronze, "items", "20240102-0000010000.csv", [("I", "1", "1", "a"), ("I", "1", "2", "b")]))
+    batch = _cdc(bronze, "items", "20240102-0000020000.csv", [("D", "2", "1", "a"), ("U", "2", "2", "b2")])
+
+    def crash(*_: object) -> None:
+        raise RuntimeError("the job was killed")
+
+    monkeypatch.setattr(pipeline, "merge_rows", crash)
+    with pytest.raises(RuntimeError):
+        _apply(engine, batch)
+    monkeypatch.undo()
+    # WHEN the batch is retried THEN it applies once and silver is right
+    retried = _apply(engine, batch)
+    assert retried.tables[0].files_applied == 1
+    assert _state(engine) == {2: "b2"}
+
+
+HEADERS = """
+bronze: {csv_header: true, timestamp_column: ts, change_sequence_column: seq}
+tables:
+  s.items: {primary_key: [id]}
+  s.other: {primary_key: [id]}
+"""
+
+
+def _header_csv(bronze: Path, table: str, name: str, header: list[str], rows: list[list[str | None]]) -> str:
+    key = f"s/{table}/{name}"
+    write_csv(bronze / key, rows, header=header)
+    return key
+
+
+def test_added_and_dropped_columns(make_engine: EngineFactory, tmp_path: Path) -> None:
+    # GIVEN header CSV files: the second adds column `color`, the third drops `size`
+    engine = make_engine(HEADERS)
+    bronze = tmp_path / "bronze"
+    ts = "2024-01-02 00:00:0{}.000000"
+    f1 = _header_csv(bronze, "items", "20240102-0000010000.csv", ["Op", "ts", "id", "size", "seq"],
+                     [["I", ts.format(1), "1", "S", "1"], ["I", ts.format(1), "2", "M", "2"]])  # fmt: skip
+    f2 = _header_csv(bronze, "items", "20240102-0000020000.csv", ["Op", "ts", "id", "size", "color", "seq"],
+                     [["U", ts.format(2), "2", "L", "red", "3"]])  # fmt: skip
+    f3 = _header_csv(bronze, "items", "20240102-0000030000.csv", ["Op", "ts", "id", "color", "seq"],
+                     [["I", ts.format(3), "3", "blue", "4"], ["U", ts.format(3), "1", "green", "5"]])  # fmt: skip
+    # WHEN applied one by one
+    _apply(engine, f1)
+    added = _apply(engine, f2)
+    dropped = _apply(engine, f3)
+    # THEN the column was added (earlier rows NULL) and the dropped one is NULL for rows written after
+    rows = engine.spark.table(f"silver.{engine.config.database}.items").drop("_cdc_order").collect()
+    assert sorted((r["id"], r["size"], r["color"]) for r in rows) == [
+        ("1", None, "green"),
+        ("2", "L", "red"),
+        ("3", None, "blue"),
+    ]
+    assert added.tables[0].schema_changes == ["added column color string"]
+    assert dropped.tables[0].columns_dropped_at_source == ["size"]
+    journal = engine.spark.table(f"silver.{engine.config.database}.{SCHEMA_CHANGES_TABLE}").collect()
+    assert [(r["silver_table"], r["change"]) for r in journal] == [("items", "added column color string")]
+
+
+def _parquet(spark: SparkSession, bronze: Path, key: str, rows: list[tuple], schema: str) -> str:
+    out = bronze.parent / f"spark-{key.replace('/', '-')}"
+    spark.createDataFrame(rows, schema).coalesce(1).write.parquet(str(out))
+    target = bronze / key
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(next(out.glob("part-*.parquet")), target)
+    return key
+
+
+PARQUET = """
+bronze: {format: parquet, timestamp_column: ts}
+tables:
+  s.items: {primary_key: [id]}
+  s.other: {primary_key: [id]}
+"""
+
+
+def test_widening_applies_and_a_type_change_quarantines_only_its_table(
+    spark: SparkSession, make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # GIVEN Parquet CDC files where qty goes int -> bigint, then string; another table in the same batch
+    engine = make_engine(PARQUET)
+    bronze = tmp_path / "bronze"
+    schema = "Op string, ts string, id int, qty {}"
+    f1 = _parquet(spark, bronze, "s/items/20240102-0000010000.parquet",
+                  [("I", "2024-01-02 00:00:01.000000", 1, 5)], schema.format("int"))  # fmt: skip
+    f2 = _parquet(spark, bronze, "s/items/20240102-0000020000.parquet",
+                  [("I", "2024-01-02 00:00:02.000000", 2, 2**40)], schema.format("bigint"))  # fmt: skip
+    f3 = _parquet(spark, bronze, "s/items/20240102-0000030000.parquet",
+                  [("U", "2024-01-02 00:00:03.000000", 1, "five")], schema.format("string"))  # fmt: skip
+    other = _parquet(spark, bronze, "s/other/20240102-0000030000.parquet",
+                     [("I", "2024-01-02 00:00:03.000000", 9, 1)], schema.format("int"))  # fmt: skip
+    _apply(engine, f1)
+    # WHEN the widening batch, then a batch with the type change and the other table, are applied
+    widened = _apply(engine, f2)
+    mixed = _apply(engine, f3, other)
+    # THEN qty became bigint and holds the big value; the string batch is quarantined; the other applied
+    items = engine.spark.table(f"silver.{engine.config.database}.items")
+    assert dict(items.dtypes)["qty"] == "bigint"
+    assert sorted((r["id"], r["qty"]) for r in items.collect()) == [(1, 5), (2, 2**40)]
+    assert widened.tables[0].schema_changes == ["widened column qty from int to bigint"]
+    by_table = {t.table: t for t in mixed.tables}
+    assert by_table["s.items"].quarantined_files == [f3]
+    assert by_table["s.items"].note == "quarantined: column qty changed type from bigint to string"
+    assert by_table["s.other"].files_applied == 1
+    quarantine = engine.spark.table(f"silver.{engine.config.database}.{QUARANTINE_TABLE}").collect()
+    assert [(r["silver_table"], r["file_key"]) for r in quarantine] == [("items", f3)]
+    # AND the quarantined file stays pending: a later run tries it again rather than skipping it
+    assert [t.quarantined_files for t in run(engine).tables if t.table == "s.items"] == [[f3]]
