@@ -1,0 +1,65 @@
+"""The pure parts of PostgreSQL capture: pgoutput decoding, type mapping, value text, file names."""
+
+from __future__ import annotations
+
+import struct
+from decimal import Decimal
+
+from cdclake.capture import TableFolder, change_sequence
+from cdclake.pg_catalog import spark_type, value_text
+from cdclake.pgoutput import UNCHANGED_TOAST, Begin, RowChange, decode, format_lsn, parse_lsn
+from cdclake.verify import canonical
+
+
+def _tuple(*values: object) -> bytes:
+    out = struct.pack("!h", len(values))
+    for v in values:
+        if v is None:
+            out += b"n"
+        elif v is UNCHANGED_TOAST:
+            out += b"u"
+        else:
+            data = str(v).encode()
+            out += b"t" + struct.pack("!i", len(data)) + data
+    return out
+
+
+def test_decode_update_with_old_key_and_unchanged_toast() -> None:
+    payload = b"U" + struct.pack("!I", 42) + b"K" + _tuple("1", None) + b"N" + _tuple("2", UNCHANGED_TOAST)
+    assert decode(payload) == RowChange("U", 42, new=("2", UNCHANGED_TOAST), old=("1", None), old_is_key=True)
+
+
+def test_decode_begin_reads_commit_lsn_and_time() -> None:
+    message = decode(b"B" + struct.pack("!Qqi", 0x1_0000_0010, 86_400_000_000, 7))
+    assert isinstance(message, Begin) and message.final_lsn == 0x1_0000_0010 and message.xid == 7
+    assert message.commit_ts.isoformat() == "2000-01-02T00:00:00+00:00"
+
+
+def test_numeric_precision_comes_from_the_type_modifier() -> None:
+    assert spark_type("numeric", ((12 << 16) | 2) + 4) == "decimal(12,2)"
+    assert spark_type("numeric", -1) == "string"  # unconstrained: exact text, never rounded
+    assert spark_type("numeric", ((40 << 16) | 2) + 4) == "string"
+    assert spark_type("timestamptz", -1) == "timestamp" and spark_type("timestamp", -1) == "timestamp_ntz"
+
+
+def test_values_become_text_spark_casts_correctly() -> None:
+    assert value_text("timestamptz")("2024-01-01 01:30:00.5+05:30") == "2023-12-31 20:00:00.500000"
+    assert value_text("timestamptz")("infinity") == "infinity"  # left for the engine to reject by name
+    assert value_text("bool")("t") == "true"
+    assert value_text("bytea")("\\x00ff") == "00ff"
+
+
+def test_verify_canonical_forms_agree_across_sources() -> None:
+    assert canonical(Decimal("1.5"), "decimal(10,2)") == canonical(Decimal("1.50"), "decimal(10,2)")
+    assert canonical(1.1, "float") == canonical(struct.unpack("f", struct.pack("f", 1.1))[0], "float")
+    assert canonical(memoryview(b"\x00\xff"), "string") == "00ff"
+
+
+def test_file_names_increase_even_when_commit_time_goes_back(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    folder = TableFolder(tmp_path)
+    first = folder.next_name("2024-01-01 10:00:00.500000", 100)
+    folder.last_stamp = first[: -len(".csv")][:-20]
+    second = folder.next_name("2024-01-01 09:59:59.000000", 200)
+    assert first < second and len(first) == len(second)
+    assert change_sequence(100, 2) < change_sequence(101, 1) and len(change_sequence(1, 1)) == 30
+    assert parse_lsn(format_lsn(0x1_0000_00AB)) == 0x1_0000_00AB
