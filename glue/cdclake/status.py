@@ -10,7 +10,15 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from cdclake.silver import LATEST_COMMIT_TS_PROPERTY, read_ledger, table_exists
+from cdclake.silver import (
+    LATEST_COMMIT_TS_PROPERTY,
+    QUARANTINE_TABLE,
+    SCHEMA_CHANGES_TABLE,
+    SilverTable,
+    read_ledger,
+    table_exists,
+    tombstones_of,
+)
 
 if TYPE_CHECKING:
     from cdclake.pipeline import Engine
@@ -27,6 +35,10 @@ class TableStatus:
     last_applied_file: str | None = None
     latest_change: str | None = None  # newest source commit timestamp applied
     lag_seconds: float | None = None  # now - latest_change
+    tombstones: int | None = None  # deleted keys remembered so late changes cannot revive them
+    schema_changes: int = 0  # entries in cdclake_schema_changes
+    last_schema_change: str | None = None
+    quarantined_files: int = 0  # entries in cdclake_quarantine
 
 
 def _lag(latest: str | None, now: datetime) -> float | None:
@@ -39,9 +51,23 @@ def _lag(latest: str | None, now: datetime) -> float | None:
     return round((now - moment).total_seconds(), 1)
 
 
+def _journal_counts(engine: Engine, journal: str, time_column: str, detail: str) -> dict[str, tuple[int, Any]]:
+    """Per silver table: how many journal entries, and the newest one's ``detail``."""
+    table = SilverTable(engine.catalog, engine.config.database, journal)
+    if not table_exists(engine.spark, table):
+        return {}
+    rows = engine.spark.sql(
+        f"SELECT silver_table, count(*) AS n, max_by({detail}, {time_column}) AS last "
+        f"FROM {table.identifier} GROUP BY silver_table"
+    ).collect()
+    return {r["silver_table"]: (r["n"], r["last"]) for r in rows}
+
+
 def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableStatus]:
-    """One status per configured table, read from the Iceberg metadata tables."""
+    """One status per configured table, read from the Iceberg metadata tables and the journals."""
     now = now or datetime.now(UTC)
+    schema_changes = _journal_counts(engine, SCHEMA_CHANGES_TABLE, "changed_at", "change")
+    quarantined = _journal_counts(engine, QUARANTINE_TABLE, "quarantined_at", "reason")
     statuses = []
     for table in engine.config.tables:
         silver = engine.silver_table(table)
@@ -56,6 +82,11 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
             f"FROM {silver.metadata('snapshots')}"
         ).first()
         latest = summary["latest"] if summary else None
+        tombstones = tombstones_of(silver)
+        tombstone_count = (
+            engine.spark.table(tombstones.identifier).count() if table_exists(engine.spark, tombstones) else 0
+        )
+        changes, last_change = schema_changes.get(table.target, (0, None))
         statuses.append(
             TableStatus(
                 source=table.source,
@@ -67,6 +98,10 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
                 last_applied_file=ledger.last_file,
                 latest_change=latest,
                 lag_seconds=_lag(latest, now),
+                tombstones=tombstone_count,
+                schema_changes=changes,
+                last_schema_change=last_change,
+                quarantined_files=quarantined.get(table.target, (0, None))[0],
             )
         )
     return statuses
