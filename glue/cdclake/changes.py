@@ -26,6 +26,7 @@ ORDER_COLUMNS = (COMMIT_TS, CHANGE_SEQ, FILE_ORDINAL, ROW_POSITION)
 # comparable text (commit time, change sequence, file position), so later batches can tell
 # whether an incoming change is newer. Readers may ignore this documented column.
 SILVER_ORDER = "_cdc_order"
+UNCHANGED_PREFIX = "_cdc_unchanged_"  # + column: the change did not capture this column (CsvNoSupValue)
 TOMBSTONE_DELETED_AT = "deleted_at"  # the delete's source commit time, for tombstone retention
 _TS_WIDTH, _SEQ_WIDTH = 32, 48
 BOOKKEEPING = (OP, *ORDER_COLUMNS, ERROR)
@@ -34,7 +35,7 @@ VALID_OPS = ("I", "U", "D")
 
 def data_columns(df: DataFrame) -> list[str]:
     """The columns of ``df`` that describe the source row (everything but bookkeeping)."""
-    return [c for c in df.columns if c not in BOOKKEEPING and c != SILVER_ORDER]
+    return [c for c in df.columns if c not in BOOKKEEPING and c != SILVER_ORDER and not c.startswith(UNCHANGED_PREFIX)]
 
 
 def _add_error(df: DataFrame, condition: Column, reason: Column) -> DataFrame:
@@ -110,7 +111,34 @@ def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig) -> 
         if column in columns and column != seq_name:
             df = _checked_cast(df, column, type_name)
     drop = [c for c in (DMS_OP_COLUMN, CORRUPT_RECORD, seq_name) if c and c in columns]
-    return df.drop(*drop)
+    df = df.drop(*drop)
+    if settings.csv_no_sup_value is not None:
+        df = _mark_unchanged(df, settings.csv_no_sup_value, exclude={ts_name or "", *table.primary_key})
+    return df
+
+
+def _mark_unchanged(df: DataFrame, marker: str, exclude: set[str]) -> DataFrame:
+    """DMS writes CsvNoSupValue for a column an update did not capture (e.g. a LOB): "unchanged".
+
+    The value becomes NULL and ``_cdc_unchanged_<column>`` records that it must not overwrite
+    the stored value. Only text columns can hold the marker.
+    """
+    from pyspark.sql import functions as F
+
+    text_columns = [f.name for f in df.schema.fields if f.dataType.simpleString() == "string"]
+    for column in data_columns(df):
+        if column in exclude or column not in text_columns:
+            continue
+        unchanged = F.coalesce(F.col(column) == marker, F.lit(False))
+        df = df.withColumn(UNCHANGED_PREFIX + column, unchanged).withColumn(
+            column, F.when(F.col(UNCHANGED_PREFIX + column), F.lit(None).cast("string")).otherwise(F.col(column))
+        )
+    return df
+
+
+def unchanged_flags(df: DataFrame) -> dict[str, str]:
+    """Data column -> its ``_cdc_unchanged_`` flag column, for columns that can be "not captured"."""
+    return {c[len(UNCHANGED_PREFIX) :]: c for c in df.columns if c.startswith(UNCHANGED_PREFIX)}
 
 
 def apply_cleaning(df: DataFrame, rules: CleaningRules, table_name: str) -> DataFrame:
@@ -141,10 +169,10 @@ def apply_cleaning(df: DataFrame, rules: CleaningRules, table_name: str) -> Data
             ) from None
     for old, new in rules.rename.items():
         require(old, "rename")
-        df = df.withColumnRenamed(old, new)
+        df = df.withColumnRenamed(old, new).withColumnRenamed(UNCHANGED_PREFIX + old, UNCHANGED_PREFIX + new)
     for column in rules.drop:
         require(column, "drop")
-    return df.drop(*rules.drop)
+    return df.drop(*rules.drop, *[UNCHANGED_PREFIX + c for c in rules.drop])
 
 
 def flag_missing_keys(df: DataFrame, key: Sequence[str]) -> DataFrame:
@@ -190,9 +218,18 @@ def latest_change_per_key(df: DataFrame, key: Sequence[str]) -> DataFrame:
     """
     from pyspark.sql import functions as F
 
-    values = [c for c in df.columns if c not in key]
-    latest = df.groupBy(*key).agg(F.max_by(F.struct(*values), change_order()).alias("_cdc_latest"))
-    return latest.select(*key, *[F.col(f"_cdc_latest.{c}").alias(c) for c in values])
+    flags = unchanged_flags(df)
+    values = [c for c in df.columns if c not in key and c not in flags and c not in flags.values()]
+    aggregates = [F.max_by(F.struct(*values), change_order()).alias("_cdc_latest")]
+    for column, flag in flags.items():
+        # The newest captured value in the batch; unchanged only if no change captured it.
+        captured_order = F.when(~F.col(flag), change_order())
+        aggregates += [
+            F.max_by(F.col(column), captured_order).alias(column),
+            (~F.max(~F.col(flag))).alias(flag),
+        ]
+    latest = df.groupBy(*key).agg(*aggregates)
+    return latest.select(*key, *[F.col(f"_cdc_latest.{c}").alias(c) for c in values], *flags, *flags.values())
 
 
 EFFECT = "_cdc_effect"
@@ -232,18 +269,30 @@ def quote(identifier: str) -> str:
 
 
 def merge_statement(
-    target: str, source_view: str, key: Sequence[str], columns: Sequence[str], absent: Sequence[str] = ()
+    target: str,
+    source_view: str,
+    key: Sequence[str],
+    columns: Sequence[str],
+    absent: Sequence[str] = (),
+    unchanged: Sequence[str] = (),
 ) -> str:
     """One MERGE that applies de-duplicated changes (one row per key, with ``_cdc_order``).
 
     A change older than the stored row's order is ignored. Deletes remove a matched row and
     ignore a missing one; inserts and updates both upsert. ``absent`` names silver columns the
     batch does not carry (dropped at the source): they become NULL on insert and update.
+    ``unchanged`` names columns with a ``_cdc_unchanged_`` flag: flagged values keep the stored one.
     """
     on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
     newer = f"(t.{SILVER_ORDER} IS NULL OR s.{SILVER_ORDER} >= t.{SILVER_ORDER})"
     non_key = [c for c in columns if c not in key]
-    sets = [f"t.{quote(c)} = s.{quote(c)}" for c in (*non_key, SILVER_ORDER)]
+
+    def value(c: str) -> str:
+        if c in unchanged:
+            return f"CASE WHEN s.{quote(UNCHANGED_PREFIX + c)} THEN t.{quote(c)} ELSE s.{quote(c)} END"
+        return f"s.{quote(c)}"
+
+    sets = [f"t.{quote(c)} = {value(c)}" for c in (*non_key, SILVER_ORDER)]
     sets += [f"t.{quote(c)} = NULL" for c in absent]
     insert_cols = ", ".join(quote(c) for c in (*columns, SILVER_ORDER))
     insert_vals = ", ".join(f"s.{quote(c)}" for c in (*columns, SILVER_ORDER))

@@ -82,6 +82,7 @@ class BronzeSettings:
     csv_header: bool = False  # AddColumnName
     csv_delimiter: str = ","  # CsvDelimiter
     csv_null_value: str = ""  # CsvNullValue; real DMS output writes NULL as an empty unquoted field
+    csv_no_sup_value: str | None = None  # CsvNoSupValue: a column the update did not capture
     include_op_for_full_load: bool = False  # IncludeOpForFullLoad
     timestamp_column: str | None = None  # TimestampColumnName
     change_sequence_column: str | None = None  # a transformation-added AR_H_CHANGE_SEQ column
@@ -188,7 +189,7 @@ class _Doc:
 
 _TOP_KEYS = {"bronze", "silver", "tables", "cdc"}
 _BRONZE_KEYS = {
-    "path", "format", "csv_header", "csv_delimiter", "csv_null_value", "include_op_for_full_load",
+    "path", "format", "csv_header", "csv_delimiter", "csv_null_value", "csv_no_sup_value", "include_op_for_full_load",
     "timestamp_column", "change_sequence_column",
 }  # fmt: skip
 _TABLE_KEYS = {"target", "primary_key", "append_only", "columns", "clean"}
@@ -224,6 +225,9 @@ def _parse_bronze(doc: _Doc, node: Node | None) -> BronzeSettings:
         csv_null_value=doc.scalar(fields["csv_null_value"], "bronze.csv_null_value")
         if "csv_null_value" in fields
         else defaults.csv_null_value,
+        csv_no_sup_value=doc.scalar(fields["csv_no_sup_value"], "bronze.csv_no_sup_value")
+        if "csv_no_sup_value" in fields
+        else None,
         include_op_for_full_load=doc.boolean(fields["include_op_for_full_load"], "bronze.include_op_for_full_load")
         if "include_op_for_full_load" in fields
         else defaults.include_op_for_full_load,

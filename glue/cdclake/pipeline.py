@@ -36,6 +36,7 @@ from cdclake.changes import (
     merge_statement,
     to_changes,
     tombstone_statement,
+    unchanged_flags,
     with_silver_order,
 )
 from cdclake.config import PipelineConfig, TableConfig
@@ -273,10 +274,10 @@ def apply_cdc_batch(engine: Engine, table: TableConfig, files: Sequence[BronzeFi
         rows = _cdc_rows(changes, table)
         if not table_exists(engine.spark, silver):
             ensure_database(engine.spark, engine.catalog, engine.config.database)
-            replace_table(engine.spark, silver, rows.drop(OP, COMMIT_TS).limit(0), [])
+            replace_table(engine.spark, silver, _silver_shape(rows).limit(0), [])
         plan = plan_schema_change(
             silver_columns(engine.spark, silver),
-            [(f.name, f.dataType.simpleString()) for f in rows.drop(OP, COMMIT_TS).schema.fields],
+            [(f.name, f.dataType.simpleString()) for f in _silver_shape(rows).schema.fields],
             bookkeeping=(SILVER_ORDER,),
         )
         if plan.incompatible:
@@ -341,7 +342,7 @@ def _append_batch(
 ) -> None:
     rows = rows.cache()
     report.inserted = rows.count()
-    append_rows(engine.spark, silver, rows.drop(OP, COMMIT_TS), _batch_ledger(rows, keys))
+    append_rows(engine.spark, silver, _silver_shape(rows), _batch_ledger(rows, keys))
     rows.unpersist()
 
 
@@ -387,7 +388,8 @@ def _merge_batch(
         applicable = classified.where(F.col(EFFECT).isin(EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE))
         view = f"cdclake_changes_{table.target}"
         applicable.createOrReplaceTempView(view)
-        statement = merge_statement(silver.identifier, view, key, data_columns(rows), absent)
+        unchanged = list(unchanged_flags(rows))
+        statement = merge_statement(silver.identifier, view, key, data_columns(rows), absent, unchanged)
         merge_rows(engine.spark, statement, ledger_properties(KIND_CDC, keys, latest_ts))
         engine.spark.catalog.dropTempView(view)
     finally:
@@ -403,7 +405,13 @@ def _cdc_rows(changes: DataFrame, table: TableConfig) -> DataFrame:
             *data_columns(changes), APPEND_ONLY_OP_COLUMN, OP, COMMIT_TS
         )
     latest = latest_change_per_key(changes, table.silver_key())
-    return latest.select(*data_columns(changes), SILVER_ORDER, OP, COMMIT_TS)
+    flags = list(unchanged_flags(latest).values())
+    return latest.select(*data_columns(changes), SILVER_ORDER, OP, COMMIT_TS, *flags)
+
+
+def _silver_shape(rows: DataFrame) -> DataFrame:
+    """The columns a silver table stores: the data columns and, for keyed tables, ``_cdc_order``."""
+    return rows.select(*data_columns(rows), *([SILVER_ORDER] if SILVER_ORDER in rows.columns else []))
 
 
 def group_by_table(

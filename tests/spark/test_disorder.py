@@ -204,3 +204,49 @@ def test_widening_applies_and_a_type_change_quarantines_only_its_table(
     assert (status["s.items"].schema_changes, status["s.items"].quarantined_files) == (1, 2)
     assert status["s.items"].last_schema_change == "widened column qty from int to bigint"
     assert (status["s.other"].schema_changes, status["s.other"].quarantined_files) == (0, 0)
+
+
+def test_a_column_not_captured_never_overwrites_the_stored_value(make_engine: EngineFactory, tmp_path: Path) -> None:
+    # GIVEN CsvNoSupValue and a loaded row with a large document
+    config = """
+bronze: {timestamp_column: ts, csv_no_sup_value: "<nosup>"}
+tables:
+  s.docs: {primary_key: [id], columns: {id: int, name: string, body: string}}
+"""
+    engine = make_engine(config)
+    bronze = tmp_path / "bronze" / "s" / "docs"
+    write_csv(bronze / "LOAD00000001.csv", [["2024-01-01 00:00:00.000000", "1", "a", "big document"]])
+    t = "2024-01-02 00:00:0{}.000000"
+    # WHEN updates arrive that did not capture the body, one of them after an update that did
+    write_csv(bronze / "20240102-0000010000.csv", [["U", t.format(1), "1", "b", "<nosup>"]])
+    write_csv(
+        bronze / "20240102-0000020000.csv",
+        [
+            ["U", t.format(2), "1", "c", "new body"],
+            ["U", t.format(3), "1", "d", "<nosup>"],
+            ["I", t.format(3), "2", "e", "<nosup>"],
+        ],
+    )
+    run(engine)
+    # THEN the body keeps the newest captured value; a new row without one has NULL
+    rows = engine.spark.table(f"silver.{engine.config.database}.docs").collect()
+    assert sorted((r["id"], r["name"], r["body"]) for r in rows) == [(1, "d", "new body"), (2, "e", None)]
+    assert "_cdc_unchanged_body" not in engine.spark.table(f"silver.{engine.config.database}.docs").columns
+
+
+def test_a_column_not_captured_keeps_the_stored_value_across_batches(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    config = """
+bronze: {timestamp_column: ts, csv_no_sup_value: "<nosup>"}
+tables:
+  s.docs: {primary_key: [id], columns: {id: int, name: string, body: string}}
+"""
+    engine = make_engine(config)
+    bronze = tmp_path / "bronze" / "s" / "docs"
+    write_csv(bronze / "LOAD00000001.csv", [["2024-01-01 00:00:00.000000", "1", "a", "big document"]])
+    run(engine)
+    write_csv(bronze / "20240102-0000010000.csv", [["U", "2024-01-02 00:00:01.000000", "1", "b", "<nosup>"]])
+    run(engine)
+    rows = engine.spark.table(f"silver.{engine.config.database}.docs").collect()
+    assert [(r["id"], r["name"], r["body"]) for r in rows] == [(1, "b", "big document")]
