@@ -39,6 +39,19 @@ format: setup
 wheel: setup ## the cdclake wheel AWS Glue installs (--additional-python-modules)
 	$(BIN)/python -m pip wheel --no-deps --wheel-dir dist .
 
+# ------------------------------------------------------------------------------ benchmarks
+# Not part of `make test`. PROFILE=quick (< 10 min on 2 cores), full (the issue's 10M-row sizes) or
+# smoke (a one-minute harness check). Writes docs/benchmarks.md, docs/benchmarks-<profile>.json and docs/benchmarks.png.
+PROFILE ?= quick
+
+.PHONY: bench bench-full
+
+bench: setup ## benchmarks: ratios against baselines measured in the same run (docs/benchmarks.md)
+	$(BIN)/python -m bench.run --profile $(PROFILE)
+
+bench-full: setup ## the larger profile: 10M rows, 1M changes (about an hour on 2 cores)
+	$(BIN)/python -m bench.run --profile full
+
 clean:
 	rm -rf $(VENV) .cdclake dist build glue/*.egg-info .pytest_cache .mypy_cache .ruff_cache
 

@@ -1,0 +1,546 @@
+"""cdclake benchmarks: every figure is a ratio against a baseline measured in the same run.
+
+    .venv/bin/python -m bench.run --profile quick     # make bench            (< 10 min on 2 cores)
+    .venv/bin/python -m bench.run --profile full      # make bench PROFILE=full (the issue's sizes)
+
+cdclake's numbers come from its real code path (``cdclake.pipeline.full_load_table`` and
+``apply_cdc_files`` on an ``Engine`` with a local Iceberg catalog). Results go to
+``docs/benchmarks.md`` (the profile's generated section), ``docs/benchmarks-<profile>.json`` and
+``docs/benchmarks.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench import generate as gen
+from bench.memory import find_jvm, python_peak_kib, reset_peak, status_kib
+from bench.report import Comparison, comparison_table, splice, timings_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from cdclake.pipeline import Engine
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE_DIR = Path.home() / ".cache" / "cdclake"
+log = logging.getLogger("bench")
+
+
+@dataclass(frozen=True)
+class Profile:
+    rows: int  # the main table (full load, CDC apply)
+    load_files: int
+    changes: int  # the main CDC apply (10% D, 80% U, 10% I)
+    change_files: int
+    small_rows: int  # the scaling comparison's small table (also seed and CoW/MoR tables)
+    fixed_changes: int  # the scaling comparison: into small_rows and into rows; 1% of rows
+    seed_files: int  # one MERGE per file, copy-on-write (the first seed's approach)
+    seed_changes_per_file: int
+    seed_files_timed: int  # files the seed approach is timed on; the rest is extrapolated linearly
+    batches: int  # CoW vs MoR: batches applied before reading
+    batch_changes: int
+    driver_memory: str = "2g"
+
+
+PROFILES = {
+    "quick": Profile(
+        rows=1_000_000,
+        load_files=4,
+        changes=100_000,
+        change_files=10,
+        small_rows=100_000,
+        fixed_changes=10_000,
+        seed_files=200,
+        seed_changes_per_file=50,
+        seed_files_timed=40,
+        batches=5,
+        batch_changes=10_000,
+    ),
+    # A harness check in well under a minute (figures are meaningless at this size).
+    "smoke": Profile(
+        rows=20_000,
+        load_files=2,
+        changes=2_000,
+        change_files=4,
+        small_rows=2_000,
+        fixed_changes=200,
+        seed_files=10,
+        seed_changes_per_file=10,
+        seed_files_timed=5,
+        batches=2,
+        batch_changes=100,
+    ),
+    "full": Profile(
+        rows=10_000_000,
+        load_files=16,
+        changes=1_000_000,
+        change_files=20,
+        small_rows=1_000_000,
+        fixed_changes=100_000,
+        seed_files=200,
+        seed_changes_per_file=500,
+        seed_files_timed=200,
+        batches=10,
+        batch_changes=100_000,
+    ),
+}
+
+
+class Bench:
+    def __init__(self, spark: SparkSession, work: Path) -> None:
+        self.spark = spark
+        self.work = work
+        self.timings: dict[str, float] = {}
+        self.peaks_mib: dict[str, float] = {}
+        self.jvm = find_jvm()
+        self.overall_jvm_peak_kib = 0
+
+    @contextmanager
+    def timed(self, name: str) -> Iterator[None]:
+        """Time a step and record the JVM's peak RSS during it."""
+        if self.jvm:
+            self.overall_jvm_peak_kib = max(self.overall_jvm_peak_kib, status_kib(self.jvm, "VmHWM"))
+            reset_peak(self.jvm)
+        started = time.perf_counter()
+        yield
+        self.timings[name] = time.perf_counter() - started
+        if self.jvm:
+            peak = status_kib(self.jvm, "VmHWM")
+            self.overall_jvm_peak_kib = max(self.overall_jvm_peak_kib, peak)
+            self.peaks_mib[name] = peak / 1024
+        log.info("%-45s %8.2f s", name, self.timings[name])
+
+    def engine(self, target: str, bronze: Path, max_files_per_batch: int = 500) -> Engine:
+        from cdclake.config import parse_config
+        from cdclake.pipeline import Engine
+        from cdclake.storage import LocalBronze
+
+        config = parse_config(gen.config_yaml(target, max_files_per_batch=max_files_per_batch), "bench.yaml")
+        config = replace(config, bronze=replace(config.bronze, path=str(bronze)))
+        return Engine(spark=self.spark, config=config, store=LocalBronze(bronze))
+
+    def full_load(self, target: str, bronze: Path) -> None:
+        from cdclake.pipeline import full_load_table
+        from cdclake.storage import list_bronze
+
+        engine = self.engine(target, bronze)
+        full_load_table(engine, engine.config.tables[0], list_bronze(engine.store), reload=True)
+
+    def apply(self, target: str, bronze: Path) -> Any:
+        from cdclake.pipeline import apply_cdc_files
+        from cdclake.storage import list_bronze
+
+        engine = self.engine(target, bronze)
+        report = apply_cdc_files(engine, list(list_bronze(engine.store).files))
+        return report.tables[0]
+
+    def count(self, target: str) -> int:
+        return int(self.spark.table(f"silver.bench.{target}").count())
+
+    def floor_copy(self, files: list[Path], file_format: str, kind: str, name: str) -> None:
+        """Plain Spark: read the same files and write them as Parquet (the floor)."""
+        from pyspark.sql.types import StringType, StructField, StructType
+
+        out = self.work / "floor" / name
+        paths = [str(p) for p in files]
+        if file_format == "parquet":
+            frame = self.spark.read.parquet(*paths)
+        else:
+            columns = (["Op"] if kind == "cdc" else []) + [gen.TIMESTAMP_COLUMN, *gen.COLUMNS, gen.SEQ_COLUMN]
+            schema = StructType([StructField(c, StringType()) for c in columns])
+            frame = self.spark.read.schema(schema).option("escape", '"').csv(paths)
+        frame.write.mode("overwrite").parquet(str(out))
+
+
+def _expected_rows(rows: int, change: gen.ChangeSet) -> int:
+    counts = change.counts()
+    return rows - counts["D"] + counts["I"]
+
+
+def _check(actual: int, expected: int, what: str) -> None:
+    if actual != expected:
+        raise AssertionError(f"{what}: {actual} rows, expected {expected}")
+
+
+def run_profile(spark: SparkSession, profile: Profile, work: Path) -> dict[str, Any]:
+    b = Bench(spark, work)
+    data = work / "data"
+    p = profile
+    start = datetime(2024, 1, 2)
+
+    # ------------------------------------------------------------------ data (not timed as figures)
+    main_change = gen.ChangeSet(p.rows, p.changes, p.change_files)
+    small_fixed = gen.ChangeSet(p.small_rows, p.fixed_changes, 1)
+    large_fixed = gen.ChangeSet(p.rows, p.fixed_changes, 1)
+    seed_change = gen.ChangeSet(p.small_rows, p.seed_files * p.seed_changes_per_file, p.seed_files)
+    with b.timed("generate data"):
+        load_csv = gen.full_load(spark, data / "load_csv", p.rows, p.load_files, "csv")
+        load_pq = gen.full_load(spark, data / "load_parquet", p.rows, p.load_files, "parquet")
+        gen.full_load(spark, data / "load_small", p.small_rows, max(1, p.load_files // 4), "csv")
+        main_cdc = gen.changes(spark, data / "cdc_main", main_change, start)
+        gen.changes(spark, data / "cdc_small_fixed", small_fixed, start)
+        gen.changes(spark, data / "cdc_large_fixed", large_fixed, start)
+        gen.changes(spark, data / "cdc_seed", seed_change, start)
+        for batch in range(p.batches):
+            change = gen.ChangeSet(p.small_rows, p.batch_changes, 1, batch=batch)
+            gen.changes(spark, data / f"cdc_batch_{batch}", change, start + timedelta(hours=batch + 1))
+
+    # ------------------------------------------------------------------ full load (small one first: warm-up)
+    with b.timed(f"cdclake full load CSV {p.small_rows:,} rows"):
+        b.full_load("orders_small", data / "load_small")
+    with b.timed(f"floor full load CSV {p.rows:,} rows"):
+        b.floor_copy(load_csv, "csv", "load", "load_csv")
+    with b.timed(f"cdclake full load CSV {p.rows:,} rows"):
+        b.full_load("orders_csv", data / "load_csv")
+    with b.timed(f"floor full load Parquet {p.rows:,} rows"):
+        b.floor_copy(load_pq, "parquet", "load", "load_parquet")
+    with b.timed(f"cdclake full load Parquet {p.rows:,} rows"):
+        b.full_load("orders_pq", data / "load_parquet")
+    _check(b.count("orders_csv"), p.rows, "full load CSV")
+
+    # ------------------------------------------------------------------ CDC apply
+    with b.timed(f"floor CDC {p.changes:,} changes"):
+        b.floor_copy(main_cdc, "csv", "cdc", "cdc_main")
+    with b.timed(f"cdclake CDC {p.changes:,} changes into {p.rows:,}"):
+        b.apply("orders_csv", data / "cdc_main")
+    _check(b.count("orders_csv"), _expected_rows(p.rows, main_change), "CDC apply")
+
+    # ------------------------------------------------------------------ scaling: fixed changes, 10x the table
+    with b.timed(f"cdclake CDC {p.fixed_changes:,} into {p.small_rows:,}"):
+        b.apply("orders_small", data / "cdc_small_fixed")
+    with b.timed(f"cdclake CDC {p.fixed_changes:,} into {p.rows:,}"):
+        b.apply("orders_pq", data / "cdc_large_fixed")
+    _check(b.count("orders_pq"), _expected_rows(p.rows, large_fixed), "fixed changes into the large table")
+
+    # ------------------------------------------------------------------ the full-snapshot alternative
+    with b.timed("generate the new snapshot"):
+        gen.snapshot_from_table(spark, "silver.bench.orders_pq", data / "snapshot", p.load_files)
+    with b.timed(f"full-snapshot rewrite {p.rows:,} rows"):
+        b.full_load("orders_snapshot", data / "snapshot")
+    _check(b.count("orders_snapshot"), _expected_rows(p.rows, large_fixed), "snapshot rewrite")
+
+    # ------------------------------------------------------------------ the first seed: one MERGE per file, CoW
+    with b.timed("prepare seed tables"):
+        b.full_load("orders_seed_cdclake", data / "load_small")
+        spark.sql(
+            "CREATE OR REPLACE TABLE silver.bench.orders_seed_merge USING iceberg TBLPROPERTIES ("
+            "'format-version'='2', 'write.merge.mode'='copy-on-write', 'write.update.mode'='copy-on-write', "
+            "'write.delete.mode'='copy-on-write') AS SELECT * FROM silver.bench.orders_seed_cdclake"
+        )
+    with b.timed(f"cdclake {p.seed_files} files in one batch"):
+        b.apply("orders_seed_cdclake", data / "cdc_seed")
+    seed_files = sorted(gen.table_dir(data / "cdc_seed").iterdir())
+    with b.timed(f"seed MERGE per file, first {p.seed_files_timed} files"):
+        for path in seed_files[: p.seed_files_timed]:
+            seed_merge(spark, path, "silver.bench.orders_seed_merge")
+    if p.seed_files_timed == p.seed_files:
+        _check(b.count("orders_seed_merge"), b.count("orders_seed_cdclake"), "seed approach vs cdclake")
+
+    # ------------------------------------------------------------------ copy-on-write vs merge-on-read
+    failures: dict[str, str] = {}
+    read_query = "SELECT count(*), sum(amount), max(_cdc_order) FROM silver.bench.{t}"
+    for mode in ("mor", "cow"):
+        with b.timed(f"prepare {mode} table"):
+            b.full_load(f"orders_{mode}", data / "load_small")
+            if mode == "cow":
+                spark.sql(
+                    "ALTER TABLE silver.bench.orders_cow SET TBLPROPERTIES ('write.merge.mode'='copy-on-write', "
+                    "'write.update.mode'='copy-on-write', 'write.delete.mode'='copy-on-write')"
+                )
+        with b.timed(f"read {mode} after full load"):
+            spark.sql(read_query.format(t=f"orders_{mode}")).collect()
+        started = time.perf_counter()
+        try:
+            for batch in range(p.batches):
+                with b.timed(f"{mode} batch {batch + 1}"):
+                    b.apply(f"orders_{mode}", data / f"cdc_batch_{batch}")
+        except Exception as exc:  # a finding to report, not a reason to lose the other figures
+            failures[mode] = str(exc).splitlines()[0][:300]
+            log.warning("%s batches failed: %s", mode, failures[mode])
+            continue
+        b.timings[f"{mode} {p.batches} batches total"] = time.perf_counter() - started
+        with b.timed(f"read {mode} after {p.batches} batches"):
+            spark.sql(read_query.format(t=f"orders_{mode}")).collect()
+    with b.timed("maintenance mor (rewrite_data_files)"):
+        maintain(spark, "bench.orders_mor")
+    with b.timed(f"read mor after {p.batches} batches + maintenance"):
+        spark.sql(read_query.format(t="orders_mor")).collect()
+
+    return {
+        "timings": b.timings,
+        "jvm_peak_mib_by_step": b.peaks_mib,
+        "jvm_peak_mib": b.overall_jvm_peak_kib / 1024,
+        "python_peak_mib": python_peak_kib() / 1024,
+        "seed_extrapolation": p.seed_files / p.seed_files_timed,
+        "failures": failures,
+    }
+
+
+def seed_merge(spark: SparkSession, path: Path, target: str) -> None:
+    """The first seed's apply: read one CDC file, keep the last change per key, one MERGE (CoW)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    columns = ["Op", gen.TIMESTAMP_COLUMN, *gen.COLUMNS, gen.SEQ_COLUMN]
+    schema = StructType([StructField(c, StringType()) for c in columns])
+    frame = spark.read.schema(schema).option("escape", '"').option("multiLine", "true").csv(str(path))
+    frame = frame.select(
+        "Op",
+        F.col(gen.TIMESTAMP_COLUMN).cast("timestamp").alias(gen.TIMESTAMP_COLUMN),
+        *[F.col(c).cast(t).alias(c) for c, t in gen.COLUMNS.items()],
+        gen.SEQ_COLUMN,
+    )
+    latest = (
+        frame.withColumn("_rn", F.row_number().over(Window.partitionBy("id").orderBy(F.desc(gen.SEQ_COLUMN))))
+        .where("_rn = 1")
+        .drop("_rn")
+    )
+    latest.createOrReplaceTempView("seed_changes")
+    sets = ", ".join(f"t.{c} = s.{c}" for c in (gen.TIMESTAMP_COLUMN, *gen.COLUMNS) if c != "id")
+    cols = ", ".join((gen.TIMESTAMP_COLUMN, *gen.COLUMNS))
+    values = ", ".join(f"s.{c}" for c in (gen.TIMESTAMP_COLUMN, *gen.COLUMNS))
+    spark.sql(
+        f"MERGE INTO {target} t USING seed_changes s ON t.id = s.id "
+        "WHEN MATCHED AND s.Op = 'D' THEN DELETE "
+        f"WHEN MATCHED THEN UPDATE SET {sets}, t._cdc_order = s.{gen.SEQ_COLUMN} "
+        f"WHEN NOT MATCHED AND s.Op <> 'D' THEN INSERT ({cols}, _cdc_order) VALUES ({values}, s.{gen.SEQ_COLUMN})"
+    )
+
+
+def maintain(spark: SparkSession, table: str) -> None:
+    """Compaction that also folds in the delete files (what a maintenance job would run)."""
+    spark.sql(
+        f"CALL silver.system.rewrite_data_files(table => '{table}', "
+        "options => map('delete-file-threshold', '1', 'rewrite-all', 'true'))"
+    ).collect()
+    spark.sql(f"CALL silver.system.rewrite_position_delete_files(table => '{table}')").collect()
+
+
+def comparisons(result: dict[str, Any], p: Profile) -> list[Comparison]:
+    t = result["timings"]
+    seed_total = t[f"seed MERGE per file, first {p.seed_files_timed} files"] * result["seed_extrapolation"]
+    extrapolated = p.seed_files_timed != p.seed_files
+    return [
+        Comparison(
+            f"full load CSV, {p.rows:,} rows",
+            t[f"cdclake full load CSV {p.rows:,} rows"],
+            t[f"floor full load CSV {p.rows:,} rows"],
+            "Spark CSV→Parquet",
+            1.5,
+        ),
+        Comparison(
+            f"full load Parquet, {p.rows:,} rows",
+            t[f"cdclake full load Parquet {p.rows:,} rows"],
+            t[f"floor full load Parquet {p.rows:,} rows"],
+            "Spark Parquet→Parquet",
+            1.5,
+        ),
+        Comparison(
+            f"CDC apply, {p.changes:,} changes into {p.rows:,} rows",
+            t[f"cdclake CDC {p.changes:,} changes into {p.rows:,}"],
+            t[f"floor CDC {p.changes:,} changes"],
+            "Spark CSV→Parquet of the changes",
+            2.5,
+        ),
+        Comparison(
+            f"CDC apply vs full-snapshot rewrite, {p.fixed_changes:,} changes (1%)",
+            t[f"cdclake CDC {p.fixed_changes:,} into {p.rows:,}"],
+            t[f"full-snapshot rewrite {p.rows:,} rows"],
+            "rewrite from a new snapshot",
+            5,
+            at_most=False,
+        ),
+        Comparison(
+            f"{p.seed_files} CDC files in one batch vs one MERGE per file (CoW)",
+            t[f"cdclake {p.seed_files} files in one batch"],
+            seed_total,
+            "one MERGE per file",
+            10,
+            at_most=False,
+            note=f"per-file time over {p.seed_files_timed} files × {p.seed_files}" if extrapolated else "",
+        ),
+        Comparison(
+            f"scaling: {p.fixed_changes:,} changes into {p.rows:,} vs {p.small_rows:,} rows",
+            t[f"cdclake CDC {p.fixed_changes:,} into {p.rows:,}"],
+            t[f"cdclake CDC {p.fixed_changes:,} into {p.small_rows:,}"],
+            f"same into {p.small_rows:,}",
+            1.5,
+        ),
+    ]
+
+
+def memory_comparison(result: dict[str, Any]) -> Comparison:
+    return Comparison("driver JVM peak RSS", result["jvm_peak_mib"] / 1024, 1.0, "1 GiB", 4.0)
+
+
+def machine() -> dict[str, str]:
+    cpu = next(
+        (ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if "model name" in ln),
+        platform.processor(),
+    )
+    mem_kib = next(
+        int(ln.split()[1]) for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal")
+    )
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
+    import pyspark
+
+    from cdclake.runtime import ICEBERG_RUNTIME_JAR
+
+    return {
+        "cpu": f"{cpu}, {os.cpu_count()} cores",
+        "memory": f"{mem_kib / 1024 / 1024:.0f} GiB",
+        "os": f"{platform.system()} {platform.release()}",
+        "java": java,
+        "spark": f"PySpark {pyspark.__version__} (local[*])",
+        "iceberg": ICEBERG_RUNTIME_JAR,
+        "python": platform.python_version(),
+    }
+
+
+def render(profile_name: str, p: Profile, result: dict[str, Any], info: dict[str, str], command: str) -> str:
+    comps = comparisons(result, p)
+    t = result["timings"]
+    mor = t[f"mor {p.batches} batches total"]
+    read_fresh = t["read mor after full load"]
+    read_mor = t[f"read mor after {p.batches} batches"]
+    read_maintained = t[f"read mor after {p.batches} batches + maintenance"]
+    if f"cow {p.batches} batches total" in t:
+        cow, read_cow = t[f"cow {p.batches} batches total"], t[f"read cow after {p.batches} batches"]
+        cow_text = f"{cow:.1f} s copy-on-write (CoW/MoR = {cow / mor:.2f}×)"
+        cow_read = f"{read_cow:.2f} s on CoW ({read_cow / read_fresh:.2f}×), "
+    else:
+        cow_text = f"copy-on-write FAILED ({result['failures'].get('cow', '?')})"
+        cow_read = ""
+    mem = memory_comparison(result)
+    lines = [
+        f"### Profile `{profile_name}` — measured {result['finished']}",
+        "",
+        f"Command: `{command}` (wall time {result['wall_seconds'] / 60:.1f} min, driver memory {p.driver_memory}).",
+        "",
+        "Machine: " + "; ".join(f"{k}: {v}" for k, v in info.items()) + ".",
+        "",
+        f"Scale: table {p.rows:,} rows in {p.load_files} LOAD files; CDC {p.changes:,} changes in "
+        f"{p.change_files} files (10% D / 80% U / 10% I, keys spread over the whole table); scaling and "
+        f"snapshot: {p.fixed_changes:,} changes into {p.small_rows:,} and {p.rows:,} rows; seed comparison: "
+        f"{p.seed_files} files × {p.seed_changes_per_file} changes into {p.small_rows:,} rows; CoW/MoR: "
+        f"{p.batches} batches × {p.batch_changes:,} changes into {p.small_rows:,} rows.",
+        "",
+        comparison_table(comps),
+        f"| {mem.name} | {mem.ours:.2f} GiB | Python process peak: {result['python_peak_mib'] / 1024:.2f} GiB | "
+        f"{mem.ours:.2f} GiB | ≤ 4 GiB | {'yes' if mem.ours <= 4 else '**no**'} |",
+        "",
+        f"Copy-on-write vs merge-on-read ({p.batches} batches × {p.batch_changes:,} changes into "
+        f"{p.small_rows:,} rows): applying took {mor:.1f} s merge-on-read vs {cow_text}. "
+        f"A full-scan aggregate took {read_fresh:.2f} s on the fresh table, "
+        f"{read_mor:.2f} s after the batches on MoR ({read_mor / read_fresh:.2f}× fresh), {cow_read}"
+        f"and {read_maintained:.2f} s on MoR after maintenance "
+        f"({read_maintained / read_fresh:.2f}×; the maintenance itself took "
+        f"{t['maintenance mor (rewrite_data_files)']:.1f} s).",
+        "",
+        "<details><summary>Every timing of this run</summary>",
+        "",
+        timings_table(t),
+        "",
+        "</details>",
+    ]
+    return "\n".join(lines)
+
+
+def chart(results: dict[str, tuple[Profile, dict[str, Any]]], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    for profile_name, (p, result) in results.items():
+        comps = comparisons(result, p)
+        for ax, at_most in zip(axes, (True, False), strict=True):
+            chosen = [c for c in comps if c.at_most is at_most]
+            labels = [f"{c.name}\n[{profile_name}]" for c in chosen]
+            colours = ["tab:green" if c.met else "tab:red" for c in chosen]
+            ax.barh(labels, [c.figure for c in chosen], color=colours)
+            ax.scatter([c.target for c in chosen], labels, marker="|", s=400, color="black", zorder=3)
+    axes[0].set_title("cdclake / floor (lower is better; | = target)")
+    axes[1].set_title("speed-up over the alternative (higher is better; | = target)")
+    for ax in axes:
+        ax.tick_params(axis="y", labelsize=7)
+        ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="quick")
+    parser.add_argument("--workdir", type=Path, default=ROOT / ".cdclake" / "bench")
+    parser.add_argument("--docs", type=Path, default=ROOT / "docs")
+    parser.add_argument("--driver-memory", default=None)
+    parser.add_argument("--conf", action="append", default=[], help="extra Spark setting key=value (experiments)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("cdclake").setLevel(logging.WARNING)
+    profile = PROFILES[args.profile]
+    if args.driver_memory:
+        profile = replace(profile, driver_memory=args.driver_memory)
+    command = "make bench" + ("" if args.profile == "quick" else f" PROFILE={args.profile}")
+    if args.conf:
+        command = f".venv/bin/python -m bench.run --profile {args.profile} " + " ".join(
+            f"--conf {c}" for c in args.conf
+        )
+
+    from cdclake.session import LocalCatalog, SessionSettings, build_spark_session
+
+    work = args.workdir / args.profile
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    started = time.perf_counter()
+    extra = dict(c.split("=", 1) for c in args.conf)
+    catalog = LocalCatalog(warehouse=work / "warehouse", cache_dir=CACHE_DIR, driver_memory=profile.driver_memory)
+    spark = build_spark_session(SessionSettings(catalog=catalog, app_name="cdclake-bench", extra_conf=extra))
+    try:
+        result = run_profile(spark, profile, work)
+    finally:
+        spark.stop()
+    result["wall_seconds"] = time.perf_counter() - started
+    result["finished"] = datetime.now().strftime("%Y-%m-%d %H:%M")
+    result["profile"] = asdict(profile)
+    result["conf"] = extra
+    info = machine()
+    result["machine"] = info
+
+    args.docs.mkdir(exist_ok=True)
+    (args.docs / f"benchmarks-{args.profile}.json").write_text(json.dumps(result, indent=2) + "\n")
+    document_path = args.docs / "benchmarks.md"
+    document = document_path.read_text() if document_path.exists() else "# Benchmarks\n"
+    section = render(args.profile, profile, result, info, command)
+    document_path.write_text(splice(document, args.profile, section))
+    charted = {}
+    for name, p in PROFILES.items():
+        stored = args.docs / f"benchmarks-{name}.json"
+        if stored.exists():
+            charted[name] = (p, json.loads(stored.read_text()))
+    chart(charted, args.docs / "benchmarks.png")
+    print(section)
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
