@@ -32,10 +32,14 @@ What stands in for AWS DMS on one machine. The design, and why:
 * **Batching** like DMS: all buffered changes are written when one table's buffer reaches
   ``min_file_size`` or the oldest buffered change is ``max_batch_interval`` seconds old (and at the
   end of a ``--once`` run). Files are only ever cut between transactions.
+* **Schema changes** follow the Relation messages pgoutput sends before a table's first change
+  after each DDL (and at the start of every decoding session): every file has a header row
+  (DMS's AddColumnName) naming the columns of its changes, a new column layout starts a new file,
+  and the types of added or re-typed columns are declared in the table configuration before the
+  first file that holds them (CSV values are text; the engine casts them to declared types).
 
-Not captured: TRUNCATE (not published; ``cdclake verify`` shows the difference), DDL (columns
-added after the first capture are dropped with a warning: the headerless files keep the
-configured columns).
+Not captured: TRUNCATE (not published; ``cdclake verify`` shows the difference), and the values
+an ``ADD COLUMN ... DEFAULT`` gives existing rows (PostgreSQL logs no change for them).
 """
 
 from __future__ import annotations
@@ -46,18 +50,22 @@ import os
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
+from cdclake.config import parse_config
 from cdclake.dms_writer import Value, cdc_file_name, csv_text, load_file_name
 from cdclake.errors import CdclakeError
+from cdclake.layout import DMS_OP_COLUMN
 from cdclake.pg_catalog import (
     SESSION_SETTINGS,
     SourceColumn,
     SourceTable,
+    column_of_type,
     configuration_yaml,
+    declare_columns,
     read_tables,
     value_text,
 )
@@ -153,6 +161,9 @@ class CaptureState:
     tables: list[SourceTable]
     full_load_done: bool = False
     consistent_point: str = ""
+    # table -> commit LSN of the transaction whose Relation message gave the table its current
+    # columns (a re-read of an older transaction never reverts a newer layout)
+    layout_lsns: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -170,7 +181,7 @@ class CaptureState:
             )
             for t in data["tables"]
         ]
-        return cls(data["slot"], tables, data["full_load_done"], data["consistent_point"])
+        return cls(data["slot"], tables, data["full_load_done"], data["consistent_point"], data.get("layout_lsns", {}))
 
 
 def write_durably(path: Path, data: bytes) -> None:
@@ -191,6 +202,10 @@ def write_durably(path: Path, data: bytes) -> None:
 
 def _state_path(settings: CaptureSettings) -> Path:
     return settings.state_dir / f"{settings.slot}.json"
+
+
+def _signature(column: SourceColumn) -> tuple[str, str, int]:
+    return (column.name, column.pg_type, column.type_modifier)
 
 
 def change_sequence(commit_lsn: int, position: int) -> str:
@@ -285,9 +300,13 @@ def _full_load(
                 for row in sink.rows
             ]
             folder = settings.bronze / table.schema / table.name
+            header = csv_text(
+                [[settings.timestamp_column, *(c.name for c in table.columns), settings.change_sequence_column]]
+            )
             for number, start in enumerate(range(0, len(records), settings.rows_per_load_file), start=1):
                 path = folder / load_file_name(number)
-                write_durably(path, csv_text(records[start : start + settings.rows_per_load_file]).encode("utf-8"))
+                text = header + csv_text(records[start : start + settings.rows_per_load_file])
+                write_durably(path, text.encode("utf-8"))
                 report.load_files += 1
                 report.files.append(str(path.relative_to(settings.bronze)))
             report.load_rows += len(records)
@@ -401,24 +420,60 @@ def _write_configuration(settings: CaptureSettings, conn: Any, tables: Sequence[
 # --------------------------------------------------------------------------- change stream
 
 
+Layout = tuple[str, ...]  # the source columns of a change, in its Relation message's order
+
+
 @dataclass
 class _Transaction:
     commit_lsn: int
     commit_ts: str
-    records: dict[str, list[list[Value]]] = field(default_factory=dict)  # table -> CDC records
+    records: dict[str, list[tuple[Layout, list[Value]]]] = field(default_factory=dict)  # table -> CDC records
     position: int = 0
 
 
+def file_columns(layouts: Sequence[Layout]) -> Layout:
+    """The columns of a file holding records of ``layouts``: their union, in order of appearance.
+
+    One layout unless a transaction changed the table's columns between two of its changes (a
+    file is never cut inside a transaction); a record lacking a column then has NULL there.
+    """
+    return tuple(dict.fromkeys(name for layout in layouts for name in layout))
+
+
+def render_records(columns: Layout, records: Sequence[tuple[Layout, list[Value]]]) -> str:
+    """CDC records (``Op``, timestamp, the values of their layout, sequence) as CSV rows of ``columns``."""
+    rows = []
+    for layout, record in records:
+        if layout == columns:
+            rows.append(record)
+            continue
+        values = dict(zip(layout, record[2:-1], strict=True))
+        rows.append([*record[:2], *(values.get(c) for c in columns), record[-1]])
+    return csv_text(rows)
+
+
 class ChangeCapture:
-    """Turns pgoutput messages into per-table CDC files and advances the slot once they are durable."""
+    """Turns pgoutput messages into per-table CDC files and advances the slot once they are durable.
+
+    Files have a header row (DMS's AddColumnName): ``Op``, the timestamp column, the table's
+    columns as the Relation messages of their changes give them, the change-sequence column. A
+    table's buffer is written out before a transaction with other columns is added to it, so
+    every file has one header and a schema change starts a new file. When a Relation message shows
+    new columns or types, capture first writes what it buffered with the old columns, then
+    declares the new types in the table configuration (the engine casts CSV values to declared
+    types), then records the layout in its state.
+    """
 
     def __init__(self, settings: CaptureSettings, state: CaptureState, conn: Any) -> None:
         self.settings = settings
         self.conn = conn
+        self.state = state
         self.tables = {t.qualified: t for t in state.tables}
         self.folders = {name: TableFolder.scan(settings.bronze / t.schema / t.name) for name, t in self.tables.items()}
-        self.relations: dict[int, tuple[SourceTable, list[int | None]]] = {}
+        self.relations: dict[int, tuple[SourceTable, tuple[SourceColumn, ...]]] = {}
+        self.types: dict[tuple[str, int, int], SourceColumn] = {}
         self.buffers: dict[str, list[str]] = {}
+        self.buffer_columns: dict[str, Layout] = {}  # table -> the header of its buffered file
         self.buffer_bytes: dict[str, int] = {}
         self.buffer_last: dict[str, tuple[str, int]] = {}  # table -> (commit ts, commit LSN) of its last change
         self.buffered_since: float | None = None
@@ -443,31 +498,84 @@ class ChangeCapture:
 
     # ----------------------------------------------------------------- decoding
 
+    def _column(self, name: str, type_oid: int, type_modifier: int) -> SourceColumn:
+        key = (name, type_oid, type_modifier)
+        if key not in self.types:
+            with self.conn.cursor() as cur:
+                self.types[key] = column_of_type(cur, name, type_oid, type_modifier)
+        return self.types[key]
+
     def _relation(self, message: Relation) -> None:
         table = self.tables.get(f"{message.schema}.{message.table}")
         if table is None:
             return
-        names = [c.name for c in message.columns]
-        extra = [n for n in names if n not in {c.name for c in table.columns}]
-        if extra:
-            log.warning("table %s: new columns %s are not captured (not in the configuration)", table.qualified, extra)
-        self.relations[message.relation_id] = (
-            table,
-            [names.index(c.name) if c.name in names else None for c in table.columns],
+        columns = tuple(self._column(c.name, c.type_oid, c.type_modifier) for c in message.columns)
+        self.relations[message.relation_id] = (table, columns)
+        txn = self.transaction
+        if txn is None:
+            return  # a transaction this run has handled already (peek re-reads unconfirmed changes)
+        if [_signature(c) for c in columns] == [_signature(c) for c in table.columns]:
+            return
+        if txn.commit_lsn < self.state.layout_lsns.get(table.qualified, 0):
+            return  # re-read history: the table has had newer columns since
+        self._schema_change(table, columns, txn.commit_lsn)
+
+    def _schema_change(self, table: SourceTable, columns: tuple[SourceColumn, ...], commit_lsn: int) -> None:
+        before = {c.name: c for c in table.columns}
+        added = [c for c in columns if c.name not in before]
+        retyped = [c for c in columns if c.name in before and _signature(c) != _signature(before[c.name])]
+        dropped = [name for name in before if name not in {c.name for c in columns}]
+        log.warning(
+            "schema change table=%s added=%s type changed=%s dropped=%s",
+            table.qualified,
+            [f"{c.name} {c.spark_type}" for c in added],
+            [f"{c.name} {before[c.name].spark_type}->{c.spark_type}" for c in retyped],
+            dropped,
         )
+        if table.qualified in self.buffers:
+            self._write_table(table.qualified)  # changes with the old columns go out first
+        declare = {c.name: c.spark_type for c in (*added, *retyped)}
+        if declare:
+            self._declare(table, declare)
+        updated = replace(table, columns=columns)
+        self.tables[table.qualified] = updated
+        self.state.tables = [updated if t.qualified == table.qualified else t for t in self.state.tables]
+        self.state.layout_lsns[table.qualified] = commit_lsn
+        write_durably(_state_path(self.settings), self.state.to_json().encode("utf-8"))
+
+    def _declare(self, table: SourceTable, types: dict[str, str]) -> None:
+        """Declare ``types`` for ``table`` in the table configuration, before any file holds them."""
+        path = self.settings.config_path
+        if path is None or not path.exists():
+            log.warning(
+                "table %s: no configuration to declare %s in: CSV values are read as strings", table.qualified, types
+            )
+            return
+        text = path.read_text("utf-8")
+        updated = declare_columns(text, table.qualified, types)
+        if updated is None:
+            log.warning(
+                "table %s: %s has no columns mapping to declare %s in: CSV values are read as strings",
+                table.qualified, path, types,
+            )  # fmt: skip
+            return
+        if updated != text:
+            parse_config(updated, str(path))  # never write a configuration the engine cannot read
+            write_durably(path, updated.encode("utf-8"))
+            log.warning("table %s: declared %s in %s", table.qualified, types, path)
 
     def _row(
         self,
         table: SourceTable,
-        positions: list[int | None],
+        columns: tuple[SourceColumn, ...],
         values: tuple[ColumnValue, ...] | None,
         fallback: tuple[ColumnValue, ...] | None,
     ) -> list[Value]:
         row: list[Value] = []
-        for column, position in zip(table.columns, positions, strict=True):
-            value = None if position is None or values is None else values[position]
+        for position, column in enumerate(columns):
+            value = None if values is None else values[position]
             if value is UNCHANGED_TOAST:
-                value = fallback[position] if fallback is not None and position is not None else UNCHANGED_TOAST
+                value = fallback[position] if fallback is not None else UNCHANGED_TOAST
                 if value is UNCHANGED_TOAST:
                     raise CaptureError(
                         f"Table {table.qualified}: an update left the large value of column {column.name} unchanged "
@@ -482,19 +590,20 @@ class ChangeCapture:
         mapped = self.relations.get(message.relation_id)
         if txn is None or mapped is None:
             return
-        table, positions = mapped
+        table, columns = mapped
         if txn.commit_lsn <= self.folders[table.qualified].durable_lsn:
             self.report.skipped_changes += 1
             return
+        layout = tuple(c.name for c in columns)
         full_old = message.old if message.old is not None and not message.old_is_key else None
         if message.op == "D":
-            rows = [("D", self._row(table, positions, message.old, None))]
+            rows = [("D", self._row(table, columns, message.old, None))]
         else:
-            new = self._row(table, positions, message.new, full_old)
+            new = self._row(table, columns, message.new, full_old)
             rows = [(message.op, new)]
             if message.op == "U" and message.old is not None and table.primary_key:
-                old = self._row(table, positions, message.old, None)
-                key = [i for i, c in enumerate(table.columns) if c.name in table.primary_key]
+                old = self._row(table, columns, message.old, None)
+                key = [i for i, name in enumerate(layout) if name in table.primary_key]
                 if any(old[i] != new[i] for i in key):
                     if message.old_is_key:  # only the key was logged: the rest of the old row is unknown
                         old = [v if i in key else None for i, v in enumerate(old)]
@@ -502,7 +611,7 @@ class ChangeCapture:
         for op, row in rows:
             txn.position += 1
             record: list[Value] = [op, txn.commit_ts, *row, change_sequence(txn.commit_lsn, txn.position)]
-            txn.records.setdefault(table.qualified, []).append(record)
+            txn.records.setdefault(table.qualified, []).append((layout, record))
 
     def _commit(self, message: Commit) -> None:
         txn, self.transaction = self.transaction, None
@@ -510,8 +619,12 @@ class ChangeCapture:
             return
         self.new_commits += 1
         for table, records in txn.records.items():
-            text = csv_text(records)
+            columns = file_columns([layout for layout, _ in records])
+            if table in self.buffers and self.buffer_columns[table] != columns:
+                self._write_table(table)  # one header per file: other columns start a new file
+            text = render_records(columns, records)
             self.buffers.setdefault(table, []).append(text)
+            self.buffer_columns[table] = columns
             self.buffer_bytes[table] = self.buffer_bytes.get(table, 0) + len(text.encode("utf-8"))
             self.buffer_last[table] = (txn.commit_ts, txn.commit_lsn)
             self.report.changes += len(records)
@@ -547,18 +660,27 @@ class ChangeCapture:
             and time.monotonic() - self.buffered_since >= self.settings.max_batch_interval
         )
 
+    def _write_table(self, table: str) -> None:
+        """Write ``table``'s buffered changes as one CDC file (header row first)."""
+        texts = self.buffers.pop(table)
+        columns = self.buffer_columns.pop(table)
+        size = self.buffer_bytes.pop(table)
+        commit_ts, commit_lsn = self.buffer_last.pop(table)
+        folder = self.folders[table]
+        name = folder.next_name(commit_ts, commit_lsn)
+        settings = self.settings
+        header = csv_text([[DMS_OP_COLUMN, settings.timestamp_column, *columns, settings.change_sequence_column]])
+        write_durably(folder.path / name, (header + "".join(texts)).encode("utf-8"))
+        folder.last_stamp, folder.durable_lsn = name[: -len(".csv")][:-20], commit_lsn
+        self.report.cdc_files += 1
+        self.report.files.append(str((folder.path / name).relative_to(settings.bronze)))
+        log.info("cdc file table=%s file=%s bytes=%d", table, name, size)
+
     def flush(self) -> None:
         """Write every buffered table as one CDC file, then confirm the slot up to the last commit."""
-        for table, texts in sorted(self.buffers.items()):
-            commit_ts, commit_lsn = self.buffer_last[table]
-            folder = self.folders[table]
-            name = folder.next_name(commit_ts, commit_lsn)
-            write_durably(folder.path / name, "".join(texts).encode("utf-8"))
-            folder.last_stamp, folder.durable_lsn = name[: -len(".csv")][:-20], commit_lsn
-            self.report.cdc_files += 1
-            self.report.files.append(str((folder.path / name).relative_to(self.settings.bronze)))
-            log.info("cdc file table=%s file=%s bytes=%d", table, name, self.buffer_bytes[table])
-        self.buffers, self.buffer_bytes, self.buffer_last, self.buffered_since = {}, {}, {}, None
+        for table in sorted(self.buffers):
+            self._write_table(table)
+        self.buffered_since = None
         self.confirm(self.through_lsn)
 
     def confirm(self, lsn: int) -> None:

@@ -132,7 +132,7 @@ SELECT n.nspname, c.relname, c.relreplident,
        COALESCE(pk.position, 0) AS pk_position
 FROM pg_class c
 JOIN pg_namespace n ON n.oid = c.relnamespace
-JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
 JOIN pg_type t ON t.oid = a.atttypid
 LEFT JOIN pg_type bt ON t.typtype = 'd' AND bt.oid = t.typbasetype
 LEFT JOIN LATERAL (
@@ -189,7 +189,8 @@ def configuration_yaml(
     """A cdclake table configuration for the captured tables (bronze settings as capture writes).
 
     Tables without a primary key become ``append_only: true``: capture publishes only their
-    inserts, and silver keeps every inserted row with ``cdc_operation``.
+    inserts, and silver keeps every inserted row with ``cdc_operation``. Files have a header row,
+    so ``columns`` only declares types; capture keeps it current (``declare_columns``).
     """
     import yaml
 
@@ -201,7 +202,7 @@ def configuration_yaml(
         "bronze:",
         f"  path: {quoted(bronze_path)}",
         "  format: csv",
-        "  csv_header: false",
+        "  csv_header: true  # capture writes a header row: each file names its columns",
         '  csv_null_value: ""',
         f"  timestamp_column: {timestamp_column}",
         f"  change_sequence_column: {change_sequence_column}",
@@ -218,3 +219,67 @@ def configuration_yaml(
         lines.append("    columns:")
         lines.extend(f'      {c.name}: "{c.spark_type}"' for c in table.columns)
     return "\n".join(lines) + "\n"
+
+
+_TYPE_SQL = """
+SELECT COALESCE(bt.typname, t.typname), CASE WHEN t.typtype = 'd' THEN t.typtypmod END,
+       COALESCE(bt.typcategory, t.typcategory)
+FROM pg_type t LEFT JOIN pg_type bt ON t.typtype = 'd' AND bt.oid = t.typbasetype
+WHERE t.oid = %s
+"""
+
+
+def column_of_type(cursor: Any, name: str, type_oid: int, type_modifier: int) -> SourceColumn:
+    """A column as a pgoutput Relation message describes it (type OID and modifier), resolved the way
+    ``read_tables`` resolves catalog columns: domains to their base type, arrays to ``array``."""
+    cursor.execute(_TYPE_SQL, (type_oid,))
+    row = cursor.fetchone()
+    if row is None:  # a type dropped since: its values are still text
+        return SourceColumn(name, f"oid {type_oid}", type_modifier, "string")
+    base, domain_modifier, category = row
+    pg_type = "array" if category == "A" else str(base)
+    modifier = int(domain_modifier) if domain_modifier is not None else type_modifier
+    return SourceColumn(name, pg_type, modifier, spark_type(pg_type, modifier))
+
+
+def declare_columns(text: str, table: str, types: dict[str, str]) -> str | None:
+    """The configuration ``text`` with ``types`` (column -> Spark type) declared under ``table``'s
+    ``columns``: existing entries get the new type, new ones are appended. Only those spans of the
+    text change (comments and everything else are kept). ``None`` when the table or its
+    ``columns`` mapping is not there to edit.
+    """
+    import yaml
+    from yaml.nodes import MappingNode, ScalarNode
+
+    def child(node: Any, key: str) -> Any:
+        if isinstance(node, MappingNode):
+            for k, v in node.value:
+                if isinstance(k, ScalarNode) and k.value == key:
+                    return v
+        return None
+
+    columns = child(child(child(yaml.compose(text), "tables"), table), "columns")
+    if not isinstance(columns, MappingNode):
+        return None
+    edits: list[tuple[int, int, str]] = []  # (start, end, replacement), spans of the original text
+    declared = {k.value: v for k, v in columns.value}
+    for name, type_name in types.items():
+        node = declared.get(name)
+        if node is not None and str(node.value).replace(" ", "").lower() != type_name:
+            edits.append((node.start_mark.index, node.end_mark.index, f'"{type_name}"'))
+    added = [(name, type_name) for name, type_name in types.items() if name not in declared]
+    if added and columns.flow_style:
+        closing = text.rindex("}", 0, columns.end_mark.index)
+        entries = ", ".join(f'{name}: "{type_name}"' for name, type_name in added)
+        edits.append((closing, closing, (", " if columns.value else "") + entries))
+    elif added:
+        if not columns.value:
+            return None
+        last_key, last_value = columns.value[-1]
+        line_end = text.find("\n", last_value.end_mark.index)
+        line_end = len(text) if line_end < 0 else line_end
+        indent = " " * last_key.start_mark.column
+        edits.append((line_end, line_end, "".join(f'\n{indent}{n}: "{t}"' for n, t in added)))
+    for start, end, replacement in sorted(edits, reverse=True):
+        text = text[:start] + replacement + text[end:]
+    return text

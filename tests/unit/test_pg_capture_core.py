@@ -1,12 +1,14 @@
-"""The pure parts of PostgreSQL capture: pgoutput decoding, type mapping, value text, file names."""
+"""The pure parts of PostgreSQL capture: pgoutput decoding, type mapping, value text, file names,
+file headers across schema changes and the configuration edits that declare new column types."""
 
 from __future__ import annotations
 
 import struct
 from decimal import Decimal
 
-from cdclake.capture import TableFolder, change_sequence
-from cdclake.pg_catalog import spark_type, value_text
+from cdclake.capture import TableFolder, change_sequence, file_columns, render_records
+from cdclake.config import parse_config
+from cdclake.pg_catalog import SourceColumn, SourceTable, configuration_yaml, declare_columns, spark_type, value_text
 from cdclake.pgoutput import UNCHANGED_TOAST, Begin, RowChange, decode, format_lsn, parse_lsn
 from cdclake.verify import canonical
 
@@ -63,3 +65,37 @@ def test_file_names_increase_even_when_commit_time_goes_back(tmp_path) -> None: 
     assert first < second and len(first) == len(second)
     assert change_sequence(100, 2) < change_sequence(101, 1) and len(change_sequence(1, 1)) == 30
     assert parse_lsn(format_lsn(0x1_0000_00AB)) == 0x1_0000_00AB
+
+
+def test_a_file_of_two_layouts_has_their_union_and_null_where_a_record_lacks_a_column() -> None:
+    before, after = ("id", "size", "note"), ("id", "note", "color")
+    columns = file_columns([before, before, after])
+    assert columns == ("id", "size", "note", "color")
+    text = render_records(
+        columns, [(before, ["U", "ts", "1", "S", "n", "seq1"]), (after, ["I", "ts", "2", "x", "red", "seq2"])]
+    )
+    assert text == "U,ts,1,S,n,,seq1\nI,ts,2,,x,red,seq2\n"
+
+
+def _config() -> str:
+    table = SourceTable(
+        "public", "items", (SourceColumn("id", "int4", -1, "int"), SourceColumn("qty", "int4", -1, "int")), ("id",), "d"
+    )
+    return configuration_yaml([table], "bronze", "shop", "dms_commit_ts", "AR_H_CHANGE_SEQ")
+
+
+def test_declaring_columns_edits_only_their_entries() -> None:
+    text = _config().replace('qty: "int"', 'qty: "int"  # a comment stays')
+    edited = declare_columns(text, "public.items", {"qty": "bigint", "color": "string", "id": "int"})
+    assert edited is not None
+    assert edited.replace('qty: "bigint"', 'qty: "int"').replace('\n      color: "string"', "") == text
+    assert parse_config(edited).table("public.items").columns == {"id": "int", "qty": "bigint", "color": "string"}
+    assert declare_columns(edited, "public.items", {"qty": "bigint"}) == edited  # idempotent
+    assert declare_columns(text, "public.other", {"x": "int"}) is None
+
+
+def test_declaring_columns_in_a_flow_mapping() -> None:
+    text = "bronze: {csv_header: true}\ntables:\n  s.t:\n    primary_key: [id]\n    columns: {id: int, v: int}\n"
+    edited = declare_columns(text, "s.t", {"v": "date", "w": "decimal(12,2)"})
+    assert edited is not None
+    assert parse_config(edited).table("s.t").columns == {"id": "int", "v": "date", "w": "decimal(12,2)"}
