@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,8 @@ import psycopg2
 import pytest
 
 from cdclake.capture import CaptureReport, CaptureSettings, capture
-from cdclake.pipeline import Engine, run
+from cdclake.config import parse_config
+from cdclake.pipeline import Engine, RunReport, run
 from cdclake.verify import TableComparison, verify
 
 REPO = Path(__file__).resolve().parents[3]
@@ -75,6 +76,7 @@ class SourceDatabase:
     server: PgServer
     name: str
     workdir: Path
+    last_run: RunReport | None = None  # the report of the last `run` of apply_and_verify
 
     @property
     def dsn(self) -> str:
@@ -131,14 +133,21 @@ def source_db(pg_server: PgServer, tmp_path: Path) -> SourceDatabase:
 
 @pytest.fixture
 def apply_and_verify(make_engine: Callable[..., Engine]) -> Callable[[SourceDatabase], list[TableComparison]]:
-    """Apply the captured files with ``run`` (one engine per test), then verify against the source."""
+    """Apply the captured files with ``run`` (one silver database per test), then verify against the
+    source. The configuration is read again every time, as each ``cdclake run`` does: capture
+    declares the types of columns added at the source in it. The run's report is kept in
+    ``db.last_run``."""
     engines: dict[str, Engine] = {}
 
     def go(db: SourceDatabase) -> list[TableComparison]:
+        text = db.config_path.read_text("utf-8")
         if db.name not in engines:
-            engines[db.name] = make_engine(db.config_path.read_text("utf-8"))
-        engine = engines[db.name]
-        run(engine)
+            engines[db.name] = make_engine(text)
+        first = engines[db.name]
+        config = parse_config(text, str(db.config_path))
+        config = replace(config, database=first.config.database, bronze=first.config.bronze)
+        engine = engines[db.name] = replace(first, config=config)
+        db.last_run = run(engine)
         conn = db.connect()
         try:
             return verify(engine, conn)
