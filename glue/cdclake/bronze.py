@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
+MULTI_TABLE = "*"  # the schema of a transaction-ordered file that holds rows of several tables
+
 
 class FileKind(Enum):
     FULL_LOAD = "full-load"
@@ -45,6 +47,11 @@ class BronzeFile:
         return f"{kind}{ordinal:08x}{stamp:<24}"
 
     @property
+    def is_multi_table(self) -> bool:
+        """A transaction-ordered CDC file (PreserveTransactions): rows of several tables."""
+        return self.schema == MULTI_TABLE
+
+    @property
     def name(self) -> str:
         return self.key.rsplit("/", 1)[-1]
 
@@ -57,12 +64,22 @@ class UnrecognisedKey(ValueError):
     """A key that is not a DMS data file (reported to the user, never silently dropped)."""
 
 
-def parse_key(key: str, size: int = 0) -> BronzeFile:
-    """Classify a bronze key; raise ``UnrecognisedKey`` with the reason if it is not a DMS file."""
+def parse_key(key: str, size: int = 0, transaction_path: str | None = None) -> BronzeFile:
+    """Classify a bronze key; raise ``UnrecognisedKey`` with the reason if it is not a DMS file.
+
+    ``transaction_path`` is the endpoint's CdcPath when PreserveTransactions is on: CDC files
+    there hold rows of several tables in transaction order (``schema`` is then ``*``).
+    """
     parts = [p for p in key.strip("/").split("/") if p]
-    if len(parts) < 3:
+    prefix = [p for p in (transaction_path or "").strip("/").split("/") if p]
+    if prefix and parts[: len(prefix)] == prefix and len(parts) > len(prefix):
+        schema, table, folders, name = MULTI_TABLE, "/".join(prefix), parts[len(prefix) : -1], parts[-1]
+        if not _CDC_NAME.match(name):
+            raise UnrecognisedKey(f"{key}: not a DMS CDC (timestamp) file name in the transaction folder")
+    elif len(parts) < 3:
         raise UnrecognisedKey(f"{key}: expected <schema>/<table>/<file>")
-    schema, table, *folders, name = parts
+    else:
+        schema, table, *folders, name = parts
     if any(not _DATE_FOLDER.match(folder) for folder in folders):
         raise UnrecognisedKey(f"{key}: folders between the table and the file must be date partitions")
     if match := _LOAD_NAME.match(name):
@@ -97,16 +114,16 @@ class BronzeListing:
         return sorted(f for f in self.files if f.schema == schema and f.table == table and f.kind == kind)
 
     def sources(self) -> set[tuple[str, str]]:
-        return {(f.schema, f.table) for f in self.files}
+        return {(f.schema, f.table) for f in self.files if not f.is_multi_table}
 
 
-def classify(keys_and_sizes: Iterable[tuple[str, int]]) -> BronzeListing:
+def classify(keys_and_sizes: Iterable[tuple[str, int]], transaction_path: str | None = None) -> BronzeListing:
     """Split a raw listing into DMS files (sorted) and unrecognised keys."""
     files: list[BronzeFile] = []
     unrecognised: list[str] = []
     for key, size in keys_and_sizes:
         try:
-            files.append(parse_key(key, size))
+            files.append(parse_key(key, size, transaction_path))
         except UnrecognisedKey as exc:
             unrecognised.append(str(exc))
     return BronzeListing(files=tuple(sorted(files)), unrecognised=tuple(unrecognised))

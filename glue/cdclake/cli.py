@@ -223,7 +223,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             entries = read_manifest(args.manifest.read_text(encoding="utf-8"), str(args.manifest))
             keys += [e.key for e in entries]
             sizes = {e.key: e.size for e in entries}
-        files = pipeline.files_from_keys(engine.store, keys, sizes)
+        files = pipeline.files_from_keys(engine.store, keys, sizes, engine.config.bronze.transaction_path)
         return _print_report(pipeline.apply_cdc_files(engine, files))
     elif args.command == "status":
         columns, rows = statuses_as_rows(table_statuses(engine))

@@ -86,6 +86,7 @@ class BronzeSettings:
     include_op_for_full_load: bool = False  # IncludeOpForFullLoad
     timestamp_column: str | None = None  # TimestampColumnName
     change_sequence_column: str | None = None  # a transformation-added AR_H_CHANGE_SEQ column
+    transaction_path: str | None = None  # CdcPath with PreserveTransactions: multi-table CDC files
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,7 @@ class _Doc:
 _TOP_KEYS = {"bronze", "silver", "tables", "cdc"}
 _BRONZE_KEYS = {
     "path", "format", "csv_header", "csv_delimiter", "csv_null_value", "csv_no_sup_value", "include_op_for_full_load",
-    "timestamp_column", "change_sequence_column",
+    "timestamp_column", "change_sequence_column", "transaction_path",
 }  # fmt: skip
 _TABLE_KEYS = {"target", "primary_key", "append_only", "columns", "clean"}
 _CLEAN_KEYS = {"cast", "derive", "rename", "drop"}
@@ -232,6 +233,9 @@ def _parse_bronze(doc: _Doc, node: Node | None) -> BronzeSettings:
         if "include_op_for_full_load" in fields
         else defaults.include_op_for_full_load,
         timestamp_column=optional_name("timestamp_column"),
+        transaction_path=doc.scalar(fields["transaction_path"], "bronze.transaction_path").strip("/")
+        if "transaction_path" in fields
+        else None,
         change_sequence_column=optional_name("change_sequence_column"),
     )
 

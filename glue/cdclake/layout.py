@@ -11,6 +11,8 @@ from cdclake.config import BronzeSettings, TableConfig
 from cdclake.errors import BadInputError
 
 DMS_OP_COLUMN = "Op"
+# In transaction-ordered files (PreserveTransactions) each row names its table after the timestamp.
+SOURCE_SCHEMA_COLUMN, SOURCE_TABLE_COLUMN = "_cdc_source_schema", "_cdc_source_table"
 
 
 @dataclass(frozen=True)
@@ -23,7 +25,9 @@ class FileLayout:
     op_column: str | None  # the DMS Op column when the files have one
 
 
-def headerless_columns(settings: BronzeSettings, table: TableConfig, kind: FileKind) -> tuple[str, ...]:
+def headerless_columns(
+    settings: BronzeSettings, table: TableConfig, kind: FileKind, multi_table: bool = False
+) -> tuple[str, ...]:
     """Column order of a headerless DMS CSV file.
 
     DMS writes ``Op`` first (CDC files, and full-load files with IncludeOpForFullLoad), then the
@@ -36,6 +40,8 @@ def headerless_columns(settings: BronzeSettings, table: TableConfig, kind: FileK
         columns.append(DMS_OP_COLUMN)
     if settings.timestamp_column and settings.timestamp_column not in table.columns:
         columns.append(settings.timestamp_column)
+    if multi_table:
+        columns += [SOURCE_SCHEMA_COLUMN, SOURCE_TABLE_COLUMN]
     columns.extend(table.columns)
     seq = settings.change_sequence_column
     if seq and seq not in table.columns:
@@ -68,6 +74,12 @@ def layout_for(
     settings: BronzeSettings, table: TableConfig, file: BronzeFile, header: tuple[str, ...] | None
 ) -> FileLayout:
     """The layout of ``file``; ``header`` is the parsed header row for CSV files that have one."""
+    if file.is_multi_table:
+        if file.file_format != "csv" or not table.columns:
+            raise BadInputError(
+                f"{file.key}: transaction-ordered files are read as headerless CSV with the table's declared columns."
+            )
+        return FileLayout("csv", headerless_columns(settings, table, file.kind, True), False, DMS_OP_COLUMN)
     if file.file_format == "parquet":
         return FileLayout("parquet", None, has_header=False, op_column=DMS_OP_COLUMN)
     if settings.csv_header:

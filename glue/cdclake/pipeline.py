@@ -420,6 +420,13 @@ def group_by_table(
     """CDC files per configured table in apply order; others are reported, never dropped silently."""
     grouped: dict[str, tuple[TableConfig, list[BronzeFile]]] = {}
     for file in sorted(files):
+        if file.is_multi_table:
+            # Which tables a transaction-ordered file holds is known only once it is read:
+            # every configured table reads it and keeps its own rows.
+            for reader in engine.config.tables:
+                if _skip_reason(reader) is None:
+                    grouped.setdefault(reader.source, (reader, []))[1].append(file)
+            continue
         table = engine.config.table_for_source(file.schema, file.table)
         if table is None:
             if file.source not in report.unconfigured:
@@ -442,7 +449,12 @@ def apply_cdc_files(engine: Engine, files: Sequence[BronzeFile]) -> RunReport:
     return report
 
 
-def files_from_keys(store: BronzeStore, keys: Iterable[str], sizes: dict[str, int] | None = None) -> list[BronzeFile]:
+def files_from_keys(
+    store: BronzeStore,
+    keys: Iterable[str],
+    sizes: dict[str, int] | None = None,
+    transaction_path: str | None = None,
+) -> list[BronzeFile]:
     """Turn keys or full URIs (``s3://bucket/prefix/...`` or paths under the store root) into files."""
     files = []
     root = store.root.rstrip("/") + "/"
@@ -450,7 +462,7 @@ def files_from_keys(store: BronzeStore, keys: Iterable[str], sizes: dict[str, in
         relative = key[len(root) :] if key.startswith(root) else key.lstrip("/")
         if not store.exists(relative):
             raise BronzeError(f"The CDC file {key} is not in bronze ({store.root}).")
-        files.append(parse_key(relative, (sizes or {}).get(key, 0)))
+        files.append(parse_key(relative, (sizes or {}).get(key, 0), transaction_path))
     return files
 
 
@@ -459,7 +471,7 @@ def files_from_keys(store: BronzeStore, keys: Iterable[str], sizes: dict[str, in
 
 def run(engine: Engine, tables: Sequence[TableConfig] | None = None) -> RunReport:
     """Full load where a table has none yet, then every pending CDC file, in batches."""
-    listing = list_bronze(engine.store)
+    listing = list_bronze(engine.store, transaction_path=engine.config.bronze.transaction_path)
     report = RunReport(unrecognised=list(listing.unrecognised))
     selected = list(tables or engine.config.tables)
     for table in selected:

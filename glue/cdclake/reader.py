@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from cdclake.bronze import BronzeFile
 from cdclake.config import BronzeSettings, TableConfig
-from cdclake.layout import FileLayout, layout_for, parse_header
+from cdclake.layout import SOURCE_SCHEMA_COLUMN, SOURCE_TABLE_COLUMN, FileLayout, layout_for, parse_header
 from cdclake.storage import BronzeStore, head_text
 
 if TYPE_CHECKING:
@@ -63,6 +63,7 @@ def _with_unique_names(members: list[tuple[int, BronzeFile]]) -> list[list[tuple
 def _scan(
     spark: SparkSession,
     settings: BronzeSettings,
+    table: TableConfig,
     layout: FileLayout,
     members: list[tuple[int, BronzeFile]],
     paths: dict[str, str],
@@ -99,7 +100,12 @@ def _scan(
         # With multiLine a file is never split, so within one file the id grows with row position.
         frame = frame.withColumn(ROW_POSITION, F.monotonically_increasing_id())
     ordinal_by_name = F.create_map(*[x for o, f in members for x in (F.lit(f.name), F.lit(o))])
-    return frame.withColumn(FILE_ORDINAL, ordinal_by_name[F.col("_metadata.file_name")])
+    frame = frame.withColumn(FILE_ORDINAL, ordinal_by_name[F.col("_metadata.file_name")])
+    if SOURCE_TABLE_COLUMN in frame.columns:
+        # A transaction-ordered file: keep this table's rows (row ids stay in file order).
+        mine = (F.col(SOURCE_SCHEMA_COLUMN) == table.source_schema) & (F.col(SOURCE_TABLE_COLUMN) == table.source_table)
+        frame = frame.where(mine).drop(SOURCE_SCHEMA_COLUMN, SOURCE_TABLE_COLUMN)
+    return frame
 
 
 def read_files(
@@ -113,7 +119,7 @@ def read_files(
     scans = plan_scans(store, settings, table, files)
     paths = store.spark_paths(files)
     frames = [
-        _scan(spark, settings, layout, unique, paths)
+        _scan(spark, settings, table, layout, unique, paths)
         for layout, members in scans.items()
         for unique in _with_unique_names(members)
     ]

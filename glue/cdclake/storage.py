@@ -38,9 +38,9 @@ class BronzeStore(Protocol):
     def exists(self, key: str) -> bool: ...
 
 
-def list_bronze(store: BronzeStore, under: str = "") -> BronzeListing:
+def list_bronze(store: BronzeStore, under: str = "", transaction_path: str | None = None) -> BronzeListing:
     """Classify everything under ``under`` into DMS files and unrecognised keys."""
-    return classify(store.list_keys(under))
+    return classify(store.list_keys(under), transaction_path)
 
 
 def head_text(store: BronzeStore, file: BronzeFile, max_bytes: int = 1 << 16) -> bytes:

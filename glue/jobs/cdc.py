@@ -20,7 +20,9 @@ def main(argv: Sequence[str]) -> RunReport:
     engine = build_engine(args)
     if args.manifest:
         entries = read_manifest(read_text(args.manifest), args.manifest)
-        files = files_from_keys(engine.store, [e.key for e in entries], {e.key: e.size for e in entries})
+        sizes = {e.key: e.size for e in entries}
+        keys = [e.key for e in entries]
+        files = files_from_keys(engine.store, keys, sizes, engine.config.bronze.transaction_path)
         report = apply_cdc_files(engine, files)
     else:
         report = run(engine)

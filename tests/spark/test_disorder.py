@@ -250,3 +250,45 @@ tables:
     run(engine)
     rows = engine.spark.table(f"silver.{engine.config.database}.docs").collect()
     assert [(r["id"], r["name"], r["body"]) for r in rows] == [(1, "b", "big document")]
+
+
+def test_transaction_ordered_files_with_rows_of_several_tables(make_engine: EngineFactory, tmp_path: Path) -> None:
+    # GIVEN PreserveTransactions: CDC files in one folder, each row naming its schema and table
+    config = """
+bronze: {timestamp_column: ts, change_sequence_column: seq, transaction_path: changes}
+tables:
+  s.items: {primary_key: [id], columns: {id: int, name: string}}
+  s.orders: {primary_key: [order_id, line], columns: {order_id: int, line: int, item: int, qty: int}}
+"""
+    engine = make_engine(config)
+    folder = tmp_path / "bronze" / "changes"
+    t = "2024-01-02 00:00:0{}.000000"
+    write_csv(
+        folder / "20240102-0000010000.csv",
+        [
+            ["I", t.format(1), "s", "items", "1", "pen", "01"],
+            ["I", t.format(1), "s", "orders", "10", "1", "1", "5", "02"],
+            ["I", t.format(1), "s", "orders", "10", "2", "1", "7", "03"],
+            ["U", t.format(2), "s", "items", "1", "pen, blue", "04"],
+        ],
+    )
+    write_csv(
+        folder / "2024" / "01" / "02" / "20240102-0000020000.csv",
+        [
+            ["D", t.format(3), "s", "orders", "10", "1", "1", "5", "05"],
+            ["I", t.format(3), "s", "items", "2", "ink", "06"],
+        ],
+    )
+    # WHEN run, and the second file is delivered again
+    report = run(engine)
+    again = apply_cdc_files(engine, files_from_keys(engine.store, ["changes/2024/01/02/20240102-0000020000.csv"],
+                                                    transaction_path="changes"))  # fmt: skip
+    # THEN each table holds its own rows, and the redelivery is skipped by both tables
+    assert _state(engine) == {1: "pen, blue", 2: "ink"}
+    orders = engine.spark.table(f"silver.{engine.config.database}.orders").collect()
+    assert [(r["order_id"], r["line"], r["qty"]) for r in orders] == [(10, 2, 7)]
+    assert sorted((t.table, t.files_applied) for t in report.tables if t.kind == "cdc") == [
+        ("s.items", 2),
+        ("s.orders", 2),
+    ]
+    assert sorted((t.table, t.files_skipped) for t in again.tables) == [("s.items", 1), ("s.orders", 1)]
