@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # `make demo-postgres`: a real PostgreSQL source end to end on this machine.
 # Starts a loopback server with its data under .cdclake/postgres-demo/, loads pgbench's tables and
-# a table of awkward values, captures a full load, runs changes, captures them, applies them with
-# `cdclake run`, checks every silver table against the source with `cdclake verify`, and stops
-# the server (also on failure).
+# a table of awkward values, captures a full load, runs changes (schema changes among them),
+# captures them, applies them with `cdclake run`, checks every silver table against the source with
+# `cdclake verify`, and stops the server (also on failure).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,13 +36,20 @@ SQL
 capture() { "$CDCLAKE" -q --config "$WORK/cdclake.yaml" --bronze "$WORK/bronze" capture --state-dir "$WORK/capture"; }
 echo "demo-postgres: capture (creates the slot, full load from its snapshot, writes $WORK/cdclake.yaml)"
 capture
-echo "demo-postgres: changes at the source (pgbench -c 4 -t 50, key changes, deletes, re-inserts)"
+echo "demo-postgres: changes at the source (pgbench -c 4 -t 50, key changes, deletes, re-inserts, ADD/ALTER TYPE/DROP COLUMN)"
 "$BIN/pgbench" -n -c 4 -t 50 2>&1 | grep -E "^number of transactions actually processed" || true
 "$BIN/psql" -q -v ON_ERROR_STOP=1 <<'SQL'
 UPDATE orders SET order_id = 10 WHERE region = 'eu' AND order_id = 1;
 DELETE FROM orders WHERE region = 'us' AND order_id = 1;
 INSERT INTO orders VALUES ('us', 1, 'back again', 1.00, now(), true, '\x01', '{"again": true}');
 UPDATE orders SET note = NULL, amount = 99.99 WHERE region = 'eu' AND order_id = 2;
+-- schema changes mid-workload: capture follows them (header rows, types declared in cdclake.yaml)
+ALTER TABLE orders ADD COLUMN qty int;
+INSERT INTO orders VALUES ('apac', 1, 'added qty', 5.00, now(), true, NULL, '{}', 3);
+ALTER TABLE orders ALTER COLUMN qty TYPE bigint;
+UPDATE orders SET qty = 1099511627776 WHERE region = 'apac' AND order_id = 1;
+ALTER TABLE orders DROP COLUMN doc;
+UPDATE orders SET note = 'after the drop' WHERE region = 'eu' AND order_id = 2;
 SQL
 echo "demo-postgres: capture the changes"
 capture
