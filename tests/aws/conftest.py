@@ -113,6 +113,8 @@ class MotoStepFunctionsGaps:
     failing_jobs: set[str] = field(default_factory=set)  # Glue job names whose runs end FAILED
     lambda_handlers: dict[str, Callable[[dict[str, Any], Any], Any]] = field(default_factory=dict)
     lambda_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    # Every Glue job run's start and end, in the order they happened: (event, job name, run id).
+    glue_timeline: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 @pytest.fixture
@@ -123,7 +125,7 @@ def moto_step_functions_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctio
     """
     from moto.awslambda.models import LambdaFunction
     from moto.dms.models import FakeReplicationTask
-    from moto.glue.models import FakeJobRun
+    from moto.glue.models import FakeJob, FakeJobRun
     from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service import (
         StateTaskService,
     )
@@ -160,15 +162,27 @@ def moto_step_functions_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctio
     monkeypatch.setattr(StateTaskServiceGlue, "_eval_integration_pattern", glue_sync)
 
     # GAP 3: Glue job runs always end SUCCEEDED. Runs of the jobs in `failing_jobs` end FAILED instead.
+    # (Not a gap: while here, each run's start and its first terminal state are recorded in `glue_timeline`,
+    # so tests can prove which jobs ran in which order and that no two overlapped.)
     original_job_run = FakeJobRun.as_dict
+    original_start_job_run = FakeJob.start_job_run
+
+    def start_job_run(self: Any, **kwargs: Any) -> str:
+        run_id: str = original_start_job_run(self, **kwargs)
+        knobs.glue_timeline.append(("start", self.name, run_id))
+        return run_id
 
     def job_run_as_dict(self: Any) -> dict[str, Any]:
         run = original_job_run(self)
         if self.job_name in knobs.failing_jobs:
             run["JobRunState"] = "FAILED"
-            run["ErrorMessage"] = "simulated failure of the CDC job"
+            run["ErrorMessage"] = f"simulated failure of {self.job_name}"
+        ended = ("end", self.job_name, self.job_run_id)
+        if run["JobRunState"] in ("SUCCEEDED", "FAILED") and ended not in knobs.glue_timeline:
+            knobs.glue_timeline.append(ended)
         return run
 
+    monkeypatch.setattr(FakeJob, "start_job_run", start_job_run)
     monkeypatch.setattr(FakeJobRun, "as_dict", job_run_as_dict)
 
     # GAP 4: DescribeReplicationTasks always reports FullLoadProgressPercent 100. Tasks listed in
@@ -257,6 +271,7 @@ class Pipeline:
     task_arn: str
     full_load_job: str
     cdc_job: str
+    maintenance_job: str
     gaps: MotoStepFunctionsGaps
     started: int = 0
 
@@ -331,8 +346,13 @@ def render_definition(substitutions: dict[str, str]) -> str:
 
 
 @pytest.fixture
-def pipeline(moto_step_functions_gaps: MotoStepFunctionsGaps, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pipeline]:
-    """The stack's resources in moto, the state machine created from the real definition file."""
+def pipeline(
+    moto_step_functions_gaps: MotoStepFunctionsGaps, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> Iterator[Pipeline]:
+    """The stack's resources in moto, the state machine created from the real definition file.
+
+    Settings substitutions can be overridden per test: ``@pytest.mark.parametrize("pipeline", [{...}], indirect=True)``.
+    """
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         iam = boto3.client("iam", region_name=REGION)
         role = iam.create_role(
@@ -363,7 +383,7 @@ def pipeline(moto_step_functions_gaps: MotoStepFunctionsGaps, monkeypatch: pytes
         ]
         sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=alerts_arn)
         glue = boto3.client("glue", region_name=REGION)
-        for job in ("cdclake-full-load", "cdclake-cdc"):
+        for job in ("cdclake-full-load", "cdclake-cdc", "cdclake-maintenance"):
             glue.create_job(
                 Name=job,
                 Role=role,
@@ -412,8 +432,11 @@ def pipeline(moto_step_functions_gaps: MotoStepFunctionsGaps, monkeypatch: pytes
                 "QueueUrl": queue_url,
                 "DequeueBatchFunctionArn": function_arns["dequeue_batch"],
                 "AckBatchFunctionArn": function_arns["ack_batch"],
+                "MaintenanceJobName": "cdclake-maintenance",
                 "PollSeconds": "1",
                 "MaxIterations": "3",
+                "MaintenanceEveryIterations": "2",
+                **getattr(request, "param", {}),
             }
         )
         created = sfn.create_state_machine(name=name, definition=definition, roleArn=role)["stateMachineArn"]
@@ -422,7 +445,7 @@ def pipeline(moto_step_functions_gaps: MotoStepFunctionsGaps, monkeypatch: pytes
             sfn=sfn, sqs=sqs, s3=s3, glue=glue, dms=dms, state_machine_arn=state_machine_arn,
             queue_url=queue_url, dlq_url=dlq_url, alerts_url=alerts_url, bronze_bucket=bronze,
             artifacts_bucket=artifacts, task_arn=task_arn, full_load_job="cdclake-full-load",
-            cdc_job="cdclake-cdc", gaps=moto_step_functions_gaps,
+            cdc_job="cdclake-cdc", maintenance_job="cdclake-maintenance", gaps=moto_step_functions_gaps,
         )  # fmt: skip
         for execution in sfn.list_executions(stateMachineArn=state_machine_arn, statusFilter="RUNNING")["executions"]:
             sfn.stop_execution(executionArn=execution["executionArn"])

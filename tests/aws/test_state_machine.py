@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import Pipeline
 
 
@@ -108,7 +109,7 @@ def test_failed_cdc_job_keeps_the_messages_and_alerts(pipeline: Pipeline) -> Non
     [alert] = pipeline.alerts()
     assert alert["Subject"] == "cdclake: the pipeline stopped"
     assert "States.TaskFailed" in alert["Message"]
-    assert "simulated failure of the CDC job" in alert["Message"]
+    assert "simulated failure of cdclake-cdc" in alert["Message"]
 
 
 def test_empty_queue_waits_and_polls_again(pipeline: Pipeline) -> None:
@@ -146,3 +147,84 @@ def test_a_second_execution_is_refused(pipeline: Pipeline) -> None:
     assert result["status"] == "FAILED"
     assert result["error"] == "AnotherExecutionRunning"
     assert pipeline.sfn.describe_execution(executionArn=first)["status"] == "RUNNING"
+
+
+# ---------------------------------------------------------------------------------- table maintenance
+# The fixture runs maintenance every 2 loop iterations (MaintenanceEveryIterations) and hands over after 3.
+
+
+def job_runs_in_order(pipeline: Pipeline) -> list[str]:
+    """The Glue jobs that ran, in order - after proving that each run ended before the next one started."""
+    timeline = pipeline.gaps.glue_timeline
+    starts, ends = timeline[0::2], timeline[1::2]
+    assert [event for event, _, _ in starts] == ["start"] * len(starts), timeline
+    assert [event for event, _, _ in ends] == ["end"] * len(ends), timeline
+    # start A, end A, start B, end B ...: every run ended before the next started, so none overlapped.
+    assert [(job, run) for _, job, run in starts] == [(job, run) for _, job, run in ends], timeline
+    return [job for _, job, _ in starts]
+
+
+def test_maintenance_runs_on_every_second_iteration_between_cdc_jobs(pipeline: Pipeline) -> None:
+    # GIVEN seven queued CDC files: three batches of at most 3 files, one per loop iteration
+    for stamp in range(7):
+        pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
+    # WHEN one execution runs its 3 iterations and hands over
+    execution = pipeline.start({"fullLoadDone": True})
+    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    # THEN maintenance ran once, after the second batch was applied and acknowledged, and before the third began
+    assert job_runs_in_order(pipeline) == [
+        pipeline.cdc_job,
+        pipeline.cdc_job,
+        pipeline.maintenance_job,
+        pipeline.cdc_job,
+    ]
+    entered = pipeline.states_entered(execution)
+    assert entered.count("RunMaintenanceJob") == 1
+    acknowledged = [i for i, name in enumerate(entered) if name == "AcknowledgeBatch"]
+    cdc_runs = [i for i, name in enumerate(entered) if name == "RunCdcJob"]
+    assert acknowledged[1] < entered.index("RunMaintenanceJob") < cdc_runs[2]
+    assert pipeline.queue_bodies() == []
+    # AND the count goes on in the successor: one iteration since maintenance was handed over, so the
+    # successor's first iteration (an empty poll) is the second one and runs maintenance again
+    [successor] = [
+        e["executionArn"]
+        for e in pipeline.sfn.list_executions(stateMachineArn=pipeline.state_machine_arn)["executions"]
+        if e["executionArn"] != execution
+    ]
+    assert json.loads(pipeline.sfn.describe_execution(executionArn=successor)["input"])["sinceMaintenance"] == 1
+    pipeline.wait_for_state(successor, "MaintenanceDone")
+    entered = pipeline.states_entered(successor)
+    first_poll, maintenance = entered.index("ReadQueueDepth"), entered.index("RunMaintenanceJob")
+    assert "WaitForFiles" in entered[first_poll:maintenance]
+    assert "ReadQueueDepth" not in entered[first_poll + 1 : maintenance]
+    assert job_runs_in_order(pipeline)[4:] == [pipeline.maintenance_job]
+
+
+def test_failed_maintenance_alerts_and_the_pipeline_keeps_applying_cdc(pipeline: Pipeline) -> None:
+    # GIVEN a maintenance job that fails, and four queued files (two batches, then an empty poll)
+    pipeline.gaps.failing_jobs.add(pipeline.maintenance_job)
+    for stamp in range(4):
+        pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
+    # WHEN the execution runs its 3 iterations
+    execution = pipeline.start({"fullLoadDone": True})
+    result = pipeline.wait_until_done(execution)
+    # THEN it did not stop: it alerted once, went on to the third iteration and handed over as usual
+    assert result["status"] == "SUCCEEDED"
+    [alert] = pipeline.alerts()
+    assert alert["Subject"] == "cdclake: table maintenance failed"
+    assert "simulated failure of cdclake-maintenance" in alert["Message"]
+    entered = pipeline.states_entered(execution)
+    assert entered.count("RunMaintenanceJob") == 1  # the count restarted: not tried again at once
+    assert entered.index("NotifyMaintenanceFailed") < len(entered) - entered[::-1].index("ReadQueueDepth") - 1
+    assert "NotifyFailure" not in entered
+    assert job_runs_in_order(pipeline) == [pipeline.cdc_job, pipeline.cdc_job, pipeline.maintenance_job]
+    assert pipeline.queue_bodies() == []
+
+
+@pytest.mark.parametrize("pipeline", [{"MaintenanceEveryIterations": "0"}], indirect=True)
+def test_maintenance_every_zero_iterations_never_runs_it(pipeline: Pipeline) -> None:
+    execution = pipeline.start({"fullLoadDone": True})
+    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    assert pipeline.states_entered(execution).count("ReadQueueDepth") == 3
+    assert "RunMaintenanceJob" not in pipeline.states_entered(execution)
+    assert pipeline.gaps.glue_timeline == []
