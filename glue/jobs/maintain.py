@@ -1,0 +1,78 @@
+"""AWS Glue job: Iceberg table maintenance for every configured silver table.
+
+Compaction (data and position-delete files), snapshot expiry, orphan-file removal and old delete
+tombstones. The state machine starts it between CDC batches, never while a CDC job commits.
+
+Arguments: --config, --bronze, --warehouse; optional --catalog and the maintenance settings
+--snapshot_retention_hours, --retain_last_snapshots, --orphan_file_age_hours, --tombstone_retention_days
+(absent: the engine's defaults).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from cdclake.errors import ConfigError
+from cdclake.jobs import build_engine, parse_arguments
+
+log = logging.getLogger("cdclake")
+
+# Optional job arguments, each named like its cdclake.maintenance.MaintenanceSettings field.
+SETTING_NAMES = (
+    "snapshot_retention_hours",
+    "retain_last_snapshots",
+    "orphan_file_age_hours",
+    "tombstone_retention_days",
+)
+
+
+def parse_settings(argv: Sequence[str]) -> dict[str, int]:
+    """The maintenance settings given as job arguments, as MaintenanceSettings keyword arguments.
+
+    Only the ones present: an absent argument keeps the engine's default. Each must be a positive whole
+    number; anything else is a ConfigError naming the argument. Glue passes ``--name value`` pairs,
+    which argparse reads the same way inside and outside AWS Glue (the common arguments are
+    ``cdclake.jobs.parse_arguments``'s business, so unknown ones are ignored here).
+    """
+    parser = argparse.ArgumentParser(add_help=False)
+    for name in SETTING_NAMES:
+        parser.add_argument(f"--{name}")
+    given = vars(parser.parse_known_args(list(argv[1:]))[0])
+    settings: dict[str, int] = {}
+    for name in SETTING_NAMES:
+        text = given[name]
+        if text is None:
+            continue
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise ConfigError(f"--{name} must be a positive whole number, not {text!r}.")
+        settings[name] = value
+    return settings
+
+
+def main(argv: Sequence[str]) -> list[Any]:
+    args = parse_arguments(argv)
+    overrides = parse_settings(argv)
+    # Imported here, not at the top: the entry point stays importable (and its argument parsing testable)
+    # without the engine's maintenance module; importlib keeps the type checker out of that dependency.
+    maintenance = importlib.import_module("cdclake.maintenance")
+    settings = maintenance.MaintenanceSettings(**overrides)
+    log.info("maintenance settings: %s", settings)
+    engine = build_engine(args)
+    reports: list[Any] = maintenance.maintain(engine, settings)
+    for report in reports:
+        log.info("maintenance: %s", report)
+    return reports
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    main(sys.argv)
