@@ -25,10 +25,19 @@ OFFLINE = {**os.environ, "SAM_CLI_TELEMETRY": "0", "BC_SKIP_MAPPING": "TRUE", "A
 
 
 class _CfnLoader(yaml.SafeLoader):
-    """Reads CloudFormation short-form tags (!Ref, !Sub ...) as plain values."""
+    """Reads CloudFormation short-form tags as one-key mappings: ``!Sub text`` -> ``{"Sub": "text"}``."""
 
 
-_CfnLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
+def _short_form(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
+    if isinstance(node, yaml.ScalarNode):
+        return {suffix: loader.construct_scalar(node)}
+    if isinstance(node, yaml.SequenceNode):
+        return {suffix: loader.construct_sequence(node, deep=True)}
+    assert isinstance(node, yaml.MappingNode)
+    return {suffix: loader.construct_mapping(node, deep=True)}
+
+
+_CfnLoader.add_multi_constructor("!", _short_form)
 
 
 def template() -> dict[str, Any]:
@@ -112,3 +121,66 @@ def test_function_code_is_strictly_typed(function: str) -> None:
         cwd=ROOT / "functions" / function, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+# ------------------------------------------------------------------------------------------ observability
+TABLE_METRICS = ["RowsInserted", "RowsUpdated", "RowsDeleted", "RowsIgnoredLate", "RowsQuarantined",
+                 "FilesQuarantined", "FilesApplied", "BytesApplied", "BatchSeconds", "FreshnessLagSeconds"]  # fmt: skip
+
+
+def test_table_metrics_jobs_name_their_environment_and_namespace_and_may_publish_only_there() -> None:
+    resources = template()["Resources"]
+    for job in ("CdcJob", "FullLoadJob"):
+        arguments = resources[job]["Properties"]["DefaultArguments"]
+        assert arguments["--environment"] == {"Ref": "EnvironmentName"}, job
+        assert arguments["--metrics_namespace"] == {"Ref": "MetricsNamespace"}, job
+    [statement] = [
+        s
+        for s in resources["GlueJobRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+        if "cloudwatch:PutMetricData" in s["Action"]
+    ]
+    assert statement["Condition"] == {"StringEquals": {"cloudwatch:namespace": ["Glue", {"Ref": "MetricsNamespace"}]}}
+
+
+def test_dashboard_is_valid_json_showing_every_table_metric_the_queues_and_the_executions() -> None:
+    body = template()["Resources"]["PipelineDashboard"]["Properties"]["DashboardBody"]["Sub"]
+    # What CloudFormation's !Sub would do, with stand-in values.
+    rendered = re.sub(r"\$\{[A-Za-z0-9:.]+\}", "x", body)
+    widgets = json.loads(rendered)["widgets"]
+    expressions = [m["expression"] for w in widgets for row in w["properties"].get("metrics", []) for m in row
+                   if isinstance(m, dict) and "expression" in m]  # fmt: skip
+    for metric in TABLE_METRICS:
+        [expression] = [e for e in expressions if f'MetricName="{metric}"' in e]
+        assert expression.startswith("SEARCH('{x,Environment,Table} ") and 'Environment="x"' in expression
+    plain = {row[1] for w in widgets for row in w["properties"].get("metrics", []) if isinstance(row[0], str)}
+    assert {"ApproximateNumberOfMessagesVisible", "ApproximateAgeOfOldestMessage", "ExecutionsFailed"} <= plain
+    assert "${FileDeadLetterQueue.QueueName}" in body and "${PipelineStateMachine}" in body
+    for widget in widgets:  # the grid is 24 wide; overlapping widgets are silently moved by CloudWatch
+        assert widget["x"] + widget["width"] <= 24
+
+
+@pytest.mark.parametrize(
+    ("alarm", "metric"),
+    [("FreshnessLagAlarm", "MAX(FreshnessLagSeconds)"), ("RowsQuarantinedAlarm", "SUM(RowsQuarantined)"),
+     ("FilesQuarantinedAlarm", "SUM(FilesQuarantined)")],
+)  # fmt: skip
+def test_table_metric_alarms_cover_every_table_of_this_environment_and_alert(alarm: str, metric: str) -> None:
+    properties = template()["Resources"][alarm]["Properties"]
+    [query] = properties["Metrics"]
+    assert query["Expression"]["Sub"] == (
+        f'SELECT {metric} FROM SCHEMA("${{MetricsNamespace}}", Environment, "Table") '
+        "WHERE Environment = '${EnvironmentName}'"
+    )
+    assert properties["AlarmActions"] == [{"Ref": "AlertTopic"}]
+    assert properties["TreatMissingData"] == "notBreaching"  # an idle source publishes nothing
+
+
+def test_every_glue_job_failure_alerts_and_the_state_machine_may_run_every_job() -> None:
+    resources = template()["Resources"]
+    jobs = [name for name, r in resources.items() if r["Type"] == "AWS::Glue::Job"]
+    assert sorted(jobs) == ["CdcJob", "FullLoadJob", "MaintenanceJob"]
+    rule = resources["GlueJobFailedRule"]["Properties"]["EventPattern"]["detail"]["jobName"]
+    assert rule == [{"Ref": job} for job in ("FullLoadJob", "CdcJob", "MaintenanceJob")]
+    statements = resources["PipelineStateMachine"]["Properties"]["Policies"][-1]["Statement"]
+    [run_jobs] = [s for s in statements if s["Sid"] == "RunGlueJobs"]
+    assert len(run_jobs["Resource"]) == 3 and all(f"${{{job}}}" in str(run_jobs["Resource"]) for job in jobs)
