@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 OP = "_cdc_op"
 COMMIT_TS = "_cdc_ts"
 CHANGE_SEQ = "_cdc_seq"
+RAW_LINE = "_cdc_raw_line"  # the text of a CSV record Spark could not split into the expected fields
 ERROR = "_cdc_errors"  # array<string>: why the row cannot be applied (NULL entries mean no problem)
 ORDER_COLUMNS = (COMMIT_TS, CHANGE_SEQ, FILE_ORDINAL, ROW_POSITION)
 # Kept on every silver row and tombstone: the order of the change that produced it, as one
@@ -29,7 +30,7 @@ SILVER_ORDER = "_cdc_order"
 UNCHANGED_PREFIX = "_cdc_unchanged_"  # + column: the change did not capture this column (CsvNoSupValue)
 TOMBSTONE_DELETED_AT = "deleted_at"  # the delete's source commit time, for tombstone retention
 _TS_WIDTH, _SEQ_WIDTH = 32, 48
-BOOKKEEPING = (OP, *ORDER_COLUMNS, ERROR)
+BOOKKEEPING = (OP, *ORDER_COLUMNS, ERROR, RAW_LINE)
 VALID_OPS = ("I", "U", "D")
 
 
@@ -105,12 +106,18 @@ def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig) -> 
         .withColumn(ERROR, F.array().cast("array<string>"))
     )
     df = _add_error(df, F.col(CORRUPT_RECORD).isNotNull(), F.lit("wrong number of fields"))
+    text = [f.name for f in raw.schema.fields if f.dataType.simpleString() == "string" and f.name != CORRUPT_RECORD]
+    if text and settings.format == "csv":
+        # Spark decodes CSV bytes that are not UTF-8 as U+FFFD instead of failing; say so per row.
+        replaced = F.concat_ws("", *[F.col(c) for c in text]).contains("\ufffd")
+        df = _add_error(df, replaced, F.lit("bytes that are not valid UTF-8"))
     known_op = F.coalesce(F.col(OP).isin(*VALID_OPS), F.lit(False))
     df = _add_error(df, ~known_op, F.format_string("unknown Op '%s'", _excerpt(F.col(OP))))
     for column, type_name in table.columns.items():
         if column in columns and column != seq_name:
             df = _checked_cast(df, column, type_name)
-    drop = [c for c in (DMS_OP_COLUMN, CORRUPT_RECORD, seq_name) if c and c in columns]
+    df = df.withColumnRenamed(CORRUPT_RECORD, RAW_LINE)
+    drop = [c for c in (DMS_OP_COLUMN, seq_name) if c and c in columns]
     df = df.drop(*drop)
     if settings.csv_no_sup_value is not None:
         df = _mark_unchanged(df, settings.csv_no_sup_value, exclude={ts_name or "", *table.primary_key})

@@ -65,6 +65,22 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("files", nargs="*", help="CDC files; already applied ones are skipped")
     apply.add_argument("--manifest", type=Path, help='a JSON manifest: {"files": [{"key":..., "size":...}]}')
 
+    replay = commands.add_parser(
+        "replay", help="apply CDC files from bronze again (fixed files, quarantined ones); safe to repeat"
+    )
+    replay.add_argument("--table", action="append", help="only this table (repeatable)")
+    replay.add_argument("--quarantined", action="store_true", help="the files held in cdclake_quarantine")
+    replay.add_argument("--since", help="files written at or after this time (YYYY-MM-DDTHH:MM)")
+    replay.add_argument("--until", help="files written before this time (YYYY-MM-DDTHH:MM)")
+    replay.add_argument("--file", action="append", default=[], help="this bronze key (repeatable)")
+
+    maintain = commands.add_parser("maintain", help="compact, expire snapshots, remove orphans, prune tombstones")
+    maintain.add_argument("--table", action="append", help="only this table (repeatable)")
+    maintain.add_argument("--snapshot-retention-hours", type=int, default=168)
+    maintain.add_argument("--retain-last", type=int, default=10, help="snapshots always kept")
+    maintain.add_argument("--orphan-age-hours", type=int, default=72)
+    maintain.add_argument("--tombstone-retention-days", type=int, default=7)
+
     status = commands.add_parser("status", help="per table: rows, snapshots, last applied file, freshness")
     status.add_argument("--format", choices=("table", "csv", "json"), default="table")
 
@@ -153,7 +169,7 @@ def _print_report(report: object) -> int:
         print(
             f"{table.kind:9} {table.table}: files={table.files_applied} skipped={table.files_skipped} "
             f"inserted={table.inserted} updated={table.updated} deleted={table.deleted} "
-            f"ignored_late={table.ignored_late} {table.seconds:.1f}s{note}"
+            f"ignored_late={table.ignored_late} rows_quarantined={table.rows_quarantined} {table.seconds:.1f}s{note}"
         )
     if not report.tables:
         print("nothing to apply")
@@ -216,15 +232,35 @@ def _dispatch(args: argparse.Namespace) -> int:
             report.tables.append(pipeline.full_load_table(engine, table, listing, reload=args.reload))
         _print_report(report)
     elif args.command == "apply":
-        keys, sizes = list(args.files), {}
+        keys = list(args.files)
         if args.manifest:
             from cdclake.manifest import read_manifest
 
             entries = read_manifest(args.manifest.read_text(encoding="utf-8"), str(args.manifest))
             keys += [e.key for e in entries]
-            sizes = {e.key: e.size for e in entries}
-        files = pipeline.files_from_keys(engine.store, keys, sizes, engine.config.bronze.transaction_path)
+        files = pipeline.files_from_keys(engine.store, keys, engine.config.bronze.transaction_path)
         return _print_report(pipeline.apply_cdc_files(engine, files))
+    elif args.command == "replay":
+        tables = [engine.config.table(t) for t in args.table] if args.table else None
+        report = pipeline.replay(engine, tables, args.quarantined, args.since, args.until, args.file)
+        return _print_report(report)
+    elif args.command == "maintain":
+        from cdclake.maintenance import MaintenanceSettings, maintain
+
+        settings = MaintenanceSettings(
+            snapshot_retention_hours=args.snapshot_retention_hours,
+            retain_last_snapshots=args.retain_last,
+            orphan_file_age_hours=args.orphan_age_hours,
+            tombstone_retention_days=args.tombstone_retention_days,
+        )
+        tables = [engine.config.table(t) for t in args.table] if args.table else None
+        for done in maintain(engine, settings, tables):
+            print(
+                f"maintain  {done.table}: data files {done.data_files_before} -> {done.data_files_after}, "
+                f"delete files {done.delete_files_before} -> {done.delete_files_after}, "
+                f"snapshots expired {done.snapshots_expired}, orphans removed {done.orphan_files_removed}, "
+                f"tombstones removed {done.tombstones_removed} ({done.seconds:.1f}s)"
+            )
     elif args.command == "status":
         columns, rows = statuses_as_rows(table_statuses(engine))
         print(format_rows(columns, rows, args.format), end="")

@@ -95,6 +95,7 @@ class PipelineConfig:
     database: str
     tables: tuple[TableConfig, ...]
     max_files_per_batch: int = 500
+    max_bad_row_ratio: float = 0.01  # above this share of bad rows a batch fails instead of quarantining
 
     def table(self, name: str) -> TableConfig:
         """Find a table by source name (``schema.table``), source table name or silver name."""
@@ -188,7 +189,7 @@ class _Doc:
         return result
 
 
-_TOP_KEYS = {"bronze", "silver", "tables", "cdc"}
+_TOP_KEYS = {"bronze", "silver", "tables", "cdc", "quarantine"}
 _BRONZE_KEYS = {
     "path", "format", "csv_header", "csv_delimiter", "csv_null_value", "csv_no_sup_value", "include_op_for_full_load",
     "timestamp_column", "change_sequence_column", "transaction_path",
@@ -312,6 +313,17 @@ def parse_config(text: str, source: str = "<config>") -> PipelineConfig:
         cdc = doc.mapping(top["cdc"], "cdc", {"max_files_per_batch"})
         if "max_files_per_batch" in cdc:
             max_files = doc.integer(cdc["max_files_per_batch"], "cdc.max_files_per_batch")
+    max_bad_row_ratio = 0.01
+    if "quarantine" in top:
+        quarantine = doc.mapping(top["quarantine"], "quarantine", {"max_bad_row_ratio"})
+        if "max_bad_row_ratio" in quarantine:
+            node = quarantine["max_bad_row_ratio"]
+            try:
+                max_bad_row_ratio = float(doc.scalar(node, "quarantine.max_bad_row_ratio"))
+            except ValueError:
+                max_bad_row_ratio = -1.0
+            if not 0.0 <= max_bad_row_ratio <= 1.0:
+                raise doc.fail(node, "quarantine.max_bad_row_ratio must be a number from 0 to 1")
     if "tables" not in top:
         raise doc.fail(root, "the configuration needs a 'tables' section")
     tables_node = top["tables"]
@@ -328,7 +340,13 @@ def parse_config(text: str, source: str = "<config>") -> PipelineConfig:
     duplicates = sorted({t for t in targets if targets.count(t) > 1})
     if duplicates:
         raise doc.fail(tables_node, f"several tables write to the same silver table: {', '.join(duplicates)}")
-    return PipelineConfig(bronze=bronze, database=database, tables=tables, max_files_per_batch=max_files)
+    return PipelineConfig(
+        bronze=bronze,
+        database=database,
+        tables=tables,
+        max_files_per_batch=max_files,
+        max_bad_row_ratio=max_bad_row_ratio,
+    )
 
 
 def load_config(path: Path) -> PipelineConfig:

@@ -22,8 +22,8 @@ from cdclake.changes import (
     EFFECT_INSERT,
     EFFECT_LATE,
     EFFECT_UPDATE,
-    ERROR,
     OP,
+    RAW_LINE,
     SILVER_ORDER,
     TOMBSTONE_DELETED_AT,
     apply_cleaning,
@@ -40,7 +40,7 @@ from cdclake.changes import (
     with_silver_order,
 )
 from cdclake.config import PipelineConfig, TableConfig
-from cdclake.errors import BadInputError, BronzeError, FullLoadPendingError
+from cdclake.errors import BadInputError, BronzeError, ConfigError, FullLoadPendingError
 from cdclake.reader import FILE_ORDINAL, ROW_POSITION, read_files
 from cdclake.schema_evolution import SchemaPlan, plan_schema_change
 from cdclake.silver import (
@@ -50,11 +50,15 @@ from cdclake.silver import (
     apply_schema_plan,
     ensure_database,
     ensure_table,
+    forget_archived_ledger,
     ledger_properties,
     merge_rows,
+    quarantined_files,
     read_ledger,
     record_quarantine,
+    record_quarantined_rows,
     record_schema_changes,
+    release_quarantine,
     replace_table,
     silver_columns,
     table_exists,
@@ -102,6 +106,8 @@ class TableReport:
     schema_changes: list[str] = field(default_factory=list)
     columns_dropped_at_source: list[str] = field(default_factory=list)
     quarantined_files: list[str] = field(default_factory=list)
+    rows_quarantined: int = 0
+    files_held: int = 0  # in quarantine from an earlier run: applied only by a replay
     seconds: float = 0.0
     note: str = ""
 
@@ -109,14 +115,14 @@ class TableReport:
 @dataclass
 class RunReport:
     tables: list[TableReport] = field(default_factory=list)
-
-    @property
-    def quarantined(self) -> list[TableReport]:
-        return [t for t in self.tables if t.quarantined_files]
-
     skipped_tables: list[str] = field(default_factory=list)  # reasons
     unconfigured: list[str] = field(default_factory=list)  # bronze sources with no configuration
     unrecognised: list[str] = field(default_factory=list)  # bronze keys that are not DMS files
+
+    @property
+    def quarantined(self) -> list[TableReport]:
+        """Batches that set files or rows aside."""
+        return [t for t in self.tables if t.quarantined_files or t.rows_quarantined]
 
 
 # ------------------------------------------------------------------------------- transforms
@@ -132,33 +138,120 @@ def _prepared_changes(
     return flag_missing_keys(changes, table.silver_key())
 
 
-def _raise_on_bad_rows(changes: DataFrame, files: Sequence[BronzeFile], table: TableConfig) -> None:
-    """Fail loudly, naming file, row and reason, if any change cannot be applied.
+@dataclass(frozen=True)
+class CheckedChanges:
+    """A batch's changes once its files proved readable, with its row counts."""
 
-    The common case (no bad row) costs one scan without a shuffle; row numbers are worked out
-    only for the files that hold bad rows.
-    """
+    changes: DataFrame
+    files: list[BronzeFile]  # the readable files, in apply order (ordinals index this list)
+    total: int
+    bad: int
+
+
+def _count_rows(changes: DataFrame) -> tuple[int, int]:
+    """(rows, bad rows) in one scan; the scan also surfaces files Spark cannot read."""
+    counts = {r["bad"]: r["count"] for r in changes.groupBy(has_error().alias("bad")).count().collect()}
+    return sum(counts.values()), counts.get(True, 0)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]
+
+
+def _read_checked(
+    engine: Engine, table: TableConfig, files: Sequence[BronzeFile], full_load: bool, report: TableReport
+) -> CheckedChanges | None:
+    """Read and count a batch. If Spark cannot read it, find the unreadable files one by one:
+    CDC files are quarantined (held for a replay) and the rest is read again; a full load stops
+    naming them. Returns None when no readable file is left."""
+    remaining = [f for f in files if f.size != 0 or f.kind is FileKind.FULL_LOAD]
+    empty = [f for f in files if f not in remaining]
+    if empty:
+        _quarantine(engine, engine.silver_table(table), empty, "empty file", report)
+    for attempt in (1, 2):
+        if not remaining:
+            return None
+        changes = None
+        try:
+            # Parquet footers are read while the DataFrame is planned, CSV bytes while it is counted.
+            changes = _prepared_changes(engine, table, remaining, full_load)
+            changes = changes if full_load else changes.cache()
+            total, bad = _count_rows(changes)
+            return CheckedChanges(changes, remaining, total, bad)
+        except ConfigError:
+            raise
+        except Exception as failure:
+            if changes is not None:
+                changes.unpersist()
+            culprits = _unreadable_files(engine, table, remaining, full_load)
+            if not culprits or attempt == 2:
+                raise failure
+            if full_load:
+                details = "; ".join(f"{f.key}: {reason}" for f, reason in culprits)
+                raise BadInputError(f"Table {table.source}: full-load files that cannot be read: {details}.") from None
+            for file, reason in culprits:
+                _quarantine(engine, engine.silver_table(table), [file], f"unreadable file: {reason}", report)
+            remaining = [f for f in remaining if f not in {c for c, _ in culprits}]
+    return None
+
+
+def _unreadable_files(
+    engine: Engine, table: TableConfig, files: Sequence[BronzeFile], full_load: bool
+) -> list[tuple[BronzeFile, str]]:
+    """Read each file alone; the ones that fail, with the first line of why."""
+    culprits = []
+    for file in files:
+        try:
+            _count_rows(_prepared_changes(engine, table, [file], full_load))
+        except ConfigError:
+            raise
+        except Exception as exc:
+            culprits.append((file, _first_line(exc)))
+    return culprits
+
+
+def _bad_rows(changes: DataFrame, files: Sequence[BronzeFile]) -> DataFrame:
+    """The rows that cannot be applied: file_key, row_number (1-based data row), raw, reason."""
     from pyspark.sql import functions as F
 
-    bad = changes.where(has_error()).select(FILE_ORDINAL, ROW_POSITION, error_text().alias(ERROR))
-    sample = bad.limit(_MAX_REPORTED_ERRORS).collect()
-    if not sample:
-        return
-    ordinals = sorted({r[FILE_ORDINAL] for r in sample})
+    bad = changes.where(has_error())
     # Row ids grow with the position inside a file, so a file's first id gives its row numbers.
-    first_ids = {
-        r[FILE_ORDINAL]: r["first"]
-        for r in changes.where(F.col(FILE_ORDINAL).isin(ordinals))
+    first_ids = (
+        changes.join(bad.select(FILE_ORDINAL).distinct(), FILE_ORDINAL, "left_semi")
         .groupBy(FILE_ORDINAL)
-        .agg(F.min(ROW_POSITION).alias("first"))
-        .collect()
-    }
-    ordered = sorted(sample, key=lambda r: (r[FILE_ORDINAL], r[ROW_POSITION]))
-    details = "; ".join(
-        f"{files[r[FILE_ORDINAL]].key} data row {r[ROW_POSITION] - first_ids[r[FILE_ORDINAL]] + 1}: {r[ERROR]}"
-        for r in ordered
+        .agg(F.min(ROW_POSITION).alias("_cdc_first"))
     )
-    raise BadInputError(f"Table {table.source}: rows that cannot be applied: {details}.")
+    keys = F.create_map(*[x for i, f in enumerate(files) for x in (F.lit(i), F.lit(f.key))])
+    values = F.to_json(F.struct(*[F.col(c) for c in data_columns(changes)]))
+    return bad.join(F.broadcast(first_ids), FILE_ORDINAL).select(
+        F.element_at(keys, F.col(FILE_ORDINAL)).alias("file_key"),
+        (F.col(ROW_POSITION) - F.col("_cdc_first") + 1).alias("row_number"),
+        F.coalesce(F.col(RAW_LINE), values).alias("raw"),
+        error_text().alias("reason"),
+    )
+
+
+def _screen_bad_rows(engine: Engine, table: TableConfig, checked: CheckedChanges, report: TableReport) -> DataFrame:
+    """Quarantine the batch's bad rows and return the good ones; fail loudly above the limit."""
+    from pyspark.sql import functions as F
+
+    if checked.bad == 0:
+        return checked.changes
+    bad_rows = _bad_rows(checked.changes, checked.files)
+    limit = engine.config.max_bad_row_ratio
+    if checked.bad > limit * checked.total:
+        sample = bad_rows.orderBy("file_key", "row_number").limit(_MAX_REPORTED_ERRORS).collect()
+        details = "; ".join(f"{r['file_key']} data row {r['row_number']}: {r['reason']}" for r in sample)
+        raise BadInputError(
+            f"Table {table.source}: rows that cannot be applied: {details} ({checked.bad} of {checked.total} "
+            f"rows, above quarantine.max_bad_row_ratio {limit:g}); nothing of this batch was applied."
+        )
+    stamped = bad_rows.withColumn("quarantined_at", F.lit(datetime.now(UTC)))
+    record_quarantined_rows(engine.spark, engine.silver_table(table), stamped)
+    report.rows_quarantined = checked.bad
+    log.warning("rows quarantined table=%s rows=%d of=%d", table.source, checked.bad, checked.total)
+    return checked.changes.where(~has_error())
 
 
 def _silver_rows(changes: DataFrame, table: TableConfig) -> DataFrame:
@@ -202,11 +295,17 @@ def full_load_table(engine: Engine, table: TableConfig, listing: BronzeListing, 
         report.note = "no LOAD files and no declared columns: the table is created by its first CDC batch"
         return report
     log.info("full load table=%s files=%d", table.source, len(files))
-    changes = _prepared_changes(engine, table, files, full_load=True) if files else _empty_changes(engine, table)
-    _raise_on_bad_rows(changes, files, table)
+    if files:
+        checked = _read_checked(engine, table, files, True, report)
+        assert checked is not None  # a full load raises instead of setting files aside
+        changes = _screen_bad_rows(engine, table, checked, report)
+        report.changes_read = checked.total
+    else:
+        changes = _empty_changes(engine, table)
     rows = _silver_rows(changes, table)
     ensure_database(engine.spark, engine.catalog, engine.config.database)
     replace_table(engine.spark, silver, rows, [f.key for f in files])
+    forget_archived_ledger(engine.spark, silver)
     tombstones = tombstones_of(silver)
     if table_exists(engine.spark, tombstones):
         engine.spark.sql(f"DELETE FROM {tombstones.identifier}")  # the new load is the truth now
@@ -239,19 +338,26 @@ def _empty_changes(engine: Engine, table: TableConfig) -> DataFrame:
 # ------------------------------------------------------------------------------- CDC
 
 
-def apply_cdc_batch(engine: Engine, table: TableConfig, files: Sequence[BronzeFile]) -> TableReport:
+def apply_cdc_batch(
+    engine: Engine, table: TableConfig, files: Sequence[BronzeFile], force: bool = False
+) -> TableReport:
     """Apply one batch of CDC files of one table as one Iceberg commit; skip files already applied.
 
     Keyed tables: the latest change per key is compared with the stored row and the tombstones
     (older changes are ignored and counted), tombstones are upserted for deletes, then one MERGE
-    applies the rest and records the files. An incompatible schema change quarantines the batch.
+    applies the rest and records the files. Bad rows go to ``cdclake_quarantine_rows`` (above
+    ``max_bad_row_ratio`` the batch fails instead); unreadable or empty files and batches with an
+    incompatible schema change go to ``cdclake_quarantine`` and are held until a replay.
+    ``force`` (a replay) applies the files even if the ledger or the quarantine lists them.
     """
     started = time.monotonic()
     silver = engine.silver_table(table)
     report = TableReport(table=table.source, kind="cdc")
     ledger = read_ledger(engine.spark, silver)
-    pending = sorted({f for f in files if f.key not in ledger.applied})
-    report.files_skipped = len(files) - len(pending)
+    held = frozenset() if force else quarantined_files(engine.spark, silver)
+    pending = sorted({f for f in files if force or (f.key not in ledger.applied and f.key not in held)})
+    report.files_skipped = len({f.key for f in files} & ledger.applied) if not force else 0
+    report.files_held = len({f.key for f in files} & (held - ledger.applied))
     if not pending:
         report.note = "nothing new"
         return report
@@ -267,10 +373,13 @@ def apply_cdc_batch(engine: Engine, table: TableConfig, files: Sequence[BronzeFi
     log.info(
         "cdc batch table=%s files=%d first=%s last=%s", table.source, len(pending), pending[0].name, pending[-1].name
     )
-    changes = _prepared_changes(engine, table, pending).cache()
+    checked = _read_checked(engine, table, pending, False, report)
+    if checked is None:
+        report.seconds = time.monotonic() - started
+        return report
     try:
-        _raise_on_bad_rows(changes, pending, table)
-        report.changes_read = changes.count()
+        report.changes_read = checked.total
+        changes = _screen_bad_rows(engine, table, checked, report)
         rows = _cdc_rows(changes, table)
         if not table_exists(engine.spark, silver):
             ensure_database(engine.spark, engine.catalog, engine.config.database)
@@ -281,23 +390,26 @@ def apply_cdc_batch(engine: Engine, table: TableConfig, files: Sequence[BronzeFi
             bookkeeping=(SILVER_ORDER,),
         )
         if plan.incompatible:
-            _quarantine(engine, silver, pending, "; ".join(plan.incompatible), report)
+            _quarantine(engine, silver, checked.files, "; ".join(plan.incompatible), report)
             return report
         _evolve(engine, silver, plan, report)
         rows = _cast_to_silver(rows, plan.cast)
-        keys = [f.key for f in pending]
+        keys = [f.key for f in checked.files]
         if table.append_only:
             _append_batch(engine, silver, rows, keys, report)
         else:
             _merge_batch(engine, table, silver, rows, keys, plan.absent, report)
     finally:
-        changes.unpersist()
-    report.files_applied = len(pending)
-    report.bytes_applied = sum(f.size for f in pending)
+        checked.changes.unpersist()
+    if force:
+        release_quarantine(engine.spark, silver, [f.key for f in checked.files])
+    report.files_applied = len(checked.files)
+    report.bytes_applied = sum(f.size for f in checked.files)
     report.seconds = time.monotonic() - started
     log.info(
-        "cdc batch done table=%s inserted=%d updated=%d deleted=%d ignored_late=%d seconds=%.1f",
-        table.source, report.inserted, report.updated, report.deleted, report.ignored_late, report.seconds,
+        "cdc batch done table=%s inserted=%d updated=%d deleted=%d ignored_late=%d quarantined_rows=%d seconds=%.1f",
+        table.source, report.inserted, report.updated, report.deleted, report.ignored_late,
+        report.rows_quarantined, report.seconds,
     )  # fmt: skip
     return report
 
@@ -452,17 +564,20 @@ def apply_cdc_files(engine: Engine, files: Sequence[BronzeFile]) -> RunReport:
 def files_from_keys(
     store: BronzeStore,
     keys: Iterable[str],
-    sizes: dict[str, int] | None = None,
     transaction_path: str | None = None,
 ) -> list[BronzeFile]:
-    """Turn keys or full URIs (``s3://bucket/prefix/...`` or paths under the store root) into files."""
+    """Turn keys or full URIs (``s3://bucket/prefix/...`` or paths under the store root) into files.
+
+    Sizes come from the store itself (a missing object is an error), never from the caller.
+    """
     files = []
     root = store.root.rstrip("/") + "/"
     for key in keys:
         relative = key[len(root) :] if key.startswith(root) else key.lstrip("/")
-        if not store.exists(relative):
+        size = store.size(relative)
+        if size is None:
             raise BronzeError(f"The CDC file {key} is not in bronze ({store.root}).")
-        files.append(parse_key(relative, (sizes or {}).get(key, 0), transaction_path))
+        files.append(parse_key(relative, size, transaction_path))
     return files
 
 
@@ -487,20 +602,76 @@ def run(engine: Engine, tables: Sequence[TableConfig] | None = None) -> RunRepor
     for table, files in grouped:
         if table.source not in wanted:
             continue
-        ledger = read_ledger(engine.spark, engine.silver_table(table))
-        pending = [f for f in files if f.key not in ledger.applied]
-        size = engine.config.max_files_per_batch
-        for start in range(0, len(pending), size):
-            batch = apply_cdc_batch(engine, table, pending[start : start + size])
-            report.tables.append(batch)
-            if batch.quarantined_files:
-                break  # later changes of this table wait until the quarantined ones are replayed
+        silver = engine.silver_table(table)
+        done = read_ledger(engine.spark, silver).applied | quarantined_files(engine.spark, silver)
+        pending = [f for f in files if f.key not in done]
+        _apply_in_batches(engine, table, pending, report)
     unconfigured_sources = sorted(
         f"{s}.{t}" for s, t in listing.sources() if engine.config.table_for_source(s, t) is None
     )
     report.unconfigured = sorted(set(report.unconfigured) | set(unconfigured_sources))
     _warn(report)
     return report
+
+
+def _apply_in_batches(
+    engine: Engine, table: TableConfig, files: Sequence[BronzeFile], report: RunReport, force: bool = False
+) -> None:
+    size = engine.config.max_files_per_batch
+    for start in range(0, len(files), size):
+        batch = apply_cdc_batch(engine, table, files[start : start + size], force)
+        report.tables.append(batch)
+        if batch.quarantined_files and not batch.files_applied:
+            break  # a schema change held the whole batch: the next ones would be held the same way
+
+
+def replay(
+    engine: Engine,
+    tables: Sequence[TableConfig] | None = None,
+    quarantined: bool = False,
+    since: str | None = None,
+    until: str | None = None,
+    keys: Sequence[str] = (),
+) -> RunReport:
+    """Apply CDC files from bronze again, even if applied or quarantined before, in file order.
+
+    Safe to run at any time: changes older than a stored row or a tombstone are ignored, so only
+    what the replayed files add (fixed files, rows that were set aside) changes silver. Selection:
+    ``keys``; or the tables' quarantined files; or every CDC file written in [since, until)
+    (``YYYY-MM-DDTHH:MM``, compared with the DMS file-name timestamp). Replayed quarantined files
+    leave the quarantine.
+    """
+    listing = list_bronze(engine.store, transaction_path=engine.config.bronze.transaction_path)
+    report = RunReport(unrecognised=list(listing.unrecognised))
+    selected = {t.source for t in (tables or engine.config.tables)}
+    wanted_keys = set(keys)
+    low, high = _stamp(since), _stamp(until)
+    for table, files in group_by_table(engine, [f for f in listing.files if f.kind is FileKind.CDC], report):
+        if table.source not in selected:
+            continue
+        held = quarantined_files(engine.spark, engine.silver_table(table)) if quarantined else frozenset()
+        chosen = [
+            f
+            for f in files
+            if (not wanted_keys or f.key in wanted_keys)
+            and (not quarantined or f.key in held)
+            and (low is None or f.sort_key[2] >= low)
+            and (high is None or f.sort_key[2] < high)
+        ]
+        _apply_in_batches(engine, table, chosen, report, force=True)
+    _warn(report)
+    return report
+
+
+def _stamp(moment: str | None) -> str | None:
+    """``YYYY-MM-DDTHH:MM[:SS]`` -> the ``yyyyMMdd-HHmmss`` prefix DMS CDC file names start with."""
+    if moment is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(moment)
+    except ValueError:
+        raise ConfigError(f"'{moment}' is not a time like 2024-03-01T12:00.") from None
+    return parsed.strftime("%Y%m%d-%H%M%S")
 
 
 def _warn(report: RunReport) -> None:

@@ -30,6 +30,8 @@ KIND_CDC = "cdc"
 TOMBSTONE_SUFFIX = "__tombstones"
 SCHEMA_CHANGES_TABLE = "cdclake_schema_changes"
 QUARANTINE_TABLE = "cdclake_quarantine"
+QUARANTINE_ROWS_TABLE = "cdclake_quarantine_rows"
+LEDGER_ARCHIVE_TABLE = "cdclake_ledger"
 
 # Format v2 with merge-on-read row-level operations: a CDC batch writes delete files instead of
 # rewriting data files, which keeps MERGE cost proportional to the changes. Maintenance compacts.
@@ -133,27 +135,37 @@ def newest_first(snapshots: Sequence[Any]) -> list[Any]:
     return ordered
 
 
-def read_ledger(spark: SparkSession, table: SilverTable) -> LedgerState:
-    """Walk the current snapshot lineage back to the last full load, collecting applied files.
-
-    Only ancestors of the current snapshot count: after a rollback, files applied by the
-    rolled-back snapshots are pending again.
-    """
-    if not table_exists(spark, table):
-        return LedgerState(full_load_done=False, applied=frozenset(), last_file=None)
+def _lineage(spark: SparkSession, table: SilverTable) -> list[Any]:
+    """Ancestors of the current snapshot, newest first, with their ledger properties."""
     rows = spark.sql(
         f"""
-        SELECT s.snapshot_id, s.parent_id, s.summary['{KIND_PROPERTY}'] AS kind,
+        SELECT s.snapshot_id, s.parent_id, s.committed_at, s.summary['{KIND_PROPERTY}'] AS kind,
                s.summary['{FILES_PROPERTY}'] AS files
         FROM {table.metadata("snapshots")} s
         JOIN {table.metadata("history")} h ON s.snapshot_id = h.snapshot_id
         WHERE h.is_current_ancestor
         """
     ).collect()
+    return newest_first(rows)
+
+
+def _ledger_archive(table: SilverTable) -> SilverTable:
+    return SilverTable(table.catalog, table.database, LEDGER_ARCHIVE_TABLE)
+
+
+def read_ledger(spark: SparkSession, table: SilverTable) -> LedgerState:
+    """Walk the current snapshot lineage back to the last full load, collecting applied files.
+
+    Only ancestors of the current snapshot count: after a rollback, files applied by the
+    rolled-back snapshots are pending again. Entries of snapshots that maintenance expired come
+    from the ledger archive.
+    """
+    if not table_exists(spark, table):
+        return LedgerState(full_load_done=False, applied=frozenset(), last_file=None)
     applied: set[str] = set()
     last_file: str | None = None
     full_load_done = False
-    for row in newest_first(rows):
+    for row in _lineage(spark, table):
         if row["files"]:
             files = json.loads(row["files"])
             applied.update(files)
@@ -162,7 +174,57 @@ def read_ledger(spark: SparkSession, table: SilverTable) -> LedgerState:
         if row["kind"] == KIND_FULL_LOAD:
             full_load_done = True
             break
+    archive = _ledger_archive(table)
+    if not full_load_done and table_exists(spark, archive):
+        for row in spark.table(archive.identifier).where(f"silver_table = '{table.name}'").collect():
+            full_load_done = full_load_done or row["kind"] == KIND_FULL_LOAD
+            if row["file_key"]:
+                applied.add(row["file_key"])
     return LedgerState(full_load_done=full_load_done, applied=frozenset(applied), last_file=last_file)
+
+
+def expiring_snapshots(spark: SparkSession, table: SilverTable, older_than: datetime, retain_last: int) -> list[Any]:
+    """The lineage snapshots (back to the last full load) that expiry at ``older_than`` removes."""
+    lineage = []
+    for row in _lineage(spark, table):
+        lineage.append(row)
+        if row["kind"] == KIND_FULL_LOAD:
+            break
+    cutoff = older_than.replace(tzinfo=None)
+    return [r for r in lineage[retain_last:] if r["committed_at"].replace(tzinfo=None) < cutoff]
+
+
+def archive_ledger(spark: SparkSession, table: SilverTable, snapshots: Sequence[Any]) -> int:
+    """Copy the ledger entries of ``snapshots`` into ``cdclake_ledger``; return how many.
+
+    Idempotent, and done before the snapshots expire, so the record of applied files survives.
+    """
+    rows = [
+        (table.name, key, row["kind"] or KIND_CDC, row["snapshot_id"])
+        for row in snapshots
+        for key in (json.loads(row["files"]) if row["files"] else []) or [""]
+        if row["kind"]
+    ]
+    if not rows:
+        return 0
+    archive = _ledger_archive(table)
+    frame = spark.createDataFrame(rows, "silver_table string, file_key string, kind string, snapshot_id bigint")
+    ensure_table(spark, archive, frame)
+    frame.createOrReplaceTempView("cdclake_new_ledger")
+    spark.sql(
+        f"MERGE INTO {archive.identifier} t USING cdclake_new_ledger s "
+        "ON t.silver_table = s.silver_table AND t.file_key = s.file_key AND t.kind = s.kind "
+        "WHEN NOT MATCHED THEN INSERT *"
+    )
+    spark.catalog.dropTempView("cdclake_new_ledger")
+    return len(rows)
+
+
+def forget_archived_ledger(spark: SparkSession, table: SilverTable) -> None:
+    """A new full load starts a new ledger: drop the archived entries of the old one."""
+    archive = _ledger_archive(table)
+    if table_exists(spark, archive):
+        spark.sql(f"DELETE FROM {archive.identifier} WHERE silver_table = '{table.name}'")
 
 
 def replace_table(spark: SparkSession, table: SilverTable, rows: DataFrame, files: Sequence[str]) -> None:
@@ -217,10 +279,62 @@ def record_schema_changes(spark: SparkSession, table: SilverTable, changes: Sequ
 
 
 def record_quarantine(spark: SparkSession, table: SilverTable, files: Sequence[str], reason: str, at: datetime) -> None:
-    """Append to ``cdclake_quarantine``: files held back, with the reason, for a later replay."""
-    rows = [(table.name, key, reason, at) for key in files]
-    schema = "silver_table string, file_key string, reason string, quarantined_at timestamp"
-    _journal(spark, table.catalog, table.database, QUARANTINE_TABLE, schema, rows)
+    """Record files in ``cdclake_quarantine``: held back (not applied by later runs) until a replay.
+
+    Idempotent per (table, file): recording the same file again keeps one entry.
+    """
+    journal = SilverTable(table.catalog, table.database, QUARANTINE_TABLE)
+    frame = spark.createDataFrame(
+        [(table.name, key, reason, at) for key in files],
+        "silver_table string, file_key string, reason string, quarantined_at timestamp",
+    )
+    ensure_table(spark, journal, frame)
+    frame.createOrReplaceTempView("cdclake_new_quarantine")
+    spark.sql(
+        f"MERGE INTO {journal.identifier} t USING cdclake_new_quarantine s "
+        "ON t.silver_table = s.silver_table AND t.file_key = s.file_key "
+        "WHEN MATCHED THEN UPDATE SET t.reason = s.reason, t.quarantined_at = s.quarantined_at "
+        "WHEN NOT MATCHED THEN INSERT *"
+    )
+    spark.catalog.dropTempView("cdclake_new_quarantine")
+
+
+def quarantined_files(spark: SparkSession, table: SilverTable) -> frozenset[str]:
+    """The files of ``table`` held in quarantine (applied only by an explicit replay)."""
+    journal = SilverTable(table.catalog, table.database, QUARANTINE_TABLE)
+    if not table_exists(spark, journal):
+        return frozenset()
+    rows = spark.table(journal.identifier).where(f"silver_table = '{table.name}'").select("file_key").collect()
+    return frozenset(r["file_key"] for r in rows)
+
+
+def release_quarantine(spark: SparkSession, table: SilverTable, files: Sequence[str]) -> None:
+    """Forget quarantine entries of files a replay has now applied."""
+    journal = SilverTable(table.catalog, table.database, QUARANTINE_TABLE)
+    if files and table_exists(spark, journal):
+        keys = ", ".join("'" + k.replace("'", "''") + "'" for k in files)
+        spark.sql(f"DELETE FROM {journal.identifier} WHERE silver_table = '{table.name}' AND file_key IN ({keys})")
+
+
+def record_quarantined_rows(spark: SparkSession, table: SilverTable, rows: DataFrame) -> None:
+    """Keep bad rows in ``cdclake_quarantine_rows`` (file_key, row_number, raw, reason, quarantined_at).
+
+    Idempotent per (table, file, row): a re-run of the same batch does not duplicate them.
+    """
+    journal = SilverTable(table.catalog, table.database, QUARANTINE_ROWS_TABLE)
+    from pyspark.sql import functions as F
+
+    frame = rows.select(
+        F.lit(table.name).alias("silver_table"), "file_key", "row_number", "raw", "reason", "quarantined_at"
+    )
+    ensure_table(spark, journal, frame)
+    frame.createOrReplaceTempView("cdclake_new_bad_rows")
+    spark.sql(
+        f"MERGE INTO {journal.identifier} t USING cdclake_new_bad_rows s "
+        "ON t.silver_table = s.silver_table AND t.file_key = s.file_key AND t.row_number = s.row_number "
+        "WHEN NOT MATCHED THEN INSERT *"
+    )
+    spark.catalog.dropTempView("cdclake_new_bad_rows")
 
 
 def merge_rows(spark: SparkSession, statement: str, ledger: dict[str, str]) -> None:

@@ -37,6 +37,10 @@ class BronzeStore(Protocol):
 
     def exists(self, key: str) -> bool: ...
 
+    def size(self, key: str) -> int | None:
+        """The object's size in bytes, or None when it does not exist."""
+        ...
+
 
 def list_bronze(store: BronzeStore, under: str = "", transaction_path: str | None = None) -> BronzeListing:
     """Classify everything under ``under`` into DMS files and unrecognised keys."""
@@ -84,6 +88,10 @@ class LocalBronze:
 
     def exists(self, key: str) -> bool:
         return (self.directory / key).is_file()
+
+    def size(self, key: str) -> int | None:
+        path = self.directory / key
+        return path.stat().st_size if path.is_file() else None
 
 
 @dataclass
@@ -143,11 +151,14 @@ class S3Bronze:
         return paths
 
     def exists(self, key: str) -> bool:
+        return self.size(key) is not None
+
+    def size(self, key: str) -> int | None:
         try:
-            self.client.head_object(Bucket=self.bucket, Key=self._object_key(key))
+            head = self.client.head_object(Bucket=self.bucket, Key=self._object_key(key))
         except self.client.exceptions.ClientError:
-            return False
-        return True
+            return None
+        return int(head["ContentLength"])
 
 
 def open_store(uri: str, staging_dir: Path | None, s3_client: S3Client | None = None) -> BronzeStore:

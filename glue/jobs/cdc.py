@@ -20,9 +20,8 @@ def main(argv: Sequence[str]) -> RunReport:
     engine = build_engine(args)
     if args.manifest:
         entries = read_manifest(read_text(args.manifest), args.manifest)
-        sizes = {e.key: e.size for e in entries}
         keys = [e.key for e in entries]
-        files = files_from_keys(engine.store, keys, sizes, engine.config.bronze.transaction_path)
+        files = files_from_keys(engine.store, keys, engine.config.bronze.transaction_path)
         report = apply_cdc_files(engine, files)
     else:
         report = run(engine)

@@ -47,7 +47,10 @@ def test_run_status_query_and_user_mistakes(tmp_path: Path) -> None:
     bad_sql = _cdclake(tmp_path, "query", "SELECT FROM WHERE")
     # THEN each prints what it should
     assert ran.returncode == 0, ran.stderr
-    assert "cdc       s.items: files=1 skipped=0 inserted=1 updated=0 deleted=0 ignored_late=0" in ran.stdout
+    assert (
+        "cdc       s.items: files=1 skipped=0 inserted=1 updated=0 deleted=0 ignored_late=0 rows_quarantined=0"
+        in ran.stdout
+    )
     table_status = json.loads(status.stdout)
     assert (table_status["rows"], table_status["files_applied"]) == (2, 2)
     assert table_status["last_applied_file"] == "s/items/20240102-0000010000.csv"

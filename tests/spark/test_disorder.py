@@ -195,13 +195,13 @@ def test_widening_applies_and_a_type_change_quarantines_only_its_table(
     assert by_table["s.other"].files_applied == 1
     quarantine = engine.spark.table(f"silver.{engine.config.database}.{QUARANTINE_TABLE}").collect()
     assert [(r["silver_table"], r["file_key"]) for r in quarantine] == [("items", f3)]
-    # AND the quarantined file stays pending: a later run tries it again rather than skipping it
-    assert [t.quarantined_files for t in run(engine).tables if t.table == "s.items"] == [[f3]]
+    # AND the quarantined file is held: a later run does not try it again (a replay does)
+    assert [t for t in run(engine).tables if t.table == "s.items"] == []
     # AND status shows the schema change and the quarantined file per table
     from cdclake.status import table_statuses
 
     status = {s.source: s for s in table_statuses(engine)}
-    assert (status["s.items"].schema_changes, status["s.items"].quarantined_files) == (1, 2)
+    assert (status["s.items"].schema_changes, status["s.items"].quarantined_files) == (1, 1)
     assert status["s.items"].last_schema_change == "widened column qty from int to bigint"
     assert (status["s.other"].schema_changes, status["s.other"].quarantined_files) == (0, 0)
 
