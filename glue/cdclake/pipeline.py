@@ -146,12 +146,18 @@ class CheckedChanges:
     files: list[BronzeFile]  # the readable files, in apply order (ordinals index this list)
     total: int
     bad: int
+    earliest_commit_ts: str | None  # the smallest timestamp-column value (full load: its watermark)
 
 
-def _count_rows(changes: DataFrame) -> tuple[int, int]:
-    """(rows, bad rows) in one scan; the scan also surfaces files Spark cannot read."""
-    counts = {r["bad"]: r["count"] for r in changes.groupBy(has_error().alias("bad")).count().collect()}
-    return sum(counts.values()), counts.get(True, 0)
+def _count_rows(changes: DataFrame) -> tuple[int, int, str | None]:
+    """(rows, bad rows, earliest timestamp) in one scan; it also surfaces files Spark cannot read."""
+    from pyspark.sql import functions as F
+
+    stats = changes.groupBy(has_error().alias("bad")).agg(F.count(F.lit(1)).alias("n"), F.min(COMMIT_TS).alias("ts"))
+    rows = stats.collect()
+    counts = {r["bad"]: r["n"] for r in rows}
+    earliest = min((r["ts"] for r in rows if r["ts"]), default=None)
+    return sum(counts.values()), counts.get(True, 0), earliest
 
 
 def _first_line(exc: BaseException) -> str:
@@ -177,8 +183,8 @@ def _read_checked(
             # Parquet footers are read while the DataFrame is planned, CSV bytes while it is counted.
             changes = _prepared_changes(engine, table, remaining, full_load)
             changes = changes if full_load else changes.cache()
-            total, bad = _count_rows(changes)
-            return CheckedChanges(changes, remaining, total, bad)
+            total, bad, earliest = _count_rows(changes)
+            return CheckedChanges(changes, remaining, total, bad, earliest)
         except ConfigError:
             raise
         except Exception as failure:
@@ -295,16 +301,19 @@ def full_load_table(engine: Engine, table: TableConfig, listing: BronzeListing, 
         report.note = "no LOAD files and no declared columns: the table is created by its first CDC batch"
         return report
     log.info("full load table=%s files=%d", table.source, len(files))
+    superseded: list[BronzeFile] = []
     if files:
         checked = _read_checked(engine, table, files, True, report)
         assert checked is not None  # a full load raises instead of setting files aside
         changes = _screen_bad_rows(engine, table, checked, report)
         report.changes_read = checked.total
+        superseded = superseded_cdc_files(listing, table, checked.earliest_commit_ts)
     else:
         changes = _empty_changes(engine, table)
     rows = _silver_rows(changes, table)
     ensure_database(engine.spark, engine.catalog, engine.config.database)
-    replace_table(engine.spark, silver, rows, [f.key for f in files])
+    replace_table(engine.spark, silver, rows, [f.key for f in (*files, *superseded)])
+    report.files_skipped = len(superseded)
     forget_archived_ledger(engine.spark, silver)
     tombstones = tombstones_of(silver)
     if table_exists(engine.spark, tombstones):
@@ -315,6 +324,23 @@ def full_load_table(engine: Engine, table: TableConfig, listing: BronzeListing, 
     report.seconds = time.monotonic() - started
     log.info("full load done table=%s rows=%d seconds=%.1f", table.source, report.inserted, report.seconds)
     return report
+
+
+def superseded_cdc_files(listing: BronzeListing, table: TableConfig, watermark: str | None) -> list[BronzeFile]:
+    """CDC files a full load already contains: those written before its earliest row was read.
+
+    A CDC file is named by the time DMS wrote it, after every change in it was committed; a file
+    written before the load's timestamp (the transfer time, or the task start time with
+    UseTaskStartTimeForFullLoadTimestamp) holds only changes the load already reflects. They are
+    recorded as applied with the load, so a reload never replays older changes over newer rows.
+    Without a timestamp column there is no watermark and no file is superseded.
+    """
+    if not watermark:
+        return []
+    digits = "".join(ch for ch in watermark if ch.isdigit())
+    stamp = f"{digits[:8]}-{digits[8:18]}"  # the yyyyMMdd-HHmmssffff form of DMS CDC file names
+    cdc = listing.for_table(table.source_schema, table.source_table, FileKind.CDC)
+    return [f for f in cdc if f.sort_key[2] < stamp]
 
 
 def _empty_changes(engine: Engine, table: TableConfig) -> DataFrame:

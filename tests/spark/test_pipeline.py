@@ -323,3 +323,20 @@ def test_cdc_before_the_full_load_is_refused(make_engine: EngineFactory, tmp_pat
     # AND after the full load the same batch applies
     run(engine)
     assert _silver(engine)[("eu", 1)]["status"] == "t"
+
+
+def test_a_reload_does_not_replay_older_cdc_files_over_newer_rows(make_engine: EngineFactory, tmp_path: Path) -> None:
+    # GIVEN a loaded table, a CDC file, and then a new full load taken later (after a CDC gap)
+    engine = make_engine(ORDERS)
+    table_dir = tmp_path / "bronze" / "sales" / "orders"
+    write_csv(table_dir / "LOAD00000001.csv", [["2024-01-01 00:00:00.000000", "eu", "1", "v1", "1.00", ""]])
+    ts = "2024-01-02 00:00:01.000000"
+    write_csv(table_dir / "20240102-0000010000.csv", [["U", ts, "eu", "1", "v2", "2.00", change_sequence(ts, 1)]])
+    run(engine)
+    write_csv(table_dir / "LOAD00000001.csv", [["2024-01-03 00:00:00.000000", "eu", "1", "v3", "3.00", ""]])
+    # WHEN the table is reloaded and the pipeline runs again
+    reload = full_load_table(engine, engine.config.tables[0], list_bronze(engine.store), reload=True)
+    run(engine)
+    # THEN the CDC file written before the new load counts as contained in it: the load's value stays
+    assert reload.files_skipped == 1
+    assert _silver(engine)[("eu", 1)]["status"] == "v3"
