@@ -94,6 +94,6 @@ deploy: aws-tools wheel sam-build ## build and deploy everything: make deploy [S
 	$(BIN)/python -c "import boto3, json, glob; \
 	out = {o['OutputKey']: o['OutputValue'] for o in json.load(open('build/stack-outputs.json'))}; \
 	s3 = boto3.client('s3'); bucket = out['ArtifactsBucketName']; \
-	[s3.upload_file(f, bucket, 'glue/' + f.split('/')[-1]) for f in ['glue/jobs/full_load.py', 'glue/jobs/cdc.py']]; \
+	[s3.upload_file(f, bucket, 'glue/' + f.split('/')[-1]) for f in glob.glob('glue/jobs/*.py')]; \
 	[s3.upload_file(w, bucket, 'glue/' + w.split('/')[-1]) for w in glob.glob('dist/cdclake-*.whl')]; \
 	print('uploaded the Glue entry points and the wheel to s3://' + bucket + '/glue/')"

@@ -21,6 +21,7 @@ from cdclake.storage import open_store
 log = logging.getLogger("cdclake")
 
 COMMON_ARGUMENTS = ("config", "bronze", "warehouse")
+OPTIONAL_ARGUMENTS = ("catalog", "manifest", "reload", "replay", "environment", "metrics_namespace")
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,9 @@ class JobArguments:
     catalog: str = "silver"
     manifest: str | None = None  # CDC job: the batch manifest; absent = everything pending
     reload: bool = False  # full-load job: replace tables that are already loaded
+    replay: bool = False  # CDC job: apply the manifest's files (or, without one, the quarantine) again
+    environment: str = "dev"
+    metrics_namespace: str | None = None  # publish CloudWatch metrics under this namespace when set
 
 
 def parse_arguments(argv: Sequence[str], extra: Sequence[str] = ()) -> JobArguments:
@@ -39,13 +43,13 @@ def parse_arguments(argv: Sequence[str], extra: Sequence[str] = ()) -> JobArgume
     try:
         from awsglue.utils import getResolvedOptions
 
-        optional = [n for n in ("catalog", "manifest", "reload") if f"--{n}" in argv]
+        optional = [n for n in OPTIONAL_ARGUMENTS if f"--{n}" in argv]
         values = getResolvedOptions(list(argv), [*names, *optional])
     except ImportError:
         parser = argparse.ArgumentParser(description="cdclake Glue job (running outside AWS Glue)")
         for name in names:
             parser.add_argument(f"--{name}", required=True)
-        for name in ("catalog", "manifest", "reload"):
+        for name in OPTIONAL_ARGUMENTS:
             if name not in names:
                 parser.add_argument(f"--{name}")
         values = {k: v for k, v in vars(parser.parse_known_args(list(argv[1:]))[0]).items() if v is not None}
@@ -56,6 +60,9 @@ def parse_arguments(argv: Sequence[str], extra: Sequence[str] = ()) -> JobArgume
         catalog=values.get("catalog") or "silver",
         manifest=values.get("manifest") or None,
         reload=str(values.get("reload", "false")).lower() == "true",
+        replay=str(values.get("replay", "false")).lower() == "true",
+        environment=values.get("environment") or "dev",
+        metrics_namespace=values.get("metrics_namespace") or None,
     )
 
 
@@ -94,6 +101,18 @@ def build_engine(args: JobArguments) -> Engine:
         staging = warehouse.parent / "staging"
     spark = build_spark_session(SessionSettings(catalog=catalog, catalog_name=args.catalog))
     return Engine(spark=spark, config=config, store=open_store(args.bronze, staging), catalog=args.catalog)
+
+
+def publish_metrics(args: JobArguments, report: RunReport) -> None:
+    """Send the run's business metrics to CloudWatch when the job was given a namespace."""
+    if args.metrics_namespace is None:
+        return
+    import boto3
+
+    from cdclake.metrics import MetricsTarget, publish
+
+    sent = publish(boto3.client("cloudwatch"), MetricsTarget(args.metrics_namespace, args.environment), report)
+    log.info("metrics published namespace=%s entries=%d", args.metrics_namespace, sent)
 
 
 def log_report(report: RunReport) -> None:

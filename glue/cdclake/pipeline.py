@@ -107,6 +107,7 @@ class TableReport:
     columns_dropped_at_source: list[str] = field(default_factory=list)
     quarantined_files: list[str] = field(default_factory=list)
     rows_quarantined: int = 0
+    latest_commit_ts: str | None = None  # the newest source commit this batch applied
     files_held: int = 0  # in quarantine from an earlier run: applied only by a replay
     seconds: float = 0.0
     note: str = ""
@@ -468,19 +469,15 @@ def _cast_to_silver(rows: DataFrame, casts: dict[str, str]) -> DataFrame:
     return rows
 
 
-def _batch_ledger(rows: DataFrame, keys: Sequence[str]) -> dict[str, str]:
-    from pyspark.sql import functions as F
-
-    latest_ts = rows.agg(F.max(COMMIT_TS)).first()
-    return ledger_properties(KIND_CDC, keys, latest_ts[0] if latest_ts else None)
-
-
 def _append_batch(
     engine: Engine, silver: SilverTable, rows: DataFrame, keys: Sequence[str], report: TableReport
 ) -> None:
+    from pyspark.sql import functions as F
+
     rows = rows.cache()
-    report.inserted = rows.count()
-    append_rows(engine.spark, silver, _silver_shape(rows), _batch_ledger(rows, keys))
+    stats = rows.agg(F.count(F.lit(1)).alias("n"), F.max(COMMIT_TS).alias("ts")).collect()[0]
+    report.inserted, report.latest_commit_ts = stats["n"], stats["ts"]
+    append_rows(engine.spark, silver, _silver_shape(rows), ledger_properties(KIND_CDC, keys, stats["ts"]))
     rows.unpersist()
 
 
@@ -514,6 +511,7 @@ def _merge_batch(
         report.deleted_missing = counts.get(EFFECT_DELETE_MISSING, 0)
         report.ignored_late = counts.get(EFFECT_LATE, 0)
         latest_ts = max((r["ts"] for r in stats if r["ts"]), default=None)
+        report.latest_commit_ts = latest_ts
         if report.deleted or report.deleted_missing:
             # Tombstones first: if the MERGE below never commits, re-running rewrites them harmlessly.
             deletes = classified.where(F.col(EFFECT).isin(EFFECT_DELETE, EFFECT_DELETE_MISSING)).select(

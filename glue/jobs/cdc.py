@@ -1,7 +1,9 @@
 """AWS Glue job: apply one CDC batch. Each table's changes land in one Iceberg commit.
 
-Arguments: --config, --bronze, --warehouse; optional --catalog and --manifest (the batch the
-state machine dequeued; without it every pending CDC file in bronze is applied).
+Arguments: --config, --bronze, --warehouse; optional --catalog, --manifest (the batch the state
+machine dequeued; without it every pending CDC file in bronze is applied), --replay true (apply
+the manifest's files again even if applied or quarantined; without a manifest, the quarantine),
+--environment and --metrics_namespace (publish CloudWatch metrics).
 """
 
 from __future__ import annotations
@@ -10,22 +12,26 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from cdclake.jobs import build_engine, log_report, parse_arguments, read_text
+from cdclake.jobs import build_engine, log_report, parse_arguments, publish_metrics, read_text
 from cdclake.manifest import read_manifest
-from cdclake.pipeline import RunReport, apply_cdc_files, files_from_keys, run
+from cdclake.pipeline import RunReport, apply_cdc_files, files_from_keys, replay, run
 
 
 def main(argv: Sequence[str]) -> RunReport:
     args = parse_arguments(argv)
     engine = build_engine(args)
+    files = []
     if args.manifest:
-        entries = read_manifest(read_text(args.manifest), args.manifest)
-        keys = [e.key for e in entries]
+        keys = [e.key for e in read_manifest(read_text(args.manifest), args.manifest)]
         files = files_from_keys(engine.store, keys, engine.config.bronze.transaction_path)
+    if args.replay:
+        report = replay(engine, quarantined=not files, keys=[f.key for f in files])
+    elif args.manifest:
         report = apply_cdc_files(engine, files)
     else:
         report = run(engine)
     log_report(report)
+    publish_metrics(args, report)
     return report
 
 

@@ -10,7 +10,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from cdclake.jobs import build_engine, log_report, parse_arguments
+from cdclake.jobs import build_engine, log_report, parse_arguments, publish_metrics
 from cdclake.pipeline import RunReport, full_load_table
 from cdclake.storage import list_bronze
 
@@ -23,6 +23,7 @@ def main(argv: Sequence[str]) -> RunReport:
     for table in engine.config.tables:
         report.tables.append(full_load_table(engine, table, listing, reload=args.reload))
     log_report(report)
+    publish_metrics(args, report)
     return report
 
 

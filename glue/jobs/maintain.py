@@ -11,14 +11,13 @@ Arguments: --config, --bronze, --warehouse; optional --catalog and the maintenan
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from cdclake.errors import ConfigError
 from cdclake.jobs import build_engine, parse_arguments
+from cdclake.maintenance import MaintenanceReport, MaintenanceSettings, maintain
 
 log = logging.getLogger("cdclake")
 
@@ -58,16 +57,12 @@ def parse_settings(argv: Sequence[str]) -> dict[str, int]:
     return settings
 
 
-def main(argv: Sequence[str]) -> list[Any]:
+def main(argv: Sequence[str]) -> list[MaintenanceReport]:
     args = parse_arguments(argv)
-    overrides = parse_settings(argv)
-    # Imported here, not at the top: the entry point stays importable (and its argument parsing testable)
-    # without the engine's maintenance module; importlib keeps the type checker out of that dependency.
-    maintenance = importlib.import_module("cdclake.maintenance")
-    settings = maintenance.MaintenanceSettings(**overrides)
+    settings = MaintenanceSettings(**parse_settings(argv))
     log.info("maintenance settings: %s", settings)
     engine = build_engine(args)
-    reports: list[Any] = maintenance.maintain(engine, settings)
+    reports = maintain(engine, settings)
     for report in reports:
         log.info("maintenance: %s", report)
     return reports

@@ -73,6 +73,14 @@ def test_glue_jobs_apply_a_manifest_from_local_bronze(spark: SparkSession, tmp_p
     assert [(t.files_applied, t.files_skipped) for t in retried.tables] == [(0, 3)]
     snapshots = spark.sql(f"SELECT count(*) FROM {catalog}.airbnb.hosts_silver.snapshots").first()
     assert snapshots is not None and snapshots[0] == 2
+    # AND a replay of the same manifest applies the files again and changes no row
+    replayed = _job("cdc")(["cdc.py", *common, "--manifest", str(manifest), "--replay", "true"])
+    assert [t.files_applied for t in replayed.tables] == [3]
+    assert demo.differences(_silver(spark, catalog), expected) == []
+    # AND the maintenance job compacts the table and keeps its rows
+    maintained = _job("maintain")(["maintain.py", *common, "--retain_last_snapshots", "1"])
+    assert [(m.table, m.data_files_after <= m.data_files_before) for m in maintained] == [("public.hosts_demo", True)]
+    assert demo.differences(_silver(spark, catalog), expected) == []
 
 
 def test_glue_cdc_job_reads_bronze_from_s3(spark: SparkSession, tmp_path: Path, aws_credentials: None) -> None:
