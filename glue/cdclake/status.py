@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from cdclake.metrics import freshness_lag
 from cdclake.silver import (
     LATEST_COMMIT_TS_PROPERTY,
     QUARANTINE_TABLE,
@@ -42,13 +43,9 @@ class TableStatus:
 
 
 def _lag(latest: str | None, now: datetime) -> float | None:
-    if not latest:
-        return None
-    try:
-        moment = datetime.fromisoformat(latest).replace(tzinfo=UTC)
-    except ValueError:
-        return None
-    return round((now - moment).total_seconds(), 1)
+    """Freshness lag in seconds, to a tenth (None when the newest commit time is unknown)."""
+    seconds = freshness_lag(latest, now)
+    return None if seconds is None else round(seconds, 1)
 
 
 def _journal_counts(engine: Engine, journal: str, time_column: str, detail: str) -> dict[str, tuple[int, Any]]:

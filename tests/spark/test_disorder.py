@@ -206,14 +206,16 @@ def test_widening_applies_and_a_type_change_quarantines_only_its_table(
     assert (status["s.other"].schema_changes, status["s.other"].quarantined_files) == (0, 0)
 
 
-def test_a_column_not_captured_never_overwrites_the_stored_value(make_engine: EngineFactory, tmp_path: Path) -> None:
-    # GIVEN CsvNoSupValue and a loaded row with a large document
-    config = """
+DOCS = """
 bronze: {timestamp_column: ts, csv_no_sup_value: "<nosup>"}
 tables:
   s.docs: {primary_key: [id], columns: {id: int, name: string, body: string}}
 """
-    engine = make_engine(config)
+
+
+def test_a_column_not_captured_never_overwrites_the_stored_value(make_engine: EngineFactory, tmp_path: Path) -> None:
+    # GIVEN CsvNoSupValue and a loaded row with a large document
+    engine = make_engine(DOCS)
     bronze = tmp_path / "bronze" / "s" / "docs"
     write_csv(bronze / "LOAD00000001.csv", [["2024-01-01 00:00:00.000000", "1", "a", "big document"]])
     t = "2024-01-02 00:00:0{}.000000"
@@ -237,12 +239,7 @@ tables:
 def test_a_column_not_captured_keeps_the_stored_value_across_batches(
     make_engine: EngineFactory, tmp_path: Path
 ) -> None:
-    config = """
-bronze: {timestamp_column: ts, csv_no_sup_value: "<nosup>"}
-tables:
-  s.docs: {primary_key: [id], columns: {id: int, name: string, body: string}}
-"""
-    engine = make_engine(config)
+    engine = make_engine(DOCS)
     bronze = tmp_path / "bronze" / "s" / "docs"
     write_csv(bronze / "LOAD00000001.csv", [["2024-01-01 00:00:00.000000", "1", "a", "big document"]])
     run(engine)
