@@ -5,6 +5,7 @@ Everything runs in-process against moto: no AWS account, no network, no Docker.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import sys
@@ -448,4 +449,7 @@ def pipeline(
             cdc_job="cdclake-cdc", maintenance_job="cdclake-maintenance", gaps=moto_step_functions_gaps,
         )  # fmt: skip
         for execution in sfn.list_executions(stateMachineArn=state_machine_arn, statusFilter="RUNNING")["executions"]:
-            sfn.stop_execution(executionArn=execution["executionArn"])
+            # moto gap: stopping an execution whose worker has just finished raises inside moto
+            # ('NoneType' object has no attribute 'set_stop'); it is ending anyway.
+            with contextlib.suppress(AttributeError):
+                sfn.stop_execution(executionArn=execution["executionArn"])
