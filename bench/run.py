@@ -18,6 +18,7 @@ import os
 import platform
 import shutil
 import subprocess
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -525,23 +526,33 @@ def chart(results: dict[str, tuple[Profile, dict[str, Any]]], out: Path) -> None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
     for profile_name, (p, result) in results.items():
         comps = comparisons(result, p)
         for ax, at_most in zip(axes, (True, False), strict=True):
             chosen = [c for c in comps if c.at_most is at_most]
-            labels = [f"{c.name}\n[{profile_name}]" for c in chosen]
+            labels = [textwrap.fill(f"{c.name} [{profile_name}]", 34) for c in chosen]
             colours = ["tab:green" if c.met else "tab:red" for c in chosen]
             ax.barh(labels, [c.figure for c in chosen], color=colours)
             ax.scatter([c.target for c in chosen], labels, marker="|", s=400, color="black", zorder=3)
-    axes[0].set_title("cdclake / floor (lower is better; | = target)")
-    axes[1].set_title("speed-up over the alternative (higher is better; | = target)")
+    axes[0].set_title("cdclake time / floor time\n(lower is better; | = target)", fontsize=10)
+    axes[1].set_title("speed-up over the alternative\n(higher is better; | = target)", fontsize=10)
     for ax in axes:
         ax.tick_params(axis="y", labelsize=7)
         ax.invert_yaxis()
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
+
+
+def draw(docs: Path) -> None:
+    """docs/benchmarks.png from every profile's stored results."""
+    charted = {}
+    for name, p in PROFILES.items():
+        stored = docs / f"benchmarks-{name}.json"
+        if stored.exists() and name != "smoke":
+            charted[name] = (p, json.loads(stored.read_text()))
+    chart(charted, docs / "benchmarks.png")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -551,7 +562,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", type=Path, default=ROOT / "docs")
     parser.add_argument("--driver-memory", default=None)
     parser.add_argument("--conf", action="append", default=[], help="extra Spark setting key=value (experiments)")
+    parser.add_argument("--chart-only", action="store_true", help="redraw the chart from the stored results")
     args = parser.parse_args(argv)
+    if args.chart_only:
+        draw(args.docs)
+        return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("cdclake").setLevel(logging.WARNING)
     profile = PROFILES[args.profile]
@@ -589,12 +604,7 @@ def main(argv: list[str] | None = None) -> int:
     document = document_path.read_text() if document_path.exists() else "# Benchmarks\n"
     section = render(args.profile, profile, result, info, command)
     document_path.write_text(splice(document, args.profile, section))
-    charted = {}
-    for name, p in PROFILES.items():
-        stored = args.docs / f"benchmarks-{name}.json"
-        if stored.exists():
-            charted[name] = (p, json.loads(stored.read_text()))
-    chart(charted, args.docs / "benchmarks.png")
+    draw(args.docs)
     print(section)
     shutil.rmtree(work, ignore_errors=True)
     return 0
