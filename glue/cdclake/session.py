@@ -57,6 +57,9 @@ def spark_conf(settings: SessionSettings) -> dict[str, str]:
         # DMS timestamps carry no zone; read and write them as UTC wall-clock values.
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.iceberg.handle-timestamp-without-timezone": "true",
+        # The bad-row check is `limit(n).collect()` over the whole batch: by default its first job scans
+        # one partition, then 4x more per job, serialising a full-load scan. Scan every partition at once.
+        "spark.sql.limit.initialNumPartitions": "100000",
     }
     catalog = settings.catalog
     if isinstance(catalog, GlueCatalog):

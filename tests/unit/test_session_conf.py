@@ -14,6 +14,7 @@ COMMON = {
     "spark.sql.defaultCatalog": "silver",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.iceberg.handle-timestamp-without-timezone": "true",
+    "spark.sql.limit.initialNumPartitions": "100000",
 }
 
 
