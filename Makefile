@@ -41,7 +41,7 @@ wheel: setup ## the cdclake wheel AWS Glue installs (--additional-python-modules
 
 # ------------------------------------------------------------------------------ benchmarks
 # Not part of `make test`. PROFILE=quick (< 10 min on 2 cores), full (the issue's 10M-row sizes) or
-# smoke (a one-minute harness check). Writes docs/benchmarks.md, docs/benchmarks-<profile>.json and docs/benchmarks.png.
+# smoke (a harness check in 2-4 minutes). Writes docs/benchmarks.md, docs/benchmarks-<profile>.json and docs/benchmarks.png.
 PROFILE ?= quick
 
 .PHONY: bench bench-full

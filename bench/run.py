@@ -74,7 +74,7 @@ PROFILES = {
         batches=5,
         batch_changes=10_000,
     ),
-    # A harness check in well under a minute (figures are meaningless at this size).
+    # A harness check in 2-4 minutes (figures are meaningless at this size).
     "smoke": Profile(
         rows=20_000,
         load_files=2,
