@@ -501,7 +501,9 @@ def _merge_batch(
     )
     stored = engine.spark.table(silver.identifier).select(*key, SILVER_ORDER)
     known_deleted = engine.spark.table(tombstones.identifier).select(*key, SILVER_ORDER)
-    classified = classify_effects(rows, stored, known_deleted, key).cache()
+    # A local checkpoint, not a cache: it also cuts the lineage back to the reader's row ids
+    # (monotonically_increasing_id), which a copy-on-write MERGE refuses as non-deterministic.
+    classified = classify_effects(rows, stored, known_deleted, key).localCheckpoint()
     try:
         stats = classified.groupBy(EFFECT).agg(F.count(F.lit(1)).alias("n"), F.max(COMMIT_TS).alias("ts")).collect()
         counts = {r[EFFECT]: r["n"] for r in stats}

@@ -289,3 +289,18 @@ tables:
         ("s.orders", 2),
     ]
     assert sorted((t.table, t.files_skipped) for t in again.tables) == [("s.items", 1), ("s.orders", 1)]
+
+
+def test_copy_on_write_tables_merge_too(make_engine: EngineFactory, tmp_path: Path) -> None:
+    # GIVEN a silver table switched to copy-on-write (a user's choice for read-heavy tables)
+    engine = make_engine(ITEMS)
+    bronze = tmp_path / "bronze"
+    _apply(engine, _cdc(bronze, "items", "20240102-0000010000.csv", [("I", "1", "1", "a"), ("I", "1", "2", "b")]))
+    table = engine.silver_table(engine.config.tables[0]).identifier
+    engine.spark.sql(
+        f"ALTER TABLE {table} SET TBLPROPERTIES ('write.merge.mode'='copy-on-write', "
+        "'write.update.mode'='copy-on-write', 'write.delete.mode'='copy-on-write')"
+    )
+    # WHEN a batch with an update and a delete is applied THEN the MERGE works and silver is right
+    _apply(engine, _cdc(bronze, "items", "20240102-0000020000.csv", [("U", "2", "1", "a2"), ("D", "2", "2", "b")]))
+    assert _state(engine) == {1: "a2"}
