@@ -12,9 +12,13 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cdclake.config import load_config
 from cdclake.errors import CdclakeError
+
+if TYPE_CHECKING:
+    from cdclake.pipeline import Engine
 
 DEFAULT_HOME = Path(".cdclake")
 
@@ -132,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _engine(args: argparse.Namespace, config_path: Path, bronze_override: str | None = None):  # type: ignore[no-untyped-def]
+def _engine(args: argparse.Namespace, config_path: Path, bronze_override: str | None = None) -> Engine:
     from dataclasses import replace
 
     from cdclake.pipeline import Engine

@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from cdclake.dms_writer import change_sequence, write_csv
-from cdclake.pipeline import Engine, apply_cdc_files, files_from_keys, run
+from cdclake.pipeline import Engine, RunReport, apply_cdc_files, files_from_keys, run
 from cdclake.silver import QUARANTINE_TABLE, SCHEMA_CHANGES_TABLE, tombstones_of
 
 EngineFactory = Callable[..., Engine]
@@ -38,7 +38,7 @@ def _state(engine: Engine, table: str = "items") -> dict[int, str | None]:
     return {r["id"]: r["name"] for r in frame.collect()}
 
 
-def _apply(engine: Engine, *keys: str):  # type: ignore[no-untyped-def]
+def _apply(engine: Engine, *keys: str) -> RunReport:
     return apply_cdc_files(engine, files_from_keys(engine.store, list(keys)))
 
 
