@@ -127,8 +127,3 @@ def classify(keys_and_sizes: Iterable[tuple[str, int]], transaction_path: str | 
         except UnrecognisedKey as exc:
             unrecognised.append(str(exc))
     return BronzeListing(files=tuple(sorted(files)), unrecognised=tuple(unrecognised))
-
-
-def order_files(files: Iterable[BronzeFile]) -> list[BronzeFile]:
-    """Files in apply order (per table: LOAD files by hex counter, then CDC files by timestamp)."""
-    return sorted(files)

@@ -149,7 +149,7 @@ def relocate_jars(sources: Iterable[Path], destination: Path, relocation: Reloca
 
 
 def list_class_names(jar_path: Path) -> list[str]:
-    """Class names (dotted) in a jar; used by the setup check and the tests."""
+    """Class names (dotted) in a jar, for diagnostics and the tests."""
     with zipfile.ZipFile(jar_path) as jar:
         return [n[: -len(".class")].replace("/", ".") for n in jar.namelist() if n.endswith(".class")]
 

@@ -22,7 +22,6 @@ class FileLayout:
     file_format: str
     columns: tuple[str, ...] | None  # None: the file describes itself (Parquet)
     has_header: bool
-    op_column: str | None  # the DMS Op column when the files have one
 
 
 def headerless_columns(
@@ -79,14 +78,11 @@ def layout_for(
             raise BadInputError(
                 f"{file.key}: transaction-ordered files are read as headerless CSV with the table's declared columns."
             )
-        return FileLayout("csv", headerless_columns(settings, table, file.kind, True), False, DMS_OP_COLUMN)
+        return FileLayout("csv", headerless_columns(settings, table, file.kind, True), has_header=False)
     if file.file_format == "parquet":
-        return FileLayout("parquet", None, has_header=False, op_column=DMS_OP_COLUMN)
+        return FileLayout("parquet", None, has_header=False)
     if settings.csv_header:
         if header is None:
             raise ValueError("a CSV file with a header needs its header parsed first")
-        op = DMS_OP_COLUMN if DMS_OP_COLUMN in header else None
-        return FileLayout("csv", header, has_header=True, op_column=op)
-    columns = headerless_columns(settings, table, file.kind)
-    op = DMS_OP_COLUMN if DMS_OP_COLUMN in columns else None
-    return FileLayout("csv", columns, has_header=False, op_column=op)
+        return FileLayout("csv", header, has_header=True)
+    return FileLayout("csv", headerless_columns(settings, table, file.kind), has_header=False)

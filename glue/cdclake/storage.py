@@ -35,8 +35,6 @@ class BronzeStore(Protocol):
 
     def spark_paths(self, files: Iterable[BronzeFile]) -> dict[str, str]: ...
 
-    def exists(self, key: str) -> bool: ...
-
     def size(self, key: str) -> int | None:
         """The object's size in bytes, or None when it does not exist."""
         ...
@@ -85,9 +83,6 @@ class LocalBronze:
 
     def spark_paths(self, files: Iterable[BronzeFile]) -> dict[str, str]:
         return {f.key: str((self.directory / f.key).resolve()) for f in files}
-
-    def exists(self, key: str) -> bool:
-        return (self.directory / key).is_file()
 
     def size(self, key: str) -> int | None:
         path = self.directory / key
@@ -149,9 +144,6 @@ class S3Bronze:
                 self.client.download_file(self.bucket, self._object_key(f.key), str(local))
             paths[f.key] = str(local.resolve())
         return paths
-
-    def exists(self, key: str) -> bool:
-        return self.size(key) is not None
 
     def size(self, key: str) -> int | None:
         try:

@@ -6,14 +6,14 @@ import random
 
 import pytest
 
-from cdclake.bronze import FileKind, UnrecognisedKey, classify, order_files, parse_key
+from cdclake.bronze import FileKind, UnrecognisedKey, classify, parse_key
 
 
 def names(keys: list[str]) -> list[str]:
-    """Keys in the order ``order_files`` puts them (input shuffled so order is never inherited)."""
+    """Keys in the order BronzeFile sorting puts them (input shuffled so order is never inherited)."""
     files = [parse_key(k) for k in keys]
     random.Random(7).shuffle(files)
-    return [f.key for f in order_files(files)]
+    return [f.key for f in sorted(files)]
 
 
 # --------------------------------------------------------------------------- parse_key

@@ -145,7 +145,7 @@ def test_layout_for_parquet() -> None:
     file = parse_key("s/t/LOAD00000001.parquet")
     # WHEN / THEN the file describes its own columns
     assert layout_for(BronzeSettings(format="parquet"), TABLE, file, None) == FileLayout(
-        "parquet", None, has_header=False, op_column="Op"
+        "parquet", None, has_header=False
     )
 
 
@@ -154,7 +154,7 @@ def test_layout_for_headerless_cdc_csv() -> None:
     file = parse_key("s/t/20240301-1200000000.csv")
     # WHEN / THEN the columns come from the configuration, Op first
     assert layout_for(TS_AND_SEQ, TABLE, file, None) == FileLayout(
-        "csv", ("Op", "ts", "id", "name", "seq"), has_header=False, op_column="Op"
+        "csv", ("Op", "ts", "id", "name", "seq"), has_header=False
     )
 
 
@@ -162,9 +162,7 @@ def test_layout_for_headerless_full_load_csv() -> None:
     # GIVEN a headerless full-load CSV file without IncludeOpForFullLoad
     file = parse_key("s/t/LOAD00000001.csv")
     # WHEN / THEN there is no Op column
-    assert layout_for(BronzeSettings(), TABLE, file, None) == FileLayout(
-        "csv", ("id", "name"), has_header=False, op_column=None
-    )
+    assert layout_for(BronzeSettings(), TABLE, file, None) == FileLayout("csv", ("id", "name"), has_header=False)
 
 
 def test_layout_for_csv_with_header() -> None:
@@ -173,15 +171,15 @@ def test_layout_for_csv_with_header() -> None:
     header = ("Op", "id", "name")
     # WHEN / THEN the header is the column list
     assert layout_for(BronzeSettings(csv_header=True), TABLE, file, header) == FileLayout(
-        "csv", header, has_header=True, op_column="Op"
+        "csv", header, has_header=True
     )
 
 
 def test_layout_for_csv_with_header_without_op() -> None:
     # GIVEN a full-load CSV file whose header has no Op
     file = parse_key("s/t/LOAD00000001.csv")
-    # WHEN / THEN the layout has no Op column
-    assert layout_for(BronzeSettings(csv_header=True), TABLE, file, ("id", "name")).op_column is None
+    # WHEN / THEN the columns are the header's, with no Op
+    assert layout_for(BronzeSettings(csv_header=True), TABLE, file, ("id", "name")).columns == ("id", "name")
 
 
 def test_layout_for_csv_with_header_needs_the_header() -> None:

@@ -92,14 +92,15 @@ def test_local_spark_paths(bronze: LocalBronze) -> None:
     assert bronze.spark_paths([file]) == {file.key: str((bronze.directory / file.key).resolve())}
 
 
-def test_local_exists(bronze: LocalBronze) -> None:
-    # GIVEN / WHEN a file, a missing file and a folder are checked
-    # THEN only the file exists
+def test_local_size(bronze: LocalBronze) -> None:
+    # GIVEN / WHEN a file, a missing file and a folder are sized
+    # THEN only the file has a size (its byte count)
+    path = bronze.directory / "public/hosts/LOAD00000001.csv"
     assert (
-        bronze.exists("public/hosts/LOAD00000001.csv"),
-        bronze.exists("public/hosts/LOAD00000002.csv"),
-        bronze.exists("public/hosts"),
-    ) == (True, False, False)
+        bronze.size("public/hosts/LOAD00000001.csv"),
+        bronze.size("public/hosts/LOAD00000002.csv"),
+        bronze.size("public/hosts"),
+    ) == (path.stat().st_size, None, None)
 
 
 def test_local_root(tmp_path: Path) -> None:
@@ -280,12 +281,12 @@ def test_s3_read_head_missing_object(s3_client: Any) -> None:
     pytest.fail("read_head raised nothing")
 
 
-def test_s3_exists(s3_client: Any) -> None:
+def test_s3_size(s3_client: Any) -> None:
     # GIVEN one object under the prefix
     put(s3_client, "dms/s/t/LOAD00000001.csv", b"abc")
     store = S3Bronze(s3_client, BUCKET, "dms")
-    # WHEN it and a missing key are checked / THEN only it exists
-    assert (store.exists("s/t/LOAD00000001.csv"), store.exists("s/t/LOAD00000002.csv")) == (True, False)
+    # WHEN it and a missing key are sized / THEN only it has a size, its byte count
+    assert (store.size("s/t/LOAD00000001.csv"), store.size("s/t/LOAD00000002.csv")) == (3, None)
 
 
 def test_s3_spark_paths_without_staging(s3_client: Any) -> None:
