@@ -243,6 +243,7 @@ EFFECT = "_cdc_effect"
 # What applying a change does, decided against the stored row and the tombstones.
 EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE = "insert", "update", "delete"
 EFFECT_DELETE_MISSING, EFFECT_LATE = "delete-missing", "late"
+EFFECTS = (EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE, EFFECT_DELETE_MISSING, EFFECT_LATE)
 
 
 def classify_effects(latest: DataFrame, stored: DataFrame, tombstones: DataFrame, key: Sequence[str]) -> DataFrame:

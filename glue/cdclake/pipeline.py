@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cdclake.bronze import BronzeFile, BronzeListing, FileKind, parse_key
 from cdclake.changes import (
@@ -22,6 +22,7 @@ from cdclake.changes import (
     EFFECT_INSERT,
     EFFECT_LATE,
     EFFECT_UPDATE,
+    EFFECTS,
     OP,
     RAW_LINE,
     SILVER_ORDER,
@@ -45,6 +46,7 @@ from cdclake.reader import FILE_ORDINAL, ROW_POSITION, read_files
 from cdclake.schema_evolution import SchemaPlan, plan_schema_change
 from cdclake.silver import (
     KIND_CDC,
+    KIND_FULL_LOAD_STAGED,
     SilverTable,
     append_rows,
     apply_schema_plan,
@@ -55,6 +57,7 @@ from cdclake.silver import (
     merge_rows,
     quarantined_files,
     read_ledger,
+    record_full_load,
     record_quarantine,
     record_quarantined_rows,
     record_schema_changes,
@@ -67,7 +70,7 @@ from cdclake.silver import (
 from cdclake.storage import BronzeStore, list_bronze
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger("cdclake")
 
@@ -140,25 +143,32 @@ def _prepared_changes(
 
 
 @dataclass(frozen=True)
-class CheckedChanges:
-    """A batch's changes once its files proved readable, with its row counts."""
+class RowCounts:
+    """How many rows a read held, how many of them cannot be applied, and its earliest timestamp."""
 
-    changes: DataFrame
-    files: list[BronzeFile]  # the readable files, in apply order (ordinals index this list)
     total: int
     bad: int
     earliest_commit_ts: str | None  # the smallest timestamp-column value (full load: its watermark)
 
+    @staticmethod
+    def columns() -> list[Column]:
+        """The aggregates behind the counts, for a query of its own or an ``observe``."""
+        from pyspark.sql import functions as F
 
-def _count_rows(changes: DataFrame) -> tuple[int, int, str | None]:
-    """(rows, bad rows, earliest timestamp) in one scan; it also surfaces files Spark cannot read."""
-    from pyspark.sql import functions as F
+        return [
+            F.count(F.lit(1)).alias("total"),
+            F.count_if(has_error()).alias("bad"),
+            F.min(COMMIT_TS).alias("earliest"),
+        ]
 
-    stats = changes.groupBy(has_error().alias("bad")).agg(F.count(F.lit(1)).alias("n"), F.min(COMMIT_TS).alias("ts"))
-    rows = stats.collect()
-    counts = {r["bad"]: r["n"] for r in rows}
-    earliest = min((r["ts"] for r in rows if r["ts"]), default=None)
-    return sum(counts.values()), counts.get(True, 0), earliest
+    @classmethod
+    def of(cls, row: Any) -> RowCounts:
+        return cls(int(row["total"]), int(row["bad"]), row["earliest"])
+
+
+def _count_rows(changes: DataFrame) -> RowCounts:
+    """Count a read in one scan; the scan also surfaces files Spark cannot read."""
+    return RowCounts.of(changes.agg(*RowCounts.columns()).collect()[0])
 
 
 def _first_line(exc: BaseException) -> str:
@@ -166,41 +176,19 @@ def _first_line(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__)[:300]
 
 
-def _read_checked(
-    engine: Engine, table: TableConfig, files: Sequence[BronzeFile], full_load: bool, report: TableReport
-) -> CheckedChanges | None:
-    """Read and count a batch. If Spark cannot read it, find the unreadable files one by one:
-    CDC files are quarantined (held for a replay) and the rest is read again; a full load stops
-    naming them. Returns None when no readable file is left."""
-    remaining = [f for f in files if f.size != 0 or f.kind is FileKind.FULL_LOAD]
-    empty = [f for f in files if f not in remaining]
-    if empty:
-        _quarantine(engine, engine.silver_table(table), empty, "empty file", report)
-    for attempt in (1, 2):
-        if not remaining:
-            return None
-        changes = None
-        try:
-            # Parquet footers are read while the DataFrame is planned, CSV bytes while it is counted.
-            changes = _prepared_changes(engine, table, remaining, full_load)
-            changes = changes if full_load else changes.cache()
-            total, bad, earliest = _count_rows(changes)
-            return CheckedChanges(changes, remaining, total, bad, earliest)
-        except ConfigError:
-            raise
-        except Exception as failure:
-            if changes is not None:
-                changes.unpersist()
-            culprits = _unreadable_files(engine, table, remaining, full_load)
-            if not culprits or attempt == 2:
-                raise failure
-            if full_load:
-                details = "; ".join(f"{f.key}: {reason}" for f, reason in culprits)
-                raise BadInputError(f"Table {table.source}: full-load files that cannot be read: {details}.") from None
-            for file, reason in culprits:
-                _quarantine(engine, engine.silver_table(table), [file], f"unreadable file: {reason}", report)
-            remaining = [f for f in remaining if f not in {c for c, _ in culprits}]
-    return None
+def _read_full_load(engine: Engine, table: TableConfig, files: Sequence[BronzeFile]) -> tuple[DataFrame, RowCounts]:
+    """Read and count the LOAD files; unreadable ones stop the load, named one by one."""
+    changes = _prepared_changes(engine, table, files, full_load=True)
+    try:
+        return changes, _count_rows(changes)
+    except ConfigError:
+        raise
+    except Exception as failure:
+        culprits = _unreadable_files(engine, table, files, full_load=True)
+        if not culprits:
+            raise failure
+        details = "; ".join(f"{f.key}: {reason}" for f, reason in culprits)
+        raise BadInputError(f"Table {table.source}: full-load files that cannot be read: {details}.") from None
 
 
 def _unreadable_files(
@@ -239,37 +227,44 @@ def _bad_rows(changes: DataFrame, files: Sequence[BronzeFile]) -> DataFrame:
     )
 
 
-def _screen_bad_rows(engine: Engine, table: TableConfig, checked: CheckedChanges, report: TableReport) -> DataFrame:
-    """Quarantine the batch's bad rows and return the good ones; fail loudly above the limit."""
+def _screen_bad_rows(
+    engine: Engine,
+    table: TableConfig,
+    changes: DataFrame,
+    files: Sequence[BronzeFile],
+    counts: RowCounts,
+    report: TableReport,
+) -> None:
+    """Quarantine the bad rows of ``changes`` (a read of ``files``); fail loudly above the limit."""
     from pyspark.sql import functions as F
 
-    if checked.bad == 0:
-        return checked.changes
-    bad_rows = _bad_rows(checked.changes, checked.files)
+    if counts.bad == 0:
+        return
+    bad_rows = _bad_rows(changes, files)
     limit = engine.config.max_bad_row_ratio
-    if checked.bad > limit * checked.total:
+    if counts.bad > limit * counts.total:
         sample = bad_rows.orderBy("file_key", "row_number").limit(_MAX_REPORTED_ERRORS).collect()
         details = "; ".join(f"{r['file_key']} data row {r['row_number']}: {r['reason']}" for r in sample)
         raise BadInputError(
-            f"Table {table.source}: rows that cannot be applied: {details} ({checked.bad} of {checked.total} "
+            f"Table {table.source}: rows that cannot be applied: {details} ({counts.bad} of {counts.total} "
             f"rows, above quarantine.max_bad_row_ratio {limit:g}); nothing of this batch was applied."
         )
     stamped = bad_rows.withColumn("quarantined_at", F.lit(datetime.now(UTC)))
     record_quarantined_rows(engine.spark, engine.silver_table(table), stamped)
-    report.rows_quarantined = checked.bad
-    log.warning("rows quarantined table=%s rows=%d of=%d", table.source, checked.bad, checked.total)
-    return checked.changes.where(~has_error())
+    report.rows_quarantined = counts.bad
+    log.warning("rows quarantined table=%s rows=%d of=%d", table.source, counts.bad, counts.total)
 
 
-def _silver_rows(changes: DataFrame, table: TableConfig) -> DataFrame:
-    """Changes -> the rows silver stores (append-only tables keep the operation)."""
+def _silver_rows(changes: DataFrame, table: TableConfig, deduplicate: bool = True) -> DataFrame:
+    """Changes -> the rows silver stores (append-only tables keep the operation); ``deduplicate``
+    keeps each key's last change, which a caller that checks the keys afterwards can skip."""
     from pyspark.sql import functions as F
 
     if table.append_only:
         return changes.withColumn(APPEND_ONLY_OP_COLUMN, F.col(OP)).select(
             *data_columns(changes), APPEND_ONLY_OP_COLUMN
         )
-    latest = latest_change_per_key(changes, table.silver_key())
+    latest = latest_change_per_key(changes, table.silver_key()) if deduplicate else changes
     return latest.where(F.col(OP) != "D").select(*data_columns(changes), SILVER_ORDER)
 
 
@@ -290,6 +285,12 @@ def full_load_table(engine: Engine, table: TableConfig, listing: BronzeListing, 
 
     Idempotent: a table whose ledger shows a full load is left alone unless ``reload`` is set,
     and a replace is one atomic commit, so re-running never doubles rows.
+
+    The common case (every row valid, every key once) takes one scan of the files: the rows are
+    written as a staged load while the scan counts them, the key check reads only the key
+    columns back, and a commit without data records the load as done. A bad row, an unreadable
+    file or a repeated key sends the load down the careful path instead: count, quarantine,
+    de-duplicate, then one replace.
     """
     started = time.monotonic()
     silver = engine.silver_table(table)
@@ -302,19 +303,9 @@ def full_load_table(engine: Engine, table: TableConfig, listing: BronzeListing, 
         report.note = "no LOAD files and no declared columns: the table is created by its first CDC batch"
         return report
     log.info("full load table=%s files=%d", table.source, len(files))
-    superseded: list[BronzeFile] = []
-    if files:
-        checked = _read_checked(engine, table, files, True, report)
-        assert checked is not None  # a full load raises instead of setting files aside
-        changes = _screen_bad_rows(engine, table, checked, report)
-        report.changes_read = checked.total
-        superseded = superseded_cdc_files(listing, table, checked.earliest_commit_ts)
-    else:
-        changes = _empty_changes(engine, table)
-    rows = _silver_rows(changes, table)
     ensure_database(engine.spark, engine.catalog, engine.config.database)
-    replace_table(engine.spark, silver, rows, [f.key for f in (*files, *superseded)])
-    report.files_skipped = len(superseded)
+    if not (files and _full_load_in_one_scan(engine, table, files, listing, report)):
+        _full_load_carefully(engine, table, files, listing, report)
     forget_archived_ledger(engine.spark, silver)
     tombstones = tombstones_of(silver)
     if table_exists(engine.spark, tombstones):
@@ -325,6 +316,71 @@ def full_load_table(engine: Engine, table: TableConfig, listing: BronzeListing, 
     report.seconds = time.monotonic() - started
     log.info("full load done table=%s rows=%d seconds=%.1f", table.source, report.inserted, report.seconds)
     return report
+
+
+_NEEDS_SCREENING = "cdclake: this full load holds rows that need screening"
+
+
+def _full_load_in_one_scan(
+    engine: Engine, table: TableConfig, files: Sequence[BronzeFile], listing: BronzeListing, report: TableReport
+) -> bool:
+    """Load in one scan, assuming valid rows and unique keys; False (nothing recorded as loaded)
+    when the assumption fails, for the careful path to take over."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    silver = engine.silver_table(table)
+    observation = Observation("cdclake_full_load")
+    changes = _prepared_changes(engine, table, files, full_load=True).observe(
+        observation, F.count(F.lit(1)).alias("rows"), F.min(COMMIT_TS).alias("earliest")
+    )
+    # Fail the scan at the first bad row: nothing is committed and the careful path screens them.
+    valid = changes.where(F.when(has_error(), F.raise_error(F.lit(_NEEDS_SCREENING))).otherwise(F.lit(True)))
+    try:
+        replace_table(
+            engine.spark, silver, _silver_rows(valid, table, deduplicate=False), [f.key for f in files],
+            kind=KIND_FULL_LOAD_STAGED,
+        )  # fmt: skip
+    except ConfigError:
+        raise
+    except Exception as failure:
+        log.info("full load table=%s takes the careful path: %s", table.source, _first_line(failure))
+        return False
+    stats = observation.get
+    if not table.append_only and _has_repeated_keys(engine.spark, silver, table.silver_key()):
+        log.warning("full load table=%s: a key occurs more than once; keeping each key's last row", table.source)
+        return False
+    superseded = superseded_cdc_files(listing, table, stats["earliest"])
+    record_full_load(engine.spark, silver, [f.key for f in (*files, *superseded)])
+    report.changes_read = stats["rows"]
+    report.files_skipped = len(superseded)
+    return True
+
+
+def _has_repeated_keys(spark: SparkSession, silver: SilverTable, key: Sequence[str]) -> bool:
+    """Whether a key occurs twice in ``silver`` (a scan of the key columns only)."""
+    from pyspark.sql import functions as F
+
+    counts = spark.table(silver.identifier).groupBy(*key).agg(F.count(F.lit(1)).alias("_cdc_rows"))
+    return bool(counts.where(F.col("_cdc_rows") > 1).limit(1).collect())
+
+
+def _full_load_carefully(
+    engine: Engine, table: TableConfig, files: Sequence[BronzeFile], listing: BronzeListing, report: TableReport
+) -> None:
+    """Count and screen the rows (bad ones to quarantine), keep each key's last row, one replace."""
+    silver = engine.silver_table(table)
+    superseded: list[BronzeFile] = []
+    if files:
+        changes, counts = _read_full_load(engine, table, files)
+        _screen_bad_rows(engine, table, changes, files, counts, report)
+        changes = changes.where(~has_error())
+        report.changes_read = counts.total
+        superseded = superseded_cdc_files(listing, table, counts.earliest_commit_ts)
+    else:
+        changes = _empty_changes(engine, table)
+    replace_table(engine.spark, silver, _silver_rows(changes, table), [f.key for f in (*files, *superseded)])
+    report.files_skipped = len(superseded)
 
 
 def superseded_cdc_files(listing: BronzeListing, table: TableConfig, watermark: str | None) -> list[BronzeFile]:
@@ -400,38 +456,25 @@ def apply_cdc_batch(
     log.info(
         "cdc batch table=%s files=%d first=%s last=%s", table.source, len(pending), pending[0].name, pending[-1].name
     )
-    checked = _read_checked(engine, table, pending, False, report)
-    if checked is None:
+    batch = _prepare_readable(engine, table, pending, report)
+    if batch is None:
         report.seconds = time.monotonic() - started
         return report
     try:
-        report.changes_read = checked.total
-        changes = _screen_bad_rows(engine, table, checked, report)
-        rows = _cdc_rows(changes, table)
-        if not table_exists(engine.spark, silver):
-            ensure_database(engine.spark, engine.catalog, engine.config.database)
-            replace_table(engine.spark, silver, _silver_shape(rows).limit(0), [])
-        plan = plan_schema_change(
-            silver_columns(engine.spark, silver),
-            [(f.name, f.dataType.simpleString()) for f in _silver_shape(rows).schema.fields],
-            bookkeeping=(SILVER_ORDER,),
-        )
-        if plan.incompatible:
-            _quarantine(engine, silver, checked.files, "; ".join(plan.incompatible), report)
-            return report
-        _evolve(engine, silver, plan, report)
-        rows = _cast_to_silver(rows, plan.cast)
-        keys = [f.key for f in checked.files]
+        report.changes_read = batch.counts.total
+        _screen_bad_rows(engine, table, batch.changes, batch.files, batch.counts, report)
+        _evolve(engine, silver, batch.plan, report)
+        keys = [f.key for f in batch.files]
         if table.append_only:
-            _append_batch(engine, silver, rows, keys, report)
+            _append_batch(engine, silver, batch, keys, report)
         else:
-            _merge_batch(engine, table, silver, rows, keys, plan.absent, report)
+            _merge_batch(engine, table, silver, batch, keys, report)
     finally:
-        checked.changes.unpersist()
+        batch.materialized.unpersist()
     if force:
-        release_quarantine(engine.spark, silver, [f.key for f in checked.files])
-    report.files_applied = len(checked.files)
-    report.bytes_applied = sum(f.size for f in checked.files)
+        release_quarantine(engine.spark, silver, [f.key for f in batch.files])
+    report.files_applied = len(batch.files)
+    report.bytes_applied = sum(f.size for f in batch.files)
     report.seconds = time.monotonic() - started
     log.info(
         "cdc batch done table=%s inserted=%d updated=%d deleted=%d ignored_late=%d quarantined_rows=%d seconds=%.1f",
@@ -439,6 +482,100 @@ def apply_cdc_batch(
         report.rows_quarantined, report.seconds,
     )  # fmt: skip
     return report
+
+
+@dataclass(frozen=True)
+class PreparedBatch:
+    """A CDC batch read, classified and materialised once, before anything is committed."""
+
+    changes: DataFrame  # every row read, bad ones too (read again only to quarantine bad rows)
+    files: list[BronzeFile]  # the readable files, in apply order (ordinals index this list)
+    materialized: DataFrame  # the rows to apply: classified latest changes, or rows to append
+    columns: list[str]  # their data columns
+    unchanged: dict[str, str]  # column -> flag of values a change did not capture (CsvNoSupValue)
+    plan: SchemaPlan
+    counts: RowCounts
+    effects: dict[str, int]  # rows per effect (append-only: all inserts)
+    latest_commit_ts: str | None
+
+
+def _prepare_readable(
+    engine: Engine, table: TableConfig, files: Sequence[BronzeFile], report: TableReport
+) -> PreparedBatch | None:
+    """Prepare the batch; if Spark cannot read it, find the unreadable files one by one, hold them
+    in quarantine and prepare the rest. None: nothing left to apply (files held or quarantined)."""
+    silver = engine.silver_table(table)
+    remaining = [f for f in files if f.size != 0]
+    if empty := [f for f in files if f.size == 0]:
+        _quarantine(engine, silver, empty, "empty file", report)
+    for attempt in (1, 2):
+        if not remaining:
+            return None
+        try:
+            return _prepare_batch(engine, table, remaining, report)
+        except ConfigError:
+            raise
+        except Exception as failure:
+            culprits = _unreadable_files(engine, table, remaining, full_load=False)
+            if not culprits or attempt == 2:
+                raise failure
+            for file, reason in culprits:
+                _quarantine(engine, silver, [file], f"unreadable file: {reason}", report)
+            remaining = [f for f in remaining if f not in {c for c, _ in culprits}]
+    return None
+
+
+def _prepare_batch(
+    engine: Engine, table: TableConfig, files: Sequence[BronzeFile], report: TableReport
+) -> PreparedBatch | None:
+    """Plan the schema change, then read, count and classify the batch in one pass over its files
+    (the counts are observed while the rows are materialised). None: held for its schema change."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    silver = engine.silver_table(table)
+    changes = _prepared_changes(engine, table, files)
+    shape = _cdc_rows(changes.where(~has_error()), table)  # for schemas and empty tables only
+    if not table_exists(engine.spark, silver):
+        ensure_database(engine.spark, engine.catalog, engine.config.database)
+        replace_table(engine.spark, silver, _silver_shape(shape).limit(0), [])
+    plan = plan_schema_change(
+        silver_columns(engine.spark, silver),
+        [(f.name, f.dataType.simpleString()) for f in _silver_shape(shape).schema.fields],
+        bookkeeping=(SILVER_ORDER,),
+    )
+    if plan.incompatible:
+        _quarantine(engine, silver, files, "; ".join(plan.incompatible), report)
+        return None
+    # Observations count what the one materialising action below sees; no other action may
+    # run on the observed frames first, or it would be the one observed.
+    read = Observation("cdclake_read")
+    rows = _cdc_rows(changes.observe(read, *RowCounts.columns()).where(~has_error()), table)
+    rows = _cast_to_silver(rows, plan.cast)
+    applied = Observation("cdclake_effects")
+    latest = F.max(COMMIT_TS).alias("_cdc_latest")
+    if table.append_only:
+        observed = rows.observe(applied, F.count(F.lit(1)).alias(EFFECT_INSERT), latest)
+    else:
+        ensure_table(engine.spark, tombstones_of(silver), _tombstone_rows(shape, table.silver_key()))
+        classified = _classified(engine, table, silver, rows)
+        effects = [F.count_if(F.col(EFFECT) == e).alias(e) for e in EFFECTS]
+        observed = classified.observe(applied, *effects, latest)
+    # A local checkpoint, not a cache: it also cuts the lineage back to the reader's row ids
+    # (monotonically_increasing_id), which a copy-on-write MERGE refuses as non-deterministic.
+    materialized = observed.localCheckpoint()
+    stats = applied.get
+    return PreparedBatch(
+        changes=changes,
+        files=list(files),
+        materialized=materialized,
+        columns=data_columns(rows),
+        unchanged=unchanged_flags(rows),
+        plan=plan,
+        counts=RowCounts.of(read.get),
+        effects={e: int(stats[e]) for e in stats if e != "_cdc_latest"},
+        latest_commit_ts=stats["_cdc_latest"],
+    )
 
 
 def _evolve(engine: Engine, silver: SilverTable, plan: SchemaPlan, report: TableReport) -> None:
@@ -470,68 +607,63 @@ def _cast_to_silver(rows: DataFrame, casts: dict[str, str]) -> DataFrame:
 
 
 def _append_batch(
-    engine: Engine, silver: SilverTable, rows: DataFrame, keys: Sequence[str], report: TableReport
+    engine: Engine, silver: SilverTable, batch: PreparedBatch, keys: Sequence[str], report: TableReport
 ) -> None:
+    report.inserted, report.latest_commit_ts = batch.effects[EFFECT_INSERT], batch.latest_commit_ts
+    rows = _silver_shape(batch.materialized)
+    append_rows(engine.spark, silver, rows, ledger_properties(KIND_CDC, keys, batch.latest_commit_ts))
+
+
+def _classified(engine: Engine, table: TableConfig, silver: SilverTable, rows: DataFrame) -> DataFrame:
+    """The latest changes with their effect against the stored rows and the tombstones."""
+
+    key = table.silver_key()
+    stored = engine.spark.table(silver.identifier).select(*key, SILVER_ORDER)
+    known_deleted = engine.spark.table(tombstones_of(silver).identifier).select(*key, SILVER_ORDER)
+    return classify_effects(rows, stored, known_deleted, key)
+
+
+def _tombstone_rows(changes: DataFrame, key: Sequence[str]) -> DataFrame:
+    """What a tombstone holds: the deleted key, the delete's order and its commit time."""
     from pyspark.sql import functions as F
 
-    rows = rows.cache()
-    stats = rows.agg(F.count(F.lit(1)).alias("n"), F.max(COMMIT_TS).alias("ts")).collect()[0]
-    report.inserted, report.latest_commit_ts = stats["n"], stats["ts"]
-    append_rows(engine.spark, silver, _silver_shape(rows), ledger_properties(KIND_CDC, keys, stats["ts"]))
-    rows.unpersist()
+    return changes.select(*key, SILVER_ORDER, F.col(COMMIT_TS).alias(TOMBSTONE_DELETED_AT))
 
 
 def _merge_batch(
     engine: Engine,
     table: TableConfig,
     silver: SilverTable,
-    rows: DataFrame,
+    batch: PreparedBatch,
     keys: Sequence[str],
-    absent: Sequence[str],
     report: TableReport,
 ) -> None:
+    """Tombstones for the deletes, then one MERGE of the rest that records the batch's files."""
     from pyspark.sql import functions as F
 
     key = table.silver_key()
-    tombstones = tombstones_of(silver)
-    ensure_table(
-        engine.spark,
-        tombstones,
-        rows.select(*key, SILVER_ORDER, F.col(COMMIT_TS).alias(TOMBSTONE_DELETED_AT)),
-    )
-    stored = engine.spark.table(silver.identifier).select(*key, SILVER_ORDER)
-    known_deleted = engine.spark.table(tombstones.identifier).select(*key, SILVER_ORDER)
-    # A local checkpoint, not a cache: it also cuts the lineage back to the reader's row ids
-    # (monotonically_increasing_id), which a copy-on-write MERGE refuses as non-deterministic.
-    classified = classify_effects(rows, stored, known_deleted, key).localCheckpoint()
-    try:
-        stats = classified.groupBy(EFFECT).agg(F.count(F.lit(1)).alias("n"), F.max(COMMIT_TS).alias("ts")).collect()
-        counts = {r[EFFECT]: r["n"] for r in stats}
-        report.inserted = counts.get(EFFECT_INSERT, 0)
-        report.updated = counts.get(EFFECT_UPDATE, 0)
-        report.deleted = counts.get(EFFECT_DELETE, 0)
-        report.deleted_missing = counts.get(EFFECT_DELETE_MISSING, 0)
-        report.ignored_late = counts.get(EFFECT_LATE, 0)
-        latest_ts = max((r["ts"] for r in stats if r["ts"]), default=None)
-        report.latest_commit_ts = latest_ts
-        if report.deleted or report.deleted_missing:
-            # Tombstones first: if the MERGE below never commits, re-running rewrites them harmlessly.
-            deletes = classified.where(F.col(EFFECT).isin(EFFECT_DELETE, EFFECT_DELETE_MISSING)).select(
-                *key, SILVER_ORDER, F.col(COMMIT_TS).alias(TOMBSTONE_DELETED_AT)
-            )
-            view = f"cdclake_tombstones_{table.target}"
-            deletes.createOrReplaceTempView(view)
-            engine.spark.sql(tombstone_statement(tombstones.identifier, view, key))
-            engine.spark.catalog.dropTempView(view)
-        applicable = classified.where(F.col(EFFECT).isin(EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE))
-        view = f"cdclake_changes_{table.target}"
-        applicable.createOrReplaceTempView(view)
-        unchanged = list(unchanged_flags(rows))
-        statement = merge_statement(silver.identifier, view, key, data_columns(rows), absent, unchanged)
-        merge_rows(engine.spark, statement, ledger_properties(KIND_CDC, keys, latest_ts))
+    classified, counts = batch.materialized, batch.effects
+    report.inserted = counts[EFFECT_INSERT]
+    report.updated = counts[EFFECT_UPDATE]
+    report.deleted = counts[EFFECT_DELETE]
+    report.deleted_missing = counts[EFFECT_DELETE_MISSING]
+    report.ignored_late = counts[EFFECT_LATE]
+    report.latest_commit_ts = batch.latest_commit_ts
+    if report.deleted or report.deleted_missing:
+        # Tombstones first: if the MERGE below never commits, re-running rewrites them harmlessly.
+        deletes = _tombstone_rows(classified.where(F.col(EFFECT).isin(EFFECT_DELETE, EFFECT_DELETE_MISSING)), key)
+        view = f"cdclake_tombstones_{table.target}"
+        deletes.createOrReplaceTempView(view)
+        engine.spark.sql(tombstone_statement(tombstones_of(silver).identifier, view, key))
         engine.spark.catalog.dropTempView(view)
-    finally:
-        classified.unpersist()
+    applicable = classified.where(F.col(EFFECT).isin(EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE))
+    view = f"cdclake_changes_{table.target}"
+    applicable.createOrReplaceTempView(view)
+    statement = merge_statement(
+        silver.identifier, view, key, batch.columns, batch.plan.absent, list(batch.unchanged)
+    )  # fmt: skip
+    merge_rows(engine.spark, statement, ledger_properties(KIND_CDC, keys, batch.latest_commit_ts))
+    engine.spark.catalog.dropTempView(view)
 
 
 def _cdc_rows(changes: DataFrame, table: TableConfig) -> DataFrame:

@@ -26,6 +26,9 @@ KIND_PROPERTY = "cdclake.kind"
 FILES_PROPERTY = "cdclake.files"
 LATEST_COMMIT_TS_PROPERTY = "cdclake.latest-commit-ts"
 KIND_FULL_LOAD = "full-load"
+# A full load's data commit, before the checks that follow it: the lineage says "not loaded"
+# until the full-load commit after it, so a crash in between makes the next run load again.
+KIND_FULL_LOAD_STAGED = "full-load-staged"
 KIND_CDC = "cdc"
 TOMBSTONE_SUFFIX = "__tombstones"
 SCHEMA_CHANGES_TABLE = "cdclake_schema_changes"
@@ -166,6 +169,9 @@ def read_ledger(spark: SparkSession, table: SilverTable) -> LedgerState:
     last_file: str | None = None
     full_load_done = False
     for row in _lineage(spark, table):
+        if row["kind"] == KIND_FULL_LOAD_STAGED:
+            # A full load that never finished: whatever came before it no longer describes silver.
+            return LedgerState(full_load_done=False, applied=frozenset(applied), last_file=last_file)
         if row["files"]:
             files = json.loads(row["files"])
             applied.update(files)
@@ -227,12 +233,21 @@ def forget_archived_ledger(spark: SparkSession, table: SilverTable) -> None:
         spark.sql(f"DELETE FROM {archive.identifier} WHERE silver_table = '{table.name}'")
 
 
-def replace_table(spark: SparkSession, table: SilverTable, rows: DataFrame, files: Sequence[str]) -> None:
-    """Create or atomically replace ``table`` with ``rows``: the full load, recorded in the ledger."""
+def replace_table(
+    spark: SparkSession, table: SilverTable, rows: DataFrame, files: Sequence[str], kind: str = KIND_FULL_LOAD
+) -> None:
+    """Create or atomically replace ``table`` with ``rows``: the full load, recorded in the ledger
+    (as ``kind``: a staged load is recorded as done only by ``record_full_load`` after it)."""
     writer = rows.writeTo(table.identifier).using("iceberg")
     for key, value in TABLE_PROPERTIES.items():
         writer = writer.tableProperty(key, value)
-    commit_with_properties(spark, ledger_properties(KIND_FULL_LOAD, files), writer.createOrReplace)
+    commit_with_properties(spark, ledger_properties(kind, files), writer.createOrReplace)
+
+
+def record_full_load(spark: SparkSession, table: SilverTable, files: Sequence[str]) -> None:
+    """Record a staged full load as done: a commit that adds no data, only the ledger entry."""
+    empty = spark.table(table.identifier).limit(0)
+    commit_with_properties(spark, ledger_properties(KIND_FULL_LOAD, files), empty.writeTo(table.identifier).append)
 
 
 def silver_columns(spark: SparkSession, table: SilverTable) -> list[tuple[str, str]]:

@@ -21,7 +21,7 @@ from cdclake.dms_writer import (
 )
 from cdclake.errors import BadInputError, FullLoadPendingError
 from cdclake.pipeline import Engine, apply_cdc_files, files_from_keys, full_load_table, run
-from cdclake.silver import read_ledger
+from cdclake.silver import KIND_FULL_LOAD_STAGED, read_ledger, replace_table
 from cdclake.storage import list_bronze
 
 EngineFactory = Callable[..., Engine]
@@ -205,6 +205,73 @@ def test_full_load_twice_leaves_the_same_table(make_engine: EngineFactory, tmp_p
     assert second.note == "already loaded"
     assert third.files_applied == 1
     assert sorted(k[1] for k in _silver(engine)) == [0, 1, 2, 3, 4]
+
+
+def _kinds(engine: Engine) -> list[str | None]:
+    """The ledger kinds of the table's current lineage, oldest first."""
+    table = engine.silver_table(engine.config.tables[0])
+    rows = engine.spark.sql(
+        f"SELECT s.summary['cdclake.kind'] AS kind FROM {table.metadata('snapshots')} s "
+        f"JOIN {table.metadata('history')} h ON s.snapshot_id = h.snapshot_id "
+        "WHERE h.is_current_ancestor ORDER BY h.made_current_at"
+    ).collect()
+    return [r["kind"] for r in rows]
+
+
+def test_a_clean_full_load_is_staged_then_recorded(make_engine: EngineFactory, tmp_path: Path) -> None:
+    # GIVEN LOAD files with valid rows and unique keys, and a CDC file written before the load
+    engine = make_engine(ORDERS)
+    table_dir = tmp_path / "bronze" / "sales" / "orders"
+    write_csv(table_dir / "LOAD00000001.csv", [["2024-01-01 00:00:05.000000", "eu", "1", "s", "1.00", ""]])
+    write_csv(table_dir / "LOAD00000002.csv", [["2024-01-01 00:00:06.000000", "us", "2", "t", "2.00", ""]])
+    ts = "2024-01-01 00:00:00.500000"
+    write_csv(table_dir / "20240101-0000000000.csv", [["U", ts, "eu", "1", "old", "0.50", change_sequence(ts, 1)]])
+    # WHEN loaded
+    report = full_load_table(engine, engine.config.tables[0], list_bronze(engine.store))
+    # THEN the data commit is staged and a second commit records the load, with the superseded file
+    assert _kinds(engine) == ["full-load-staged", "full-load"]
+    ledger = read_ledger(engine.spark, engine.silver_table(engine.config.tables[0]))
+    assert ledger.full_load_done
+    assert ledger.applied == {
+        "sales/orders/LOAD00000001.csv", "sales/orders/LOAD00000002.csv", "sales/orders/20240101-0000000000.csv"
+    }  # fmt: skip
+    assert (report.changes_read, report.inserted, report.files_skipped) == (2, 2, 1)
+    assert {k: v["status"] for k, v in _silver(engine).items()} == {("eu", 1): "s", ("us", 2): "t"}
+
+
+def test_a_full_load_with_a_repeated_key_keeps_its_last_row(make_engine: EngineFactory, tmp_path: Path) -> None:
+    # GIVEN a key loaded twice (a LOAD file written again after a restarted load)
+    engine = make_engine(ORDERS)
+    table_dir = tmp_path / "bronze" / "sales" / "orders"
+    ts = "2024-01-01 00:00:00.000000"
+    first = [[ts, "eu", "1", "first", "1.00", ""], [ts, "eu", "2", "once", "1.00", ""]]
+    write_csv(table_dir / "LOAD00000001.csv", first)
+    write_csv(table_dir / "LOAD00000002.csv", [[ts, "eu", "1", "second", "2.00", ""]])
+    # WHEN loaded
+    full_load_table(engine, engine.config.tables[0], list_bronze(engine.store))
+    # THEN each key is held once, the later file winning, in one recorded load
+    assert engine.spark.table(engine.silver_table(engine.config.tables[0]).identifier).count() == 2
+    assert {k: v["status"] for k, v in _silver(engine).items()} == {("eu", 1): "second", ("eu", 2): "once"}
+    assert _kinds(engine)[-1] == "full-load"
+    assert read_ledger(engine.spark, engine.silver_table(engine.config.tables[0])).full_load_done
+
+
+def test_a_crash_after_the_staged_load_loads_again(make_engine: EngineFactory, tmp_path: Path) -> None:
+    # GIVEN a loaded table whose reload crashed after its staged data commit
+    engine = make_engine(ORDERS)
+    table_dir = tmp_path / "bronze" / "sales" / "orders"
+    write_csv(table_dir / "LOAD00000001.csv", [["2024-01-01 00:00:00.000000", "eu", "1", "s", "1.00", ""]])
+    table, silver = engine.config.tables[0], engine.silver_table(engine.config.tables[0])
+    full_load_table(engine, table, list_bronze(engine.store))
+    rows = engine.spark.table(silver.identifier)
+    replace_table(engine.spark, silver, rows, ["sales/orders/LOAD00000001.csv"], kind=KIND_FULL_LOAD_STAGED)
+    # WHEN the ledger is read and the pipeline runs without reload
+    assert not read_ledger(engine.spark, silver).full_load_done
+    run(engine)
+    # THEN the load was done again and recorded
+    assert _kinds(engine)[-2:] == ["full-load-staged", "full-load"]
+    assert read_ledger(engine.spark, silver).full_load_done
+    assert list(_silver(engine)) == [("eu", 1)]
 
 
 def test_bad_input_stops_the_batch_with_file_row_and_reason(make_engine: EngineFactory, tmp_path: Path) -> None:
