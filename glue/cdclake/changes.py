@@ -7,6 +7,8 @@ writes anything. Bookkeeping columns all start with ``_cdc_`` and never reach si
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import reduce
+from operator import or_
 from typing import TYPE_CHECKING
 
 from cdclake.config import BronzeSettings, CleaningRules, TableConfig
@@ -52,7 +54,9 @@ def has_error() -> Column:
     """True for rows with at least one error."""
     from pyspark.sql import functions as F
 
-    return F.exists(F.col(ERROR), lambda reason: reason.isNotNull())
+    # Joining skips the NULL entries and no reason is empty; unlike a lambda over the array,
+    # this compiles into Spark's generated code.
+    return F.array_join(F.col(ERROR), "") != ""
 
 
 def error_text() -> Column:
@@ -70,18 +74,25 @@ def _excerpt(value: Column, length: int = 40) -> Column:
     return F.when(F.length(text) > length, F.concat(F.substring(text, 1, length), F.lit("..."))).otherwise(text)
 
 
-def _checked_cast(df: DataFrame, column: str, type_name: str) -> DataFrame:
-    """Cast ``column``; a non-NULL value that does not convert is an error, never a silent NULL."""
+def _checked_casts(df: DataFrame, casts: dict[str, str]) -> DataFrame:
+    """Cast columns; a non-NULL value that does not convert is an error, never a silent NULL.
+
+    One projection for all columns and one append to the error array (an append per column
+    would copy the array once per column, on every row).
+    """
     from pyspark.sql import functions as F
 
-    original = F.col(column)
-    df = df.withColumn("_cdc_cast", original.cast(type_name))
-    df = _add_error(
-        df,
-        original.isNotNull() & F.col("_cdc_cast").isNull(),
-        F.format_string(f"value '%s' of column {column} is not a valid {type_name}", _excerpt(original)),
-    )
-    return df.withColumn(column, F.col("_cdc_cast")).drop("_cdc_cast")
+    if not casts:
+        return df
+    reasons = [
+        F.when(
+            F.col(column).isNotNull() & F.col(column).cast(type_name).isNull(),
+            F.format_string(f"value '%s' of column {column} is not a valid {type_name}", _excerpt(F.col(column))),
+        )
+        for column, type_name in casts.items()
+    ]
+    df = df.withColumn(ERROR, F.concat(F.col(ERROR), F.array(*reasons)))
+    return df.withColumns({column: F.col(column).cast(type_name) for column, type_name in casts.items()})
 
 
 def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig) -> DataFrame:
@@ -99,23 +110,23 @@ def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig) -> 
     columns = set(raw.columns)
     op = F.upper(F.trim(F.col(DMS_OP_COLUMN))) if DMS_OP_COLUMN in columns else F.lit("I")
     ts_name, seq_name = settings.timestamp_column, settings.change_sequence_column
+    known_op = F.coalesce(F.col(OP).isin(*VALID_OPS), F.lit(False))
+    reasons = [
+        F.when(F.col(CORRUPT_RECORD).isNotNull(), F.lit("wrong number of fields")),
+        F.when(~known_op, F.format_string("unknown Op '%s'", _excerpt(F.col(OP)))),
+    ]
+    text = [f.name for f in raw.schema.fields if f.dataType.simpleString() == "string" and f.name != CORRUPT_RECORD]
+    if text and settings.format == "csv":
+        # Spark decodes CSV bytes that are not UTF-8 as U+FFFD instead of failing; say so per row.
+        replaced = reduce(or_, [F.coalesce(F.col(c).contains("\ufffd"), F.lit(False)) for c in text])
+        reasons.insert(1, F.when(replaced, F.lit("bytes that are not valid UTF-8")))
     df = (
         raw.withColumn(OP, op)
         .withColumn(COMMIT_TS, F.col(ts_name).cast("string") if ts_name in columns else F.lit(None).cast("string"))
         .withColumn(CHANGE_SEQ, F.col(seq_name).cast("string") if seq_name in columns else F.lit(None).cast("string"))
-        .withColumn(ERROR, F.array().cast("array<string>"))
+        .withColumn(ERROR, F.array(*reasons))
     )
-    df = _add_error(df, F.col(CORRUPT_RECORD).isNotNull(), F.lit("wrong number of fields"))
-    text = [f.name for f in raw.schema.fields if f.dataType.simpleString() == "string" and f.name != CORRUPT_RECORD]
-    if text and settings.format == "csv":
-        # Spark decodes CSV bytes that are not UTF-8 as U+FFFD instead of failing; say so per row.
-        replaced = F.concat_ws("", *[F.col(c) for c in text]).contains("\ufffd")
-        df = _add_error(df, replaced, F.lit("bytes that are not valid UTF-8"))
-    known_op = F.coalesce(F.col(OP).isin(*VALID_OPS), F.lit(False))
-    df = _add_error(df, ~known_op, F.format_string("unknown Op '%s'", _excerpt(F.col(OP))))
-    for column, type_name in table.columns.items():
-        if column in columns and column != seq_name:
-            df = _checked_cast(df, column, type_name)
+    df = _checked_casts(df, {c: type_name for c, type_name in table.columns.items() if c in columns and c != seq_name})
     df = df.withColumnRenamed(CORRUPT_RECORD, RAW_LINE)
     drop = [c for c in (DMS_OP_COLUMN, seq_name) if c and c in columns]
     df = df.drop(*drop)
@@ -163,9 +174,9 @@ def apply_cleaning(df: DataFrame, rules: CleaningRules, table_name: str) -> Data
                 f"(columns: {', '.join(data_columns(df))})."
             )
 
-    for column, type_name in rules.cast.items():
+    for column in rules.cast:
         require(column, "cast")
-        df = _checked_cast(df, column, type_name)
+    df = _checked_casts(df, dict(rules.cast))
     for column, expression in rules.derive.items():
         try:
             df = df.withColumn(column, F.expr(expression))
