@@ -569,6 +569,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("cdclake").setLevel(logging.WARNING)
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # the commit-properties callback server is chatty
     profile = PROFILES[args.profile]
     if args.driver_memory:
         profile = replace(profile, driver_memory=args.driver_memory)
