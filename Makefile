@@ -44,13 +44,16 @@ wheel: setup ## the cdclake wheel AWS Glue installs (--additional-python-modules
 # smoke (a harness check in 2-4 minutes). Writes docs/benchmarks.md, docs/benchmarks-<profile>.json and docs/benchmarks.png.
 PROFILE ?= quick
 
-.PHONY: bench bench-full
+.PHONY: bench bench-full bench-profile
 
 bench: setup ## benchmarks: ratios against baselines measured in the same run (docs/benchmarks.md)
 	$(BIN)/python -m bench.run --profile $(PROFILE)
 
-bench-full: setup ## the larger profile: 10M rows, 1M changes (about an hour on 2 cores)
+bench-full: setup ## the larger profile: 10M rows, 1M changes (about 15 minutes on 2 cores)
 	$(BIN)/python -m bench.run --profile full
+
+bench-profile: setup ## every Spark job of a full load and a CDC apply, with its time (ROWS=1000000)
+	$(BIN)/python -m bench.profile --rows $(or $(ROWS),1000000)
 
 clean:
 	rm -rf $(VENV) .cdclake dist build glue/*.egg-info .pytest_cache .mypy_cache .ruff_cache
