@@ -558,12 +558,15 @@ def _prepare_batch(
         observed = rows.observe(applied, F.count(F.lit(1)).alias(EFFECT_INSERT), latest)
     else:
         ensure_table(engine.spark, tombstones_of(silver), _tombstone_rows(shape, table.silver_key()))
-        classified = _classified(engine, table, silver, rows)
+        small = sum(f.size for f in files) <= _SMALL_BATCH_BYTES
+        rows = rows.localCheckpoint() if small else rows
+        classified = _classified(engine, table, silver, rows, small)
         effects = [F.count_if(F.col(EFFECT) == e).alias(e) for e in EFFECTS]
         observed = classified.observe(applied, *effects, latest)
     # A local checkpoint, not a cache: it also cuts the lineage back to the reader's row ids
     # (monotonically_increasing_id), which a copy-on-write MERGE refuses as non-deterministic.
     materialized = observed.localCheckpoint()
+    rows.unpersist()  # a checkpoint of its own above, if any; the materialised rows no longer need it
     stats = applied.get
     return PreparedBatch(
         changes=changes,
@@ -614,11 +617,26 @@ def _append_batch(
     append_rows(engine.spark, silver, rows, ledger_properties(KIND_CDC, keys, batch.latest_commit_ts))
 
 
-def _classified(engine: Engine, table: TableConfig, silver: SilverTable, rows: DataFrame) -> DataFrame:
-    """The latest changes with their effect against the stored rows and the tombstones."""
+# Up to this many bytes of change files, the batch's keys are broadcast to pick the stored rows
+# they touch (a few tens of MB of keys at most: well within a 2 GB driver).
+_SMALL_BATCH_BYTES = 128 * 1024 * 1024
+
+
+def _classified(
+    engine: Engine, table: TableConfig, silver: SilverTable, rows: DataFrame, broadcast_keys: bool
+) -> DataFrame:
+    """The latest changes with their effect against the stored rows and the tombstones.
+
+    ``broadcast_keys`` (``rows`` materialised): semi-join the stored keys with the batch's keys
+    broadcast, so the table's key columns are streamed once instead of shuffled whole, and the
+    cost follows the changes more than the table.
+    """
+    from pyspark.sql import functions as F
 
     key = table.silver_key()
     stored = engine.spark.table(silver.identifier).select(*key, SILVER_ORDER)
+    if broadcast_keys:
+        stored = stored.join(F.broadcast(rows.select(*key)), list(key), "left_semi")
     known_deleted = engine.spark.table(tombstones_of(silver).identifier).select(*key, SILVER_ORDER)
     return classify_effects(rows, stored, known_deleted, key)
 

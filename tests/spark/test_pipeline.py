@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from cdclake import pipeline
 from cdclake.dms_writer import (
     SourceChange,
     cdc_file_name,
@@ -107,9 +108,13 @@ def _write_stream(bronze: Path, initial: list[dict], log: list[SourceChange], rn
     return files
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_random_change_streams_match_the_replayed_source(make_engine: EngineFactory, tmp_path: Path, seed: int) -> None:
-    # GIVEN a random full load and change log written as DMS files (some gzip, random batches)
+@pytest.mark.parametrize(("seed", "broadcast_keys"), [(1, True), (2, True), (3, False)])
+def test_random_change_streams_match_the_replayed_source(
+    make_engine: EngineFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, broadcast_keys: bool
+) -> None:
+    # GIVEN a random full load and change log written as DMS files (some gzip, random batches),
+    # applied with the batch keys broadcast (small batches) or with the stored keys shuffled (large)
+    monkeypatch.setattr(pipeline, "_SMALL_BATCH_BYTES", 1 << 40 if broadcast_keys else 0)
     rng = random.Random(seed)
     engine = make_engine(ORDERS)
     initial, log = _random_stream(rng, initial_keys=30, changes=120)
