@@ -207,17 +207,20 @@ def with_silver_order(changes: DataFrame, file_positions: dict[int, str], full_l
 
     Full-load rows order before every CDC change whatever their timestamp: CDC changes carry
     whole after-images, so replaying every change captured during the load over it converges,
-    whichever way the full-load/CDC overlap falls.
+    whichever way the full-load/CDC overlap falls. Their order is the empty text, below every
+    change's (which is never empty), and costs nothing to store.
     """
     from pyspark.sql import functions as F
 
+    if full_load:
+        return changes.withColumn(SILVER_ORDER, F.lit(""))
     if file_positions:
         mapping = F.create_map(*[x for o, p in file_positions.items() for x in (F.lit(o), F.lit(p))])
         position = F.element_at(mapping, F.col(FILE_ORDINAL))
     else:
         position = F.lit("")
-    ts = F.lit("") if full_load else F.coalesce(F.col(COMMIT_TS), F.lit(""))
-    seq = F.lit("") if full_load else F.coalesce(F.col(CHANGE_SEQ), F.lit(""))
+    ts = F.coalesce(F.col(COMMIT_TS), F.lit(""))
+    seq = F.coalesce(F.col(CHANGE_SEQ), F.lit(""))
     order = F.concat(F.rpad(ts, _TS_WIDTH, " "), F.lpad(seq, _SEQ_WIDTH, "0"), position)
     return changes.withColumn(SILVER_ORDER, order)
 
