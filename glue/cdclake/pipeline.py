@@ -284,13 +284,14 @@ def full_load_table(engine: Engine, table: TableConfig, listing: BronzeListing, 
     """Create (or, with ``reload``, replace) the silver table from the table's LOAD files.
 
     Idempotent: a table whose ledger shows a full load is left alone unless ``reload`` is set,
-    and a replace is one atomic commit, so re-running never doubles rows.
+    and every replace is atomic, so re-running never doubles rows.
 
     The common case (every row valid, every key once) takes one scan of the files: the rows are
     written as a staged load while the scan counts them, the key check reads only the key
-    columns back, and a commit without data records the load as done. A bad row, an unreadable
-    file or a repeated key sends the load down the careful path instead: count, quarantine,
-    de-duplicate, then one replace.
+    columns back, and a commit without data records the load as done. A bad row or an
+    unreadable file fails the scan before anything is committed; a repeated key is found after
+    the staged commit (readers may see that key twice until the next commit). Either sends the
+    load down the careful path: count, quarantine, de-duplicate, then one replace.
     """
     started = time.monotonic()
     silver = engine.silver_table(table)
