@@ -76,6 +76,11 @@ log = logging.getLogger("cdclake")
 
 APPEND_ONLY_OP_COLUMN = "cdc_operation"
 _MAX_REPORTED_ERRORS = 10
+# The one-scan full load fails with this at its first bad row, for the careful path to take over.
+_NEEDS_SCREENING = "cdclake: this full load holds rows that need screening"
+# Up to this many bytes of change files, the batch's keys are broadcast to pick the stored rows
+# they touch (a few tens of MB of keys at most: well within a 2 GB driver).
+_SMALL_BATCH_BYTES = 128 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -317,9 +322,6 @@ def full_load_table(engine: Engine, table: TableConfig, listing: BronzeListing, 
     report.seconds = time.monotonic() - started
     log.info("full load done table=%s rows=%d seconds=%.1f", table.source, report.inserted, report.seconds)
     return report
-
-
-_NEEDS_SCREENING = "cdclake: this full load holds rows that need screening"
 
 
 def _full_load_in_one_scan(
@@ -616,11 +618,6 @@ def _append_batch(
     report.inserted, report.latest_commit_ts = batch.effects[EFFECT_INSERT], batch.latest_commit_ts
     rows = _silver_shape(batch.materialized)
     append_rows(engine.spark, silver, rows, ledger_properties(KIND_CDC, keys, batch.latest_commit_ts))
-
-
-# Up to this many bytes of change files, the batch's keys are broadcast to pick the stored rows
-# they touch (a few tens of MB of keys at most: well within a 2 GB driver).
-_SMALL_BATCH_BYTES = 128 * 1024 * 1024
 
 
 def _classified(
