@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ui-port", type=int, default=4040)
     args = parser.parse_args(argv)
 
-    from cdclake.session import LocalCatalog, SessionSettings, build_spark_session
+    from cdclake.runtime.session import LocalCatalog, SessionSettings, build_spark_session
 
     shutil.rmtree(args.workdir, ignore_errors=True)
     args.workdir.mkdir(parents=True)

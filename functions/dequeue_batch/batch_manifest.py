@@ -1,6 +1,6 @@
 """The next CDC batch: receive S3 "Object Created" events from the FIFO queue, in order, and write the manifest.
 
-The manifest is the format ``cdclake.manifest.read_manifest`` reads (a test proves it):
+The manifest is the format ``cdclake.dms.manifest.read_manifest`` reads (a test proves it):
 ``{"files": [{"key": "s3://bucket/prefix/schema/table/20240301-1200000000.csv", "size": 123}]}``.
 Re-implemented here (a few lines) so this function needs no Spark-side package.
 """
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
 # A DMS CDC file name is its write timestamp (``20240301-120000000.csv[.gz]``); the same rule as
-# cdclake.bronze. Full-load files (LOADxxxxxxxx) also raise events but belong to the full-load job.
+# cdclake.dms.files. Full-load files (LOADxxxxxxxx) also raise events but belong to the full-load job.
 _CDC_FILE_NAME = re.compile(r"^\d{8}-\d+\.(csv|parquet)(\.gz)?$")
 _SQS_MAX_MESSAGES_PER_RECEIVE = 10
 

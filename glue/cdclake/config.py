@@ -14,6 +14,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from cdclake.errors import ConfigError
+from cdclake.identifiers import IDENTIFIER
 
 BronzeFormat = Literal["csv", "parquet"]
 
@@ -23,7 +24,6 @@ _SIMPLE_TYPES = {
     "double", "date", "timestamp", "timestamp_ntz", "binary",
 }  # fmt: skip
 _DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
 
 
 def normalise_type(type_name: str) -> str:
@@ -163,7 +163,7 @@ class _Doc:
 
     def identifier(self, node: Node, what: str) -> str:
         value = self.scalar(node, what)
-        if not _IDENTIFIER.match(value):
+        if not IDENTIFIER.match(value):
             raise self.fail(node, f"{what} '{value}' is not a valid column or table name")
         return value
 
@@ -183,7 +183,7 @@ class _Doc:
     def typed_columns(self, node: Node, what: str) -> dict[str, str]:
         result: dict[str, str] = {}
         for name, type_node in self.free_mapping(node, what).items():
-            if not _IDENTIFIER.match(name):
+            if not IDENTIFIER.match(name):
                 raise self.fail(type_node, f"column name '{name}' in {what} is not valid")
             result[name] = self.type_name(type_node, f"type of column '{name}'")
         return result
@@ -249,7 +249,7 @@ def _parse_clean(doc: _Doc, node: Node | None, where: str) -> CleaningRules:
     derive: dict[str, str] = {}
     if "derive" in fields:
         for name, expr in doc.free_mapping(fields["derive"], f"{where}.derive").items():
-            if not _IDENTIFIER.match(name):
+            if not IDENTIFIER.match(name):
                 raise doc.fail(expr, f"derived column name '{name}' is not valid")
             derive[name] = doc.scalar(expr, f"expression of derived column '{name}'")
     rename: dict[str, str] = {}
@@ -263,7 +263,7 @@ def _parse_clean(doc: _Doc, node: Node | None, where: str) -> CleaningRules:
 def _parse_table(doc: _Doc, source_node: Node, node: Node, bronze: BronzeSettings) -> TableConfig:
     source = doc.scalar(source_node, "a table name")
     parts = source.split(".")
-    if len(parts) != 2 or not all(_IDENTIFIER.match(p) for p in parts):
+    if len(parts) != 2 or not all(IDENTIFIER.match(p) for p in parts):
         raise doc.fail(source_node, f"table '{source}' must be written as schema.table")
     where = f"table {source}"
     fields = doc.mapping(node, where, _TABLE_KEYS) if node.tag != "tag:yaml.org,2002:null" else {}

@@ -12,9 +12,9 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from cdclake.jobs import build_engine, log_report, parse_arguments, publish_metrics, read_text
-from cdclake.manifest import read_manifest
-from cdclake.pipeline import RunReport, apply_cdc_files, files_from_keys, replay, run
+from cdclake.dms.manifest import read_manifest
+from cdclake.engine.pipeline import RunReport, apply_cdc_files, files_from_keys, replay, run
+from cdclake.shells.glue_job import build_engine, log_report, parse_arguments, publish_metrics, read_text
 
 
 def main(argv: Sequence[str]) -> RunReport:

@@ -10,9 +10,9 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from cdclake.jobs import build_engine, log_report, parse_arguments, publish_metrics
-from cdclake.pipeline import RunReport, full_load_table
-from cdclake.storage import list_bronze
+from cdclake.dms.store import list_bronze
+from cdclake.engine.pipeline import RunReport, full_load_table
+from cdclake.shells.glue_job import build_engine, log_report, parse_arguments, publish_metrics
 
 
 def main(argv: Sequence[str]) -> RunReport:

@@ -16,12 +16,12 @@ import sys
 from collections.abc import Sequence
 
 from cdclake.errors import ConfigError
-from cdclake.jobs import build_engine, parse_arguments
-from cdclake.maintenance import MaintenanceReport, MaintenanceSettings, maintain
+from cdclake.ops.maintenance import MaintenanceReport, MaintenanceSettings, maintain
+from cdclake.shells.glue_job import build_engine, parse_arguments
 
 log = logging.getLogger("cdclake")
 
-# Optional job arguments, each named like its cdclake.maintenance.MaintenanceSettings field.
+# Optional job arguments, each named like its cdclake.ops.maintenance.MaintenanceSettings field.
 SETTING_NAMES = (
     "snapshot_retention_hours",
     "retain_last_snapshots",
@@ -36,7 +36,7 @@ def parse_settings(argv: Sequence[str]) -> dict[str, int]:
     Only the ones present: an absent argument keeps the engine's default. Each must be a positive whole
     number; anything else is a ConfigError naming the argument. Glue passes ``--name value`` pairs,
     which argparse reads the same way inside and outside AWS Glue (the common arguments are
-    ``cdclake.jobs.parse_arguments``'s business, so unknown ones are ignored here).
+    ``cdclake.shells.glue_job.parse_arguments``'s business, so unknown ones are ignored here).
     """
     parser = argparse.ArgumentParser(add_help=False)
     for name in SETTING_NAMES:

@@ -12,7 +12,7 @@ from batch_manifest import BronzeObject, QueuedObject, take_batch
 from conftest import FakeLambdaContext, load_handler_module, object_created_event
 from moto import mock_aws
 
-from cdclake.manifest import read_manifest
+from cdclake.dms.manifest import read_manifest
 
 BRONZE = "bronze"
 

@@ -1,6 +1,6 @@
 """The maintenance Glue entry point's own logic: reading the maintenance settings from job arguments.
 
-The maintenance itself is the engine's (cdclake.maintenance) and is tested with it.
+The maintenance itself is the engine's (cdclake.ops.maintenance) and is tested with it.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import SparkSession
 
-from cdclake.changes import OP, apply_cleaning, latest_change_per_key, merge_statement
+from cdclake.columns import OP
 from cdclake.config import CleaningRules
+from cdclake.engine.changes import apply_cleaning, latest_change_per_key, merge_statement
 from cdclake.errors import ConfigError
 
 CHANGE_SCHEMA = (

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cdclake.dms_writer import write_csv
+from cdclake.dms.writer import write_csv
 
 CONFIG = """
 bronze: {path: bronze, timestamp_column: ts}
@@ -18,7 +18,7 @@ tables:
 
 
 def _cdclake(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "cdclake.cli", "--config", str(tmp_path / "cdclake.yaml")]
+    command = [sys.executable, "-m", "cdclake.shells.cli", "--config", str(tmp_path / "cdclake.yaml")]
     command += ["--warehouse", str(tmp_path / "warehouse"), "-q", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
 

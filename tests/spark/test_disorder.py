@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from cdclake.dms_writer import change_sequence, write_csv
-from cdclake.pipeline import Engine, RunReport, apply_cdc_files, files_from_keys, run
-from cdclake.silver import QUARANTINE_TABLE, SCHEMA_CHANGES_TABLE, tombstones_of
+from cdclake.dms.writer import change_sequence, write_csv
+from cdclake.engine.pipeline import Engine, RunReport, apply_cdc_files, files_from_keys, run
+from cdclake.lake.tables import QUARANTINE_TABLE, SCHEMA_CHANGES_TABLE, tombstones_of
 
 EngineFactory = Callable[..., Engine]
 
@@ -86,7 +86,7 @@ def test_crash_between_tombstones_and_merge_converges_on_rerun(
     make_engine: EngineFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN a batch whose MERGE fails after its tombstones were written
-    import cdclake.pipeline as pipeline
+    import cdclake.engine.pipeline as pipeline
 
     engine = make_engine(ITEMS)
     bronze = tmp_path / "bronze"
@@ -198,7 +198,7 @@ def test_widening_applies_and_a_type_change_quarantines_only_its_table(
     # AND the quarantined file is held: a later run does not try it again (a replay does)
     assert [t for t in run(engine).tables if t.table == "s.items"] == []
     # AND status shows the schema change and the quarantined file per table
-    from cdclake.status import table_statuses
+    from cdclake.ops.status import table_statuses
 
     status = {s.source: s for s in table_statuses(engine)}
     assert (status["s.items"].schema_changes, status["s.items"].quarantined_files) == (1, 1)

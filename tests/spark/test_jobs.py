@@ -14,10 +14,10 @@ import pytest
 from moto import mock_aws
 from pyspark.sql import SparkSession
 
-from cdclake import demo
-from cdclake.dms_writer import replay
-from cdclake.manifest import ManifestEntry, write_manifest
-from cdclake.pipeline import RunReport
+from cdclake.dms.manifest import ManifestEntry, write_manifest
+from cdclake.dms.writer import replay
+from cdclake.engine.pipeline import RunReport
+from cdclake.shells import demo
 
 JOBS = Path(__file__).resolve().parents[2] / "glue" / "jobs"
 
@@ -119,8 +119,8 @@ def test_demo_reports_success_against_the_oracle(spark: SparkSession, tmp_path: 
     from dataclasses import replace
 
     from cdclake.config import load_config
-    from cdclake.pipeline import Engine
-    from cdclake.storage import LocalBronze
+    from cdclake.dms.store import LocalBronze
+    from cdclake.engine.pipeline import Engine
 
     def make_engine(config_path: Path, bronze: str) -> Engine:
         config = load_config(config_path)

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from cdclake.dms_writer import write_csv
-from cdclake.maintenance import MaintenanceSettings, maintain
-from cdclake.pipeline import Engine, replay, run
-from cdclake.silver import QUARANTINE_ROWS_TABLE, QUARANTINE_TABLE, read_ledger
+from cdclake.dms.writer import write_csv
+from cdclake.engine.pipeline import Engine, replay, run
+from cdclake.lake.tables import QUARANTINE_ROWS_TABLE, QUARANTINE_TABLE, read_ledger
+from cdclake.ops.maintenance import MaintenanceSettings, maintain
 
 EngineFactory = Callable[..., Engine]
 

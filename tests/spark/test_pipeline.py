@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cdclake import pipeline
-from cdclake.dms_writer import (
+from cdclake.dms.store import list_bronze
+from cdclake.dms.writer import (
     SourceChange,
     cdc_file_name,
     cdc_records,
@@ -20,10 +20,10 @@ from cdclake.dms_writer import (
     replay,
     write_csv,
 )
+from cdclake.engine import pipeline
+from cdclake.engine.pipeline import Engine, apply_cdc_files, files_from_keys, full_load_table, run
 from cdclake.errors import BadInputError, FullLoadPendingError
-from cdclake.pipeline import Engine, apply_cdc_files, files_from_keys, full_load_table, run
-from cdclake.silver import KIND_FULL_LOAD_STAGED, read_ledger, replace_table
-from cdclake.storage import list_bronze
+from cdclake.lake.tables import KIND_FULL_LOAD_STAGED, read_ledger, replace_table
 
 EngineFactory = Callable[..., Engine]
 

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 from cdclake.config import parse_config
-from cdclake.dms_writer import SourceChange, change_sequence, replay, write_csv
-from cdclake.pipeline import Engine, apply_cdc_files, files_from_keys, full_load_table
-from cdclake.storage import LocalBronze, list_bronze
+from cdclake.dms.store import LocalBronze, list_bronze
+from cdclake.dms.writer import SourceChange, change_sequence, replay, write_csv
+from cdclake.engine.pipeline import Engine, apply_cdc_files, files_from_keys, full_load_table
 
 EXAMPLES = int(os.environ.get("CDCLAKE_PROPERTY_EXAMPLES", "6"))
 TABLES = ("alpha", "beta")
@@ -120,7 +120,7 @@ def _silver(engine: Engine, table: str) -> dict[tuple, dict]:
 def test_any_delivery_converges_to_the_source(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenario: dict
 ) -> None:
-    import cdclake.pipeline as pipeline
+    import cdclake.engine.pipeline as pipeline
 
     # GIVEN the scenario's files in a fresh bronze folder and database
     bronze = tmp_path / uuid.uuid4().hex

@@ -8,11 +8,12 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from cdclake.bronze import FileKind, parse_key
-from cdclake.changes import OP, to_changes
+from cdclake.columns import OP, ROW_POSITION
 from cdclake.config import parse_config
-from cdclake.reader import FILE_ORDINAL, ROW_POSITION, read_files
-from cdclake.storage import LocalBronze, list_bronze
+from cdclake.dms.files import FileKind, parse_key
+from cdclake.dms.reader import FILE_ORDINAL, read_files
+from cdclake.dms.store import LocalBronze, list_bronze
+from cdclake.engine.changes import to_changes
 
 HEADERLESS = """
 bronze: {timestamp_column: ts}

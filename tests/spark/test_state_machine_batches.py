@@ -16,8 +16,8 @@ import pytest
 from moto import mock_aws
 from pyspark.sql import SparkSession
 
-from cdclake import demo
-from cdclake.dms_writer import replay
+from cdclake.dms.writer import replay
+from cdclake.shells import demo
 
 ROOT = Path(__file__).resolve().parents[2]
 

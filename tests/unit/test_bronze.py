@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from cdclake.bronze import FileKind, UnrecognisedKey, classify, parse_key
+from cdclake.dms.files import FileKind, UnrecognisedKey, classify, parse_key
 
 
 def names(keys: list[str]) -> list[str]:

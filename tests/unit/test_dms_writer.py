@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cdclake.bronze import parse_key
-from cdclake.dms_writer import (
+from cdclake.dms.files import parse_key
+from cdclake.dms.writer import (
     SourceChange,
     cdc_file_name,
     cdc_records,

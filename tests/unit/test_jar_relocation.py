@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cdclake.jar_relocation import (
+from cdclake.runtime.jar_relocation import (
     ClassFileError,
     Relocation,
     list_class_names,

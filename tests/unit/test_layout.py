@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from cdclake.bronze import FileKind, parse_key
 from cdclake.config import BronzeSettings, TableConfig, load_config
+from cdclake.dms.files import FileKind, parse_key
+from cdclake.dms.layout import FileLayout, headerless_columns, layout_for, parse_header
 from cdclake.errors import BadInputError, CdclakeError
-from cdclake.layout import FileLayout, headerless_columns, layout_for, parse_header
 
 TABLE = TableConfig(source_schema="s", source_table="t", target="t", columns={"id": "int", "name": "string"})
 TS_AND_SEQ = BronzeSettings(timestamp_column="ts", change_sequence_column="seq")

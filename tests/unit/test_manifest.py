@@ -7,8 +7,8 @@ import re
 
 import pytest
 
+from cdclake.dms.manifest import ManifestEntry, read_manifest, write_manifest
 from cdclake.errors import BadInputError
-from cdclake.manifest import ManifestEntry, read_manifest, write_manifest
 
 ENTRIES = [
     ManifestEntry("s3://bucket/dms/public/hosts/20240301-1200000000.csv", 123),

@@ -6,11 +6,18 @@ from __future__ import annotations
 import struct
 from decimal import Decimal
 
-from cdclake.capture import TableFolder, change_sequence, file_columns, render_records
 from cdclake.config import parse_config
-from cdclake.pg_catalog import SourceColumn, SourceTable, configuration_yaml, declare_columns, spark_type, value_text
-from cdclake.pgoutput import UNCHANGED_TOAST, Begin, RowChange, decode, format_lsn, parse_lsn
-from cdclake.verify import canonical
+from cdclake.sources.postgres.capture import TableFolder, change_sequence, file_columns, render_records
+from cdclake.sources.postgres.catalog import (
+    SourceColumn,
+    SourceTable,
+    configuration_yaml,
+    declare_columns,
+    spark_type,
+    value_text,
+)
+from cdclake.sources.postgres.pgoutput import UNCHANGED_TOAST, Begin, RowChange, decode, format_lsn, parse_lsn
+from cdclake.sources.postgres.verify import canonical
 
 
 def _tuple(*values: object) -> bytes:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cdclake.errors import SetupError
-from cdclake.runtime import require_java, resolve_iceberg_runtime
+from cdclake.runtime.iceberg import require_java, resolve_iceberg_runtime
 
 
 def test_maven_coordinates_win_over_jars(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cdclake.session import ICEBERG_EXTENSIONS, GlueCatalog, LocalCatalog, SessionSettings, spark_conf
+from cdclake.runtime.session import ICEBERG_EXTENSIONS, GlueCatalog, LocalCatalog, SessionSettings, spark_conf
 
 COMMON = {
     "spark.sql.extensions": ICEBERG_EXTENSIONS,

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from cdclake.status import _lag, format_rows
+from cdclake.ops.status import _lag, format_rows
 
 COLUMNS = ["id", "name"]
 ROWS = [[1, None], [22, "bob"]]

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from cdclake.bronze import parse_key
+from cdclake.dms.files import parse_key
+from cdclake.dms.store import LocalBronze, S3Bronze, head_text, list_bronze, open_store
 from cdclake.errors import BronzeError
-from cdclake.storage import LocalBronze, S3Bronze, head_text, list_bronze, open_store
 
 from .conftest import BUCKET
 

@@ -20,10 +20,10 @@ from typing import Any
 import psycopg2
 import pytest
 
-from cdclake.capture import CaptureReport, CaptureSettings, capture
 from cdclake.config import parse_config
-from cdclake.pipeline import Engine, RunReport, run
-from cdclake.verify import TableComparison, verify
+from cdclake.engine.pipeline import Engine, RunReport, run
+from cdclake.sources.postgres.capture import CaptureReport, CaptureSettings, capture
+from cdclake.sources.postgres.verify import TableComparison, verify
 
 REPO = Path(__file__).resolve().parents[3]
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -121,7 +121,7 @@ class SourceDatabase:
         return capture(self.settings(**overrides))
 
     def connect(self) -> Any:
-        from cdclake.capture import connect
+        from cdclake.sources.postgres.capture import connect
 
         return connect(self.dsn)
 

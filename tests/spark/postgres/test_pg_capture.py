@@ -1,6 +1,6 @@
 """PostgreSQL -> capture -> bronze -> cdclake run -> silver, checked against the source database.
 
-The oracle is the source database itself (``cdclake.verify``), never the capture's own output.
+The oracle is the source database itself (``cdclake.sources.postgres.verify``), never the capture's own output.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from cdclake.capture import CaptureError, ChangeCapture
-from cdclake.verify import TableComparison, format_comparisons
+from cdclake.sources.postgres.capture import CaptureError, ChangeCapture
+from cdclake.sources.postgres.verify import TableComparison, format_comparisons
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 SourceDatabase = Any  # conftest.SourceDatabase (a conftest cannot be imported by name)
@@ -53,7 +53,7 @@ def test_pgbench_workload_is_captured_applied_and_verified(source_db: SourceData
     source_db.execute("UPDATE pgbench_branches SET bbalance = bbalance + 1 WHERE bid = 1")
     conn = source_db.connect()
     try:
-        from cdclake.verify import verify
+        from cdclake.sources.postgres.verify import verify
 
         engine_results = verify(_engine_of(apply_and_verify, source_db), conn)
     finally:
@@ -223,7 +223,7 @@ def test_files_written_but_slot_not_advanced_are_not_written_twice(
 def _start_follow(db: SourceDatabase) -> subprocess.Popen[bytes]:
     settings = db.settings()
     command = [
-        sys.executable, "-m", "cdclake.cli", "-q", "--config", str(db.config_path), "--bronze", str(db.bronze),
+        sys.executable, "-m", "cdclake.shells.cli", "-q", "--config", str(db.config_path), "--bronze", str(db.bronze),
         "capture", "--dsn", db.dsn, "--state-dir", str(settings.state_dir), "--slot", settings.slot, "--follow",
         "--max-batch-interval", "0.3", "--min-file-size", "2", "--poll-interval", "0.05",
     ]  # fmt: skip

@@ -1,7 +1,7 @@
 """DDL at the source, mid-workload: capture follows it, the engine applies or quarantines it, and
 ``verify`` compares silver with what the source has now.
 
-The oracle is the source database itself (``cdclake.verify``).
+The oracle is the source database itself (``cdclake.sources.postgres.verify``).
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cdclake.cli import _print_report
 from cdclake.config import load_config
-from cdclake.pipeline import Engine
-from cdclake.silver import QUARANTINE_TABLE
-from cdclake.verify import TableComparison, format_comparisons
+from cdclake.engine.pipeline import Engine
+from cdclake.lake.tables import QUARANTINE_TABLE
+from cdclake.shells.cli import _print_report
+from cdclake.sources.postgres.verify import TableComparison, format_comparisons
 
 SourceDatabase = Any  # conftest.SourceDatabase (a conftest cannot be imported by name)
 Verify = Callable[[SourceDatabase], list[TableComparison]]

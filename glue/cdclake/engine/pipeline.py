@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from cdclake.bronze import BronzeFile, BronzeListing, FileKind, parse_key
-from cdclake.changes import (
+from cdclake.columns import (
     COMMIT_TS,
     EFFECT,
     EFFECT_DELETE,
@@ -23,10 +22,18 @@ from cdclake.changes import (
     EFFECT_LATE,
     EFFECT_UPDATE,
     EFFECTS,
+    FILE_INDEX,
     OP,
     RAW_LINE,
+    ROW_POSITION,
     SILVER_ORDER,
     TOMBSTONE_DELETED_AT,
+)
+from cdclake.config import PipelineConfig, TableConfig
+from cdclake.dms.files import BronzeFile, BronzeListing, FileKind, parse_key
+from cdclake.dms.reader import read_files
+from cdclake.dms.store import BronzeStore, list_bronze
+from cdclake.engine.changes import (
     apply_cleaning,
     classify_effects,
     data_columns,
@@ -40,11 +47,9 @@ from cdclake.changes import (
     unchanged_flags,
     with_silver_order,
 )
-from cdclake.config import PipelineConfig, TableConfig
+from cdclake.engine.schema import SchemaPlan, plan_schema_change
 from cdclake.errors import BadInputError, BronzeError, ConfigError, FullLoadPendingError
-from cdclake.reader import FILE_ORDINAL, ROW_POSITION, read_files
-from cdclake.schema_evolution import SchemaPlan, plan_schema_change
-from cdclake.silver import (
+from cdclake.lake.tables import (
     KIND_CDC,
     KIND_FULL_LOAD_STAGED,
     SilverTable,
@@ -67,7 +72,6 @@ from cdclake.silver import (
     table_exists,
     tombstones_of,
 )
-from cdclake.storage import BronzeStore, list_bronze
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -218,14 +222,14 @@ def _bad_rows(changes: DataFrame, files: Sequence[BronzeFile]) -> DataFrame:
     bad = changes.where(has_error())
     # Row ids grow with the position inside a file, so a file's first id gives its row numbers.
     first_ids = (
-        changes.join(bad.select(FILE_ORDINAL).distinct(), FILE_ORDINAL, "left_semi")
-        .groupBy(FILE_ORDINAL)
+        changes.join(bad.select(FILE_INDEX).distinct(), FILE_INDEX, "left_semi")
+        .groupBy(FILE_INDEX)
         .agg(F.min(ROW_POSITION).alias("_cdc_first"))
     )
     keys = F.create_map(*[x for i, f in enumerate(files) for x in (F.lit(i), F.lit(f.key))])
     values = F.to_json(F.struct(*[F.col(c) for c in data_columns(changes)]))
-    return bad.join(F.broadcast(first_ids), FILE_ORDINAL).select(
-        F.element_at(keys, F.col(FILE_ORDINAL)).alias("file_key"),
+    return bad.join(F.broadcast(first_ids), FILE_INDEX).select(
+        F.element_at(keys, F.col(FILE_INDEX)).alias("file_key"),
         (F.col(ROW_POSITION) - F.col("_cdc_first") + 1).alias("row_number"),
         F.coalesce(F.col(RAW_LINE), values).alias("raw"),
         error_text().alias("reason"),
@@ -407,13 +411,13 @@ def _empty_changes(engine: Engine, table: TableConfig) -> DataFrame:
     """Change rows with the declared columns and no data (a source table empty at full load)."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    from cdclake.layout import headerless_columns
-    from cdclake.reader import CORRUPT_RECORD
+    from cdclake.columns import CORRUPT_RECORD
+    from cdclake.dms.layout import headerless_columns
 
     names = headerless_columns(engine.config.bronze, table, FileKind.FULL_LOAD)
     schema = StructType(
         [StructField(n, StringType(), True) for n in (*names, CORRUPT_RECORD)]
-        + [StructField(FILE_ORDINAL, LongType(), True), StructField(ROW_POSITION, LongType(), True)]
+        + [StructField(FILE_INDEX, LongType(), True), StructField(ROW_POSITION, LongType(), True)]
     )
     raw = engine.spark.createDataFrame([], schema)
     changes = with_silver_order(to_changes(raw, engine.config.bronze, table), {}, full_load=True)

@@ -18,7 +18,7 @@ from cdclake.config import load_config
 from cdclake.errors import CdclakeError
 
 if TYPE_CHECKING:
-    from cdclake.pipeline import Engine
+    from cdclake.engine.pipeline import Engine
 
 DEFAULT_HOME = Path(".cdclake")
 
@@ -139,9 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _engine(args: argparse.Namespace, config_path: Path, bronze_override: str | None = None) -> Engine:
     from dataclasses import replace
 
-    from cdclake.pipeline import Engine
-    from cdclake.session import LocalCatalog, SessionSettings, build_spark_session
-    from cdclake.storage import open_store
+    from cdclake.dms.store import open_store
+    from cdclake.engine.pipeline import Engine
+    from cdclake.runtime.session import LocalCatalog, SessionSettings, build_spark_session
 
     config = load_config(config_path)
     bronze = bronze_override or args.bronze
@@ -165,7 +165,7 @@ def _engine(args: argparse.Namespace, config_path: Path, bronze_override: str | 
 
 def _print_report(report: object) -> int:
     """Print one line per table and batch; exit code 1 when a batch was quarantined."""
-    from cdclake.pipeline import RunReport
+    from cdclake.engine.pipeline import RunReport
 
     assert isinstance(report, RunReport)
     for table in report.tables:
@@ -201,12 +201,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    from cdclake import pipeline
-    from cdclake.status import format_rows, statuses_as_rows, table_statuses
-    from cdclake.storage import list_bronze
+    from cdclake.dms.store import list_bronze
+    from cdclake.engine import pipeline
+    from cdclake.ops.status import format_rows, statuses_as_rows, table_statuses
 
     if args.command == "demo":
-        from cdclake.demo import run_demo
+        from cdclake.shells.demo import run_demo
 
         args.warehouse = args.workdir / "warehouse"  # the demo starts from an empty warehouse
         return run_demo(args.workdir, lambda config, bronze: _engine(args, config, bronze))
@@ -214,8 +214,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _capture(args)
     engine = _engine(args, args.config)
     if args.command == "verify":
-        from cdclake.capture import connect
-        from cdclake.verify import format_comparisons, verify
+        from cdclake.sources.postgres.capture import connect
+        from cdclake.sources.postgres.verify import format_comparisons, verify
 
         tables = [engine.config.table(t) for t in args.table] if args.table else None
         conn = connect(args.dsn)
@@ -238,7 +238,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     elif args.command == "apply":
         keys = list(args.files)
         if args.manifest:
-            from cdclake.manifest import read_manifest
+            from cdclake.dms.manifest import read_manifest
 
             entries = read_manifest(args.manifest.read_text(encoding="utf-8"), str(args.manifest))
             keys += [e.key for e in entries]
@@ -249,7 +249,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         report = pipeline.replay(engine, tables, args.quarantined, args.since, args.until, args.file)
         return _print_report(report)
     elif args.command == "maintain":
-        from cdclake.maintenance import MaintenanceSettings, maintain
+        from cdclake.ops.maintenance import MaintenanceSettings, maintain
 
         settings = MaintenanceSettings(
             snapshot_retention_hours=args.snapshot_retention_hours,
@@ -283,7 +283,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 def _capture(args: argparse.Namespace) -> int:
     import signal
 
-    from cdclake.capture import CaptureSettings, capture
+    from cdclake.sources.postgres.capture import CaptureSettings, capture
 
     def stop(_signum: int, _frame: object) -> None:
         raise KeyboardInterrupt

@@ -11,28 +11,34 @@ from functools import reduce
 from operator import or_
 from typing import TYPE_CHECKING
 
+from cdclake.columns import (
+    BOOKKEEPING,
+    CHANGE_SEQ,
+    COMMIT_TS,
+    CORRUPT_RECORD,
+    EFFECT,
+    EFFECT_DELETE,
+    EFFECT_DELETE_MISSING,
+    EFFECT_INSERT,
+    EFFECT_LATE,
+    EFFECT_UPDATE,
+    ERROR,
+    FILE_INDEX,
+    OP,
+    ORDER_COLUMNS,
+    RAW_LINE,
+    SILVER_ORDER,
+    TOMBSTONE_DELETED_AT,
+    UNCHANGED_PREFIX,
+)
 from cdclake.config import BronzeSettings, CleaningRules, TableConfig
+from cdclake.dms.layout import DMS_OP_COLUMN
 from cdclake.errors import ConfigError
-from cdclake.layout import DMS_OP_COLUMN
-from cdclake.reader import CORRUPT_RECORD, FILE_ORDINAL, ROW_POSITION
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-OP = "_cdc_op"
-COMMIT_TS = "_cdc_ts"
-CHANGE_SEQ = "_cdc_seq"
-RAW_LINE = "_cdc_raw_line"  # the text of a CSV record Spark could not split into the expected fields
-ERROR = "_cdc_errors"  # array<string>: why the row cannot be applied (NULL entries mean no problem)
-ORDER_COLUMNS = (COMMIT_TS, CHANGE_SEQ, FILE_ORDINAL, ROW_POSITION)
-# Kept on every silver row and tombstone: the order of the change that produced it, as one
-# comparable text (commit time, change sequence, file position), so later batches can tell
-# whether an incoming change is newer. Readers may ignore this documented column.
-SILVER_ORDER = "_cdc_order"
-UNCHANGED_PREFIX = "_cdc_unchanged_"  # + column: the change did not capture this column (CsvNoSupValue)
-TOMBSTONE_DELETED_AT = "deleted_at"  # the delete's source commit time, for tombstone retention
 _TS_WIDTH, _SEQ_WIDTH = 32, 48
-BOOKKEEPING = (OP, *ORDER_COLUMNS, ERROR, RAW_LINE)
 VALID_OPS = ("I", "U", "D")
 
 
@@ -216,7 +222,7 @@ def with_silver_order(changes: DataFrame, file_positions: dict[int, str], full_l
         return changes.withColumn(SILVER_ORDER, F.lit(""))
     if file_positions:
         mapping = F.create_map(*[x for o, p in file_positions.items() for x in (F.lit(o), F.lit(p))])
-        position = F.element_at(mapping, F.col(FILE_ORDINAL))
+        position = F.element_at(mapping, F.col(FILE_INDEX))
     else:
         position = F.lit("")
     ts = F.coalesce(F.col(COMMIT_TS), F.lit(""))
@@ -251,13 +257,6 @@ def latest_change_per_key(df: DataFrame, key: Sequence[str]) -> DataFrame:
         ]
     latest = df.groupBy(*key).agg(*aggregates)
     return latest.select(*key, *[F.col(f"_cdc_latest.{c}").alias(c) for c in values], *flags, *flags.values())
-
-
-EFFECT = "_cdc_effect"
-# What applying a change does, decided against the stored row and the tombstones.
-EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE = "insert", "update", "delete"
-EFFECT_DELETE_MISSING, EFFECT_LATE = "delete-missing", "late"
-EFFECTS = (EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE, EFFECT_DELETE_MISSING, EFFECT_LATE)
 
 
 def classify_effects(latest: DataFrame, stored: DataFrame, tombstones: DataFrame, key: Sequence[str]) -> DataFrame:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cdclake.errors import SetupError
-from cdclake.jar_relocation import Relocation, relocate_jars
+from cdclake.runtime.jar_relocation import Relocation, relocate_jars
 
 ICEBERG_RUNTIME_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
 JACKSON_VERSION = "2.15.2"

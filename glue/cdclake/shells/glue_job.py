@@ -13,10 +13,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cdclake.config import PipelineConfig, load_config, parse_config
+from cdclake.dms.store import open_store
+from cdclake.engine.pipeline import Engine, RunReport
 from cdclake.errors import ConfigError
-from cdclake.pipeline import Engine, RunReport
-from cdclake.session import GlueCatalog, LocalCatalog, SessionSettings, build_spark_session
-from cdclake.storage import open_store
+from cdclake.runtime.session import GlueCatalog, LocalCatalog, SessionSettings, build_spark_session
 
 log = logging.getLogger("cdclake")
 
@@ -109,7 +109,7 @@ def publish_metrics(args: JobArguments, report: RunReport) -> None:
         return
     import boto3
 
-    from cdclake.metrics import MetricsTarget, publish
+    from cdclake.ops.metrics import MetricsTarget, publish
 
     sent = publish(boto3.client("cloudwatch"), MetricsTarget(args.metrics_namespace, args.environment), report)
     log.info("metrics published namespace=%s entries=%d", args.metrics_namespace, sent)

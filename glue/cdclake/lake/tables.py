@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from cdclake.changes import quote
-from cdclake.schema_evolution import SchemaPlan
+from cdclake.engine.schema import SchemaPlan
+from cdclake.identifiers import quote
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

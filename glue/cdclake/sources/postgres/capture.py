@@ -56,10 +56,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from cdclake.config import parse_config
-from cdclake.dms_writer import Value, cdc_file_name, csv_text, load_file_name
+from cdclake.dms.layout import DMS_OP_COLUMN
+from cdclake.dms.writer import Value, cdc_file_name, csv_text, load_file_name
 from cdclake.errors import CdclakeError
-from cdclake.layout import DMS_OP_COLUMN
-from cdclake.pg_catalog import (
+from cdclake.identifiers import IDENTIFIER, quote_pg
+from cdclake.sources.postgres.catalog import (
     SESSION_SETTINGS,
     SourceColumn,
     SourceTable,
@@ -69,7 +70,7 @@ from cdclake.pg_catalog import (
     read_tables,
     value_text,
 )
-from cdclake.pgoutput import (
+from cdclake.sources.postgres.pgoutput import (
     UNCHANGED_TOAST,
     Begin,
     ColumnValue,
@@ -82,9 +83,8 @@ from cdclake.pgoutput import (
     parse_lsn,
 )
 
-log = logging.getLogger("cdclake.capture")
+log = logging.getLogger("cdclake.sources.postgres.capture")
 
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
 _CAPTURED_NAME = re.compile(r"^(\d{8}-\d{10})(\d{20})\.csv$")
 
 
@@ -146,10 +146,6 @@ def connect(dsn: str, replication: bool = False) -> Any:
         raise CaptureError(f"Cannot connect to PostgreSQL ({dsn or 'PG* environment'}): {exc}".strip()) from None
     conn.set_client_encoding("UTF8")
     return conn
-
-
-def quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 # --------------------------------------------------------------------------- state and files
@@ -290,10 +286,10 @@ def _full_load(
         cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot,))
         for table in tables:
             converters = [value_text(c.pg_type) for c in table.columns]
-            columns = ", ".join(quote_ident(c.name) for c in table.columns)
+            columns = ", ".join(quote_pg(c.name) for c in table.columns)
             sink = _CopyRows()
             cur.copy_expert(
-                f"COPY (SELECT {columns} FROM {quote_ident(table.schema)}.{quote_ident(table.name)}) TO STDOUT", sink
+                f"COPY (SELECT {columns} FROM {quote_pg(table.schema)}.{quote_pg(table.name)}) TO STDOUT", sink
             )
             records: list[list[Value]] = [
                 [loaded_at, *[None if v is None else f(v) for f, v in zip(converters, row, strict=True)], sequence]
@@ -320,7 +316,7 @@ def _selected_tables(settings: CaptureSettings, conn: Any) -> list[SourceTable]:
         tables = read_tables(cur, settings.schemas, settings.tables)
     usable = []
     for table in tables:
-        bad = [n for n in (table.schema, table.name, *(c.name for c in table.columns)) if not _IDENTIFIER.match(n)]
+        bad = [n for n in (table.schema, table.name, *(c.name for c in table.columns)) if not IDENTIFIER.match(n)]
         if bad:
             log.warning("table %s skipped: names cdclake cannot configure: %s", table.qualified, ", ".join(bad))
         elif table.primary_key and table.replica_identity not in ("d", "f"):
@@ -374,16 +370,16 @@ def initialise(settings: CaptureSettings, conn: Any) -> tuple[CaptureState, Capt
             for stale in [*folder.glob("LOAD*"), *folder.glob(".*.tmp")] if folder.is_dir() else []:
                 stale.unlink()
         for name, members, publish in _publications(settings, tables):
-            cur.execute(f"DROP PUBLICATION IF EXISTS {quote_ident(name)}")
-            listed = ", ".join(".".join(quote_ident(p) for p in m.split(".")) for m in members)
-            cur.execute(f"CREATE PUBLICATION {quote_ident(name)} FOR TABLE {listed} WITH (publish = %s)", (publish,))
+            cur.execute(f"DROP PUBLICATION IF EXISTS {quote_pg(name)}")
+            listed = ", ".join(".".join(quote_pg(p) for p in m.split(".")) for m in members)
+            cur.execute(f"CREATE PUBLICATION {quote_pg(name)} FOR TABLE {listed} WITH (publish = %s)", (publish,))
     with conn.cursor() as cur:
         cur.execute("SELECT clock_timestamp()")
         loaded_at = timestamp_text(cur.fetchone()[0])
     replication = connect(settings.dsn, replication=True)
     try:
         with replication.cursor() as rcur:
-            rcur.execute(f"CREATE_REPLICATION_SLOT {quote_ident(settings.slot)} LOGICAL pgoutput EXPORT_SNAPSHOT")
+            rcur.execute(f"CREATE_REPLICATION_SLOT {quote_pg(settings.slot)} LOGICAL pgoutput EXPORT_SNAPSHOT")
             _slot, consistent_point, snapshot, _plugin = rcur.fetchone()
             # The snapshot lives as long as this connection stays idle: load everything now.
             report = _full_load(settings, conn, snapshot, tables, parse_lsn(consistent_point), loaded_at)
@@ -409,7 +405,7 @@ def _write_configuration(settings: CaptureSettings, conn: Any, tables: Sequence[
         with conn.cursor() as cur:
             cur.execute("SELECT current_database()")
             name = str(cur.fetchone()[0])
-        database = name if _IDENTIFIER.match(name) else "cdclake"
+        database = name if IDENTIFIER.match(name) else "cdclake"
     bronze = os.path.relpath(settings.bronze.resolve(), path.resolve().parent)
     text = configuration_yaml(tables, bronze, database, settings.timestamp_column, settings.change_sequence_column)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cdclake.runtime import require_java, resolve_iceberg_runtime
+from cdclake.runtime.iceberg import require_java, resolve_iceberg_runtime
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

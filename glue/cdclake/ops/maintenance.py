@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from cdclake.changes import TOMBSTONE_DELETED_AT
+from cdclake.columns import TOMBSTONE_DELETED_AT
 from cdclake.config import TableConfig
-from cdclake.silver import (
+from cdclake.lake.tables import (
     SilverTable,
     archive_ledger,
     expiring_snapshots,
@@ -26,7 +26,7 @@ from cdclake.silver import (
 )
 
 if TYPE_CHECKING:
-    from cdclake.pipeline import Engine
+    from cdclake.engine.pipeline import Engine
 
 log = logging.getLogger("cdclake")
 

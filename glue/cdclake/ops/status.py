@@ -10,8 +10,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from cdclake.metrics import freshness_lag
-from cdclake.silver import (
+from cdclake.lake.tables import (
     LATEST_COMMIT_TS_PROPERTY,
     QUARANTINE_TABLE,
     SCHEMA_CHANGES_TABLE,
@@ -20,9 +19,10 @@ from cdclake.silver import (
     table_exists,
     tombstones_of,
 )
+from cdclake.ops.metrics import freshness_lag
 
 if TYPE_CHECKING:
-    from cdclake.pipeline import Engine
+    from cdclake.engine.pipeline import Engine
 
 
 @dataclass(frozen=True)

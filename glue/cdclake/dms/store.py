@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from cdclake.bronze import BronzeFile, BronzeListing, classify
+from cdclake.dms.files import BronzeFile, BronzeListing, classify
 from cdclake.errors import BronzeError
 
 if TYPE_CHECKING:

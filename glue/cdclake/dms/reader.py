@@ -13,17 +13,15 @@ from collections.abc import Sequence
 from functools import reduce
 from typing import TYPE_CHECKING
 
-from cdclake.bronze import BronzeFile
+from cdclake.columns import CORRUPT_RECORD, FILE_INDEX, ROW_POSITION
 from cdclake.config import BronzeSettings, TableConfig
-from cdclake.layout import SOURCE_SCHEMA_COLUMN, SOURCE_TABLE_COLUMN, FileLayout, layout_for, parse_header
-from cdclake.storage import BronzeStore, head_text
+from cdclake.dms.files import BronzeFile
+from cdclake.dms.layout import SOURCE_SCHEMA_COLUMN, SOURCE_TABLE_COLUMN, FileLayout, layout_for, parse_header
+from cdclake.dms.store import BronzeStore, head_text
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-FILE_ORDINAL = "_cdc_file"
-ROW_POSITION = "_cdc_row"
-CORRUPT_RECORD = "_cdc_corrupt"
 # Spark maps an unquoted empty field to NULL by itself but would also map a quoted empty string
 # ("") to NULL if the null marker were "". With an empty marker, give Spark one that never occurs.
 _NO_NULL_MARKER = "\u0000cdclake-no-null-marker\u0000"
@@ -100,7 +98,7 @@ def _scan(
         # With multiLine a file is never split, so within one file the id grows with row position.
         frame = frame.withColumn(ROW_POSITION, F.monotonically_increasing_id())
     ordinal_by_name = F.create_map(*[x for o, f in members for x in (F.lit(f.name), F.lit(o))])
-    frame = frame.withColumn(FILE_ORDINAL, ordinal_by_name[F.col("_metadata.file_name")])
+    frame = frame.withColumn(FILE_INDEX, ordinal_by_name[F.col("_metadata.file_name")])
     if SOURCE_TABLE_COLUMN in frame.columns:
         # A transaction-ordered file: keep this table's rows (row ids stay in file order).
         mine = (F.col(SOURCE_SCHEMA_COLUMN) == table.source_schema) & (F.col(SOURCE_TABLE_COLUMN) == table.source_table)

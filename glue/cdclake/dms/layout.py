@@ -6,8 +6,8 @@ import csv
 import io
 from dataclasses import dataclass
 
-from cdclake.bronze import BronzeFile, FileKind
 from cdclake.config import BronzeSettings, TableConfig
+from cdclake.dms.files import BronzeFile, FileKind
 from cdclake.errors import BadInputError
 
 DMS_OP_COLUMN = "Op"

@@ -30,10 +30,11 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from cdclake.config import TableConfig
-from cdclake.pg_catalog import SourceTable, read_tables
+from cdclake.identifiers import quote_pg
+from cdclake.sources.postgres.catalog import SourceTable, read_tables
 
 if TYPE_CHECKING:
-    from cdclake.pipeline import Engine
+    from cdclake.engine.pipeline import Engine
 
 _DECIMAL_SCALE_PREFIX = "decimal("
 _TEXT_TYPES = {"text", "varchar", "bpchar", "name"}  # psycopg2 returns these as printed
@@ -88,20 +89,16 @@ def row_hash(values: Sequence[str]) -> str:
     return hashlib.sha256("\x1f".join(values).encode("utf-8")).hexdigest()
 
 
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def _value_expression(table: SourceTable, name: str) -> str:
     """A column the way verify reads it: typed where the Spark type is typed, else as printed."""
     column = table.column(name)
     needs_text = column.spark_type == "string" and column.pg_type not in (*_TEXT_TYPES, "bytea")
-    return f"{_quote(name)}::text" if needs_text else _quote(name)
+    return f"{quote_pg(name)}::text" if needs_text else quote_pg(name)
 
 
 def _source_select(table: SourceTable, columns: Sequence[str]) -> str:
     parts = [_value_expression(table, name) for name in columns]
-    return f"SELECT {', '.join(parts)} FROM {_quote(table.schema)}.{_quote(table.name)}"
+    return f"SELECT {', '.join(parts)} FROM {quote_pg(table.schema)}.{quote_pg(table.name)}"
 
 
 _CONSTANT = re.compile(r"^(?:'(?:[^']|'')*'|-?[\d.]+(?:e[-+]?\d+)?|true|false)(?:::[\w .\"\[\](),]+)*$")
@@ -119,7 +116,7 @@ def _added_defaults(conn: Any, table: SourceTable, columns: Sequence[str]) -> di
             "FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
             "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped "
             "AND (a.atthasmissing OR d.adbin IS NOT NULL)",
-            (f"{_quote(table.schema)}.{_quote(table.name)}",),
+            (f"{quote_pg(table.schema)}.{quote_pg(table.name)}",),
         )
         found = [row for row in cur.fetchall() if row[0] in columns]
         defaults: dict[str, list[Any]] = {}
@@ -129,7 +126,7 @@ def _added_defaults(conn: Any, table: SourceTable, columns: Sequence[str]) -> di
                 expressions.append(f"({default})::{type_name}")
             for expression in expressions:
                 cur.execute(
-                    f"SELECT {_value_expression(table, name)} FROM (SELECT {expression} AS {_quote(name)}) s",
+                    f"SELECT {_value_expression(table, name)} FROM (SELECT {expression} AS {quote_pg(name)}) s",
                     (missing,) if expression.startswith("(%s") else None,
                 )
                 defaults.setdefault(name, []).append(cur.fetchone()[0])
@@ -164,7 +161,7 @@ def _silver_rows(engine: Engine, config: TableConfig, columns: Sequence[str], ty
 
 def compare_table(engine: Engine, conn: Any, config: TableConfig, source: SourceTable) -> TableComparison:
     """Compare one silver table with its source table (the table's configured columns)."""
-    from cdclake.silver import table_exists
+    from cdclake.lake.tables import table_exists
 
     result = TableComparison(table=config.source)
     # The source's columns as they are now (a column dropped at the source is not compared).

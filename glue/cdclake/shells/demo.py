@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cdclake.dms_writer import (
+from cdclake.dms.writer import (
     SourceChange,
     Value,
     cdc_file_name,
@@ -27,7 +27,7 @@ from cdclake.dms_writer import (
 )
 
 if TYPE_CHECKING:
-    from cdclake.pipeline import Engine
+    from cdclake.engine.pipeline import Engine
 
 COLUMNS = ("id", "url", "name", "since", "location", "response_time", "response_rate")
 TIMESTAMP_COLUMN = "last_updated_ts"
@@ -163,7 +163,7 @@ def expected_silver(state: dict[tuple[Value, ...], dict[str, Value]]) -> list[di
 
 
 def silver_rows(engine: Engine) -> list[dict[str, Any]]:
-    from cdclake.changes import SILVER_ORDER
+    from cdclake.columns import SILVER_ORDER
 
     table = engine.silver_table(engine.config.tables[0])
     frame = engine.spark.table(table.identifier).drop(SILVER_ORDER)  # the mirrored columns only
@@ -189,8 +189,8 @@ def differences(actual: list[dict[str, Any]], expected: list[dict[str, Any]]) ->
 
 def run_demo(workdir: Path, make_engine: Callable[[Path, str], Engine]) -> int:
     """Run the demo in ``workdir`` (recreated); return 0 when silver equals the source state."""
-    from cdclake.pipeline import apply_cdc_files, files_from_keys, run
-    from cdclake.status import format_rows, statuses_as_rows, table_statuses
+    from cdclake.engine.pipeline import apply_cdc_files, files_from_keys, run
+    from cdclake.ops.status import format_rows, statuses_as_rows, table_statuses
 
     if workdir.exists():
         shutil.rmtree(workdir)

@@ -1,0 +1,35 @@
+"""The bookkeeping column names every stage shares (no logic, no imports).
+
+Bookkeeping columns all start with ``_cdc_`` and, except ``_cdc_order``, never reach silver.
+"""
+
+from __future__ import annotations
+
+# Added by the bronze reader.
+FILE_INDEX = "_cdc_file"  # the row's file: its index in the batch's apply order
+ROW_POSITION = "_cdc_row"  # increases with the row's position inside its file
+CORRUPT_RECORD = "_cdc_corrupt"  # the raw text of a CSV record Spark could not split, else NULL
+
+# Added when raw rows become typed changes.
+OP = "_cdc_op"
+COMMIT_TS = "_cdc_ts"
+CHANGE_SEQ = "_cdc_seq"
+RAW_LINE = "_cdc_raw_line"  # the text of a CSV record Spark could not split into the expected fields
+ERROR = "_cdc_errors"  # array<string>: why the row cannot be applied (NULL entries mean no problem)
+ORDER_COLUMNS = (COMMIT_TS, CHANGE_SEQ, FILE_INDEX, ROW_POSITION)
+UNCHANGED_PREFIX = "_cdc_unchanged_"  # + column: the change did not capture this column (CsvNoSupValue)
+BOOKKEEPING = (OP, *ORDER_COLUMNS, ERROR, RAW_LINE)
+
+# Kept on every silver row and tombstone: the order of the change that produced it, as one
+# comparable text (commit time, change sequence, file position), so later batches can tell
+# whether an incoming change is newer. Readers may ignore this documented column.
+SILVER_ORDER = "_cdc_order"
+TOMBSTONE_DELETED_AT = "deleted_at"  # the delete's source commit time, for tombstone retention
+# Append-only tables keep every change row, with its operation in this column.
+APPEND_ONLY_OP_COLUMN = "cdc_operation"
+
+# What applying a change does, decided against the stored row and the tombstones.
+EFFECT = "_cdc_effect"
+EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE = "insert", "update", "delete"
+EFFECT_DELETE_MISSING, EFFECT_LATE = "delete-missing", "late"
+EFFECTS = (EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE, EFFECT_DELETE_MISSING, EFFECT_LATE)
