@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.run --profile quick     # make bench            (< 10 min on 2 cores)
     .venv/bin/python -m bench.run --profile full      # make bench PROFILE=full (the sizes)
 
-cdclake's numbers come from its real code path (``cdclake.engine.pipeline.full_load_table`` and
+cdclake's numbers come from its real code path (``cdclake.engine.run.full_load`` and
 ``apply_cdc_files`` on an ``Engine`` with a local Iceberg catalog). Results go to
 ``docs/benchmarks.md`` (the profile's generated section), ``docs/benchmarks-<profile>.json`` and
 ``docs/benchmarks.png``.
@@ -35,7 +35,7 @@ from bench.report import Comparison, comparison_table, splice, timings_table
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from cdclake.engine.pipeline import Engine
+    from cdclake.context import Engine
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE_DIR = Path.home() / ".cache" / "cdclake"
@@ -131,23 +131,22 @@ class Bench:
 
     def engine(self, target: str, bronze: Path, max_files_per_batch: int = 500) -> Engine:
         from cdclake.config import parse_config
+        from cdclake.context import Engine
         from cdclake.dms.store import LocalBronze
-        from cdclake.engine.pipeline import Engine
 
         config = parse_config(gen.config_yaml(target, max_files_per_batch=max_files_per_batch), "bench.yaml")
         config = replace(config, bronze=replace(config.bronze, path=str(bronze)))
         return Engine(spark=self.spark, config=config, store=LocalBronze(bronze))
 
     def full_load(self, target: str, bronze: Path) -> None:
-        from cdclake.dms.store import list_bronze
-        from cdclake.engine.pipeline import full_load_table
+        from cdclake.engine.run import full_load
 
         engine = self.engine(target, bronze)
-        full_load_table(engine, engine.config.tables[0], list_bronze(engine.store), reload=True)
+        full_load(engine, engine.config.tables[:1], reload=True)
 
     def apply(self, target: str, bronze: Path) -> Any:
         from cdclake.dms.store import list_bronze
-        from cdclake.engine.pipeline import apply_cdc_files
+        from cdclake.engine.run import apply_cdc_files
 
         engine = self.engine(target, bronze)
         report = apply_cdc_files(engine, list(list_bronze(engine.store).files))

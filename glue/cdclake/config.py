@@ -16,6 +16,9 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from cdclake.errors import ConfigError
 from cdclake.identifiers import IDENTIFIER
 
+# The Iceberg catalog silver tables live in, locally and on AWS Glue.
+DEFAULT_CATALOG = "silver"
+
 BronzeFormat = Literal["csv", "parquet"]
 
 # Spark SQL type names accepted for declared columns and casts.

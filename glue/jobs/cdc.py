@@ -13,7 +13,9 @@ import sys
 from collections.abc import Sequence
 
 from cdclake.dms.manifest import read_manifest
-from cdclake.engine.pipeline import RunReport, apply_cdc_files, files_from_keys, replay, run
+from cdclake.engine.run import apply_cdc_files, replay, run
+from cdclake.engine.select import ReplaySelection, files_from_keys
+from cdclake.report import RunReport
 from cdclake.shells.glue_job import build_engine, log_report, parse_arguments, publish_metrics, read_text
 
 
@@ -25,7 +27,7 @@ def main(argv: Sequence[str]) -> RunReport:
         keys = [e.key for e in read_manifest(read_text(args.manifest), args.manifest)]
         files = files_from_keys(engine.store, keys, engine.config.bronze.transaction_path)
     if args.replay:
-        report = replay(engine, quarantined=not files, keys=[f.key for f in files])
+        report = replay(engine, ReplaySelection(keys=frozenset(f.key for f in files), quarantined=not files))
     elif args.manifest:
         report = apply_cdc_files(engine, files)
     else:

@@ -10,18 +10,15 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from cdclake.dms.store import list_bronze
-from cdclake.engine.pipeline import RunReport, full_load_table
+from cdclake.engine.run import full_load
+from cdclake.report import RunReport
 from cdclake.shells.glue_job import build_engine, log_report, parse_arguments, publish_metrics
 
 
 def main(argv: Sequence[str]) -> RunReport:
     args = parse_arguments(argv)
     engine = build_engine(args)
-    listing = list_bronze(engine.store)
-    report = RunReport(unrecognised=list(listing.unrecognised))
-    for table in engine.config.tables:
-        report.tables.append(full_load_table(engine, table, listing, reload=args.reload))
+    report = full_load(engine, reload=args.reload)
     log_report(report)
     publish_metrics(args, report)
     return report

@@ -12,8 +12,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from cdclake.config import PipelineConfig, parse_config
+from cdclake.context import Engine
 from cdclake.dms.store import BronzeStore, LocalBronze
-from cdclake.engine.pipeline import Engine
 from cdclake.runtime.session import LocalCatalog, SessionSettings, build_spark_session
 
 CACHE_DIR = Path.home() / ".cache" / "cdclake"

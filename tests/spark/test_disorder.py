@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
+from cdclake.context import Engine
 from cdclake.dms.writer import change_sequence, write_csv
-from cdclake.engine.pipeline import Engine, RunReport, apply_cdc_files, files_from_keys, run
-from cdclake.lake.tables import QUARANTINE_TABLE, SCHEMA_CHANGES_TABLE, tombstones_of
+from cdclake.engine.run import apply_cdc_files, run
+from cdclake.engine.select import files_from_keys
+from cdclake.lake.journals import QUARANTINE_TABLE, SCHEMA_CHANGES_TABLE, tombstones_of
+from cdclake.report import RunReport
+from faults import CrashingCommitter
 
 EngineFactory = Callable[..., Engine]
 
@@ -82,24 +87,15 @@ def test_a_reinsert_newer_than_the_tombstone_applies(make_engine: EngineFactory,
     assert _state(engine) == {7: "back"}
 
 
-def test_crash_between_tombstones_and_merge_converges_on_rerun(
-    make_engine: EngineFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_crash_between_tombstones_and_merge_converges_on_rerun(make_engine: EngineFactory, tmp_path: Path) -> None:
     # GIVEN a batch whose MERGE fails after its tombstones were written
-    import cdclake.engine.pipeline as pipeline
-
     engine = make_engine(ITEMS)
     bronze = tmp_path / "bronze"
     _apply(engine, _cdc(bronze, "items", "20240102-0000010000.csv", [("I", "1", "1", "a"), ("I", "1", "2", "b")]))
     batch = _cdc(bronze, "items", "20240102-0000020000.csv", [("D", "2", "1", "a"), ("U", "2", "2", "b2")])
 
-    def crash(*_: object) -> None:
-        raise RuntimeError("the job was killed")
-
-    monkeypatch.setattr(pipeline, "merge_rows", crash)
-    with pytest.raises(RuntimeError):
-        _apply(engine, batch)
-    monkeypatch.undo()
+    with pytest.raises(RuntimeError, match="killed"):
+        _apply(replace(engine, committer=CrashingCommitter()), batch)
     # WHEN the batch is retried THEN it applies once and silver is right
     retried = _apply(engine, batch)
     assert retried.tables[0].files_applied == 1

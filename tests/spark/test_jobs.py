@@ -6,6 +6,7 @@ from __future__ import annotations
 import runpy
 import uuid
 from collections.abc import Callable, Iterator
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,9 @@ from moto import mock_aws
 from pyspark.sql import SparkSession
 
 from cdclake.dms.manifest import ManifestEntry, write_manifest
-from cdclake.dms.writer import replay
-from cdclake.engine.pipeline import RunReport
+from cdclake.report import RunReport
 from cdclake.shells import demo
+from oracle import replay_change_log
 
 JOBS = Path(__file__).resolve().parents[2] / "glue" / "jobs"
 
@@ -41,7 +42,7 @@ def aws_credentials(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 def _demo_config(tmp_path: Path) -> Path:
     config = tmp_path / "hosts.yaml"
-    config.write_text((Path(demo.__file__).parent / "examples" / "hosts.yaml").read_text(encoding="utf-8"))
+    config.write_text(resources.files("cdclake.examples").joinpath("hosts.yaml").read_text("utf-8"))
     return config
 
 
@@ -66,7 +67,9 @@ def test_glue_jobs_apply_a_manifest_from_local_bronze(spark: SparkSession, tmp_p
     applied = _job("cdc")(["cdc.py", *common, "--manifest", str(manifest)])
     retried = _job("cdc")(["cdc.py", *common, "--manifest", str(manifest)])
     # THEN silver equals the replayed source, the batch was one commit, and the retry is a no-op
-    expected = demo.expected_silver(replay(demo.initial_rows(), [c for b in batches for c in b], ["id"]))
+    expected = demo.expected_silver(
+        replay_change_log(demo.initial_rows(), [c for b in batches for c in b], ["id"]).values()
+    )
     assert demo.differences(_silver(spark, catalog), expected) == []
     assert loaded.tables[0].files_applied == 11
     assert [(t.files_applied, t.files_skipped) for t in applied.tables] == [(3, 0)]
@@ -110,7 +113,9 @@ def test_glue_cdc_job_reads_bronze_from_s3(spark: SparkSession, tmp_path: Path, 
         report = _job("cdc")(["cdc.py", *common, "--manifest", "s3://bronze/manifests/m1.json"])
     # THEN the batch is applied from S3 and silver equals the replayed source
     assert [t.files_applied for t in report.tables] == [3]
-    expected = demo.expected_silver(replay(demo.initial_rows(), [c for b in batches for c in b], ["id"]))
+    expected = demo.expected_silver(
+        replay_change_log(demo.initial_rows(), [c for b in batches for c in b], ["id"]).values()
+    )
     assert demo.differences(_silver(spark, catalog), expected) == []
 
 
@@ -119,8 +124,8 @@ def test_demo_reports_success_against_the_oracle(spark: SparkSession, tmp_path: 
     from dataclasses import replace
 
     from cdclake.config import load_config
+    from cdclake.context import Engine
     from cdclake.dms.store import LocalBronze
-    from cdclake.engine.pipeline import Engine
 
     def make_engine(config_path: Path, bronze: str) -> Engine:
         config = load_config(config_path)

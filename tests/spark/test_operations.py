@@ -12,9 +12,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from cdclake.context import Engine
 from cdclake.dms.writer import write_csv
-from cdclake.engine.pipeline import Engine, replay, run
-from cdclake.lake.tables import QUARANTINE_ROWS_TABLE, QUARANTINE_TABLE, read_ledger
+from cdclake.engine.run import replay, run
+from cdclake.engine.select import ReplaySelection
+from cdclake.lake.journals import QUARANTINE_ROWS_TABLE, QUARANTINE_TABLE
+from cdclake.lake.ledger import read_ledger
 from cdclake.ops.maintenance import MaintenanceSettings, maintain
 
 EngineFactory = Callable[..., Engine]
@@ -80,7 +83,7 @@ def test_bad_rows_go_to_quarantine_and_a_replay_after_the_fix_converges(
     assert [t.rows_quarantined for t in report.tables if t.kind == "cdc"] == [1]
     # AND after the file is fixed, a replay of it converges
     (bronze / BAD_KEY).write_bytes(good_prefix + f"I,{TS},1003,name 1003,1990-01-01\n".encode())
-    replay(engine, keys=[BAD_KEY])
+    replay(engine, ReplaySelection(keys=frozenset([BAD_KEY])))
     assert sorted(_people(engine)) == [*range(1, 301), 1001, 1002, 1003]
 
 
@@ -140,7 +143,7 @@ def test_unreadable_files_are_held_in_quarantine_and_replayed_after_the_fix(
         text = "".join(f"I,{TS},{i},name {i},1990-01-01\n" for i in (100, 101, 102)).encode()
         target.write_bytes(gzip.compress(text) if suffix.endswith(".gz") else text)
         expected = [1, 2, 3, 4, 5, 100, 101, 102]
-    replay(engine, quarantined=True)
+    replay(engine, ReplaySelection(quarantined=True))
     assert sorted(_people(engine)) == expected
     assert _files_in_quarantine(engine) == []
 

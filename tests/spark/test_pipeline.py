@@ -4,26 +4,27 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import date
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
-from cdclake.dms.store import list_bronze
+from cdclake.context import Engine
 from cdclake.dms.writer import (
     SourceChange,
     cdc_file_name,
     cdc_records,
     change_sequence,
     load_file_name,
-    replay,
     write_csv,
 )
-from cdclake.engine import pipeline
-from cdclake.engine.pipeline import Engine, apply_cdc_files, files_from_keys, full_load_table, run
+from cdclake.engine.run import apply_cdc_files, full_load, run
+from cdclake.engine.select import files_from_keys
 from cdclake.errors import BadInputError, FullLoadPendingError
-from cdclake.lake.tables import KIND_FULL_LOAD_STAGED, read_ledger, replace_table
+from cdclake.lake.ledger import KIND_FULL_LOAD_STAGED, read_ledger, replace_table
+from oracle import replay_change_log
 
 EngineFactory = Callable[..., Engine]
 
@@ -110,19 +111,18 @@ def _write_stream(bronze: Path, initial: list[dict], log: list[SourceChange], rn
 
 @pytest.mark.parametrize(("seed", "broadcast_keys"), [(1, True), (2, True), (3, False)])
 def test_random_change_streams_match_the_replayed_source(
-    make_engine: EngineFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, broadcast_keys: bool
+    make_engine: EngineFactory, tmp_path: Path, seed: int, broadcast_keys: bool
 ) -> None:
     # GIVEN a random full load and change log written as DMS files (some gzip, random batches),
     # applied with the batch keys broadcast (small batches) or with the stored keys shuffled (large)
-    monkeypatch.setattr(pipeline, "_SMALL_BATCH_BYTES", 1 << 40 if broadcast_keys else 0)
     rng = random.Random(seed)
-    engine = make_engine(ORDERS)
+    engine = replace(make_engine(ORDERS), broadcast_batch_bytes=1 << 40 if broadcast_keys else 0)
     initial, log = _random_stream(rng, initial_keys=30, changes=120)
     files = _write_stream(tmp_path / "bronze", initial, log, rng)
     # WHEN the pipeline runs (full load, then CDC in batches of 3 files)
     report = run(engine)
     # THEN silver equals the source state replayed in plain Python
-    assert _silver(engine) == _expected(replay(initial, log, ["region", "order_id"]))
+    assert _silver(engine) == _expected(replay_change_log(initial, log, ["region", "order_id"]))
     assert sum(t.files_applied for t in report.tables if t.kind == "cdc") == len(files)
     # AND running again applies nothing and makes no new snapshot
     table = engine.silver_table(engine.config.tables[0])
@@ -201,11 +201,10 @@ def test_full_load_twice_leaves_the_same_table(make_engine: EngineFactory, tmp_p
         [["2024-01-01 00:00:00.000000", "eu", str(i), "s", "1.00", ""] for i in range(5)],
     )
     table = engine.config.tables[0]
-    listing = list_bronze(engine.store)
-    full_load_table(engine, table, listing)
+    full_load(engine, [table])
     # WHEN the full load runs again, and once more with reload
-    second = full_load_table(engine, table, listing)
-    third = full_load_table(engine, table, listing, reload=True)
+    second = full_load(engine, [table]).tables[0]
+    third = full_load(engine, [table], reload=True).tables[0]
     # THEN the table holds the rows once
     assert second.note == "already loaded"
     assert third.files_applied == 1
@@ -232,7 +231,7 @@ def test_a_clean_full_load_is_staged_then_recorded(make_engine: EngineFactory, t
     ts = "2024-01-01 00:00:00.500000"
     write_csv(table_dir / "20240101-0000000000.csv", [["U", ts, "eu", "1", "old", "0.50", change_sequence(ts, 1)]])
     # WHEN loaded
-    report = full_load_table(engine, engine.config.tables[0], list_bronze(engine.store))
+    report = full_load(engine, [engine.config.tables[0]]).tables[0]
     # THEN the data commit is staged and a second commit records the load, with the superseded file
     assert _kinds(engine) == ["full-load-staged", "full-load"]
     ledger = read_ledger(engine.spark, engine.silver_table(engine.config.tables[0]))
@@ -253,7 +252,7 @@ def test_a_full_load_with_a_repeated_key_keeps_its_last_row(make_engine: EngineF
     write_csv(table_dir / "LOAD00000001.csv", first)
     write_csv(table_dir / "LOAD00000002.csv", [[ts, "eu", "1", "second", "2.00", ""]])
     # WHEN loaded
-    full_load_table(engine, engine.config.tables[0], list_bronze(engine.store))
+    full_load(engine, engine.config.tables[:1])
     # THEN each key is held once, the later file winning, in one recorded load
     assert engine.spark.table(engine.silver_table(engine.config.tables[0]).identifier).count() == 2
     assert {k: v["status"] for k, v in _silver(engine).items()} == {("eu", 1): "second", ("eu", 2): "once"}
@@ -267,7 +266,7 @@ def test_a_crash_after_the_staged_load_loads_again(make_engine: EngineFactory, t
     table_dir = tmp_path / "bronze" / "sales" / "orders"
     write_csv(table_dir / "LOAD00000001.csv", [["2024-01-01 00:00:00.000000", "eu", "1", "s", "1.00", ""]])
     table, silver = engine.config.tables[0], engine.silver_table(engine.config.tables[0])
-    full_load_table(engine, table, list_bronze(engine.store))
+    full_load(engine, [table])
     rows = engine.spark.table(silver.identifier)
     replace_table(engine.spark, silver, rows, ["sales/orders/LOAD00000001.csv"], kind=KIND_FULL_LOAD_STAGED)
     # WHEN the ledger is read and the pipeline runs without reload
@@ -407,7 +406,7 @@ def test_a_reload_does_not_replay_older_cdc_files_over_newer_rows(make_engine: E
     run(engine)
     write_csv(table_dir / "LOAD00000001.csv", [["2024-01-03 00:00:00.000000", "eu", "1", "v3", "3.00", ""]])
     # WHEN the table is reloaded and the pipeline runs again
-    reload = full_load_table(engine, engine.config.tables[0], list_bronze(engine.store), reload=True)
+    reload = full_load(engine, [engine.config.tables[0]], reload=True).tables[0]
     run(engine)
     # THEN the CDC file written before the new load counts as contained in it: the load's value stays
     assert reload.files_skipped == 1

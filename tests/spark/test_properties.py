@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,9 +16,13 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 from cdclake.config import parse_config
-from cdclake.dms.store import LocalBronze, list_bronze
-from cdclake.dms.writer import SourceChange, change_sequence, replay, write_csv
-from cdclake.engine.pipeline import Engine, apply_cdc_files, files_from_keys, full_load_table
+from cdclake.context import Engine
+from cdclake.dms.store import LocalBronze
+from cdclake.dms.writer import SourceChange, change_sequence, write_csv
+from cdclake.engine.run import apply_cdc_files, full_load
+from cdclake.engine.select import files_from_keys
+from faults import CrashingCommitter
+from oracle import replay_change_log
 
 EXAMPLES = int(os.environ.get("CDCLAKE_PROPERTY_EXAMPLES", "6"))
 TABLES = ("alpha", "beta")
@@ -97,7 +100,7 @@ def _write_files(bronze: Path, initial: dict, log: dict, cuts: list[int]) -> lis
 
 
 def _expected(initial: list[dict], changes: list[SourceChange]) -> dict[tuple, dict]:
-    state = replay(initial, changes, KEY)
+    state = replay_change_log(initial, changes, KEY)
     return {k: {"name": r["name"], "qty": r["qty"], "extra": r.get("extra")} for k, r in state.items()}
 
 
@@ -117,20 +120,14 @@ def _silver(engine: Engine, table: str) -> dict[tuple, dict]:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(scenario=scenarios())
-def test_any_delivery_converges_to_the_source(
-    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenario: dict
-) -> None:
-    import cdclake.engine.pipeline as pipeline
-
+def test_any_delivery_converges_to_the_source(spark: SparkSession, tmp_path: Path, scenario: dict) -> None:
     # GIVEN the scenario's files in a fresh bronze folder and database
     bronze = tmp_path / uuid.uuid4().hex
     initial, log = _build_log(scenario)
     keys = _write_files(bronze, initial, log, scenario["cuts"])
     config = parse_config(CONFIG)
     engine = Engine(spark, replace(config, database=f"p_{uuid.uuid4().hex[:10]}"), LocalBronze(bronze))
-    listing = list_bronze(engine.store)
-    for table in engine.config.tables:
-        full_load_table(engine, table, listing)
+    full_load(engine)
     # WHEN the CDC files are delivered shuffled, some twice, in random batches, one batch crashing once
     delivery = [keys[i] for i in scenario["order"] if i < len(keys)] + [
         keys[i] for i in scenario["duplicates"] if i < len(keys)
@@ -140,14 +137,11 @@ def test_any_delivery_converges_to_the_source(
         size = next(sizes, 2)
         batches.append(delivery[:size])
         delivery = delivery[size:]
-    real_merge: Callable[..., None] = pipeline.merge_rows
     for number, batch in enumerate(batches):
         files = files_from_keys(engine.store, batch)
         if number == scenario["crash_at"]:
-            monkeypatch.setattr(pipeline, "merge_rows", lambda *_: (_ for _ in ()).throw(RuntimeError("killed")))
-            with pytest.raises(RuntimeError):
-                apply_cdc_files(engine, files)
-            monkeypatch.setattr(pipeline, "merge_rows", real_merge)
+            with pytest.raises(RuntimeError, match="killed"):
+                apply_cdc_files(replace(engine, committer=CrashingCommitter()), files)
         apply_cdc_files(engine, files)
     # THEN every table equals the source state replayed in commit order
     for table in TABLES:

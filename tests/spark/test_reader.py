@@ -8,10 +8,10 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from cdclake.columns import OP, ROW_POSITION
+from cdclake.columns import FILE_INDEX, OP, ROW_POSITION
 from cdclake.config import parse_config
 from cdclake.dms.files import FileKind, parse_key
-from cdclake.dms.reader import FILE_ORDINAL, read_files
+from cdclake.dms.reader import read_files
 from cdclake.dms.store import LocalBronze, list_bronze
 from cdclake.engine.changes import to_changes
 
@@ -31,7 +31,7 @@ def _read(spark: SparkSession, bronze: Path, config_text: str, kind: FileKind = 
     files = list_bronze(store).for_table(table.source_schema, table.source_table, kind)
     raw = read_files(spark, store, config.bronze, table, files)
     changes = to_changes(raw, config.bronze, table)
-    return [r.asDict() for r in changes.orderBy(FILE_ORDINAL, ROW_POSITION).collect()]
+    return [r.asDict() for r in changes.orderBy(FILE_INDEX, ROW_POSITION).collect()]
 
 
 def test_rfc4180_quoting_and_null_versus_empty_string(spark: SparkSession, tmp_path: Path) -> None:
@@ -84,7 +84,7 @@ def test_gzip_files_and_hex_load_order_past_nine(spark: SparkSession, tmp_path: 
     # THEN the rows come in hexadecimal counter order and are inserts
     assert [r["id"] for r in rows] == list(range(1, 18))
     assert {r[OP] for r in rows} == {"I"}
-    assert [r[FILE_ORDINAL] for r in rows] == list(range(17))
+    assert [r[FILE_INDEX] for r in rows] == list(range(17))
 
 
 def test_date_partition_folders(spark: SparkSession, tmp_path: Path) -> None:

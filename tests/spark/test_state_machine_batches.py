@@ -8,6 +8,7 @@ import json
 import runpy
 import sys
 import uuid
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,8 @@ import pytest
 from moto import mock_aws
 from pyspark.sql import SparkSession
 
-from cdclake.dms.writer import replay
 from cdclake.shells import demo
+from oracle import replay_change_log
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,7 +58,7 @@ def test_dequeued_manifests_drive_the_cdc_job(
     for batch in batches:
         demo.write_cdc_batch(local, batch)
     config = tmp_path / "hosts.yaml"
-    config.write_text((Path(demo.__file__).parent / "examples" / "hosts.yaml").read_text(encoding="utf-8"))
+    config.write_text(resources.files("cdclake.examples").joinpath("hosts.yaml").read_text("utf-8"))
     catalog = f"sm{uuid.uuid4().hex[:8]}"
     jobs = {name: runpy.run_path(str(ROOT / "glue" / "jobs" / f"{name}.py"))["main"] for name in ("full_load", "cdc")}
     with mock_aws():
@@ -92,5 +93,7 @@ def test_dequeued_manifests_drive_the_cdc_job(
     assert sum(applied) == 3
     assert (left["ApproximateNumberOfMessages"], left["ApproximateNumberOfMessagesNotVisible"]) == ("0", "0")
     rows = spark.table(f"{catalog}.airbnb.hosts_silver").drop("_cdc_order").orderBy("id").collect()
-    expected = demo.expected_silver(replay(demo.initial_rows(), [c for b in batches for c in b], ["id"]))
+    expected = demo.expected_silver(
+        replay_change_log(demo.initial_rows(), [c for b in batches for c in b], ["id"]).values()
+    )
     assert demo.differences([r.asDict() for r in rows], expected) == []

@@ -18,9 +18,9 @@ from cdclake.dms.writer import (
     csv_field,
     csv_text,
     load_file_name,
-    replay,
     write_csv,
 )
+from oracle import replay_change_log
 
 # --------------------------------------------------------------------------- csv_field
 
@@ -209,40 +209,40 @@ T1, T2, T3 = "2024-03-01 12:00:01", "2024-03-01 12:00:02", "2024-03-01 12:00:03"
 
 def test_replay_insert() -> None:
     # GIVEN / WHEN an insert is replayed on an empty table / THEN the row is there
-    assert replay([], [change("I", "1", "a", T1)], ["id"]) == {("1",): {"id": "1", "name": "a"}}
+    assert replay_change_log([], [change("I", "1", "a", T1)], ["id"]) == {("1",): {"id": "1", "name": "a"}}
 
 
 def test_replay_update_replaces_the_row() -> None:
     # GIVEN an existing row
     initial = [{"id": "1", "name": "a"}]
     # WHEN an update is replayed / THEN the row holds the new values
-    assert replay(initial, [change("U", "1", "b", T1)], ["id"]) == {("1",): {"id": "1", "name": "b"}}
+    assert replay_change_log(initial, [change("U", "1", "b", T1)], ["id"]) == {("1",): {"id": "1", "name": "b"}}
 
 
 def test_replay_delete_removes_the_row() -> None:
     # GIVEN two existing rows
     initial = [{"id": "1", "name": "a"}, {"id": "2", "name": "b"}]
     # WHEN one is deleted / THEN only the other remains
-    assert replay(initial, [change("D", "1", "a", T1)], ["id"]) == {("2",): {"id": "2", "name": "b"}}
+    assert replay_change_log(initial, [change("D", "1", "a", T1)], ["id"]) == {("2",): {"id": "2", "name": "b"}}
 
 
 def test_replay_delete_of_missing_row_is_ignored() -> None:
     # GIVEN / WHEN a delete of an unknown key is replayed / THEN the table stays empty
-    assert replay([], [change("D", "9", None, T1)], ["id"]) == {}
+    assert replay_change_log([], [change("D", "9", None, T1)], ["id"]) == {}
 
 
 def test_replay_reinsert_after_delete() -> None:
     # GIVEN a row deleted then inserted again with new values (input not in commit order)
     changes = [change("I", "1", "again", T3), change("D", "1", "a", T2), change("I", "1", "a", T1)]
     # WHEN / THEN the re-inserted row is there
-    assert replay([], changes, ["id"]) == {("1",): {"id": "1", "name": "again"}}
+    assert replay_change_log([], changes, ["id"]) == {("1",): {"id": "1", "name": "again"}}
 
 
 def test_replay_ties_on_commit_time_decided_by_sequence() -> None:
     # GIVEN two updates in one commit, listed with the later sequence first
     changes = [change("U", "1", "second", T1, counter=2), change("U", "1", "first", T1, counter=1)]
     # WHEN / THEN the higher sequence wins
-    assert replay([{"id": "1", "name": "a"}], changes, ["id"]) == {("1",): {"id": "1", "name": "second"}}
+    assert replay_change_log([{"id": "1", "name": "a"}], changes, ["id"]) == {("1",): {"id": "1", "name": "second"}}
 
 
 def test_replay_composite_key() -> None:
@@ -250,4 +250,4 @@ def test_replay_composite_key() -> None:
     initial = [{"id": "1", "region": "eu", "v": "a"}, {"id": "1", "region": "us", "v": "b"}]
     changes = [SourceChange("D", {"id": "1", "region": "us", "v": "b"}, T1, change_sequence(T1, 1))]
     # WHEN one is deleted / THEN the other is kept
-    assert replay(initial, changes, ["id", "region"]) == {("1", "eu"): {"id": "1", "region": "eu", "v": "a"}}
+    assert replay_change_log(initial, changes, ["id", "region"]) == {("1", "eu"): {"id": "1", "region": "eu", "v": "a"}}

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 import boto3
 from moto import mock_aws
 
-from cdclake.engine.pipeline import RunReport, TableReport
 from cdclake.ops.metrics import MetricsTarget, freshness_lag, metric_data, publish
+from cdclake.report import RunReport, TableReport
 
 NOW = datetime(2024, 3, 1, 12, 0, 0, tzinfo=UTC)
 

@@ -7,7 +7,7 @@ import struct
 from decimal import Decimal
 
 from cdclake.config import parse_config
-from cdclake.sources.postgres.capture import TableFolder, change_sequence, file_columns, render_records
+from cdclake.sources.postgres.capture import file_columns, render_records
 from cdclake.sources.postgres.catalog import (
     SourceColumn,
     SourceTable,
@@ -17,6 +17,7 @@ from cdclake.sources.postgres.catalog import (
     value_text,
 )
 from cdclake.sources.postgres.pgoutput import UNCHANGED_TOAST, Begin, RowChange, decode, format_lsn, parse_lsn
+from cdclake.sources.postgres.state import TableFolder, change_sequence
 from cdclake.sources.postgres.verify import canonical
 
 

@@ -6,7 +6,8 @@ import datetime as dt
 
 import pytest
 
-from cdclake.ops.status import _lag, format_rows
+from cdclake.ops.status import _lag
+from cdclake.shells.output import format_rows
 
 COLUMNS = ["id", "name"]
 ROWS = [[1, None], [22, "bob"]]
@@ -73,3 +74,15 @@ def test_lag_unknown(latest: str | None) -> None:
     # GIVEN no or an unreadable latest change
     # WHEN / THEN there is no lag
     assert _lag(latest, NOW) is None
+
+
+@pytest.mark.parametrize("style", ["table", "csv", "json"])
+def test_binary_values_print_as_hex_in_every_style(style: str) -> None:
+    # GIVEN a binary value as Spark returns it from a real DMS Parquet bytea column
+    rows = [[1, bytearray(b"whthctcu")]]
+    # WHEN rendered in any style
+    text = format_rows(["id", "my_bytea"], rows, style)
+    # THEN it shows as PostgreSQL's hex form, never as a Python repr
+    assert "\\x7768746863746375" in text.replace("\\\\", "\\")
+    assert "bytearray" not in text
+    assert text.endswith("\n")

@@ -83,17 +83,3 @@ def cdc_records(
             record.append(change.seq)
         records.append(record)
     return records
-
-
-def replay(
-    initial: Iterable[dict[str, Value]], changes: Iterable[SourceChange], key: Sequence[str]
-) -> dict[tuple[Value, ...], dict[str, Value]]:
-    """The source state after ``changes`` (applied in commit order, then sequence) on ``initial``."""
-    state = {tuple(row[k] for k in key): dict(row) for row in initial}
-    for change in sorted(changes, key=lambda c: (c.commit_ts, c.seq)):
-        ident = tuple(change.row[k] for k in key)
-        if change.op == "D":
-            state.pop(ident, None)
-        else:
-            state[ident] = dict(change.row)
-    return state

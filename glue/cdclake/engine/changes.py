@@ -28,7 +28,6 @@ from cdclake.columns import (
     ORDER_COLUMNS,
     RAW_LINE,
     SILVER_ORDER,
-    TOMBSTONE_DELETED_AT,
     UNCHANGED_PREFIX,
 )
 from cdclake.config import BronzeSettings, CleaningRules, TableConfig
@@ -287,60 +286,3 @@ def classify_effects(latest: DataFrame, stored: DataFrame, tombstones: DataFrame
 
 def quote(identifier: str) -> str:
     return "`" + identifier.replace("`", "``") + "`"
-
-
-def merge_statement(
-    target: str,
-    source_view: str,
-    key: Sequence[str],
-    columns: Sequence[str],
-    absent: Sequence[str] = (),
-    unchanged: Sequence[str] = (),
-) -> str:
-    """One MERGE that applies de-duplicated changes (one row per key, with ``_cdc_order``).
-
-    A change older than the stored row's order is ignored. Deletes remove a matched row and
-    ignore a missing one; inserts and updates both upsert. ``absent`` names silver columns the
-    batch does not carry (dropped at the source): they become NULL on insert and update.
-    ``unchanged`` names columns with a ``_cdc_unchanged_`` flag: flagged values keep the stored one.
-    """
-    on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
-    newer = f"(t.{SILVER_ORDER} IS NULL OR s.{SILVER_ORDER} >= t.{SILVER_ORDER})"
-    non_key = [c for c in columns if c not in key]
-
-    def value(c: str) -> str:
-        if c in unchanged:
-            return f"CASE WHEN s.{quote(UNCHANGED_PREFIX + c)} THEN t.{quote(c)} ELSE s.{quote(c)} END"
-        return f"s.{quote(c)}"
-
-    sets = [f"t.{quote(c)} = {value(c)}" for c in (*non_key, SILVER_ORDER)]
-    sets += [f"t.{quote(c)} = NULL" for c in absent]
-    insert_cols = ", ".join(quote(c) for c in (*columns, SILVER_ORDER))
-    insert_vals = ", ".join(f"s.{quote(c)}" for c in (*columns, SILVER_ORDER))
-    return "\n".join(
-        [
-            f"MERGE INTO {target} AS t",
-            f"USING {source_view} AS s",
-            f"ON {on}",
-            f"WHEN MATCHED AND s.{OP} = 'D' AND {newer} THEN DELETE",
-            f"WHEN MATCHED AND {newer} THEN UPDATE SET {', '.join(sets)}",
-            f"WHEN NOT MATCHED AND s.{OP} <> 'D' THEN INSERT ({insert_cols}) VALUES ({insert_vals})",
-        ]
-    )
-
-
-def tombstone_statement(target: str, source_view: str, key: Sequence[str]) -> str:
-    """Upsert delete tombstones (key, order, commit time), keeping the newest order per key."""
-    on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
-    columns = ", ".join(quote(c) for c in (*key, SILVER_ORDER, TOMBSTONE_DELETED_AT))
-    values = ", ".join(f"s.{quote(c)}" for c in (*key, SILVER_ORDER, TOMBSTONE_DELETED_AT))
-    return "\n".join(
-        [
-            f"MERGE INTO {target} AS t",
-            f"USING {source_view} AS s",
-            f"ON {on}",
-            f"WHEN MATCHED AND s.{SILVER_ORDER} > t.{SILVER_ORDER} THEN UPDATE SET "
-            f"t.{SILVER_ORDER} = s.{SILVER_ORDER}, t.{TOMBSTONE_DELETED_AT} = s.{TOMBSTONE_DELETED_AT}",
-            f"WHEN NOT MATCHED THEN INSERT ({columns}) VALUES ({values})",
-        ]
-    )

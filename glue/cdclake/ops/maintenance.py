@@ -17,16 +17,12 @@ from typing import TYPE_CHECKING
 
 from cdclake.columns import TOMBSTONE_DELETED_AT
 from cdclake.config import TableConfig
-from cdclake.lake.tables import (
-    SilverTable,
-    archive_ledger,
-    expiring_snapshots,
-    table_exists,
-    tombstones_of,
-)
+from cdclake.lake.journals import tombstones_of
+from cdclake.lake.ledger import archive_ledger, expiring_snapshots
+from cdclake.lake.tables import SilverTable, table_exists
 
 if TYPE_CHECKING:
-    from cdclake.engine.pipeline import Engine
+    from cdclake.context import Engine
 
 log = logging.getLogger("cdclake")
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from cdclake.engine.pipeline import RunReport
+from cdclake.report import RunReport
 
 if TYPE_CHECKING:
     from mypy_boto3_cloudwatch import CloudWatchClient

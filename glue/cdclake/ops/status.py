@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from cdclake.lake.tables import (
-    LATEST_COMMIT_TS_PROPERTY,
-    QUARANTINE_TABLE,
-    SCHEMA_CHANGES_TABLE,
-    SilverTable,
-    read_ledger,
-    table_exists,
-    tombstones_of,
-)
+from cdclake.lake.journals import QUARANTINE_TABLE, SCHEMA_CHANGES_TABLE, tombstones_of
+from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY, read_ledger
+from cdclake.lake.tables import SilverTable, table_exists
 from cdclake.ops.metrics import freshness_lag
 
 if TYPE_CHECKING:
-    from cdclake.engine.pipeline import Engine
+    from cdclake.context import Engine
 
 
 @dataclass(frozen=True)
@@ -102,27 +93,6 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
             )
         )
     return statuses
-
-
-def format_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], style: str) -> str:
-    """Render rows as an aligned text table, CSV, or JSON lines."""
-    if style == "csv":
-        out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(columns)
-        writer.writerows([["" if v is None else v for v in row] for row in rows])
-        return out.getvalue()
-    if style == "json":
-        return "".join(json.dumps(dict(zip(columns, row, strict=False)), default=str) + "\n" for row in rows)
-    text = [[("NULL" if v is None else str(v)) for v in row] for row in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in text]) for i, c in enumerate(columns)]
-    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
-
-    def render(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
-
-    body = [line, render(columns), line, *[render(r) for r in text], line]
-    return "\n".join(body) + f"\n({len(rows)} row{'s' if len(rows) != 1 else ''})\n"
 
 
 def statuses_as_rows(statuses: Sequence[TableStatus]) -> tuple[list[str], list[list[Any]]]:

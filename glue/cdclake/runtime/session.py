@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cdclake.config import DEFAULT_CATALOG
 from cdclake.runtime.iceberg import require_java, resolve_iceberg_runtime
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ class GlueCatalog:
 @dataclass(frozen=True)
 class SessionSettings:
     catalog: LocalCatalog | GlueCatalog
-    catalog_name: str = "silver"
+    catalog_name: str = DEFAULT_CATALOG
     app_name: str = "cdclake"
     extra_conf: dict[str, str] = field(default_factory=dict)
 

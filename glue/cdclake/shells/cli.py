@@ -10,7 +10,7 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,7 +18,9 @@ from cdclake.config import load_config
 from cdclake.errors import CdclakeError
 
 if TYPE_CHECKING:
-    from cdclake.engine.pipeline import Engine
+    from cdclake.config import TableConfig
+    from cdclake.context import Engine
+    from cdclake.report import RunReport
 
 DEFAULT_HOME = Path(".cdclake")
 
@@ -139,8 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _engine(args: argparse.Namespace, config_path: Path, bronze_override: str | None = None) -> Engine:
     from dataclasses import replace
 
+    from cdclake.context import Engine
     from cdclake.dms.store import open_store
-    from cdclake.engine.pipeline import Engine
     from cdclake.runtime.session import LocalCatalog, SessionSettings, build_spark_session
 
     config = load_config(config_path)
@@ -163,18 +165,10 @@ def _engine(args: argparse.Namespace, config_path: Path, bronze_override: str | 
     return Engine(spark=spark, config=config, store=store)
 
 
-def _print_report(report: object) -> int:
+def _print_report(report: RunReport) -> int:
     """Print one line per table and batch; exit code 1 when a batch was quarantined."""
-    from cdclake.engine.pipeline import RunReport
-
-    assert isinstance(report, RunReport)
     for table in report.tables:
-        note = f" ({table.note})" if table.note else ""
-        print(
-            f"{table.kind:9} {table.table}: files={table.files_applied} skipped={table.files_skipped} "
-            f"inserted={table.inserted} updated={table.updated} deleted={table.deleted} "
-            f"ignored_late={table.ignored_late} rows_quarantined={table.rows_quarantined} {table.seconds:.1f}s{note}"
-        )
+        print(table.summary())
     if not report.tables:
         print("nothing to apply")
     for table in report.quarantined:
@@ -201,10 +195,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    from cdclake.dms.store import list_bronze
-    from cdclake.engine import pipeline
-    from cdclake.ops.status import format_rows, statuses_as_rows, table_statuses
-
     if args.command == "demo":
         from cdclake.shells.demo import run_demo
 
@@ -213,77 +203,119 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "capture":
         return _capture(args)
     engine = _engine(args, args.config)
-    if args.command == "verify":
-        from cdclake.sources.postgres.capture import connect
-        from cdclake.sources.postgres.verify import format_comparisons, verify
+    return _COMMANDS[args.command](engine, args)
 
-        tables = [engine.config.table(t) for t in args.table] if args.table else None
-        conn = connect(args.dsn)
-        try:
-            results = verify(engine, conn, tables)
-        finally:
-            conn.close()
-        print(format_comparisons(results, args.show), end="")
-        return 0 if all(r.equal for r in results) else 1
-    if args.command == "run":
-        tables = [engine.config.table(t) for t in args.table] if args.table else None
-        return _print_report(pipeline.run(engine, tables))
-    elif args.command == "full-load":
-        listing = list_bronze(engine.store)
-        tables = [engine.config.table(t) for t in args.table] if args.table else list(engine.config.tables)
-        report = pipeline.RunReport()
-        for table in tables:
-            report.tables.append(pipeline.full_load_table(engine, table, listing, reload=args.reload))
-        _print_report(report)
-    elif args.command == "apply":
-        keys = list(args.files)
-        if args.manifest:
-            from cdclake.dms.manifest import read_manifest
 
-            entries = read_manifest(args.manifest.read_text(encoding="utf-8"), str(args.manifest))
-            keys += [e.key for e in entries]
-        files = pipeline.files_from_keys(engine.store, keys, engine.config.bronze.transaction_path)
-        return _print_report(pipeline.apply_cdc_files(engine, files))
-    elif args.command == "replay":
-        tables = [engine.config.table(t) for t in args.table] if args.table else None
-        report = pipeline.replay(engine, tables, args.quarantined, args.since, args.until, args.file)
-        return _print_report(report)
-    elif args.command == "maintain":
-        from cdclake.ops.maintenance import MaintenanceSettings, maintain
+def _tables(engine: Engine, args: argparse.Namespace) -> list[TableConfig] | None:
+    """The tables named with --table, or None: every configured table."""
+    return [engine.config.table(t) for t in args.table] if getattr(args, "table", None) else None
 
-        settings = MaintenanceSettings(
-            snapshot_retention_hours=args.snapshot_retention_hours,
-            retain_last_snapshots=args.retain_last,
-            orphan_file_age_hours=args.orphan_age_hours,
-            tombstone_retention_days=args.tombstone_retention_days,
-        )
-        tables = [engine.config.table(t) for t in args.table] if args.table else None
-        for done in maintain(engine, settings, tables):
-            print(
-                f"maintain  {done.table}: data files {done.data_files_before} -> {done.data_files_after}, "
-                f"delete files {done.delete_files_before} -> {done.delete_files_after}, "
-                f"snapshots expired {done.snapshots_expired}, orphans removed {done.orphan_files_removed}, "
-                f"tombstones removed {done.tombstones_removed} ({done.seconds:.1f}s)"
-            )
-    elif args.command == "status":
-        columns, rows = statuses_as_rows(table_statuses(engine))
-        print(format_rows(columns, rows, args.format), end="")
-    elif args.command == "query":
-        try:
-            frame = engine.spark.sql(args.sql)
-        except Exception as exc:  # Spark's AnalysisException / ParseException
-            raise CdclakeError(f"The query failed: {str(exc).splitlines()[0]}") from None
-        if args.limit:
-            frame = frame.limit(args.limit)
-        result = frame.collect()
-        print(format_rows(frame.columns, [list(r) for r in result], args.format), end="")
+
+def _run(engine: Engine, args: argparse.Namespace) -> int:
+    from cdclake.engine.run import run
+
+    return _print_report(run(engine, _tables(engine, args)))
+
+
+def _full_load(engine: Engine, args: argparse.Namespace) -> int:
+    from cdclake.engine.run import full_load
+
+    _print_report(full_load(engine, _tables(engine, args), reload=args.reload))
     return 0
+
+
+def _apply(engine: Engine, args: argparse.Namespace) -> int:
+    from cdclake.dms.manifest import read_manifest
+    from cdclake.engine.run import apply_cdc_files
+    from cdclake.engine.select import files_from_keys
+
+    keys = list(args.files)
+    if args.manifest:
+        keys += [e.key for e in read_manifest(args.manifest.read_text(encoding="utf-8"), str(args.manifest))]
+    files = files_from_keys(engine.store, keys, engine.config.bronze.transaction_path)
+    return _print_report(apply_cdc_files(engine, files))
+
+
+def _replay(engine: Engine, args: argparse.Namespace) -> int:
+    from cdclake.engine.run import replay
+    from cdclake.engine.select import ReplaySelection
+
+    selection = ReplaySelection(frozenset(args.file), args.quarantined, args.since, args.until)
+    return _print_report(replay(engine, selection, _tables(engine, args)))
+
+
+def _maintain(engine: Engine, args: argparse.Namespace) -> int:
+    from cdclake.ops.maintenance import MaintenanceSettings, maintain
+
+    settings = MaintenanceSettings(
+        snapshot_retention_hours=args.snapshot_retention_hours,
+        retain_last_snapshots=args.retain_last,
+        orphan_file_age_hours=args.orphan_age_hours,
+        tombstone_retention_days=args.tombstone_retention_days,
+    )
+    for done in maintain(engine, settings, _tables(engine, args)):
+        print(
+            f"maintain  {done.table}: data files {done.data_files_before} -> {done.data_files_after}, "
+            f"delete files {done.delete_files_before} -> {done.delete_files_after}, "
+            f"snapshots expired {done.snapshots_expired}, orphans removed {done.orphan_files_removed}, "
+            f"tombstones removed {done.tombstones_removed} ({done.seconds:.1f}s)"
+        )
+    return 0
+
+
+def _status(engine: Engine, args: argparse.Namespace) -> int:
+    from cdclake.ops.status import statuses_as_rows, table_statuses
+    from cdclake.shells.output import format_rows
+
+    columns, rows = statuses_as_rows(table_statuses(engine))
+    print(format_rows(columns, rows, args.format), end="")
+    return 0
+
+
+def _query(engine: Engine, args: argparse.Namespace) -> int:
+    from cdclake.shells.output import format_rows
+
+    try:
+        frame = engine.spark.sql(args.sql)
+    except Exception as exc:  # Spark's AnalysisException / ParseException
+        raise CdclakeError(f"The query failed: {str(exc).splitlines()[0]}") from None
+    if args.limit:
+        frame = frame.limit(args.limit)
+    result = frame.collect()
+    print(format_rows(frame.columns, [list(r) for r in result], args.format), end="")
+    return 0
+
+
+def _verify(engine: Engine, args: argparse.Namespace) -> int:
+    from cdclake.sources.postgres.settings import connect
+    from cdclake.sources.postgres.verify import format_comparisons, verify
+
+    conn = connect(args.dsn)
+    try:
+        results = verify(engine, conn, _tables(engine, args))
+    finally:
+        conn.close()
+    print(format_comparisons(results, args.show), end="")
+    return 0 if all(r.equal for r in results) else 1
+
+
+_COMMANDS: dict[str, Callable[[Engine, argparse.Namespace], int]] = {
+    "run": _run,
+    "full-load": _full_load,
+    "apply": _apply,
+    "replay": _replay,
+    "maintain": _maintain,
+    "status": _status,
+    "query": _query,
+    "verify": _verify,
+}
 
 
 def _capture(args: argparse.Namespace) -> int:
     import signal
 
-    from cdclake.sources.postgres.capture import CaptureSettings, capture
+    from cdclake.sources.postgres.capture import capture
+    from cdclake.sources.postgres.settings import CaptureSettings
 
     def stop(_signum: int, _frame: object) -> None:
         raise KeyboardInterrupt

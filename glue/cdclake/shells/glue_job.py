@@ -12,10 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from cdclake.config import PipelineConfig, load_config, parse_config
+from cdclake.config import DEFAULT_CATALOG, PipelineConfig, load_config, parse_config
+from cdclake.context import Engine
 from cdclake.dms.store import open_store
-from cdclake.engine.pipeline import Engine, RunReport
 from cdclake.errors import ConfigError
+from cdclake.report import RunReport
 from cdclake.runtime.session import GlueCatalog, LocalCatalog, SessionSettings, build_spark_session
 
 log = logging.getLogger("cdclake")
@@ -29,7 +30,7 @@ class JobArguments:
     config: str  # s3:// URI or local path of the table configuration
     bronze: str  # s3://bucket/prefix DMS writes to (or a local directory)
     warehouse: str  # s3:// warehouse (Glue Data Catalog) or a local directory (Hadoop catalog)
-    catalog: str = "silver"
+    catalog: str = DEFAULT_CATALOG
     manifest: str | None = None  # CDC job: the batch manifest; absent = everything pending
     reload: bool = False  # full-load job: replace tables that are already loaded
     replay: bool = False  # CDC job: apply the manifest's files (or, without one, the quarantine) again
@@ -57,7 +58,7 @@ def parse_arguments(argv: Sequence[str], extra: Sequence[str] = ()) -> JobArgume
         config=values["config"],
         bronze=values["bronze"],
         warehouse=values["warehouse"],
-        catalog=values.get("catalog") or "silver",
+        catalog=values.get("catalog") or DEFAULT_CATALOG,
         manifest=values.get("manifest") or None,
         reload=str(values.get("reload", "false")).lower() == "true",
         replay=str(values.get("replay", "false")).lower() == "true",
@@ -117,9 +118,4 @@ def publish_metrics(args: JobArguments, report: RunReport) -> None:
 
 def log_report(report: RunReport) -> None:
     for table in report.tables:
-        log.info(
-            "table=%s kind=%s files_applied=%d files_skipped=%d inserted=%d updated=%d deleted=%d "
-            "ignored_late=%d quarantined=%d seconds=%.1f",
-            table.table, table.kind, table.files_applied, table.files_skipped, table.inserted, table.updated,
-            table.deleted, table.ignored_late, len(table.quarantined_files), table.seconds,
-        )  # fmt: skip
+        log.info("%s", table.summary())

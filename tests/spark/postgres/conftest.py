@@ -21,8 +21,11 @@ import psycopg2
 import pytest
 
 from cdclake.config import parse_config
-from cdclake.engine.pipeline import Engine, RunReport, run
-from cdclake.sources.postgres.capture import CaptureReport, CaptureSettings, capture
+from cdclake.context import Engine
+from cdclake.engine.run import run
+from cdclake.report import RunReport
+from cdclake.sources.postgres.capture import capture
+from cdclake.sources.postgres.settings import CaptureReport, CaptureSettings
 from cdclake.sources.postgres.verify import TableComparison, verify
 
 REPO = Path(__file__).resolve().parents[3]
@@ -121,7 +124,7 @@ class SourceDatabase:
         return capture(self.settings(**overrides))
 
     def connect(self) -> Any:
-        from cdclake.sources.postgres.capture import connect
+        from cdclake.sources.postgres.settings import connect
 
         return connect(self.dsn)
 

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from cdclake.sources.postgres.capture import CaptureError, ChangeCapture
+from cdclake.sources.postgres.capture import ChangeCapture
+from cdclake.sources.postgres.settings import CaptureError
 from cdclake.sources.postgres.verify import TableComparison, format_comparisons
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from cdclake.config import load_config
-from cdclake.engine.pipeline import Engine
-from cdclake.lake.tables import QUARANTINE_TABLE
+from cdclake.context import Engine
+from cdclake.lake.journals import QUARANTINE_TABLE
 from cdclake.shells.cli import _print_report
 from cdclake.sources.postgres.verify import TableComparison, format_comparisons
 

@@ -1,73 +1,24 @@
 """``cdclake capture``: PostgreSQL logical decoding -> DMS-format files in the bronze layout.
 
-What stands in for AWS DMS on one machine. The design, and why:
-
-* **Plugin: pgoutput.** It ships with the server (nothing to install next to PostgreSQL), its
-  message format is specified in PostgreSQL's documentation, values arrive as each type's text
-  output (the same text ``COPY ... TO STDOUT`` gives the full load, so one conversion serves both),
-  numerics stay exact, and updates that change the key carry the old key. A publication chooses
-  the tables: keyed tables publish insert, update and delete; tables without a primary key go to
-  a second publication that publishes inserts only (publishing their updates would make UPDATE
-  fail at the source, which has no replica identity for them), and become ``append_only: true``.
-* **Reading: ``pg_logical_slot_peek_binary_changes``, then ``pg_replication_slot_advance``.** Peek
-  never consumes; the slot moves only after the files holding the changes are durable (written to
-  a temporary name, fsynced, renamed, directory fsynced). A stop or crash at any point re-reads
-  from the slot's confirmed position.
-* **No duplicates in effect.** A CDC file is named ``<yyyyMMdd-HHmmssSSSS><commit LSN, 20 digits>``
-  after its last change, so each table's folder records the newest commit LSN that is durable for
-  it; changes at or below it are skipped when re-read. Names are fixed width and strictly
-  increase per table (the time part never goes backwards), so they sort in write order.
-* **Snapshot handoff.** ``CREATE_REPLICATION_SLOT ... LOGICAL pgoutput EXPORT_SNAPSHOT`` on a
-  replication connection returns the slot's consistent point and a snapshot of exactly the data
-  committed before it; the full load reads every table in that snapshot (``SET TRANSACTION
-  SNAPSHOT``), and decoding returns exactly the transactions that commit after it.
-* **Change sequence** (the ``AR_H_CHANGE_SEQ`` column): the commit LSN (20 decimal digits) and the
-  change's position in its transaction (10 digits): fixed width, unique, increasing in commit order.
-* **Key changes.** An update that changes the primary key is written as a ``D`` of the old key and
-  an ``I`` of the new row (same commit time, consecutive sequence numbers): silver tables are keyed,
-  so an ``U`` would leave the old key behind.
-* **Unchanged TOAST values.** PostgreSQL does not log a large value an update left unchanged; with
-  ``REPLICA IDENTITY FULL`` it is taken from the old row, otherwise capture stops and says so
-  (writing NULL would silently corrupt silver).
-* **Batching** like DMS: all buffered changes are written when one table's buffer reaches
-  ``min_file_size`` or the oldest buffered change is ``max_batch_interval`` seconds old (and at the
-  end of a ``--once`` run). Files are only ever cut between transactions.
-* **Schema changes** follow the Relation messages pgoutput sends before a table's first change
-  after each DDL (and at the start of every decoding session): every file has a header row
-  (DMS's AddColumnName) naming the columns of its changes, a new column layout starts a new file,
-  and the types of added or re-typed columns are declared in the table configuration before the
-  first file that holds them (CSV values are text; the engine casts them to declared types).
-
-Not captured: TRUNCATE (not published; ``cdclake verify`` shows the difference), and the values
-an ``ADD COLUMN ... DEFAULT`` gives existing rows (PostgreSQL logs no change for them).
+What stands in for AWS DMS on one machine; docs/capture.md explains the design and why.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import re
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, ClassVar
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from cdclake.config import parse_config
 from cdclake.dms.layout import DMS_OP_COLUMN
-from cdclake.dms.writer import Value, cdc_file_name, csv_text, load_file_name
-from cdclake.errors import CdclakeError
-from cdclake.identifiers import IDENTIFIER, quote_pg
+from cdclake.dms.writer import Value, csv_text
 from cdclake.sources.postgres.catalog import (
-    SESSION_SETTINGS,
     SourceColumn,
     SourceTable,
     column_of_type,
-    configuration_yaml,
     declare_columns,
-    read_tables,
     value_text,
 )
 from cdclake.sources.postgres.pgoutput import (
@@ -82,336 +33,19 @@ from cdclake.sources.postgres.pgoutput import (
     format_lsn,
     parse_lsn,
 )
+from cdclake.sources.postgres.settings import CaptureError, CaptureReport, CaptureSettings, connect
+from cdclake.sources.postgres.snapshot import initialise, publication_names
+from cdclake.sources.postgres.state import (
+    CaptureState,
+    TableFolder,
+    change_sequence,
+    column_signature,
+    state_path,
+    timestamp_text,
+    write_durably,
+)
 
-log = logging.getLogger("cdclake.sources.postgres.capture")
-
-_CAPTURED_NAME = re.compile(r"^(\d{8}-\d{10})(\d{20})\.csv$")
-
-
-class CaptureError(CdclakeError):
-    """Capture cannot go on without losing or corrupting changes (the message says what to do)."""
-
-
-@dataclass(frozen=True)
-class CaptureSettings:
-    """Everything ``capture`` needs; every knob has a default."""
-
-    dsn: str  # libpq connection string; empty: the PG* environment variables
-    bronze: Path  # the bronze root: files go to <bronze>/<schema>/<table>/
-    state_dir: Path  # where the capture keeps its slot name, tables and full-load status
-    slot: str = "cdclake"
-    publication: str = "cdclake"  # keyless tables use "<publication>_inserts"
-    schemas: tuple[str, ...] = ("public",)  # tables of these schemas, unless `tables` names them
-    tables: tuple[str, ...] = ()  # schema.table
-    follow: bool = False  # keep capturing until stopped (else: capture what is pending, then exit)
-    max_batch_interval: float = 60.0  # seconds (DMS CdcMaxBatchInterval)
-    min_file_size: int = 32_000 * 1024  # bytes (DMS CdcMinFileSize, which is in KB)
-    poll_interval: float = 1.0  # seconds between polls when nothing is pending (--follow)
-    rows_per_load_file: int = 500_000
-    timestamp_column: str = "dms_commit_ts"
-    change_sequence_column: str = "AR_H_CHANGE_SEQ"
-    config_path: Path | None = None  # write the table configuration here at the first capture
-    silver_database: str | None = None  # default: the source database's name
-
-
-@dataclass
-class CaptureReport:
-    load_files: int = 0
-    load_rows: int = 0
-    cdc_files: int = 0
-    changes: int = 0
-    transactions: int = 0
-    skipped_changes: int = 0  # already durable in bronze (re-read after a stop or crash)
-    confirmed_lsn: str = ""
-    files: list[str] = field(default_factory=list)
-
-
-# --------------------------------------------------------------------------- connections
-
-
-def connect(dsn: str, replication: bool = False) -> Any:
-    """A psycopg2 connection with the output settings values are read with."""
-    import psycopg2
-    import psycopg2.extras
-
-    options = " ".join(f"-c {k}={v.replace(' ', '')}" for k, v in SESSION_SETTINGS.items())
-    try:
-        if replication:
-            return psycopg2.connect(
-                dsn, options=options, connection_factory=psycopg2.extras.LogicalReplicationConnection
-            )
-        conn = psycopg2.connect(dsn, options=options)
-        conn.autocommit = True  # transactions are opened explicitly where they matter
-    except psycopg2.OperationalError as exc:
-        raise CaptureError(f"Cannot connect to PostgreSQL ({dsn or 'PG* environment'}): {exc}".strip()) from None
-    conn.set_client_encoding("UTF8")
-    return conn
-
-
-# --------------------------------------------------------------------------- state and files
-
-
-@dataclass
-class CaptureState:
-    slot: str
-    tables: list[SourceTable]
-    full_load_done: bool = False
-    consistent_point: str = ""
-    # table -> commit LSN of the transaction whose Relation message gave the table its current
-    # columns (a re-read of an older transaction never reverts a newer layout)
-    layout_lsns: dict[str, int] = field(default_factory=dict)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2)
-
-    @classmethod
-    def from_json(cls, text: str) -> CaptureState:
-        data = json.loads(text)
-        tables = [
-            SourceTable(
-                t["schema"],
-                t["name"],
-                tuple(SourceColumn(**c) for c in t["columns"]),
-                tuple(t["primary_key"]),
-                t["replica_identity"],
-            )
-            for t in data["tables"]
-        ]
-        return cls(data["slot"], tables, data["full_load_done"], data["consistent_point"], data.get("layout_lsns", {}))
-
-
-def write_durably(path: Path, data: bytes) -> None:
-    """Write ``path`` atomically: a temporary name, fsync, rename, fsync of the folder."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    with open(temporary, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
-
-
-def _state_path(settings: CaptureSettings) -> Path:
-    return settings.state_dir / f"{settings.slot}.json"
-
-
-def _signature(column: SourceColumn) -> tuple[str, str, int]:
-    return (column.name, column.pg_type, column.type_modifier)
-
-
-def change_sequence(commit_lsn: int, position: int) -> str:
-    """The AR_H_CHANGE_SEQ value: commit LSN (20 digits) + position in the transaction (10 digits)."""
-    return f"{commit_lsn:020d}{position:010d}"
-
-
-def timestamp_text(stamp: datetime) -> str:
-    return stamp.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
-
-
-@dataclass
-class TableFolder:
-    """One table's bronze folder: the last CDC file name written and the commit LSN it reaches."""
-
-    path: Path
-    last_stamp: str = ""
-    durable_lsn: int = 0
-
-    @classmethod
-    def scan(cls, path: Path) -> TableFolder:
-        folder = cls(path)
-        if path.is_dir():
-            for leftover in path.glob(".*.tmp"):
-                leftover.unlink()
-            for name in sorted(p.name for p in path.iterdir()):
-                if match := _CAPTURED_NAME.match(name):
-                    folder.last_stamp, folder.durable_lsn = match.group(1), int(match.group(2))
-        return folder
-
-    def next_name(self, commit_ts: str, commit_lsn: int) -> str:
-        stamp = max(cdc_file_name(commit_ts)[: -len(".csv")], self.last_stamp)
-        return f"{stamp}{commit_lsn:020d}.csv"
-
-
-# --------------------------------------------------------------------------- full load
-
-
-class _CopyRows:
-    """A file-like sink for ``COPY ... TO STDOUT`` (text format) that yields parsed rows."""
-
-    _ESCAPES: ClassVar[dict[str, str]] = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\"}
-    _ESCAPE = re.compile(r"\\(.)")
-
-    def __init__(self) -> None:
-        self.pending = b""
-        self.rows: list[list[str | None]] = []
-
-    def write(self, data: bytes | str) -> int:
-        chunk = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-        lines = (self.pending + chunk).split(b"\n")
-        self.pending = lines.pop()
-        for line in lines:
-            self.rows.append([self._field(f) for f in line.decode("utf-8").split("\t")])
-        return len(data)
-
-    def _field(self, text: str) -> str | None:
-        if text == "\\N":
-            return None
-        if "\\" not in text:
-            return text
-        return self._ESCAPE.sub(lambda m: self._ESCAPES.get(m.group(1), m.group(1)), text)
-
-
-def _full_load(
-    settings: CaptureSettings,
-    conn: Any,
-    snapshot: str,
-    tables: Sequence[SourceTable],
-    consistent_lsn: int,
-    loaded_at: str,
-) -> CaptureReport:
-    """Copy every table in the exported snapshot into LOAD files (one folder per non-empty table).
-
-    ``loaded_at`` (the timestamp column) is the server's clock read before the slot was created,
-    so every change decoded from the slot commits at or after it and orders after the full load.
-    """
-    report = CaptureReport()
-    sequence = change_sequence(consistent_lsn, 0)
-    with conn.cursor() as cur:
-        cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot,))
-        for table in tables:
-            converters = [value_text(c.pg_type) for c in table.columns]
-            columns = ", ".join(quote_pg(c.name) for c in table.columns)
-            sink = _CopyRows()
-            cur.copy_expert(
-                f"COPY (SELECT {columns} FROM {quote_pg(table.schema)}.{quote_pg(table.name)}) TO STDOUT", sink
-            )
-            records: list[list[Value]] = [
-                [loaded_at, *[None if v is None else f(v) for f, v in zip(converters, row, strict=True)], sequence]
-                for row in sink.rows
-            ]
-            folder = settings.bronze / table.schema / table.name
-            header = csv_text(
-                [[settings.timestamp_column, *(c.name for c in table.columns), settings.change_sequence_column]]
-            )
-            for number, start in enumerate(range(0, len(records), settings.rows_per_load_file), start=1):
-                path = folder / load_file_name(number)
-                text = header + csv_text(records[start : start + settings.rows_per_load_file])
-                write_durably(path, text.encode("utf-8"))
-                report.load_files += 1
-                report.files.append(str(path.relative_to(settings.bronze)))
-            report.load_rows += len(records)
-            log.info("full load table=%s rows=%d", table.qualified, len(records))
-        cur.execute("COMMIT")
-    return report
-
-
-def _selected_tables(settings: CaptureSettings, conn: Any) -> list[SourceTable]:
-    with conn.cursor() as cur:
-        tables = read_tables(cur, settings.schemas, settings.tables)
-    usable = []
-    for table in tables:
-        bad = [n for n in (table.schema, table.name, *(c.name for c in table.columns)) if not IDENTIFIER.match(n)]
-        if bad:
-            log.warning("table %s skipped: names cdclake cannot configure: %s", table.qualified, ", ".join(bad))
-        elif table.primary_key and table.replica_identity not in ("d", "f"):
-            raise CaptureError(
-                f"Table {table.qualified} has REPLICA IDENTITY {table.replica_identity!r}: deletes would not carry "
-                f"its primary key. Run ALTER TABLE {table.qualified} REPLICA IDENTITY DEFAULT (or FULL)."
-            )
-        elif {settings.timestamp_column, settings.change_sequence_column} & {c.name for c in table.columns}:
-            raise CaptureError(f"Table {table.qualified} has a column named like capture's own columns.")
-        else:
-            usable.append(table)
-    if not usable:
-        raise CaptureError(f"No tables to capture in schema(s) {', '.join(settings.schemas)}.")
-    return usable
-
-
-def _slot_exists(conn: Any, slot: str) -> bool:
-    """Whether ``slot`` exists; a slot of another database (slots are per server) is an error."""
-    with conn.cursor() as cur:
-        cur.execute("SELECT database, current_database() FROM pg_replication_slots WHERE slot_name = %s", (slot,))
-        row = cur.fetchone()
-    if row is not None and row[0] != row[1]:
-        raise CaptureError(f"The replication slot {slot} belongs to database {row[0]}: choose another --slot.")
-    return row is not None
-
-
-def _publications(settings: CaptureSettings, tables: Sequence[SourceTable]) -> list[tuple[str, list[str], str]]:
-    keyed = [t.qualified for t in tables if t.primary_key]
-    keyless = [t.qualified for t in tables if not t.primary_key]
-    result = []
-    if keyed:
-        result.append((settings.publication, keyed, "insert, update, delete"))
-    if keyless:
-        result.append((f"{settings.publication}_inserts", keyless, "insert"))
-    return result
-
-
-def initialise(settings: CaptureSettings, conn: Any) -> tuple[CaptureState, CaptureReport]:
-    """Publications, the slot with its exported snapshot, and the full load taken in that snapshot.
-
-    A slot left by an interrupted initialisation is dropped and the partial LOAD files removed,
-    so the full load is always complete and consistent with the slot.
-    """
-    tables = _selected_tables(settings, conn)
-    with conn.cursor() as cur:
-        if _slot_exists(conn, settings.slot):
-            log.warning("dropping slot %s left by an interrupted first capture", settings.slot)
-            cur.execute("SELECT pg_drop_replication_slot(%s)", (settings.slot,))
-        for table in tables:
-            folder = settings.bronze / table.schema / table.name
-            for stale in [*folder.glob("LOAD*"), *folder.glob(".*.tmp")] if folder.is_dir() else []:
-                stale.unlink()
-        for name, members, publish in _publications(settings, tables):
-            cur.execute(f"DROP PUBLICATION IF EXISTS {quote_pg(name)}")
-            listed = ", ".join(".".join(quote_pg(p) for p in m.split(".")) for m in members)
-            cur.execute(f"CREATE PUBLICATION {quote_pg(name)} FOR TABLE {listed} WITH (publish = %s)", (publish,))
-    with conn.cursor() as cur:
-        cur.execute("SELECT clock_timestamp()")
-        loaded_at = timestamp_text(cur.fetchone()[0])
-    replication = connect(settings.dsn, replication=True)
-    try:
-        with replication.cursor() as rcur:
-            rcur.execute(f"CREATE_REPLICATION_SLOT {quote_pg(settings.slot)} LOGICAL pgoutput EXPORT_SNAPSHOT")
-            _slot, consistent_point, snapshot, _plugin = rcur.fetchone()
-            # The snapshot lives as long as this connection stays idle: load everything now.
-            report = _full_load(settings, conn, snapshot, tables, parse_lsn(consistent_point), loaded_at)
-    finally:
-        replication.close()
-    state = CaptureState(settings.slot, tables, full_load_done=True, consistent_point=consistent_point)
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
-    write_durably(_state_path(settings), state.to_json().encode("utf-8"))
-    log.info("slot %s created at %s; full load of %d tables done", settings.slot, consistent_point, len(tables))
-    if settings.config_path is not None:
-        _write_configuration(settings, conn, tables)
-    return state, report
-
-
-def _write_configuration(settings: CaptureSettings, conn: Any, tables: Sequence[SourceTable]) -> None:
-    path = settings.config_path
-    assert path is not None
-    if path.exists():
-        log.info("configuration %s exists: left as it is", path)
-        return
-    database = settings.silver_database
-    if database is None:
-        with conn.cursor() as cur:
-            cur.execute("SELECT current_database()")
-            name = str(cur.fetchone()[0])
-        database = name if IDENTIFIER.match(name) else "cdclake"
-    bronze = os.path.relpath(settings.bronze.resolve(), path.resolve().parent)
-    text = configuration_yaml(tables, bronze, database, settings.timestamp_column, settings.change_sequence_column)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_durably(path, text.encode("utf-8"))
-    log.info("table configuration written to %s", path)
-
+log = logging.getLogger("cdclake.capture")
 
 # --------------------------------------------------------------------------- change stream
 
@@ -488,7 +122,7 @@ class ChangeCapture:
         if row is None:
             raise CaptureError(
                 f"The replication slot {self.settings.slot} is gone, so changes since the last capture are lost. "
-                f"Start over: delete {_state_path(self.settings)} and the bronze folders, then capture again."
+                f"Start over: delete {state_path(self.settings)} and the bronze folders, then capture again."
             )
         return parse_lsn(row[0])
 
@@ -510,7 +144,7 @@ class ChangeCapture:
         txn = self.transaction
         if txn is None:
             return  # a transaction this run has handled already (peek re-reads unconfirmed changes)
-        if [_signature(c) for c in columns] == [_signature(c) for c in table.columns]:
+        if [column_signature(c) for c in columns] == [column_signature(c) for c in table.columns]:
             return
         if txn.commit_lsn < self.state.layout_lsns.get(table.qualified, 0):
             return  # re-read history: the table has had newer columns since
@@ -519,7 +153,7 @@ class ChangeCapture:
     def _schema_change(self, table: SourceTable, columns: tuple[SourceColumn, ...], commit_lsn: int) -> None:
         before = {c.name: c for c in table.columns}
         added = [c for c in columns if c.name not in before]
-        retyped = [c for c in columns if c.name in before and _signature(c) != _signature(before[c.name])]
+        retyped = [c for c in columns if c.name in before and column_signature(c) != column_signature(before[c.name])]
         dropped = [name for name in before if name not in {c.name for c in columns}]
         log.warning(
             "schema change table=%s added=%s type changed=%s dropped=%s",
@@ -537,7 +171,7 @@ class ChangeCapture:
         self.tables[table.qualified] = updated
         self.state.tables = [updated if t.qualified == table.qualified else t for t in self.state.tables]
         self.state.layout_lsns[table.qualified] = commit_lsn
-        write_durably(_state_path(self.settings), self.state.to_json().encode("utf-8"))
+        write_durably(state_path(self.settings), self.state.to_json().encode("utf-8"))
 
     def _declare(self, table: SourceTable, types: dict[str, str]) -> None:
         """Declare ``types`` for ``table`` in the table configuration, before any file holds them."""
@@ -692,7 +326,7 @@ class ChangeCapture:
         with self.conn.cursor() as cur:
             cur.execute("SELECT pg_current_wal_flush_lsn()")  # decoding reads flushed WAL only
             wal_end = parse_lsn(cur.fetchone()[0])
-        publications = ",".join(name for name, _, _ in _publications(self.settings, list(self.tables.values())))
+        publications = ",".join(name for name, _, _ in publication_names(self.settings, list(self.tables.values())))
         seen = self.new_commits
         self.conn.autocommit = False  # a named (server-side) cursor streams rows inside a transaction
         with self.conn.cursor(name="cdclake_peek") as cur:
@@ -717,7 +351,7 @@ def capture(settings: CaptureSettings) -> CaptureReport:
     """Initialise if needed (slot + full load), then capture changes once or until stopped."""
     conn = connect(settings.dsn)
     try:
-        state_file = _state_path(settings)
+        state_file = state_path(settings)
         state = CaptureState.from_json(state_file.read_text("utf-8")) if state_file.exists() else None
         load_report = CaptureReport()
         if state is None or not state.full_load_done:

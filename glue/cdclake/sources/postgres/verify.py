@@ -34,7 +34,7 @@ from cdclake.identifiers import quote_pg
 from cdclake.sources.postgres.catalog import SourceTable, read_tables
 
 if TYPE_CHECKING:
-    from cdclake.engine.pipeline import Engine
+    from cdclake.context import Engine
 
 _DECIMAL_SCALE_PREFIX = "decimal("
 _TEXT_TYPES = {"text", "varchar", "bpchar", "name"}  # psycopg2 returns these as printed

@@ -1,0 +1,33 @@
+"""What every stage is handed: the Spark session, the configuration, bronze and the silver catalog.
+
+Built once by a shell (Glue job, CLI, tests) and passed down; nothing below reads the environment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from cdclake.config import DEFAULT_CATALOG, PipelineConfig, TableConfig
+from cdclake.dms.store import BronzeStore
+from cdclake.lake.tables import IcebergCommitter, SilverTable
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@dataclass(frozen=True)
+class Engine:
+    """Everything the engine needs. ``committer`` makes the data commits (a seam for fault tests)."""
+
+    spark: SparkSession
+    config: PipelineConfig
+    store: BronzeStore
+    catalog: str = DEFAULT_CATALOG
+    committer: IcebergCommitter = field(default_factory=lambda: IcebergCommitter())
+    # Up to this many bytes of change files, a batch's keys are broadcast to pick the stored rows
+    # they touch (a few tens of MB of keys at most: well within a 2 GB driver).
+    broadcast_batch_bytes: int = 128 * 1024 * 1024
+
+    def silver_table(self, table: TableConfig) -> SilverTable:
+        return SilverTable(self.catalog, self.config.database, table.target)

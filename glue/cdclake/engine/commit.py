@@ -1,0 +1,169 @@
+"""Commit: every write the engine makes to the lake, from a plan that is already complete.
+
+CDC: quarantine, bad rows, table creation, schema evolution, tombstones, then the one data commit
+that also records the batch's files in the ledger. Full load: the staged or careful replace, its
+ledger record, and the reset of what the old load left behind. Nothing here reads bronze.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from cdclake.columns import (
+    EFFECT,
+    EFFECT_DELETE,
+    EFFECT_DELETE_MISSING,
+    EFFECT_INSERT,
+    EFFECT_LATE,
+    EFFECT_UPDATE,
+)
+from cdclake.config import TableConfig
+from cdclake.context import Engine
+from cdclake.engine.prepare import BatchPlan, ChangeSet, Hold, silver_shape, tombstone_rows
+from cdclake.engine.read import BadRows
+from cdclake.engine.statements import merge_statement, tombstone_statement
+from cdclake.lake.journals import (
+    record_quarantine,
+    record_quarantined_rows,
+    record_schema_changes,
+    release_quarantine,
+    tombstones_of,
+)
+from cdclake.lake.ledger import (
+    KIND_CDC,
+    KIND_FULL_LOAD,
+    forget_archived_ledger,
+    ledger_properties,
+    record_full_load,
+    replace_table,
+)
+from cdclake.lake.tables import SilverTable, ensure_database, ensure_table, evolve_schema, merge_frame, table_exists
+from cdclake.report import TableReport
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger("cdclake")
+
+
+def commit_batch(engine: Engine, table: TableConfig, plan: BatchPlan, report: TableReport, force: bool) -> None:
+    """Write a CDC batch's plan: its holds, then (if any rows can be applied) its changes.
+
+    ``force`` (a replay): the applied files leave the quarantine.
+    """
+    silver = engine.silver_table(table)
+    for held in plan.holds:
+        hold(engine, silver, held, report)
+    if plan.changes is None:
+        return
+    changes = plan.changes
+    report.changes_read = changes.counts.total
+    if changes.bad is not None:
+        quarantine_rows(engine, silver, changes.bad, report)
+    if changes.creates_table:
+        ensure_database(engine.spark, engine.catalog, engine.config.database)
+        # A table that had no rows at full load (no LOAD files) starts from its first CDC batch.
+        replace_table(engine.spark, silver, silver_shape(changes.shape), [], kind=KIND_FULL_LOAD)
+    _evolve(engine, silver, changes, report)
+    keys = [f.key for f in changes.files]
+    properties = ledger_properties(KIND_CDC, keys, changes.latest_commit_ts)
+    report.latest_commit_ts = changes.latest_commit_ts
+    if table.append_only:
+        report.inserted = changes.effects[EFFECT_INSERT]
+        engine.committer.append(engine.spark, silver, silver_shape(changes.rows), properties)
+    else:
+        _apply_keyed(engine, table, silver, changes, properties, report)
+    if force:
+        release_quarantine(engine.spark, silver, keys)
+    report.files_applied = len(changes.files)
+    report.bytes_applied = sum(f.size for f in changes.files)
+
+
+def hold(engine: Engine, silver: SilverTable, held: Hold, report: TableReport) -> None:
+    """Hold files back in quarantine (nothing applied, files left pending) and record why."""
+    keys = [f.key for f in held.files]
+    record_quarantine(engine.spark, silver, keys, held.reason, datetime.now(UTC))
+    report.quarantined_files.extend(keys)
+    report.note = f"quarantined: {held.reason}"
+    log.error("batch quarantined table=%s files=%d reason=%s", silver.name, len(keys), held.reason)
+
+
+def quarantine_rows(engine: Engine, silver: SilverTable, bad: BadRows, report: TableReport) -> None:
+    """Keep the rows that cannot be applied in ``cdclake_quarantine_rows``, with their reasons."""
+    from pyspark.sql import functions as F
+
+    record_quarantined_rows(engine.spark, silver, bad.rows.withColumn("quarantined_at", F.lit(datetime.now(UTC))))
+    report.rows_quarantined = bad.count
+    log.warning("rows quarantined table=%s rows=%d", silver.name, bad.count)
+
+
+def _evolve(engine: Engine, silver: SilverTable, changes: ChangeSet, report: TableReport) -> None:
+    plan = changes.schema
+    if plan.changes_table:
+        evolve_schema(engine.spark, silver, plan.add, plan.widen)
+        record_schema_changes(engine.spark, silver, plan.describe(), datetime.now(UTC))
+        for change in plan.describe():
+            log.warning("schema change table=%s %s", silver.name, change)
+    report.schema_changes = plan.describe()
+    report.columns_dropped_at_source = list(plan.absent)
+
+
+def _apply_keyed(
+    engine: Engine,
+    table: TableConfig,
+    silver: SilverTable,
+    changes: ChangeSet,
+    properties: dict[str, str],
+    report: TableReport,
+) -> None:
+    """Tombstones for the deletes, then one MERGE of the rest that records the batch's files."""
+    from pyspark.sql import functions as F
+
+    key = table.silver_key()
+    counts = changes.effects
+    report.inserted = counts[EFFECT_INSERT]
+    report.updated = counts[EFFECT_UPDATE]
+    report.deleted = counts[EFFECT_DELETE]
+    report.deleted_missing = counts[EFFECT_DELETE_MISSING]
+    report.ignored_late = counts[EFFECT_LATE]
+    if report.deleted or report.deleted_missing:
+        # Tombstones first: if the MERGE below never commits, re-running rewrites them harmlessly.
+        tombstones = tombstones_of(silver)
+        ensure_table(engine.spark, tombstones, tombstone_rows(changes.shape, key))
+        deletes = changes.rows.where(F.col(EFFECT).isin(EFFECT_DELETE, EFFECT_DELETE_MISSING))
+        merge_frame(
+            engine.spark,
+            tombstone_rows(deletes, key),
+            lambda view: tombstone_statement(tombstones.identifier, view, key),
+        )
+    applicable = changes.rows.where(F.col(EFFECT).isin(EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE))
+    columns, absent, unchanged = changes.columns, changes.schema.absent, list(changes.unchanged)
+    engine.committer.merge(
+        engine.spark,
+        applicable,
+        lambda view: merge_statement(silver.identifier, view, key, columns, absent, unchanged),
+        properties,
+    )
+
+
+# ------------------------------------------------------------------------------- full load
+
+
+def stage_full_load(engine: Engine, silver: SilverTable, rows: DataFrame, files: Sequence[str], kind: str) -> None:
+    """Create or atomically replace the silver table with a full load's rows, recorded as ``kind``."""
+    ensure_database(engine.spark, engine.catalog, engine.config.database)
+    replace_table(engine.spark, silver, rows, files, kind=kind)
+
+
+def finish_full_load(engine: Engine, silver: SilverTable, files: Sequence[str] | None = None) -> None:
+    """Record a staged load as done (``files``: what it holds), then forget what the old load left:
+    the archived ledger and the tombstones (the new load is the truth now)."""
+    if files is not None:
+        record_full_load(engine.spark, silver, files)
+    forget_archived_ledger(engine.spark, silver)
+    tombstones = tombstones_of(silver)
+    if table_exists(engine.spark, tombstones):
+        engine.spark.sql(f"DELETE FROM {tombstones.identifier}")

@@ -1,0 +1,132 @@
+"""Full load: a table's LOAD files -> a silver table, replaced atomically and recorded in the ledger."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from cdclake.columns import COMMIT_TS
+from cdclake.config import TableConfig
+from cdclake.context import Engine
+from cdclake.dms.files import BronzeFile, BronzeListing, FileKind
+from cdclake.engine.changes import has_error
+from cdclake.engine.commit import finish_full_load, quarantine_rows, stage_full_load
+from cdclake.engine.read import bad_rows, empty_changes, first_line, read_and_count, read_changes, stored_rows
+from cdclake.engine.select import TableState, superseded_cdc_files
+from cdclake.errors import ConfigError
+from cdclake.lake.ledger import KIND_FULL_LOAD, KIND_FULL_LOAD_STAGED
+from cdclake.report import TableReport
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from cdclake.lake.tables import SilverTable
+
+log = logging.getLogger("cdclake")
+
+# The one-scan full load fails with this at its first bad row, for the careful path to take over.
+_NEEDS_SCREENING = "cdclake: this full load holds rows that need screening"
+
+
+def full_load_table(
+    engine: Engine, table: TableConfig, listing: BronzeListing, state: TableState, reload: bool = False
+) -> tuple[TableReport, TableState]:
+    """Create (or, with ``reload``, replace) the silver table from the table's LOAD files.
+
+    Idempotent: a table whose ledger (``state``) shows a full load is left alone unless ``reload``
+    is set, and every replace is atomic, so re-running never doubles rows. Returns the report and
+    the table's state after the load.
+
+    The common case (every row valid, every key once) takes one scan of the files: the rows are
+    written as a staged load while the scan counts them, and the key check reads only the key
+    columns back. A bad row or an unreadable file fails the scan before anything is committed; a
+    repeated key is found after the staged commit (readers may see that key twice until the next
+    commit). Either sends the load down the careful path: count, quarantine, de-duplicate, replace.
+    """
+    started = time.monotonic()
+    report = TableReport(table=table.source, kind="full-load")
+    if not reload and state.full_load_done:
+        report.note = "already loaded"
+        return report, state
+    files = listing.for_table(table.source_schema, table.source_table, FileKind.FULL_LOAD)
+    if not files and not table.columns:
+        report.note = "no LOAD files and no declared columns: the table is created by its first CDC batch"
+        return report, state
+    log.info("full load table=%s files=%d", table.source, len(files))
+    loaded = (files and _load_in_one_scan(engine, table, files, listing, report)) or _load_carefully(
+        engine, table, files, listing, report
+    )
+    silver = engine.silver_table(table)
+    report.files_applied = len(files)
+    report.bytes_applied = sum(f.size for f in files)
+    report.inserted = engine.spark.table(silver.identifier).count()
+    report.seconds = time.monotonic() - started
+    log.info("full load done table=%s rows=%d seconds=%.1f", table.source, report.inserted, report.seconds)
+    return report, TableState(full_load_done=True, applied=frozenset(loaded), held=state.held)
+
+
+def _load_in_one_scan(
+    engine: Engine, table: TableConfig, files: Sequence[BronzeFile], listing: BronzeListing, report: TableReport
+) -> list[str]:
+    """Load in one scan, assuming valid rows and unique keys. Returns the files recorded as loaded,
+    or nothing (nothing recorded as loaded) when the assumption fails."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    silver = engine.silver_table(table)
+    observation = Observation("cdclake_full_load")
+    changes = read_changes(engine, table, files, full_load=True).observe(
+        observation, F.count(F.lit(1)).alias("rows"), F.min(COMMIT_TS).alias("earliest")
+    )
+    # Fail the scan at the first bad row: nothing is committed and the careful path screens them.
+    valid = changes.where(F.when(has_error(), F.raise_error(F.lit(_NEEDS_SCREENING))).otherwise(F.lit(True)))
+    rows = stored_rows(valid, table, deduplicate=False)
+    try:
+        stage_full_load(engine, silver, rows, [f.key for f in files], kind=KIND_FULL_LOAD_STAGED)
+    except ConfigError:
+        raise
+    except Exception as failure:
+        log.info("full load table=%s takes the careful path: %s", table.source, first_line(failure))
+        return []
+    stats = observation.get
+    if not table.append_only and _has_repeated_keys(engine.spark, silver, table.silver_key()):
+        log.warning("full load table=%s: a key occurs more than once; keeping each key's last row", table.source)
+        return []
+    loaded = [f.key for f in (*files, *superseded_cdc_files(listing, table, stats["earliest"]))]
+    finish_full_load(engine, silver, loaded)
+    report.changes_read = stats["rows"]
+    report.files_skipped = len(loaded) - len(files)
+    return loaded
+
+
+def _has_repeated_keys(spark: SparkSession, silver: SilverTable, key: Sequence[str]) -> bool:
+    """Whether a key occurs twice in ``silver`` (a scan of the key columns only)."""
+    from pyspark.sql import functions as F
+
+    counts = spark.table(silver.identifier).groupBy(*key).agg(F.count(F.lit(1)).alias("_cdc_rows"))
+    return bool(counts.where(F.col("_cdc_rows") > 1).limit(1).collect())
+
+
+def _load_carefully(
+    engine: Engine, table: TableConfig, files: Sequence[BronzeFile], listing: BronzeListing, report: TableReport
+) -> list[str]:
+    """Count and screen the rows (bad ones to quarantine), keep each key's last row, one replace."""
+    silver = engine.silver_table(table)
+    superseded: list[BronzeFile] = []
+    if files:
+        changes, counts = read_and_count(engine, table, files, full_load=True)
+        bad = bad_rows(engine, table, changes, files, counts)
+        if bad is not None:
+            quarantine_rows(engine, silver, bad, report)
+        changes = changes.where(~has_error())
+        report.changes_read = counts.total
+        superseded = superseded_cdc_files(listing, table, counts.earliest_commit_ts)
+    else:
+        changes = empty_changes(engine, table)
+    loaded = [f.key for f in (*files, *superseded)]
+    stage_full_load(engine, silver, stored_rows(changes, table), loaded, kind=KIND_FULL_LOAD)
+    finish_full_load(engine, silver)
+    report.files_skipped = len(superseded)
+    return loaded

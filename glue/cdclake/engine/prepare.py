@@ -1,0 +1,199 @@
+"""Prepare: one CDC batch of one table -> a plan of everything its commit must write (reads only).
+
+The plan holds the files to quarantine and why (empty, unreadable, an incompatible schema
+change), the bad rows, the schema change, and the batch's rows read, classified against the
+stored rows and the tombstones, and materialised once. ``engine.commit`` writes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from cdclake.columns import (
+    APPEND_ONLY_OP_COLUMN,
+    COMMIT_TS,
+    EFFECT,
+    EFFECT_INSERT,
+    EFFECTS,
+    OP,
+    SILVER_ORDER,
+    TOMBSTONE_DELETED_AT,
+)
+from cdclake.config import TableConfig
+from cdclake.context import Engine
+from cdclake.dms.files import BronzeFile
+from cdclake.engine.changes import classify_effects, data_columns, has_error, latest_change_per_key, unchanged_flags
+from cdclake.engine.read import BadRows, RowCounts, bad_rows, read_changes, unreadable_files
+from cdclake.engine.schema import SchemaPlan, plan_schema_change
+from cdclake.errors import ConfigError
+from cdclake.lake.journals import tombstones_of
+from cdclake.lake.tables import silver_columns, table_exists
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+@dataclass(frozen=True)
+class Hold:
+    """Files to keep in quarantine (not applied, held until a replay), and why."""
+
+    files: list[BronzeFile]
+    reason: str
+
+
+@dataclass(frozen=True)
+class ChangeSet:
+    """A batch's rows to apply, read, classified and materialised once."""
+
+    files: list[BronzeFile]  # the readable files, in apply order (file indexes point into this list)
+    rows: DataFrame  # classified latest changes (keyed tables), or the rows to append
+    columns: list[str]  # their data columns
+    unchanged: dict[str, str]  # column -> flag of values a change did not capture (CsvNoSupValue)
+    shape: DataFrame  # no rows: the columns of the latest changes (silver's and the tombstones' shape)
+    schema: SchemaPlan
+    creates_table: bool  # silver does not exist yet: the commit creates it
+    counts: RowCounts
+    effects: dict[str, int]  # rows per effect (append-only: all inserts)
+    latest_commit_ts: str | None
+    bad: BadRows | None
+
+
+@dataclass
+class BatchPlan:
+    """Everything one CDC batch's commit writes; ``changes`` is None when nothing can be applied."""
+
+    holds: list[Hold] = field(default_factory=list)
+    changes: ChangeSet | None = None
+
+
+def prepare_batch(engine: Engine, table: TableConfig, files: Sequence[BronzeFile]) -> BatchPlan:
+    """Plan a batch; if Spark cannot read it, find the unreadable files one by one, plan to hold
+    them and prepare the rest. Empty files are held without reading them."""
+    plan = BatchPlan()
+    remaining = [f for f in files if f.size != 0]
+    if empty := [f for f in files if f.size == 0]:
+        plan.holds.append(Hold(empty, "empty file"))
+    for attempt in (1, 2):
+        if not remaining:
+            return plan
+        try:
+            return _prepare_readable(engine, table, remaining, plan)
+        except ConfigError:
+            raise
+        except Exception as failure:
+            culprits = unreadable_files(engine, table, remaining, full_load=False)
+            if not culprits or attempt == 2:
+                raise failure
+            plan.holds.extend(Hold([file], f"unreadable file: {reason}") for file, reason in culprits)
+            remaining = [f for f in remaining if f not in {c for c, _ in culprits}]
+    return plan
+
+
+def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[BronzeFile], plan: BatchPlan) -> BatchPlan:
+    """Plan the schema change, then read, count and classify the batch in one pass over its files
+    (the counts are observed while the rows are materialised)."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    silver = engine.silver_table(table)
+    changes = read_changes(engine, table, files)
+    shape = latest_changes(changes.where(~has_error()), table).limit(0)
+    creates_table = not table_exists(engine.spark, silver)
+    stored = [] if creates_table else silver_columns(engine.spark, silver)
+    incoming = [(f.name, f.dataType.simpleString()) for f in silver_shape(shape).schema.fields]
+    schema = SchemaPlan() if creates_table else plan_schema_change(stored, incoming, bookkeeping=(SILVER_ORDER,))
+    if schema.incompatible:
+        plan.holds.append(Hold(list(files), "; ".join(schema.incompatible)))
+        return plan
+    # Observations count what the one materialising action below sees; no other action may
+    # run on the observed frames first, or it would be the one observed.
+    read = Observation("cdclake_read")
+    rows = latest_changes(changes.observe(read, *RowCounts.columns()).where(~has_error()), table)
+    rows = _cast(rows, schema.cast)
+    applied = Observation("cdclake_effects")
+    latest = F.max(COMMIT_TS).alias("_cdc_latest")
+    if table.append_only:
+        observed = rows.observe(applied, F.count(F.lit(1)).alias(EFFECT_INSERT), latest)
+    else:
+        small = sum(f.size for f in files) <= engine.broadcast_batch_bytes
+        rows = rows.localCheckpoint() if small else rows
+        classified = _classify(engine, table, rows, shape, creates_table, small)
+        observed = classified.observe(applied, *[F.count_if(F.col(EFFECT) == e).alias(e) for e in EFFECTS], latest)
+    # A local checkpoint, not a cache: it also cuts the lineage back to the reader's row ids
+    # (monotonically_increasing_id), which a copy-on-write MERGE refuses as non-deterministic.
+    materialized = observed.localCheckpoint()
+    rows.unpersist()  # a checkpoint of its own above, if any; the materialised rows no longer need it
+    stats = applied.get
+    counts = RowCounts.of(read.get)
+    plan.changes = ChangeSet(
+        files=list(files),
+        rows=materialized,
+        columns=data_columns(rows),
+        unchanged=unchanged_flags(rows),
+        shape=shape,
+        schema=schema,
+        creates_table=creates_table,
+        counts=counts,
+        effects={e: int(stats[e]) for e in stats if e != "_cdc_latest"},
+        latest_commit_ts=stats["_cdc_latest"],
+        bad=bad_rows(engine, table, changes, files, counts),
+    )
+    return plan
+
+
+def _cast(rows: DataFrame, casts: dict[str, str]) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    for column, type_name in casts.items():
+        rows = rows.withColumn(column, F.col(column).cast(type_name))
+    return rows
+
+
+def _classify(
+    engine: Engine, table: TableConfig, rows: DataFrame, shape: DataFrame, creates_table: bool, broadcast_keys: bool
+) -> DataFrame:
+    """The latest changes with their effect against the stored rows and the tombstones.
+
+    ``broadcast_keys`` (``rows`` materialised): semi-join the stored keys with the batch's keys
+    broadcast, so the table's key columns are streamed once instead of shuffled whole, and the
+    cost follows the changes more than the table.
+    """
+    from pyspark.sql import functions as F
+
+    key = table.silver_key()
+    silver = engine.silver_table(table)
+    tombstones = tombstones_of(silver)
+    nothing = shape.select(*key, SILVER_ORDER)
+    stored = nothing if creates_table else engine.spark.table(silver.identifier).select(*key, SILVER_ORDER)
+    if broadcast_keys:
+        stored = stored.join(F.broadcast(rows.select(*key)), list(key), "left_semi")
+    exists = table_exists(engine.spark, tombstones)
+    known_deleted = engine.spark.table(tombstones.identifier).select(*key, SILVER_ORDER) if exists else nothing
+    return classify_effects(rows, stored, known_deleted, key)
+
+
+def latest_changes(changes: DataFrame, table: TableConfig) -> DataFrame:
+    """What a batch applies: the latest change per key with its operation (deletes included);
+    append-only tables: every change, with its operation kept in a column."""
+    from pyspark.sql import functions as F
+
+    if table.append_only:
+        return changes.withColumn(APPEND_ONLY_OP_COLUMN, F.col(OP)).select(
+            *data_columns(changes), APPEND_ONLY_OP_COLUMN, OP, COMMIT_TS
+        )
+    latest = latest_change_per_key(changes, table.silver_key())
+    flags = list(unchanged_flags(latest).values())
+    return latest.select(*data_columns(changes), SILVER_ORDER, OP, COMMIT_TS, *flags)
+
+
+def silver_shape(rows: DataFrame) -> DataFrame:
+    """The columns a silver table stores: the data columns and, for keyed tables, ``_cdc_order``."""
+    return rows.select(*data_columns(rows), *([SILVER_ORDER] if SILVER_ORDER in rows.columns else []))
+
+
+def tombstone_rows(changes: DataFrame, key: Sequence[str]) -> DataFrame:
+    """What a tombstone holds: the deleted key, the delete's order and its commit time."""
+    from pyspark.sql import functions as F
+
+    return changes.select(*key, SILVER_ORDER, F.col(COMMIT_TS).alias(TOMBSTONE_DELETED_AT))

@@ -1,0 +1,200 @@
+"""Read: bronze files -> typed, ordered, cleaned and checked change rows, their counts, the bad rows.
+
+Reads only. Full load and CDC both start here; what to do with the bad rows is decided by the
+caller's plan and written by ``engine.commit``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from cdclake.columns import (
+    APPEND_ONLY_OP_COLUMN,
+    COMMIT_TS,
+    CORRUPT_RECORD,
+    FILE_INDEX,
+    OP,
+    RAW_LINE,
+    ROW_POSITION,
+    SILVER_ORDER,
+)
+from cdclake.config import TableConfig
+from cdclake.context import Engine
+from cdclake.dms.files import BronzeFile, FileKind
+from cdclake.dms.layout import headerless_columns
+from cdclake.dms.reader import read_files
+from cdclake.engine.changes import (
+    apply_cleaning,
+    data_columns,
+    error_text,
+    flag_missing_keys,
+    has_error,
+    latest_change_per_key,
+    to_changes,
+    with_silver_order,
+)
+from cdclake.errors import BadInputError, ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+# At most this many bad rows are named in the error of a batch above the bad-row limit.
+_MAX_REPORTED_ERRORS = 10
+
+
+def read_changes(engine: Engine, table: TableConfig, files: Sequence[BronzeFile], full_load: bool = False) -> DataFrame:
+    """The change rows of ``files``: typed, ordered, cleaned, with an error array per row."""
+    raw = read_files(engine.spark, engine.store, engine.config.bronze, table, files)
+    changes = to_changes(raw, engine.config.bronze, table)
+    changes = with_silver_order(changes, {i: f.position for i, f in enumerate(files)}, full_load)
+    changes = apply_cleaning(changes, table.clean, table.source)
+    return flag_missing_keys(changes, table.silver_key())
+
+
+def empty_changes(engine: Engine, table: TableConfig) -> DataFrame:
+    """Change rows with the declared columns and no data (a source table empty at full load)."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    names = headerless_columns(engine.config.bronze, table, FileKind.FULL_LOAD)
+    schema = StructType(
+        [StructField(n, StringType(), True) for n in (*names, CORRUPT_RECORD)]
+        + [StructField(FILE_INDEX, LongType(), True), StructField(ROW_POSITION, LongType(), True)]
+    )
+    raw = engine.spark.createDataFrame([], schema)
+    changes = with_silver_order(to_changes(raw, engine.config.bronze, table), {}, full_load=True)
+    changes = apply_cleaning(changes, table.clean, table.source)
+    return flag_missing_keys(changes, table.silver_key())
+
+
+@dataclass(frozen=True)
+class RowCounts:
+    """How many rows a read held, how many of them cannot be applied, and its earliest timestamp."""
+
+    total: int
+    bad: int
+    earliest_commit_ts: str | None  # the smallest timestamp-column value (full load: its watermark)
+
+    @staticmethod
+    def columns() -> list[Column]:
+        """The aggregates behind the counts, for a query of its own or an ``observe``."""
+        from pyspark.sql import functions as F
+
+        return [
+            F.count(F.lit(1)).alias("total"),
+            F.count_if(has_error()).alias("bad"),
+            F.min(COMMIT_TS).alias("earliest"),
+        ]
+
+    @classmethod
+    def of(cls, row: Any) -> RowCounts:
+        return cls(int(row["total"]), int(row["bad"]), row["earliest"])
+
+
+def count_rows(changes: DataFrame) -> RowCounts:
+    """Count a read in one scan; the scan also surfaces files Spark cannot read."""
+    return RowCounts.of(changes.agg(*RowCounts.columns()).collect()[0])
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's text (Java errors carry whole stack traces)."""
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]
+
+
+def read_and_count(
+    engine: Engine, table: TableConfig, files: Sequence[BronzeFile], full_load: bool
+) -> tuple[DataFrame, RowCounts]:
+    """Read and count ``files``; unreadable ones stop the read, named one by one."""
+    changes = read_changes(engine, table, files, full_load)
+    try:
+        return changes, count_rows(changes)
+    except ConfigError:
+        raise
+    except Exception as failure:
+        culprits = unreadable_files(engine, table, files, full_load)
+        if not culprits:
+            raise failure
+        details = "; ".join(f"{f.key}: {reason}" for f, reason in culprits)
+        kind = "full-load" if full_load else "CDC"
+        raise BadInputError(f"Table {table.source}: {kind} files that cannot be read: {details}.") from None
+
+
+def unreadable_files(
+    engine: Engine, table: TableConfig, files: Sequence[BronzeFile], full_load: bool
+) -> list[tuple[BronzeFile, str]]:
+    """Read each file alone; the ones that fail, with the first line of why."""
+    culprits = []
+    for file in files:
+        try:
+            count_rows(read_changes(engine, table, [file], full_load))
+        except ConfigError:
+            raise
+        except Exception as exc:
+            culprits.append((file, first_line(exc)))
+    return culprits
+
+
+@dataclass(frozen=True)
+class BadRows:
+    """The rows of a read that cannot be applied: file_key, row_number (1-based), raw, reason."""
+
+    rows: DataFrame
+    count: int
+
+
+def bad_rows(
+    engine: Engine, table: TableConfig, changes: DataFrame, files: Sequence[BronzeFile], counts: RowCounts
+) -> BadRows | None:
+    """The bad rows of ``changes`` (a read of ``files``) to quarantine, None if there are none.
+
+    Above ``quarantine.max_bad_row_ratio`` nothing of the batch may be applied: BadInputError
+    names the first bad rows.
+    """
+    if counts.bad == 0:
+        return None
+    rows = _locate_bad_rows(changes, files)
+    limit = engine.config.max_bad_row_ratio
+    if counts.bad > limit * counts.total:
+        sample = rows.orderBy("file_key", "row_number").limit(_MAX_REPORTED_ERRORS).collect()
+        details = "; ".join(f"{r['file_key']} data row {r['row_number']}: {r['reason']}" for r in sample)
+        raise BadInputError(
+            f"Table {table.source}: rows that cannot be applied: {details} ({counts.bad} of {counts.total} "
+            f"rows, above quarantine.max_bad_row_ratio {limit:g}); nothing of this batch was applied."
+        )
+    return BadRows(rows, counts.bad)
+
+
+def _locate_bad_rows(changes: DataFrame, files: Sequence[BronzeFile]) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    bad = changes.where(has_error())
+    # Row ids grow with the position inside a file, so a file's first id gives its row numbers.
+    first_ids = (
+        changes.join(bad.select(FILE_INDEX).distinct(), FILE_INDEX, "left_semi")
+        .groupBy(FILE_INDEX)
+        .agg(F.min(ROW_POSITION).alias("_cdc_first"))
+    )
+    keys = F.create_map(*[x for i, f in enumerate(files) for x in (F.lit(i), F.lit(f.key))])
+    values = F.to_json(F.struct(*[F.col(c) for c in data_columns(changes)]))
+    return bad.join(F.broadcast(first_ids), FILE_INDEX).select(
+        F.element_at(keys, F.col(FILE_INDEX)).alias("file_key"),
+        (F.col(ROW_POSITION) - F.col("_cdc_first") + 1).alias("row_number"),
+        F.coalesce(F.col(RAW_LINE), values).alias("raw"),
+        error_text().alias("reason"),
+    )
+
+
+def stored_rows(changes: DataFrame, table: TableConfig, deduplicate: bool = True) -> DataFrame:
+    """Changes -> the rows a silver table stores after a full load (append-only tables keep the
+    operation); ``deduplicate`` keeps each key's last change, which a caller that checks the keys
+    afterwards can skip."""
+    from pyspark.sql import functions as F
+
+    if table.append_only:
+        return changes.withColumn(APPEND_ONLY_OP_COLUMN, F.col(OP)).select(
+            *data_columns(changes), APPEND_ONLY_OP_COLUMN
+        )
+    latest = latest_change_per_key(changes, table.silver_key()) if deduplicate else changes
+    return latest.where(F.col(OP) != "D").select(*data_columns(changes), SILVER_ORDER)

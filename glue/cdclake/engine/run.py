@@ -1,0 +1,132 @@
+"""A whole run: list bronze once, read each table's state once, full loads, then CDC batches.
+
+Each commit hands back the table's new state, from which the next batch's pending files follow:
+no table's ledger is read twice and bronze is never listed again during a run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from cdclake.config import TableConfig
+from cdclake.context import Engine
+from cdclake.dms.files import BronzeFile, BronzeListing, FileKind
+from cdclake.dms.store import list_bronze
+from cdclake.engine.cdc import apply_cdc_batch
+from cdclake.engine.full_load import full_load_table
+from cdclake.engine.select import ReplaySelection, TableState, batches, group_by_table, skip_reason
+from cdclake.lake.journals import quarantined_files
+from cdclake.lake.ledger import read_ledger
+from cdclake.report import RunReport
+
+log = logging.getLogger("cdclake")
+
+
+def read_state(engine: Engine, table: TableConfig) -> TableState:
+    """What the lake says of ``table``: its ledger and its quarantine (one read of each)."""
+    silver = engine.silver_table(table)
+    ledger = read_ledger(engine.spark, silver)
+    return TableState(ledger.full_load_done, ledger.applied, quarantined_files(engine.spark, silver))
+
+
+def list_all(engine: Engine) -> BronzeListing:
+    return list_bronze(engine.store, transaction_path=engine.config.bronze.transaction_path)
+
+
+def run(engine: Engine, tables: Sequence[TableConfig] | None = None) -> RunReport:
+    """Full load where a table has none yet, then every pending CDC file, in batches."""
+    listing = list_all(engine)
+    report = RunReport(unrecognised=list(listing.unrecognised))
+    selected = list(tables or engine.config.tables)
+    states: dict[str, TableState] = {}
+    for table in selected:
+        if reason := skip_reason(table):
+            report.skipped_tables.append(reason)
+            continue
+        loaded, states[table.source] = full_load_table(engine, table, listing, read_state(engine, table))
+        if loaded.note != "already loaded":
+            report.tables.append(loaded)
+    cdc_files = [f for f in listing.files if f.kind is FileKind.CDC]
+    for table, files in group_by_table(engine.config, cdc_files, report):
+        if table.source in states:
+            _apply_in_batches(engine, table, files, listing, states[table.source], report)
+    unconfigured = {f"{s}.{t}" for s, t in listing.sources() if engine.config.table_for_source(s, t) is None}
+    report.unconfigured = sorted(set(report.unconfigured) | unconfigured)
+    warn(report)
+    return report
+
+
+def full_load(engine: Engine, tables: Sequence[TableConfig] | None = None, reload: bool = False) -> RunReport:
+    """Full load of the tables (all configured ones by default); loaded tables are left alone
+    unless ``reload``."""
+    listing = list_all(engine)
+    report = RunReport(unrecognised=list(listing.unrecognised))
+    for table in tables or engine.config.tables:
+        report.tables.append(full_load_table(engine, table, listing, read_state(engine, table), reload)[0])
+    return report
+
+
+def apply_cdc_files(engine: Engine, files: Sequence[BronzeFile]) -> RunReport:
+    """Apply an explicit set of CDC files (a state-machine manifest): one commit per table."""
+    report = RunReport()
+    for table, table_files in group_by_table(engine.config, files, report):
+        state = read_state(engine, table)
+        listing = (
+            None if state.full_load_done else list_bronze(engine.store, f"{table.source_schema}/{table.source_table}")
+        )
+        report.tables.append(apply_cdc_batch(engine, table, table_files, state, _loads_pending(table, listing))[0])
+    warn(report)
+    return report
+
+
+def replay(engine: Engine, selection: ReplaySelection, tables: Sequence[TableConfig] | None = None) -> RunReport:
+    """Apply CDC files from bronze again, even if applied or quarantined before, in file order.
+
+    Safe to run at any time: changes older than a stored row or a tombstone are ignored, so only
+    what the replayed files add (fixed files, rows that were set aside) changes silver. Replayed
+    quarantined files leave the quarantine.
+    """
+    listing = list_all(engine)
+    report = RunReport(unrecognised=list(listing.unrecognised))
+    selected = {t.source for t in (tables or engine.config.tables)}
+    for table, files in group_by_table(engine.config, [f for f in listing.files if f.kind is FileKind.CDC], report):
+        if table.source not in selected:
+            continue
+        state = read_state(engine, table)
+        chosen = selection.choose(files, state.held)
+        _apply_in_batches(engine, table, chosen, listing, state, report, force=True)
+    warn(report)
+    return report
+
+
+def _loads_pending(table: TableConfig, listing: BronzeListing | None) -> bool:
+    return bool(listing and listing.for_table(table.source_schema, table.source_table, FileKind.FULL_LOAD))
+
+
+def _apply_in_batches(
+    engine: Engine,
+    table: TableConfig,
+    files: Sequence[BronzeFile],
+    listing: BronzeListing,
+    state: TableState,
+    report: RunReport,
+    force: bool = False,
+) -> None:
+    pending = state.pending(files, force)
+    loads_pending = _loads_pending(table, listing)
+    for batch in batches(pending, engine.config.max_files_per_batch):
+        applied, state = apply_cdc_batch(engine, table, batch, state, loads_pending, force)
+        report.tables.append(applied)
+        if applied.quarantined_files and not applied.files_applied:
+            break  # a schema change held the whole batch: the next ones would be held the same way
+
+
+def warn(report: RunReport) -> None:
+    """Log what a run found and did not apply: skipped tables, unconfigured sources, other keys."""
+    for reason in report.skipped_tables:
+        log.warning("table skipped: %s", reason)
+    for source in report.unconfigured:
+        log.warning("bronze holds files for %s, which is not configured: left in place, not applied", source)
+    for reason in report.unrecognised:
+        log.warning("bronze key is not a DMS data file: %s", reason)

@@ -1,0 +1,179 @@
+"""The applied-files ledger: which bronze files silver holds, kept in Iceberg snapshot summaries.
+
+The ledger lives in the snapshot summaries of the very commits that apply the files
+(``cdclake.kind`` and ``cdclake.files``), set through Iceberg's ``CommitMetadata``. A crash after a
+commit and before the queue is acknowledged therefore cannot lose the record of what was applied,
+and re-applying the same files is recognised and skipped. Snapshots that maintenance expires
+leave their entries in the ``cdclake_ledger`` archive first.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from cdclake.lake.tables import (
+    SilverTable,
+    commit_with_properties,
+    create_or_replace,
+    ensure_table,
+    merge_frame,
+    table_exists,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+KIND_PROPERTY = "cdclake.kind"
+FILES_PROPERTY = "cdclake.files"
+LATEST_COMMIT_TS_PROPERTY = "cdclake.latest-commit-ts"
+KIND_FULL_LOAD = "full-load"
+# A full load's data commit, before the checks that follow it: the lineage says "not loaded"
+# until the full-load commit after it, so a crash in between makes the next run load again.
+KIND_FULL_LOAD_STAGED = "full-load-staged"
+KIND_CDC = "cdc"
+LEDGER_ARCHIVE_TABLE = "cdclake_ledger"
+
+
+@dataclass(frozen=True)
+class LedgerState:
+    """What the current snapshot lineage says about one table."""
+
+    full_load_done: bool
+    applied: frozenset[str]  # bronze keys applied since (and including) the last full load
+    last_file: str | None
+
+
+def ledger_properties(kind: str, files: Sequence[str], latest_commit_ts: str | None = None) -> dict[str, str]:
+    """Snapshot-summary properties recording a batch: its kind, files and newest commit time."""
+    properties = {KIND_PROPERTY: kind, FILES_PROPERTY: json.dumps(list(files), separators=(",", ":"))}
+    if latest_commit_ts:
+        properties[LATEST_COMMIT_TS_PROPERTY] = latest_commit_ts
+    return properties
+
+
+def newest_first(snapshots: Sequence[Any]) -> list[Any]:
+    """Order a lineage of snapshots (rows with ``snapshot_id`` and ``parent_id``) from the head back."""
+    by_id = {row["snapshot_id"]: row for row in snapshots}
+    parents = {row["parent_id"] for row in snapshots}
+    heads = [row for row in snapshots if row["snapshot_id"] not in parents]
+    ordered: list[Any] = []
+    current = heads[0] if heads else None
+    while current is not None:
+        ordered.append(current)
+        current = by_id.get(current["parent_id"])
+    return ordered
+
+
+def _lineage(spark: SparkSession, table: SilverTable) -> list[Any]:
+    """Ancestors of the current snapshot, newest first, with their ledger properties."""
+    rows = spark.sql(
+        f"""
+        SELECT s.snapshot_id, s.parent_id, s.committed_at, s.summary['{KIND_PROPERTY}'] AS kind,
+               s.summary['{FILES_PROPERTY}'] AS files
+        FROM {table.metadata("snapshots")} s
+        JOIN {table.metadata("history")} h ON s.snapshot_id = h.snapshot_id
+        WHERE h.is_current_ancestor
+        """
+    ).collect()
+    return newest_first(rows)
+
+
+def _ledger_archive(table: SilverTable) -> SilverTable:
+    return SilverTable(table.catalog, table.database, LEDGER_ARCHIVE_TABLE)
+
+
+def read_ledger(spark: SparkSession, table: SilverTable) -> LedgerState:
+    """Walk the current snapshot lineage back to the last full load, collecting applied files.
+
+    Only ancestors of the current snapshot count: after a rollback, files applied by the
+    rolled-back snapshots are pending again. Entries of snapshots that maintenance expired come
+    from the ledger archive.
+    """
+    if not table_exists(spark, table):
+        return LedgerState(full_load_done=False, applied=frozenset(), last_file=None)
+    applied: set[str] = set()
+    last_file: str | None = None
+    full_load_done = False
+    for row in _lineage(spark, table):
+        if row["kind"] == KIND_FULL_LOAD_STAGED:
+            # A full load that never finished: whatever came before it no longer describes silver.
+            return LedgerState(full_load_done=False, applied=frozenset(applied), last_file=last_file)
+        if row["files"]:
+            files = json.loads(row["files"])
+            applied.update(files)
+            if last_file is None and files:
+                last_file = max(files)
+        if row["kind"] == KIND_FULL_LOAD:
+            full_load_done = True
+            break
+    archive = _ledger_archive(table)
+    if not full_load_done and table_exists(spark, archive):
+        for row in spark.table(archive.identifier).where(f"silver_table = '{table.name}'").collect():
+            full_load_done = full_load_done or row["kind"] == KIND_FULL_LOAD
+            if row["file_key"]:
+                applied.add(row["file_key"])
+    return LedgerState(full_load_done=full_load_done, applied=frozenset(applied), last_file=last_file)
+
+
+def expiring_snapshots(spark: SparkSession, table: SilverTable, older_than: datetime, retain_last: int) -> list[Any]:
+    """The lineage snapshots (back to the last full load) that expiry at ``older_than`` removes."""
+    lineage = []
+    for row in _lineage(spark, table):
+        lineage.append(row)
+        if row["kind"] == KIND_FULL_LOAD:
+            break
+    cutoff = older_than.replace(tzinfo=None)
+    return [r for r in lineage[retain_last:] if r["committed_at"].replace(tzinfo=None) < cutoff]
+
+
+def archive_ledger(spark: SparkSession, table: SilverTable, snapshots: Sequence[Any]) -> int:
+    """Copy the ledger entries of ``snapshots`` into ``cdclake_ledger``; return how many.
+
+    Idempotent, and done before the snapshots expire, so the record of applied files survives.
+    """
+    rows = [
+        (table.name, key, row["kind"] or KIND_CDC, row["snapshot_id"])
+        for row in snapshots
+        for key in (json.loads(row["files"]) if row["files"] else []) or [""]
+        if row["kind"]
+    ]
+    if not rows:
+        return 0
+    archive = _ledger_archive(table)
+    frame = spark.createDataFrame(rows, "silver_table string, file_key string, kind string, snapshot_id bigint")
+    ensure_table(spark, archive, frame)
+    merge_frame(
+        spark,
+        frame,
+        lambda view: (
+            f"MERGE INTO {archive.identifier} t USING {view} s "
+            "ON t.silver_table = s.silver_table AND t.file_key = s.file_key AND t.kind = s.kind "
+            "WHEN NOT MATCHED THEN INSERT *"
+        ),
+    )
+    return len(rows)
+
+
+def forget_archived_ledger(spark: SparkSession, table: SilverTable) -> None:
+    """A new full load starts a new ledger: drop the archived entries of the old one."""
+    archive = _ledger_archive(table)
+    if table_exists(spark, archive):
+        spark.sql(f"DELETE FROM {archive.identifier} WHERE silver_table = '{table.name}'")
+
+
+def record_full_load(spark: SparkSession, table: SilverTable, files: Sequence[str]) -> None:
+    """Record a staged full load as done: a commit that adds no data, only the ledger entry."""
+    empty = spark.table(table.identifier).limit(0)
+    commit_with_properties(spark, ledger_properties(KIND_FULL_LOAD, files), empty.writeTo(table.identifier).append)
+
+
+def replace_table(
+    spark: SparkSession, table: SilverTable, rows: DataFrame, files: Sequence[str], kind: str = KIND_FULL_LOAD
+) -> None:
+    """Create or atomically replace ``table`` with ``rows``: the full load, recorded in the ledger
+    (as ``kind``: a staged load is recorded as done only by ``record_full_load`` after it)."""
+    create_or_replace(spark, table, rows, ledger_properties(kind, files))

@@ -1,0 +1,55 @@
+"""What a run did, per table and batch: the business outcome every shell prints, logs or publishes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TableReport:
+    """The outcome of one full load or CDC batch for one table (the business metrics)."""
+
+    table: str
+    kind: str
+    files_applied: int = 0
+    files_skipped: int = 0  # already in the ledger
+    bytes_applied: int = 0
+    changes_read: int = 0
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    deleted_missing: int = 0  # deletes of keys silver does not hold (tombstoned all the same)
+    ignored_late: int = 0  # changes older than the stored row or the key's tombstone
+    schema_changes: list[str] = field(default_factory=list)
+    columns_dropped_at_source: list[str] = field(default_factory=list)
+    quarantined_files: list[str] = field(default_factory=list)
+    rows_quarantined: int = 0
+    latest_commit_ts: str | None = None  # the newest source commit this batch applied
+    files_held: int = 0  # in quarantine from an earlier run: applied only by a replay
+    seconds: float = 0.0
+    note: str = ""
+
+    def summary(self) -> str:
+        """One line: what the CLI prints, the jobs log and the engine logs when a batch is done."""
+        note = f" ({self.note})" if self.note else ""
+        return (
+            f"{self.kind:9} {self.table}: files={self.files_applied} skipped={self.files_skipped} "
+            f"inserted={self.inserted} updated={self.updated} deleted={self.deleted} "
+            f"ignored_late={self.ignored_late} rows_quarantined={self.rows_quarantined} "
+            f"files_quarantined={len(self.quarantined_files)} {self.seconds:.1f}s{note}"
+        )
+
+
+@dataclass
+class RunReport:
+    """Every table report of one run, and what the run found in bronze but did not apply."""
+
+    tables: list[TableReport] = field(default_factory=list)
+    skipped_tables: list[str] = field(default_factory=list)  # reasons
+    unconfigured: list[str] = field(default_factory=list)  # bronze sources with no configuration
+    unrecognised: list[str] = field(default_factory=list)  # bronze keys that are not DMS files
+
+    @property
+    def quarantined(self) -> list[TableReport]:
+        """Batches that set files or rows aside."""
+        return [t for t in self.tables if t.quarantined_files or t.rows_quarantined]
