@@ -14,6 +14,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from cdclake.errors import ConfigError
+from cdclake.gold.settings import GoldSettings, parse_gold
 
 BronzeFormat = Literal["csv", "parquet"]
 
@@ -59,6 +60,7 @@ class TableConfig:
     append_only: bool = False
     columns: dict[str, str] = field(default_factory=dict)  # source column -> type, in file order
     clean: CleaningRules = field(default_factory=CleaningRules)
+    history: bool = False  # keep <target>__history: every version of every row (SCD type 2)
 
     @property
     def source(self) -> str:
@@ -96,6 +98,7 @@ class PipelineConfig:
     tables: tuple[TableConfig, ...]
     max_files_per_batch: int = 500
     max_bad_row_ratio: float = 0.01  # above this share of bad rows a batch fails instead of quarantining
+    gold: GoldSettings = field(default_factory=GoldSettings)  # the gold database and its marts
 
     def table(self, name: str) -> TableConfig:
         """Find a table by source name (``schema.table``), source table name or silver name."""
@@ -189,12 +192,12 @@ class _Doc:
         return result
 
 
-_TOP_KEYS = {"bronze", "silver", "tables", "cdc", "quarantine"}
+_TOP_KEYS = {"bronze", "silver", "tables", "cdc", "quarantine", "gold", "marts"}
 _BRONZE_KEYS = {
     "path", "format", "csv_header", "csv_delimiter", "csv_null_value", "csv_no_sup_value", "include_op_for_full_load",
     "timestamp_column", "change_sequence_column", "transaction_path",
 }  # fmt: skip
-_TABLE_KEYS = {"target", "primary_key", "append_only", "columns", "clean"}
+_TABLE_KEYS = {"target", "primary_key", "append_only", "columns", "clean", "history"}
 _CLEAN_KEYS = {"cast", "derive", "rename", "drop"}
 
 
@@ -272,6 +275,9 @@ def _parse_table(doc: _Doc, source_node: Node, node: Node, bronze: BronzeSetting
     if key and append_only:
         raise doc.fail(fields["append_only"], f"{where} has a primary key and append_only: choose one")
     columns = doc.typed_columns(fields["columns"], f"{where}.columns") if "columns" in fields else {}
+    history = doc.boolean(fields["history"], f"{where}.history") if "history" in fields else False
+    if history and not key:
+        raise doc.fail(fields["history"], f"{where}.history needs a primary_key (versions are kept per key)")
     if columns:
         missing = [k for k in key if k not in columns]
         if missing:
@@ -289,6 +295,7 @@ def _parse_table(doc: _Doc, source_node: Node, node: Node, bronze: BronzeSetting
         append_only=append_only,
         columns=columns,
         clean=_parse_clean(doc, fields.get("clean"), f"{where}.clean"),
+        history=history,
     )
 
 
@@ -346,6 +353,7 @@ def parse_config(text: str, source: str = "<config>") -> PipelineConfig:
         tables=tables,
         max_files_per_batch=max_files,
         max_bad_row_ratio=max_bad_row_ratio,
+        gold=parse_gold(doc, top.get("gold"), top.get("marts"), database, tables),
     )
 
 
