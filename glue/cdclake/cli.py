@@ -129,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--table", action="append", help="only this table (repeatable)")
     verify.add_argument("--show", type=int, default=20, help="differing keys printed per table and kind")
 
+    gold = commands.add_parser("gold", help="refresh the gold marts from silver (one commit per mart)")
+    gold.add_argument("--mart", action="append", help="only this mart (repeatable)")
+
     query = commands.add_parser("query", help="run SQL on the silver catalog")
     query.add_argument("sql")
     query.add_argument("--format", choices=("table", "csv", "json"), default="table")
@@ -268,6 +271,13 @@ def _dispatch(args: argparse.Namespace) -> int:
     elif args.command == "status":
         columns, rows = statuses_as_rows(table_statuses(engine))
         print(format_rows(columns, rows, args.format), end="")
+        from cdclake.gold.commands import mart_status_text
+
+        print(mart_status_text(engine, args.format), end="")
+    elif args.command == "gold":
+        from cdclake.gold.commands import gold_command
+
+        return gold_command(engine, args.mart)
     elif args.command == "query":
         try:
             frame = engine.spark.sql(args.sql)

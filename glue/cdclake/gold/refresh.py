@@ -83,7 +83,7 @@ class LastRefresh:
     """The newest gold commit of a mart (read from its snapshot summary)."""
 
     snapshot_id: int
-    committed_at: Any
+    committed_at: str  # UTC (the session's time zone), yyyy-MM-dd HH:mm:ss[.fff]
     sources: dict[str, int]
     definition: str | None
     path: str | None
@@ -109,7 +109,7 @@ def last_refresh(spark: SparkSession, target: SilverTable) -> LastRefresh | None
         return None
     row = spark.sql(
         f"""
-        SELECT s.snapshot_id, s.committed_at, s.summary
+        SELECT s.snapshot_id, CAST(s.committed_at AS STRING) AS committed_at, s.summary
         FROM {target.metadata("snapshots")} s JOIN {target.metadata("history")} h ON s.snapshot_id = h.snapshot_id
         WHERE h.is_current_ancestor AND s.summary['{SOURCES_PROPERTY}'] IS NOT NULL
         ORDER BY h.made_current_at DESC LIMIT 1

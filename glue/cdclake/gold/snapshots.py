@@ -52,10 +52,10 @@ def latest_commit_ts_at(spark: SparkSession, table: SilverTable, snapshot_id: in
 
 
 def snapshots_after(spark: SparkSession, table: SilverTable, snapshot_id: int) -> list[Any]:
-    """Current-lineage snapshots committed after ``snapshot_id`` (rows with ``committed_at``), oldest first."""
+    """Current-lineage snapshots committed after ``snapshot_id``, oldest first (``committed_at``: UTC text)."""
     return spark.sql(
         f"""
-        SELECT h.snapshot_id, h.made_current_at AS committed_at
+        SELECT h.snapshot_id, CAST(h.made_current_at AS STRING) AS committed_at
         FROM {table.metadata("history")} h
         WHERE h.is_current_ancestor AND h.made_current_at > (
             SELECT made_current_at FROM {table.metadata("history")} WHERE snapshot_id = {int(snapshot_id)})

@@ -1,0 +1,276 @@
+"""Gold marts: incremental refresh equals a full recompute, broken marts are skipped, no-op refreshes.
+
+Silver tables here are Iceberg tables with silver's properties (merge-on-read, so CDC-like MERGEs
+write position delete files), changed with MERGE statements; the oracles are the mart's SQL
+evaluated from scratch over silver and a plain-Python aggregation of the rows the test wrote.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from cdclake.config import parse_config
+from cdclake.gold.refresh import FAILED, PATH_FULL, PATH_INCREMENTAL, REFRESHED, UP_TO_DATE, refresh_marts
+from cdclake.gold.status import mart_statuses
+from cdclake.pipeline import Engine
+from cdclake.silver import TABLE_PROPERTIES
+from cdclake.storage import LocalBronze
+
+HostRow = tuple[int, str | None, str | None, int | None]  # id, country, city, rate
+COUNTRIES = {"DE": "Europe", "FR": "Europe", "JP": "Asia", "BR": "America", None: None}
+CITIES = {"DE": ["Berlin", "Hamburg"], "FR": ["Paris", None], "JP": ["Kyoto"], "BR": ["Rio"], None: [None]}
+
+CONFIG = """
+silver: {{database: {db}}}
+tables:
+  s.hosts: {{primary_key: [id], columns: {{id: int}}}}
+  s.countries: {{primary_key: [country], columns: {{country: string}}}}
+marts:
+  - name: hosts_per_city
+    sql: >-
+      SELECT country, city, count(*) AS hosts, sum(rate) AS rate_sum, max(rate) AS best_rate
+      FROM {db}.hosts GROUP BY country, city
+    keys: [country, city]
+  - name: hosts_per_continent
+    sql: >-
+      SELECT c.continent, count(h.id) AS hosts, min(h.rate) AS worst_rate
+      FROM {db}.hosts h JOIN silver.{db}.countries c ON h.country = c.country
+      GROUP BY c.continent
+    keys: [continent]
+  - name: well_rated
+    sql: SELECT id, rate FROM {db}.hosts WHERE rate >= 50
+"""
+
+
+def _create(spark: SparkSession, identifier: str, schema: str) -> None:
+    properties = ", ".join(f"'{k}'='{v}'" for k, v in TABLE_PROPERTIES.items())
+    spark.sql(f"CREATE TABLE {identifier} ({schema}) USING iceberg TBLPROPERTIES ({properties})")
+
+
+@pytest.fixture
+def gold_engine(spark: SparkSession, tmp_path: Path) -> Engine:
+    """Two silver tables (hosts, countries) in a fresh database and the marts of ``CONFIG``."""
+    db = f"g_{uuid.uuid4().hex[:10]}"
+    spark.sql(f"CREATE NAMESPACE silver.{db}")
+    _create(spark, f"silver.{db}.hosts", "id int, country string, city string, rate int")
+    _create(spark, f"silver.{db}.countries", "country string, continent string")
+    rows = ", ".join(f"('{c}', '{k}')" for c, k in COUNTRIES.items() if c)
+    spark.sql(f"INSERT INTO silver.{db}.countries VALUES {rows}")
+    config = parse_config(CONFIG.format(db=db), "gold.yaml")
+    return Engine(spark, config, LocalBronze(tmp_path))
+
+
+def _merge_hosts(spark: SparkSession, db: str, changes: list[tuple[str, HostRow]]) -> None:
+    """One MERGE like a CDC batch: (op, row) with op I / U / D."""
+
+    def literal(value: Any) -> str:
+        return "NULL" if value is None else f"'{value}'" if isinstance(value, str) else str(value)
+
+    values = ", ".join(f"('{op}', {', '.join(literal(v) for v in row)})" for op, row in changes)
+    spark.sql(
+        f"CREATE OR REPLACE TEMPORARY VIEW test_changes AS SELECT * FROM VALUES {values} "
+        "AS s(op, id, country, city, rate)"
+    )
+    spark.sql(
+        f"""
+        MERGE INTO silver.{db}.hosts t USING test_changes s ON t.id = s.id
+        WHEN MATCHED AND s.op = 'D' THEN DELETE
+        WHEN MATCHED THEN UPDATE SET t.country = s.country, t.city = s.city, t.rate = CAST(s.rate AS INT)
+        WHEN NOT MATCHED AND s.op <> 'D' THEN INSERT (id, country, city, rate)
+            VALUES (s.id, s.country, s.city, CAST(s.rate AS INT))
+        """
+    )
+
+
+def _random_host(rng: random.Random, ident: int) -> HostRow:
+    country = rng.choice(list(CITIES))
+    rate = rng.choice([None, 10, 40, 50, 75, 100])
+    return (ident, country, rng.choice(CITIES[country]), rate)
+
+
+def _random_batch(rng: random.Random, state: dict[int, HostRow], next_id: int) -> list[tuple[str, HostRow]]:
+    """Inserts, updates that move hosts between groups, deletes (groups vanish and appear)."""
+    changes: list[tuple[str, HostRow]] = []
+    for ident in rng.sample(sorted(state), k=min(len(state), rng.randint(0, 4))):
+        if rng.random() < 0.4:
+            changes.append(("D", state[ident]))
+        else:
+            changes.append(("U", _random_host(rng, ident)))
+    for offset in range(rng.randint(0, 4)):
+        changes.append(("I", _random_host(rng, next_id + offset)))
+    return changes
+
+
+def _rows(spark: SparkSession, identifier_or_sql: str, sql: bool = False) -> list[tuple[Any, ...]]:
+    frame = spark.sql(identifier_or_sql) if sql else spark.table(identifier_or_sql)
+    return sorted((tuple(r) for r in frame.collect()), key=repr)
+
+
+def _per_city_oracle(state: dict[int, HostRow]) -> list[tuple[Any, ...]]:
+    """hosts_per_city in plain Python (SQL semantics: NULL rates ignored, all-NULL sums are NULL)."""
+    groups: dict[tuple[str | None, str | None], list[int | None]] = defaultdict(list)
+    for _, country, city, rate in state.values():
+        groups[(country, city)].append(rate)
+    result = []
+    for (country, city), rates in groups.items():
+        known = [r for r in rates if r is not None]
+        result.append((country, city, len(rates), sum(known) if known else None, max(known) if known else None))
+    return sorted(result, key=repr)
+
+
+@pytest.mark.parametrize("seed", [7, 21, 1234])
+def test_incremental_refresh_equals_full_recompute_after_random_batches(gold_engine: Engine, seed: int) -> None:
+    # GIVEN silver hosts with a first full refresh of every mart
+    spark, db, rng = gold_engine.spark, gold_engine.config.database, random.Random(seed)
+    state: dict[int, HostRow] = {}
+    initial = [_random_host(rng, i) for i in range(1, 9)]
+    _merge_hosts(spark, db, [("I", row) for row in initial])
+    state.update({row[0]: row for row in initial})
+    assert {r.outcome for r in refresh_marts(gold_engine)} == {REFRESHED}
+    next_id = 100
+    for batch_number in range(4):
+        # WHEN a random batch is applied to silver (one batch also compacts, one changes a country's
+        # continent) and the marts refresh
+        changes = _random_batch(rng, state, next_id)
+        next_id += 10
+        if changes:
+            _merge_hosts(spark, db, changes)
+        for op, row in changes:
+            state.pop(row[0], None) if op == "D" else state.__setitem__(row[0], row)
+        if batch_number == 1:
+            spark.sql(
+                f"CALL silver.system.rewrite_data_files(table => '{db}.hosts', options => map('min-input-files','1'))"
+            )
+        if batch_number == 2:
+            spark.sql(f"UPDATE silver.{db}.countries SET continent = 'Old World' WHERE country = 'FR'")
+        results = {r.mart.split(".")[1]: r for r in refresh_marts(gold_engine)}
+        # THEN keyed marts took the incremental path, and every mart equals its SQL from scratch
+        for name in ("hosts_per_city", "hosts_per_continent"):
+            assert results[name].outcome in (REFRESHED, UP_TO_DATE), results[name]
+            if results[name].outcome == REFRESHED:
+                assert results[name].path == PATH_INCREMENTAL, results[name]
+        for mart in gold_engine.config.gold.marts:
+            stored = _rows(spark, f"silver.{db}_gold.{mart.name}")
+            assert stored == _rows(spark, mart.sql, sql=True), (seed, batch_number, mart.name)
+        # AND the per-city mart equals the plain-Python aggregation of the rows written
+        assert _rows(spark, f"silver.{db}_gold.hosts_per_city") == _per_city_oracle(state)
+
+
+def test_refresh_with_nothing_new_is_a_no_op(gold_engine: Engine) -> None:
+    # GIVEN marts refreshed once
+    spark, db = gold_engine.spark, gold_engine.config.database
+    _merge_hosts(spark, db, [("I", (1, "DE", "Berlin", 90))])
+    refresh_marts(gold_engine)
+    snapshots = spark.sql(f"SELECT count(*) FROM silver.{db}_gold.hosts_per_city.snapshots").first()
+    # WHEN they are refreshed again without any silver commit
+    results = refresh_marts(gold_engine)
+    # THEN every mart is up to date and no commit was made
+    assert [r.outcome for r in results] == [UP_TO_DATE] * 3
+    assert spark.sql(f"SELECT count(*) FROM silver.{db}_gold.hosts_per_city.snapshots").first() == snapshots
+
+
+def test_each_refresh_is_one_commit_recording_the_silver_snapshots_read(gold_engine: Engine) -> None:
+    # GIVEN a refreshed mart, then a silver change
+    spark, db = gold_engine.spark, gold_engine.config.database
+    _merge_hosts(spark, db, [("I", (1, "DE", "Berlin", 90)), ("I", (2, "JP", "Kyoto", 70))])
+    refresh_marts(gold_engine)
+    _merge_hosts(spark, db, [("U", (2, "DE", "Berlin", 60))])
+    before = spark.sql(f"SELECT count(*) FROM silver.{db}_gold.hosts_per_continent.snapshots").first()[0]
+    # WHEN the marts refresh
+    refresh_marts(gold_engine)
+    # THEN the join mart made exactly one commit, recording both silver tables' current snapshots
+    snapshots = spark.sql(
+        f"SELECT summary FROM silver.{db}_gold.hosts_per_continent.snapshots ORDER BY committed_at"
+    ).collect()
+    assert len(snapshots) == before + 1
+    current = {
+        f"{db}.{t}": spark.sql(f"SELECT snapshot_id FROM silver.{db}.{t}.refs WHERE name = 'main'").first()[0]
+        for t in ("hosts", "countries")
+    }
+    import json
+
+    assert json.loads(snapshots[-1]["summary"]["cdclake.gold.sources"]) == current
+    assert snapshots[-1]["summary"]["cdclake.gold.path"] == PATH_INCREMENTAL
+
+
+def test_broken_mart_is_skipped_with_its_reason_and_the_others_refresh(gold_engine: Engine) -> None:
+    # GIVEN marts refreshed once, then a silver column the per-city mart reads is renamed
+    spark, db = gold_engine.spark, gold_engine.config.database
+    _merge_hosts(spark, db, [("I", (1, "DE", "Berlin", 90)), ("I", (2, "FR", "Paris", 80))])
+    refresh_marts(gold_engine)
+    kept = _rows(spark, f"silver.{db}_gold.hosts_per_city")
+    spark.sql(f"ALTER TABLE silver.{db}.hosts RENAME COLUMN city TO town")
+    _merge_hosts_renamed = f"INSERT INTO silver.{db}.hosts VALUES (3, 'JP', 'Kyoto', 70)"
+    spark.sql(_merge_hosts_renamed)
+    # WHEN the marts refresh
+    results = {r.mart.split(".")[1]: r for r in refresh_marts(gold_engine)}
+    # THEN the per-city mart failed, naming the column, and kept its content; the others refreshed
+    assert results["hosts_per_city"].outcome == FAILED
+    assert "city" in results["hosts_per_city"].reason and "does not compile" in results["hosts_per_city"].reason
+    assert _rows(spark, f"silver.{db}_gold.hosts_per_city") == kept
+    assert results["hosts_per_continent"].outcome == REFRESHED
+    assert results["well_rated"].outcome == REFRESHED
+    assert _rows(spark, f"silver.{db}_gold.well_rated") == [(1, 90), (2, 80), (3, 70)]
+
+
+def test_a_mart_that_never_compiled_beside_a_good_one(gold_engine: Engine) -> None:
+    # GIVEN a configuration with a mart reading a column silver does not have
+    spark, db = gold_engine.spark, gold_engine.config.database
+    broken = replace(gold_engine.config.gold.marts[2], name="broken", sql=f"SELECT nope FROM {db}.hosts")
+    gold = replace(gold_engine.config.gold, marts=(broken, gold_engine.config.gold.marts[0]))
+    engine = replace(gold_engine, config=replace(gold_engine.config, gold=gold))
+    _merge_hosts(spark, db, [("I", (1, "DE", "Berlin", 90))])
+    # WHEN the marts refresh
+    results = refresh_marts(engine)
+    # THEN the broken one is reported with the reason and not created; the good one is there
+    assert results[0].outcome == FAILED and "`nope`" in results[0].reason
+    assert not spark.catalog.tableExists(f"silver.{db}_gold.broken")
+    assert results[1].outcome == REFRESHED
+    assert _rows(spark, f"silver.{db}_gold.hosts_per_city") == [("DE", "Berlin", 1, 90, 90)]
+
+
+def test_changed_definition_and_unkeyed_shapes_recompute_in_full(gold_engine: Engine) -> None:
+    # GIVEN a keyed mart refreshed once, whose SQL then gains a HAVING clause
+    spark, db = gold_engine.spark, gold_engine.config.database
+    _merge_hosts(spark, db, [("I", (1, "DE", "Berlin", 90)), ("I", (2, "DE", "Hamburg", 10))])
+    per_city = gold_engine.config.gold.marts[0]
+    refresh_marts(gold_engine, [per_city])
+    having = replace(per_city, sql=per_city.sql + " HAVING max(rate) > 50")
+    # WHEN it refreshes with the new definition, then again after a silver change
+    first = refresh_marts(gold_engine, [having])[0]
+    _merge_hosts(spark, db, [("U", (2, "DE", "Hamburg", 60))])
+    second = refresh_marts(gold_engine, [having])[0]
+    # THEN both refreshes were full, with their reasons, and the mart equals its SQL
+    assert (first.path, first.reason) == (PATH_FULL, "the mart's definition changed")
+    assert second.path == PATH_FULL and "not a GROUP BY of its keys" in second.reason
+    assert _rows(spark, f"silver.{db}_gold.hosts_per_city") == _rows(spark, having.sql, sql=True)
+    assert len(_rows(spark, f"silver.{db}_gold.hosts_per_city")) == 2
+
+
+def test_status_shows_rows_path_snapshots_and_lag(gold_engine: Engine) -> None:
+    # GIVEN marts refreshed twice, then one more silver commit they do not reflect yet
+    spark, db = gold_engine.spark, gold_engine.config.database
+    _merge_hosts(spark, db, [("I", (1, "DE", "Berlin", 90)), ("I", (2, "FR", "Paris", 80))])
+    refresh_marts(gold_engine)
+    _merge_hosts(spark, db, [("I", (3, "FR", "Paris", 70))])
+    refresh_marts(gold_engine)
+    _merge_hosts(spark, db, [("D", (3, "FR", "Paris", 70))])
+    # WHEN the status is read
+    statuses = {s.mart.split(".")[1]: s for s in mart_statuses(gold_engine)}
+    # THEN it shows rows, the path of the last refresh, the snapshots reflected and the lag
+    per_city = statuses["hosts_per_city"]
+    assert (per_city.rows, per_city.path, per_city.silver_commits_behind) == (2, PATH_INCREMENTAL, 1)
+    assert per_city.lag_seconds is not None and per_city.lag_seconds >= 0
+    assert f'"{db}.hosts"' in (per_city.silver_snapshots or "")
+    assert (statuses["well_rated"].path, statuses["well_rated"].full_reason) == (PATH_FULL, "no keys")
+    # AND after a refresh the marts are current again
+    refresh_marts(gold_engine)
+    assert {s.silver_commits_behind for s in mart_statuses(gold_engine)} == {0}
