@@ -274,3 +274,130 @@ def test_status_shows_rows_path_snapshots_and_lag(gold_engine: Engine) -> None:
     # AND after a refresh the marts are current again
     refresh_marts(gold_engine)
     assert {s.silver_commits_behind for s in mart_statuses(gold_engine)} == {0}
+
+
+# --------------------------------------------------------------------------- history (SCD type 2)
+
+Change = tuple[int, str | None, str, str]  # id, name, op, commit time (text)
+
+
+def _changes(spark: SparkSession, changes: list[Change]) -> Any:
+    """Change rows as a CDC batch hands them to history: key, data, _cdc_order, _cdc_op, _cdc_ts."""
+    rows = [(ident, name, f"{ts}|{n:04d}", op, ts) for n, (ident, name, op, ts) in enumerate(changes)]
+    return spark.createDataFrame(rows, "id int, name string, _cdc_order string, _cdc_op string, _cdc_ts string")
+
+
+def _history_rows(spark: SparkSession, identifier: str) -> list[tuple[Any, ...]]:
+    frame = spark.table(identifier).select(
+        "id",
+        "name",
+        "operation",
+        _clock("valid_from"),
+        _clock("valid_to"),
+        "is_current",
+    )
+    return sorted((tuple(r) for r in frame.collect()), key=lambda r: (r[0], r[3]))
+
+
+def _clock(column: str) -> Any:
+    """A timestamp column as HH:mm (the tests' changes all fall on one day)."""
+    from pyspark.sql import functions as F
+
+    return F.date_format(column, "HH:mm").alias(column)
+
+
+@pytest.fixture
+def history_table(spark: SparkSession) -> Any:
+    from cdclake.gold.history import history_of
+    from cdclake.silver import SilverTable
+
+    db = f"h_{uuid.uuid4().hex[:10]}"
+    spark.sql(f"CREATE NAMESPACE silver.{db}")
+    return history_of(SilverTable("silver", db, "people"))
+
+
+def test_late_change_splits_the_version_it_falls_into_and_deletes_close(
+    spark: SparkSession, history_table: Any
+) -> None:
+    from cdclake.gold.history import apply_history
+
+    day = "2024-03-01 "
+    # GIVEN a history with id 1 inserted at 09:00 and updated at 11:00, id 2 inserted at 09:00
+    apply_history(
+        spark,
+        history_table,
+        _changes(
+            spark, [(1, "a", "I", day + "09:00:00"), (1, "c", "U", day + "11:00:00"), (2, "x", "I", day + "09:00:00")]
+        ),
+        ["id"],
+    )
+    # WHEN a late batch arrives: id 1 updated at 10:00 (between the two), id 2 deleted at 10:00
+    late = _changes(spark, [(1, "b", "U", day + "10:00:00"), (2, None, "D", day + "10:00:00")])
+    report = apply_history(spark, history_table, late, ["id"])
+    # THEN the late update split id 1's first version, and the delete closed id 2's version
+    expected = [
+        (1, "a", "I", "09:00", "10:00", False),
+        (1, "b", "U", "10:00", "11:00", False),
+        (1, "c", "U", "11:00", None, True),
+        (2, "x", "I", "09:00", "10:00", False),
+        (2, None, "D", "10:00", None, False),
+    ]
+    assert _history_rows(spark, history_table.identifier) == expected
+    assert (report.versions_added, report.versions_closed) == (2, 2)
+    # AND applying the same batch again changes nothing (exactly once)
+    assert apply_history(spark, history_table, late, ["id"]).versions_added == 0
+    assert _history_rows(spark, history_table.identifier) == expected
+    # AND a change older than the delete lands before it, not after
+    apply_history(spark, history_table, _changes(spark, [(2, "y", "U", day + "09:30:00")]), ["id"])
+    assert _history_rows(spark, history_table.identifier)[3:] == [
+        (2, "x", "I", "09:00", "09:30", False),
+        (2, "y", "U", "09:30", "10:00", False),
+        (2, None, "D", "10:00", None, False),
+    ]
+
+
+def _timeline_oracle(changes: list[Change]) -> list[tuple[Any, ...]]:
+    """The expected history in plain Python: per key, versions in commit order, each ending at the next."""
+    by_key: dict[int, list[tuple[str, int, Change]]] = defaultdict(list)
+    for n, change in enumerate(changes):
+        by_key[change[0]].append((change[3], n, change))
+    result = []
+    for ident, versions in by_key.items():
+        versions.sort()
+        for i, (ts, _, (_, name, op, _)) in enumerate(versions):
+            following = versions[i + 1][0][11:16] if i + 1 < len(versions) else None
+            result.append((ident, name, op, ts[11:16], following, following is None and op != "D"))
+    return sorted(result, key=lambda r: (r[0], r[3]))
+
+
+@pytest.mark.parametrize("seed", [3, 99])
+def test_history_of_batches_delivered_out_of_order_equals_the_timeline(
+    spark: SparkSession, history_table: Any, seed: int
+) -> None:
+    from cdclake.gold.history import apply_history
+
+    # GIVEN a random change log of a few keys (distinct commit minutes), cut into batches
+    rng = random.Random(seed)
+    minutes = rng.sample(range(0, 60 * 9), 14)
+    log: list[Change] = []
+    live: set[int] = set()
+    for minute in sorted(minutes):
+        ident = rng.randint(1, 4)
+        op = ("D" if rng.random() < 0.3 else "U") if ident in live else "I"
+        live.discard(ident) if op == "D" else live.add(ident)
+        ts = f"2024-03-01 {9 + minute // 60:02d}:{minute % 60:02d}:00"
+        log.append((ident, None if op == "D" else f"v{minute}", op, ts))
+    cuts = sorted(rng.sample(range(1, len(log)), 3))
+    batches = [log[a:b] for a, b in zip([0, *cuts], [*cuts, len(log)], strict=True)]
+    # WHEN the batches arrive in random order, one of them twice
+    order = rng.sample(range(len(batches)), len(batches))
+    for index in [*order, order[0]]:
+        numbered = spark.createDataFrame(
+            [(i, n, f"{ts}|{log.index((i, n, op, ts)):04d}", op, ts) for i, n, op, ts in batches[index]],
+            "id int, name string, _cdc_order string, _cdc_op string, _cdc_ts string",
+        )
+        apply_history(spark, history_table, numbered, ["id"])
+    # THEN the history is every key's timeline, and its current rows are the source's live rows
+    history = _history_rows(spark, history_table.identifier)
+    assert history == _timeline_oracle(log)
+    assert {r[0] for r in history if r[5]} == live
