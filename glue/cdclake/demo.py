@@ -189,6 +189,7 @@ def differences(actual: list[dict[str, Any]], expected: list[dict[str, Any]]) ->
 
 def run_demo(workdir: Path, make_engine: Callable[[Path, str], Engine]) -> int:
     """Run the demo in ``workdir`` (recreated); return 0 when silver equals the source state."""
+    from cdclake.gold.demo import refresh_demo_marts, verify_demo_marts
     from cdclake.pipeline import apply_cdc_files, files_from_keys, run
     from cdclake.status import format_rows, statuses_as_rows, table_statuses
 
@@ -203,6 +204,7 @@ def run_demo(workdir: Path, make_engine: Callable[[Path, str], Engine]) -> int:
     engine = make_engine(config_path, str(bronze))
     print("demo: full load")
     run(engine)
+    refresh_demo_marts(engine)  # layer 3: the first refresh of a mart is a full one
     batches = cdc_batches()
     written = []
     for number, batch in enumerate(batches, start=1):
@@ -220,10 +222,12 @@ def run_demo(workdir: Path, make_engine: Callable[[Path, str], Engine]) -> int:
     print(format_rows(status_columns, status_rows, "table"), end="")
     expected = expected_silver(replay(initial_rows(), [c for b in batches for c in b], ["id"]))
     problems = differences(actual, expected)
+    refresh_demo_marts(engine)  # after the CDC batches: only the groups whose hosts changed
+    gold_failed = verify_demo_marts(engine)
     if problems:
         print("demo: silver DIFFERS from the expected source state:")
         for problem in problems:
             print(f"  {problem}")
         return 1
     print(f"demo: silver equals the expected source state ({len(expected)} rows): OK")
-    return 0
+    return gold_failed
