@@ -401,3 +401,81 @@ def test_history_of_batches_delivered_out_of_order_equals_the_timeline(
     history = _history_rows(spark, history_table.identifier)
     assert history == _timeline_oracle(log)
     assert {r[0] for r in history if r[5]} == live
+
+
+# --------------------------------------------------------------------------- consistent marts
+
+ORDERS_CONFIG = """
+silver: {{database: {db}}}
+tables:
+  s.orders: {{primary_key: [order_id], columns: {{order_id: int}}{history}}}
+  s.lines: {{primary_key: [order_id, line], columns: {{order_id: int, line: int}}}}
+marts:
+  - name: order_totals
+    sql: >-
+      SELECT o.order_id, count(l.line) AS lines, sum(l.amount) AS total
+      FROM {db}.orders o LEFT JOIN {db}.lines l ON o.order_id = l.order_id GROUP BY o.order_id
+    consistent: true
+"""
+
+
+def _cdc_commit(spark: SparkSession, identifier: str, values: str, commit_ts: str) -> None:
+    """Append rows as one silver CDC commit that is complete up to ``commit_ts``."""
+    from cdclake.silver import KIND_CDC, commit_with_properties, ledger_properties
+
+    statement = f"INSERT INTO {identifier} VALUES {values}"
+    commit_with_properties(
+        spark, ledger_properties(KIND_CDC, [f"f-{uuid.uuid4().hex}"], commit_ts), lambda: spark.sql(statement)
+    )
+
+
+def _orders_engine(spark: SparkSession, tmp_path: Path, history: bool) -> Engine:
+    db = f"c_{uuid.uuid4().hex[:10]}"
+    spark.sql(f"CREATE NAMESPACE silver.{db}")
+    _create(spark, f"silver.{db}.orders", "order_id int, customer string")
+    _create(spark, f"silver.{db}.lines", "order_id int, line int, amount int")
+    config = parse_config(ORDERS_CONFIG.format(db=db, history=", history: true" if history else ""), "c.yaml")
+    return Engine(spark, config, LocalBronze(tmp_path))
+
+
+def test_consistent_mart_never_shows_half_of_a_source_transaction(spark: SparkSession, tmp_path: Path) -> None:
+    # GIVEN transaction 1 (10:00: order 1 and its two lines) applied to both tables, and of
+    # transaction 2 (11:00: order 2 and its line) only the orders file so far
+    engine = _orders_engine(spark, tmp_path, history=False)
+    db = engine.config.database
+    _cdc_commit(spark, f"silver.{db}.orders", "(1, 'ann')", "2024-03-01 10:00:00.000000")
+    _cdc_commit(spark, f"silver.{db}.lines", "(1, 1, 5), (1, 2, 7)", "2024-03-01 10:00:00.000000")
+    _cdc_commit(spark, f"silver.{db}.orders", "(2, 'bob')", "2024-03-01 11:00:00.000000")
+    # WHEN the consistent mart refreshes
+    first = refresh_marts(engine)[0]
+    # THEN it is computed at 10:00, without order 2 (whose lines silver does not have yet)
+    assert (first.outcome, first.reason) == (REFRESHED, "consistent cut at 2024-03-01 10:00:00.000000")
+    assert _rows(spark, f"silver.{db}_gold.order_totals") == [(1, 2, 12)]
+    assert "(2, 0, None)" in repr(_rows(spark, engine.config.gold.marts[0].sql, sql=True))  # silver as it is now
+    # AND once the lines file of transaction 2 is applied, the mart moves to 11:00
+    _cdc_commit(spark, f"silver.{db}.lines", "(2, 1, 30)", "2024-03-01 11:00:00.000000")
+    assert refresh_marts(engine)[0].reason == "consistent cut at 2024-03-01 11:00:00.000000"
+    assert _rows(spark, f"silver.{db}_gold.order_totals") == [(1, 2, 12), (2, 1, 30)]
+    assert refresh_marts(engine)[0].outcome == UP_TO_DATE
+
+
+def test_consistent_mart_reads_a_faster_table_from_its_history(spark: SparkSession, tmp_path: Path) -> None:
+    from cdclake.gold.history import apply_history, history_of
+    from cdclake.silver import SilverTable
+
+    # GIVEN orders (with history) applied up to 11:00 in one batch, lines only up to 10:00:
+    # no snapshot of orders stops at 10:00
+    engine = _orders_engine(spark, tmp_path, history=True)
+    db = engine.config.database
+    _cdc_commit(spark, f"silver.{db}.orders", "(1, 'ann'), (2, 'bob')", "2024-03-01 11:00:00.000000")
+    changes = spark.createDataFrame(
+        [(1, "ann", "10", "I", "2024-03-01 10:00:00"), (2, "bob", "11", "I", "2024-03-01 11:00:00")],
+        "order_id int, customer string, _cdc_order string, _cdc_op string, _cdc_ts string",
+    )
+    apply_history(spark, history_of(SilverTable("silver", db, "orders")), changes, ["order_id"])
+    _cdc_commit(spark, f"silver.{db}.lines", "(1, 1, 5)", "2024-03-01 10:00:00.000000")
+    # WHEN the consistent mart refreshes
+    result = refresh_marts(engine)[0]
+    # THEN orders are read as they were at 10:00, from their history
+    assert result.reason == "consistent cut at 2024-03-01 10:00:00.000000"
+    assert _rows(spark, f"silver.{db}_gold.order_totals") == [(1, 1, 5)]

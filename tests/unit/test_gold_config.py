@@ -6,6 +6,7 @@ import pytest
 
 from cdclake.config import parse_config
 from cdclake.errors import ConfigError, UnknownTableError
+from cdclake.gold.consistent import SourceTimeline, choose_cut
 from cdclake.gold.settings import MartConfig, gold_database
 from cdclake.gold.sql import (
     SqlSyntaxError,
@@ -14,6 +15,7 @@ from cdclake.gold.sql import (
     referenced_tables,
     substitute_tables,
 )
+from cdclake.silver import SilverTable
 
 BASE = """
 silver:
@@ -182,3 +184,29 @@ def test_group_merge_matches_null_safely_and_deletes_vanished_groups() -> None:
     assert "ON t.`city` <=> s.`_cdc_key_city`" in statement
     assert "WHEN MATCHED AND s._cdc_present IS NULL THEN DELETE" in statement
     assert "WHEN NOT MATCHED AND s._cdc_present IS NOT NULL THEN INSERT (`city`, `hosts`)" in statement
+
+
+# --------------------------------------------------------------------------- consistent cut (pure)
+
+
+def _timeline(name: str, reached: list[str], history: bool = False) -> SourceTimeline:
+    table = SilverTable("silver", "db", name)
+    return SourceTimeline(name, table, [(i, t) for i, t in enumerate(reached)], table if history else None)
+
+
+def test_cut_is_the_latest_time_every_table_without_history_stopped_at() -> None:
+    orders, lines = _timeline("orders", ["10:00", "11:00"]), _timeline("lines", ["10:00"])
+    assert choose_cut([orders, lines]) == "10:00"
+
+
+def test_no_common_time_means_waiting_unless_the_faster_table_keeps_history() -> None:
+    lines = _timeline("lines", ["10:00"])
+    assert choose_cut([_timeline("orders", ["11:00"]), lines]) is None
+    assert choose_cut([_timeline("orders", ["11:00"], history=True), lines]) == "10:00"
+    # a table with history can only be read up to the time it has reached
+    assert choose_cut([_timeline("orders", ["09:00"], history=True), lines]) is None
+
+
+def test_all_tables_with_history_meet_at_the_slowest() -> None:
+    timelines = [_timeline("a", ["09:00", "12:00"], history=True), _timeline("b", ["11:00"], history=True)]
+    assert choose_cut(timelines) == "11:00"
