@@ -5,40 +5,24 @@ Every mistake names its line: unknown keys, bad types, missing primary keys in t
 
 from __future__ import annotations
 
-import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import yaml
-from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.nodes import MappingNode, Node
 
 from cdclake.errors import ConfigError
+from cdclake.gold.settings import GoldSettings, parse_gold
 from cdclake.identifiers import IDENTIFIER
+from cdclake.lake.history import HISTORY_SUFFIX
+from cdclake.yaml_doc import YamlDoc
 
 # The Iceberg catalog silver tables live in, locally and on AWS Glue.
 DEFAULT_CATALOG = "silver"
 
 BronzeFormat = Literal["csv", "parquet"]
-
-# Spark SQL type names accepted for declared columns and casts.
-_SIMPLE_TYPES = {
-    "string", "boolean", "tinyint", "smallint", "int", "integer", "bigint", "long", "float",
-    "double", "date", "timestamp", "timestamp_ntz", "binary",
-}  # fmt: skip
-_DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
-
-
-def normalise_type(type_name: str) -> str:
-    """Canonical Spark SQL spelling of a type name, or ``ValueError``."""
-    lowered = type_name.strip().lower()
-    aliases = {"integer": "int", "long": "bigint"}
-    if lowered in _SIMPLE_TYPES:
-        return aliases.get(lowered, lowered)
-    match = _DECIMAL.match(lowered)
-    if match and 1 <= int(match.group(1)) <= 38 and int(match.group(2)) <= int(match.group(1)):
-        return f"decimal({match.group(1)},{match.group(2)})"
-    raise ValueError(f"unknown type '{type_name}' (use one of {', '.join(sorted(_SIMPLE_TYPES))} or decimal(p,s))")
 
 
 @dataclass(frozen=True)
@@ -62,6 +46,7 @@ class TableConfig:
     append_only: bool = False
     columns: dict[str, str] = field(default_factory=dict)  # source column -> type, in file order
     clean: CleaningRules = field(default_factory=CleaningRules)
+    history: bool = False  # keep <target>__history: every version of every row (SCD type 2)
 
     @property
     def source(self) -> str:
@@ -99,6 +84,7 @@ class PipelineConfig:
     tables: tuple[TableConfig, ...]
     max_files_per_batch: int = 500
     max_bad_row_ratio: float = 0.01  # above this share of bad rows a batch fails instead of quarantining
+    gold: GoldSettings = field(default_factory=GoldSettings)  # the gold database and its marts
 
     def table(self, name: str) -> TableConfig:
         """Find a table by source name (``schema.table``), source table name or silver name."""
@@ -117,91 +103,16 @@ class PipelineConfig:
         return None
 
 
-# --------------------------------------------------------------------------- YAML validation
-
-
-class _Doc:
-    """Typed access to YAML nodes that reports errors with the file name and line."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def fail(self, node: Node, message: str) -> ConfigError:
-        return ConfigError(f"{self.source}, line {node.start_mark.line + 1}: {message}")
-
-    def mapping(self, node: Node, what: str, allowed: set[str]) -> dict[str, Node]:
-        if not isinstance(node, MappingNode):
-            raise self.fail(node, f"{what} must be a mapping")
-        result: dict[str, Node] = {}
-        for key_node, value_node in node.value:
-            key = self.scalar(key_node, f"a key in {what}")
-            if allowed and key not in allowed:
-                raise self.fail(key_node, f"unknown key '{key}' in {what} (allowed: {', '.join(sorted(allowed))})")
-            if key in result:
-                raise self.fail(key_node, f"duplicate key '{key}' in {what}")
-            result[key] = value_node
-        return result
-
-    def free_mapping(self, node: Node, what: str) -> dict[str, Node]:
-        return self.mapping(node, what, set())
-
-    def scalar(self, node: Node, what: str) -> str:
-        if not isinstance(node, ScalarNode):
-            raise self.fail(node, f"{what} must be a single value")
-        return str(node.value)
-
-    def boolean(self, node: Node, what: str) -> bool:
-        value = self.scalar(node, what).lower()
-        if value in ("true", "yes", "on"):
-            return True
-        if value in ("false", "no", "off"):
-            return False
-        raise self.fail(node, f"{what} must be true or false, not '{value}'")
-
-    def integer(self, node: Node, what: str, minimum: int = 1) -> int:
-        value = self.scalar(node, what)
-        if not (value.isascii() and value.isdigit()) or int(value) < minimum:
-            raise self.fail(node, f"{what} must be an integer >= {minimum}, not '{value}'")
-        return int(value)
-
-    def identifier(self, node: Node, what: str) -> str:
-        value = self.scalar(node, what)
-        if not IDENTIFIER.match(value):
-            raise self.fail(node, f"{what} '{value}' is not a valid column or table name")
-        return value
-
-    def identifiers(self, node: Node, what: str) -> tuple[str, ...]:
-        if isinstance(node, ScalarNode):
-            return (self.identifier(node, what),)
-        if not isinstance(node, SequenceNode):
-            raise self.fail(node, f"{what} must be a name or a list of names")
-        return tuple(self.identifier(item, what) for item in node.value)
-
-    def type_name(self, node: Node, what: str) -> str:
-        try:
-            return normalise_type(self.scalar(node, what))
-        except ValueError as exc:
-            raise self.fail(node, f"{what}: {exc}") from None
-
-    def typed_columns(self, node: Node, what: str) -> dict[str, str]:
-        result: dict[str, str] = {}
-        for name, type_node in self.free_mapping(node, what).items():
-            if not IDENTIFIER.match(name):
-                raise self.fail(type_node, f"column name '{name}' in {what} is not valid")
-            result[name] = self.type_name(type_node, f"type of column '{name}'")
-        return result
-
-
-_TOP_KEYS = {"bronze", "silver", "tables", "cdc", "quarantine"}
+_TOP_KEYS = {"bronze", "silver", "tables", "cdc", "quarantine", "gold", "marts"}
 _BRONZE_KEYS = {
     "path", "format", "csv_header", "csv_delimiter", "csv_null_value", "csv_no_sup_value", "include_op_for_full_load",
     "timestamp_column", "change_sequence_column", "transaction_path",
 }  # fmt: skip
-_TABLE_KEYS = {"target", "primary_key", "append_only", "columns", "clean"}
+_TABLE_KEYS = {"target", "primary_key", "append_only", "columns", "clean", "history"}
 _CLEAN_KEYS = {"cast", "derive", "rename", "drop"}
 
 
-def _parse_bronze(doc: _Doc, node: Node | None) -> BronzeSettings:
+def _parse_bronze(doc: YamlDoc, node: Node | None) -> BronzeSettings:
     if node is None:
         return BronzeSettings()
     fields = doc.mapping(node, "bronze", _BRONZE_KEYS)
@@ -244,7 +155,7 @@ def _parse_bronze(doc: _Doc, node: Node | None) -> BronzeSettings:
     )
 
 
-def _parse_clean(doc: _Doc, node: Node | None, where: str) -> CleaningRules:
+def _parse_clean(doc: YamlDoc, node: Node | None, where: str) -> CleaningRules:
     if node is None:
         return CleaningRules()
     fields = doc.mapping(node, where, _CLEAN_KEYS)
@@ -263,7 +174,7 @@ def _parse_clean(doc: _Doc, node: Node | None, where: str) -> CleaningRules:
     return CleaningRules(cast=cast, derive=derive, rename=rename, drop=drop)
 
 
-def _parse_table(doc: _Doc, source_node: Node, node: Node, bronze: BronzeSettings) -> TableConfig:
+def _parse_table(doc: YamlDoc, source_node: Node, node: Node, bronze: BronzeSettings) -> TableConfig:
     source = doc.scalar(source_node, "a table name")
     parts = source.split(".")
     if len(parts) != 2 or not all(IDENTIFIER.match(p) for p in parts):
@@ -275,6 +186,9 @@ def _parse_table(doc: _Doc, source_node: Node, node: Node, bronze: BronzeSetting
     if key and append_only:
         raise doc.fail(fields["append_only"], f"{where} has a primary key and append_only: choose one")
     columns = doc.typed_columns(fields["columns"], f"{where}.columns") if "columns" in fields else {}
+    history = doc.boolean(fields["history"], f"{where}.history") if "history" in fields else False
+    if history and not key:
+        raise doc.fail(fields["history"], f"{where}.history needs a primary_key (versions are kept per key)")
     if columns:
         missing = [k for k in key if k not in columns]
         if missing:
@@ -292,12 +206,23 @@ def _parse_table(doc: _Doc, source_node: Node, node: Node, bronze: BronzeSetting
         append_only=append_only,
         columns=columns,
         clean=_parse_clean(doc, fields.get("clean"), f"{where}.clean"),
+        history=history,
     )
+
+
+def readable_tables(database: str, tables: Sequence[TableConfig]) -> dict[str, str]:
+    """``database.table`` names a mart may read -> silver table name (history tables included)."""
+    names: dict[str, str] = {}
+    for table in tables:
+        names[f"{database}.{table.target}"] = table.target
+        if table.history:
+            names[f"{database}.{table.target}{HISTORY_SUFFIX}"] = f"{table.target}{HISTORY_SUFFIX}"
+    return names
 
 
 def parse_config(text: str, source: str = "<config>") -> PipelineConfig:
     """Parse and validate a configuration document; raise ``ConfigError`` naming the line."""
-    doc = _Doc(source)
+    doc = YamlDoc(source)
     try:
         root = yaml.compose(text)
     except yaml.YAMLError as exc:
@@ -349,6 +274,7 @@ def parse_config(text: str, source: str = "<config>") -> PipelineConfig:
         tables=tables,
         max_files_per_batch=max_files,
         max_bad_row_ratio=max_bad_row_ratio,
+        gold=parse_gold(doc, top.get("gold"), top.get("marts"), database, readable_tables(database, tables)),
     )
 
 

@@ -300,3 +300,42 @@ def test_copy_on_write_tables_merge_too(make_engine: EngineFactory, tmp_path: Pa
     # WHEN a batch with an update and a delete is applied THEN the MERGE works and silver is right
     _apply(engine, _cdc(bronze, "items", "20240102-0000020000.csv", [("U", "2", "1", "a2"), ("D", "2", "2", "b")]))
     assert _state(engine) == {1: "a2"}
+
+
+ITEMS_WITH_HISTORY = ITEMS.replace("name: string}}", "name: string}, history: true}")
+
+
+def test_history_keeps_every_version_and_a_late_file_lands_in_its_place(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # GIVEN a table with history: true, and its changes delivered out of order, one file twice,
+    # one batch crashing before its data commit
+    engine = make_engine(ITEMS_WITH_HISTORY)
+    bronze = tmp_path / "bronze"
+    first = _cdc(bronze, "items", "20240102-0000010000.csv", [("I", "1", "1", "a"), ("I", "1", "2", "x")])
+    late = _cdc(bronze, "items", "20240102-0000020000.csv", [("U", "2", "1", "b")])
+    last = _cdc(bronze, "items", "20240102-0000030000.csv", [("U", "3", "1", "c"), ("D", "4", "2", "x")])
+    _apply(engine, first)
+    with pytest.raises(RuntimeError, match="killed"):
+        _apply(replace(engine, committer=CrashingCommitter()), last)
+    _apply(engine, last)
+    # WHEN the older file arrives late, and is delivered once more
+    _apply(engine, late)
+    _apply(engine, late)
+    # THEN silver ignored the late change, history placed it between the others, each change once
+    assert _state(engine) == {1: "c"}
+    history = engine.spark.table(f"silver.{engine.config.database}.items__history")
+    versions = sorted(
+        (r["id"], str(r["valid_from"])[-8:], str(r["valid_to"])[-8:] if r["valid_to"] else None, r["operation"],
+         r["is_current"], r["name"])
+        for r in history.collect()
+    )  # fmt: skip
+    assert versions == [
+        (1, "00:00:01", "00:00:02", "I", False, "a"),
+        (1, "00:00:02", "00:00:03", "U", False, "b"),
+        (1, "00:00:03", None, "U", True, "c"),
+        (2, "00:00:01", "00:00:04", "I", False, "x"),
+        (2, "00:00:04", None, "D", False, "x"),
+    ]
+    # AND the current versions equal silver
+    assert {r["id"]: r["name"] for r in history.where("is_current").collect()} == _state(engine)

@@ -25,6 +25,7 @@ from cdclake.context import Engine
 from cdclake.engine.prepare import BatchPlan, ChangeSet, Hold, silver_shape, tombstone_rows
 from cdclake.engine.read import BadRows
 from cdclake.engine.statements import merge_statement, tombstone_statement
+from cdclake.lake.history import apply_history, history_of
 from cdclake.lake.journals import (
     record_quarantine,
     record_quarantined_rows,
@@ -139,6 +140,10 @@ def _apply_keyed(
             tombstone_rows(deletes, key),
             lambda view: tombstone_statement(tombstones.identifier, view, key),
         )
+    if changes.history is not None:
+        # Before the data commit, like the tombstones: history adds each change once, so a re-run
+        # after a crash adds nothing; its commit carries the batch's files as well.
+        apply_history(engine.spark, history_of(silver), changes.history, key, properties)
     applicable = changes.rows.where(F.col(EFFECT).isin(EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE))
     columns, absent, unchanged = changes.columns, changes.schema.absent, list(changes.unchanged)
     engine.committer.merge(

@@ -34,6 +34,7 @@ from cdclake.lake.tables import silver_columns, table_exists
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+
 @dataclass(frozen=True)
 class Hold:
     """Files to keep in quarantine (not applied, held until a replay), and why."""
@@ -57,6 +58,7 @@ class ChangeSet:
     effects: dict[str, int]  # rows per effect (append-only: all inserts)
     latest_commit_ts: str | None
     bad: BadRows | None
+    history: DataFrame | None  # every valid change, materialised (tables with ``history: true``)
 
 
 @dataclass
@@ -126,6 +128,10 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
     rows.unpersist()  # a checkpoint of its own above, if any; the materialised rows no longer need it
     stats = applied.get
     counts = RowCounts.of(read.get)
+    history = None
+    if table.history:  # every change, not only the latest per key: a second read of the batch
+        valid = _cast(changes.where(~has_error()), schema.cast)
+        history = valid.select(*data_columns(valid), SILVER_ORDER, OP, COMMIT_TS).localCheckpoint()
     plan.changes = ChangeSet(
         files=list(files),
         rows=materialized,
@@ -138,6 +144,7 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
         effects={e: int(stats[e]) for e in stats if e != "_cdc_latest"},
         latest_commit_ts=stats["_cdc_latest"],
         bad=bad_rows(engine, table, changes, files, counts),
+        history=history,
     )
     return plan
 

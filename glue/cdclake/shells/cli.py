@@ -131,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--table", action="append", help="only this table (repeatable)")
     verify.add_argument("--show", type=int, default=20, help="differing keys printed per table and kind")
 
+    gold = commands.add_parser("gold", help="refresh the gold marts from silver (one commit per mart)")
+    gold.add_argument("--mart", action="append", help="only this mart (repeatable)")
+
     query = commands.add_parser("query", help="run SQL on the silver catalog")
     query.add_argument("sql")
     query.add_argument("--format", choices=("table", "csv", "json"), default="table")
@@ -265,11 +268,19 @@ def _maintain(engine: Engine, args: argparse.Namespace) -> int:
 
 def _status(engine: Engine, args: argparse.Namespace) -> int:
     from cdclake.ops.status import statuses_as_rows, table_statuses
+    from cdclake.shells.marts import mart_status_text
     from cdclake.shells.output import format_rows
 
     columns, rows = statuses_as_rows(table_statuses(engine))
     print(format_rows(columns, rows, args.format), end="")
+    print(mart_status_text(engine, args.format), end="")
     return 0
+
+
+def _gold(engine: Engine, args: argparse.Namespace) -> int:
+    from cdclake.shells.marts import gold_command
+
+    return gold_command(engine, args.mart)
 
 
 def _query(engine: Engine, args: argparse.Namespace) -> int:
@@ -306,6 +317,7 @@ _COMMANDS: dict[str, Callable[[Engine, argparse.Namespace], int]] = {
     "replay": _replay,
     "maintain": _maintain,
     "status": _status,
+    "gold": _gold,
     "query": _query,
     "verify": _verify,
 }

@@ -200,6 +200,7 @@ def run_demo(workdir: Path, make_engine: Callable[[Path, str], Engine]) -> int:
     """Run the demo in ``workdir`` (recreated); return 0 when silver equals the source state."""
     from cdclake.engine.run import apply_cdc_files, run
     from cdclake.engine.select import files_from_keys
+    from cdclake.gold.demo import refresh_demo_marts, verify_demo_marts
     from cdclake.ops.status import statuses_as_rows, table_statuses
     from cdclake.shells.output import format_rows
 
@@ -214,6 +215,7 @@ def run_demo(workdir: Path, make_engine: Callable[[Path, str], Engine]) -> int:
     engine = make_engine(config_path, str(bronze))
     print("demo: full load")
     run(engine)
+    refresh_demo_marts(engine)  # layer 3: the first refresh of a mart is a full one
     batches = cdc_batches()
     written = []
     for number, batch in enumerate(batches, start=1):
@@ -231,10 +233,12 @@ def run_demo(workdir: Path, make_engine: Callable[[Path, str], Engine]) -> int:
     print(format_rows(status_columns, status_rows, "table"), end="")
     expected = expected_silver(final_source_rows())
     problems = differences(actual, expected)
+    refresh_demo_marts(engine)  # after the CDC batches: only the groups whose hosts changed
+    gold_failed = verify_demo_marts(engine)
     if problems:
         print("demo: silver DIFFERS from the expected source state:")
         for problem in problems:
             print(f"  {problem}")
         return 1
     print(f"demo: silver equals the expected source state ({len(expected)} rows): OK")
-    return 0
+    return gold_failed

@@ -1,0 +1,422 @@
+"""Refresh gold marts from pinned silver snapshots: one Iceberg commit per mart.
+
+A refresh pins the current snapshot of every silver table a mart reads and evaluates the mart's SQL
+against those snapshots only (temporary views of ``VERSION AS OF`` reads), so a mart reflects one
+cut of silver. The commit records the snapshot ids in its summary (``cdclake.gold.sources``); when
+none changed since, and the definition did not either, the refresh is a no-op.
+
+* **Full**: ``createOrReplace`` of the mart with the SQL's result (an atomic replace, one commit).
+* **Incremental** (marts with ``keys`` whose SQL is a GROUP BY of those keys): the groups whose
+  source rows changed since the snapshots last reflected are found by evaluating the SQL over the
+  changed rows only (before-images against the old snapshots, after-images against the new), the
+  SQL is evaluated again for those groups only, and one MERGE replaces them (groups that no longer
+  exist are deleted).
+
+A mart whose SQL does not compile, or whose refresh fails, is reported with the reason and keeps
+its previous content; the other marts refresh.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from cdclake.config import PipelineConfig, readable_tables
+from cdclake.gold.settings import MartConfig
+from cdclake.gold.snapshots import (
+    IncrementalUnavailable,
+    changed_rows,
+    current_snapshot,
+    latest_commit_ts_at,
+)
+from cdclake.gold.sql import definition_id, group_merge_statement, referenced_tables, substitute_tables
+from cdclake.identifiers import quote
+from cdclake.lake.ledger import KIND_PROPERTY
+from cdclake.lake.tables import TABLE_PROPERTIES, SilverTable, commit_with_properties, ensure_database, table_exists
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from cdclake.context import Engine
+
+log = logging.getLogger("cdclake.gold")
+
+KIND_GOLD = "gold"
+SOURCES_PROPERTY = "cdclake.gold.sources"  # JSON: {"database.table": silver snapshot id}
+PATH_PROPERTY = "cdclake.gold.path"  # "incremental" or "full"
+REASON_PROPERTY = "cdclake.gold.reason"  # why a keyed mart was recomputed in full
+DEFINITION_PROPERTY = "cdclake.gold.definition"  # digest of sql, keys, partition_by, consistent
+GROUPS_PROPERTY = "cdclake.gold.groups"  # groups an incremental refresh recomputed
+SOURCE_COMMIT_TS_PROPERTY = "cdclake.gold.source-commit-ts"  # every source is complete up to this commit
+CUT_PROPERTY = "cdclake.gold.cut-commit-ts"  # consistent marts: the one source commit time computed at
+
+PATH_FULL, PATH_INCREMENTAL = "full", "incremental"
+REFRESHED, UP_TO_DATE, FAILED, WAITING = "refreshed", "up to date", "failed", "waiting"
+_KEY_PREFIX = "_cdc_key_"
+_PRESENT = "_cdc_present"
+
+
+def gold_database(config: PipelineConfig) -> str:
+    """Where the marts live: ``gold.database``, by default the silver database name + ``_gold``."""
+    return config.gold.database or f"{config.database}_gold"
+
+
+@dataclass(frozen=True)
+class MartRefresh:
+    """What one mart's refresh did."""
+
+    mart: str  # gold_database.name
+    outcome: str  # refreshed | up to date | failed | waiting
+    path: str | None = None  # incremental | full (refreshed only)
+    reason: str = ""  # why full, why failed, what it waits for
+    groups: int | None = None  # groups recomputed by an incremental refresh
+    sources: dict[str, int] = field(default_factory=dict)  # silver snapshot ids reflected
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class LastRefresh:
+    """The newest gold commit of a mart (read from its snapshot summary)."""
+
+    snapshot_id: int
+    committed_at: str  # UTC (the session's time zone), yyyy-MM-dd HH:mm:ss[.fff]
+    sources: dict[str, int]
+    definition: str | None
+    path: str | None
+    reason: str | None
+    cut: str | None
+
+
+@dataclass(frozen=True)
+class PinnedSource:
+    name: str  # database.table, as the SQL names it
+    table: SilverTable
+    snapshot_id: int
+
+
+def mart_table(engine: Engine, mart: MartConfig) -> SilverTable:
+    """The Iceberg table a mart is kept in: ``<catalog>.<gold database>.<mart name>``."""
+    return SilverTable(engine.catalog, gold_database(engine.config), mart.name)
+
+
+def last_refresh(spark: SparkSession, target: SilverTable) -> LastRefresh | None:
+    """The newest commit on the mart's current lineage that recorded a refresh (None: never refreshed)."""
+    if not table_exists(spark, target):
+        return None
+    row = spark.sql(
+        f"""
+        SELECT s.snapshot_id, CAST(s.committed_at AS STRING) AS committed_at, s.summary
+        FROM {target.metadata("snapshots")} s JOIN {target.metadata("history")} h ON s.snapshot_id = h.snapshot_id
+        WHERE h.is_current_ancestor AND s.summary['{SOURCES_PROPERTY}'] IS NOT NULL
+        ORDER BY h.made_current_at DESC LIMIT 1
+        """
+    ).first()
+    if row is None:
+        return None
+    summary = dict(row["summary"])
+    return LastRefresh(
+        snapshot_id=int(row["snapshot_id"]),
+        committed_at=row["committed_at"],
+        sources={k: int(v) for k, v in json.loads(summary[SOURCES_PROPERTY]).items()},
+        definition=summary.get(DEFINITION_PROPERTY),
+        path=summary.get(PATH_PROPERTY),
+        reason=summary.get(REASON_PROPERTY),
+        cut=summary.get(CUT_PROPERTY),
+    )
+
+
+def mart_sources(engine: Engine, mart: MartConfig) -> list[tuple[str, SilverTable]]:
+    """The silver tables a mart's SQL reads: (``database.table`` as written, the table)."""
+    known = readable_tables(engine.config.database, engine.config.tables)
+    return [
+        (name, SilverTable(engine.catalog, engine.config.database, known[name]))
+        for name in referenced_tables(mart.sql, known, engine.catalog)
+    ]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:500]
+
+
+@contextmanager
+def _views(spark: SparkSession) -> Iterator[dict[str, DataFrame]]:
+    """Temporary views registered during one refresh (name -> frame), dropped afterwards."""
+    registered: dict[str, DataFrame] = {}
+    try:
+        yield registered
+    finally:
+        for name in registered:
+            spark.catalog.dropTempView(name)
+
+
+def _register(spark: SparkSession, views: dict[str, DataFrame], name: str, frame: DataFrame) -> str:
+    frame.createOrReplaceTempView(name)
+    views[name] = frame
+    return name
+
+
+def _pinned_read(spark: SparkSession, table: SilverTable, snapshot_id: int) -> DataFrame:
+    return spark.sql(f"SELECT * FROM {table.identifier} VERSION AS OF {int(snapshot_id)}")
+
+
+def incremental_shape_problem(frame: DataFrame, keys: Sequence[str]) -> str | None:
+    """Why a mart's SQL cannot be refreshed group by group (None: it can).
+
+    It can when its result is a GROUP BY whose grouping expressions produce the ``keys`` columns,
+    with only projections passing the keys through (or an ORDER BY) above it: then every result
+    row depends on the source rows of its own group only. HAVING, LIMIT, DISTINCT, window
+    functions above the aggregate and grouping sets need a full recompute.
+    """
+    node: Any = frame._jdf.queryExecution().analyzed()
+    wanted = {k.lower() for k in keys}
+    while node.nodeName() in ("Project", "SubqueryAlias", "Sort"):
+        if node.nodeName() == "Project":
+            passed = {
+                _seq(node.projectList())[i].name().lower()
+                for i in range(node.projectList().size())
+                if _seq(node.projectList())[i].nodeName() == "AttributeReference"
+            }
+            if not wanted <= passed:
+                return "a key column is computed above the GROUP BY"
+        node = node.child()
+    if node.nodeName() != "Aggregate":
+        return f"its SQL is not a GROUP BY of its keys (found {node.nodeName()} on top)"
+    if node.child().nodeName() == "Expand":
+        return "its SQL uses GROUPING SETS, ROLLUP or CUBE"
+    grouping = _seq(node.groupingExpressions())
+    outputs = {e.name().lower(): e for e in _seq(node.aggregateExpressions())}
+    for key in keys:
+        expression = outputs.get(key.lower())
+        if expression is None:
+            return f"key {key} is not a column of the GROUP BY's result"
+        produced = expression.child() if expression.nodeName() == "Alias" else expression
+        if not any(produced.semanticEquals(g) for g in grouping):
+            return f"key {key} is not one of the GROUP BY expressions"
+    return None
+
+
+def _seq(scala_seq: Any) -> list[Any]:
+    return [scala_seq.apply(i) for i in range(scala_seq.size())]
+
+
+def _properties(
+    mart: MartConfig,
+    pinned: Sequence[PinnedSource],
+    path: str,
+    source_commit_ts: str | None,
+    reason: str = "",
+    groups: int | None = None,
+    cut: str | None = None,
+) -> dict[str, str]:
+    properties = {
+        KIND_PROPERTY: KIND_GOLD,
+        SOURCES_PROPERTY: json.dumps({p.name: p.snapshot_id for p in pinned}, separators=(",", ":"), sort_keys=True),
+        PATH_PROPERTY: path,
+        DEFINITION_PROPERTY: definition_id(mart.sql, mart.keys, mart.partition_by, mart.consistent),
+    }
+    if reason:
+        properties[REASON_PROPERTY] = reason
+    if groups is not None:
+        properties[GROUPS_PROPERTY] = str(groups)
+    if source_commit_ts:
+        properties[SOURCE_COMMIT_TS_PROPERTY] = source_commit_ts
+    if cut:
+        properties[CUT_PROPERTY] = cut
+    return properties
+
+
+def _replace(
+    spark: SparkSession, target: SilverTable, frame: DataFrame, mart: MartConfig, props: dict[str, str]
+) -> None:
+    """Create or atomically replace the mart with ``frame``: one commit carrying ``props``."""
+    from pyspark.sql import functions as F
+
+    missing = [c for c in mart.partition_by if c not in frame.columns]
+    if missing:
+        raise ValueError(f"partition_by names column(s) the SQL does not produce: {', '.join(missing)}")
+    writer = frame.writeTo(target.identifier).using("iceberg")
+    for key, value in TABLE_PROPERTIES.items():
+        writer = writer.tableProperty(key, value)
+    if mart.partition_by:
+        writer = writer.partitionedBy(*[F.col(c) for c in mart.partition_by])
+    commit_with_properties(spark, props, writer.createOrReplace)
+
+
+def _schema(frame: DataFrame) -> list[tuple[str, str]]:
+    return [(f.name, f.dataType.simpleString()) for f in frame.schema.fields]
+
+
+def evaluate(spark: SparkSession, mart: MartConfig, views: dict[str, str], catalog: str = "silver") -> DataFrame:
+    """The mart's SQL with its silver tables replaced by the given views (``database.table`` -> view)."""
+    return spark.sql(substitute_tables(mart.sql, views, catalog))
+
+
+def _affected_groups(
+    engine: Engine,
+    mart: MartConfig,
+    pinned: Sequence[PinnedSource],
+    previous: dict[str, int],
+    new_views: dict[str, str],
+    registered: dict[str, DataFrame],
+) -> DataFrame:
+    """The keys of the groups whose source rows changed between ``previous`` and ``pinned`` snapshots.
+
+    For each changed table, the SQL runs over its before-images with the other tables at their
+    previous snapshots, and over its after-images with the others at their pinned snapshots.
+    """
+    spark = engine.spark
+    old_views = {p.name: f"cdclake_gold_old_{i}" for i, p in enumerate(pinned)}
+    for source in pinned:
+        _register(spark, registered, old_views[source.name], _pinned_read(spark, source.table, previous[source.name]))
+    keys: DataFrame | None = None
+    for i, source in enumerate(pinned):
+        if previous[source.name] == source.snapshot_id:
+            continue
+        delta = changed_rows(spark, source.table, previous[source.name], source.snapshot_id)
+        before = _register(spark, registered, f"cdclake_gold_before_{i}", delta.before)
+        after = _register(spark, registered, f"cdclake_gold_after_{i}", delta.after)
+        for side in (old_views | {source.name: before}, new_views | {source.name: after}):
+            found = evaluate(spark, mart, side, engine.catalog).select(*[quote(k) for k in mart.keys])
+            keys = found if keys is None else keys.unionByName(found)
+    assert keys is not None, "called only when a source changed"
+    return keys.distinct()
+
+
+def _refresh_incremental(
+    engine: Engine,
+    mart: MartConfig,
+    target: SilverTable,
+    pinned: Sequence[PinnedSource],
+    previous: dict[str, int],
+    current: DataFrame,
+    views: dict[str, str],
+    registered: dict[str, DataFrame],
+    source_commit_ts: str | None,
+) -> int:
+    """Recompute the affected groups and MERGE them; return how many groups."""
+    from pyspark.sql import functions as F
+
+    spark = engine.spark
+    affected = _affected_groups(engine, mart, pinned, previous, views, registered).localCheckpoint()
+    groups = affected.count()
+    props = _properties(mart, pinned, PATH_INCREMENTAL, source_commit_ts, groups=groups)
+    if groups == 0:  # nothing the mart reads changed: record the new cut, add no data
+        empty = spark.table(target.identifier).limit(0)
+        commit_with_properties(spark, props, empty.writeTo(target.identifier).append)
+        return 0
+    keyed = affected.select(*[F.col(quote(k)).alias(_KEY_PREFIX + k) for k in mart.keys])
+    match = [F.col(quote(_KEY_PREFIX + k)).eqNullSafe(F.col(quote(k))) for k in mart.keys]
+    condition = match[0]
+    for extra in match[1:]:
+        condition = condition & extra
+    recomputed = current.join(F.broadcast(keyed), condition, "left_semi").withColumn(_PRESENT, F.lit(True))
+    source = keyed.join(recomputed, condition, "left").select(
+        *[quote(_KEY_PREFIX + k) for k in mart.keys], _PRESENT, *[quote(c) for c in current.columns]
+    )
+    view = _register(spark, registered, "cdclake_gold_merge", source)
+    statement = group_merge_statement(target.identifier, view, current.columns, mart.keys)
+    commit_with_properties(spark, props, lambda: spark.sql(statement))
+    return groups
+
+
+def refresh_mart(engine: Engine, mart: MartConfig) -> MartRefresh:
+    """Refresh one mart (see the module docstring); never raises for the mart's own problems."""
+    started = time.monotonic()
+    spark = engine.spark
+    target = mart_table(engine, mart)
+    label = f"{target.database}.{target.name}"
+    if mart.consistent:
+        from cdclake.gold.consistent import refresh_consistent
+
+        return refresh_consistent(engine, mart, label, started)
+    sources = mart_sources(engine, mart)
+    pinned: list[PinnedSource] = []
+    for name, table in sources:
+        snapshot = current_snapshot(spark, table)
+        if snapshot is None:
+            return MartRefresh(label, WAITING, reason=f"silver table {name} has no data yet")
+        pinned.append(PinnedSource(name, table, snapshot))
+    sources_now = {p.name: p.snapshot_id for p in pinned}
+    definition = definition_id(mart.sql, mart.keys, mart.partition_by, mart.consistent)
+    previous = last_refresh(spark, target)
+    if previous and previous.sources == sources_now and previous.definition == definition:
+        return MartRefresh(label, UP_TO_DATE, sources=sources_now, seconds=time.monotonic() - started)
+    with _views(spark) as registered:
+        views = {
+            p.name: _register(spark, registered, f"cdclake_gold_pin_{i}", _pinned_read(spark, p.table, p.snapshot_id))
+            for i, p in enumerate(pinned)
+        }
+        try:
+            current = evaluate(spark, mart, views, engine.catalog)
+        except Exception as exc:  # AnalysisException / ParseException: the SQL no longer compiles
+            failure = f"its SQL does not compile: {_first_line(exc)}"
+            log.error("gold mart skipped mart=%s reason=%s", label, failure)
+            return MartRefresh(label, FAILED, reason=failure, seconds=time.monotonic() - started)
+        commit_ts = _source_commit_ts(spark, pinned)
+        try:
+            reason = _full_reason(spark, mart, target, previous, definition, current, sources_now)
+            if reason is None and previous is not None:
+                try:
+                    groups = _refresh_incremental(
+                        engine, mart, target, pinned, previous.sources, current, views, registered, commit_ts
+                    )
+                    outcome = MartRefresh(label, REFRESHED, PATH_INCREMENTAL, groups=groups, sources=sources_now)
+                    log.info("gold mart refreshed mart=%s path=incremental groups=%d", label, groups)
+                    return _timed(outcome, started)
+                except IncrementalUnavailable as exc:
+                    reason = str(exc)
+            ensure_database(spark, target.catalog, target.database)
+            props = _properties(mart, pinned, PATH_FULL, commit_ts, reason=reason or "")
+            _replace(spark, target, current, mart, props)
+            log.info("gold mart refreshed mart=%s path=full reason=%s", label, reason)
+            return _timed(MartRefresh(label, REFRESHED, PATH_FULL, reason=reason or "", sources=sources_now), started)
+        except Exception as exc:
+            log.error("gold mart failed mart=%s reason=%s", label, _first_line(exc))
+            return _timed(MartRefresh(label, FAILED, reason=_first_line(exc)), started)
+
+
+def _timed(outcome: MartRefresh, started: float) -> MartRefresh:
+    from dataclasses import replace
+
+    return replace(outcome, seconds=time.monotonic() - started)
+
+
+def _source_commit_ts(spark: SparkSession, pinned: Sequence[PinnedSource]) -> str | None:
+    """The source commit time every pinned table is complete up to (the smallest of their newest)."""
+    times = [latest_commit_ts_at(spark, p.table, p.snapshot_id) for p in pinned]
+    return None if not times or any(t is None for t in times) else min(t for t in times if t)
+
+
+def _full_reason(
+    spark: SparkSession,
+    mart: MartConfig,
+    target: SilverTable,
+    previous: LastRefresh | None,
+    definition: str,
+    current: DataFrame,
+    sources_now: dict[str, int],
+) -> str | None:
+    """Why this refresh recomputes the mart in full (None: it can go group by group)."""
+    if not mart.keys:
+        return "no keys"
+    if previous is None:
+        return "first refresh"
+    if previous.definition != definition:
+        return "the mart's definition changed"
+    if set(previous.sources) != set(sources_now):
+        return "the mart reads other tables than at its last refresh"
+    if _schema(current) != _schema(spark.table(target.identifier)):
+        return "the mart's columns changed"
+    return incremental_shape_problem(current, mart.keys)
+
+
+def refresh_marts(engine: Engine, marts: Sequence[MartConfig] | None = None) -> list[MartRefresh]:
+    """Refresh ``marts`` (all configured ones by default), each on its own: one commit per mart."""
+    chosen = list(engine.config.gold.marts if marts is None else marts)
+    return [refresh_mart(engine, mart) for mart in chosen]

@@ -1,0 +1,147 @@
+"""Change history of a silver table (SCD type 2): ``<table>__history`` keeps every version of every row.
+
+Fed from the same ordered change rows a CDC batch applies to silver, every change and not only the
+latest per key (late ones included: silver ignores a change older than the stored row, history
+places it in its timeline). One version per change, identified by (key, ``_cdc_order``):
+
+* ``valid_from``: the change's source commit time; ``valid_to``: the next version's ``valid_from``
+  (NULL for the newest); ``is_current``: newest and not a delete; ``operation``: I, U or D.
+* A delete is a version too (``operation = 'D'``, never current): it closes the version before it,
+  and a late change older than the delete lands before it, not after.
+* A late change splits the version it falls into: that version's ``valid_to`` becomes the late
+  change's ``valid_from``, and the late version ends where the next one starts.
+* Exactly once: a change whose (key, ``_cdc_order``) is already in history is not added again, so
+  re-applying a batch (a redelivered file, a re-run after a crash) changes nothing.
+
+Reading: the rows of a key valid at time T are ``valid_from <= T AND (valid_to > T OR valid_to IS
+NULL) AND operation <> 'D'``; the current rows (``is_current``) equal silver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import reduce
+from operator import and_
+from typing import TYPE_CHECKING
+
+from cdclake.columns import COMMIT_TS, OP, SILVER_ORDER
+from cdclake.identifiers import quote
+from cdclake.lake.tables import TABLE_PROPERTIES, SilverTable, commit_with_properties, table_exists
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+HISTORY_SUFFIX = "__history"
+VALID_FROM, VALID_TO, IS_CURRENT, OPERATION = "valid_from", "valid_to", "is_current", "operation"
+HISTORY_COLUMNS = (VALID_FROM, VALID_TO, IS_CURRENT, OPERATION)
+
+
+@dataclass(frozen=True)
+class HistoryReport:
+    versions_added: int  # changes not in history before
+    versions_closed: int  # existing versions whose valid_to or is_current changed
+
+
+def history_of(table: SilverTable) -> SilverTable:
+    """Where the history of ``table`` lives: ``<table>__history`` beside it."""
+    return SilverTable(table.catalog, table.database, f"{table.name}{HISTORY_SUFFIX}")
+
+
+def _versions(changes: DataFrame, data: Sequence[str]) -> DataFrame:
+    """Change rows -> version rows without validity: data columns, ``_cdc_order``, operation, valid_from."""
+    from pyspark.sql import functions as F
+
+    valid_from = F.col(COMMIT_TS).cast("timestamp")
+    return changes.select(
+        *[quote(c) for c in data],
+        F.col(SILVER_ORDER).cast("string").alias(SILVER_ORDER),
+        F.col(OP).alias(OPERATION),
+        valid_from.alias(VALID_FROM),
+    )
+
+
+def with_validity(versions: DataFrame, key: Sequence[str]) -> DataFrame:
+    """``valid_to`` and ``is_current`` of every version from its key's timeline (ordered by ``_cdc_order``)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    timeline = Window.partitionBy(*[quote(k) for k in key]).orderBy(SILVER_ORDER)
+    following = F.lead(VALID_FROM).over(timeline)
+    is_last = F.lead(SILVER_ORDER).over(timeline).isNull()
+    return versions.withColumn(VALID_TO, following).withColumn(IS_CURRENT, is_last & (F.col(OPERATION) != "D"))
+
+
+def _ensure_history(spark: SparkSession, history: SilverTable, shape: DataFrame) -> None:
+    """Create the history table with ``shape``'s columns, or add the ones it lacks (a silver column added)."""
+    if not table_exists(spark, history):
+        writer = shape.limit(0).writeTo(history.identifier).using("iceberg")
+        for name, value in TABLE_PROPERTIES.items():
+            writer = writer.tableProperty(name, value)
+        writer.create()
+        return
+    stored = set(spark.table(history.identifier).columns)
+    for field in shape.schema.fields:
+        if field.name not in stored:
+            spark.sql(
+                f"ALTER TABLE {history.identifier} ADD COLUMN {quote(field.name)} {field.dataType.simpleString()}"
+            )
+
+
+def apply_history(
+    spark: SparkSession,
+    history: SilverTable,
+    changes: DataFrame,
+    key: Sequence[str],
+    properties: dict[str, str] | None = None,
+) -> HistoryReport:
+    """Add a batch of ordered changes to ``history`` exactly once, as one Iceberg commit.
+
+    ``changes``: one row per change (every change of the batch, in any row order): the key and
+    data columns as silver stores them, ``_cdc_order`` (the change's order text, as in silver),
+    ``_cdc_op`` (I, U or D) and ``_cdc_ts`` (the source commit time, text or timestamp). Other
+    ``_cdc_*`` columns are ignored. ``properties`` go into the commit's snapshot summary (the
+    engine records the batch's files there, like silver's ledger). The history table is created
+    on first use; silver columns added later are added to it.
+    """
+    from pyspark.sql import functions as F
+
+    data = [c for c in changes.columns if not c.startswith("_cdc_")]
+    missing = [k for k in key if k not in data]
+    if missing:
+        raise ValueError(f"the changes lack the key column(s) {', '.join(missing)}")
+    incoming = with_validity(_versions(changes, data), key).dropDuplicates([*key, SILVER_ORDER])
+    _ensure_history(spark, history, incoming)
+    stored = spark.table(history.identifier)
+    columns = stored.columns
+    incoming = incoming.select(
+        *[F.col(quote(c)) if c in incoming.columns else F.lit(None).alias(c) for c in columns]
+    ).withColumns({f.name: F.col(quote(f.name)).cast(f.dataType) for f in stored.schema.fields})
+    identity = [*key, SILVER_ORDER]
+    touched = stored.join(incoming.select(*[quote(k) for k in key]).distinct(), list(key), "left_semi")
+    new = incoming.join(touched.select(*[quote(c) for c in identity]), identity, "left_anti")
+    timeline = with_validity(
+        touched.drop(VALID_TO, IS_CURRENT).unionByName(new.drop(VALID_TO, IS_CURRENT)), key
+    ).select(*[quote(c) for c in columns])
+    same = touched.select(*[F.col(quote(c)).alias(f"_cdc_was_{c}") for c in [*identity, VALID_TO, IS_CURRENT]])
+    unchanged = [F.col(quote(c)).eqNullSafe(F.col(quote(f"_cdc_was_{c}"))) for c in [*identity, VALID_TO, IS_CURRENT]]
+    changed = timeline.join(same, reduce(and_, unchanged), "left_anti").localCheckpoint()
+    closed = changed.join(touched.select(*[quote(c) for c in identity]), identity, "left_semi").count()
+    added = changed.count() - closed
+    if added == 0 and closed == 0:
+        if properties:  # record the batch all the same, so the ledger says it was applied
+            commit_with_properties(spark, properties, stored.limit(0).writeTo(history.identifier).append)
+        return HistoryReport(0, 0)
+    view = f"cdclake_history_{history.name}"
+    changed.createOrReplaceTempView(view)
+    on = " AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in identity)
+    statement = (
+        f"MERGE INTO {history.identifier} t USING {view} s ON {on} "
+        f"WHEN MATCHED THEN UPDATE SET t.{VALID_TO} = s.{VALID_TO}, t.{IS_CURRENT} = s.{IS_CURRENT} "
+        "WHEN NOT MATCHED THEN INSERT *"
+    )
+    try:
+        commit_with_properties(spark, properties or {}, lambda: spark.sql(statement))
+    finally:
+        spark.catalog.dropTempView(view)
+    return HistoryReport(versions_added=added, versions_closed=closed)

@@ -1,0 +1,482 @@
+"""Gold marts: incremental refresh equals a full recompute, broken marts are skipped, no-op refreshes.
+
+Silver tables here are Iceberg tables with silver's properties (merge-on-read, so CDC-like MERGEs
+write position delete files), changed with MERGE statements; the oracles are the mart's SQL
+evaluated from scratch over silver and a plain-Python aggregation of the rows the test wrote.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from cdclake.config import parse_config
+from cdclake.context import Engine
+from cdclake.dms.store import LocalBronze
+from cdclake.gold.refresh import FAILED, PATH_FULL, PATH_INCREMENTAL, REFRESHED, UP_TO_DATE, refresh_marts
+from cdclake.gold.status import mart_statuses
+from cdclake.lake.tables import TABLE_PROPERTIES
+
+HostRow = tuple[int, str | None, str | None, int | None]  # id, country, city, rate
+COUNTRIES = {"DE": "Europe", "FR": "Europe", "JP": "Asia", "BR": "America", None: None}
+CITIES = {"DE": ["Berlin", "Hamburg"], "FR": ["Paris", None], "JP": ["Kyoto"], "BR": ["Rio"], None: [None]}
+
+CONFIG = """
+silver: {{database: {db}}}
+tables:
+  s.hosts: {{primary_key: [id], columns: {{id: int}}}}
+  s.countries: {{primary_key: [country], columns: {{country: string}}}}
+marts:
+  - name: hosts_per_city
+    sql: >-
+      SELECT country, city, count(*) AS hosts, sum(rate) AS rate_sum, max(rate) AS best_rate
+      FROM {db}.hosts GROUP BY country, city
+    keys: [country, city]
+  - name: hosts_per_continent
+    sql: >-
+      SELECT c.continent, count(h.id) AS hosts, min(h.rate) AS worst_rate
+      FROM {db}.hosts h JOIN silver.{db}.countries c ON h.country = c.country
+      GROUP BY c.continent
+    keys: [continent]
+  - name: well_rated
+    sql: SELECT id, rate FROM {db}.hosts WHERE rate >= 50
+"""
+
+
+def _create(spark: SparkSession, identifier: str, schema: str) -> None:
+    properties = ", ".join(f"'{k}'='{v}'" for k, v in TABLE_PROPERTIES.items())
+    spark.sql(f"CREATE TABLE {identifier} ({schema}) USING iceberg TBLPROPERTIES ({properties})")
+
+
+@pytest.fixture
+def gold_engine(spark: SparkSession, tmp_path: Path) -> Engine:
+    """Two silver tables (hosts, countries) in a fresh database and the marts of ``CONFIG``."""
+    db = f"g_{uuid.uuid4().hex[:10]}"
+    spark.sql(f"CREATE NAMESPACE silver.{db}")
+    _create(spark, f"silver.{db}.hosts", "id int, country string, city string, rate int")
+    _create(spark, f"silver.{db}.countries", "country string, continent string")
+    rows = ", ".join(f"('{c}', '{k}')" for c, k in COUNTRIES.items() if c)
+    spark.sql(f"INSERT INTO silver.{db}.countries VALUES {rows}")
+    config = parse_config(CONFIG.format(db=db), "gold.yaml")
+    return Engine(spark, config, LocalBronze(tmp_path))
+
+
+def _merge_hosts(spark: SparkSession, db: str, changes: list[tuple[str, HostRow]]) -> None:
+    """One MERGE like a CDC batch: (op, row) with op I / U / D."""
+
+    def literal(value: Any) -> str:
+        return "NULL" if value is None else f"'{value}'" if isinstance(value, str) else str(value)
+
+    values = ", ".join(f"('{op}', {', '.join(literal(v) for v in row)})" for op, row in changes)
+    spark.sql(
+        f"CREATE OR REPLACE TEMPORARY VIEW test_changes AS SELECT * FROM VALUES {values} "
+        "AS s(op, id, country, city, rate)"
+    )
+    spark.sql(
+        f"""
+        MERGE INTO silver.{db}.hosts t USING test_changes s ON t.id = s.id
+        WHEN MATCHED AND s.op = 'D' THEN DELETE
+        WHEN MATCHED THEN UPDATE SET t.country = s.country, t.city = s.city, t.rate = CAST(s.rate AS INT)
+        WHEN NOT MATCHED AND s.op <> 'D' THEN INSERT (id, country, city, rate)
+            VALUES (s.id, s.country, s.city, CAST(s.rate AS INT))
+        """
+    )
+
+
+def _random_host(rng: random.Random, ident: int) -> HostRow:
+    country = rng.choice(list(CITIES))
+    rate = rng.choice([None, 10, 40, 50, 75, 100])
+    return (ident, country, rng.choice(CITIES[country]), rate)
+
+
+def _random_batch(rng: random.Random, state: dict[int, HostRow], next_id: int) -> list[tuple[str, HostRow]]:
+    """Inserts, updates that move hosts between groups, deletes (groups vanish and appear)."""
+    changes: list[tuple[str, HostRow]] = []
+    for ident in rng.sample(sorted(state), k=min(len(state), rng.randint(0, 4))):
+        if rng.random() < 0.4:
+            changes.append(("D", state[ident]))
+        else:
+            changes.append(("U", _random_host(rng, ident)))
+    for offset in range(rng.randint(0, 4)):
+        changes.append(("I", _random_host(rng, next_id + offset)))
+    return changes
+
+
+def _rows(spark: SparkSession, identifier_or_sql: str, sql: bool = False) -> list[tuple[Any, ...]]:
+    frame = spark.sql(identifier_or_sql) if sql else spark.table(identifier_or_sql)
+    return sorted((tuple(r) for r in frame.collect()), key=repr)
+
+
+def _per_city_oracle(state: dict[int, HostRow]) -> list[tuple[Any, ...]]:
+    """hosts_per_city in plain Python (SQL semantics: NULL rates ignored, all-NULL sums are NULL)."""
+    groups: dict[tuple[str | None, str | None], list[int | None]] = defaultdict(list)
+    for _, country, city, rate in state.values():
+        groups[(country, city)].append(rate)
+    result = []
+    for (country, city), rates in groups.items():
+        known = [r for r in rates if r is not None]
+        result.append((country, city, len(rates), sum(known) if known else None, max(known) if known else None))
+    return sorted(result, key=repr)
+
+
+@pytest.mark.parametrize("seed", [7, 21, 1234])
+def test_incremental_refresh_equals_full_recompute_after_random_batches(gold_engine: Engine, seed: int) -> None:
+    # GIVEN silver hosts with a first full refresh of every mart
+    spark, db, rng = gold_engine.spark, gold_engine.config.database, random.Random(seed)
+    state: dict[int, HostRow] = {}
+    initial = [_random_host(rng, i) for i in range(1, 9)]
+    _merge_hosts(spark, db, [("I", row) for row in initial])
+    state.update({row[0]: row for row in initial})
+    assert {r.outcome for r in refresh_marts(gold_engine)} == {REFRESHED}
+    next_id = 100
+    for batch_number in range(4):
+        # WHEN a random batch is applied to silver (one batch also compacts, one changes a country's
+        # continent) and the marts refresh
+        changes = _random_batch(rng, state, next_id)
+        next_id += 10
+        if changes:
+            _merge_hosts(spark, db, changes)
+        for op, row in changes:
+            state.pop(row[0], None) if op == "D" else state.__setitem__(row[0], row)
+        if batch_number == 1:
+            spark.sql(
+                f"CALL silver.system.rewrite_data_files(table => '{db}.hosts', options => map('min-input-files','1'))"
+            )
+        if batch_number == 2:
+            spark.sql(f"UPDATE silver.{db}.countries SET continent = 'Old World' WHERE country = 'FR'")
+        results = {r.mart.split(".")[1]: r for r in refresh_marts(gold_engine)}
+        # THEN keyed marts took the incremental path, and every mart equals its SQL from scratch
+        for name in ("hosts_per_city", "hosts_per_continent"):
+            assert results[name].outcome in (REFRESHED, UP_TO_DATE), results[name]
+            if results[name].outcome == REFRESHED:
+                assert results[name].path == PATH_INCREMENTAL, results[name]
+        for mart in gold_engine.config.gold.marts:
+            stored = _rows(spark, f"silver.{db}_gold.{mart.name}")
+            assert stored == _rows(spark, mart.sql, sql=True), (seed, batch_number, mart.name)
+        # AND the per-city mart equals the plain-Python aggregation of the rows written
+        assert _rows(spark, f"silver.{db}_gold.hosts_per_city") == _per_city_oracle(state)
+
+
+def test_refresh_with_nothing_new_is_a_no_op(gold_engine: Engine) -> None:
+    # GIVEN marts refreshed once
+    spark, db = gold_engine.spark, gold_engine.config.database
+    _merge_hosts(spark, db, [("I", (1, "DE", "Berlin", 90))])
+    refresh_marts(gold_engine)
+    snapshots = spark.sql(f"SELECT count(*) FROM silver.{db}_gold.hosts_per_city.snapshots").first()
+    # WHEN they are refreshed again without any silver commit
+    results = refresh_marts(gold_engine)
+    # THEN every mart is up to date and no commit was made
+    assert [r.outcome for r in results] == [UP_TO_DATE] * 3
+    assert spark.sql(f"SELECT count(*) FROM silver.{db}_gold.hosts_per_city.snapshots").first() == snapshots
+
+
+def test_each_refresh_is_one_commit_recording_the_silver_snapshots_read(gold_engine: Engine) -> None:
+    # GIVEN a refreshed mart, then a silver change
+    spark, db = gold_engine.spark, gold_engine.config.database
+    _merge_hosts(spark, db, [("I", (1, "DE", "Berlin", 90)), ("I", (2, "JP", "Kyoto", 70))])
+    refresh_marts(gold_engine)
+    _merge_hosts(spark, db, [("U", (2, "DE", "Berlin", 60))])
+    before = spark.sql(f"SELECT count(*) FROM silver.{db}_gold.hosts_per_continent.snapshots").first()[0]
+    # WHEN the marts refresh
+    refresh_marts(gold_engine)
+    # THEN the join mart made exactly one commit, recording both silver tables' current snapshots
+    snapshots = spark.sql(
+        f"SELECT summary FROM silver.{db}_gold.hosts_per_continent.snapshots ORDER BY committed_at"
+    ).collect()
+    assert len(snapshots) == before + 1
+    current = {
+        f"{db}.{t}": spark.sql(f"SELECT snapshot_id FROM silver.{db}.{t}.refs WHERE name = 'main'").first()[0]
+        for t in ("hosts", "countries")
+    }
+    import json
+
+    assert json.loads(snapshots[-1]["summary"]["cdclake.gold.sources"]) == current
+    assert snapshots[-1]["summary"]["cdclake.gold.path"] == PATH_INCREMENTAL
+
+
+def test_broken_mart_is_skipped_with_its_reason_and_the_others_refresh(gold_engine: Engine) -> None:
+    # GIVEN marts refreshed once, then a silver column the per-city mart reads is renamed
+    spark, db = gold_engine.spark, gold_engine.config.database
+    _merge_hosts(spark, db, [("I", (1, "DE", "Berlin", 90)), ("I", (2, "FR", "Paris", 80))])
+    refresh_marts(gold_engine)
+    kept = _rows(spark, f"silver.{db}_gold.hosts_per_city")
+    spark.sql(f"ALTER TABLE silver.{db}.hosts RENAME COLUMN city TO town")
+    _merge_hosts_renamed = f"INSERT INTO silver.{db}.hosts VALUES (3, 'JP', 'Kyoto', 70)"
+    spark.sql(_merge_hosts_renamed)
+    # WHEN the marts refresh
+    results = {r.mart.split(".")[1]: r for r in refresh_marts(gold_engine)}
+    # THEN the per-city mart failed, naming the column, and kept its content; the others refreshed
+    assert results["hosts_per_city"].outcome == FAILED
+    assert "city" in results["hosts_per_city"].reason and "does not compile" in results["hosts_per_city"].reason
+    assert _rows(spark, f"silver.{db}_gold.hosts_per_city") == kept
+    assert results["hosts_per_continent"].outcome == REFRESHED
+    assert results["well_rated"].outcome == REFRESHED
+    assert _rows(spark, f"silver.{db}_gold.well_rated") == [(1, 90), (2, 80), (3, 70)]
+
+
+def test_a_mart_that_never_compiled_beside_a_good_one(gold_engine: Engine) -> None:
+    # GIVEN a configuration with a mart reading a column silver does not have
+    spark, db = gold_engine.spark, gold_engine.config.database
+    broken = replace(gold_engine.config.gold.marts[2], name="broken", sql=f"SELECT nope FROM {db}.hosts")
+    gold = replace(gold_engine.config.gold, marts=(broken, gold_engine.config.gold.marts[0]))
+    engine = replace(gold_engine, config=replace(gold_engine.config, gold=gold))
+    _merge_hosts(spark, db, [("I", (1, "DE", "Berlin", 90))])
+    # WHEN the marts refresh
+    results = refresh_marts(engine)
+    # THEN the broken one is reported with the reason and not created; the good one is there
+    assert results[0].outcome == FAILED and "`nope`" in results[0].reason
+    assert not spark.catalog.tableExists(f"silver.{db}_gold.broken")
+    assert results[1].outcome == REFRESHED
+    assert _rows(spark, f"silver.{db}_gold.hosts_per_city") == [("DE", "Berlin", 1, 90, 90)]
+
+
+def test_changed_definition_and_unkeyed_shapes_recompute_in_full(gold_engine: Engine) -> None:
+    # GIVEN a keyed mart refreshed once, whose SQL then gains a HAVING clause
+    spark, db = gold_engine.spark, gold_engine.config.database
+    _merge_hosts(spark, db, [("I", (1, "DE", "Berlin", 90)), ("I", (2, "DE", "Hamburg", 10))])
+    per_city = gold_engine.config.gold.marts[0]
+    refresh_marts(gold_engine, [per_city])
+    having = replace(per_city, sql=per_city.sql + " HAVING max(rate) > 50")
+    # WHEN it refreshes with the new definition, then again after a silver change
+    first = refresh_marts(gold_engine, [having])[0]
+    _merge_hosts(spark, db, [("U", (2, "DE", "Hamburg", 60))])
+    second = refresh_marts(gold_engine, [having])[0]
+    # THEN both refreshes were full, with their reasons, and the mart equals its SQL
+    assert (first.path, first.reason) == (PATH_FULL, "the mart's definition changed")
+    assert second.path == PATH_FULL and "not a GROUP BY of its keys" in second.reason
+    assert _rows(spark, f"silver.{db}_gold.hosts_per_city") == _rows(spark, having.sql, sql=True)
+    assert len(_rows(spark, f"silver.{db}_gold.hosts_per_city")) == 2
+
+
+def test_status_shows_rows_path_snapshots_and_lag(gold_engine: Engine) -> None:
+    # GIVEN marts refreshed twice, then one more silver commit they do not reflect yet
+    spark, db = gold_engine.spark, gold_engine.config.database
+    _merge_hosts(spark, db, [("I", (1, "DE", "Berlin", 90)), ("I", (2, "FR", "Paris", 80))])
+    refresh_marts(gold_engine)
+    _merge_hosts(spark, db, [("I", (3, "FR", "Paris", 70))])
+    refresh_marts(gold_engine)
+    _merge_hosts(spark, db, [("D", (3, "FR", "Paris", 70))])
+    # WHEN the status is read
+    statuses = {s.mart.split(".")[1]: s for s in mart_statuses(gold_engine)}
+    # THEN it shows rows, the path of the last refresh, the snapshots reflected and the lag
+    per_city = statuses["hosts_per_city"]
+    assert (per_city.rows, per_city.path, per_city.silver_commits_behind) == (2, PATH_INCREMENTAL, 1)
+    assert per_city.lag_seconds is not None and per_city.lag_seconds >= 0
+    assert f'"{db}.hosts"' in (per_city.silver_snapshots or "")
+    assert (statuses["well_rated"].path, statuses["well_rated"].full_reason) == (PATH_FULL, "no keys")
+    # AND after a refresh the marts are current again
+    refresh_marts(gold_engine)
+    assert {s.silver_commits_behind for s in mart_statuses(gold_engine)} == {0}
+
+
+# --------------------------------------------------------------------------- history (SCD type 2)
+
+Change = tuple[int, str | None, str, str]  # id, name, op, commit time (text)
+
+
+def _changes(spark: SparkSession, changes: list[Change]) -> Any:
+    """Change rows as a CDC batch hands them to history: key, data, _cdc_order, _cdc_op, _cdc_ts."""
+    rows = [(ident, name, f"{ts}|{n:04d}", op, ts) for n, (ident, name, op, ts) in enumerate(changes)]
+    return spark.createDataFrame(rows, "id int, name string, _cdc_order string, _cdc_op string, _cdc_ts string")
+
+
+def _history_rows(spark: SparkSession, identifier: str) -> list[tuple[Any, ...]]:
+    frame = spark.table(identifier).select(
+        "id",
+        "name",
+        "operation",
+        _clock("valid_from"),
+        _clock("valid_to"),
+        "is_current",
+    )
+    return sorted((tuple(r) for r in frame.collect()), key=lambda r: (r[0], r[3]))
+
+
+def _clock(column: str) -> Any:
+    """A timestamp column as HH:mm (the tests' changes all fall on one day)."""
+    from pyspark.sql import functions as F
+
+    return F.date_format(column, "HH:mm").alias(column)
+
+
+@pytest.fixture
+def history_table(spark: SparkSession) -> Any:
+    from cdclake.lake.history import history_of
+    from cdclake.lake.tables import SilverTable
+
+    db = f"h_{uuid.uuid4().hex[:10]}"
+    spark.sql(f"CREATE NAMESPACE silver.{db}")
+    return history_of(SilverTable("silver", db, "people"))
+
+
+def test_late_change_splits_the_version_it_falls_into_and_deletes_close(
+    spark: SparkSession, history_table: Any
+) -> None:
+    from cdclake.lake.history import apply_history
+
+    day = "2024-03-01 "
+    # GIVEN a history with id 1 inserted at 09:00 and updated at 11:00, id 2 inserted at 09:00
+    apply_history(
+        spark,
+        history_table,
+        _changes(
+            spark, [(1, "a", "I", day + "09:00:00"), (1, "c", "U", day + "11:00:00"), (2, "x", "I", day + "09:00:00")]
+        ),
+        ["id"],
+    )
+    # WHEN a late batch arrives: id 1 updated at 10:00 (between the two), id 2 deleted at 10:00
+    late = _changes(spark, [(1, "b", "U", day + "10:00:00"), (2, None, "D", day + "10:00:00")])
+    report = apply_history(spark, history_table, late, ["id"])
+    # THEN the late update split id 1's first version, and the delete closed id 2's version
+    expected = [
+        (1, "a", "I", "09:00", "10:00", False),
+        (1, "b", "U", "10:00", "11:00", False),
+        (1, "c", "U", "11:00", None, True),
+        (2, "x", "I", "09:00", "10:00", False),
+        (2, None, "D", "10:00", None, False),
+    ]
+    assert _history_rows(spark, history_table.identifier) == expected
+    assert (report.versions_added, report.versions_closed) == (2, 2)
+    # AND applying the same batch again changes nothing (exactly once)
+    assert apply_history(spark, history_table, late, ["id"]).versions_added == 0
+    assert _history_rows(spark, history_table.identifier) == expected
+    # AND a change older than the delete lands before it, not after
+    apply_history(spark, history_table, _changes(spark, [(2, "y", "U", day + "09:30:00")]), ["id"])
+    assert _history_rows(spark, history_table.identifier)[3:] == [
+        (2, "x", "I", "09:00", "09:30", False),
+        (2, "y", "U", "09:30", "10:00", False),
+        (2, None, "D", "10:00", None, False),
+    ]
+
+
+def _timeline_oracle(changes: list[Change]) -> list[tuple[Any, ...]]:
+    """The expected history in plain Python: per key, versions in commit order, each ending at the next."""
+    by_key: dict[int, list[tuple[str, int, Change]]] = defaultdict(list)
+    for n, change in enumerate(changes):
+        by_key[change[0]].append((change[3], n, change))
+    result = []
+    for ident, versions in by_key.items():
+        versions.sort()
+        for i, (ts, _, (_, name, op, _)) in enumerate(versions):
+            following = versions[i + 1][0][11:16] if i + 1 < len(versions) else None
+            result.append((ident, name, op, ts[11:16], following, following is None and op != "D"))
+    return sorted(result, key=lambda r: (r[0], r[3]))
+
+
+@pytest.mark.parametrize("seed", [3, 99])
+def test_history_of_batches_delivered_out_of_order_equals_the_timeline(
+    spark: SparkSession, history_table: Any, seed: int
+) -> None:
+    from cdclake.lake.history import apply_history
+
+    # GIVEN a random change log of a few keys (distinct commit minutes), cut into batches
+    rng = random.Random(seed)
+    minutes = rng.sample(range(0, 60 * 9), 14)
+    log: list[Change] = []
+    live: set[int] = set()
+    for minute in sorted(minutes):
+        ident = rng.randint(1, 4)
+        op = ("D" if rng.random() < 0.3 else "U") if ident in live else "I"
+        live.discard(ident) if op == "D" else live.add(ident)
+        ts = f"2024-03-01 {9 + minute // 60:02d}:{minute % 60:02d}:00"
+        log.append((ident, None if op == "D" else f"v{minute}", op, ts))
+    cuts = sorted(rng.sample(range(1, len(log)), 3))
+    batches = [log[a:b] for a, b in zip([0, *cuts], [*cuts, len(log)], strict=True)]
+    # WHEN the batches arrive in random order, one of them twice
+    order = rng.sample(range(len(batches)), len(batches))
+    for index in [*order, order[0]]:
+        numbered = spark.createDataFrame(
+            [(i, n, f"{ts}|{log.index((i, n, op, ts)):04d}", op, ts) for i, n, op, ts in batches[index]],
+            "id int, name string, _cdc_order string, _cdc_op string, _cdc_ts string",
+        )
+        apply_history(spark, history_table, numbered, ["id"])
+    # THEN the history is every key's timeline, and its current rows are the source's live rows
+    history = _history_rows(spark, history_table.identifier)
+    assert history == _timeline_oracle(log)
+    assert {r[0] for r in history if r[5]} == live
+
+
+# --------------------------------------------------------------------------- consistent marts
+
+ORDERS_CONFIG = """
+silver: {{database: {db}}}
+tables:
+  s.orders: {{primary_key: [order_id], columns: {{order_id: int}}{history}}}
+  s.lines: {{primary_key: [order_id, line], columns: {{order_id: int, line: int}}}}
+marts:
+  - name: order_totals
+    sql: >-
+      SELECT o.order_id, count(l.line) AS lines, sum(l.amount) AS total
+      FROM {db}.orders o LEFT JOIN {db}.lines l ON o.order_id = l.order_id GROUP BY o.order_id
+    consistent: true
+"""
+
+
+def _cdc_commit(spark: SparkSession, identifier: str, values: str, commit_ts: str) -> None:
+    """Append rows as one silver CDC commit that is complete up to ``commit_ts``."""
+    from cdclake.lake.ledger import KIND_CDC, ledger_properties
+    from cdclake.lake.tables import commit_with_properties
+
+    statement = f"INSERT INTO {identifier} VALUES {values}"
+    commit_with_properties(
+        spark, ledger_properties(KIND_CDC, [f"f-{uuid.uuid4().hex}"], commit_ts), lambda: spark.sql(statement)
+    )
+
+
+def _orders_engine(spark: SparkSession, tmp_path: Path, history: bool) -> Engine:
+    db = f"c_{uuid.uuid4().hex[:10]}"
+    spark.sql(f"CREATE NAMESPACE silver.{db}")
+    _create(spark, f"silver.{db}.orders", "order_id int, customer string")
+    _create(spark, f"silver.{db}.lines", "order_id int, line int, amount int")
+    config = parse_config(ORDERS_CONFIG.format(db=db, history=", history: true" if history else ""), "c.yaml")
+    return Engine(spark, config, LocalBronze(tmp_path))
+
+
+def test_consistent_mart_never_shows_half_of_a_source_transaction(spark: SparkSession, tmp_path: Path) -> None:
+    # GIVEN transaction 1 (10:00: order 1 and its two lines) applied to both tables, and of
+    # transaction 2 (11:00: order 2 and its line) only the orders file so far
+    engine = _orders_engine(spark, tmp_path, history=False)
+    db = engine.config.database
+    _cdc_commit(spark, f"silver.{db}.orders", "(1, 'ann')", "2024-03-01 10:00:00.000000")
+    _cdc_commit(spark, f"silver.{db}.lines", "(1, 1, 5), (1, 2, 7)", "2024-03-01 10:00:00.000000")
+    _cdc_commit(spark, f"silver.{db}.orders", "(2, 'bob')", "2024-03-01 11:00:00.000000")
+    # WHEN the consistent mart refreshes
+    first = refresh_marts(engine)[0]
+    # THEN it is computed at 10:00, without order 2 (whose lines silver does not have yet)
+    assert (first.outcome, first.reason) == (REFRESHED, "consistent cut at 2024-03-01 10:00:00.000000")
+    assert _rows(spark, f"silver.{db}_gold.order_totals") == [(1, 2, 12)]
+    assert "(2, 0, None)" in repr(_rows(spark, engine.config.gold.marts[0].sql, sql=True))  # silver as it is now
+    # AND once the lines file of transaction 2 is applied, the mart moves to 11:00
+    _cdc_commit(spark, f"silver.{db}.lines", "(2, 1, 30)", "2024-03-01 11:00:00.000000")
+    assert refresh_marts(engine)[0].reason == "consistent cut at 2024-03-01 11:00:00.000000"
+    assert _rows(spark, f"silver.{db}_gold.order_totals") == [(1, 2, 12), (2, 1, 30)]
+    assert refresh_marts(engine)[0].outcome == UP_TO_DATE
+
+
+def test_consistent_mart_reads_a_faster_table_from_its_history(spark: SparkSession, tmp_path: Path) -> None:
+    from cdclake.lake.history import apply_history, history_of
+    from cdclake.lake.tables import SilverTable
+
+    # GIVEN orders (with history) applied up to 11:00 in one batch, lines only up to 10:00:
+    # no snapshot of orders stops at 10:00
+    engine = _orders_engine(spark, tmp_path, history=True)
+    db = engine.config.database
+    _cdc_commit(spark, f"silver.{db}.orders", "(1, 'ann'), (2, 'bob')", "2024-03-01 11:00:00.000000")
+    changes = spark.createDataFrame(
+        [(1, "ann", "10", "I", "2024-03-01 10:00:00"), (2, "bob", "11", "I", "2024-03-01 11:00:00")],
+        "order_id int, customer string, _cdc_order string, _cdc_op string, _cdc_ts string",
+    )
+    apply_history(spark, history_of(SilverTable("silver", db, "orders")), changes, ["order_id"])
+    _cdc_commit(spark, f"silver.{db}.lines", "(1, 1, 5)", "2024-03-01 10:00:00.000000")
+    # WHEN the consistent mart refreshes
+    result = refresh_marts(engine)[0]
+    # THEN orders are read as they were at 10:00, from their history
+    assert result.reason == "consistent cut at 2024-03-01 10:00:00.000000"
+    assert _rows(spark, f"silver.{db}_gold.order_totals") == [(1, 1, 5)]
