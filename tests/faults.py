@@ -15,3 +15,24 @@ class CrashingCommitter(IcebergCommitter):
 
     def append(self, *_: Any) -> None:
         raise RuntimeError("the job was killed before its data commit")
+
+
+class RacingCommitter(IcebergCommitter):
+    """A committer that loses the commit race ``losses`` times: just before each of its first
+    ``losses`` merges, another writer (``rival``) commits to the table, and Iceberg refuses."""
+
+    def __init__(self, losses: int, rival: Any = None) -> None:
+        self.losses = losses
+        self.rival = rival  # called with no arguments: the other writer's commit
+        self.attempts = 0
+
+    def merge(self, spark: Any, rows: Any, statement: Any, properties: dict[str, str]) -> None:
+        self.attempts += 1
+        if self.attempts <= self.losses:
+            if self.rival is not None:
+                self.rival()
+            raise RuntimeError(
+                "org.apache.iceberg.exceptions.CommitFailedException: Cannot commit: base metadata location "
+                "is not the table's current one (another writer committed first)"
+            )
+        super().merge(spark, rows, statement, properties)

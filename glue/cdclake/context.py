@@ -28,6 +28,10 @@ class Engine:
     # Up to this many bytes of change files, a batch's keys are broadcast to pick the stored rows
     # they touch (a few tens of MB of keys at most: well within a 2 GB driver).
     broadcast_batch_bytes: int = 128 * 1024 * 1024
+    # A batch whose commit loses a race with another writer is retried this many times in all,
+    # after pauses of about 1, 2, 4 ... times ``commit_backoff_seconds``.
+    commit_attempts: int = 4
+    commit_backoff_seconds: float = 1.0
 
     def silver_table(self, table: TableConfig) -> SilverTable:
         return SilverTable(self.catalog, self.config.database, table.target)

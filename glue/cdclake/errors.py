@@ -29,3 +29,9 @@ class FullLoadPendingError(CdclakeError):
 
 class UnknownTableError(CdclakeError):
     """A table named by the user is not in the configuration."""
+
+
+class ConcurrentWriterError(CdclakeError):
+    """Another writer holds the warehouse or keeps winning the commit race: try again later."""
+
+    exit_code = 75  # EX_TEMPFAIL: the same command later will succeed

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from cdclake.dms.writer import write_csv
@@ -65,3 +66,33 @@ def test_run_status_query_and_user_mistakes(tmp_path: Path) -> None:
     assert bad_sql.returncode == 2
     # Spark itself may log warnings while it starts; our message is the last line
     assert bad_sql.stderr.strip().splitlines()[-1].startswith("cdclake: The query failed: [UNRESOLVED_COLUMN")
+
+
+def test_two_runs_at_once_both_finish_and_silver_is_right(tmp_path: Path) -> None:
+    # GIVEN a configuration, a full load and CDC files
+    (tmp_path / "cdclake.yaml").write_text(CONFIG)
+    table = tmp_path / "bronze" / "s" / "items"
+    write_csv(table / "LOAD00000001.csv", [["2024-01-01 00:00:00.000000", str(i), f"v{i}"] for i in range(5)])
+    for n in range(1, 4):
+        write_csv(table / f"20240102-00000{n}0000.csv", [["U", f"2024-01-02 00:00:0{n}.000000", str(n), f"u{n}"]])
+    # WHEN a manual run starts beside another one, and a third will not wait
+    command = [sys.executable, "-m", "cdclake.shells.cli", "--config", str(tmp_path / "cdclake.yaml")]
+    command += ["--warehouse", str(tmp_path / "warehouse"), "-q", "run"]
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    lock = tmp_path / "warehouse" / ".cdclake.lock"
+    for _ in range(600):  # until the first run holds the warehouse
+        if lock.exists() and lock.read_text().strip():
+            break
+        time.sleep(0.1)
+    impatient = _cdclake(tmp_path, "--lock-wait", "0", "run")
+    second = _cdclake(tmp_path, "run")
+    _, err = first.communicate(timeout=300)
+    # THEN both patient runs end well without a stack trace, the impatient one names the holder
+    assert first.returncode == 0, err
+    assert second.returncode == 0, second.stderr
+    assert "Traceback" not in err + second.stderr + impatient.stderr
+    assert impatient.returncode == 75
+    assert "is in use by `cdclake run` (pid" in impatient.stderr
+    assert "nothing to apply" in second.stdout  # the first run applied everything; the second found it done
+    query = _cdclake(tmp_path, "query", "SELECT id, name FROM shop.items ORDER BY id", "--format", "csv")
+    assert query.stdout.splitlines() == ["id,name", "0,v0", "1,u1", "2,u2", "3,u3", "4,v4"]

@@ -14,9 +14,10 @@ from cdclake.context import Engine
 from cdclake.dms.writer import change_sequence, write_csv
 from cdclake.engine.run import apply_cdc_files, run
 from cdclake.engine.select import files_from_keys
+from cdclake.errors import ConcurrentWriterError
 from cdclake.lake.journals import QUARANTINE_TABLE, SCHEMA_CHANGES_TABLE, tombstones_of
 from cdclake.report import RunReport
-from faults import CrashingCommitter
+from faults import CrashingCommitter, RacingCommitter
 
 EngineFactory = Callable[..., Engine]
 
@@ -339,3 +340,32 @@ def test_history_keeps_every_version_and_a_late_file_lands_in_its_place(
     ]
     # AND the current versions equal silver
     assert {r["id"]: r["name"] for r in history.where("is_current").collect()} == _state(engine)
+
+
+def test_a_commit_that_loses_a_race_retries_from_the_ledger(make_engine: EngineFactory, tmp_path: Path) -> None:
+    # GIVEN two batches, and a writer whose commit of the second loses the race twice: each time
+    # the other writer has just applied the same and another file
+    engine = replace(make_engine(ITEMS), commit_backoff_seconds=0.01)
+    bronze = tmp_path / "bronze"
+    first = _cdc(bronze, "items", "20240102-0000010000.csv", [("I", "1", "1", "a"), ("I", "1", "2", "b")])
+    second = _cdc(bronze, "items", "20240102-0000020000.csv", [("U", "2", "1", "a2")])
+    third = _cdc(bronze, "items", "20240102-0000030000.csv", [("D", "3", "2", "b")])
+    _apply(engine, first)
+    racing = RacingCommitter(losses=2, rival=lambda: _apply(engine, third))
+    # WHEN it applies the second batch
+    report = _apply(replace(engine, committer=racing), second, third)
+    # THEN it retried from a fresh ledger: the other writer's file is skipped, its own applied once
+    assert racing.attempts == 3
+    assert (report.tables[0].files_applied, report.tables[0].files_skipped) == (1, 1)
+    assert _state(engine) == {1: "a2"}
+
+
+def test_a_writer_that_keeps_losing_says_so_in_one_sentence(make_engine: EngineFactory, tmp_path: Path) -> None:
+    # GIVEN a writer that loses every commit race
+    engine = replace(make_engine(ITEMS), commit_backoff_seconds=0.01, committer=RacingCommitter(losses=99))
+    batch = _cdc(tmp_path / "bronze", "items", "20240102-0000010000.csv", [("I", "1", "1", "a")])
+    # WHEN it applies a batch THEN it gives up after its attempts, naming the table, asking to retry
+    with pytest.raises(
+        ConcurrentWriterError, match=r"Table s\.items: another writer committed .* 4 times .* again later"
+    ):
+        _apply(engine, batch)

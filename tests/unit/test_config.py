@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from cdclake.config import BronzeSettings, CleaningRules, load_config, normalise_type, parse_config
+from cdclake.config import BronzeSettings, CleaningRules, load_config, parse_config
 from cdclake.errors import ConfigError, UnknownTableError
+from cdclake.yaml_doc import normalise_type
 
 TWO_TABLES = """
 tables:

@@ -7,6 +7,8 @@ no table's ledger is read twice and bronze is never listed again during a run.
 from __future__ import annotations
 
 import logging
+import random
+import time
 from collections.abc import Sequence
 
 from cdclake.config import TableConfig
@@ -15,10 +17,13 @@ from cdclake.dms.files import BronzeFile, BronzeListing, FileKind
 from cdclake.dms.store import list_bronze
 from cdclake.engine.cdc import apply_cdc_batch
 from cdclake.engine.full_load import full_load_table
+from cdclake.engine.read import first_line
 from cdclake.engine.select import ReplaySelection, TableState, batches, group_by_table, skip_reason
+from cdclake.errors import ConcurrentWriterError
 from cdclake.lake.journals import quarantined_files
 from cdclake.lake.ledger import read_ledger
-from cdclake.report import RunReport
+from cdclake.lake.tables import is_commit_conflict
+from cdclake.report import RunReport, TableReport
 
 log = logging.getLogger("cdclake")
 
@@ -75,7 +80,7 @@ def apply_cdc_files(engine: Engine, files: Sequence[BronzeFile]) -> RunReport:
         listing = (
             None if state.full_load_done else list_bronze(engine.store, f"{table.source_schema}/{table.source_table}")
         )
-        report.tables.append(apply_cdc_batch(engine, table, table_files, state, _loads_pending(table, listing))[0])
+        report.tables.append(apply_batch(engine, table, table_files, state, _loads_pending(table, listing))[0])
     warn(report)
     return report
 
@@ -100,6 +105,37 @@ def replay(engine: Engine, selection: ReplaySelection, tables: Sequence[TableCon
     return report
 
 
+def apply_batch(
+    engine: Engine,
+    table: TableConfig,
+    files: Sequence[BronzeFile],
+    state: TableState,
+    loads_pending: bool = False,
+    force: bool = False,
+) -> tuple[TableReport, TableState]:
+    """Apply one batch; when another writer commits to the table first, read the table's state
+    again and retry (the ledger makes that safe: what the other writer applied is skipped), a
+    bounded number of times with growing pauses, then give up with ConcurrentWriterError."""
+    for attempt in range(1, engine.commit_attempts + 1):
+        try:
+            return apply_cdc_batch(engine, table, files, state, loads_pending, force)
+        except Exception as failure:
+            if not is_commit_conflict(failure):
+                raise
+            if attempt == engine.commit_attempts:
+                raise ConcurrentWriterError(
+                    f"Table {table.source}: another writer committed to {engine.silver_table(table).identifier} "
+                    f"{attempt} times while this batch was applied (a second cdclake run, a Glue job or "
+                    "maintenance on the same catalog); nothing of this batch is lost: run it again later."
+                ) from None
+            pause = engine.commit_backoff_seconds * 2 ** (attempt - 1) * (1 + random.random())
+            log.warning("commit conflict table=%s attempt=%d retry_in=%.1fs: %s", table.source, attempt, pause,
+                        first_line(failure))  # fmt: skip
+            time.sleep(pause)
+            state = read_state(engine, table)
+    raise AssertionError("unreachable")
+
+
 def _loads_pending(table: TableConfig, listing: BronzeListing | None) -> bool:
     return bool(listing and listing.for_table(table.source_schema, table.source_table, FileKind.FULL_LOAD))
 
@@ -116,7 +152,7 @@ def _apply_in_batches(
     pending = state.pending(files, force)
     loads_pending = _loads_pending(table, listing)
     for batch in batches(pending, engine.config.max_files_per_batch):
-        applied, state = apply_cdc_batch(engine, table, batch, state, loads_pending, force)
+        applied, state = apply_batch(engine, table, batch, state, loads_pending, force)
         report.tables.append(applied)
         if applied.quarantined_files and not applied.files_applied:
             break  # a schema change held the whole batch: the next ones would be held the same way

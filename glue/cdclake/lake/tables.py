@@ -82,6 +82,25 @@ def commit_with_properties(spark: SparkSession, properties: dict[str, str], acti
     return results[0]
 
 
+# What Iceberg raises when another writer committed first: the commit's base is stale
+# (CommitFailedException, "not an ancestor"), or its validation found the other writer's files.
+_CONFLICT_MARKERS = (
+    "CommitFailedException",
+    "ValidationException",
+    "is not an ancestor",
+    "Cannot commit",
+    "Found conflicting files",
+    "Found new conflicting",
+    "Requirement failed",
+)
+
+
+def is_commit_conflict(failure: BaseException) -> bool:
+    """Whether ``failure`` means another writer committed to the table first (safe to retry)."""
+    text = f"{type(failure).__name__}: {failure}"
+    return any(marker in text for marker in _CONFLICT_MARKERS)
+
+
 def table_exists(spark: SparkSession, table: SilverTable) -> bool:
     return bool(spark.catalog.tableExists(f"{table.catalog}.{table.database}.{table.name}"))
 

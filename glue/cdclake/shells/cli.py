@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cdclake.config import load_config
-from cdclake.errors import CdclakeError
+from cdclake.errors import CdclakeError, ConcurrentWriterError
 
 if TYPE_CHECKING:
     from cdclake.config import TableConfig
@@ -54,6 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="Maven coordinates for spark.jars.packages, comma-separated (env CDCLAKE_ICEBERG_PACKAGES)",
     )
     parser.add_argument("--driver-memory", default="2g", help="Spark driver memory for local runs")
+    parser.add_argument(
+        "--lock-wait",
+        type=float,
+        default=600.0,
+        help="seconds a writing command waits for another one on the same warehouse (default 600)",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="print only results and warnings")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -189,6 +195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         return _dispatch(args)
+    except ConcurrentWriterError as exc:
+        print(f"cdclake: {exc}", file=sys.stderr)
+        return ConcurrentWriterError.exit_code
     except CdclakeError as exc:
         print(f"cdclake: {exc}", file=sys.stderr)
         return 2
@@ -205,8 +214,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         return run_demo(args.workdir, lambda config, bronze: _engine(args, config, bronze))
     if args.command == "capture":
         return _capture(args)
-    engine = _engine(args, args.config)
-    return _COMMANDS[args.command](engine, args)
+    if args.command not in _WRITERS:
+        return _COMMANDS[args.command](_engine(args, args.config), args)
+    from cdclake.shells.lock import warehouse_lock
+
+    with warehouse_lock(args.warehouse, args.command, args.lock_wait):
+        return _COMMANDS[args.command](_engine(args, args.config), args)
 
 
 def _tables(engine: Engine, args: argparse.Namespace) -> list[TableConfig] | None:
@@ -310,6 +323,8 @@ def _verify(engine: Engine, args: argparse.Namespace) -> int:
     return 0 if all(r.equal for r in results) else 1
 
 
+# Commands that write to the warehouse: one at a time per local warehouse.
+_WRITERS = {"run", "full-load", "apply", "replay", "maintain", "gold"}
 _COMMANDS: dict[str, Callable[[Engine, argparse.Namespace], int]] = {
     "run": _run,
     "full-load": _full_load,
