@@ -48,6 +48,7 @@ def test_run_status_query_and_user_mistakes(tmp_path: Path) -> None:
     bad_sql = _cdclake(tmp_path, "query", "SELECT FROM WHERE")
     # THEN each prints what it should
     assert ran.returncode == 0, ran.stderr
+    assert ran.stderr == ""  # a quiet run prints cdclake's results only: no Spark start-up lines
     assert (
         "cdc       s.items: files=1 skipped=0 inserted=1 updated=0 deleted=0 ignored_late=0 rows_quarantined=0"
         in ran.stdout

@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from cdclake.runtime.session import ICEBERG_EXTENSIONS, GlueCatalog, LocalCatalog, SessionSettings, spark_conf
+from cdclake.runtime.session import (
+    ICEBERG_EXTENSIONS,
+    LOG_CONFIG,
+    GlueCatalog,
+    LocalCatalog,
+    SessionSettings,
+    spark_conf,
+)
 
 COMMON = {
     "spark.sql.extensions": ICEBERG_EXTENSIONS,
@@ -32,8 +39,10 @@ def test_local_catalog(tmp_path: Path) -> None:
         "spark.sql.adaptive.enabled": "true",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.extraJavaOptions": f"-Dderby.system.home={tmp_path / 'cache'}",
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={tmp_path / 'cache'} "
+        f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}",
     }
+    assert "logger.spark.level = error" in LOG_CONFIG.read_text()
 
 
 def test_local_catalog_resolves_relative_warehouse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

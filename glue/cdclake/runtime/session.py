@@ -16,6 +16,8 @@ from cdclake.runtime.iceberg import require_java, resolve_iceberg_runtime
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+# Spark's JVM logs errors only (no start-up notices): cdclake's own lines are the output.
+LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 
 
@@ -80,7 +82,8 @@ def spark_conf(settings: SessionSettings) -> dict[str, str]:
             "spark.sql.adaptive.enabled": "true",
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
-            "spark.driver.extraJavaOptions": "-Dderby.system.home=" + str(catalog.cache_dir),
+            "spark.driver.extraJavaOptions": f"-Dderby.system.home={catalog.cache_dir} "
+            f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}",
         }
     return conf | settings.extra_conf
 
