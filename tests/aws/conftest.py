@@ -6,8 +6,10 @@ Everything runs in-process against moto: no AWS account, no network, no Docker.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import importlib.util
 import json
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +27,15 @@ FUNCTIONS = ROOT / "functions"
 DEFINITION = ROOT / "statemachine" / "cdc_pipeline.asl.json"
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account
+
+
+def _template_max_receive_count() -> int:
+    text = (ROOT / "template.yaml").read_text(encoding="utf-8")
+    [count] = re.findall(r"^\s+maxReceiveCount: (\d+)", text, flags=re.MULTILINE)
+    return int(count)
+
+
+MAX_RECEIVE_COUNT = _template_max_receive_count()
 
 # In Lambda, a function's code directory is on sys.path: app.py imports its logic module by its bare name.
 # The logic modules have unique names (batch_manifest, batch_ack) so both directories can be on the path.
@@ -116,6 +127,8 @@ class MotoStepFunctionsGaps:
     lambda_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     # Every Glue job run's start and end, in the order they happened: (event, job name, run id).
     glue_timeline: list[tuple[str, str, str]] = field(default_factory=list)
+    # $$.Execution.StartTime of the executions started from now on (None: the real start time).
+    execution_start_time: datetime.datetime | None = None
 
 
 @pytest.fixture
@@ -246,6 +259,21 @@ def moto_step_functions_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctio
 
     monkeypatch.setattr(StateTaskServiceSfn, "_eval_service_task", sfn_call)
 
+    # GAP 9: `$$.Execution.StartTime` is a Python datetime in moto; AWS gives an ISO 8601 string
+    # ("2024-03-01T12:00:00.000Z"), which the definition splits into year and month for the hand-over time.
+    # Give it the AWS form; `execution_start_time` lets a test choose the start (moto has no clock to move).
+    from moto.stepfunctions.parser.backend.execution import Execution
+
+    original_details = Execution.get_start_execution_details
+
+    def start_details(self: Any) -> Any:
+        details = original_details(self)
+        started = knobs.execution_start_time or details.start_time
+        details.start_time = started.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        return details
+
+    monkeypatch.setattr(Execution, "get_start_execution_details", start_details)
+
     # GAP 8 (no patch): a JSONPath such as `$.ReplicationTasks[0].Status` yields a one-element list in moto.
     # The definition avoids indexed paths: a Map state classifies every task and States.ArrayContains decides.
     return knobs
@@ -277,8 +305,9 @@ class Pipeline:
     started: int = 0
 
     def send_file(self, key: str, size: int) -> None:
+        """Announce a bronze file of ``size`` bytes (the event carries the size; the object itself is a stand-in)."""
         body = object_created_event(self.bronze_bucket, key, size)
-        self.s3.put_object(Bucket=self.bronze_bucket, Key=key, Body=b"x" * size)
+        self.s3.put_object(Bucket=self.bronze_bucket, Key=key, Body=b"x")
         self.sqs.send_message(QueueUrl=self.queue_url, MessageBody=body, MessageGroupId="dms")
 
     def start(self, execution_input: dict[str, Any]) -> str:
@@ -373,7 +402,8 @@ def pipeline(
                 "FifoQueue": "true",
                 "ContentBasedDeduplication": "true",
                 "VisibilityTimeout": "60",
-                "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "3"}),
+                # The deployed redrive policy: how many receives a message survives is part of the design.
+                "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(MAX_RECEIVE_COUNT)}),
             },
         )["QueueUrl"]
         sns = boto3.client("sns", region_name=REGION)
@@ -419,12 +449,14 @@ def pipeline(
         monkeypatch.setenv("MANIFEST_PREFIX", "manifests")
         monkeypatch.setenv("MAX_FILES_PER_BATCH", "3")
         monkeypatch.setenv("MAX_BYTES_PER_BATCH", "1000")
+        monkeypatch.setenv("RECEIVE_WAIT_SECONDS", "1")  # long polling, shortened for tests
 
         sfn = boto3.client("stepfunctions", region_name=REGION)
         name = "cdclake-pipeline"
         state_machine_arn = f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{name}"
         definition = render_definition(
             {
+                "Partition": "aws",
                 "StateMachineArn": state_machine_arn,
                 "ReplicationTaskArns": task_arn,
                 "AlertTopicArn": topic,
@@ -436,6 +468,7 @@ def pipeline(
                 "MaintenanceJobName": "cdclake-maintenance",
                 "PollSeconds": "1",
                 "MaxIterations": "3",
+                "MaxHistoryEvents": "20000",
                 "MaintenanceEveryIterations": "2",
                 **getattr(request, "param", {}),
             }
