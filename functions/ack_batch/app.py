@@ -19,8 +19,8 @@ metrics = Metrics()
 class AckRequest(BaseModel):
     """What the state machine's AcknowledgeBatch step sends."""
 
-    receiptHandles: list[str]  # noqa: N815 - the state machine's field names
-    executionId: str = ""  # noqa: N815
+    receiptHandles: list[str]  # the state machine's field names
+    executionId: str = ""
 
 
 @logger.inject_lambda_context(correlation_id_path="executionId")

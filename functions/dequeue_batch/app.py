@@ -20,8 +20,8 @@ metrics = Metrics()
 class DequeueRequest(BaseModel):
     """What the state machine's DequeueBatch step sends."""
 
-    executionName: str  # noqa: N815 - the state machine's field names
-    executionId: str = ""  # noqa: N815
+    executionName: str  # the state machine's field names
+    executionId: str = ""
     iteration: int = 0
 
 

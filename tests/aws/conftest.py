@@ -12,6 +12,7 @@ import json
 import re
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -252,6 +253,9 @@ def moto_step_functions_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctio
         self: Any, env: Any, resource_runtime_part: Any, normalised_parameters: dict[str, Any], state_credentials: Any
     ) -> None:
         camel = {key[:1].lower() + key[1:]: value for key, value in normalised_parameters.items()}
+        # GAP 10: an execution started without a name is named "None" by moto (AWS generates a UUID), so a
+        # second hand-over in one test would fail with ExecutionAlreadyExists. Name it as AWS would.
+        camel.setdefault("name", str(uuid.uuid4()))
         original_sfn_call(self, env, resource_runtime_part, camel, state_credentials)
         response = env.stack.pop()
         pascal = {key[:1].upper() + key[1:]: value for key, value in response.items()}
@@ -273,6 +277,21 @@ def moto_step_functions_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctio
         return details
 
     monkeypatch.setattr(Execution, "get_start_execution_details", start_details)
+
+    # GAP 11: Choice timestamp comparisons parse only "%Y-%m-%dT%H:%M:%SZ" in moto, so `$$.State.EnteredTime`
+    # (which carries fractions of a second, in AWS as in moto) never compares. AWS accepts RFC 3339 timestamps
+    # with fractional seconds; parse them as such.
+    from moto.stepfunctions.parser.asl.component.state.choice.comparison.operator.implementations.is_operator import (
+        IsTimestamp,
+    )
+
+    def rfc3339(string: str) -> datetime.datetime | None:
+        try:
+            return datetime.datetime.fromisoformat(string).astimezone(datetime.UTC).replace(tzinfo=None)
+        except ValueError:
+            return None
+
+    monkeypatch.setattr(IsTimestamp, "string_to_timestamp", staticmethod(rfc3339))
 
     # GAP 8 (no patch): a JSONPath such as `$.ReplicationTasks[0].Status` yields a one-element list in moto.
     # The definition avoids indexed paths: a Map state classifies every task and States.ArrayContains decides.
@@ -346,6 +365,31 @@ class Pipeline:
                 raise AssertionError(f"{state} not entered {times}x: {self.states_entered(execution_arn)}")
             time.sleep(0.05)
 
+    def successor_of(self, execution_arn: str, timeout: float = 20) -> str:
+        """The execution that ``execution_arn`` handed over to (its input names it as predecessor)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for execution in self.sfn.list_executions(stateMachineArn=self.state_machine_arn)["executions"]:
+                described = self.sfn.describe_execution(executionArn=execution["executionArn"])
+                if json.loads(described["input"]).get("predecessor") == execution_arn:
+                    return str(execution["executionArn"])
+            time.sleep(0.05)
+        raise AssertionError(f"{execution_arn} handed over to no execution: {self.states_entered(execution_arn)}")
+
+    def input_of(self, execution_arn: str) -> dict[str, Any]:
+        described = self.sfn.describe_execution(executionArn=execution_arn)
+        return dict(json.loads(described["input"]))
+
+    def state_input(self, execution_arn: str, state: str) -> dict[str, Any]:
+        """The input of the last time ``state`` was entered."""
+        entered = [
+            e["stateEnteredEventDetails"]
+            for e in self.history(execution_arn)
+            if e.get("stateEnteredEventDetails", {}).get("name") == state
+        ]
+        assert entered, f"{state} was not entered: {self.states_entered(execution_arn)}"
+        return dict(json.loads(entered[-1]["input"]))
+
     def job_runs(self, job_name: str) -> list[dict[str, Any]]:
         runs: list[dict[str, Any]] = self.glue.get_job_runs(JobName=job_name)["JobRuns"]
         return runs
@@ -403,7 +447,7 @@ def pipeline(
                 "ContentBasedDeduplication": "true",
                 "VisibilityTimeout": "60",
                 # The deployed redrive policy: how many receives a message survives is part of the design.
-                "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(MAX_RECEIVE_COUNT)}),
+                "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": MAX_RECEIVE_COUNT}),
             },
         )["QueueUrl"]
         sns = boto3.client("sns", region_name=REGION)
