@@ -101,8 +101,9 @@ deploy-wheel: $(SAM) ## the cdclake wheel for the Glue jobs, without `make setup
 	$(DEPLOY_PY) -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir dist .
 
 # make deploy [SAM_ENV=prod] [CONFIG=cdclake.yaml] PARAMS="ReplicationTaskArns=arn:... AlertEmail=ops@example.com"
+# --config-file: with --template-file build/sam/template.yaml, sam looks for samconfig.toml next to that template.
 deploy: $(SAM) deploy-wheel sam-build ## build and deploy everything: stack, Glue entry points, wheel, table configuration
-	$(SAM) deploy --config-env $(SAM_ENV) --template-file build/sam/template.yaml \
+	$(SAM) deploy --config-env $(SAM_ENV) --config-file $(CURDIR)/samconfig.toml --template-file build/sam/template.yaml \
 		--parameter-overrides $(ENV_PARAMS) $(PARAMS)
 	$(SAM) list stack-outputs --config-env $(SAM_ENV) --output json > build/stack-outputs.json
 	$(DEPLOY_PY) scripts/stack_artifacts.py upload --outputs build/stack-outputs.json $(if $(CONFIG),--config $(CONFIG))

@@ -68,6 +68,9 @@ def test_make_deploy_passes_the_environments_parameters_and_then_params() -> Non
     overrides = deploy_overrides(lines)
     assert overrides[:6] == SAMCONFIG["prod"]["deploy"]["parameters"]["parameter_overrides"].split()
     assert overrides[6:] == ["AlertEmail=ops@example.com", "CdcWorkers=6"]
+    # and the built template's directory has no samconfig.toml: the project's is named explicitly
+    [deploy] = [shlex.split(line) for line in lines if " deploy --config-env" in line]
+    assert deploy[deploy.index("--config-file") + 1] == str(ROOT / "samconfig.toml")
 
 
 def test_sam_merges_them_with_the_later_value_winning() -> None:
