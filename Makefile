@@ -68,9 +68,16 @@ SAM     := $(TOOLS)/sam/bin/sam
 CHECKOV := $(TOOLS)/checkov/bin/checkov
 SAM_ENV ?= default
 PARAMS  ?=
+CONFIG  ?=
 export SAM_CLI_TELEMETRY := 0
+# Deploying needs only Python and the SAM CLI (works on macOS): no `make setup` (Java, PostgreSQL, Spark).
+# The SAM CLI's own virtual environment builds the wheel (pip), reads samconfig.toml (tomlkit) and uploads (boto3).
+DEPLOY_PY := $(TOOLS)/sam/bin/python
+# The environment's parameter_overrides (samconfig.toml), evaluated when a recipe runs (after $(SAM) exists).
+ENV_PARAMS = $(shell $(DEPLOY_PY) -c "import tomlkit; c = tomlkit.parse(open('samconfig.toml').read()); \
+	print(c['$(SAM_ENV)']['deploy']['parameters'].get('parameter_overrides', ''))")
 
-.PHONY: aws-tools aws-test sam-build deploy
+.PHONY: aws-tools aws-test sam-build deploy-wheel deploy destroy
 
 $(SAM):
 	$(PYTHON) -m venv $(TOOLS)/sam
@@ -87,16 +94,28 @@ aws-test: aws-tools ## the AWS stack tests, static checks included
 	$(BIN)/ruff format --check functions tests/aws
 	$(BIN)/pytest tests/aws
 
-sam-build: aws-tools ## Lambda code -> build/sam
-	$(SAM) build --build-dir build/sam --region us-east-1
+sam-build: $(SAM) ## Lambda code -> build/sam
+	$(SAM) build --config-env $(SAM_ENV) --build-dir build/sam
 
-deploy: aws-tools wheel sam-build ## build and deploy everything: make deploy [SAM_ENV=prod] PARAMS="Key=Value ..."
-	$(SAM) deploy --config-env $(SAM_ENV) --template-file build/sam/template.yaml \
-		$(if $(PARAMS),--parameter-overrides $(PARAMS))
+deploy-wheel: $(SAM) ## the cdclake wheel for the Glue jobs, without `make setup`
+	$(DEPLOY_PY) -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir dist .
+
+# make deploy [SAM_ENV=prod] [CONFIG=cdclake.yaml] PARAMS="ReplicationTaskArns=arn:... AlertEmail=ops@example.com"
+# --config-file: with --template-file build/sam/template.yaml, sam looks for samconfig.toml next to that template.
+deploy: $(SAM) deploy-wheel sam-build ## build and deploy everything: stack, Glue entry points, wheel, table configuration
+	$(SAM) deploy --config-env $(SAM_ENV) --config-file $(CURDIR)/samconfig.toml --template-file build/sam/template.yaml \
+		--parameter-overrides $(ENV_PARAMS) $(PARAMS)
 	$(SAM) list stack-outputs --config-env $(SAM_ENV) --output json > build/stack-outputs.json
-	$(BIN)/python -c "import boto3, json, glob; \
-	out = {o['OutputKey']: o['OutputValue'] for o in json.load(open('build/stack-outputs.json'))}; \
-	s3 = boto3.client('s3'); bucket = out['ArtifactsBucketName']; \
-	[s3.upload_file(f, bucket, 'glue/' + f.split('/')[-1]) for f in glob.glob('glue/jobs/*.py')]; \
-	[s3.upload_file(w, bucket, 'glue/' + w.split('/')[-1]) for w in glob.glob('dist/cdclake-*.whl')]; \
-	print('uploaded the Glue entry points and the wheel to s3://' + bucket + '/glue/')"
+	$(DEPLOY_PY) scripts/stack_artifacts.py upload --outputs build/stack-outputs.json $(if $(CONFIG),--config $(CONFIG))
+
+# Stops the running executions and deletes the stack. Kept (DeletionPolicy Retain): the silver and bronze
+# buckets, the Glue database and the access-log bucket. The artifacts bucket (scripts, wheel, configuration,
+# manifests; also retained by the stack) is emptied of every version and deleted after the stack.
+# docs/deploy.md, "Tearing down".
+destroy: $(SAM) ## delete the stack, keep the lake: make destroy [SAM_ENV=prod]
+	mkdir -p build
+	$(SAM) list stack-outputs --config-env $(SAM_ENV) --output json > build/stack-outputs.json
+	$(DEPLOY_PY) scripts/stack_artifacts.py stop-executions --outputs build/stack-outputs.json
+	$(SAM) delete --config-env $(SAM_ENV) --no-prompts
+	$(DEPLOY_PY) scripts/stack_artifacts.py delete-bucket --outputs build/stack-outputs.json --output-key ArtifactsBucketName
+	$(DEPLOY_PY) scripts/stack_artifacts.py retained --outputs build/stack-outputs.json

@@ -8,6 +8,7 @@ from typing import Any
 import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.parser import BaseModel, event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from batch_manifest import BatchSettings, dequeue_batch
 
@@ -16,18 +17,27 @@ tracer = Tracer()
 metrics = Metrics()
 
 
-@logger.inject_lambda_context
+class DequeueRequest(BaseModel):
+    """What the state machine's DequeueBatch step sends."""
+
+    executionName: str  # the state machine's field names
+    executionId: str = ""
+    iteration: int = 0
+
+
+@logger.inject_lambda_context(correlation_id_path="executionId")
 @tracer.capture_lambda_handler
 @metrics.log_metrics
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Event: ``{"executionName": str, "iteration": int}``; returns the batch (manifestUri, receiptHandles, ...)."""
+@event_parser(model=DequeueRequest)
+def handler(event: DequeueRequest, context: LambdaContext) -> dict[str, Any]:
+    """Returns the batch: manifestUri, receiptHandles, messageCount, fileCount, byteCount, skipped."""
     settings = BatchSettings.from_environment(os.environ)
     result = dequeue_batch(
         sqs=boto3.client("sqs"),
         s3=boto3.client("s3"),
         settings=settings,
-        execution_name=str(event["executionName"]),
-        iteration=int(event.get("iteration", 0)),
+        execution_name=event.executionName,
+        iteration=event.iteration,
     )
     logger.info(
         "batch dequeued",
@@ -35,7 +45,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             "manifest_uri": result["manifestUri"],
             "file_count": result["fileCount"],
             "byte_count": result["byteCount"],
-            "messages": len(result["receiptHandles"]),
+            "messages": result["messageCount"],
             "skipped": result["skipped"],
         },
     )

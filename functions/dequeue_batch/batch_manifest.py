@@ -13,6 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from aws_lambda_powertools.utilities.parser import ValidationError, parse
+from aws_lambda_powertools.utilities.parser.models import S3EventNotificationEventBridgeModel
+
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sqs import SQSClient
@@ -21,6 +24,7 @@ if TYPE_CHECKING:
 # cdclake.dms.files. Full-load files (LOADxxxxxxxx) also raise events but belong to the full-load job.
 _CDC_FILE_NAME = re.compile(r"^\d{8}-\d+\.(csv|parquet)(\.gz)?$")
 _SQS_MAX_MESSAGES_PER_RECEIVE = 10
+_SQS_MAX_WAIT_SECONDS = 20  # the ReceiveMessage long-polling maximum
 
 
 class MalformedMessageError(ValueError):
@@ -36,6 +40,7 @@ class BatchSettings:
     manifest_prefix: str = "manifests"
     max_files: int = 10  # one SQS FIFO message group yields at most 10 messages while earlier ones are in flight
     max_bytes: int = 512 * 1024 * 1024
+    receive_wait_seconds: int = 10  # long polling: an empty queue answers after this wait, not at once
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str]) -> BatchSettings:
@@ -46,11 +51,14 @@ class BatchSettings:
                 manifest_prefix=environ.get("MANIFEST_PREFIX", "manifests").strip("/"),
                 max_files=int(environ.get("MAX_FILES_PER_BATCH", "10")),
                 max_bytes=int(environ.get("MAX_BYTES_PER_BATCH", str(512 * 1024 * 1024))),
+                receive_wait_seconds=int(environ.get("RECEIVE_WAIT_SECONDS", "10")),
             )
         except KeyError as missing:
             raise ValueError(f"The environment variable {missing} is not set.") from None
         if settings.max_files < 1 or settings.max_bytes < 1:
             raise ValueError("MAX_FILES_PER_BATCH and MAX_BYTES_PER_BATCH must be positive.")
+        if not 0 <= settings.receive_wait_seconds <= _SQS_MAX_WAIT_SECONDS:
+            raise ValueError(f"RECEIVE_WAIT_SECONDS must be 0 to {_SQS_MAX_WAIT_SECONDS}.")
         return settings
 
 
@@ -89,21 +97,27 @@ class Batch:
 
 
 def parse_object_created(body: str) -> BronzeObject:
-    """The bucket, key and size of an EventBridge S3 "Object Created" event (the queue message body)."""
+    """The bucket, key and size of an EventBridge S3 "Object Created" event (the queue message body).
+
+    Parsed with Powertools' model of that event, so a message of any other shape is rejected with the
+    fields that are wrong.
+    """
     try:
-        event = json.loads(body)
-        if event.get("detail-type") != "Object Created":
-            raise MalformedMessageError(f"not an 'Object Created' event: {event.get('detail-type')!r}")
-        detail = event["detail"]
-        return BronzeObject(
-            bucket=str(detail["bucket"]["name"]),
-            key=str(detail["object"]["key"]),
-            size=int(detail["object"].get("size", 0)),
-        )
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        if isinstance(exc, MalformedMessageError):
-            raise
-        raise MalformedMessageError(f"not an EventBridge S3 event ({exc!r})") from None
+        document = json.loads(body)
+        detail_type = document.get("detail-type")
+    except (ValueError, AttributeError):
+        raise MalformedMessageError("not an EventBridge event (the body is not a JSON object)") from None
+    if detail_type != "Object Created":
+        raise MalformedMessageError(f"not an 'Object Created' event: {detail_type!r}")
+    try:
+        event = parse(event=document, model=S3EventNotificationEventBridgeModel)
+    except ValidationError as exc:
+        raise MalformedMessageError(f"not an EventBridge S3 event ({exc.error_count()} invalid fields)") from None
+    return BronzeObject(
+        bucket=event.detail.bucket.name,
+        key=event.detail.object.key,
+        size=int(event.detail.object.size or 0),
+    )
 
 
 def take_batch(queued: list[QueuedObject], max_files: int, max_bytes: int) -> tuple[Batch, list[QueuedObject]]:
@@ -145,54 +159,92 @@ def manifest_key(prefix: str, execution_name: str, iteration: int) -> str:
     return f"{prefix}/{execution_name}/{iteration:06d}.json".lstrip("/")
 
 
-def receive_in_order(sqs: SQSClient, queue_url: str, max_files: int) -> list[QueuedObject]:
-    """Receive up to ``max_files`` messages (several receives of at most 10), in FIFO order."""
-    queued: list[QueuedObject] = []
-    while len(queued) < max_files:
-        wanted = min(_SQS_MAX_MESSAGES_PER_RECEIVE, max_files - len(queued))
-        response = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=wanted, WaitTimeSeconds=0)
+@dataclass(frozen=True)
+class ReceivedMessage:
+    body: str
+    receipt_handle: str
+
+
+def receive_in_order(
+    sqs: SQSClient, queue_url: str, max_files: int, max_bytes: int, wait_seconds: int
+) -> list[ReceivedMessage]:
+    """Receive up to ``max_files`` messages in FIFO order; stop early once their announced bytes reach ``max_bytes``.
+
+    The first receive long-polls (``wait_seconds``); later ones only collect what is already there. In a FIFO
+    message group the first receive is in practice the only one that returns messages: SQS hands out no more of
+    a group while some of its messages are in flight. What it returns beyond the budget is released by
+    ``dequeue_batch``, and the queue's ``maxReceiveCount`` is sized so that such releases can never send a
+    message to the dead-letter queue (docs/deploy.md, "Large files").
+    """
+    received: list[ReceivedMessage] = []
+    announced = 0
+    while len(received) < max_files and announced < max_bytes:
+        response = sqs.receive_message(
+            QueueUrl=queue_url,
+            MaxNumberOfMessages=min(_SQS_MAX_MESSAGES_PER_RECEIVE, max_files - len(received)),
+            WaitTimeSeconds=wait_seconds if not received else 0,
+        )
         messages = response.get("Messages", [])
         if not messages:
             break
         for message in messages:
-            queued.append(QueuedObject(parse_object_created(message["Body"]), message["ReceiptHandle"]))
-    return queued
+            received.append(ReceivedMessage(message["Body"], message["ReceiptHandle"]))
+            announced += _announced_size(message["Body"])
+    return received
 
 
-def release(sqs: SQSClient, queue_url: str, items: list[QueuedObject]) -> None:
-    """Make messages that do not fit this batch visible again at once (they keep their FIFO position)."""
-    for start in range(0, len(items), _SQS_MAX_MESSAGES_PER_RECEIVE):
-        chunk = items[start : start + _SQS_MAX_MESSAGES_PER_RECEIVE]
+def _announced_size(body: str) -> int:
+    """The object size an event announces, 0 when the body is not readable (it is rejected later)."""
+    try:
+        return int(json.loads(body)["detail"]["object"]["size"])
+    except (ValueError, KeyError, TypeError):
+        return 0
+
+
+def release(sqs: SQSClient, queue_url: str, receipt_handles: list[str]) -> None:
+    """Make messages visible again at once (they keep their FIFO position)."""
+    for start in range(0, len(receipt_handles), _SQS_MAX_MESSAGES_PER_RECEIVE):
+        chunk = receipt_handles[start : start + _SQS_MAX_MESSAGES_PER_RECEIVE]
         sqs.change_message_visibility_batch(
             QueueUrl=queue_url,
-            Entries=[
-                {"Id": str(i), "ReceiptHandle": item.receipt_handle, "VisibilityTimeout": 0}
-                for i, item in enumerate(chunk)
-            ],
+            Entries=[{"Id": str(i), "ReceiptHandle": handle, "VisibilityTimeout": 0} for i, handle in enumerate(chunk)],
         )
 
 
 def dequeue_batch(
     sqs: SQSClient, s3: S3Client, settings: BatchSettings, execution_name: str, iteration: int
 ) -> dict[str, Any]:
-    """Take the next batch from the queue and write its manifest; the state machine's view of it."""
-    queued = receive_in_order(sqs, settings.queue_url, settings.max_files)
-    batch, rest = take_batch(queued, settings.max_files, settings.max_bytes)
-    if rest:
-        release(sqs, settings.queue_url, rest)
-    manifest_uri = ""
-    if batch.files:
-        key = manifest_key(settings.manifest_prefix, execution_name, iteration)
-        s3.put_object(
-            Bucket=settings.manifest_bucket,
-            Key=key,
-            Body=manifest_document(batch.files).encode("utf-8"),
-            ContentType="application/json",
-        )
-        manifest_uri = f"s3://{settings.manifest_bucket}/{key}"
+    """Take the next batch from the queue and write its manifest; the state machine's view of it.
+
+    ``messageCount`` 0 means nothing was received (the state machine then waits). On any error every
+    received message is released before the error propagates, so a failed invocation never holds the
+    message group for the visibility timeout (12 hours).
+    """
+    received = receive_in_order(
+        sqs, settings.queue_url, settings.max_files, settings.max_bytes, settings.receive_wait_seconds
+    )
+    try:
+        queued = [QueuedObject(parse_object_created(m.body), m.receipt_handle) for m in received]
+        batch, rest = take_batch(queued, settings.max_files, settings.max_bytes)
+        manifest_uri = ""
+        if batch.files:
+            key = manifest_key(settings.manifest_prefix, execution_name, iteration)
+            s3.put_object(
+                Bucket=settings.manifest_bucket,
+                Key=key,
+                Body=manifest_document(batch.files).encode("utf-8"),
+                ContentType="application/json",
+            )
+            manifest_uri = f"s3://{settings.manifest_bucket}/{key}"
+        if rest:
+            release(sqs, settings.queue_url, [item.receipt_handle for item in rest])
+    except Exception:
+        release(sqs, settings.queue_url, [m.receipt_handle for m in received])
+        raise
     return {
         "manifestUri": manifest_uri,
         "receiptHandles": batch.receipt_handles,
+        "messageCount": len(batch.receipt_handles),
         "fileCount": len(batch.files),
         "byteCount": batch.byte_count,
         "skipped": batch.skipped,

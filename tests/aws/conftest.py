@@ -6,10 +6,13 @@ Everything runs in-process against moto: no AWS account, no network, no Docker.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import importlib.util
 import json
+import re
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +28,15 @@ FUNCTIONS = ROOT / "functions"
 DEFINITION = ROOT / "statemachine" / "cdc_pipeline.asl.json"
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account
+
+
+def _template_max_receive_count() -> int:
+    text = (ROOT / "template.yaml").read_text(encoding="utf-8")
+    [count] = re.findall(r"^\s+maxReceiveCount: (\d+)", text, flags=re.MULTILINE)
+    return int(count)
+
+
+MAX_RECEIVE_COUNT = _template_max_receive_count()
 
 # In Lambda, a function's code directory is on sys.path: app.py imports its logic module by its bare name.
 # The logic modules have unique names (batch_manifest, batch_ack) so both directories can be on the path.
@@ -116,6 +128,8 @@ class MotoStepFunctionsGaps:
     lambda_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     # Every Glue job run's start and end, in the order they happened: (event, job name, run id).
     glue_timeline: list[tuple[str, str, str]] = field(default_factory=list)
+    # $$.Execution.StartTime of the executions started from now on (None: the real start time).
+    execution_start_time: datetime.datetime | None = None
 
 
 @pytest.fixture
@@ -239,12 +253,45 @@ def moto_step_functions_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctio
         self: Any, env: Any, resource_runtime_part: Any, normalised_parameters: dict[str, Any], state_credentials: Any
     ) -> None:
         camel = {key[:1].lower() + key[1:]: value for key, value in normalised_parameters.items()}
+        # GAP 10: an execution started without a name is named "None" by moto (AWS generates a UUID), so a
+        # second hand-over in one test would fail with ExecutionAlreadyExists. Name it as AWS would.
+        camel.setdefault("name", str(uuid.uuid4()))
         original_sfn_call(self, env, resource_runtime_part, camel, state_credentials)
         response = env.stack.pop()
         pascal = {key[:1].upper() + key[1:]: value for key, value in response.items()}
         env.stack.append(json.loads(json.dumps(pascal, default=str)))
 
     monkeypatch.setattr(StateTaskServiceSfn, "_eval_service_task", sfn_call)
+
+    # GAP 9: `$$.Execution.StartTime` is a Python datetime in moto; AWS gives an ISO 8601 string
+    # ("2024-03-01T12:00:00.000Z"), which the definition splits into year and month for the hand-over time.
+    # Give it the AWS form; `execution_start_time` lets a test choose the start (moto has no clock to move).
+    from moto.stepfunctions.parser.backend.execution import Execution
+
+    original_details = Execution.get_start_execution_details
+
+    def start_details(self: Any) -> Any:
+        details = original_details(self)
+        started = knobs.execution_start_time or details.start_time
+        details.start_time = started.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        return details
+
+    monkeypatch.setattr(Execution, "get_start_execution_details", start_details)
+
+    # GAP 11: Choice timestamp comparisons parse only "%Y-%m-%dT%H:%M:%SZ" in moto, so `$$.State.EnteredTime`
+    # (which carries fractions of a second, in AWS as in moto) never compares. AWS accepts RFC 3339 timestamps
+    # with fractional seconds; parse them as such.
+    from moto.stepfunctions.parser.asl.component.state.choice.comparison.operator.implementations.is_operator import (
+        IsTimestamp,
+    )
+
+    def rfc3339(string: str) -> datetime.datetime | None:
+        try:
+            return datetime.datetime.fromisoformat(string).astimezone(datetime.UTC).replace(tzinfo=None)
+        except ValueError:
+            return None
+
+    monkeypatch.setattr(IsTimestamp, "string_to_timestamp", staticmethod(rfc3339))
 
     # GAP 8 (no patch): a JSONPath such as `$.ReplicationTasks[0].Status` yields a one-element list in moto.
     # The definition avoids indexed paths: a Map state classifies every task and States.ArrayContains decides.
@@ -277,8 +324,9 @@ class Pipeline:
     started: int = 0
 
     def send_file(self, key: str, size: int) -> None:
+        """Announce a bronze file of ``size`` bytes (the event carries the size; the object itself is a stand-in)."""
         body = object_created_event(self.bronze_bucket, key, size)
-        self.s3.put_object(Bucket=self.bronze_bucket, Key=key, Body=b"x" * size)
+        self.s3.put_object(Bucket=self.bronze_bucket, Key=key, Body=b"x")
         self.sqs.send_message(QueueUrl=self.queue_url, MessageBody=body, MessageGroupId="dms")
 
     def start(self, execution_input: dict[str, Any]) -> str:
@@ -316,6 +364,31 @@ class Pipeline:
             if time.monotonic() > deadline:
                 raise AssertionError(f"{state} not entered {times}x: {self.states_entered(execution_arn)}")
             time.sleep(0.05)
+
+    def successor_of(self, execution_arn: str, timeout: float = 20) -> str:
+        """The execution that ``execution_arn`` handed over to (its input names it as predecessor)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for execution in self.sfn.list_executions(stateMachineArn=self.state_machine_arn)["executions"]:
+                described = self.sfn.describe_execution(executionArn=execution["executionArn"])
+                if json.loads(described["input"]).get("predecessor") == execution_arn:
+                    return str(execution["executionArn"])
+            time.sleep(0.05)
+        raise AssertionError(f"{execution_arn} handed over to no execution: {self.states_entered(execution_arn)}")
+
+    def input_of(self, execution_arn: str) -> dict[str, Any]:
+        described = self.sfn.describe_execution(executionArn=execution_arn)
+        return dict(json.loads(described["input"]))
+
+    def state_input(self, execution_arn: str, state: str) -> dict[str, Any]:
+        """The input of the last time ``state`` was entered."""
+        entered = [
+            e["stateEnteredEventDetails"]
+            for e in self.history(execution_arn)
+            if e.get("stateEnteredEventDetails", {}).get("name") == state
+        ]
+        assert entered, f"{state} was not entered: {self.states_entered(execution_arn)}"
+        return dict(json.loads(entered[-1]["input"]))
 
     def job_runs(self, job_name: str) -> list[dict[str, Any]]:
         runs: list[dict[str, Any]] = self.glue.get_job_runs(JobName=job_name)["JobRuns"]
@@ -373,7 +446,8 @@ def pipeline(
                 "FifoQueue": "true",
                 "ContentBasedDeduplication": "true",
                 "VisibilityTimeout": "60",
-                "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "3"}),
+                # The deployed redrive policy: how many receives a message survives is part of the design.
+                "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": MAX_RECEIVE_COUNT}),
             },
         )["QueueUrl"]
         sns = boto3.client("sns", region_name=REGION)
@@ -419,12 +493,14 @@ def pipeline(
         monkeypatch.setenv("MANIFEST_PREFIX", "manifests")
         monkeypatch.setenv("MAX_FILES_PER_BATCH", "3")
         monkeypatch.setenv("MAX_BYTES_PER_BATCH", "1000")
+        monkeypatch.setenv("RECEIVE_WAIT_SECONDS", "1")  # long polling, shortened for tests
 
         sfn = boto3.client("stepfunctions", region_name=REGION)
         name = "cdclake-pipeline"
         state_machine_arn = f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{name}"
         definition = render_definition(
             {
+                "Partition": "aws",
                 "StateMachineArn": state_machine_arn,
                 "ReplicationTaskArns": task_arn,
                 "AlertTopicArn": topic,
@@ -436,6 +512,7 @@ def pipeline(
                 "MaintenanceJobName": "cdclake-maintenance",
                 "PollSeconds": "1",
                 "MaxIterations": "3",
+                "MaxHistoryEvents": "20000",
                 "MaintenanceEveryIterations": "2",
                 **getattr(request, "param", {}),
             }

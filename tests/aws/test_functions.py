@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +32,7 @@ def queue(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any, str]]:
         monkeypatch.setenv("MANIFEST_BUCKET", "artifacts")
         monkeypatch.setenv("MAX_FILES_PER_BATCH", "10")
         monkeypatch.setenv("MAX_BYTES_PER_BATCH", "250")
+        monkeypatch.setenv("RECEIVE_WAIT_SECONDS", "1")
         yield sqs, s3, url
 
 
@@ -71,17 +74,98 @@ def test_dequeue_of_an_empty_queue_writes_nothing(
 ) -> None:
     _, s3, _ = queue
     result = load_handler_module("dequeue_batch").handler({"executionName": "run-1"}, lambda_context)
-    assert result == {"manifestUri": "", "receiptHandles": [], "fileCount": 0, "byteCount": 0, "skipped": []}
+    assert result == {
+        "manifestUri": "",
+        "receiptHandles": [],
+        "messageCount": 0,
+        "fileCount": 0,
+        "byteCount": 0,
+        "skipped": [],
+    }
     assert s3.list_objects_v2(Bucket="artifacts")["KeyCount"] == 0
 
 
-def test_dequeue_rejects_a_message_that_is_not_an_s3_event(
+def visible_and_in_flight(sqs: Any, url: str) -> tuple[str, str]:
+    counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    return counts["ApproximateNumberOfMessages"], counts["ApproximateNumberOfMessagesNotVisible"]
+
+
+def test_dequeue_rejects_a_message_that_is_not_an_s3_event_and_releases_what_it_received(
+    queue: tuple[Any, Any, str], lambda_context: FakeLambdaContext
+) -> None:
+    # GIVEN a good file announcement followed by a message of another kind
+    sqs, _, url = queue
+    send(sqs, url, "dms/s/orders/20240301-120000100.csv", 100)
+    sqs.send_message(QueueUrl=url, MessageBody='{"detail-type": "Object Deleted"}', MessageGroupId="dms")
+    # WHEN the batch is dequeued THEN the invocation fails, naming the problem
+    with pytest.raises(ValueError, match="not an 'Object Created' event"):
+        load_handler_module("dequeue_batch").handler({"executionName": "run-1"}, lambda_context)
+    # AND both messages are visible again at once: the message group is not held for the visibility timeout
+    assert visible_and_in_flight(sqs, url) == ("2", "0")
+
+
+def test_dequeue_rejects_an_s3_event_without_a_bucket(
     queue: tuple[Any, Any, str], lambda_context: FakeLambdaContext
 ) -> None:
     sqs, _, url = queue
-    sqs.send_message(QueueUrl=url, MessageBody='{"detail-type": "Object Deleted"}', MessageGroupId="dms")
-    with pytest.raises(ValueError, match="not an 'Object Created' event"):
+    event = json.loads(object_created_event(BRONZE, "dms/s/orders/20240301-120000100.csv", 5))
+    del event["detail"]["bucket"]
+    sqs.send_message(QueueUrl=url, MessageBody=json.dumps(event), MessageGroupId="dms")
+    with pytest.raises(ValueError, match="not an EventBridge S3 event"):
         load_handler_module("dequeue_batch").handler({"executionName": "run-1"}, lambda_context)
+    assert visible_and_in_flight(sqs, url) == ("1", "0")
+
+
+def test_a_payload_without_the_execution_name_is_rejected(
+    queue: tuple[Any, Any, str], lambda_context: FakeLambdaContext
+) -> None:
+    sqs, _, url = queue
+    send(sqs, url, "dms/s/orders/20240301-120000100.csv", 100)
+    with pytest.raises(ValueError, match="executionName"):
+        load_handler_module("dequeue_batch").handler({"iteration": 1}, lambda_context)
+    assert visible_and_in_flight(sqs, url) == ("1", "0")  # rejected before receiving anything
+
+
+def test_log_lines_carry_the_execution_as_correlation_id(
+    queue: tuple[Any, Any, str], lambda_context: FakeLambdaContext
+) -> None:
+    # The Powertools loggers write JSON through their own formatter; read it from an extra stream handler
+    # (both functions' Loggers are the service's one logging.Logger here, "cdclake", so one handler sees both).
+    stream = io.StringIO()
+    modules = [load_handler_module("dequeue_batch"), load_handler_module("ack_batch")]
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(modules[0].logger.registered_formatter)
+    modules[0].logger.addHandler(handler)
+    execution = "arn:aws:states:us-east-1:123456789012:execution:cdclake-dev-pipeline:run-9"
+    try:
+        modules[0].handler({"executionName": "run-9", "executionId": execution, "iteration": 0}, lambda_context)
+        modules[1].handler({"receiptHandles": [], "executionId": execution}, lambda_context)
+    finally:
+        modules[0].logger.removeHandler(handler)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [(line["message"], line["correlation_id"]) for line in lines] == [
+        ("batch dequeued", execution),
+        ("batch acknowledged", execution),
+    ]
+
+
+def test_stops_receiving_once_the_byte_budget_is_reached(queue: tuple[Any, Any, str]) -> None:
+    # GIVEN a stub queue that would hand out one 300-byte message per receive (as with several message groups)
+    from batch_manifest import receive_in_order
+
+    class OneAtATime:
+        calls = 0
+
+        def receive_message(self, **kwargs: Any) -> dict[str, Any]:
+            self.calls += 1
+            body = object_created_event(BRONZE, f"dms/s/t/20240301-12000000{self.calls}.csv", 300)
+            return {"Messages": [{"Body": body, "ReceiptHandle": f"h{self.calls}"}]}
+
+    stub = OneAtATime()
+    # WHEN a batch of at most 10 files and 512 bytes is received
+    received = receive_in_order(stub, "url", max_files=10, max_bytes=512, wait_seconds=0)  # type: ignore[arg-type]
+    # THEN receiving stopped at the second message, whose bytes reach the budget
+    assert [m.receipt_handle for m in received] == ["h1", "h2"]
 
 
 def test_ack_deletes_exactly_the_batch(queue: tuple[Any, Any, str], lambda_context: FakeLambdaContext) -> None:

@@ -6,7 +6,9 @@ patched in the `moto_step_functions_gaps` fixture (conftest.py), and our Lambda 
 
 from __future__ import annotations
 
+import datetime
 import json
+from typing import Any
 
 import pytest
 from conftest import Pipeline
@@ -14,6 +16,11 @@ from conftest import Pipeline
 
 def cdc_key(table: str, stamp: str) -> str:
     return f"dms/sales/{table}/20240301-{stamp}.csv"
+
+
+def manifest_of(pipeline: Pipeline, run: dict[str, Any]) -> dict[str, Any]:
+    bucket, _, key = run["Arguments"]["--manifest"][len("s3://") :].partition("/")
+    return dict(json.loads(pipeline.s3.get_object(Bucket=bucket, Key=key)["Body"].read()))
 
 
 def test_full_load_in_progress_waits_and_checks_again(pipeline: Pipeline) -> None:
@@ -25,16 +32,25 @@ def test_full_load_in_progress_waits_and_checks_again(pipeline: Pipeline) -> Non
     pipeline.wait_for_state(execution, "DescribeReplicationTasks", times=2)
     assert "WaitForFullLoad" in pipeline.states_entered(execution)
     assert pipeline.job_runs(pipeline.full_load_job) == []
-    # WHEN the full load completes THEN the full-load job runs
+    # WHEN the full load completes THEN the full-load job runs, and the CDC loop starts in a fresh execution
     pipeline.gaps.full_load_percent[pipeline.task_arn] = 100
-    pipeline.wait_for_state(execution, "WaitForFiles")
+    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
     assert len(pipeline.job_runs(pipeline.full_load_job)) == 1
+    assert pipeline.states_entered(execution)[-3:] == ["MarkFullLoadDone", "StartSuccessor", "HandedOver"]
+    pipeline.wait_for_state(pipeline.successor_of(execution), "WaitForFiles")
 
 
-def test_full_load_complete_runs_the_full_load_job_once(pipeline: Pipeline) -> None:
+def test_full_load_complete_runs_the_full_load_job_once_then_cdc_starts_in_a_fresh_execution(
+    pipeline: Pipeline,
+) -> None:
     execution = pipeline.start({})
-    # The empty queue makes the loop wait; by then the full load ran, and it does not run again.
-    pipeline.wait_for_state(execution, "WaitForFiles", times=2)
+    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    assert "ReadQueueDepth" not in pipeline.states_entered(execution)
+    # The successor starts with the whole history budget, knows the full load ran, and polls the empty queue.
+    successor = pipeline.successor_of(execution)
+    assert pipeline.input_of(successor)["fullLoadDone"] is True
+    pipeline.wait_for_state(successor, "WaitForFiles", times=2)
+    assert "DescribeReplicationTasks" not in pipeline.states_entered(successor)
     assert len(pipeline.job_runs(pipeline.full_load_job)) == 1
     assert pipeline.job_runs(pipeline.cdc_job) == []
 
@@ -93,23 +109,79 @@ def test_queued_files_run_the_cdc_job_with_their_manifest_then_are_deleted(pipel
     assert entered.index("RunCdcJob") < entered.index("AcknowledgeBatch")
 
 
-def test_failed_cdc_job_keeps_the_messages_and_alerts(pipeline: Pipeline) -> None:
+def test_failed_cdc_job_releases_its_batch_at_once_and_alerts(pipeline: Pipeline) -> None:
+    # GIVEN a queued file and a CDC job that fails
     pipeline.gaps.failing_jobs.add(pipeline.cdc_job)
     key = cdc_key("orders", "120000100")
     pipeline.send_file(key, 100)
     execution = pipeline.start({"fullLoadDone": True})
     result = pipeline.wait_until_done(execution)
+    # THEN the execution fails and alerts, without acknowledging the batch
     assert result["status"] == "FAILED"
-    assert "AcknowledgeBatch" not in pipeline.states_entered(execution)
-    # The message is still in the queue (in flight until the visibility timeout; made visible here to look).
-    messages = pipeline.sqs.get_queue_attributes(
-        QueueUrl=pipeline.queue_url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"]
-    )["Attributes"]
-    assert messages["ApproximateNumberOfMessagesNotVisible"] == "1"
+    entered = pipeline.states_entered(execution)
+    assert "AcknowledgeBatch" not in entered
+    assert entered[entered.index("RunCdcJob") :] == [
+        "RunCdcJob", "ReleaseBatch", "ReleaseEntry", "ReleaseBatchMessages", "NotifyFailure", "PipelineFailed",
+    ]  # fmt: skip
     [alert] = pipeline.alerts()
     assert alert["Subject"] == "cdclake: the pipeline stopped"
     assert "States.TaskFailed" in alert["Message"]
     assert "simulated failure of cdclake-cdc" in alert["Message"]
+    # AND the batch is visible again at once, not held in flight for the 12-hour visibility timeout
+    counts = pipeline.sqs.get_queue_attributes(QueueUrl=pipeline.queue_url, AttributeNames=["All"])["Attributes"]
+    assert (counts["ApproximateNumberOfMessages"], counts["ApproximateNumberOfMessagesNotVisible"]) == ("1", "0")
+    # WHEN the job is repaired and the pipeline restarted THEN the same file is applied and acknowledged
+    pipeline.gaps.failing_jobs.clear()
+    restarted = pipeline.start({"fullLoadDone": True})
+    pipeline.wait_for_state(restarted, "AcknowledgeBatch")
+    runs = sorted(pipeline.job_runs(pipeline.cdc_job), key=lambda r: r["StartedOn"])
+    assert len(runs) == 2
+    assert [f["key"] for f in manifest_of(pipeline, runs[1])["files"]] == [f"s3://{pipeline.bronze_bucket}/{key}"]
+    pipeline.wait_for_state(restarted, "WaitForFiles")
+    assert pipeline.queue_bodies() == []
+
+
+def test_an_empty_receive_waits_instead_of_spinning(pipeline: Pipeline) -> None:
+    # GIVEN two queued files whose message group is held by a batch in flight elsewhere (another consumer,
+    # or a crashed execution): the queue reports a visible message, but a receive returns nothing
+    pipeline.send_file(cdc_key("orders", "120000100"), 100)
+    pipeline.send_file(cdc_key("orders", "120000200"), 100)
+    held = pipeline.sqs.receive_message(QueueUrl=pipeline.queue_url, MaxNumberOfMessages=1, VisibilityTimeout=600)
+    assert len(held["Messages"]) == 1
+    # WHEN the pipeline runs its three iterations
+    execution = pipeline.start({"fullLoadDone": True})
+    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    # THEN every iteration that received nothing waited PollSeconds before asking again, and nothing ran
+    entered = pipeline.states_entered(execution)
+    loop = entered[entered.index("ReadQueueDepth") :]
+    assert loop.count("DequeueBatch") == 3
+    for i, name in enumerate(loop):
+        if name == "DequeueBatch":
+            assert loop[i + 1 : i + 4] == ["HasFiles", "WaitForFiles", "NextIteration"], loop
+    assert "RunCdcJob" not in entered and "AcknowledgeBatch" not in entered
+    assert [payload for _, payload in pipeline.gaps.lambda_calls if "receiptHandles" in payload] == []
+
+
+@pytest.mark.parametrize("pipeline", [{"MaxIterations": "12"}], indirect=True)
+def test_large_files_are_all_applied_and_never_dead_lettered(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN the default batch limits (10 files, 512 MB) and ten queued 300 MB files: only one fits a batch,
+    # so every receive hands the other nine back to the queue
+    monkeypatch.setenv("MAX_FILES_PER_BATCH", "10")
+    monkeypatch.setenv("MAX_BYTES_PER_BATCH", str(512 * 1024 * 1024))
+    keys = [cdc_key("orders", f"1200{n:02d}000") for n in range(10)]
+    for key in keys:
+        pipeline.send_file(key, 300 * 1024 * 1024)
+    # WHEN the pipeline runs
+    execution = pipeline.start({"fullLoadDone": True})
+    assert pipeline.wait_until_done(execution, timeout=60)["status"] == "SUCCEEDED"
+    # THEN ten CDC runs applied the ten files, one each, in order, and none reached the dead-letter queue
+    runs = sorted(pipeline.job_runs(pipeline.cdc_job), key=lambda r: r["StartedOn"])
+    applied = [f["key"] for run in runs for f in manifest_of(pipeline, run)["files"]]
+    assert applied == [f"s3://{pipeline.bronze_bucket}/{key}" for key in keys]
+    assert pipeline.queue_bodies(pipeline.dlq_url) == []
+    assert pipeline.queue_bodies() == []
 
 
 def test_empty_queue_waits_and_polls_again(pipeline: Pipeline) -> None:
@@ -228,3 +300,75 @@ def test_maintenance_every_zero_iterations_never_runs_it(pipeline: Pipeline) -> 
     assert pipeline.states_entered(execution).count("ReadQueueDepth") == 3
     assert "RunMaintenanceJob" not in pipeline.states_entered(execution)
     assert pipeline.gaps.glue_timeline == []
+
+
+# ------------------------------------------------------------------------------ history and duration limits
+
+
+def assert_counter_covers_history(pipeline: Pipeline, execution: str) -> int:
+    """The events the execution counted when it handed over cover its whole real history (moto's)."""
+    counted = pipeline.state_input(execution, "StartSuccessor")["spent"]["events"]
+    assert len(pipeline.history(execution)) <= counted
+    return int(counted)
+
+
+@pytest.mark.parametrize("pipeline", [{"MaxHistoryEvents": "100"}], indirect=True)
+def test_a_long_full_load_hands_over_from_the_wait_loop(pipeline: Pipeline) -> None:
+    # GIVEN a full load that stays at 40 % and a budget of 100 history events
+    pipeline.gaps.full_load_percent[pipeline.task_arn] = 40
+    execution = pipeline.start({"generation": 2})
+    # THEN the execution hands over from the wait loop once it has spent the budget, without the full-load job
+    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    entered = pipeline.states_entered(execution)
+    assert entered[-3:] == ["IsFullLoadWaitNearLimit", "StartSuccessor", "HandedOver"]
+    assert entered.count("DescribeReplicationTasks") == 3  # 30 + 3 polls of 26 events reach 100
+    assert assert_counter_covers_history(pipeline, execution) == 30 + 3 * 26
+    assert pipeline.job_runs(pipeline.full_load_job) == []
+    # AND the successor keeps waiting for the full load (it asks DMS again)
+    successor = pipeline.successor_of(execution)
+    assert pipeline.input_of(successor) == {
+        "fullLoadDone": False, "generation": 3, "predecessor": execution, "sinceMaintenance": 0,
+        "AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID": execution,
+    }  # fmt: skip
+    pipeline.wait_for_state(successor, "DescribeReplicationTasks")
+
+
+@pytest.mark.parametrize("pipeline", [{"MaxHistoryEvents": "120", "MaxIterations": "50"}], indirect=True)
+def test_the_cdc_loop_hands_over_on_the_events_it_spent(pipeline: Pipeline) -> None:
+    # GIVEN files for two batches (3 files each at most) and maintenance every 2 iterations
+    for stamp in range(5):
+        pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
+    execution = pipeline.start({"fullLoadDone": True})
+    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    # THEN it handed over after 3 iterations (30 + 3 x 32 + 14 for maintenance = 140 >= 120), not after 50
+    entered = pipeline.states_entered(execution)
+    assert entered.count("ReadQueueDepth") == 3
+    assert entered.count("RunCdcJob") == 2 and entered.count("RunMaintenanceJob") == 1
+    assert assert_counter_covers_history(pipeline, execution) == 140
+
+
+@pytest.mark.parametrize(
+    ("started", "hand_over_at"),
+    [
+        (datetime.datetime(2020, 1, 1, 0, 0, 0, tzinfo=datetime.UTC), "2020-12-01T00:00:00Z"),
+        (datetime.datetime(2020, 6, 30, 23, 59, 59, tzinfo=datetime.UTC), "2020-12-01T00:00:00Z"),
+        (datetime.datetime(2020, 7, 1, 0, 0, 0, tzinfo=datetime.UTC), "2021-06-01T00:00:00Z"),
+        (datetime.datetime(2020, 12, 31, 23, 59, 59, tzinfo=datetime.UTC), "2021-06-01T00:00:00Z"),
+    ],
+)
+def test_an_execution_hands_over_months_before_the_one_year_limit(
+    pipeline: Pipeline, started: datetime.datetime, hand_over_at: str
+) -> None:
+    # GIVEN an execution that started long ago (its hand-over time has passed)
+    pipeline.gaps.execution_start_time = started
+    execution = pipeline.start({"fullLoadDone": True})
+    # THEN its hand-over time is 5 to 11 months after its start
+    pipeline.wait_for_state(execution, "ListRunningExecutions")
+    at = pipeline.state_input(execution, "ListRunningExecutions")["handOver"]["at"]
+    assert at == hand_over_at
+    months = (int(at[:4]) - started.year) * 12 + int(at[5:7]) - started.month
+    assert 5 <= months <= 11
+    # AND it hands over after its first iteration, well below MaxIterations
+    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    assert pipeline.states_entered(execution).count("ReadQueueDepth") == 1
+    assert pipeline.states_entered(execution)[-2:] == ["StartSuccessor", "HandedOver"]

@@ -137,7 +137,7 @@ def test_table_metrics_jobs_name_their_environment_and_namespace_and_may_publish
     [statement] = [
         s
         for s in resources["GlueJobRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
-        if "cloudwatch:PutMetricData" in s["Action"]
+        if "cloudwatch:PutMetricData" in s.get("Action", [])  # conditional (!If) statements have no Action
     ]
     assert statement["Condition"] == {"StringEquals": {"cloudwatch:namespace": ["Glue", {"Ref": "MetricsNamespace"}]}}
 

@@ -22,7 +22,7 @@ from cdclake.runtime.session import GlueCatalog, LocalCatalog, SessionSettings, 
 log = logging.getLogger("cdclake")
 
 COMMON_ARGUMENTS = ("config", "bronze", "warehouse")
-OPTIONAL_ARGUMENTS = ("catalog", "manifest", "reload", "replay", "environment", "metrics_namespace")
+OPTIONAL_ARGUMENTS = ("catalog", "manifest", "reload", "replay", "environment", "metrics_namespace", "database")
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,7 @@ class JobArguments:
     replay: bool = False  # CDC job: apply the manifest's files (or, without one, the quarantine) again
     environment: str = "dev"
     metrics_namespace: str | None = None  # publish CloudWatch metrics under this namespace when set
+    database: str | None = None  # the stack's Glue database; replaces the configuration's silver.database
 
 
 def parse_arguments(argv: Sequence[str], extra: Sequence[str] = ()) -> JobArguments:
@@ -64,6 +65,7 @@ def parse_arguments(argv: Sequence[str], extra: Sequence[str] = ()) -> JobArgume
         replay=str(values.get("replay", "false")).lower() == "true",
         environment=values.get("environment") or "dev",
         metrics_namespace=values.get("metrics_namespace") or None,
+        database=values.get("database") or None,
     )
 
 
@@ -87,7 +89,8 @@ def job_config(args: JobArguments) -> PipelineConfig:
         if args.config.startswith("s3://")
         else load_config(Path(args.config))
     )
-    return replace(config, bronze=replace(config.bronze, path=args.bronze))
+    config = replace(config, bronze=replace(config.bronze, path=args.bronze))
+    return replace(config, database=args.database) if args.database else config
 
 
 def build_engine(args: JobArguments) -> Engine:

@@ -1,0 +1,206 @@
+"""The deploy path: samconfig.toml, `make deploy` / `make destroy` (dry runs) and scripts/stack_artifacts.py (moto)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shlex
+import subprocess
+import tomllib
+from pathlib import Path
+from types import ModuleType
+
+import boto3
+import pytest
+from conftest import REGION, ROOT
+from moto import mock_aws
+from test_static import SAM, needs, template
+
+SAMCONFIG = tomllib.loads((ROOT / "samconfig.toml").read_text())
+ENVIRONMENTS = [name for name in SAMCONFIG if name != "version"]
+
+
+def load_stack_artifacts() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("stack_artifacts", ROOT / "scripts" / "stack_artifacts.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+stack_artifacts = load_stack_artifacts()
+
+
+def make_dry_run(*arguments: str) -> list[str]:
+    run = subprocess.run(["make", "-n", *arguments], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    return run.stdout.replace("\\\n", " ").splitlines()
+
+
+@pytest.mark.parametrize("environment", ENVIRONMENTS)
+def test_every_sam_command_reads_the_region_and_stack_from_global_parameters(environment: str) -> None:
+    sections = SAMCONFIG[environment]
+    assert set(sections["global"]["parameters"]) >= {"region", "stack_name"}
+    # Nowhere else: a per-command region is how `sam list stack-outputs` ended up without one.
+    for command, section in sections.items():
+        if command != "global":
+            assert "region" not in section["parameters"], command
+
+
+def test_environment_names_in_samconfig_are_valid_parameter_values() -> None:
+    pattern = template()["Parameters"]["EnvironmentName"]["AllowedPattern"]
+    for environment in ENVIRONMENTS:
+        overrides = dict(
+            kv.split("=", 1) for kv in SAMCONFIG[environment]["deploy"]["parameters"]["parameter_overrides"].split()
+        )
+        assert re.fullmatch(pattern, overrides["EnvironmentName"])
+
+
+def deploy_overrides(lines: list[str]) -> list[str]:
+    [deploy] = [line for line in lines if " deploy --config-env" in line]
+    tokens = shlex.split(deploy)
+    return tokens[tokens.index("--parameter-overrides") + 1 :]
+
+
+def test_make_deploy_passes_the_environments_parameters_and_then_params() -> None:
+    lines = make_dry_run("deploy", "SAM_ENV=prod", "PARAMS=AlertEmail=ops@example.com CdcWorkers=6")
+    overrides = deploy_overrides(lines)
+    assert overrides[:6] == SAMCONFIG["prod"]["deploy"]["parameters"]["parameter_overrides"].split()
+    assert overrides[6:] == ["AlertEmail=ops@example.com", "CdcWorkers=6"]
+    # and the built template's directory has no samconfig.toml: the project's is named explicitly
+    [deploy] = [shlex.split(line) for line in lines if " deploy --config-env" in line]
+    assert deploy[deploy.index("--config-file") + 1] == str(ROOT / "samconfig.toml")
+
+
+def test_sam_merges_them_with_the_later_value_winning() -> None:
+    needs(SAM)
+    overrides = deploy_overrides(make_dry_run("deploy", "SAM_ENV=prod", "PARAMS=CdcWorkers=6 AlertEmail=a@b.example"))
+    code = (
+        "import json, sys; from samcli.cli.types import CfnParameterOverridesType as T; "
+        "print(json.dumps(T().convert(sys.argv[1:], None, None)))"
+    )
+    run = subprocess.run(
+        [str(SAM.parent / "python"), "-c", code, *overrides], capture_output=True, text=True, check=True
+    )
+    merged = json.loads(run.stdout)
+    assert merged["EnvironmentName"] == "prod"  # the prod stack keeps prod names
+    assert merged["FullLoadWorkers"] == "10"
+    assert merged["CdcWorkers"] == "6"  # PARAMS wins over samconfig's 4
+    assert merged["AlertEmail"] == "a@b.example"
+
+
+def test_make_deploy_needs_no_setup_and_uploads_the_config() -> None:
+    lines = make_dry_run("deploy", "CONFIG=my/cdclake.yaml")
+    text = "\n".join(lines)
+    assert "install-system-deps" not in text and "apt-get" not in text
+    assert ".venv/bin/" not in text  # the project environment (Spark, Java) is not needed, only .venv/tools/sam
+    assert lines[-1].endswith(
+        "scripts/stack_artifacts.py upload --outputs build/stack-outputs.json --config my/cdclake.yaml"
+    )
+    assert any(" -m pip wheel " in line for line in lines)
+
+
+def test_make_destroy_stops_the_pipeline_deletes_the_stack_then_the_artifacts_bucket() -> None:
+    steps = ("stop-executions", " delete --config-env prod --no-prompts", "delete-bucket", "retained")
+    lines = make_dry_run("destroy", "SAM_ENV=prod")
+    order = [step for line in lines for step in steps if step in line]
+    assert order == list(steps)
+    [delete_bucket] = [line for line in lines if "delete-bucket" in line]
+    assert delete_bucket.endswith("--output-key ArtifactsBucketName")
+
+
+# --------------------------------------------------------------------------------- stack_artifacts (moto)
+
+
+def outputs_file(tmp_path: Path, outputs: dict[str, str]) -> Path:
+    path = tmp_path / "stack-outputs.json"
+    path.write_text(json.dumps([{"OutputKey": k, "OutputValue": v} for k, v in outputs.items()]))
+    return path
+
+
+def test_upload_writes_the_entry_points_the_wheel_and_the_config(tmp_path: Path) -> None:
+    (tmp_path / "glue" / "jobs").mkdir(parents=True)
+    (tmp_path / "dist").mkdir()
+    for name in ("cdc.py", "full_load.py", "maintain.py"):
+        (tmp_path / "glue" / "jobs" / name).write_text("# job")
+    (tmp_path / "dist" / "cdclake-0.1.0-py3-none-any.whl").write_bytes(b"wheel")
+    config = tmp_path / "cdclake.yaml"
+    config.write_text("silver: {database: x}\n")
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket="artifacts")
+        outputs = stack_artifacts.read_outputs(
+            outputs_file(tmp_path, {"ArtifactsBucketName": "artifacts", "TableConfigKey": "config/cdclake.yaml"})
+        )
+        stack_artifacts.upload(s3, outputs, tmp_path, config)
+        keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="artifacts")["Contents"])
+        body = s3.get_object(Bucket="artifacts", Key="config/cdclake.yaml")["Body"].read()
+    assert keys == [
+        "config/cdclake.yaml", "glue/cdc.py", "glue/cdclake-0.1.0-py3-none-any.whl", "glue/full_load.py",
+        "glue/maintain.py",
+    ]  # fmt: skip
+    assert body == config.read_bytes()
+
+
+def test_upload_without_a_wheel_or_with_a_missing_config_says_what_to_do(tmp_path: Path) -> None:
+    outputs = {"ArtifactsBucketName": "artifacts", "TableConfigKey": "config/cdclake.yaml"}
+    with pytest.raises(stack_artifacts.DeployError, match="make deploy-wheel"):
+        stack_artifacts.upload(None, outputs, tmp_path, None)
+    (tmp_path / "dist").mkdir()
+    (tmp_path / "dist" / "cdclake-0.1.0-py3-none-any.whl").write_bytes(b"wheel")
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket="artifacts")
+        with pytest.raises(stack_artifacts.DeployError, match=r"CONFIG=.*no such file"):
+            stack_artifacts.upload(s3, outputs, tmp_path, tmp_path / "missing.yaml")
+
+
+def test_a_versioned_bucket_is_emptied_of_every_version_and_deleted() -> None:
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket="artifacts")
+        s3.put_bucket_versioning(Bucket="artifacts", VersioningConfiguration={"Status": "Enabled"})
+        for body in (b"1", b"2"):
+            s3.put_object(Bucket="artifacts", Key="glue/cdc.py", Body=body)
+        s3.delete_object(Bucket="artifacts", Key="glue/cdc.py")  # a delete marker on top of two versions
+        removed = stack_artifacts.empty_and_delete_bucket(s3, "artifacts")
+        assert removed == 3
+        assert "artifacts" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+
+
+def test_stop_executions_stops_the_running_pipeline() -> None:
+    with mock_aws():
+        sfn = boto3.client("stepfunctions", region_name=REGION)
+        arn = sfn.create_state_machine(
+            name="cdclake-dev-pipeline",
+            definition=json.dumps({"StartAt": "W", "States": {"W": {"Type": "Wait", "Seconds": 600, "End": True}}}),
+            roleArn="arn:aws:iam::123456789012:role/x",
+        )["stateMachineArn"]
+        running = sfn.start_execution(stateMachineArn=arn)["executionArn"]
+        assert stack_artifacts.stop_executions(sfn, arn) == [running]
+        assert sfn.describe_execution(executionArn=running)["status"] == "ABORTED"
+
+
+def test_retained_lists_what_the_stack_kept(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = outputs_file(tmp_path, {"SilverBucketName": "silver-1", "GlueDatabaseName": "cdclake_dev", "X": "y"})
+    assert stack_artifacts.main(["retained", "--outputs", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "kept: silver-1 (the Iceberg warehouse)",
+        "kept: cdclake_dev (the silver tables' Glue database)",
+    ]
+
+
+# ------------------------------------------------------------------------------------ sam local invoke
+
+
+def test_env_json_points_every_function_at_a_scratch_queue_and_sets_what_it_reads() -> None:
+    env = json.loads((ROOT / "events" / "env.json").read_text())
+    resources = template()["Resources"]
+    functions = {n for n, r in resources.items() if r["Type"] == "AWS::Serverless::Function"}
+    assert set(env) == functions
+    for name, variables in env.items():
+        assert "scratch" in variables["QUEUE_URL"]
+        assert not variables["QUEUE_URL"].endswith("-files.fifo")  # never the stack's queue
+        declared = set(resources[name]["Properties"].get("Environment", {}).get("Variables", {}))
+        assert declared <= set(variables), name
