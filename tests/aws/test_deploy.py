@@ -64,6 +64,7 @@ def deploy_overrides(lines: list[str]) -> list[str]:
 
 
 def test_make_deploy_passes_the_environments_parameters_and_then_params() -> None:
+    needs(SAM)  # the Makefile reads samconfig.toml with the SAM CLI's own Python
     lines = make_dry_run("deploy", "SAM_ENV=prod", "PARAMS=AlertEmail=ops@example.com CdcWorkers=6")
     overrides = deploy_overrides(lines)
     assert overrides[:6] == SAMCONFIG["prod"]["deploy"]["parameters"]["parameter_overrides"].split()

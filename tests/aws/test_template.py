@@ -11,8 +11,8 @@ from conftest import DEFINITION, ROOT
 from moto.events.models import EventPattern
 from test_static import template
 
-from cdclake.config import _IDENTIFIER
-from cdclake.jobs import job_config, parse_arguments
+from cdclake.identifiers import IDENTIFIER
+from cdclake.shells.glue_job import job_config, parse_arguments
 
 RESOURCES = template()["Resources"]
 PARAMETERS = template()["Parameters"]
@@ -55,7 +55,7 @@ def test_every_versioned_bucket_is_retained() -> None:
 @pytest.mark.parametrize("name", ["dev", "prod", "eu_prod", "a", "dev2", "abcdefghijkl"])
 def test_an_accepted_environment_name_makes_a_database_name_the_config_accepts(name: str) -> None:
     assert re.fullmatch(PARAMETERS["EnvironmentName"]["AllowedPattern"], name)
-    assert _IDENTIFIER.match(f"cdclake_{name}")
+    assert IDENTIFIER.match(f"cdclake_{name}")
 
 
 @pytest.mark.parametrize("name", ["dev-2", "Prod", "", "abcdefghijklm", "_x", "2dev", "de v"])
