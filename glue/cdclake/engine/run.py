@@ -23,7 +23,7 @@ from cdclake.errors import ConcurrentWriterError
 from cdclake.lake.journals import quarantined_files
 from cdclake.lake.ledger import read_ledger
 from cdclake.lake.tables import is_commit_conflict
-from cdclake.report import RunReport, TableReport
+from cdclake.report import Progress, RunReport, TableReport
 
 log = logging.getLogger("cdclake")
 
@@ -53,9 +53,11 @@ def run(engine: Engine, tables: Sequence[TableConfig] | None = None) -> RunRepor
         if loaded.note != "already loaded":
             report.tables.append(loaded)
     cdc_files = [f for f in listing.files if f.kind is FileKind.CDC]
-    for table, files in group_by_table(engine.config, cdc_files, report):
-        if table.source in states:
-            _apply_in_batches(engine, table, files, listing, states[table.source], report)
+    grouped = [(t, fs) for t, fs in group_by_table(engine.config, cdc_files, report) if t.source in states]
+    pending = [f for t, fs in grouped for f in states[t.source].pending(fs)]
+    progress = Progress(len(pending), sum(f.size for f in pending), time.monotonic())
+    for table, files in grouped:
+        _apply_in_batches(engine, table, files, listing, states[table.source], report, progress=progress)
     unconfigured = {f"{s}.{t}" for s, t in listing.sources() if engine.config.table_for_source(s, t) is None}
     report.unconfigured = sorted(set(report.unconfigured) | unconfigured)
     warn(report)
@@ -148,12 +150,15 @@ def _apply_in_batches(
     state: TableState,
     report: RunReport,
     force: bool = False,
+    progress: Progress | None = None,
 ) -> None:
     pending = state.pending(files, force)
     loads_pending = _loads_pending(table, listing)
     for batch in batches(pending, engine.config.max_files_per_batch):
         applied, state = apply_batch(engine, table, batch, state, loads_pending, force)
         report.tables.append(applied)
+        if progress is not None and progress.total_files > len(batch):
+            log.info("progress %s", progress.advance(applied, time.monotonic()))
         if applied.quarantined_files and not applied.files_applied:
             break  # a schema change held the whole batch: the next ones would be held the same way
 
