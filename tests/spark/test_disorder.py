@@ -201,6 +201,13 @@ def test_widening_applies_and_a_type_change_quarantines_only_its_table(
     assert (status["s.items"].schema_changes, status["s.items"].quarantined_files) == (1, 1)
     assert status["s.items"].last_schema_change == "widened column qty from int to bigint"
     assert (status["s.other"].schema_changes, status["s.other"].quarantined_files) == (0, 0)
+    # AND says why s.items is behind bronze, and that s.other is not
+    assert status["s.items"].pending_files == 0
+    assert status["s.items"].behind == (
+        "1 file(s) held in quarantine (last: column qty changed type from bigint to string); "
+        "`cdclake replay --quarantined`"
+    )
+    assert status["s.other"].behind == "up to date"
 
 
 DOCS = """

@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from cdclake.dms.files import FileKind
+from cdclake.dms.store import list_bronze
 from cdclake.lake.journals import QUARANTINE_TABLE, SCHEMA_CHANGES_TABLE, tombstones_of
 from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY, read_ledger
 from cdclake.lake.tables import SilverTable, table_exists
@@ -31,6 +33,8 @@ class TableStatus:
     schema_changes: int = 0  # entries in cdclake_schema_changes
     last_schema_change: str | None = None
     quarantined_files: int = 0  # entries in cdclake_quarantine
+    pending_files: int = 0  # CDC files in bronze neither applied nor held
+    behind: str = ""  # why silver is not up to date with bronze, or "up to date"
 
 
 def _lag(latest: str | None, now: datetime) -> float | None:
@@ -56,14 +60,21 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
     now = now or datetime.now(UTC)
     schema_changes = _journal_counts(engine, SCHEMA_CHANGES_TABLE, "changed_at", "change")
     quarantined = _journal_counts(engine, QUARANTINE_TABLE, "quarantined_at", "reason")
+    listing = list_bronze(engine.store, transaction_path=engine.config.bronze.transaction_path)
     statuses = []
     for table in engine.config.tables:
         silver = engine.silver_table(table)
         name = f"{engine.config.database}.{table.target}"
+        loads = listing.for_table(table.source_schema, table.source_table, FileKind.FULL_LOAD)
+        cdc = listing.for_table(table.source_schema, table.source_table, FileKind.CDC)
         if not table_exists(engine.spark, silver):
-            statuses.append(TableStatus(table.source, name, exists=False))
+            reason = f"not loaded: {len(loads)} full-load and {len(cdc)} CDC files in bronze" if loads or cdc else ""
+            statuses.append(TableStatus(table.source, name, exists=False, pending_files=len(cdc), behind=reason))
             continue
         ledger = read_ledger(engine.spark, silver)
+        held, last_reason = quarantined.get(table.target, (0, None))
+        pending = [f for f in cdc if f.key not in ledger.applied]
+        waiting = len(pending) - held
         rows = engine.spark.table(silver.identifier).count()
         summary = engine.spark.sql(
             f"SELECT count(*) AS n, max(summary['{LATEST_COMMIT_TS_PROPERTY}']) AS latest "
@@ -89,10 +100,24 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
                 tombstones=tombstone_count,
                 schema_changes=changes,
                 last_schema_change=last_change,
-                quarantined_files=quarantined.get(table.target, (0, None))[0],
+                quarantined_files=held,
+                pending_files=max(waiting, 0),
+                behind=_behind(ledger.full_load_done, bool(loads), max(waiting, 0), held, last_reason),
             )
         )
     return statuses
+
+
+def _behind(loaded: bool, has_loads: bool, waiting: int, held: int, last_reason: str | None) -> str:
+    """Why a table is behind bronze, in one phrase (or "up to date")."""
+    reasons = []
+    if not loaded and has_loads:
+        reasons.append("full load not applied")
+    if waiting:
+        reasons.append(f"{waiting} CDC file(s) not applied yet")
+    if held:
+        reasons.append(f"{held} file(s) held in quarantine (last: {last_reason}); `cdclake replay --quarantined`")
+    return "; ".join(reasons) or "up to date"
 
 
 def statuses_as_rows(statuses: Sequence[TableStatus]) -> tuple[list[str], list[list[Any]]]:
