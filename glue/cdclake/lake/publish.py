@@ -37,19 +37,23 @@ together; a leftover branch is only clutter, dropped the same way.
 
 from __future__ import annotations
 
+import logging
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cdclake.changes import OP, SILVER_ORDER, quote
+from cdclake.changes import EFFECT, EFFECT_DELETE, EFFECT_INSERT, EFFECT_UPDATE, OP, SILVER_ORDER, quote
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
+log = logging.getLogger("cdclake")
 BRANCH_PREFIX = "cdclake_publish_"
 _STORED = "_cdc_stored_"  # prefix of the touched stored row's columns beside a change
-_MATCHED = "_cdc_stored_matched"
+_MATCHED = "_cdc_stored_matched"  # a stored row of the key is replaced
+_REPLACE = "_cdc_replace"  # the key's stored row, if any, is deleted
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,7 @@ class StagedBatch:
     base_snapshot_id: int
     branch: str
     branch_snapshot_ids: tuple[int, ...]  # the branch's own snapshots, newest first
-    rows_replaced: int  # stored rows the batch deletes (deletes and updates)
+    rows_replaced: int  # keys whose stored row, if any, the batch deletes
     rows_written: int  # new images (inserts and updates)
 
 
@@ -91,6 +95,18 @@ def drop_leftover_branches(spark: SparkSession, table_identifier: str) -> list[s
     return [str(n) for n in leftovers]
 
 
+def key_bounds(changes: DataFrame, key: Sequence[str]) -> tuple[Any, Any] | None:
+    """(lowest, highest) key of a one-column key, for file pruning; None for composite keys."""
+    from pyspark.sql import functions as F
+
+    if len(key) != 1:
+        return None
+    row = changes.agg(F.min(key[0]).alias("lo"), F.max(key[0]).alias("hi")).first()
+    if row is None or row["lo"] is None:
+        return None
+    return row["lo"], row["hi"]
+
+
 def _decide(
     spark: SparkSession,
     table_identifier: str,
@@ -100,8 +116,15 @@ def _decide(
     columns: Sequence[str],
     absent: Sequence[str],
     unchanged: Mapping[str, str],
-) -> tuple[DataFrame, DataFrame, list[str]]:
-    """(keys of stored rows to delete, new images in table column order, table columns)."""
+) -> tuple[DataFrame, list[Column]]:
+    """The changes that do something, with ``_cdc_stored_matched`` (a stored row is replaced),
+    and the expressions of their new images in table column order.
+
+    Changes with ``_cdc_effect`` (``changes.classify_effects`` against this same snapshot) are
+    trusted: late changes and deletes of missing keys are dropped, and the stored rows are read
+    only when an update must keep stored values. Without it, the stored order of every touched
+    row is read to apply MERGE's guard (a change older than the stored row does nothing).
+    """
     from pyspark.sql import functions as F
 
     stored = spark.sql(f"SELECT * FROM {table_identifier} VERSION AS OF {base_snapshot_id}")
@@ -113,18 +136,33 @@ def _decide(
         raise ValueError(f"{table_identifier} has no column {', '.join(missing)}")
     # Columns whose stored value an update may keep: flagged "unchanged" ones and any the batch
     # does not write at all (MERGE's UPDATE SET leaves those alone).
-    kept = [c for c in table_columns if c not in key and (c in unchanged or c not in written)]
-    touched = stored.select(*key, SILVER_ORDER, *kept).join(F.broadcast(changes.select(*key)), list(key), "left_semi")
-    touched = touched.select(
-        *key, *[F.col(c).alias(_STORED + c) for c in (SILVER_ORDER, *kept)], F.lit(True).alias(_MATCHED)
-    )
-    joined = changes.join(F.broadcast(touched), list(key), "left")
-    matched = F.coalesce(F.col(_MATCHED), F.lit(False))
-    stored_order = F.col(_STORED + SILVER_ORDER)
-    newer = stored_order.isNull() | (F.col(SILVER_ORDER) >= stored_order)
-    applied = joined.where(~matched | newer).withColumn(_MATCHED, matched)
+    kept = [c for c in table_columns if c not in key and ((c in unchanged and c in columns) or c not in written)]
+    classified = EFFECT in changes.columns
+    if classified:
+        changes = changes.where(F.col(EFFECT).isin(EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE))
+    read = kept if classified else [SILVER_ORDER, *kept]
+    if read:
+        stored = stored.select(*key, *read)
+        bounds = key_bounds(changes, key)
+        if bounds is not None:  # a filter Iceberg prunes files and row groups with (key-clustered layouts)
+            stored = stored.where(F.col(key[0]).between(*bounds))
+        touched = stored.join(F.broadcast(changes.select(*key)), list(key), "left_semi")
+        touched = touched.select(*key, *[F.col(c).alias(_STORED + c) for c in read], F.lit(True).alias(_MATCHED))
+        changes = changes.join(F.broadcast(touched), list(key), "left")
+    if classified:
+        # Every key is deleted: an insert's key may still hold a stored row that classification
+        # did not see as matched (a NULL ``_cdc_order``); the MERGE would update it.
+        matched = (
+            F.coalesce(F.col(_MATCHED), F.lit(False)) if read else F.col(EFFECT).isin(EFFECT_UPDATE, EFFECT_DELETE)
+        )
+        applied = changes.withColumn(_MATCHED, matched).withColumn(_REPLACE, F.lit(True))
+    else:
+        matched = F.coalesce(F.col(_MATCHED), F.lit(False))
+        stored_order = F.col(_STORED + SILVER_ORDER)
+        newer = stored_order.isNull() | (F.col(SILVER_ORDER) >= stored_order)
+        applied = changes.where(~matched | newer).withColumn(_MATCHED, matched).withColumn(_REPLACE, matched)
 
-    def image(column: str) -> Any:
+    def image(column: str) -> Column:
         if column in key or column == SILVER_ORDER:
             value = F.col(column)
         elif column in unchanged and column in columns:
@@ -132,14 +170,12 @@ def _decide(
         elif column in columns:
             value = F.col(column)
         elif column in kept:  # not written by the batch: kept on update, NULL on insert
-            value = F.col(_STORED + column)
+            value = F.when(F.col(_MATCHED), F.col(_STORED + column))
         else:  # absent: dropped at the source
             value = F.lit(None)
         return value.cast(types[column]).alias(column)
 
-    deleted = applied.where(F.col(_MATCHED)).select(*key)
-    images = applied.where(F.col(OP) != "D").select(*[image(c) for c in table_columns])
-    return deleted, images, table_columns
+    return applied, [image(c) for c in table_columns]
 
 
 def stage_changes(
@@ -155,17 +191,32 @@ def stage_changes(
 
     None when the table has no snapshot yet (nothing to branch from: ``publish_changes`` appends).
     """
+    from pyspark.sql import functions as F
+
     table = iceberg_table(spark, table_identifier)
     table.refresh()
     current = table.currentSnapshot()
     if current is None:
         return None
     base = int(current.snapshotId())
-    deleted, images, _ = _decide(spark, table_identifier, base, changes, key, columns, absent, unchanged or {})
-    # Decided once, on a small frame: the DELETE and the INSERT below read it, not the table.
-    deleted = deleted.localCheckpoint()
-    images = images.localCheckpoint()
-    replaced, written = deleted.count(), images.count()
+    applied, image = _decide(spark, table_identifier, base, changes, key, columns, absent, unchanged or {})
+    # Decided once, on a frame the size of the batch: the DELETE and the INSERT read it, not the table.
+    applied = applied.localCheckpoint()
+    started = time.monotonic()
+    replaced_key = F.when(F.col(_REPLACE), F.col(key[0]))
+    counts = applied.agg(
+        F.count_if(F.col(_REPLACE)).alias("replaced"),
+        F.count_if(F.col(OP) != "D").alias("written"),
+        F.min(replaced_key).alias("lo"),
+        F.max(replaced_key).alias("hi"),
+    ).first()
+    assert counts is not None
+    replaced, written = int(counts["replaced"]), int(counts["written"])
+    # The replaced keys' range as literals lets Iceberg skip files (and row groups) outside it.
+    bounds = (counts["lo"], counts["hi"]) if len(key) == 1 and counts["lo"] is not None else None
+    log.debug("publish %s: decided in %.2fs", table_identifier, time.monotonic() - started)
+    deleted = applied.where(F.col(_REPLACE)).select(*key)
+    images = applied.where(F.col(OP) != "D").select(*image)
     branch = BRANCH_PREFIX + uuid.uuid4().hex[:12]
     target = branch_identifier(table_identifier, branch)
     spark.sql(f"ALTER TABLE {table_identifier} CREATE BRANCH {quote(branch)} AS OF VERSION {base}")
@@ -174,12 +225,16 @@ def stage_changes(
         if replaced:
             deleted.createOrReplaceTempView(view)
             keys = ", ".join(quote(k) for k in key)
+            prune = f"{quote(key[0])} BETWEEN :lo AND :hi AND " if bounds is not None else ""
             spark.sql(
-                f"DELETE FROM {target} WHERE ({keys}) IN (SELECT /*+ BROADCAST({quote(view)}) */ {keys} "
-                f"FROM {quote(view)})"
+                f"DELETE FROM {target} WHERE {prune}({keys}) IN (SELECT /*+ BROADCAST({quote(view)}) */ {keys} "
+                f"FROM {quote(view)})",
+                args={"lo": bounds[0], "hi": bounds[1]} if bounds is not None else None,
             )
+        log.debug("publish %s: deleted in %.2fs", table_identifier, time.monotonic() - started)
         if written:
             images.writeTo(target).append()
+        log.debug("publish %s: staged in %.2fs", table_identifier, time.monotonic() - started)
     except BaseException:
         table.refresh()
         if table.refs().containsKey(branch):
@@ -187,8 +242,7 @@ def stage_changes(
         raise
     finally:
         spark.catalog.dropTempView(view)
-        deleted.unpersist()
-    images.unpersist()
+        applied.unpersist()
     table.refresh()
     head = table.snapshot(branch)
     ids: list[int] = []
