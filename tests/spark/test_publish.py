@@ -13,6 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdclake.changes import EFFECT, OP, SILVER_ORDER, UNCHANGED_PREFIX, classify_effects, merge_statement
+from cdclake.lake.layout import layout_statements
 from cdclake.lake.publish import (
     commit_staged,
     iceberg_table,
@@ -239,3 +240,11 @@ def test_a_concurrent_commit_on_main_makes_the_publish_fail(spark: SparkSession,
         commit_staged(spark, staged, {KIND_PROPERTY: KIND_CDC})
     assert _rows(spark, published) == before
     assert intruder in before
+
+
+def test_layout_statements() -> None:
+    assert layout_statements("c.d.t", ["id"], "none") == []
+    assert layout_statements("c.d.t", ["a", "b"], "sorted") == ["ALTER TABLE c.d.t WRITE ORDERED BY `a`, `b`"]
+    assert layout_statements("c.d.t", ["a", "b"], "bucket", 8) == [
+        "ALTER TABLE c.d.t ADD PARTITION FIELD bucket(8, `a`)"
+    ]

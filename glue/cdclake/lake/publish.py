@@ -370,9 +370,11 @@ def publish_changes(
     ONE new snapshot on ``main`` whose summary carries ``properties``; return its snapshot id.
 
     ``changes``: one row per key (``key`` columns, the data ``columns``, ``_cdc_order``,
-    ``_cdc_op`` and the flag columns named in ``unchanged``), e.g. the classified rows whose
-    effect is insert, update or delete. A change older than the stored row is ignored; a delete
-    removes a matched row and ignores a missing one; inserts and updates both upsert.
+    ``_cdc_op`` and the flag columns named in ``unchanged``). A change older than the stored row
+    is ignored; a delete removes a matched row and ignores a missing one; inserts and updates
+    both upsert. With a ``_cdc_effect`` column (``classify_effects`` against the table's current
+    snapshot, as the pipeline's batch has) the effects are trusted: only insert, update and
+    delete rows act, and the stored rows are read only if an update keeps stored values.
     ``unchanged``: column -> boolean flag column; a flagged value keeps the stored one on update.
     ``absent``: table columns the batch does not carry; they become NULL. Table columns named
     nowhere keep their stored value on update and are NULL on insert.
