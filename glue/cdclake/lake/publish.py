@@ -1,0 +1,406 @@
+"""Apply a CDC batch with a cost that follows the batch, not the table, in ONE snapshot on ``main``.
+
+Spark plans ``MERGE INTO`` with an insert clause as a right-outer join that shuffles every stored
+row (the changes can never be the broadcast side). This path does the same work as
+``changes.merge_statement`` without that join:
+
+1. *Touched rows*: the stored rows of the batch's keys, found by a semi-join with the batch's keys
+   broadcast (the table's key column is streamed once, never shuffled), read at the base snapshot.
+2. *Decide*: per change, as the MERGE does: a matched row is replaced only when the change is not
+   older than it (``_cdc_order``); deletes of missing keys do nothing; "unchanged" columns and
+   columns the batch does not write keep the stored value on update and are NULL on insert;
+   ``absent`` columns become NULL.
+3. *Stage*: on a private branch created at the base snapshot, ``DELETE`` the replaced rows (an IN
+   subquery over the broadcast keys: a semi-join again) and append the new images. Spark writes
+   every file (position deletes or rewritten files, data files) and commits to the branch only.
+4. *Publish*: one ``RowDelta`` on ``main`` through the Iceberg Java API with the branch's net file
+   changes, validated against the base snapshot (a concurrent commit that adds or removes data or
+   delete files makes it fail, never silently lose a change), carrying the ledger ``properties``
+   in its summary. Readers of ``main`` see the batch at once or not at all.
+5. *Clean up*: drop the branch and forget its snapshots (their files now belong to ``main``'s
+   snapshot; no file is deleted).
+
+Why not ``fast_forward`` main to the branch (plain write-audit-publish)? It also publishes one
+step, but main's lineage then holds the branch's intermediate DELETE snapshot, which is missing
+from the ``history`` metadata table (the snapshot log records only the new head). The ledger
+reader (``silver._lineage``) joins snapshots with ``history`` and stops at that gap: it would
+forget every batch before the last. The RowDelta keeps main's history linear: one snapshot per
+batch, as with MERGE. Both were measured (``bench/publish_probe.py``); the commit step is
+metadata-only either way.
+
+Crash windows: before the RowDelta nothing is visible on main and the ledger does not list the
+batch, so the next run applies it again; a leftover ``cdclake_publish_*`` branch is dropped by
+the next publish on the table (its files are never referenced by main: snapshot expiry and
+orphan-file removal delete them). After the RowDelta the batch and its ledger entry are on main
+together; a leftover branch is only clutter, dropped the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from cdclake.changes import EFFECT, EFFECT_DELETE, EFFECT_INSERT, EFFECT_UPDATE, OP, SILVER_ORDER, quote
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+log = logging.getLogger("cdclake")
+BRANCH_PREFIX = "cdclake_publish_"
+_STORED = "_cdc_stored_"  # prefix of the touched stored row's columns beside a change
+_MATCHED = "_cdc_stored_matched"  # a stored row of the key is replaced
+_REPLACE = "_cdc_replace"  # the key's stored row, if any, is deleted
+
+
+@dataclass(frozen=True)
+class StagedBatch:
+    """A batch written to a private branch, not yet visible on ``main``."""
+
+    table_identifier: str
+    base_snapshot_id: int
+    branch: str
+    branch_snapshot_ids: tuple[int, ...]  # the branch's own snapshots, newest first
+    rows_replaced: int  # keys whose stored row, if any, the batch deletes
+    rows_written: int  # new images (inserts and updates)
+
+
+def iceberg_table(spark: SparkSession, table_identifier: str) -> Any:
+    """The Iceberg Java ``Table`` behind ``table_identifier`` (the catalog's cached instance)."""
+    jvm: Any = spark.sparkContext._jvm
+    return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table_identifier)
+
+
+def branch_identifier(table_identifier: str, branch: str) -> str:
+    return f"{table_identifier}.{quote('branch_' + branch)}"
+
+
+def drop_leftover_branches(spark: SparkSession, table_identifier: str) -> list[str]:
+    """Drop ``cdclake_publish_*`` branches a crashed run left behind; return their names.
+
+    One writer per table at a time is assumed (cdclake's serial lane): a branch of a publish in
+    flight elsewhere would be dropped too, and that publish would then fail, not lose data.
+    """
+    table = iceberg_table(spark, table_identifier)
+    table.refresh()
+    leftovers = [name for name in table.refs().keySet() if str(name).startswith(BRANCH_PREFIX)]
+    if leftovers:
+        manage = table.manageSnapshots()
+        for name in leftovers:
+            manage = manage.removeBranch(name)
+        manage.commit()
+    return [str(n) for n in leftovers]
+
+
+def key_bounds(changes: DataFrame, key: Sequence[str]) -> tuple[Any, Any] | None:
+    """(lowest, highest) key of a one-column key, for file pruning; None for composite keys."""
+    from pyspark.sql import functions as F
+
+    if len(key) != 1:
+        return None
+    row = changes.agg(F.min(key[0]).alias("lo"), F.max(key[0]).alias("hi")).first()
+    if row is None or row["lo"] is None:
+        return None
+    return row["lo"], row["hi"]
+
+
+def _decide(
+    spark: SparkSession,
+    table_identifier: str,
+    base_snapshot_id: int,
+    changes: DataFrame,
+    key: Sequence[str],
+    columns: Sequence[str],
+    absent: Sequence[str],
+    unchanged: Mapping[str, str],
+) -> tuple[DataFrame, list[Column]]:
+    """The changes that do something, with ``_cdc_stored_matched`` (a stored row is replaced),
+    and the expressions of their new images in table column order.
+
+    Changes with ``_cdc_effect`` (``changes.classify_effects`` against this same snapshot) are
+    trusted: late changes and deletes of missing keys are dropped, and the stored rows are read
+    only when an update must keep stored values. Without it, the stored order of every touched
+    row is read to apply MERGE's guard (a change older than the stored row does nothing).
+    """
+    from pyspark.sql import functions as F
+
+    stored = spark.sql(f"SELECT * FROM {table_identifier} VERSION AS OF {base_snapshot_id}")
+    types = {f.name: f.dataType for f in stored.schema.fields}
+    table_columns = list(types)
+    written = {*columns, *absent, SILVER_ORDER}
+    missing = [c for c in (*key, SILVER_ORDER) if c not in types]
+    if missing:
+        raise ValueError(f"{table_identifier} has no column {', '.join(missing)}")
+    # Columns whose stored value an update may keep: flagged "unchanged" ones and any the batch
+    # does not write at all (MERGE's UPDATE SET leaves those alone).
+    kept = [c for c in table_columns if c not in key and ((c in unchanged and c in columns) or c not in written)]
+    classified = EFFECT in changes.columns
+    if classified:
+        changes = changes.where(F.col(EFFECT).isin(EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE))
+    read = kept if classified else [SILVER_ORDER, *kept]
+    if read:
+        stored = stored.select(*key, *read)
+        bounds = key_bounds(changes, key)
+        if bounds is not None:  # a filter Iceberg prunes files and row groups with (key-clustered layouts)
+            stored = stored.where(F.col(key[0]).between(*bounds))
+        touched = stored.join(F.broadcast(changes.select(*key)), list(key), "left_semi")
+        touched = touched.select(*key, *[F.col(c).alias(_STORED + c) for c in read], F.lit(True).alias(_MATCHED))
+        changes = changes.join(F.broadcast(touched), list(key), "left")
+    if classified:
+        # Every key is deleted: an insert's key may still hold a stored row that classification
+        # did not see as matched (a NULL ``_cdc_order``); the MERGE would update it.
+        matched = (
+            F.coalesce(F.col(_MATCHED), F.lit(False)) if read else F.col(EFFECT).isin(EFFECT_UPDATE, EFFECT_DELETE)
+        )
+        applied = changes.withColumn(_MATCHED, matched).withColumn(_REPLACE, F.lit(True))
+    else:
+        matched = F.coalesce(F.col(_MATCHED), F.lit(False))
+        stored_order = F.col(_STORED + SILVER_ORDER)
+        newer = stored_order.isNull() | (F.col(SILVER_ORDER) >= stored_order)
+        applied = changes.where(~matched | newer).withColumn(_MATCHED, matched).withColumn(_REPLACE, matched)
+
+    def image(column: str) -> Column:
+        if column in key or column == SILVER_ORDER:
+            value = F.col(column)
+        elif column in unchanged and column in columns:
+            value = F.when(F.col(_MATCHED) & F.col(unchanged[column]), F.col(_STORED + column)).otherwise(F.col(column))
+        elif column in columns:
+            value = F.col(column)
+        elif column in kept:  # not written by the batch: kept on update, NULL on insert
+            value = F.when(F.col(_MATCHED), F.col(_STORED + column))
+        else:  # absent: dropped at the source
+            value = F.lit(None)
+        return value.cast(types[column]).alias(column)
+
+    return applied, [image(c) for c in table_columns]
+
+
+def stage_changes(
+    spark: SparkSession,
+    table_identifier: str,
+    changes: DataFrame,
+    key: Sequence[str],
+    columns: Sequence[str],
+    absent: Sequence[str] = (),
+    unchanged: Mapping[str, str] | None = None,
+) -> StagedBatch | None:
+    """Write the batch's deletes and new images to a new private branch of ``table_identifier``.
+
+    None when the table has no snapshot yet (nothing to branch from: ``publish_changes`` appends).
+    """
+    from pyspark.sql import functions as F
+
+    table = iceberg_table(spark, table_identifier)
+    table.refresh()
+    current = table.currentSnapshot()
+    if current is None:
+        return None
+    base = int(current.snapshotId())
+    applied, image = _decide(spark, table_identifier, base, changes, key, columns, absent, unchanged or {})
+    # Decided once, on a frame the size of the batch: the DELETE and the INSERT read it, not the table.
+    applied = applied.localCheckpoint()
+    started = time.monotonic()
+    replaced_key = F.when(F.col(_REPLACE), F.col(key[0]))
+    counts = applied.agg(
+        F.count_if(F.col(_REPLACE)).alias("replaced"),
+        F.count_if(F.col(OP) != "D").alias("written"),
+        F.min(replaced_key).alias("lo"),
+        F.max(replaced_key).alias("hi"),
+    ).first()
+    assert counts is not None
+    replaced, written = int(counts["replaced"]), int(counts["written"])
+    # The replaced keys' range as literals lets Iceberg skip files (and row groups) outside it.
+    bounds = (counts["lo"], counts["hi"]) if len(key) == 1 and counts["lo"] is not None else None
+    log.debug("publish %s: decided in %.2fs", table_identifier, time.monotonic() - started)
+    deleted = applied.where(F.col(_REPLACE)).select(*key)
+    images = applied.where(F.col(OP) != "D").select(*image)
+    branch = BRANCH_PREFIX + uuid.uuid4().hex[:12]
+    target = branch_identifier(table_identifier, branch)
+    spark.sql(f"ALTER TABLE {table_identifier} CREATE BRANCH {quote(branch)} AS OF VERSION {base}")
+    view = f"cdclake_publish_keys_{branch}"
+    try:
+        if replaced:
+            deleted.createOrReplaceTempView(view)
+            keys = ", ".join(quote(k) for k in key)
+            prune = f"{quote(key[0])} BETWEEN :lo AND :hi AND " if bounds is not None else ""
+            spark.sql(
+                f"DELETE FROM {target} WHERE {prune}({keys}) IN (SELECT /*+ BROADCAST({quote(view)}) */ {keys} "
+                f"FROM {quote(view)})",
+                args={"lo": bounds[0], "hi": bounds[1]} if bounds is not None else None,
+            )
+        log.debug("publish %s: deleted in %.2fs", table_identifier, time.monotonic() - started)
+        if written:
+            images.writeTo(target).append()
+        log.debug("publish %s: staged in %.2fs", table_identifier, time.monotonic() - started)
+    except BaseException:
+        table.refresh()
+        if table.refs().containsKey(branch):
+            table.manageSnapshots().removeBranch(branch).commit()
+        raise
+    finally:
+        spark.catalog.dropTempView(view)
+        applied.unpersist()
+    table.refresh()
+    head = table.snapshot(branch)
+    ids: list[int] = []
+    snapshot = table.snapshot(head.snapshotId()) if head is not None else None
+    while snapshot is not None and int(snapshot.snapshotId()) != base:
+        ids.append(int(snapshot.snapshotId()))
+        parent = snapshot.parentId()
+        snapshot = table.snapshot(parent) if parent is not None else None
+    return StagedBatch(table_identifier, base, branch, tuple(ids), replaced, written)
+
+
+def _file_id(file: Any) -> tuple[str, int | None]:
+    """What tells content files apart: the path, and for a deletion vector also its offset (the
+    DVs one task writes share one Puffin file)."""
+    offset = file.contentOffset() if hasattr(file, "contentOffset") else None
+    return str(file.location()), None if offset is None else int(offset)
+
+
+def _net_files(table: Any, snapshot_ids: Sequence[int]) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
+    """(data files added, data files removed, delete files added, delete files removed) by the
+    snapshots, oldest first, netted: a file added and removed again within them is in neither."""
+    io = table.io()
+    added_data: dict[tuple[str, int | None], Any] = {}
+    removed_data: dict[tuple[str, int | None], Any] = {}
+    added_deletes: dict[tuple[str, int | None], Any] = {}
+    removed_deletes: dict[tuple[str, int | None], Any] = {}
+    for snapshot_id in reversed(snapshot_ids):
+        snapshot = table.snapshot(snapshot_id)
+        for added, removed, add_files, remove_files in (
+            (added_data, removed_data, snapshot.addedDataFiles(io), snapshot.removedDataFiles(io)),
+            (added_deletes, removed_deletes, snapshot.addedDeleteFiles(io), snapshot.removedDeleteFiles(io)),
+        ):
+            for file in remove_files:
+                if added.pop(_file_id(file), None) is None:
+                    removed[_file_id(file)] = file
+            for file in add_files:
+                added[_file_id(file)] = file
+    return (
+        list(added_data.values()),
+        list(removed_data.values()),
+        list(added_deletes.values()),
+        list(removed_deletes.values()),
+    )
+
+
+def commit_staged(spark: SparkSession, staged: StagedBatch, properties: Mapping[str, str]) -> int:
+    """Publish a staged batch to ``main`` as one RowDelta carrying ``properties``; return its id.
+
+    Fails (Iceberg ``ValidationException``) when a commit since the base snapshot added data or
+    delete files, or removed a file this batch deletes from or replaces; then nothing changes on
+    main and the batch can be applied again from scratch.
+    """
+    jvm: Any = spark.sparkContext._jvm
+    table = iceberg_table(spark, staged.table_identifier)
+    table.refresh()
+    added_data, removed_data, added_deletes, removed_deletes = _net_files(table, staged.branch_snapshot_ids)
+    delta = table.newRowDelta()
+    for file in added_data:
+        delta = delta.addRows(file)
+    for file in removed_data:
+        delta = delta.removeRows(file)
+    for file in added_deletes:
+        delta = delta.addDeletes(file)
+    for file in removed_deletes:
+        delta = delta.removeDeletes(file)
+    referenced = jvm.java.util.ArrayList()
+    content_files = jvm.org.apache.iceberg.util.ContentFileUtil
+    for file in added_deletes:
+        # A DV names its data file; a file-scoped position delete file says it by its bounds.
+        data_file = content_files.referencedDataFileLocation(file)
+        if data_file is None:
+            # Partition-scoped position deletes (write.delete.granularity=partition) do not say
+            # which data files they reference: then refuse any commit on main since the base.
+            if int(table.currentSnapshot().snapshotId()) != staged.base_snapshot_id:
+                raise RuntimeError(f"{staged.table_identifier}: main moved since the batch was staged")
+        else:
+            referenced.add(data_file)
+    delta = (
+        delta.validateFromSnapshot(staged.base_snapshot_id)
+        .conflictDetectionFilter(jvm.org.apache.iceberg.expressions.Expressions.alwaysTrue())
+        .validateNoConflictingDataFiles()
+        .validateNoConflictingDeleteFiles()
+        .validateDeletedFiles()
+        .validateDataFilesExist(referenced)
+    )
+    for name, value in properties.items():
+        delta = delta.set(name, value)
+    delta.commit()
+    committed = int(table.currentSnapshot().snapshotId())
+    _forget_branch(table, staged)
+    return committed
+
+
+def _forget_branch(table: Any, staged: StagedBatch) -> None:
+    """Drop the branch and its snapshots; no file is deleted (main's snapshot now holds them)."""
+    table.refresh()
+    if table.refs().containsKey(staged.branch):
+        table.manageSnapshots().removeBranch(staged.branch).commit()
+    if staged.branch_snapshot_ids:
+        expire = table.expireSnapshots().cleanExpiredFiles(False)
+        for snapshot_id in staged.branch_snapshot_ids:
+            expire = expire.expireSnapshotId(snapshot_id)
+        expire.commit()
+
+
+def abandon_staged(spark: SparkSession, staged: StagedBatch) -> None:
+    """Drop a staged batch that will not be published (its files become orphans)."""
+    table = iceberg_table(spark, staged.table_identifier)
+    table.refresh()
+    if table.refs().containsKey(staged.branch):
+        table.manageSnapshots().removeBranch(staged.branch).commit()
+
+
+def publish_changes(
+    spark: SparkSession,
+    table_identifier: str,
+    changes: DataFrame,
+    key: Sequence[str],
+    columns: Sequence[str],
+    properties: Mapping[str, str],
+    absent: Sequence[str] = (),
+    unchanged: Mapping[str, str] | None = None,
+) -> int:
+    """Apply de-duplicated changes to ``table_identifier`` exactly as ``merge_statement`` would, as
+    ONE new snapshot on ``main`` whose summary carries ``properties``; return its snapshot id.
+
+    ``changes``: one row per key (``key`` columns, the data ``columns``, ``_cdc_order``,
+    ``_cdc_op`` and the flag columns named in ``unchanged``). A change older than the stored row
+    is ignored; a delete removes a matched row and ignores a missing one; inserts and updates
+    both upsert. With a ``_cdc_effect`` column (``classify_effects`` against the table's current
+    snapshot, as the pipeline's batch has) the effects are trusted: only insert, update and
+    delete rows act, and the stored rows are read only if an update keeps stored values.
+    ``unchanged``: column -> boolean flag column; a flagged value keeps the stored one on update.
+    ``absent``: table columns the batch does not carry; they become NULL. Table columns named
+    nowhere keep their stored value on update and are NULL on insert.
+    Raises if a concurrent commit on main conflicts (nothing is then published).
+    """
+    drop_leftover_branches(spark, table_identifier)
+    staged = stage_changes(spark, table_identifier, changes, key, columns, absent, unchanged)
+    if staged is None:  # a table without any snapshot: nothing stored, every change is an insert
+        from cdclake.silver import commit_with_properties
+
+        images = _first_images(spark, table_identifier, changes, columns)
+        commit_with_properties(spark, dict(properties), images.writeTo(table_identifier).append)
+        return int(iceberg_table(spark, table_identifier).currentSnapshot().snapshotId())
+    try:
+        return commit_staged(spark, staged, properties)
+    except BaseException:
+        abandon_staged(spark, staged)
+        raise
+
+
+def _first_images(spark: SparkSession, table_identifier: str, changes: DataFrame, columns: Sequence[str]) -> DataFrame:
+    """The new images of changes to a table with no stored row: every non-delete is an insert."""
+    from pyspark.sql import functions as F
+
+    types = {f.name: f.dataType for f in spark.table(table_identifier).schema.fields}
+    present = {*columns, SILVER_ORDER}
+    return changes.where(F.col(OP) != "D").select(
+        *[(F.col(c) if c in present else F.lit(None)).cast(t).alias(c) for c, t in types.items()]
+    )

@@ -1,0 +1,250 @@
+"""The batch-sized publish path (cdclake.lake.publish) against the MERGE it replaces."""
+
+from __future__ import annotations
+
+import random
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from cdclake.changes import EFFECT, OP, SILVER_ORDER, UNCHANGED_PREFIX, classify_effects, merge_statement
+from cdclake.lake.layout import layout_statements
+from cdclake.lake.publish import (
+    commit_staged,
+    iceberg_table,
+    publish_changes,
+    stage_changes,
+)
+from cdclake.silver import (
+    FILES_PROPERTY,
+    KIND_CDC,
+    KIND_PROPERTY,
+    SilverTable,
+    ledger_properties,
+    merge_rows,
+    read_ledger,
+    replace_table,
+)
+
+# A silver table: key (id, part), data columns, `gone` (dropped at the source: absent from every
+# batch), `kept` (named nowhere: MERGE's UPDATE leaves it alone) and `_cdc_order`.
+TABLE_SCHEMA = "id bigint, part string, v string, w string, n int, gone string, kept string, _cdc_order string"
+COLUMNS = ["id", "part", "v", "w", "n"]  # what a batch carries
+ABSENT = ["gone"]
+UNCHANGED = {"w": UNCHANGED_PREFIX + "w"}
+CHANGE_SCHEMA = f"id bigint, part string, v string, w string, n int, {SILVER_ORDER} string, {OP} string, " + (
+    f"{UNCHANGED_PREFIX}w boolean"
+)
+
+MODES = {
+    "merge-on-read v2": {"format-version": "2", "write.delete.mode": "merge-on-read"},
+    "copy-on-write v2": {"format-version": "2", "write.delete.mode": "copy-on-write"},
+    "merge-on-read v3": {"format-version": "3", "write.delete.mode": "merge-on-read"},
+}
+
+
+def _order(step: int) -> str:
+    return f"{step:08d}"
+
+
+def _create(spark: SparkSession, identifier: str, properties: dict[str, str], rows: list[tuple[Any, ...]]) -> None:
+    props = {**properties, "write.merge.mode": properties["write.delete.mode"]}
+    props["write.update.mode"] = properties["write.delete.mode"]
+    tbl = ", ".join(f"'{k}'='{v}'" for k, v in props.items())
+    spark.sql(f"CREATE TABLE {identifier} ({TABLE_SCHEMA}) USING iceberg TBLPROPERTIES ({tbl})")
+    spark.createDataFrame(rows, TABLE_SCHEMA).writeTo(identifier).append()
+
+
+def _initial_rows(rng: random.Random, count: int) -> list[tuple[Any, ...]]:
+    return [
+        (i, f"p{i % 3}", f"v{i}", f"w{i}", i, f"g{i}", f"k{i}", _order(rng.randrange(0, 50)) if i % 7 else None)
+        for i in range(count)
+    ]
+
+
+def _random_batch(rng: random.Random, universe: int, size: int, step: int) -> list[tuple[Any, ...]]:
+    """One change per key: inserts, updates, deletes (to present or missing keys), some older than
+    the stored row, some with the `w` column not captured."""
+    rows = []
+    for i in rng.sample(range(universe), size):
+        op = rng.choice("IUUUD")
+        order = _order(step * 100 + rng.randrange(100)) if rng.random() > 0.15 else _order(rng.randrange(0, 60))
+        flag = rng.random() < 0.3
+        w = None if flag else f"w{i}-{step}"
+        rows.append((i, f"p{i % 3}", f"v{i}-{step}", w, rng.choice([None, step]), order, op, flag))
+    return rows
+
+
+def _rows(spark: SparkSession, identifier: str) -> list[tuple[Any, ...]]:
+    return sorted((tuple(r) for r in spark.table(identifier).collect()), key=repr)
+
+
+def _merge(spark: SparkSession, identifier: str, changes: DataFrame, key: Sequence[str]) -> None:
+    view = f"merge_src_{uuid.uuid4().hex[:8]}"
+    changes.createOrReplaceTempView(view)
+    statement = merge_statement(identifier, view, key, COLUMNS, ABSENT, list(UNCHANGED))
+    merge_rows(spark, statement, {"cdclake.kind": "cdc"})
+    spark.catalog.dropTempView(view)
+
+
+def _main_history(spark: SparkSession, identifier: str) -> list[int]:
+    rows = spark.sql(f"SELECT snapshot_id FROM {identifier}.history ORDER BY made_current_at").collect()
+    return [r["snapshot_id"] for r in rows]
+
+
+def _branches(spark: SparkSession, identifier: str) -> list[str]:
+    return [r["name"] for r in spark.sql(f"SELECT name FROM {identifier}.refs").collect() if r["name"] != "main"]
+
+
+@pytest.fixture
+def database(spark: SparkSession) -> Iterator[str]:
+    name = f"pub_{uuid.uuid4().hex[:10]}"
+    spark.sql(f"CREATE NAMESPACE silver.{name}")
+    yield f"silver.{name}"
+
+
+class _Poller(threading.Thread):
+    """Watches main's head (Iceberg metadata only, no Spark job) while batches apply."""
+
+    def __init__(self, spark: SparkSession, identifier: str) -> None:
+        super().__init__(daemon=True)
+        self.table = iceberg_table(spark, identifier)
+        self.seen: set[int] = set()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.02):
+            self.table.refresh()
+            self.seen.add(int(self.table.currentSnapshot().snapshotId()))
+
+
+def _classified(spark: SparkSession, identifier: str, changes: DataFrame, key: Sequence[str]) -> DataFrame:
+    """The pipeline's classification against the stored rows (no tombstones)."""
+    stored = spark.table(identifier).select(*key, SILVER_ORDER)
+    return classify_effects(changes, stored, stored.limit(0), key).localCheckpoint()
+
+
+@pytest.mark.parametrize(
+    ("mode", "classified"),
+    [("merge-on-read v2", False), ("merge-on-read v2", True), ("copy-on-write v2", True), ("merge-on-read v3", True)],
+)
+def test_same_table_as_merge_one_snapshot_per_batch(
+    spark: SparkSession, database: str, mode: str, classified: bool
+) -> None:
+    # GIVEN two identical tables (composite key for copy-on-write, one column otherwise)
+    key = ["id", "part"] if mode.startswith("copy") else ["id"]
+    rng = random.Random(len(mode) + classified)
+    merged, published = f"{database}.merged", f"{database}.published"
+    initial = _initial_rows(rng, 300)
+    for identifier in (merged, published):
+        _create(spark, identifier, MODES[mode], initial)
+    boundaries = {_main_history(spark, published)[-1]}
+    poller = _Poller(spark, published)
+    poller.start()
+    try:
+        for step in range(1, 4):
+            # WHEN the same random batch goes through MERGE and through publish_changes
+            changes = spark.createDataFrame(_random_batch(rng, 360, 120, step), CHANGE_SCHEMA)
+            if classified:  # as the pipeline does: MERGE only the effects that apply
+                changes = _classified(spark, published, changes, key)
+                _merge(spark, merged, changes.where(F.col(EFFECT).isin("insert", "update", "delete")), key)
+            else:  # raw changes: the late-change guard is the MERGE's (and publish's) own
+                _merge(spark, merged, changes, key)
+            history_before = _main_history(spark, published)
+            properties = ledger_properties(KIND_CDC, [f"batch-{step}"], "2024-01-01 00:00:00")
+            snapshot = publish_changes(
+                spark, published, changes, key, COLUMNS, properties, absent=ABSENT, unchanged=UNCHANGED
+            )
+            boundaries.add(snapshot)
+            # THEN the tables are equal, main gained exactly one snapshot that carries the ledger
+            assert _rows(spark, published) == _rows(spark, merged)
+            history = _main_history(spark, published)
+            assert history == [*history_before, snapshot]
+            summary = spark.sql(
+                f"SELECT parent_id, summary FROM {published}.snapshots WHERE snapshot_id = {snapshot}"
+            ).first()
+            assert summary is not None
+            assert summary["parent_id"] == history_before[-1]
+            assert {k: summary["summary"][k] for k in properties} == properties
+            assert _branches(spark, published) == []
+    finally:
+        poller.done.set()
+        poller.join()
+    # AND a reader polling main only ever saw batch boundaries
+    assert poller.seen <= boundaries
+    assert len(poller.seen) >= 2
+
+
+def test_ledger_reader_sees_every_published_batch(spark: SparkSession, database: str) -> None:
+    # GIVEN a full load recorded in the ledger
+    silver = SilverTable("silver", database.split(".")[1], "hosts")
+    initial = spark.createDataFrame(_initial_rows(random.Random(1), 50), TABLE_SCHEMA)
+    replace_table(spark, silver, initial, ["LOAD00000001.csv"])
+    rng = random.Random(2)
+    # WHEN two batches are published with their ledger properties
+    for step in (1, 2):
+        changes = spark.createDataFrame(_random_batch(rng, 60, 20, step), CHANGE_SCHEMA)
+        properties = ledger_properties(KIND_CDC, [f"cdc-{step}.csv"])
+        publish_changes(
+            spark, silver.identifier, changes, ["id"], COLUMNS, properties, absent=ABSENT, unchanged=UNCHANGED
+        )
+    # THEN read_ledger walks main's lineage through both batches back to the full load
+    ledger = read_ledger(spark, silver)
+    assert ledger.full_load_done
+    assert ledger.applied == {"LOAD00000001.csv", "cdc-1.csv", "cdc-2.csv"}
+    assert ledger.last_file == "cdc-2.csv"
+
+
+def test_crashed_stage_is_invisible_and_the_next_run_cleans_up(spark: SparkSession, database: str) -> None:
+    # GIVEN a batch staged on a branch by a run that crashed before publishing
+    merged, published = f"{database}.merged", f"{database}.published"
+    initial = _initial_rows(random.Random(3), 100)
+    for identifier in (merged, published):
+        _create(spark, identifier, MODES["merge-on-read v2"], initial)
+    changes = spark.createDataFrame(_random_batch(random.Random(4), 120, 40, 1), CHANGE_SCHEMA)
+    head = _main_history(spark, published)
+    staged = stage_changes(spark, published, changes, ["id"], COLUMNS, ABSENT, UNCHANGED)
+    assert staged is not None
+    # THEN main, its history and its contents are untouched
+    assert _main_history(spark, published) == head
+    assert _rows(spark, published) == _rows(spark, merged)
+    assert _branches(spark, published) == [staged.branch]
+    # WHEN the next run publishes the same batch
+    properties = {KIND_PROPERTY: KIND_CDC, FILES_PROPERTY: '["f"]'}
+    publish_changes(spark, published, changes, ["id"], COLUMNS, properties, absent=ABSENT, unchanged=UNCHANGED)
+    _merge(spark, merged, changes, ["id"])
+    # THEN the leftover branch is gone and the result is the MERGE's, in one snapshot
+    assert _branches(spark, published) == []
+    assert _rows(spark, published) == _rows(spark, merged)
+    assert len(_main_history(spark, published)) == len(head) + 1
+
+
+def test_a_concurrent_commit_on_main_makes_the_publish_fail(spark: SparkSession, database: str) -> None:
+    # GIVEN a staged batch, and another writer appending to main before it is published
+    published = f"{database}.published"
+    _create(spark, published, MODES["merge-on-read v2"], _initial_rows(random.Random(5), 100))
+    changes = spark.createDataFrame(_random_batch(random.Random(6), 120, 40, 1), CHANGE_SCHEMA)
+    staged = stage_changes(spark, published, changes, ["id"], COLUMNS, ABSENT, UNCHANGED)
+    assert staged is not None
+    intruder = (999, "p0", "x", "x", 0, None, None, _order(1))
+    spark.createDataFrame([intruder], TABLE_SCHEMA).writeTo(published).append()
+    before = _rows(spark, published)
+    # WHEN the staged batch is published
+    # THEN Iceberg's validation refuses it and main keeps the other writer's row, nothing else
+    with pytest.raises(Exception, match=r"[Ff]ound conflicting files"):
+        commit_staged(spark, staged, {KIND_PROPERTY: KIND_CDC})
+    assert _rows(spark, published) == before
+    assert intruder in before
+
+
+def test_layout_statements() -> None:
+    assert layout_statements("c.d.t", ["id"], "none") == []
+    assert layout_statements("c.d.t", ["a", "b"], "sorted") == ["ALTER TABLE c.d.t WRITE ORDERED BY `a`, `b`"]
+    assert layout_statements("c.d.t", ["a", "b"], "bucket", 8) == [
+        "ALTER TABLE c.d.t ADD PARTITION FIELD bucket(8, `a`)"
+    ]
