@@ -32,8 +32,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cdclake.changes import EFFECT, OP, SILVER_ORDER, merge_statement
+from cdclake.columns import EFFECT, OP, SILVER_ORDER
+from cdclake.engine.statements import merge_statement
 from cdclake.lake.layout import Layout, apply_layout
+from cdclake.lake.ledger import ledger_properties
 from cdclake.lake.publish import (
     drop_leftover_branches,
     iceberg_table,
@@ -41,8 +43,8 @@ from cdclake.lake.publish import (
     publish_changes,
     stage_changes,
 )
-from cdclake.session import LocalCatalog, SessionSettings, build_spark_session
-from cdclake.silver import ledger_properties, merge_rows
+from cdclake.lake.tables import IcebergCommitter
+from cdclake.runtime.session import LocalCatalog, SessionSettings, build_spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -180,8 +182,8 @@ def run_case(spark: SparkSession, case: Case, database: str, scratch: Path) -> l
     results = []
 
     def merge() -> None:
-        changes.createOrReplaceTempView("probe_changes")
-        merge_rows(spark, merge_statement(identifier, "probe_changes", ["id"], COLUMNS), properties)
+        statement = lambda view: merge_statement(identifier, view, ["id"], COLUMNS)  # noqa: E731
+        IcebergCommitter().merge(spark, changes, statement, properties)
 
     def publish() -> None:
         publish_changes(spark, identifier, changes, ["id"], COLUMNS, properties)

@@ -13,6 +13,9 @@ class CrashingCommitter(IcebergCommitter):
     def merge(self, *_: Any) -> None:
         raise RuntimeError("the job was killed before its data commit")
 
+    def publish(self, *_: Any, **__: Any) -> None:
+        raise RuntimeError("the job was killed before its data commit")
+
     def append(self, *_: Any) -> None:
         raise RuntimeError("the job was killed before its data commit")
 
@@ -26,7 +29,7 @@ class RacingCommitter(IcebergCommitter):
         self.rival = rival  # called with no arguments: the other writer's commit
         self.attempts = 0
 
-    def merge(self, spark: Any, rows: Any, statement: Any, properties: dict[str, str]) -> None:
+    def publish(self, *args: Any, **kwargs: Any) -> None:
         self.attempts += 1
         if self.attempts <= self.losses:
             if self.rival is not None:
@@ -35,4 +38,4 @@ class RacingCommitter(IcebergCommitter):
                 "org.apache.iceberg.exceptions.CommitFailedException: Cannot commit: base metadata location "
                 "is not the table's current one (another writer committed first)"
             )
-        super().merge(spark, rows, statement, properties)
+        super().publish(*args, **kwargs)

@@ -12,24 +12,18 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cdclake.changes import EFFECT, OP, SILVER_ORDER, UNCHANGED_PREFIX, classify_effects, merge_statement
+from cdclake.columns import EFFECT, OP, SILVER_ORDER, UNCHANGED_PREFIX
+from cdclake.engine.changes import classify_effects
+from cdclake.engine.statements import merge_statement
 from cdclake.lake.layout import layout_statements
+from cdclake.lake.ledger import FILES_PROPERTY, KIND_CDC, KIND_PROPERTY, ledger_properties, read_ledger, replace_table
 from cdclake.lake.publish import (
     commit_staged,
     iceberg_table,
     publish_changes,
     stage_changes,
 )
-from cdclake.silver import (
-    FILES_PROPERTY,
-    KIND_CDC,
-    KIND_PROPERTY,
-    SilverTable,
-    ledger_properties,
-    merge_rows,
-    read_ledger,
-    replace_table,
-)
+from cdclake.lake.tables import IcebergCommitter, SilverTable
 
 # A silver table: key (id, part), data columns, `gone` (dropped at the source: absent from every
 # batch), `kept` (named nowhere: MERGE's UPDATE leaves it alone) and `_cdc_order`.
@@ -85,11 +79,10 @@ def _rows(spark: SparkSession, identifier: str) -> list[tuple[Any, ...]]:
 
 
 def _merge(spark: SparkSession, identifier: str, changes: DataFrame, key: Sequence[str]) -> None:
-    view = f"merge_src_{uuid.uuid4().hex[:8]}"
-    changes.createOrReplaceTempView(view)
-    statement = merge_statement(identifier, view, key, COLUMNS, ABSENT, list(UNCHANGED))
-    merge_rows(spark, statement, {"cdclake.kind": "cdc"})
-    spark.catalog.dropTempView(view)
+    def statement(view: str) -> str:
+        return merge_statement(identifier, view, key, COLUMNS, ABSENT, list(UNCHANGED))
+
+    IcebergCommitter().merge(spark, changes, statement, {"cdclake.kind": "cdc"})
 
 
 def _main_history(spark: SparkSession, identifier: str) -> list[int]:

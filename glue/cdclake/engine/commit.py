@@ -24,7 +24,7 @@ from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.engine.prepare import BatchPlan, ChangeSet, Hold, silver_shape, tombstone_rows
 from cdclake.engine.read import BadRows
-from cdclake.engine.statements import merge_statement, tombstone_statement
+from cdclake.engine.statements import tombstone_statement
 from cdclake.lake.history import apply_history, history_of
 from cdclake.lake.journals import (
     record_quarantine,
@@ -120,7 +120,7 @@ def _apply_keyed(
     properties: dict[str, str],
     report: TableReport,
 ) -> None:
-    """Tombstones for the deletes, then one MERGE of the rest that records the batch's files."""
+    """Tombstones (and history) for the deletes, then one commit of the rest that records the batch's files."""
     from pyspark.sql import functions as F
 
     key = table.silver_key()
@@ -145,12 +145,15 @@ def _apply_keyed(
         # after a crash adds nothing; its commit carries the batch's files as well.
         apply_history(engine.spark, history_of(silver), changes.history, key, properties)
     applicable = changes.rows.where(F.col(EFFECT).isin(EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE))
-    columns, absent, unchanged = changes.columns, changes.schema.absent, list(changes.unchanged)
-    engine.committer.merge(
+    engine.committer.publish(
         engine.spark,
+        silver,
         applicable,
-        lambda view: merge_statement(silver.identifier, view, key, columns, absent, unchanged),
+        key,
+        changes.columns,
         properties,
+        changes.schema.absent,
+        changes.unchanged,
     )
 
 

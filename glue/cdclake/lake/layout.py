@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
-from cdclake.changes import quote
+from cdclake.identifiers import quote
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

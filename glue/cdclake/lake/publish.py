@@ -44,7 +44,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cdclake.changes import EFFECT, EFFECT_DELETE, EFFECT_INSERT, EFFECT_UPDATE, OP, SILVER_ORDER, quote
+from cdclake.columns import EFFECT, EFFECT_DELETE, EFFECT_INSERT, EFFECT_UPDATE, OP, SILVER_ORDER
+from cdclake.identifiers import quote
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -128,8 +129,11 @@ def _decide(
     from pyspark.sql import functions as F
 
     stored = spark.sql(f"SELECT * FROM {table_identifier} VERSION AS OF {base_snapshot_id}")
-    types = {f.name: f.dataType for f in stored.schema.fields}
+    # The images follow the table's current schema (a batch may have just added or widened columns,
+    # which makes no snapshot); a column the base snapshot lacks held NULL in every stored row.
+    types = {f.name: f.dataType for f in spark.table(table_identifier).schema.fields}
     table_columns = list(types)
+    in_snapshot = set(stored.columns)
     written = {*columns, *absent, SILVER_ORDER}
     missing = [c for c in (*key, SILVER_ORDER) if c not in types]
     if missing:
@@ -140,7 +144,7 @@ def _decide(
     classified = EFFECT in changes.columns
     if classified:
         changes = changes.where(F.col(EFFECT).isin(EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE))
-    read = kept if classified else [SILVER_ORDER, *kept]
+    read = [c for c in (kept if classified else [SILVER_ORDER, *kept]) if c in in_snapshot]
     if read:
         stored = stored.select(*key, *read)
         bounds = key_bounds(changes, key)
@@ -162,15 +166,18 @@ def _decide(
         newer = stored_order.isNull() | (F.col(SILVER_ORDER) >= stored_order)
         applied = changes.where(~matched | newer).withColumn(_MATCHED, matched).withColumn(_REPLACE, matched)
 
+    def stored_value(column: str) -> Column:
+        return F.col(_STORED + column) if column in read else F.lit(None)
+
     def image(column: str) -> Column:
         if column in key or column == SILVER_ORDER:
             value = F.col(column)
         elif column in unchanged and column in columns:
-            value = F.when(F.col(_MATCHED) & F.col(unchanged[column]), F.col(_STORED + column)).otherwise(F.col(column))
+            value = F.when(F.col(_MATCHED) & F.col(unchanged[column]), stored_value(column)).otherwise(F.col(column))
         elif column in columns:
             value = F.col(column)
         elif column in kept:  # not written by the batch: kept on update, NULL on insert
-            value = F.when(F.col(_MATCHED), F.col(_STORED + column))
+            value = F.when(F.col(_MATCHED), stored_value(column))
         else:  # absent: dropped at the source
             value = F.lit(None)
         return value.cast(types[column]).alias(column)
@@ -383,7 +390,7 @@ def publish_changes(
     drop_leftover_branches(spark, table_identifier)
     staged = stage_changes(spark, table_identifier, changes, key, columns, absent, unchanged)
     if staged is None:  # a table without any snapshot: nothing stored, every change is an insert
-        from cdclake.silver import commit_with_properties
+        from cdclake.lake.tables import commit_with_properties
 
         images = _first_images(spark, table_identifier, changes, columns)
         commit_with_properties(spark, dict(properties), images.writeTo(table_identifier).append)
