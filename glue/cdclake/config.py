@@ -17,6 +17,7 @@ from cdclake.errors import ConfigError
 from cdclake.gold.settings import GoldSettings, parse_gold
 from cdclake.identifiers import IDENTIFIER
 from cdclake.lake.history import HISTORY_SUFFIX
+from cdclake.lake.layout import LAYOUTS, Layout
 from cdclake.yaml_doc import YamlDoc
 
 # The Iceberg catalog silver tables live in, locally and on AWS Glue.
@@ -47,6 +48,9 @@ class TableConfig:
     columns: dict[str, str] = field(default_factory=dict)  # source column -> type, in file order
     clean: CleaningRules = field(default_factory=CleaningRules)
     history: bool = False  # keep <target>__history: every version of every row (SCD type 2)
+    # How silver's files are clustered so that a batch's key lookup reads few of them:
+    # "sorted" (files ordered by the key; the default for keyed tables), "bucket" or "none".
+    layout: Layout = "none"
 
     @property
     def source(self) -> str:
@@ -108,7 +112,7 @@ _BRONZE_KEYS = {
     "path", "format", "csv_header", "csv_delimiter", "csv_null_value", "csv_no_sup_value", "include_op_for_full_load",
     "timestamp_column", "change_sequence_column", "transaction_path",
 }  # fmt: skip
-_TABLE_KEYS = {"target", "primary_key", "append_only", "columns", "clean", "history"}
+_TABLE_KEYS = {"target", "primary_key", "append_only", "columns", "clean", "history", "layout"}
 _CLEAN_KEYS = {"cast", "derive", "rename", "drop"}
 
 
@@ -189,6 +193,14 @@ def _parse_table(doc: YamlDoc, source_node: Node, node: Node, bronze: BronzeSett
     history = doc.boolean(fields["history"], f"{where}.history") if "history" in fields else False
     if history and not key:
         raise doc.fail(fields["history"], f"{where}.history needs a primary_key (versions are kept per key)")
+    layout: Layout = "sorted" if key else "none"
+    if "layout" in fields:
+        chosen = doc.scalar(fields["layout"], f"{where}.layout")
+        if chosen not in LAYOUTS:
+            raise doc.fail(fields["layout"], f"{where}.layout must be one of {', '.join(LAYOUTS)}")
+        if chosen != "none" and not key:
+            raise doc.fail(fields["layout"], f"{where}.layout clusters by the primary key: declare primary_key")
+        layout = chosen
     if columns:
         missing = [k for k in key if k not in columns]
         if missing:
@@ -207,6 +219,7 @@ def _parse_table(doc: YamlDoc, source_node: Node, node: Node, bronze: BronzeSett
         columns=columns,
         clean=_parse_clean(doc, fields.get("clean"), f"{where}.clean"),
         history=history,
+        layout=layout,
     )
 
 

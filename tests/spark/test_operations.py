@@ -18,6 +18,7 @@ from cdclake.engine.run import replay, run
 from cdclake.engine.select import ReplaySelection
 from cdclake.lake.journals import QUARANTINE_ROWS_TABLE, QUARANTINE_TABLE
 from cdclake.lake.ledger import read_ledger
+from cdclake.lake.publish import iceberg_table
 from cdclake.ops.maintenance import MaintenanceSettings, maintain
 
 EngineFactory = Callable[..., Engine]
@@ -204,3 +205,7 @@ def test_maintenance_compacts_and_keeps_rows_ledger_and_recent_tombstones(
     assert len(read_ledger(engine.spark, silver).applied) == 13
     again = run(engine)
     assert [t for t in again.tables if t.files_applied] == []
+    # AND the table keeps its default key-clustered layout: files ordered by the key
+    assert str(iceberg_table(engine.spark, silver.identifier).sortOrder().fields().get(0).sourceId()) == str(
+        iceberg_table(engine.spark, silver.identifier).schema().findField("id").fieldId()
+    )

@@ -373,3 +373,18 @@ def test_load_config_names_the_file_in_errors(tmp_path: Path) -> None:
     # WHEN it is loaded / THEN the error starts with the file's path and the line
     with pytest.raises(ConfigError, match=re.escape(f"{path}, line 1: unknown key 'nope'")):
         load_config(path)
+
+
+def test_layout_defaults_to_sorted_for_keyed_tables_and_is_checked() -> None:
+    # GIVEN tables with and without a key, and an explicit layout
+    config = parse_config(
+        "bronze: {csv_header: true}\ntables:\n  s.a: {primary_key: [id]}\n  s.b: {append_only: true}\n"
+        "  s.c: {primary_key: [id], layout: bucket}\n"
+    )
+    # THEN keyed tables are sorted by their key unless told otherwise; append-only ones are not clustered
+    assert [t.layout for t in config.tables] == ["sorted", "none", "bucket"]
+    # AND a wrong value or a layout without a key names its line
+    with pytest.raises(ConfigError, match=r"line 3: table s\.a\.layout must be one of none, sorted, bucket"):
+        parse_config("bronze: {csv_header: true}\ntables:\n  s.a: {primary_key: [id], layout: zorder}\n")
+    with pytest.raises(ConfigError, match=r"line 3: table s\.b\.layout clusters by the primary key"):
+        parse_config("bronze: {csv_header: true}\ntables:\n  s.b: {append_only: true, layout: sorted}\n")

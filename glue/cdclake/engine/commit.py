@@ -33,6 +33,7 @@ from cdclake.lake.journals import (
     release_quarantine,
     tombstones_of,
 )
+from cdclake.lake.layout import apply_layout
 from cdclake.lake.ledger import (
     KIND_CDC,
     KIND_FULL_LOAD,
@@ -68,6 +69,7 @@ def commit_batch(engine: Engine, table: TableConfig, plan: BatchPlan, report: Ta
         ensure_database(engine.spark, engine.catalog, engine.config.database)
         # A table that had no rows at full load (no LOAD files) starts from its first CDC batch.
         replace_table(engine.spark, silver, silver_shape(changes.shape), [], kind=KIND_FULL_LOAD)
+        apply_layout(engine.spark, silver.identifier, table.silver_key(), table.layout)
     _evolve(engine, silver, changes, report)
     keys = [f.key for f in changes.files]
     properties = ledger_properties(KIND_CDC, keys, changes.latest_commit_ts)
@@ -166,11 +168,15 @@ def stage_full_load(engine: Engine, silver: SilverTable, rows: DataFrame, files:
     replace_table(engine.spark, silver, rows, files, kind=kind)
 
 
-def finish_full_load(engine: Engine, silver: SilverTable, files: Sequence[str] | None = None) -> None:
-    """Record a staged load as done (``files``: what it holds), then forget what the old load left:
-    the archived ledger and the tombstones (the new load is the truth now)."""
+def finish_full_load(
+    engine: Engine, table: TableConfig, silver: SilverTable, files: Sequence[str] | None = None
+) -> None:
+    """Record a staged load as done (``files``: what it holds), give the table its layout for the
+    writes to come (the replace reset it), then forget what the old load left: the archived ledger
+    and the tombstones (the new load is the truth now)."""
     if files is not None:
         record_full_load(engine.spark, silver, files)
+    apply_layout(engine.spark, silver.identifier, table.silver_key(), table.layout)
     forget_archived_ledger(engine.spark, silver)
     tombstones = tombstones_of(silver)
     if table_exists(engine.spark, tombstones):

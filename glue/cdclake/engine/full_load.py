@@ -95,7 +95,7 @@ def _load_in_one_scan(
         log.warning("full load table=%s: a key occurs more than once; keeping each key's last row", table.source)
         return []
     loaded = [f.key for f in (*files, *superseded_cdc_files(listing, table, stats["earliest"]))]
-    finish_full_load(engine, silver, loaded)
+    finish_full_load(engine, table, silver, loaded)
     report.changes_read = stats["rows"]
     report.files_skipped = len(loaded) - len(files)
     return loaded
@@ -127,6 +127,6 @@ def _load_carefully(
         changes = empty_changes(engine, table)
     loaded = [f.key for f in (*files, *superseded)]
     stage_full_load(engine, silver, stored_rows(changes, table), loaded, kind=KIND_FULL_LOAD)
-    finish_full_load(engine, silver)
+    finish_full_load(engine, table, silver)
     report.files_skipped = len(superseded)
     return loaded

@@ -39,9 +39,16 @@ def layout_statements(
 def apply_layout(
     spark: SparkSession, table_identifier: str, key: Sequence[str], layout: Layout, buckets: int = DEFAULT_BUCKETS
 ) -> None:
-    """Give the table the layout for its future writes (see ``cluster_existing`` for old files)."""
+    """Give the table the layout for its future writes (see ``cluster_existing`` for old files).
+
+    Idempotent: a table that already has the bucket partition field keeps it."""
     for statement in layout_statements(table_identifier, key, layout, buckets):
-        spark.sql(statement)
+        try:
+            spark.sql(statement)
+        except Exception as failure:
+            if (layout == "bucket" and "already" in str(failure).lower()) or "duplicate" in str(failure).lower():
+                continue
+            raise
 
 
 def cluster_existing(spark: SparkSession, catalog: str, table_name: str, layout: Layout) -> None:

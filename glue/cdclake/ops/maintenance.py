@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from cdclake.columns import TOMBSTONE_DELETED_AT
 from cdclake.config import TableConfig
 from cdclake.lake.journals import tombstones_of
+from cdclake.lake.layout import apply_layout
 from cdclake.lake.ledger import archive_ledger, expiring_snapshots
 from cdclake.lake.tables import SilverTable, table_exists
 
@@ -78,7 +79,10 @@ def maintain_table(
     report.data_files_before, report.delete_files_before = _file_counts(engine, silver)
     # Compaction also applies merge-on-read deletes to the files it rewrites.
     compaction = "map('min-input-files', '2', 'delete-file-threshold', '1')"
-    _call(engine, "rewrite_data_files", f"table => {name}, options => {compaction}")
+    # Keyed tables keep their layout: the compaction sorts by the key (the table's sort order).
+    apply_layout(engine.spark, silver.identifier, table.silver_key(), table.layout)
+    strategy = "strategy => 'sort', " if table.layout == "sorted" else ""
+    _call(engine, "rewrite_data_files", f"table => {name}, {strategy}options => {compaction}")
     _call(engine, "rewrite_position_delete_files", f"table => {name}, options => map('rewrite-all', 'true')")
     cutoff = now - timedelta(hours=settings.snapshot_retention_hours)
     expiring = expiring_snapshots(engine.spark, silver, cutoff, settings.retain_last_snapshots)
