@@ -19,12 +19,13 @@ from cdclake.columns import (
     EFFECT_INSERT,
     EFFECT_LATE,
     EFFECT_UPDATE,
+    OP,
+    TOMBSTONE_DELETED_AT,
 )
 from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.engine.prepare import BatchPlan, ChangeSet, Hold, silver_shape, tombstone_rows
 from cdclake.engine.read import BadRows
-from cdclake.engine.statements import tombstone_statement
 from cdclake.lake.history import apply_history, history_of
 from cdclake.lake.journals import (
     record_quarantine,
@@ -42,7 +43,8 @@ from cdclake.lake.ledger import (
     record_full_load,
     replace_table,
 )
-from cdclake.lake.tables import SilverTable, ensure_database, ensure_table, evolve_schema, merge_frame, table_exists
+from cdclake.lake.publish import publish_changes
+from cdclake.lake.tables import SilverTable, ensure_database, ensure_table, evolve_schema, table_exists
 from cdclake.report import TableReport
 
 if TYPE_CHECKING:
@@ -133,15 +135,14 @@ def _apply_keyed(
     report.deleted_missing = counts[EFFECT_DELETE_MISSING]
     report.ignored_late = counts[EFFECT_LATE]
     if report.deleted or report.deleted_missing:
-        # Tombstones first: if the MERGE below never commits, re-running rewrites them harmlessly.
+        # Tombstones first: if the data commit below never happens, re-running rewrites them
+        # harmlessly. Upserted like silver itself (a cost that follows the deletes, not the
+        # tombstones kept): an older delete never replaces a newer tombstone of its key.
         tombstones = tombstones_of(silver)
         ensure_table(engine.spark, tombstones, tombstone_rows(changes.shape, key))
         deletes = changes.rows.where(F.col(EFFECT).isin(EFFECT_DELETE, EFFECT_DELETE_MISSING))
-        merge_frame(
-            engine.spark,
-            tombstone_rows(deletes, key),
-            lambda view: tombstone_statement(tombstones.identifier, view, key),
-        )
+        upserts = tombstone_rows(deletes, key).withColumn(OP, F.lit("U"))
+        publish_changes(engine.spark, tombstones.identifier, upserts, key, [*key, TOMBSTONE_DELETED_AT], {})
     if changes.history is not None:
         # Before the data commit, like the tombstones: history adds each change once, so a re-run
         # after a crash adds nothing; its commit carries the batch's files as well.

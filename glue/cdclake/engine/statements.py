@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cdclake.columns import OP, SILVER_ORDER, TOMBSTONE_DELETED_AT, UNCHANGED_PREFIX
+from cdclake.columns import OP, SILVER_ORDER, UNCHANGED_PREFIX
 from cdclake.identifiers import quote
 
 
@@ -44,22 +44,5 @@ def merge_statement(
             f"WHEN MATCHED AND s.{OP} = 'D' AND {newer} THEN DELETE",
             f"WHEN MATCHED AND {newer} THEN UPDATE SET {', '.join(sets)}",
             f"WHEN NOT MATCHED AND s.{OP} <> 'D' THEN INSERT ({insert_cols}) VALUES ({insert_vals})",
-        ]
-    )
-
-
-def tombstone_statement(target: str, source_view: str, key: Sequence[str]) -> str:
-    """Upsert delete tombstones (key, order, commit time), keeping the newest order per key."""
-    on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
-    columns = ", ".join(quote(c) for c in (*key, SILVER_ORDER, TOMBSTONE_DELETED_AT))
-    values = ", ".join(f"s.{quote(c)}" for c in (*key, SILVER_ORDER, TOMBSTONE_DELETED_AT))
-    return "\n".join(
-        [
-            f"MERGE INTO {target} AS t",
-            f"USING {source_view} AS s",
-            f"ON {on}",
-            f"WHEN MATCHED AND s.{SILVER_ORDER} > t.{SILVER_ORDER} THEN UPDATE SET "
-            f"t.{SILVER_ORDER} = s.{SILVER_ORDER}, t.{TOMBSTONE_DELETED_AT} = s.{TOMBSTONE_DELETED_AT}",
-            f"WHEN NOT MATCHED THEN INSERT ({columns}) VALUES ({values})",
         ]
     )
