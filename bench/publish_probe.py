@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.columns import EFFECT, OP, SILVER_ORDER
 from cdclake.engine.statements import merge_statement
+from cdclake.lake.committer import IcebergCommitter
 from cdclake.lake.layout import Layout, apply_layout
 from cdclake.lake.ledger import ledger_properties
 from cdclake.lake.publish import (
@@ -43,7 +44,6 @@ from cdclake.lake.publish import (
     publish_changes,
     stage_changes,
 )
-from cdclake.lake.tables import IcebergCommitter
 from cdclake.runtime.session import LocalCatalog, SessionSettings, build_spark_session
 
 if TYPE_CHECKING:

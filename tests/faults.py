@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cdclake.lake.tables import IcebergCommitter
+from cdclake.lake.committer import IcebergCommitter
 
 
 class CrashingCommitter(IcebergCommitter):

@@ -14,10 +14,10 @@ import yaml
 from yaml.nodes import MappingNode, Node
 
 from cdclake.errors import ConfigError
-from cdclake.gold.settings import GoldSettings, parse_gold
 from cdclake.identifiers import IDENTIFIER
 from cdclake.lake.history import HISTORY_SUFFIX
 from cdclake.lake.layout import LAYOUTS, Layout
+from cdclake.mart_config import GoldSettings, parse_gold
 from cdclake.yaml_doc import YamlDoc
 
 # The Iceberg catalog silver tables live in, locally and on AWS Glue.

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 from cdclake.config import DEFAULT_CATALOG, PipelineConfig, TableConfig
 from cdclake.dms.store import BronzeStore
-from cdclake.lake.tables import IcebergCommitter, SilverTable
+from cdclake.lake.committer import IcebergCommitter
+from cdclake.lake.tables import SilverTable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

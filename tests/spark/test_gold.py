@@ -20,7 +20,8 @@ from pyspark.sql import SparkSession
 from cdclake.config import parse_config
 from cdclake.context import Engine
 from cdclake.dms.store import LocalBronze
-from cdclake.gold.refresh import FAILED, PATH_FULL, PATH_INCREMENTAL, REFRESHED, UP_TO_DATE, refresh_marts
+from cdclake.gold.refresh import FAILED, PATH_FULL, PATH_INCREMENTAL, REFRESHED, UP_TO_DATE
+from cdclake.gold.run import refresh_marts
 from cdclake.gold.status import mart_statuses
 from cdclake.lake.tables import TABLE_PROPERTIES
 

@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 from cdclake.columns import EFFECT, OP, SILVER_ORDER, UNCHANGED_PREFIX
 from cdclake.engine.changes import classify_effects
 from cdclake.engine.statements import merge_statement
+from cdclake.lake.committer import IcebergCommitter
 from cdclake.lake.layout import layout_statements
 from cdclake.lake.ledger import FILES_PROPERTY, KIND_CDC, KIND_PROPERTY, ledger_properties, read_ledger, replace_table
 from cdclake.lake.publish import (
@@ -23,7 +24,7 @@ from cdclake.lake.publish import (
     publish_changes,
     stage_changes,
 )
-from cdclake.lake.tables import IcebergCommitter, SilverTable
+from cdclake.lake.tables import SilverTable
 
 # A silver table: key (id, part), data columns, `gone` (dropped at the source: absent from every
 # batch), `kept` (named nowhere: MERGE's UPDATE leaves it alone) and `_cdc_order`.

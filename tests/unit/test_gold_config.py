@@ -8,15 +8,15 @@ from cdclake.config import parse_config
 from cdclake.errors import ConfigError, UnknownTableError
 from cdclake.gold.consistent import SourceTimeline, choose_cut
 from cdclake.gold.refresh import gold_database
-from cdclake.gold.settings import MartConfig
-from cdclake.gold.sql import (
+from cdclake.lake.tables import SilverTable
+from cdclake.mart_config import MartConfig
+from cdclake.mart_sql import (
     SqlSyntaxError,
     definition_id,
     group_merge_statement,
     referenced_tables,
     substitute_tables,
 )
-from cdclake.lake.tables import SilverTable
 
 BASE = """
 silver:

@@ -20,10 +20,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cdclake.gold.settings import MartConfig
-from cdclake.gold.sql import definition_id
 from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY
 from cdclake.lake.tables import SilverTable, ensure_database, table_exists
+from cdclake.mart_config import MartConfig
+from cdclake.mart_sql import definition_id
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -27,17 +27,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cdclake.config import PipelineConfig, readable_tables
-from cdclake.gold.settings import MartConfig
 from cdclake.gold.snapshots import (
     IncrementalUnavailable,
     changed_rows,
     current_snapshot,
     latest_commit_ts_at,
 )
-from cdclake.gold.sql import definition_id, group_merge_statement, referenced_tables, substitute_tables
 from cdclake.identifiers import quote
 from cdclake.lake.ledger import KIND_PROPERTY
 from cdclake.lake.tables import TABLE_PROPERTIES, SilverTable, commit_with_properties, ensure_database, table_exists
+from cdclake.mart_config import MartConfig
+from cdclake.mart_sql import definition_id, group_merge_statement, referenced_tables, substitute_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -326,15 +326,12 @@ def _refresh_incremental(
 
 
 def refresh_mart(engine: Engine, mart: MartConfig) -> MartRefresh:
-    """Refresh one mart (see the module docstring); never raises for the mart's own problems."""
+    """Refresh one mart that is not ``consistent`` (see the module docstring); never raises for
+    the mart's own problems."""
     started = time.monotonic()
     spark = engine.spark
     target = mart_table(engine, mart)
     label = f"{target.database}.{target.name}"
-    if mart.consistent:
-        from cdclake.gold.consistent import refresh_consistent
-
-        return refresh_consistent(engine, mart, label, started)
     sources = mart_sources(engine, mart)
     pinned: list[PinnedSource] = []
     for name, table in sources:
@@ -414,9 +411,3 @@ def _full_reason(
     if _schema(current) != _schema(spark.table(target.identifier)):
         return "the mart's columns changed"
     return incremental_shape_problem(current, mart.keys)
-
-
-def refresh_marts(engine: Engine, marts: Sequence[MartConfig] | None = None) -> list[MartRefresh]:
-    """Refresh ``marts`` (all configured ones by default), each on its own: one commit per mart."""
-    chosen = list(engine.config.gold.marts if marts is None else marts)
-    return [refresh_mart(engine, mart) for mart in chosen]

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from cdclake.identifiers import quote
-from cdclake.lake.publish import publish_changes
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -151,36 +150,3 @@ def merge_frame(spark: SparkSession, rows: DataFrame, statement: Callable[[str],
         spark.sql(statement(view))
     finally:
         spark.catalog.dropTempView(view)
-
-
-class IcebergCommitter:
-    """Makes the commits that change a silver table's data, each carrying the batch's ledger properties.
-
-    The engine calls only these; a test passes a subclass that fails at a chosen commit to show
-    that a crash between any two steps loses nothing.
-    """
-
-    def merge(
-        self, spark: SparkSession, rows: DataFrame, statement: Callable[[str], str], properties: dict[str, str]
-    ) -> None:
-        """Run the MERGE ``statement(view)`` of ``rows`` as one Iceberg commit carrying ``properties``."""
-        commit_with_properties(spark, properties, lambda: merge_frame(spark, rows, statement))
-
-    def publish(
-        self,
-        spark: SparkSession,
-        table: SilverTable,
-        changes: DataFrame,
-        key: Sequence[str],
-        columns: Sequence[str],
-        properties: dict[str, str],
-        absent: Sequence[str] = (),
-        unchanged: dict[str, str] | None = None,
-    ) -> None:
-        """Apply classified changes (one per key) as one snapshot on ``main`` carrying ``properties``,
-        at a cost that follows the batch (``lake.publish``: staged on a branch, one RowDelta)."""
-        publish_changes(spark, table.identifier, changes, key, columns, properties, absent, unchanged)
-
-    def append(self, spark: SparkSession, table: SilverTable, rows: DataFrame, properties: dict[str, str]) -> None:
-        """Append ``rows`` as one commit carrying ``properties`` (append-only tables)."""
-        commit_with_properties(spark, properties, rows.writeTo(table.identifier).append)

@@ -200,8 +200,8 @@ def run_demo(workdir: Path, make_engine: Callable[[Path, str], Engine]) -> int:
     """Run the demo in ``workdir`` (recreated); return 0 when silver equals the source state."""
     from cdclake.engine.run import apply_cdc_files, run
     from cdclake.engine.select import files_from_keys
-    from cdclake.gold.demo import refresh_demo_marts, verify_demo_marts
     from cdclake.ops.status import statuses_as_rows, table_statuses
+    from cdclake.shells.demo_marts import refresh_demo_marts, verify_demo_marts
     from cdclake.shells.output import format_rows
 
     if workdir.exists():

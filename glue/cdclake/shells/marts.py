@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from cdclake.gold.refresh import FAILED, refresh_marts
+from cdclake.gold.refresh import FAILED
+from cdclake.gold.run import refresh_marts
 
 if TYPE_CHECKING:
     from cdclake.context import Engine

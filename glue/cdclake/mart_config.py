@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cdclake.gold.sql import SqlSyntaxError, referenced_tables
+from cdclake.mart_sql import SqlSyntaxError, referenced_tables
 from cdclake.yaml_doc import YamlDoc
 
 if TYPE_CHECKING:

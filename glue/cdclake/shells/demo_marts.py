@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from cdclake.gold.refresh import mart_table, refresh_marts
+from cdclake.gold.refresh import mart_table
+from cdclake.gold.run import refresh_marts
 
 if TYPE_CHECKING:
     from cdclake.context import Engine
