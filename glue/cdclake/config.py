@@ -233,13 +233,28 @@ def readable_tables(database: str, tables: Sequence[TableConfig]) -> dict[str, s
     return names
 
 
+def _yaml_error(exc: yaml.YAMLError, text: str, source: str) -> ConfigError:
+    """One sentence with the line (and column) for a YAML syntax error; PyYAML's own text spans
+    several lines and names "<unicode string>" instead of the file."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        problem = f"{exc.problem} ({exc.context})" if exc.context else str(exc.problem)
+        return ConfigError(f"{source}, line {mark.line + 1}, column {mark.column + 1}: not valid YAML: {problem}")
+    if isinstance(exc, yaml.reader.ReaderError):
+        line = text[: exc.position].count("\n") + 1
+        return ConfigError(f"{source}, line {line}: not valid YAML: character {exc.character!r} is not allowed")
+    return ConfigError(f"{source}, line 1: not valid YAML: {' '.join(str(exc).split())}")
+
+
 def parse_config(text: str, source: str = "<config>") -> PipelineConfig:
     """Parse and validate a configuration document; raise ``ConfigError`` naming the line."""
     doc = YamlDoc(source)
     try:
         root = yaml.compose(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
+        raise _yaml_error(exc, text, source) from None
+    except RecursionError:  # nesting deeper than the parser's stack; no configuration is that deep
+        raise ConfigError(f"{source}, line 1: not valid YAML: nested too deeply") from None
     if root is None:
         raise ConfigError(f"{source} is empty: it needs at least a 'tables' section.")
     top = doc.mapping(root, "the configuration", _TOP_KEYS)

@@ -88,6 +88,9 @@ def _scan(
             .option("quote", '"')
             .option("escape", '"')
             .option("multiLine", "true")  # RFC-4180 values may hold newlines; keeps a file whole
+            # DMS ends rows with "\n" (CsvRowDelimiter). Naming it also stops the parser from guessing
+            # the row end and from turning a quoted "\r" or "\r\n" inside a value into "\n".
+            .option("lineSep", "\n")
             .option("nullValue", settings.csv_null_value or _NO_NULL_MARKER)
             .option("emptyValue", "")
             .option("mode", "PERMISSIVE")

@@ -3,24 +3,64 @@
 Both list keys relative to the bronze root and hand Spark a path it can read. On AWS Glue Spark
 reads ``s3://`` itself; local Spark has no S3 connector, so an ``S3Bronze`` with a staging
 directory downloads the objects of a batch first (that is also how moto stands in for S3 in tests).
+
+Faults: every S3 call goes through a client made with ``StoreSettings.client_config()``, so botocore
+retries throttling (SlowDown, 503), 5xx answers, connection resets and timeouts with backoff. What
+botocore cannot retry — an object body that breaks while it streams — is resumed here from the last
+byte received. When the attempts run out, ``BronzeError`` names the object or prefix; no key or
+byte is ever skipped.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import random
+import time
 import zlib
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal, Protocol
 
 from cdclake.dms.files import BronzeFile, BronzeListing, classify
 from cdclake.errors import BronzeError
 
 if TYPE_CHECKING:
+    from botocore.config import Config
     from mypy_boto3_s3 import S3Client
 else:
     S3Client = Any
+
+logger = logging.getLogger(__name__)
+
+# Characters Hadoop reads as a glob in a path handed to Spark; escaped so a folder named
+# "orders [old]" is read as itself (DataFrameReader globs every path that holds one of them).
+_GLOB_CHARACTERS = frozenset("{}[]*?\\")
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """How the bronze store talks to S3: made once by the shell and passed to the store."""
+
+    retry_mode: Literal["standard", "adaptive"] = "standard"  # adaptive also rate-limits the client
+    max_attempts: int = 10  # per S3 call, the first one included (botocore's retries)
+    connect_timeout_seconds: float = 10.0
+    read_timeout_seconds: float = 60.0  # a socket silent this long is a timeout, then retried
+    body_attempts: int = 5  # an object body that breaks mid-stream is resumed this many times in all
+    backoff_seconds: float = 0.5  # first wait before resuming a body; doubles up to 20 s, with jitter
+    chunk_bytes: int = 8 << 20  # bytes read from a body per call while staging
+
+    def client_config(self) -> Config:
+        """The botocore configuration every bronze S3 client is made with."""
+        from botocore.config import Config
+
+        return Config(
+            # total_max_attempts counts the first try; the dict's "max_attempts" would count retries only
+            retries={"mode": self.retry_mode, "total_max_attempts": self.max_attempts},
+            connect_timeout=self.connect_timeout_seconds,
+            read_timeout=self.read_timeout_seconds,
+        )
 
 
 class BronzeStore(Protocol):
@@ -57,6 +97,15 @@ def head_text(store: BronzeStore, file: BronzeFile, max_bytes: int = 1 << 16) ->
         raise BronzeError(f"{file.key} is not a readable gzip file ({exc}).") from None
 
 
+def spark_path(path: str) -> str:
+    """``path`` as Spark's reader takes it literally: glob characters escaped, nothing else quoted.
+
+    Spaces and non-ASCII characters need no quoting (Hadoop encodes them itself); percent-encoding
+    here would make Spark look for a file literally named ``%20``.
+    """
+    return "".join(f"\\{ch}" if ch in _GLOB_CHARACTERS else ch for ch in path)
+
+
 @dataclass
 class LocalBronze:
     directory: Path
@@ -69,10 +118,20 @@ class LocalBronze:
         base = self.directory / under if under else self.directory
         if not self.directory.is_dir():
             raise BronzeError(f"The bronze directory {self.directory} does not exist.")
-        for dirpath, _dirs, names in os.walk(base):
+
+        def unreadable(exc: OSError) -> None:
+            if exc.filename is not None and Path(exc.filename) == base and isinstance(exc, FileNotFoundError):
+                return  # a table folder that does not exist (yet) holds no keys
+            raise BronzeError(f"The bronze folder {exc.filename} cannot be listed: {exc.strerror}.")
+
+        for dirpath, _dirs, names in os.walk(base, onerror=unreadable):
             for name in names:
                 path = Path(dirpath) / name
-                yield path.relative_to(self.directory).as_posix(), path.stat().st_size
+                try:
+                    size = path.stat().st_size
+                except OSError as exc:
+                    raise BronzeError(f"The bronze file {path} cannot be read: {exc.strerror}.") from None
+                yield path.relative_to(self.directory).as_posix(), size
 
     def read_head(self, key: str, max_bytes: int) -> bytes:
         try:
@@ -82,11 +141,30 @@ class LocalBronze:
             raise BronzeError(f"The bronze file {self.directory / key} cannot be read: {exc.strerror}.") from None
 
     def spark_paths(self, files: Iterable[BronzeFile]) -> dict[str, str]:
-        return {f.key: str((self.directory / f.key).resolve()) for f in files}
+        return {f.key: spark_path(str((self.directory / f.key).resolve())) for f in files}
 
     def size(self, key: str) -> int | None:
         path = self.directory / key
         return path.stat().st_size if path.is_file() else None
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for an S3 failure: the error code and message, or botocore's own sentence."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        error = response.get("Error", {})
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        code, message = error.get("Code", "?"), error.get("Message") or ""
+        return f"{code} (HTTP {status}{': ' + message if message else ''})"
+    return str(exc) or type(exc).__name__
+
+
+def _retry_attempts(exc: BaseException) -> int | None:
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        attempts = response.get("ResponseMetadata", {}).get("RetryAttempts")
+        return int(attempts) + 1 if attempts is not None else None
+    return None
 
 
 @dataclass
@@ -95,13 +173,23 @@ class S3Bronze:
     bucket: str
     prefix: str = ""
     staging_dir: Path | None = None  # set for local Spark, which cannot read s3:// itself
+    settings: StoreSettings = field(default_factory=StoreSettings)
+    sleep: Callable[[float], None] = time.sleep  # waits between resumed body reads
 
     @classmethod
-    def from_uri(cls, client: S3Client, uri: str, staging_dir: Path | None = None) -> S3Bronze:
+    def from_uri(
+        cls, client: S3Client, uri: str, staging_dir: Path | None = None, settings: StoreSettings | None = None
+    ) -> S3Bronze:
         if not uri.startswith("s3://"):
             raise BronzeError(f"'{uri}' is not an s3:// URI.")
         bucket, _, prefix = uri[len("s3://") :].partition("/")
-        return cls(client=client, bucket=bucket, prefix=prefix.strip("/"), staging_dir=staging_dir)
+        return cls(
+            client=client,
+            bucket=bucket,
+            prefix=prefix.strip("/"),
+            staging_dir=staging_dir,
+            settings=settings or StoreSettings(),
+        )
 
     @property
     def root(self) -> str:
@@ -110,55 +198,155 @@ class S3Bronze:
     def _object_key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
 
+    def _uri(self, key: str) -> str:
+        return f"s3://{self.bucket}/{self._object_key(key)}"
+
+    def _failed(self, what: str, exc: BaseException) -> BronzeError:
+        attempts = _retry_attempts(exc)
+        tries = f" after {attempts} attempt(s)" if attempts else ""
+        return BronzeError(f"{what} failed{tries}: {_describe(exc)}.")
+
     def list_keys(self, under: str = "") -> Iterator[tuple[str, int]]:
+        """Every object under ``under`` with its size, page after page (1,000 keys a page)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
         start = self._object_key(under).rstrip("/") + "/" if (self.prefix or under) else ""
         paginator = self.client.get_paginator("list_objects_v2")
         try:
             for page in paginator.paginate(Bucket=self.bucket, Prefix=start):
                 for obj in page.get("Contents", []):
                     yield obj["Key"][len(self.prefix) :].lstrip("/"), obj["Size"]
-        except self.client.exceptions.NoSuchBucket:
-            raise BronzeError(f"The bronze bucket '{self.bucket}' does not exist.") from None
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "NoSuchBucket":
+                raise BronzeError(f"The bronze bucket '{self.bucket}' does not exist.") from None
+            raise self._failed(f"Listing s3://{self.bucket}/{start}", exc) from None
+        except BotoCoreError as exc:
+            raise self._failed(f"Listing s3://{self.bucket}/{start}", exc) from None
+
+    def _stream(self, key: str, sink: BinaryIO, first: int = 0, last: int | None = None) -> int:
+        """Copy the object's bytes ``first..last`` (inclusive; None: to its end) into ``sink``.
+
+        botocore retries the request itself; a body that breaks mid-stream is asked for again from
+        the next missing byte (pinned to the first answer's ETag, so a replaced object is an error,
+        never a mix of two versions). Returns the number of bytes written.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        uri = self._uri(key)
+        etag: str | None = None
+        position, expected_end = first, -1
+        breaks = 0
+        while True:
+            arguments: dict[str, Any] = {"Bucket": self.bucket, "Key": self._object_key(key)}
+            if position > first or last is not None:
+                arguments["Range"] = f"bytes={position}-{'' if last is None else last}"
+            if etag is not None:
+                arguments["IfMatch"] = etag
+            try:
+                response = self.client.get_object(**arguments)
+            except ClientError as exc:
+                code = exc.response.get("Error", {}).get("Code")
+                if code in ("NoSuchKey", "404"):
+                    raise BronzeError(f"The bronze object {uri} does not exist.") from None
+                if code == "InvalidRange" and position == first:
+                    return 0  # S3 refuses any range on an empty object
+                if code == "PreconditionFailed":
+                    raise BronzeError(f"The bronze object {uri} was replaced while it was read.") from None
+                raise self._failed(f"Reading {uri}", exc) from None
+            except BotoCoreError as exc:
+                raise self._failed(f"Reading {uri}", exc) from None
+            if etag is None:  # the first answer fixes the version and the last byte to expect
+                etag = response.get("ETag")
+                expected_end = position + int(response["ContentLength"]) - 1
+            body = response["Body"]
+            try:
+                while chunk := body.read(self.settings.chunk_bytes):
+                    sink.write(chunk)
+                    position += len(chunk)
+                if position > expected_end:
+                    return position - first
+            except (BotoCoreError, OSError) as exc:
+                breaks += 1
+                if breaks >= self.settings.body_attempts:
+                    raise BronzeError(
+                        f"Reading {uri} failed: the connection broke {breaks} time(s) mid-object, last at byte "
+                        f"{position} ({_describe(exc)})."
+                    ) from None
+                wait = min(20.0, self.settings.backoff_seconds * 2 ** (breaks - 1)) * (0.5 + random.random() / 2)
+                logger.warning("bronze_read_resumed uri=%s byte=%d break=%d wait_s=%.2f", uri, position, breaks, wait)
+                self.sleep(wait)
+                continue
+            finally:
+                body.close()
+            if position <= expected_end:  # the stream ended early without an error: ask for the rest
+                breaks += 1
+                if breaks >= self.settings.body_attempts:
+                    raise BronzeError(
+                        f"Reading {uri} failed: the object ended at byte {position} of {expected_end + 1}, "
+                        f"{breaks} time(s)."
+                    )
 
     def read_head(self, key: str, max_bytes: int) -> bytes:
-        try:
-            response = self.client.get_object(
-                Bucket=self.bucket, Key=self._object_key(key), Range=f"bytes=0-{max_bytes - 1}"
-            )
-        except self.client.exceptions.NoSuchKey:
-            raise BronzeError(f"The bronze object s3://{self.bucket}/{self._object_key(key)} does not exist.") from None
-        except self.client.exceptions.ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "InvalidRange":
-                return b""  # S3 refuses any range on an empty object
-            raise
-        return bytes(response["Body"].read())
+        import io
+
+        buffer = io.BytesIO()
+        self._stream(key, buffer, 0, max_bytes - 1)
+        return buffer.getvalue()
 
     def spark_paths(self, files: Iterable[BronzeFile]) -> dict[str, str]:
         if self.staging_dir is None:
-            return {f.key: f"s3://{self.bucket}/{self._object_key(f.key)}" for f in files}
+            return {f.key: spark_path(self._uri(f.key)) for f in files}
         paths: dict[str, str] = {}
         for f in files:
             local = self.staging_dir / f.key
-            if not local.exists() or local.stat().st_size != f.size:
-                local.parent.mkdir(parents=True, exist_ok=True)
-                self.client.download_file(self.bucket, self._object_key(f.key), str(local))
-            paths[f.key] = str(local.resolve())
+            if not local.is_file() or local.stat().st_size != f.size:
+                self._stage(f, local)
+            paths[f.key] = spark_path(str(local.resolve()))
         return paths
 
+    def _stage(self, file: BronzeFile, local: Path) -> None:
+        """Download one object next to ``local``, then rename: an interrupted run leaves no partial file
+        that a later run could take for the whole object."""
+        local.parent.mkdir(parents=True, exist_ok=True)
+        partial = local.with_name(local.name + ".part")
+        try:
+            with open(partial, "wb") as sink:
+                written = self._stream(file.key, sink)
+            if written != file.size:
+                raise BronzeError(
+                    f"The bronze object {self._uri(file.key)} holds {written} bytes, not the {file.size} it was "
+                    "listed with: it changed since the listing."
+                )
+            os.replace(partial, local)
+        except OSError as exc:
+            raise BronzeError(f"{self._uri(file.key)} cannot be staged in {local}: {exc.strerror}.") from None
+        finally:
+            partial.unlink(missing_ok=True)
+
     def size(self, key: str) -> int | None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
         try:
             head = self.client.head_object(Bucket=self.bucket, Key=self._object_key(key))
-        except self.client.exceptions.ClientError:
-            return None
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise self._failed(f"Reading the size of {self._uri(key)}", exc) from None
+        except BotoCoreError as exc:
+            raise self._failed(f"Reading the size of {self._uri(key)}", exc) from None
         return int(head["ContentLength"])
 
 
-def open_store(uri: str, staging_dir: Path | None, s3_client: S3Client | None = None) -> BronzeStore:
-    """A store for a local directory or an ``s3://`` prefix (the client is made here if not given)."""
+def open_store(
+    uri: str, staging_dir: Path | None, s3_client: S3Client | None = None, settings: StoreSettings | None = None
+) -> BronzeStore:
+    """A store for a local directory or an ``s3://`` prefix (the client is made here if not given,
+    with the retry and timeout settings of ``settings``)."""
+    settings = settings or StoreSettings()
     if uri.startswith("s3://"):
         if s3_client is None:
             import boto3
 
-            s3_client = boto3.client("s3")
-        return S3Bronze.from_uri(s3_client, uri, staging_dir)
+            s3_client = boto3.client("s3", config=settings.client_config())
+        return S3Bronze.from_uri(s3_client, uri, staging_dir, settings)
     return LocalBronze(Path(uri))
