@@ -22,7 +22,16 @@ from cdclake.runtime.session import GlueCatalog, LocalCatalog, SessionSettings, 
 log = logging.getLogger("cdclake")
 
 COMMON_ARGUMENTS = ("config", "bronze", "warehouse")
-OPTIONAL_ARGUMENTS = ("catalog", "manifest", "reload", "replay", "environment", "metrics_namespace", "database")
+OPTIONAL_ARGUMENTS = (
+    "catalog",
+    "manifest",
+    "reload",
+    "replay",
+    "environment",
+    "metrics_namespace",
+    "database",
+    "gold_database",
+)
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,7 @@ class JobArguments:
     environment: str = "dev"
     metrics_namespace: str | None = None  # publish CloudWatch metrics under this namespace when set
     database: str | None = None  # the stack's Glue database; replaces the configuration's silver.database
+    gold_database: str | None = None  # the stack's gold Glue database; replaces the configuration's gold.database
 
 
 def parse_arguments(argv: Sequence[str], extra: Sequence[str] = ()) -> JobArguments:
@@ -66,6 +76,7 @@ def parse_arguments(argv: Sequence[str], extra: Sequence[str] = ()) -> JobArgume
         environment=values.get("environment") or "dev",
         metrics_namespace=values.get("metrics_namespace") or None,
         database=values.get("database") or None,
+        gold_database=values.get("gold_database") or None,
     )
 
 
@@ -90,7 +101,13 @@ def job_config(args: JobArguments) -> PipelineConfig:
         else load_config(Path(args.config))
     )
     config = replace(config, bronze=replace(config.bronze, path=args.bronze))
-    return replace(config, database=args.database) if args.database else config
+    if args.database:
+        config = replace(config, database=args.database)
+    if args.gold_database:
+        if args.gold_database == config.database:
+            raise ConfigError(f"--gold_database must differ from the silver database ({config.database}).")
+        config = replace(config, gold=replace(config.gold, database=args.gold_database))
+    return config
 
 
 def build_engine(args: JobArguments) -> Engine:
