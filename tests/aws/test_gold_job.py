@@ -18,7 +18,7 @@ from conftest import ROOT
 from test_static import template
 
 from cdclake.gold.refresh import FAILED, PATH_FULL, PATH_INCREMENTAL, REFRESHED, UP_TO_DATE, MartRefresh
-from cdclake.gold.settings import GoldSettings, MartConfig
+from cdclake.gold.settings import GoldSettings, MartConfig, with_silver_database
 from cdclake.shells.glue_job import JobArguments, job_config
 
 
@@ -132,3 +132,24 @@ def test_the_template_gives_the_gold_job_what_it_parses() -> None:
     arguments = template()["Resources"]["GoldJob"]["Properties"]["DefaultArguments"]
     assert {"--config", "--bronze", "--warehouse", "--catalog", "--database", "--gold_database"} <= set(arguments)
     assert arguments["--catalog"] == "silver"
+
+
+def test_marts_are_pointed_at_the_stacks_silver_database_and_nothing_else_changes() -> None:
+    # GIVEN a mart written against the configuration's database: catalog-qualified, backquoted, a column
+    # qualifier, a history table, and the same name in a string and a comment
+    sql = (
+        "SELECT airbnb.hosts_silver.id, 'airbnb.hosts_silver' AS label "
+        "FROM silver.airbnb.hosts_silver JOIN `airbnb`.`hosts_silver__history` h USING (id) "
+        "LEFT JOIN other.lookup l ON l.id = h.id -- airbnb.hosts_silver"
+    )
+    settings = GoldSettings(marts=(MartConfig(name="m", sql=sql, keys=("id",)),))
+    known = {"airbnb.hosts_silver": "hosts_silver", "airbnb.hosts_silver__history": "hosts_silver__history"}
+    # WHEN the job's --database names the stack's database
+    [mart] = with_silver_database(settings, known, "cdclake_dev").marts
+    # THEN every reference to a configured silver table names it, and only those
+    assert mart.sql == (
+        "SELECT cdclake_dev.hosts_silver.id, 'airbnb.hosts_silver' AS label "
+        "FROM cdclake_dev.hosts_silver JOIN cdclake_dev.hosts_silver__history h USING (id) "
+        "LEFT JOIN other.lookup l ON l.id = h.id -- airbnb.hosts_silver"
+    )
+    assert (mart.name, mart.keys) == ("m", ("id",))

@@ -11,8 +11,10 @@ from conftest import DEFINITION, ROOT
 from moto.events.models import EventPattern
 from test_static import template
 
+from cdclake.config import readable_tables
 from cdclake.errors import ConfigError
 from cdclake.gold.refresh import gold_database
+from cdclake.gold.sql import referenced_tables
 from cdclake.identifiers import IDENTIFIER
 from cdclake.shells.glue_job import job_config, parse_arguments
 
@@ -103,7 +105,11 @@ def test_the_gold_database_argument_replaces_the_configurations_gold_database() 
     stack = [*common, "--database", "cdclake_prod", "--gold_database", "bi_marts"]
     config = job_config(parse_arguments(stack))
     assert (config.database, gold_database(config)) == ("cdclake_prod", "bi_marts")
-    assert [m.name for m in config.gold.marts] == ["hosts_by_city"]  # the marts themselves are kept
+    # AND the marts read the silver tables of the stack's database, whatever the configuration calls it
+    [mart] = config.gold.marts
+    assert mart.name == "hosts_by_city" and "FROM cdclake_prod.hosts_silver" in mart.sql
+    assert referenced_tables(mart.sql, readable_tables("cdclake_prod", config.tables)) == ["cdclake_prod.hosts_silver"]
+    assert "airbnb." not in mart.sql
     with pytest.raises(ConfigError, match="--gold_database must differ from the silver database"):
         job_config(parse_arguments([*common, "--database", "cdclake_prod", "--gold_database", "cdclake_prod"]))
 
