@@ -3,7 +3,9 @@
 # Starts a loopback server with its data under .cdclake/postgres-demo/, loads pgbench's tables and
 # a table of awkward values, captures a full load, runs changes (schema changes among them),
 # captures them, applies them with `cdclake run`, checks every silver table against the source with
-# `cdclake verify`, and stops the server (also on failure).
+# `cdclake verify`, refreshes a gold mart over the pgbench tables (`cdclake gold`, in full and then
+# incrementally after more changes), checks the mart against the same SQL run on PostgreSQL and the
+# change history of pgbench_tellers against silver, and stops the server (also on failure).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,6 +38,22 @@ SQL
 capture() { "$CDCLAKE" -q --config "$WORK/cdclake.yaml" --bronze "$WORK/bronze" capture --state-dir "$WORK/capture"; }
 echo "demo-postgres: capture (creates the slot, full load from its snapshot, writes $WORK/cdclake.yaml)"
 capture
+echo "demo-postgres: history on pgbench_tellers and the mart branch_balances, added to $WORK/cdclake.yaml"
+# capture wrote the configuration and leaves it as it is from now on (it only declares new columns' types)
+sed -i 's/^  public\.pgbench_tellers:$/&\n    history: true  # shop.pgbench_tellers__history: every version of every row/' "$WORK/cdclake.yaml"
+grep -q "^    history: true" "$WORK/cdclake.yaml"
+# The mart's SQL (Spark SQL over silver, named as shop.<table>) and MART_PG_SQL (the same on PostgreSQL).
+cat >> "$WORK/cdclake.yaml" <<'YAML'
+marts:
+  - name: branch_balances  # each branch row with the sum and count of its accounts' balances
+    sql: >-
+      SELECT b.bid, b.bbalance, sum(a.abalance) AS accounts_balance, count(*) AS accounts
+      FROM shop.pgbench_branches b JOIN shop.pgbench_accounts a ON a.bid = b.bid
+      GROUP BY b.bid, b.bbalance
+    keys: [bid]  # a GROUP BY of its keys: refreshed incrementally, only the branches whose rows changed
+YAML
+MART_PG_SQL="SELECT b.bid, b.bbalance, sum(a.abalance) AS accounts_balance, count(*) AS accounts
+  FROM pgbench_branches b JOIN pgbench_accounts a ON a.bid = b.bid GROUP BY b.bid, b.bbalance ORDER BY b.bid"
 echo "demo-postgres: changes at the source (pgbench -c 4 -t 50, key changes, deletes, re-inserts, ADD/ALTER TYPE/DROP COLUMN)"
 "$BIN/pgbench" -n -c 4 -t 50 2>&1 | grep -E "^number of transactions actually processed" || true
 "$BIN/psql" -q -v ON_ERROR_STOP=1 <<'SQL'
@@ -57,3 +75,40 @@ echo "demo-postgres: cdclake run"
 "$CDCLAKE" -q --config "$WORK/cdclake.yaml" --warehouse "$WORK/warehouse" run
 echo "demo-postgres: cdclake verify (silver against the source database)"
 "$CDCLAKE" -q --config "$WORK/cdclake.yaml" --warehouse "$WORK/warehouse" verify
+
+lake() { "$CDCLAKE" -q --config "$WORK/cdclake.yaml" --warehouse "$WORK/warehouse" "$@"; }
+echo "demo-postgres: cdclake gold (the first refresh computes the mart in full)"
+lake gold
+echo "demo-postgres: more changes (pgbench -c 2 -t 30), capture, run, and gold again (only the changed branches)"
+"$BIN/pgbench" -n -c 2 -t 30 2>&1 | grep -E "^number of transactions actually processed" || true
+capture
+lake run
+lake gold | tee "$WORK/gold.out"
+grep -q "branch_balances: refreshed path=incremental" "$WORK/gold.out"
+
+echo "demo-postgres: the mart shop_gold.branch_balances against the same SQL run on PostgreSQL"
+lake query --format csv --limit 0 \
+  "SELECT bid, bbalance, accounts_balance, accounts FROM shop_gold.branch_balances ORDER BY bid" > "$WORK/mart.csv"
+"$BIN/psql" -X -q -v ON_ERROR_STOP=1 --csv -c "$MART_PG_SQL" > "$WORK/mart-postgres.csv"
+cat "$WORK/mart.csv"
+if ! diff "$WORK/mart.csv" "$WORK/mart-postgres.csv"; then
+  echo "demo-postgres: the mart DIFFERS from PostgreSQL (< mart, > PostgreSQL)"
+  exit 1
+fi
+echo "demo-postgres: mart equals PostgreSQL ($(($(wc -l < "$WORK/mart.csv") - 1)) rows): OK"
+
+echo "demo-postgres: the current rows of shop.pgbench_tellers__history against silver"
+T="tid, bid, tbalance, filler"
+lake query --format csv --limit 0 "SELECT
+  (SELECT count(*) FROM (SELECT $T FROM shop.pgbench_tellers__history WHERE is_current
+                         EXCEPT ALL SELECT $T FROM shop.pgbench_tellers)) AS history_only,
+  (SELECT count(*) FROM (SELECT $T FROM shop.pgbench_tellers
+                         EXCEPT ALL SELECT $T FROM shop.pgbench_tellers__history WHERE is_current)) AS silver_only,
+  (SELECT count(*) FROM shop.pgbench_tellers) AS tellers,
+  (SELECT count(*) FROM shop.pgbench_tellers__history) AS versions" | tee "$WORK/history.csv"
+IFS=, read -r history_only silver_only tellers versions < <(tail -n 1 "$WORK/history.csv")
+if [ "$history_only" != 0 ] || [ "$silver_only" != 0 ] || [ "$tellers" -eq 0 ]; then
+  echo "demo-postgres: history's current rows DIFFER from silver"
+  exit 1
+fi
+echo "demo-postgres: history's current rows equal silver ($tellers tellers, $versions versions kept): OK"

@@ -6,10 +6,11 @@ tables a mart may read (``readable_tables``), so every mistake names its line li
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from cdclake.mart_sql import SqlSyntaxError, referenced_tables
+from cdclake.mart_sql import SqlSyntaxError, referenced_tables, substitute_tables
 from cdclake.yaml_doc import YamlDoc
 
 if TYPE_CHECKING:
@@ -103,3 +104,15 @@ def parse_gold(
             raise doc.fail(name_node, f"duplicate mart '{mart.name}'")
         marts.append(mart)
     return GoldSettings(database=gold_db, marts=tuple(marts))
+
+
+def with_silver_database(settings: GoldSettings, known: Mapping[str, str], database: str) -> GoldSettings:
+    """The marts reading the silver tables of another database: the AWS jobs' ``--database``.
+
+    ``known``: the ``database.table`` names the marts were written with (``readable_tables`` of the
+    configuration's own ``silver.database``) -> table. Each reference in a mart's SQL (catalog-qualified,
+    backquoted or as a column qualifier) becomes ``<database>.<table>``; strings and comments are kept.
+    """
+    renamed = {name: f"{database}.{table}" for name, table in known.items()}
+    marts = tuple(replace(m, sql=substitute_tables(m.sql, renamed)) for m in settings.marts)
+    return replace(settings, marts=marts)

@@ -320,6 +320,7 @@ class Pipeline:
     full_load_job: str
     cdc_job: str
     maintenance_job: str
+    gold_job: str
     gaps: MotoStepFunctionsGaps
     started: int = 0
 
@@ -458,7 +459,7 @@ def pipeline(
         ]
         sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=alerts_arn)
         glue = boto3.client("glue", region_name=REGION)
-        for job in ("cdclake-full-load", "cdclake-cdc", "cdclake-maintenance"):
+        for job in ("cdclake-full-load", "cdclake-cdc", "cdclake-maintenance", "cdclake-gold"):
             glue.create_job(
                 Name=job,
                 Role=role,
@@ -514,6 +515,8 @@ def pipeline(
                 "MaxIterations": "3",
                 "MaxHistoryEvents": "20000",
                 "MaintenanceEveryIterations": "2",
+                "GoldJobName": "cdclake-gold",
+                "GoldEveryIterations": "0",  # off unless a test turns it on: the gold tests below
                 **getattr(request, "param", {}),
             }
         )
@@ -523,7 +526,8 @@ def pipeline(
             sfn=sfn, sqs=sqs, s3=s3, glue=glue, dms=dms, state_machine_arn=state_machine_arn,
             queue_url=queue_url, dlq_url=dlq_url, alerts_url=alerts_url, bronze_bucket=bronze,
             artifacts_bucket=artifacts, task_arn=task_arn, full_load_job="cdclake-full-load",
-            cdc_job="cdclake-cdc", maintenance_job="cdclake-maintenance", gaps=moto_step_functions_gaps,
+            cdc_job="cdclake-cdc", maintenance_job="cdclake-maintenance", gold_job="cdclake-gold",
+            gaps=moto_step_functions_gaps,
         )  # fmt: skip
         for execution in sfn.list_executions(stateMachineArn=state_machine_arn, statusFilter="RUNNING")["executions"]:
             # moto gap: stopping an execution whose worker has just finished raises inside moto

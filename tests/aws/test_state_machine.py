@@ -302,6 +302,112 @@ def test_maintenance_every_zero_iterations_never_runs_it(pipeline: Pipeline) -> 
     assert pipeline.gaps.glue_timeline == []
 
 
+# ---------------------------------------------------------------------------------------- gold marts
+# GoldEveryIterations is 0 in the fixture; these tests turn it on. Maintenance still runs every 2 iterations.
+
+
+@pytest.mark.parametrize("pipeline", [{"GoldEveryIterations": "2"}], indirect=True)
+def test_gold_runs_every_second_iteration_after_cdc_and_before_maintenance(pipeline: Pipeline) -> None:
+    # GIVEN seven queued CDC files: three batches of at most 3 files, one per loop iteration
+    for stamp in range(7):
+        pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
+    # WHEN one execution runs its 3 iterations and hands over
+    execution = pipeline.start({"fullLoadDone": True})
+    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    # THEN the gold job ran once, after the second batch was applied and acknowledged, in the serial lane:
+    # no two Glue jobs overlapped, gold before maintenance (it reads silver before files are rewritten)
+    assert job_runs_in_order(pipeline) == [
+        pipeline.cdc_job,
+        pipeline.cdc_job,
+        pipeline.gold_job,
+        pipeline.maintenance_job,
+        pipeline.cdc_job,
+    ]
+    entered = pipeline.states_entered(execution)
+    acknowledged = [i for i, name in enumerate(entered) if name == "AcknowledgeBatch"]
+    assert acknowledged[1] < entered.index("RunGoldJob") < entered.index("RunMaintenanceJob")
+    assert entered.count("RunGoldJob") == 1 and "NotifyGoldFailed" not in entered
+    [run] = pipeline.job_runs(pipeline.gold_job)
+    assert run["JobRunState"] == "SUCCEEDED"
+    # AND the successor carries the count on: one iteration since gold, and silver changed (the third batch)
+    successor = pipeline.successor_of(execution)
+    handed_over = pipeline.input_of(successor)
+    assert (handed_over["sinceGold"], handed_over["silver"]) == (1, {"changed": True})
+    # AND so its first iteration (an empty poll) is the second one since gold and refreshes the third batch
+    pipeline.wait_for_state(successor, "GoldDone")
+    entered = pipeline.states_entered(successor)
+    assert entered.index("WaitForFiles") < entered.index("RunGoldJob")
+    assert job_runs_in_order(pipeline)[5:] == [pipeline.gold_job, pipeline.maintenance_job]
+
+
+@pytest.mark.parametrize("pipeline", [{"GoldEveryIterations": "1", "MaintenanceEveryIterations": "0"}], indirect=True)
+def test_gold_waits_for_a_cdc_batch_when_silver_did_not_change(pipeline: Pipeline) -> None:
+    # GIVEN gold due every iteration, and an execution handed over with no batch applied since the last gold run
+    execution = pipeline.start({"fullLoadDone": True, "sinceGold": 5, "silver": {"changed": False}})
+    # WHEN its first two iterations find the queue empty
+    pipeline.wait_for_state(execution, "WaitForFiles", times=2)
+    assert "RunGoldJob" not in pipeline.states_entered(execution)
+    # AND then a file arrives
+    pipeline.send_file(cdc_key("orders", "120000000"), 100)
+    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    # THEN gold ran once, right after that batch, and not after the empty polls
+    assert job_runs_in_order(pipeline) == [pipeline.cdc_job, pipeline.gold_job]
+    entered = pipeline.states_entered(execution)
+    assert entered.index("RunCdcJob") < entered.index("RunGoldJob")
+    assert pipeline.state_input(execution, "StartSuccessor")["silver"] == {"changed": False}
+
+
+@pytest.mark.parametrize("pipeline", [{"GoldEveryIterations": "1", "MaintenanceEveryIterations": "0"}], indirect=True)
+def test_a_fresh_start_refreshes_the_marts_once_without_waiting_for_cdc(pipeline: Pipeline) -> None:
+    # GIVEN an execution started by hand (no hand-over input) and an empty queue
+    execution = pipeline.start({"fullLoadDone": True})
+    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    # THEN gold ran once, in the first iteration (the marts may lag silver after a stop or a redeploy), then not again
+    assert pipeline.states_entered(execution).count("ReadQueueDepth") == 3
+    assert job_runs_in_order(pipeline) == [pipeline.gold_job]
+
+
+def test_gold_every_zero_iterations_never_runs_it(pipeline: Pipeline) -> None:
+    # GIVEN the fixture's GoldEveryIterations 0, seven files (three batches) and maintenance every 2 iterations
+    for stamp in range(7):
+        pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
+    execution = pipeline.start({"fullLoadDone": True})
+    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    # THEN every batch was applied, maintenance ran, and gold never did
+    assert "RunGoldJob" not in pipeline.states_entered(execution)
+    assert job_runs_in_order(pipeline) == [
+        pipeline.cdc_job,
+        pipeline.cdc_job,
+        pipeline.maintenance_job,
+        pipeline.cdc_job,
+    ]
+    assert pipeline.job_runs(pipeline.gold_job) == []
+
+
+@pytest.mark.parametrize("pipeline", [{"GoldEveryIterations": "1", "MaintenanceEveryIterations": "0"}], indirect=True)
+def test_failed_gold_alerts_and_the_pipeline_keeps_applying_cdc(pipeline: Pipeline) -> None:
+    # GIVEN a gold job that fails (a broken mart) and four queued files (two batches, then an empty poll)
+    pipeline.gaps.failing_jobs.add(pipeline.gold_job)
+    for stamp in range(4):
+        pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
+    # WHEN the execution runs its 3 iterations
+    execution = pipeline.start({"fullLoadDone": True})
+    result = pipeline.wait_until_done(execution)
+    # THEN it did not stop: each failure was caught and alerted, every batch was applied and acknowledged,
+    # and it handed over as usual
+    assert result["status"] == "SUCCEEDED"
+    alerts = pipeline.alerts()
+    assert [a["Subject"] for a in alerts] == ["cdclake: gold mart refresh failed"] * 2
+    assert all("simulated failure of cdclake-gold" in a["Message"] for a in alerts)
+    entered = pipeline.states_entered(execution)
+    assert "NotifyFailure" not in entered and "ReleaseBatch" not in entered
+    assert entered.count("NotifyGoldFailed") == 2 and entered[-2:] == ["StartSuccessor", "HandedOver"]
+    # gold after each batch, not after the empty poll (silver.changed was cleared by the failed run too)
+    assert job_runs_in_order(pipeline) == [pipeline.cdc_job, pipeline.gold_job] * 2
+    assert [r["JobRunState"] for r in pipeline.job_runs(pipeline.gold_job)] == ["FAILED", "FAILED"]
+    assert pipeline.queue_bodies() == []
+
+
 # ------------------------------------------------------------------------------ history and duration limits
 
 
@@ -328,7 +434,7 @@ def test_a_long_full_load_hands_over_from_the_wait_loop(pipeline: Pipeline) -> N
     successor = pipeline.successor_of(execution)
     assert pipeline.input_of(successor) == {
         "fullLoadDone": False, "generation": 3, "predecessor": execution, "sinceMaintenance": 0,
-        "AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID": execution,
+        "sinceGold": 0, "silver": {"changed": True}, "AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID": execution,
     }  # fmt: skip
     pipeline.wait_for_state(successor, "DescribeReplicationTasks")
 
@@ -340,10 +446,28 @@ def test_the_cdc_loop_hands_over_on_the_events_it_spent(pipeline: Pipeline) -> N
         pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
     execution = pipeline.start({"fullLoadDone": True})
     assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
-    # THEN it handed over after 3 iterations (30 + 3 x 32 + 14 for maintenance = 140 >= 120), not after 50
+    # THEN it handed over after 3 iterations (30 + 3 x 34 + 14 for maintenance = 146 >= 120), not after 50
     entered = pipeline.states_entered(execution)
     assert entered.count("ReadQueueDepth") == 3
     assert entered.count("RunCdcJob") == 2 and entered.count("RunMaintenanceJob") == 1
+    assert assert_counter_covers_history(pipeline, execution) == 146
+
+
+@pytest.mark.parametrize(
+    "pipeline", [{"MaxHistoryEvents": "130", "MaxIterations": "50", "GoldEveryIterations": "1"}], indirect=True
+)
+def test_gold_runs_are_counted_in_the_history_budget(pipeline: Pipeline) -> None:
+    # GIVEN a failing gold job run after every batch (the longest gold path: job, alert, Pass), and two batches
+    pipeline.gaps.failing_jobs.add(pipeline.gold_job)
+    for stamp in range(5):
+        pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
+    execution = pipeline.start({"fullLoadDone": True})
+    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    # THEN 30 + 2 x (34 + 14) + 14 for maintenance = 140 >= 130: it handed over after 2 iterations,
+    # and the events it counted cover its real history
+    entered = pipeline.states_entered(execution)
+    assert entered.count("ReadQueueDepth") == 2
+    assert entered.count("RunGoldJob") == 2 and entered.count("NotifyGoldFailed") == 2
     assert assert_counter_covers_history(pipeline, execution) == 140
 
 

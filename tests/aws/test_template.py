@@ -11,7 +11,11 @@ from conftest import DEFINITION, ROOT
 from moto.events.models import EventPattern
 from test_static import template
 
+from cdclake.config import readable_tables
+from cdclake.errors import ConfigError
+from cdclake.gold.refresh import gold_database
 from cdclake.identifiers import IDENTIFIER
+from cdclake.mart_sql import referenced_tables
 from cdclake.shells.glue_job import job_config, parse_arguments
 
 RESOURCES = template()["Resources"]
@@ -26,17 +30,17 @@ def test_no_arn_is_spelled_for_one_partition() -> None:
 
 def test_every_glue_job_runs_glue_5_1() -> None:
     jobs = [r for r in RESOURCES.values() if r["Type"] == "AWS::Glue::Job"]
-    assert [job["Properties"]["GlueVersion"] for job in jobs] == ["5.1"] * 3
+    assert [job["Properties"]["GlueVersion"] for job in jobs] == ["5.1"] * 4
 
 
 def test_no_reserved_concurrency_and_no_streaming_worker_type() -> None:
     assert "ReservedConcurrentExecutions" not in (ROOT / "template.yaml").read_text()
-    for name in ("FullLoadWorkerType", "CdcWorkerType", "MaintenanceWorkerType"):
+    for name in ("FullLoadWorkerType", "CdcWorkerType", "MaintenanceWorkerType", "GoldWorkerType"):
         assert "G.025X" not in PARAMETERS[name]["AllowedValues"], name
 
 
 @pytest.mark.parametrize(
-    "resource", ["SilverBucket", "BronzeBucket", "GlueDatabase", "ArtifactsBucket", "AccessLogBucket"]
+    "resource", ["SilverBucket", "BronzeBucket", "GlueDatabase", "GoldDatabase", "ArtifactsBucket", "AccessLogBucket"]
 )
 def test_deleting_or_replacing_the_stack_keeps_the_lake_and_never_fails_on_a_versioned_bucket(resource: str) -> None:
     assert RESOURCES[resource]["DeletionPolicy"] == "Retain"
@@ -65,12 +69,57 @@ def test_names_the_database_rule_or_resource_names_reject_are_refused(name: str)
 
 def test_the_jobs_are_given_the_database_iam_allows() -> None:
     assert RESOURCES["GlueDatabase"]["Properties"]["DatabaseInput"]["Name"] == {"Sub": "cdclake_${EnvironmentName}"}
-    for job in ("FullLoadJob", "CdcJob", "MaintenanceJob"):
+    for job in ("FullLoadJob", "CdcJob", "MaintenanceJob", "GoldJob"):
         assert RESOURCES[job]["Properties"]["DefaultArguments"]["--database"] == {"Ref": "GlueDatabase"}, job
     statements = RESOURCES["GlueJobRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
     [catalog] = [s for s in statements if isinstance(s, dict) and s.get("Sid") == "IcebergCatalog"]
     resources = json.dumps(catalog["Resource"])
     assert "database/cdclake_${EnvironmentName}" in resources and "table/cdclake_${EnvironmentName}/*" in resources
+
+
+def test_the_gold_job_writes_to_the_gold_database_iam_allows() -> None:
+    # GIVEN the stack's gold database: cdclake_<env>_gold, a valid identifier for every accepted environment name
+    assert RESOURCES["GoldDatabase"]["Properties"]["DatabaseInput"]["Name"] == {
+        "Sub": "cdclake_${EnvironmentName}_gold"
+    }
+    assert IDENTIFIER.match("cdclake_abcdefghijkl_gold")
+    # THEN the gold job is given it (and only the gold job writes marts)
+    for name, resource in RESOURCES.items():
+        if resource["Type"] == "AWS::Glue::Job":
+            arguments = resource["Properties"]["DefaultArguments"]
+            assert arguments.get("--gold_database") == ({"Ref": "GoldDatabase"} if name == "GoldJob" else None), name
+    # AND the Glue role may create and update its tables, like the silver ones
+    statements = RESOURCES["GlueJobRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+    [catalog] = [s for s in statements if isinstance(s, dict) and s.get("Sid") == "IcebergCatalog"]
+    resources = json.dumps(catalog["Resource"])
+    assert "database/cdclake_${EnvironmentName}_gold" in resources
+    assert "table/cdclake_${EnvironmentName}_gold/*" in resources
+    assert {"glue:CreateTable", "glue:UpdateTable"} <= set(catalog["Action"])
+
+
+def test_the_gold_database_argument_replaces_the_configurations_gold_database() -> None:
+    common = ["job.py", "--config", str(EXAMPLE_CONFIG), "--bronze", "/tmp/b", "--warehouse", "/tmp/w"]
+    assert gold_database(job_config(parse_arguments(common))) == "airbnb_gold"  # <silver.database>_gold
+    # without --gold_database the default follows --database, to the stack's gold database name as well
+    assert gold_database(job_config(parse_arguments([*common, "--database", "cdclake_prod"]))) == "cdclake_prod_gold"
+    stack = [*common, "--database", "cdclake_prod", "--gold_database", "bi_marts"]
+    config = job_config(parse_arguments(stack))
+    assert (config.database, gold_database(config)) == ("cdclake_prod", "bi_marts")
+    # AND the marts read the silver tables of the stack's database, whatever the configuration calls it
+    [mart] = config.gold.marts
+    assert mart.name == "hosts_by_city" and "FROM cdclake_prod.hosts_silver" in mart.sql
+    assert referenced_tables(mart.sql, readable_tables("cdclake_prod", config.tables)) == ["cdclake_prod.hosts_silver"]
+    assert "airbnb." not in mart.sql
+    with pytest.raises(ConfigError, match="--gold_database must differ from the silver database"):
+        job_config(parse_arguments([*common, "--database", "cdclake_prod", "--gold_database", "cdclake_prod"]))
+
+
+def test_every_glue_job_runs_an_entry_point_that_exists() -> None:
+    for name, resource in RESOURCES.items():
+        if resource["Type"] == "AWS::Glue::Job":
+            location = resource["Properties"]["Command"]["ScriptLocation"]["Sub"]
+            assert location.startswith("s3://${ArtifactsBucket}/glue/"), name
+            assert (ROOT / "glue" / "jobs" / location.rsplit("/", 1)[1]).is_file(), name
 
 
 def test_the_database_argument_replaces_the_configurations_database() -> None:
@@ -96,7 +145,10 @@ def test_service_principals_in_the_key_policy_are_bound_to_this_account_or_log_g
 
 def test_lake_formation_grants_are_optional_and_for_the_glue_role() -> None:
     granted = {n: r for n, r in RESOURCES.items() if r["Type"] == "AWS::LakeFormation::Permissions"}
-    assert set(granted) == {"LakeFormationDatabasePermissions", "LakeFormationTablePermissions"}
+    assert set(granted) == {
+        "LakeFormationDatabasePermissions", "LakeFormationTablePermissions",
+        "LakeFormationGoldDatabasePermissions", "LakeFormationGoldTablePermissions",
+    }  # fmt: skip
     for resource in granted.values():
         assert resource["Condition"] == "UseLakeFormation"
         principal = resource["Properties"]["DataLakePrincipal"]["DataLakePrincipalIdentifier"]
@@ -116,6 +168,7 @@ def test_without_a_source_connection_the_jobs_run_outside_any_vpc() -> None:
         connections = RESOURCES[job]["Properties"]["Connections"]
         assert connections["If"][0] == "HasSourceConnection" and connections["If"][2] == {"Ref": "AWS::NoValue"}
     assert "Connections" not in RESOURCES["MaintenanceJob"]["Properties"]
+    assert "Connections" not in RESOURCES["GoldJob"]["Properties"]
 
 
 def test_the_optional_dms_endpoint_writes_what_cdclake_reads_to_bronze() -> None:

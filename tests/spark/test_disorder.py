@@ -376,3 +376,22 @@ def test_a_writer_that_keeps_losing_says_so_in_one_sentence(make_engine: EngineF
         ConcurrentWriterError, match=r"Table s\.items: another writer committed .* 4 times .* again later"
     ):
         _apply(engine, batch)
+
+
+def test_a_full_load_writes_the_first_version_of_every_row(make_engine: EngineFactory, tmp_path: Path) -> None:
+    # GIVEN a table with history: true, a full load of three rows, then a change to one of them
+    engine = make_engine(ITEMS_WITH_HISTORY)
+    bronze = tmp_path / "bronze"
+    load_ts = "2024-01-01 00:00:00.000000"
+    write_csv(
+        bronze / "s/items/LOAD00000001.csv",
+        [[load_ts, str(i), f"v{i}", change_sequence(load_ts, 0)] for i in (1, 2, 3)],
+    )
+    _cdc(bronze, "items", "20240102-0000010000.csv", [("U", "1", "2", "w2")])
+    # WHEN the run loads and applies
+    run(engine)
+    # THEN history holds an insert for each loaded row and the update closes the one it replaces
+    history = engine.spark.table(f"silver.{engine.config.database}.items__history")
+    versions = sorted((r["id"], r["operation"], r["is_current"], r["name"]) for r in history.collect())
+    assert versions == [(1, "I", True, "v1"), (2, "I", False, "v2"), (2, "U", True, "w2"), (3, "I", True, "v3")]
+    assert {r["id"]: r["name"] for r in history.where("is_current").collect()} == _state(engine)

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from cdclake.columns import (
+    COMMIT_TS,
     EFFECT,
     EFFECT_DELETE,
     EFFECT_DELETE_MISSING,
@@ -169,6 +170,17 @@ def stage_full_load(engine: Engine, silver: SilverTable, rows: DataFrame, files:
     replace_table(engine.spark, silver, rows, files, kind=kind)
 
 
+def _history_of_full_load(engine: Engine, table: TableConfig, silver: SilverTable) -> None:
+    """Every loaded row's first version: an insert, valid from its timestamp (or the load time)."""
+    from pyspark.sql import functions as F
+
+    loaded = engine.spark.table(silver.identifier)
+    stamp = engine.config.bronze.timestamp_column
+    valid_from = F.col(stamp) if stamp and stamp in loaded.columns else F.current_timestamp()
+    rows = loaded.withColumn(OP, F.lit("I")).withColumn(COMMIT_TS, valid_from.cast("string"))
+    apply_history(engine.spark, history_of(silver), rows, table.silver_key())
+
+
 def finish_full_load(
     engine: Engine, table: TableConfig, silver: SilverTable, files: Sequence[str] | None = None
 ) -> None:
@@ -178,6 +190,8 @@ def finish_full_load(
     if files is not None:
         record_full_load(engine.spark, silver, files)
     apply_layout(engine.spark, silver.identifier, table.silver_key(), table.layout)
+    if table.history:
+        _history_of_full_load(engine, table, silver)
     forget_archived_ledger(engine.spark, silver)
     tombstones = tombstones_of(silver)
     if table_exists(engine.spark, tombstones):

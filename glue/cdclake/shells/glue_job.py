@@ -12,17 +12,27 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from cdclake.config import DEFAULT_CATALOG, PipelineConfig, load_config, parse_config
+from cdclake.config import DEFAULT_CATALOG, PipelineConfig, load_config, parse_config, readable_tables
 from cdclake.context import Engine
 from cdclake.dms.store import open_store
 from cdclake.errors import ConfigError
+from cdclake.mart_config import with_silver_database
 from cdclake.report import RunReport
 from cdclake.runtime.session import GlueCatalog, LocalCatalog, SessionSettings, build_spark_session
 
 log = logging.getLogger("cdclake")
 
 COMMON_ARGUMENTS = ("config", "bronze", "warehouse")
-OPTIONAL_ARGUMENTS = ("catalog", "manifest", "reload", "replay", "environment", "metrics_namespace", "database")
+OPTIONAL_ARGUMENTS = (
+    "catalog",
+    "manifest",
+    "reload",
+    "replay",
+    "environment",
+    "metrics_namespace",
+    "database",
+    "gold_database",
+)
 
 
 @dataclass(frozen=True)
@@ -37,6 +47,7 @@ class JobArguments:
     environment: str = "dev"
     metrics_namespace: str | None = None  # publish CloudWatch metrics under this namespace when set
     database: str | None = None  # the stack's Glue database; replaces the configuration's silver.database
+    gold_database: str | None = None  # the stack's gold Glue database; replaces the configuration's gold.database
 
 
 def parse_arguments(argv: Sequence[str], extra: Sequence[str] = ()) -> JobArguments:
@@ -66,6 +77,7 @@ def parse_arguments(argv: Sequence[str], extra: Sequence[str] = ()) -> JobArgume
         environment=values.get("environment") or "dev",
         metrics_namespace=values.get("metrics_namespace") or None,
         database=values.get("database") or None,
+        gold_database=values.get("gold_database") or None,
     )
 
 
@@ -90,7 +102,16 @@ def job_config(args: JobArguments) -> PipelineConfig:
         else load_config(Path(args.config))
     )
     config = replace(config, bronze=replace(config.bronze, path=args.bronze))
-    return replace(config, database=args.database) if args.database else config
+    if args.database and args.database != config.database:
+        # The marts name silver tables as the configuration does: read them from the stack's database instead.
+        known = readable_tables(config.database, config.tables)
+        gold = with_silver_database(config.gold, known, args.database)
+        config = replace(config, database=args.database, gold=gold)
+    if args.gold_database:
+        if args.gold_database == config.database:
+            raise ConfigError(f"--gold_database must differ from the silver database ({config.database}).")
+        config = replace(config, gold=replace(config.gold, database=args.gold_database))
+    return config
 
 
 def build_engine(args: JobArguments) -> Engine:
