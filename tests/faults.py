@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cdclake.lake.committer import IcebergCommitter
+from cdclake.lake.publish import abandon_staged, commit_staged, stage_changes
 
 
 class CrashingCommitter(IcebergCommitter):
@@ -39,3 +40,27 @@ class RacingCommitter(IcebergCommitter):
                 "is not the table's current one (another writer committed first)"
             )
         super().publish(*args, **kwargs)
+
+
+class MaintenanceRacingCommitter(IcebergCommitter):
+    """A committer whose first publish is overtaken by maintenance: the batch is staged, then
+    ``rival`` (a compaction) commits to the table before the batch's RowDelta does."""
+
+    def __init__(self, rival: Any) -> None:
+        self.rival = rival
+        self.attempts = 0
+
+    def publish(self, spark: Any, table: Any, changes: Any, key: Any, columns: Any, properties: Any,
+                absent: Any = (), unchanged: Any = None) -> None:  # fmt: skip
+        self.attempts += 1
+        if self.attempts > 1:
+            super().publish(spark, table, changes, key, columns, properties, absent, unchanged)
+            return
+        staged = stage_changes(spark, table.identifier, changes, key, columns, absent, unchanged)
+        assert staged is not None
+        self.rival()
+        try:
+            commit_staged(spark, staged, properties)
+        except BaseException:
+            abandon_staged(spark, staged)
+            raise

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import shutil
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from cdclake.lake.journals import QUARANTINE_ROWS_TABLE, QUARANTINE_TABLE
 from cdclake.lake.ledger import read_ledger
 from cdclake.lake.publish import iceberg_table
 from cdclake.ops.maintenance import MaintenanceSettings, maintain
+from faults import MaintenanceRacingCommitter
 
 EngineFactory = Callable[..., Engine]
 
@@ -209,3 +211,28 @@ def test_maintenance_compacts_and_keeps_rows_ledger_and_recent_tombstones(
     assert str(iceberg_table(engine.spark, silver.identifier).sortOrder().fields().get(0).sourceId()) == str(
         iceberg_table(engine.spark, silver.identifier).schema().findField("id").fieldId()
     )
+
+
+def test_a_batch_overtaken_by_maintenance_retries_and_converges(make_engine: EngineFactory, tmp_path: Path) -> None:
+    # GIVEN a table with merge-on-read deletes, and a batch staged when maintenance compacts the table
+    engine = replace(make_engine(CONFIG), commit_backoff_seconds=0.01)
+    bronze = tmp_path / "bronze" / "s" / "people"
+    write_csv(bronze / "LOAD00000001.csv", [[TS, str(i), f"n{i}", "1990-01-01"] for i in range(1, 21)])
+    write_csv(bronze / "20240102-0001000000.csv", [["U", "2024-01-02 00:01:00.000000", "1", "u1", "1990-01-01"]])
+    run(engine)
+    later = "2024-01-02 00:02:00.000000"
+    write_csv(
+        bronze / "20240102-0002000000.csv", [["U", later, "2", "u2", "1990-01-01"], ["D", later, "3", "", "1990-01-01"]]
+    )
+    settings = MaintenanceSettings(snapshot_retention_hours=1, retain_last_snapshots=5)
+    racing = MaintenanceRacingCommitter(rival=lambda: maintain(engine, settings))
+    # WHEN the batch is applied while maintenance runs
+    report = run(replace(engine, committer=racing))
+    # THEN the batch's first commit lost to the compaction, its retry applied it once, nothing is lost
+    assert racing.attempts == 2
+    assert [t.files_applied for t in report.tables] == [1]
+    rows = {
+        r["id"]: r["name"]
+        for r in engine.spark.table(engine.silver_table(engine.config.tables[0]).identifier).collect()
+    }
+    assert rows == {**{i: f"n{i}" for i in range(4, 21)}, 1: "u1", 2: "u2"}

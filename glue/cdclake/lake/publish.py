@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.columns import EFFECT, EFFECT_DELETE, EFFECT_INSERT, EFFECT_UPDATE, OP, SILVER_ORDER
 from cdclake.identifiers import quote
+from cdclake.lake.tables import commit_with_properties
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -390,8 +391,6 @@ def publish_changes(
     drop_leftover_branches(spark, table_identifier)
     staged = stage_changes(spark, table_identifier, changes, key, columns, absent, unchanged)
     if staged is None:  # a table without any snapshot: nothing stored, every change is an insert
-        from cdclake.lake.tables import commit_with_properties
-
         images = _first_images(spark, table_identifier, changes, columns)
         commit_with_properties(spark, dict(properties), images.writeTo(table_identifier).append)
         return int(iceberg_table(spark, table_identifier).currentSnapshot().snapshotId())

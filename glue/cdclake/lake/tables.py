@@ -91,6 +91,8 @@ _CONFLICT_MARKERS = (
     "Cannot commit",
     "Found conflicting files",
     "Found new conflicting",
+    "Missing required files to delete",
+    "conflicting files",
     "Requirement failed",
 )
 
