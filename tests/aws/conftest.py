@@ -23,11 +23,11 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from s3_events import ACCOUNT, REGION, object_created_event
+
 ROOT = Path(__file__).resolve().parents[2]
 FUNCTIONS = ROOT / "functions"
 DEFINITION = ROOT / "statemachine" / "cdc_pipeline.asl.json"
-REGION = "us-east-1"
-ACCOUNT = "123456789012"  # moto's default account
 
 
 def _template_max_receive_count() -> int:
@@ -91,30 +91,6 @@ def lambda_context() -> FakeLambdaContext:
     return FakeLambdaContext()
 
 
-def object_created_event(bucket: str, key: str, size: int) -> str:
-    """The body EventBridge puts on the queue for an S3 "Object Created" event."""
-    return json.dumps(
-        {
-            "version": "0",
-            "id": f"evt-{key}",
-            "detail-type": "Object Created",
-            "source": "aws.s3",
-            "account": ACCOUNT,
-            "time": "2024-03-01T12:00:00Z",
-            "region": REGION,
-            "resources": [f"arn:aws:s3:::{bucket}"],
-            "detail": {
-                "version": "0",
-                "bucket": {"name": bucket},
-                "object": {"key": key, "size": size, "etag": "0", "sequencer": "0"},
-                "request-id": "0",
-                "requester": ACCOUNT,
-                "reason": "PutObject",
-            },
-        }
-    )
-
-
 # ---------------------------------------------------------------------------------------- moto gaps
 
 
@@ -134,7 +110,7 @@ class MotoStepFunctionsGaps:
 
 @pytest.fixture
 def moto_step_functions_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctionsGaps:
-    """Work around the moto 5.2.5 gaps listed in /work/shared/RUNTIME_NOTES.md, each patch named by its gap.
+    """Work around the moto 5.2.5 gaps listed in ../shared/RUNTIME_NOTES.md, each patch named by its gap.
 
     The state machine definition itself is executed unchanged (same Resource ARNs); only moto is patched.
     """

@@ -33,7 +33,9 @@ stack_artifacts = load_stack_artifacts()
 
 
 def make_dry_run(*arguments: str) -> list[str]:
-    run = subprocess.run(["make", "-n", *arguments], cwd=ROOT, capture_output=True, text=True, check=False)
+    # --no-print-directory: under `make test` this make is nested and would announce its directory.
+    command = ["make", "-n", "--no-print-directory", *arguments]
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
     assert run.returncode == 0, run.stderr
     return run.stdout.replace("\\\n", " ").splitlines()
 

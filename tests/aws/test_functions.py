@@ -11,10 +11,11 @@ from typing import Any
 import boto3
 import pytest
 from batch_manifest import BronzeObject, QueuedObject, take_batch
-from conftest import FakeLambdaContext, load_handler_module, object_created_event
+from conftest import FakeLambdaContext, load_handler_module
 from moto import mock_aws
 
 from cdclake.dms.manifest import read_manifest
+from s3_events import object_created_event
 
 BRONZE = "bronze"
 

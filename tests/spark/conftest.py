@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from cdclake.config import PipelineConfig, parse_config
+from cdclake.config import DEFAULT_CATALOG, PipelineConfig, parse_config
 from cdclake.context import Engine
 from cdclake.dms.store import BronzeStore, LocalBronze
 from cdclake.runtime.session import LocalCatalog, SessionSettings, build_spark_session
@@ -33,6 +33,15 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     )
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True)
+def default_catalog(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Give the shared session back its default catalog after a test that ran a Glue job entry
+    point with a catalog of its own (the job's session settings switch it for the session)."""
+    yield
+    if "spark" in request.fixturenames:
+        request.getfixturevalue("spark").conf.set("spark.sql.defaultCatalog", DEFAULT_CATALOG)
 
 
 EngineFactory = Callable[..., Engine]

@@ -4,7 +4,6 @@ function; silver must equal the replayed source and the queue must end empty."""
 
 from __future__ import annotations
 
-import json
 import runpy
 import sys
 import uuid
@@ -19,6 +18,7 @@ from pyspark.sql import SparkSession
 
 from cdclake.shells import demo
 from oracle import replay_change_log
+from s3_events import object_created_event
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,11 +34,6 @@ def lambda_logic(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
     yield batch_manifest, batch_ack
     for module in ("batch_ack", "batch_manifest"):
         sys.modules.pop(module, None)
-
-
-def _event(bucket: str, key: str, size: int) -> str:
-    detail = {"bucket": {"name": bucket}, "object": {"key": key, "size": size}}
-    return json.dumps({"detail-type": "Object Created", "source": "aws.s3", "detail": detail})
 
 
 def test_dequeued_manifests_drive_the_cdc_job(
@@ -71,7 +66,9 @@ def test_dequeued_manifests_drive_the_cdc_job(
         for path in sorted(local.rglob("*.csv")):
             key = f"dms/{path.relative_to(local).as_posix()}"
             s3.upload_file(str(path), "bronze", key)
-            sqs.send_message(QueueUrl=url, MessageBody=_event("bronze", key, path.stat().st_size), MessageGroupId="dms")
+            sqs.send_message(
+                QueueUrl=url, MessageBody=object_created_event("bronze", key, path.stat().st_size), MessageGroupId="dms"
+            )
         common = ["--config", str(config), "--bronze", "s3://bronze/dms", "--warehouse", str(tmp_path / "wh")]
         common += ["--catalog", catalog]
         settings = batch_manifest.BatchSettings(queue_url=url, manifest_bucket="artifacts", max_files=2)

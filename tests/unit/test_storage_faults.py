@@ -10,6 +10,7 @@ Waits are recorded, not slept.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -120,9 +121,18 @@ class BodyBreaks:
 
 @pytest.fixture
 def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """Every wait botocore asks for, recorded instead of slept."""
+    """Every wait botocore asks for in this test's thread, recorded instead of slept (other threads
+    of the test process, such as Spark's py4j threads, still sleep for real)."""
     waited: list[float] = []
-    monkeypatch.setattr(time, "sleep", waited.append)
+    this_thread, real_sleep = threading.get_ident(), time.sleep
+
+    def sleep(seconds: float) -> None:
+        if threading.get_ident() == this_thread:
+            waited.append(seconds)
+        else:
+            real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)
     return waited
 
 
