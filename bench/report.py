@@ -41,8 +41,8 @@ class Comparison:
 
     @property
     def figure_text(self) -> str:
-        if not self.at_most and 0 < self.figure < 1:  # the alternative won: say how much slower cdclake is
-            return f"{1 / self.figure:.2f}× slower"
+        if 0 < self.figure < 1:  # the other way round: say it as a ratio above 1
+            return f"{1 / self.figure:.2f}×" + (" faster" if self.at_most else " slower")
         return f"{self.figure:.2f}×" + (" slower" if self.at_most else " faster")
 
     @property

@@ -852,6 +852,7 @@ def chart_scale(result: dict[str, Any], out: Path) -> None:
     axes[1].set_title(f"time relative to {rows[0]:,} rows (lower is flatter)", fontsize=10)
     for ax in axes:
         ax.set_xscale("log")
+        ax.minorticks_off()
         ax.set_xlabel("table rows")
         ax.set_xticks(rows, [f"{r / 1e6:g}M" for r in rows])
         ax.set_ylim(bottom=0)

@@ -64,6 +64,8 @@ def test_a_comparison_without_a_target_is_reported_not_judged() -> None:
     assert peer.met is None and peer.target_text == "—"
     assert peer.figure_text == "2.00× slower"  # the alternative won: said as cdclake's slowdown
     assert "| peer | 4.00 s | pyiceberg: 2.00 s | 2.00× slower | — | — |" in report.comparison_table([peer])
+    flatter = report.Comparison("scaling", ours=1.0, baseline=2.0, baseline_name="small", target=1.2)
+    assert flatter.figure_text == "2.00× faster" and flatter.met
 
 
 def test_the_chunked_full_load_covers_every_key_once() -> None:
