@@ -736,7 +736,7 @@ def chart(results: dict[str, tuple[Profile, dict[str, Any]]], out: Path) -> None
             ax.barh(labels, [c.figure for c in chosen], color=colours)
             targeted = [(c.target, label) for c, label in zip(chosen, labels, strict=True) if c.target is not None]
             ax.scatter([t for t, _ in targeted], [lb for _, lb in targeted], marker="|", s=400, color="black", zorder=3)
-    axes[0].set_title("cdclake time / floor time\n(lower is better; | = target)", fontsize=10)
+    axes[0].set_title("cdclake time / baseline time (floor or plain MERGE)\n(lower is better; | = target)", fontsize=10)
     axes[1].set_title("speed-up over the alternative\n(higher is better; | = target; grey: no target)", fontsize=10)
     for ax in axes:
         ax.tick_params(axis="y", labelsize=7)
