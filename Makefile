@@ -40,8 +40,10 @@ wheel: setup ## the cdclake wheel AWS Glue installs (--additional-python-modules
 	$(BIN)/python -m pip wheel --no-deps --wheel-dir dist .
 
 # ------------------------------------------------------------------------------ benchmarks
-# Not part of `make test`. PROFILE=quick (< 10 min on 2 cores), full (the issue's 10M-row sizes) or
-# smoke (a harness check in 2-4 minutes). Writes docs/benchmarks.md, docs/benchmarks-<profile>.json and docs/benchmarks.png.
+# Not part of `make test`. PROFILE=quick (< 10 min on 2 cores; with the pyiceberg peer), full (the issue's
+# 10M-row sizes), scale (the same 100k changes into fresh 1M, 10M and 50M-row tables, beside a plain MERGE;
+# writes docs/benchmarks-scale.png instead of docs/benchmarks.png) or smoke (a harness check in 2-4 minutes).
+# Writes docs/benchmarks.md, docs/benchmarks-<profile>.json and docs/benchmarks.png.
 PROFILE ?= quick
 
 .PHONY: bench bench-full bench-profile

@@ -162,6 +162,35 @@ def full_load(spark: SparkSession, root: Path, rows: int, files: int, file_forma
     return _place(frame, root, file_format, lambda i: f"LOAD{i + 1:08X}.{file_format}")
 
 
+def full_load_chunks(
+    spark: SparkSession, root: Path, rows: int, chunk_rows: int, files_per_chunk: int = 2
+) -> list[Path]:
+    """Write the full load of ``rows`` keys as typed Parquet LOAD files, ``chunk_rows`` keys per Spark job.
+
+    The same rows as ``full_load(..., "parquet")``; each chunk is its own job of ``files_per_chunk``
+    files, so a 50M-row load never has more than one chunk's writers open (the scale profile)."""
+    from pyspark.sql import functions as F
+
+    placed: list[Path] = []
+    for start in range(0, rows, chunk_rows):
+        ids = spark.range(start, min(rows, start + chunk_rows), numPartitions=files_per_chunk).select(F.col("id"))
+        frame = ids.select(
+            F.lit(LOAD_TS.strftime("%Y-%m-%d %H:%M:%S.000000")).alias(TIMESTAMP_COLUMN),
+            *_values(F.col("id"), F.lit(0)),
+            F.lit("0" * 35).alias(SEQ_COLUMN),
+        )
+        offset = len(placed)
+        chunk_root = root.parent / f".chunk-{root.name}"
+        for part in _place(_typed(frame), chunk_root, "parquet", lambda i: f"part{i}.parquet"):
+            dest = table_dir(root) / f"LOAD{offset + 1:08X}.parquet"
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            part.rename(dest)
+            placed.append(dest)
+            offset += 1
+        shutil.rmtree(chunk_root)
+    return placed
+
+
 def _typed(frame: DataFrame) -> DataFrame:
     """DMS Parquet carries typed columns (the timestamp and change sequence stay text here)."""
     from pyspark.sql import functions as F

@@ -14,14 +14,14 @@ class Comparison:
 
     ``at_most``: the target is a ratio cdclake/baseline that must not be exceeded (the baseline is a
     floor). Otherwise the target is a speed-up baseline/cdclake that must be reached (the baseline is
-    an alternative that should be slower).
+    an alternative that should be slower). ``target`` None: a figure reported without a target (a peer).
     """
 
     name: str
     ours: float  # seconds (or GiB for memory)
     baseline: float
     baseline_name: str
-    target: float
+    target: float | None
     at_most: bool = True
     note: str = ""
 
@@ -33,16 +33,27 @@ class Comparison:
         return self.baseline / self.ours if self.ours else float("inf")
 
     @property
-    def met(self) -> bool:
+    def met(self) -> bool | None:
+        """None without a target."""
+        if self.target is None:
+            return None
         return self.figure <= self.target if self.at_most else self.figure >= self.target
 
     @property
     def figure_text(self) -> str:
+        if 0 < self.figure < 1:  # the other way round: say it as a ratio above 1
+            return f"{1 / self.figure:.2f}×" + (" faster" if self.at_most else " slower")
         return f"{self.figure:.2f}×" + (" slower" if self.at_most else " faster")
 
     @property
     def target_text(self) -> str:
+        if self.target is None:
+            return "—"
         return f"≤ {self.target:g}×" if self.at_most else f"≥ {self.target:g}×"
+
+    @property
+    def met_text(self) -> str:
+        return "—" if self.met is None else ("yes" if self.met else "**no**")
 
 
 def seconds(value: float) -> str:
@@ -61,7 +72,7 @@ def comparison_table(comparisons: Sequence[Comparison], unit: str = "s") -> str:
         note = f" ({c.note})" if c.note else ""
         lines.append(
             f"| {c.name}{note} | {ours} | {c.baseline_name}: {base} | {c.figure_text} | {c.target_text} | "
-            f"{'yes' if c.met else '**no**'} |"
+            f"{c.met_text} |"
         )
     return "\n".join(lines)
 

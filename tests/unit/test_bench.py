@@ -57,3 +57,82 @@ def test_change_sets_have_the_mix_and_touch_distinct_keys() -> None:
     later_keys = {generate.key_of(later, k) for k in range(later.changes)}
     assert not later_keys & set(keys)  # consecutive batches never touch the same key
     assert "primary_key: [id]" in generate.config_yaml("orders_x")
+
+
+def test_a_comparison_without_a_target_is_reported_not_judged() -> None:
+    peer = report.Comparison("peer", ours=4.0, baseline=2.0, baseline_name="pyiceberg", target=None, at_most=False)
+    assert peer.met is None and peer.target_text == "—"
+    assert peer.figure_text == "2.00× slower"  # the alternative won: said as cdclake's slowdown
+    assert "| peer | 4.00 s | pyiceberg: 2.00 s | 2.00× slower | — | — |" in report.comparison_table([peer])
+    flatter = report.Comparison("scaling", ours=1.0, baseline=2.0, baseline_name="small", target=1.2)
+    assert flatter.figure_text == "2.00× faster" and flatter.met
+
+
+def test_the_chunked_full_load_covers_every_key_once() -> None:
+    import inspect
+
+    source = inspect.getsource(generate.full_load_chunks)
+    assert "range(0, rows, chunk_rows)" in source and "min(rows, start + chunk_rows)" in source
+
+
+def _run() -> ModuleType:
+    """bench/run.py imports its siblings as the ``bench`` package: the repository root goes on the path."""
+    pytest.importorskip("matplotlib")
+    if str(BENCH.parent) not in sys.path:
+        sys.path.insert(0, str(BENCH.parent))
+    return importlib.import_module("bench.run")
+
+
+def test_profiles_are_defined_for_every_make_target() -> None:
+    run = _run()
+    assert set(run.PROFILES) == {"quick", "smoke", "full"} and set(run.SCALE_PROFILES) == {"scale"}
+    quick, full = run.PROFILES["quick"], run.PROFILES["full"]
+    assert quick.rows * 10 == full.rows and quick.changes * 10 == full.changes  # quick is a tenth of full
+    assert quick.peer and run.PROFILES["smoke"].peer and not full.peer  # the pyiceberg peer: quick sizes
+    for p in run.PROFILES.values():
+        assert p.fixed_changes * 100 == p.rows and p.small_rows * 10 == p.rows
+        assert 0 < p.seed_files_timed <= p.seed_files and p.reps >= 1
+
+
+def test_the_scale_profile_is_the_issues_curve() -> None:
+    run = _run()
+    scale = run.SCALE_PROFILES["scale"]
+    assert scale.sizes == (1_000_000, 10_000_000, 50_000_000) and scale.changes == 100_000
+    assert all(size % scale.chunk_rows == 0 or size < scale.chunk_rows for size in scale.sizes)
+    assert scale.chunk_rows <= 5_000_000  # 50M rows are generated in chunks
+    assert int(scale.driver_memory.rstrip("g")) <= 4  # the issue's driver target is 4 GiB
+    assert set(run.SCALE_TARGETS) <= set(scale.sizes)
+    assert set(run.PROFILES).isdisjoint(run.SCALE_PROFILES)
+
+
+def test_scale_comparisons_and_section_from_a_result() -> None:
+    run = _run()
+    scale = run.SCALE_PROFILES["scale"]
+    sizes = [
+        {
+            "rows": r,
+            "load_files": 2,
+            "data_files": 1,
+            "full_load_seconds": 1.0,
+            "cdclake_seconds": c,
+            "merge_seconds": m,
+        }
+        for r, c, m in ((1_000_000, 2.0, 2.0), (10_000_000, 2.2, 6.0), (50_000_000, 3.2, 20.0))
+    ]
+    result = {
+        "sizes": sizes,
+        "timings": {"x": 1.0},
+        "runs": {"x": [1.0, 1.5]},
+        "jvm_peak_mib": 2048.0,
+        "python_peak_mib": 100.0,
+        "finished": "now",
+        "wall_seconds": 60.0,
+        "load_average": "3.0",
+    }
+    comps = {c.name: c for c in run.scale_comparisons(result, scale)}
+    assert comps["scaling: 100,000 changes into 10,000,000 vs 1,000,000 rows"].met  # 1.1 ≤ 1.2
+    assert not comps["scaling: 100,000 changes into 50,000,000 vs 1,000,000 rows"].met  # 1.6 > 1.5
+    assert comps["cdclake vs a plain MERGE of the same 100,000 changes, into 1,000,000 rows"].met  # 1.0 ≤ 1.0
+    section = run.render_scale("scale", scale, result, {"cpu": "x"}, "make bench PROFILE=scale")
+    assert "benchmarks-scale.png" in section and "under contention" in section
+    assert "| 50,000,000 | 2 | 1 | 1.0 s | 3.20 s | 20.00 s | 0.16× |" in section
