@@ -6,7 +6,7 @@ Every mistake names its line: unknown keys, bad types, missing primary keys in t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -17,7 +17,7 @@ from cdclake.errors import ConfigError
 from cdclake.identifiers import IDENTIFIER
 from cdclake.lake.history import HISTORY_SUFFIX
 from cdclake.lake.layout import LAYOUTS, Layout
-from cdclake.mart_config import GoldSettings, parse_gold
+from cdclake.mart_config import GoldSettings, parse_gold, with_silver_database
 from cdclake.yaml_doc import YamlDoc
 
 # The Iceberg catalog silver tables live in, locally and on AWS Glue.
@@ -99,6 +99,14 @@ class PipelineConfig:
 
         known = ", ".join(t.source for t in self.tables) or "none"
         raise UnknownTableError(f"Table '{name}' is not in the configuration (known: {known}).")
+
+    def in_database(self, database: str) -> PipelineConfig:
+        """The same configuration with silver in ``database`` (the AWS stack's, a test's): the
+        marts' SQL, written with ``silver.database``'s table names, reads the new database too."""
+        if database == self.database:
+            return self
+        known = readable_tables(self.database, self.tables)
+        return replace(self, database=database, gold=with_silver_database(self.gold, known, database))
 
     def table_for_source(self, schema: str, table: str) -> TableConfig | None:
         for candidate in self.tables:

@@ -505,8 +505,16 @@ def pipeline(
             cdc_job="cdclake-cdc", maintenance_job="cdclake-maintenance", gold_job="cdclake-gold",
             gaps=moto_step_functions_gaps,
         )  # fmt: skip
-        for execution in sfn.list_executions(stateMachineArn=state_machine_arn, statusFilter="RUNNING")["executions"]:
-            # moto gap: stopping an execution whose worker has just finished raises inside moto
-            # ('NoneType' object has no attribute 'set_stop'); it is ending anyway.
-            with contextlib.suppress(AttributeError):
-                sfn.stop_execution(executionArn=execution["executionArn"])
+        # Stop every execution before moto's backends go away; repeat while a hand-over starts a new
+        # one, or it would run on into the next test's fresh backends (and alert there).
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            running = sfn.list_executions(stateMachineArn=state_machine_arn, statusFilter="RUNNING")["executions"]
+            if not running:
+                break
+            for execution in running:
+                # moto gap: stopping an execution whose worker has just finished raises inside moto
+                # ('NoneType' object has no attribute 'set_stop'); it is ending anyway.
+                with contextlib.suppress(AttributeError):
+                    sfn.stop_execution(executionArn=execution["executionArn"])
+            time.sleep(0.2)

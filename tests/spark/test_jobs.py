@@ -121,7 +121,6 @@ def test_glue_cdc_job_reads_bronze_from_s3(spark: SparkSession, tmp_path: Path, 
 
 def test_demo_reports_success_against_the_oracle(spark: SparkSession, tmp_path: Path, capsys: Any) -> None:
     # GIVEN the demo with an engine on the shared session (a fresh database)
-    from dataclasses import replace
 
     from cdclake.config import load_config
     from cdclake.context import Engine
@@ -129,7 +128,7 @@ def test_demo_reports_success_against_the_oracle(spark: SparkSession, tmp_path: 
 
     def make_engine(config_path: Path, bronze: str) -> Engine:
         config = load_config(config_path)
-        config = replace(config, database=f"demo_{uuid.uuid4().hex[:8]}")
+        config = config.in_database(f"demo_{uuid.uuid4().hex[:8]}")
         return Engine(spark=spark, config=config, store=LocalBronze(Path(bronze)))
 
     # WHEN it runs

@@ -12,11 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from cdclake.config import DEFAULT_CATALOG, PipelineConfig, load_config, parse_config, readable_tables
+from cdclake.config import DEFAULT_CATALOG, PipelineConfig, load_config, parse_config
 from cdclake.context import Engine
 from cdclake.dms.store import open_store
 from cdclake.errors import ConfigError
-from cdclake.mart_config import with_silver_database
 from cdclake.report import RunReport
 from cdclake.runtime.session import GlueCatalog, LocalCatalog, SessionSettings, build_spark_session
 
@@ -102,11 +101,9 @@ def job_config(args: JobArguments) -> PipelineConfig:
         else load_config(Path(args.config))
     )
     config = replace(config, bronze=replace(config.bronze, path=args.bronze))
-    if args.database and args.database != config.database:
-        # The marts name silver tables as the configuration does: read them from the stack's database instead.
-        known = readable_tables(config.database, config.tables)
-        gold = with_silver_database(config.gold, known, args.database)
-        config = replace(config, database=args.database, gold=gold)
+    if args.database:
+        # The marts name silver tables as the configuration does: they read the stack's database.
+        config = config.in_database(args.database)
     if args.gold_database:
         if args.gold_database == config.database:
             raise ConfigError(f"--gold_database must differ from the silver database ({config.database}).")
