@@ -16,7 +16,7 @@ from cdclake.columns import EFFECT, OP, SILVER_ORDER, UNCHANGED_PREFIX
 from cdclake.engine.changes import classify_effects
 from cdclake.engine.statements import merge_statement
 from cdclake.lake.committer import IcebergCommitter
-from cdclake.lake.layout import layout_statements
+from cdclake.lake.layout import Layout, apply_layout, has_layout, layout_statements
 from cdclake.lake.ledger import FILES_PROPERTY, KIND_CDC, KIND_PROPERTY, ledger_properties, read_ledger, replace_table
 from cdclake.lake.publish import (
     commit_staged,
@@ -242,3 +242,20 @@ def test_layout_statements() -> None:
     assert layout_statements("c.d.t", ["a", "b"], "bucket", 8) == [
         "ALTER TABLE c.d.t ADD PARTITION FIELD bucket(8, `a`)"
     ]
+
+
+@pytest.mark.parametrize("layout", ["sorted", "bucket"])
+def test_a_layout_applied_again_changes_nothing(spark: SparkSession, database: str, layout: Layout) -> None:
+    # GIVEN a table given its layout once
+    identifier = f"{database}.layout_{layout}"
+    _create(spark, identifier, MODES["merge-on-read v2"], [])
+    apply_layout(spark, identifier, ["id"], layout)
+    table = iceberg_table(spark, identifier)
+    metadata = table.operations().current().metadataFileLocation()
+    # WHEN it is applied again (every reload and maintenance run does)
+    apply_layout(spark, identifier, ["id"], layout)
+    # THEN the table has the layout and no new metadata version was written
+    table.refresh()
+    assert has_layout(table, ["id"], layout)
+    assert not has_layout(table, ["id"], "bucket" if layout == "sorted" else "sorted")
+    assert table.operations().current().metadataFileLocation() == metadata

@@ -2,7 +2,7 @@
 
 - ``sorted``: ``WRITE ORDERED BY`` the key. New files hold narrow key ranges; a key-range filter
   (``publish.key_bounds``) prunes files by their min/max statistics, and Parquet row groups
-  within them. Existing files are re-clustered by ``cluster_existing`` (a sort compaction).
+  within them. Maintenance keeps existing files in that order (a sort compaction).
 - ``bucket``: ``bucket(N, first key column)`` partitioning. Spark's runtime filter prunes whole
   buckets from the broadcast keys; N files at least per write.
 - ``none``: Iceberg's default.
@@ -11,9 +11,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from cdclake.identifiers import quote
+from cdclake.lake.publish import iceberg_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -39,24 +40,22 @@ def layout_statements(
 def apply_layout(
     spark: SparkSession, table_identifier: str, key: Sequence[str], layout: Layout, buckets: int = DEFAULT_BUCKETS
 ) -> None:
-    """Give the table the layout for its future writes (see ``cluster_existing`` for old files).
-
-    Idempotent: a table that already has the bucket partition field keeps it."""
-    for statement in layout_statements(table_identifier, key, layout, buckets):
-        try:
-            spark.sql(statement)
-        except Exception as failure:
-            if (layout == "bucket" and "already" in str(failure).lower()) or "duplicate" in str(failure).lower():
-                continue
-            raise
-
-
-def cluster_existing(spark: SparkSession, catalog: str, table_name: str, layout: Layout) -> None:
-    """Rewrite the existing files into the layout (maintenance): ``table_name`` is ``db.table``."""
-    if layout == "none":
+    """Give the table the layout for its future writes; a table that has it already is left alone
+    (no new metadata version), so callers may apply it on every load and maintenance run."""
+    if layout == "none" or has_layout(iceberg_table(spark, table_identifier), key, layout):
         return
-    strategy = "strategy => 'sort', " if layout == "sorted" else ""
-    options = "map('rewrite-all', 'true')"
-    spark.sql(
-        f"CALL {quote(catalog)}.system.rewrite_data_files(table => '{table_name}', {strategy}options => {options})"
+    for statement in layout_statements(table_identifier, key, layout, buckets):
+        spark.sql(statement)
+
+
+def has_layout(table: Any, key: Sequence[str], layout: Layout) -> bool:
+    """Whether the Iceberg ``table`` (Java API) is already sorted by ``key`` / bucketed on its first column."""
+    ids = [table.schema().findField(k).fieldId() for k in key]
+    if layout == "sorted":
+        fields = table.sortOrder().fields()
+        return [fields.get(i).sourceId() for i in range(fields.size())] == ids
+    specs = table.spec().fields()
+    return any(
+        specs.get(i).sourceId() == ids[0] and str(specs.get(i).transform()).startswith("bucket")
+        for i in range(specs.size())
     )
