@@ -23,14 +23,14 @@ class CrashingCommitter(IcebergCommitter):
 
 class RacingCommitter(IcebergCommitter):
     """A committer that loses the commit race ``losses`` times: just before each of its first
-    ``losses`` merges, another writer (``rival``) commits to the table, and Iceberg refuses."""
+    ``losses`` data commits (merge or publish), another writer (``rival``) commits to the table, and Iceberg refuses."""
 
     def __init__(self, losses: int, rival: Any = None) -> None:
         self.losses = losses
         self.rival = rival  # called with no arguments: the other writer's commit
         self.attempts = 0
 
-    def publish(self, *args: Any, **kwargs: Any) -> None:
+    def _race(self) -> None:
         self.attempts += 1
         if self.attempts <= self.losses:
             if self.rival is not None:
@@ -39,6 +39,13 @@ class RacingCommitter(IcebergCommitter):
                 "org.apache.iceberg.exceptions.CommitFailedException: Cannot commit: base metadata location "
                 "is not the table's current one (another writer committed first)"
             )
+
+    def merge(self, *args: Any) -> None:
+        self._race()
+        super().merge(*args)
+
+    def publish(self, *args: Any, **kwargs: Any) -> None:
+        self._race()
         super().publish(*args, **kwargs)
 
 

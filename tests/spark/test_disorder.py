@@ -295,9 +295,11 @@ tables:
     assert sorted((t.table, t.files_skipped) for t in again.tables) == [("s.items", 1), ("s.orders", 1)]
 
 
-def test_copy_on_write_tables_merge_too(make_engine: EngineFactory, tmp_path: Path) -> None:
-    # GIVEN a silver table switched to copy-on-write (a user's choice for read-heavy tables)
-    engine = make_engine(ITEMS)
+@pytest.mark.parametrize("merge_below_records", [0, 1_000_000], ids=["publish", "merge"])
+def test_copy_on_write_tables_merge_too(make_engine: EngineFactory, tmp_path: Path, merge_below_records: int) -> None:
+    # GIVEN a silver table switched to copy-on-write (a user's choice for read-heavy tables), on
+    # either commit path
+    engine = replace(make_engine(ITEMS), merge_below_records=merge_below_records)
     bronze = tmp_path / "bronze"
     _apply(engine, _cdc(bronze, "items", "20240102-0000010000.csv", [("I", "1", "1", "a"), ("I", "1", "2", "b")]))
     table = engine.silver_table(engine.config.tables[0]).identifier

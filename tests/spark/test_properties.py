@@ -49,9 +49,12 @@ def scenarios(draw: st.DrawFn) -> dict:
     duplicates = draw(st.lists(st.integers(0, len(steps) - 1), max_size=3))
     batch_sizes = draw(st.lists(st.integers(1, 4), min_size=len(steps) + 3, max_size=len(steps) + 3))
     crash_at = draw(st.one_of(st.none(), st.integers(0, 5)))
+    # Which commit path applies the batches: one MERGE (small tables) or the branch-staged RowDelta.
+    merge_below_records = draw(st.sampled_from([0, 1_000_000]))
     return {
         "initial": initial, "steps": steps, "extra_from": extra_from, "cuts": cuts, "order": order,
         "duplicates": duplicates, "batch_sizes": batch_sizes, "crash_at": crash_at,
+        "merge_below_records": merge_below_records,
     }  # fmt: skip
 
 
@@ -126,7 +129,12 @@ def test_any_delivery_converges_to_the_source(spark: SparkSession, tmp_path: Pat
     initial, log = _build_log(scenario)
     keys = _write_files(bronze, initial, log, scenario["cuts"])
     config = parse_config(CONFIG)
-    engine = Engine(spark, replace(config, database=f"p_{uuid.uuid4().hex[:10]}"), LocalBronze(bronze))
+    engine = Engine(
+        spark,
+        replace(config, database=f"p_{uuid.uuid4().hex[:10]}"),
+        LocalBronze(bronze),
+        merge_below_records=scenario["merge_below_records"],
+    )
     full_load(engine)
     # WHEN the CDC files are delivered shuffled, some twice, in random batches, one batch crashing once
     delivery = [keys[i] for i in scenario["order"] if i < len(keys)] + [

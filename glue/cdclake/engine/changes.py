@@ -261,15 +261,17 @@ def latest_change_per_key(df: DataFrame, key: Sequence[str]) -> DataFrame:
 def classify_effects(latest: DataFrame, stored: DataFrame, tombstones: DataFrame, key: Sequence[str]) -> DataFrame:
     """Add ``_cdc_effect`` to each latest change: insert, update, delete, delete-missing or late.
 
-    ``stored`` and ``tombstones`` hold ``key`` + ``_cdc_order`` of silver rows and of deleted keys.
-    A change is late when the stored row, or the tombstone of a deleted key, is newer: it must
-    not overwrite newer data nor bring a deleted row back.
+    ``stored`` and ``tombstones`` hold ``key`` + ``_cdc_order`` of silver rows and of deleted keys;
+    a key may have several tombstones (they are appended), its newest counts. A change is late
+    when the stored row, or the newest tombstone of a deleted key, is newer: it must not
+    overwrite newer data nor bring a deleted row back.
     """
     from pyspark.sql import functions as F
 
     stored_order, tomb_order = "_cdc_stored_order", "_cdc_tomb_order"
+    newest = tombstones.groupBy(*key).agg(F.max(SILVER_ORDER).alias(tomb_order))
     joined = latest.join(stored.withColumnRenamed(SILVER_ORDER, stored_order), list(key), "left").join(
-        tombstones.withColumnRenamed(SILVER_ORDER, tomb_order), list(key), "left"
+        newest, list(key), "left"
     )
     order, is_delete = F.col(SILVER_ORDER), F.col(OP) == "D"
     matched = F.col(stored_order).isNotNull()

@@ -21,12 +21,12 @@ from cdclake.columns import (
     EFFECT_LATE,
     EFFECT_UPDATE,
     OP,
-    TOMBSTONE_DELETED_AT,
 )
 from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.engine.prepare import BatchPlan, ChangeSet, Hold, silver_shape, tombstone_rows
 from cdclake.engine.read import BadRows
+from cdclake.engine.statements import merge_statement
 from cdclake.lake.history import apply_history, history_of
 from cdclake.lake.journals import (
     record_quarantine,
@@ -44,7 +44,7 @@ from cdclake.lake.ledger import (
     record_full_load,
     replace_table,
 )
-from cdclake.lake.publish import publish_changes
+from cdclake.lake.publish import stored_records
 from cdclake.lake.tables import SilverTable, ensure_database, ensure_table, evolve_schema, table_exists
 from cdclake.report import TableReport
 
@@ -136,19 +136,28 @@ def _apply_keyed(
     report.deleted_missing = counts[EFFECT_DELETE_MISSING]
     report.ignored_late = counts[EFFECT_LATE]
     if report.deleted or report.deleted_missing:
-        # Tombstones first: if the data commit below never happens, re-running rewrites them
-        # harmlessly. Upserted like silver itself (a cost that follows the deletes, not the
-        # tombstones kept): an older delete never replaces a newer tombstone of its key.
+        # Tombstones first: if the data commit below never happens, the re-run appends them again
+        # harmlessly. Appended, never upserted (one write whose cost follows the deletes): a key
+        # may hold several tombstones, and readers take its newest (``tombstones_by_key``).
         tombstones = tombstones_of(silver)
         ensure_table(engine.spark, tombstones, tombstone_rows(changes.shape, key))
         deletes = changes.rows.where(F.col(EFFECT).isin(EFFECT_DELETE, EFFECT_DELETE_MISSING))
-        upserts = tombstone_rows(deletes, key).withColumn(OP, F.lit("U"))
-        publish_changes(engine.spark, tombstones.identifier, upserts, key, [*key, TOMBSTONE_DELETED_AT], {})
+        tombstone_rows(deletes, key).writeTo(tombstones.identifier).append()
     if changes.history is not None:
         # Before the data commit, like the tombstones: history adds each change once, so a re-run
         # after a crash adds nothing; its commit carries the batch's files as well.
         apply_history(engine.spark, history_of(silver), changes.history, key, properties)
     applicable = changes.rows.where(F.col(EFFECT).isin(EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE))
+    if stored_records(engine.spark, silver.identifier) < engine.merge_below_records:
+        # A small table: one MERGE, the same semantics as the publish below (tests/spark/test_publish.py).
+        flagged = list(changes.unchanged)
+        absent = changes.schema.absent
+
+        def statement(view: str) -> str:
+            return merge_statement(silver.identifier, view, key, changes.columns, absent, flagged)
+
+        engine.committer.merge(engine.spark, applicable, statement, properties)
+        return
     engine.committer.publish(
         engine.spark,
         silver,

@@ -173,10 +173,12 @@ def _classify(
     tombstones = tombstones_of(silver)
     nothing = shape.select(*key, SILVER_ORDER)
     stored = nothing if creates_table else engine.spark.table(silver.identifier).select(*key, SILVER_ORDER)
-    if broadcast_keys:
-        stored = stored.join(F.broadcast(rows.select(*key)), list(key), "left_semi")
     exists = table_exists(engine.spark, tombstones)
     known_deleted = engine.spark.table(tombstones.identifier).select(*key, SILVER_ORDER) if exists else nothing
+    if broadcast_keys:
+        batch_keys = F.broadcast(rows.select(*key))
+        stored = stored.join(batch_keys, list(key), "left_semi")
+        known_deleted = known_deleted.join(batch_keys, list(key), "left_semi")
     return classify_effects(rows, stored, known_deleted, key)
 
 

@@ -76,6 +76,15 @@ def iceberg_table(spark: SparkSession, table_identifier: str) -> Any:
     return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table_identifier)
 
 
+def stored_records(spark: SparkSession, table_identifier: str) -> int:
+    """The records in the data files of ``table_identifier``'s current snapshot (deleted ones
+    included): what a MERGE into it reads, from the snapshot summary, without a scan."""
+    table = iceberg_table(spark, table_identifier)
+    table.refresh()
+    current = table.currentSnapshot()
+    return 0 if current is None else int(current.summary().getOrDefault("total-records", "0"))
+
+
 def branch_identifier(table_identifier: str, branch: str) -> str:
     return f"{table_identifier}.{quote('branch_' + branch)}"
 

@@ -83,7 +83,9 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
         latest = summary["latest"] if summary else None
         tombstones = tombstones_of(silver)
         tombstone_count = (
-            engine.spark.table(tombstones.identifier).count() if table_exists(engine.spark, tombstones) else 0
+            engine.spark.table(tombstones.identifier).select(*table.silver_key()).distinct().count()
+            if table_exists(engine.spark, tombstones)
+            else 0
         )
         changes, last_change = schema_changes.get(table.target, (0, None))
         statuses.append(
