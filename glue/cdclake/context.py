@@ -29,8 +29,14 @@ class Engine:
     # Up to this many bytes of change files, a batch's keys are broadcast to pick the stored rows
     # they touch (a few tens of MB of keys at most: well within a 2 GB driver).
     broadcast_batch_bytes: int = 128 * 1024 * 1024
+    # Keyed silver tables with fewer stored records than this take a batch as one MERGE (its join
+    # with every stored row costs less than staging on a branch); larger ones the branch-staged
+    # RowDelta, whose cost follows the batch (docs/benchmarks.md, "Choosing the commit path").
+    merge_below_records: int = 2_000_000
     # A batch whose commit loses a race with another writer is retried this many times in all,
     # after pauses of about 1, 2, 4 ... times ``commit_backoff_seconds``.
+    # How often a long Spark action (a full load's scan) logs how far it is; 0: never.
+    progress_seconds: float = 30.0
     commit_attempts: int = 4
     commit_backoff_seconds: float = 1.0
 

@@ -55,6 +55,14 @@ class RunReport:
         return [t for t in self.tables if t.quarantined_files or t.rows_quarantined]
 
 
+@dataclass(frozen=True)
+class ProgressLine:
+    """Where a long run stands: ``key=value`` text for logs, and the share done for a bar."""
+
+    text: str
+    fraction: float  # 0.0 .. 1.0
+
+
 @dataclass
 class Progress:
     """How far a run is through the files it selected: counts, rates and the time left."""
@@ -66,16 +74,18 @@ class Progress:
     bytes: int = 0
     rows: int = 0
 
-    def advance(self, batch: TableReport, now: float) -> str:
-        """Count a finished batch; one ``key=value`` line saying where the run stands."""
+    def advance(self, batch: TableReport, now: float) -> ProgressLine:
+        """Count a finished batch; one line saying where the run stands."""
         self.files += batch.files_applied + len(batch.quarantined_files)
         self.bytes += batch.bytes_applied
         self.rows += batch.changes_read
         elapsed = max(now - self.started, 1e-9)
         rate = self.bytes / elapsed
         left = (self.total_bytes - self.bytes) / rate if rate > 0 else float("nan")
-        return (
+        text = (
             f"files={self.files}/{self.total_files} mb={self.bytes / 1e6:.1f}/{self.total_bytes / 1e6:.1f} "
             f"rows={self.rows} rows_per_s={self.rows / elapsed:.0f} mb_per_s={rate / 1e6:.2f} "
             f"eta_s={left:.0f}"
         )
+        fraction = self.bytes / self.total_bytes if self.total_bytes else self.files / max(self.total_files, 1)
+        return ProgressLine(text, min(fraction, 1.0))

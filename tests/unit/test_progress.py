@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import io
+import logging
+
 from cdclake.report import Progress, TableReport
+from cdclake.runtime.progress import StageTasks, describe_stages
+from cdclake.shells.console import ProgressConsole, render_bar
 
 
 def test_progress_counts_batches_and_estimates_the_time_left() -> None:
@@ -15,4 +20,53 @@ def test_progress_counts_batches_and_estimates_the_time_left() -> None:
                        quarantined_files=["s/t/bad.csv"])  # fmt: skip
     line = progress.advance(held, now=20.0)
     # THEN the line says 4 of 10 files, 40 of 100 MB, 5,000 rows/s, 2 MB/s and 30 s left
-    assert line == "files=4/10 mb=40.0/100.0 rows=100000 rows_per_s=5000 mb_per_s=2.00 eta_s=30"
+    assert line.text == "files=4/10 mb=40.0/100.0 rows=100000 rows_per_s=5000 mb_per_s=2.00 eta_s=30"
+    assert line.fraction == 0.4
+
+
+def test_a_scan_in_progress_says_its_tasks_and_the_time_left() -> None:
+    # GIVEN a full load's scan 40 s in, two stages active: 3 of 8 and 1 of 2 tasks done
+    stages = [StageTasks(4, done=3, total=8), StageTasks(5, done=1, total=2)]
+    # WHEN it is described THEN 4 of 10 tasks took 40 s, so 6 more take about 60 s
+    line = describe_stages("full load public.orders", stages, elapsed=40.0)
+    assert line is not None
+    assert line.text == "full load public.orders stage=4,5 tasks=4/10 elapsed_s=40 eta_s=60"
+    assert line.fraction == 0.4
+    # AND before any task ends the time left is unknown; with no stage active there is no line
+    early = describe_stages("x", [StageTasks(1, done=0, total=16)], elapsed=3.0)
+    assert early is not None and early.text.endswith("tasks=0/16 elapsed_s=3 eta_s=?")
+    assert describe_stages("x", [], elapsed=3.0) is None
+
+
+def test_the_bar_fills_with_the_share_done_and_fits_the_terminal() -> None:
+    assert render_bar(0.5, "files=5/10", columns=80, width=10) == "[#####.....]  50% files=5/10"
+    assert render_bar(1.7, "", columns=80, width=4) == "[####] 100% "
+    assert len(render_bar(0.1, "x" * 200, columns=60)) == 59
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_progress_rewrites_one_line_and_other_output_erases_it() -> None:
+    # GIVEN the CLI's console on a terminal
+    terminal = _Terminal()
+    console = ProgressConsole(terminal)
+    log = logging.getLogger("cdclake.test_console")
+    log.propagate = False
+    log.addHandler(console)
+    log.setLevel(logging.INFO)
+    try:
+        # WHEN two progress records come, then a warning
+        log.info("progress files=1/4", extra={"progress": 0.25})
+        log.info("progress files=2/4", extra={"progress": 0.5})
+        log.warning("commit conflict")
+    finally:
+        log.removeHandler(console)
+    # THEN each bar erased the one before (no newline between them), the warning erased the last
+    out = terminal.getvalue()
+    assert out.count("\n") == 1
+    assert "\r\x1b[K[######" in out and "files=1/4" in out and "files=2/4" in out
+    assert out.index("files=2/4") < out.rindex("\r\x1b[K") < out.index("WARNING")
+    assert not console.showing

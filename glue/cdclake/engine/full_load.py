@@ -18,6 +18,7 @@ from cdclake.engine.select import TableState, superseded_cdc_files
 from cdclake.errors import ConfigError
 from cdclake.lake.ledger import KIND_FULL_LOAD, KIND_FULL_LOAD_STAGED
 from cdclake.report import TableReport
+from cdclake.runtime.progress import watch_stages
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -55,9 +56,10 @@ def full_load_table(
         report.note = "no LOAD files and no declared columns: the table is created by its first CDC batch"
         return report, state
     log.info("full load table=%s files=%d", table.source, len(files))
-    loaded = (files and _load_in_one_scan(engine, table, files, listing, report)) or _load_carefully(
-        engine, table, files, listing, report
-    )
+    with watch_stages(engine.spark, f"full load {table.source}", engine.progress_seconds):
+        loaded = (files and _load_in_one_scan(engine, table, files, listing, report)) or _load_carefully(
+            engine, table, files, listing, report
+        )
     silver = engine.silver_table(table)
     report.files_applied = len(files)
     report.bytes_applied = sum(f.size for f in files)

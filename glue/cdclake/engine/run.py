@@ -158,7 +158,8 @@ def _apply_in_batches(
         applied, state = apply_batch(engine, table, batch, state, loads_pending, force)
         report.tables.append(applied)
         if progress is not None and progress.total_files > len(batch):
-            log.info("progress %s", progress.advance(applied, time.monotonic()))
+            line = progress.advance(applied, time.monotonic())
+            log.info("progress %s", line.text, extra={"progress": line.fraction})
         if applied.quarantined_files and not applied.files_applied:
             break  # a schema change held the whole batch: the next ones would be held the same way
 

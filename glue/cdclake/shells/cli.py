@@ -7,7 +7,6 @@ below this module reads the environment.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from cdclake.config import load_config
 from cdclake.errors import CdclakeError, ConcurrentWriterError
+from cdclake.shells.console import console_logging
 
 if TYPE_CHECKING:
     from cdclake.config import TableConfig
@@ -171,7 +171,7 @@ def _engine(args: argparse.Namespace, config_path: Path, bronze_override: str | 
         driver_memory=args.driver_memory,
     )
     spark = build_spark_session(SessionSettings(catalog=catalog))
-    return Engine(spark=spark, config=config, store=store)
+    return Engine(spark=spark, config=config, store=store, progress_seconds=getattr(args, "progress_seconds", 30.0))
 
 
 def _print_report(report: RunReport) -> int:
@@ -187,12 +187,13 @@ def _print_report(report: RunReport) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.WARNING if args.quiet else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    with console_logging(args.quiet) as bar:
+        # A terminal's bar moves every second; plain log lines come every 30 s at most.
+        args.progress_seconds = 1.0 if bar else 30.0
+        return _run_command(args)
+
+
+def _run_command(args: argparse.Namespace) -> int:
     try:
         return _dispatch(args)
     except ConcurrentWriterError as exc:
