@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import yaml
 from yaml.nodes import MappingNode, Node
@@ -19,6 +19,9 @@ from cdclake.lake.history import HISTORY_SUFFIX
 from cdclake.lake.layout import LAYOUTS, Layout
 from cdclake.mart_config import GoldSettings, parse_gold, with_silver_database
 from cdclake.yaml_doc import YamlDoc
+
+if TYPE_CHECKING:
+    from botocore.config import Config
 
 # The Iceberg catalog silver tables live in, locally and on AWS Glue.
 DEFAULT_CATALOG = "silver"
@@ -66,6 +69,30 @@ class TableConfig:
 
 
 @dataclass(frozen=True)
+class StoreSettings:
+    """How the bronze store talks to S3 (``bronze.s3``): passed to the store by the shell."""
+
+    retry_mode: Literal["standard", "adaptive"] = "standard"  # adaptive also rate-limits the client
+    max_attempts: int = 10  # per S3 call, the first one included (botocore's retries)
+    connect_timeout_seconds: float = 10.0
+    read_timeout_seconds: float = 60.0  # a socket silent this long is a timeout, then retried
+    body_attempts: int = 5  # an object body that breaks mid-stream is resumed this many times in all
+    backoff_seconds: float = 0.5  # first wait before resuming a body; doubles up to 20 s, with jitter
+    chunk_bytes: int = 8 << 20  # bytes read from a body per call while staging
+
+    def client_config(self) -> Config:
+        """The botocore configuration every bronze S3 client is made with."""
+        from botocore.config import Config
+
+        return Config(
+            # total_max_attempts counts the first try; the dict's "max_attempts" would count retries only
+            retries={"mode": self.retry_mode, "total_max_attempts": self.max_attempts},
+            connect_timeout=self.connect_timeout_seconds,
+            read_timeout=self.read_timeout_seconds,
+        )
+
+
+@dataclass(frozen=True)
 class BronzeSettings:
     """How the DMS target endpoint writes files (mirror the endpoint's S3 settings here)."""
 
@@ -79,6 +106,7 @@ class BronzeSettings:
     timestamp_column: str | None = None  # TimestampColumnName
     change_sequence_column: str | None = None  # a transformation-added AR_H_CHANGE_SEQ column
     transaction_path: str | None = None  # CdcPath with PreserveTransactions: multi-table CDC files
+    s3: StoreSettings = field(default_factory=StoreSettings)  # retries and timeouts of bronze on S3
 
 
 @dataclass(frozen=True)
@@ -118,8 +146,9 @@ class PipelineConfig:
 _TOP_KEYS = {"bronze", "silver", "tables", "cdc", "quarantine", "gold", "marts"}
 _BRONZE_KEYS = {
     "path", "format", "csv_header", "csv_delimiter", "csv_null_value", "csv_no_sup_value", "include_op_for_full_load",
-    "timestamp_column", "change_sequence_column", "transaction_path",
+    "timestamp_column", "change_sequence_column", "transaction_path", "s3",
 }  # fmt: skip
+_S3_KEYS = {"retry_mode", "max_attempts", "connect_timeout_seconds", "read_timeout_seconds", "body_attempts"}
 _TABLE_KEYS = {"target", "primary_key", "append_only", "columns", "clean", "history", "layout"}
 _CLEAN_KEYS = {"cast", "derive", "rename", "drop"}
 
@@ -164,6 +193,41 @@ def _parse_bronze(doc: YamlDoc, node: Node | None) -> BronzeSettings:
         if "transaction_path" in fields
         else None,
         change_sequence_column=optional_name("change_sequence_column"),
+        s3=_parse_s3(doc, fields.get("s3")),
+    )
+
+
+def _parse_s3(doc: YamlDoc, node: Node | None) -> StoreSettings:
+    """``bronze.s3``: how patiently bronze on S3 is read (botocore retries, timeouts, body resumes)."""
+    defaults = StoreSettings()
+    if node is None:
+        return defaults
+    fields = doc.mapping(node, "bronze.s3", _S3_KEYS)
+    mode = doc.scalar(fields["retry_mode"], "bronze.s3.retry_mode") if "retry_mode" in fields else "standard"
+    if mode not in ("standard", "adaptive"):
+        raise doc.fail(fields["retry_mode"], f"bronze.s3.retry_mode must be standard or adaptive, not '{mode}'")
+
+    def seconds(key: str, default: float) -> float:
+        if key not in fields:
+            return default
+        text = doc.scalar(fields[key], f"bronze.s3.{key}")
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not 0 < value < float("inf"):
+            raise doc.fail(fields[key], f"bronze.s3.{key} must be a number of seconds above 0, not '{text}'")
+        return value
+
+    def count(key: str, default: int) -> int:
+        return doc.integer(fields[key], f"bronze.s3.{key}") if key in fields else default
+
+    return StoreSettings(
+        retry_mode="adaptive" if mode == "adaptive" else "standard",
+        max_attempts=count("max_attempts", defaults.max_attempts),
+        connect_timeout_seconds=seconds("connect_timeout_seconds", defaults.connect_timeout_seconds),
+        read_timeout_seconds=seconds("read_timeout_seconds", defaults.read_timeout_seconds),
+        body_attempts=count("body_attempts", defaults.body_attempts),
     )
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cdclake.config import BronzeSettings, CleaningRules, load_config, parse_config
+from cdclake.config import BronzeSettings, CleaningRules, StoreSettings, load_config, parse_config
 from cdclake.errors import ConfigError, UnknownTableError
 from cdclake.yaml_doc import normalise_type
 
@@ -389,3 +389,39 @@ def test_layout_defaults_to_sorted_for_keyed_tables_and_is_checked() -> None:
         parse_config("bronze: {csv_header: true}\ntables:\n  s.a: {primary_key: [id], layout: zorder}\n")
     with pytest.raises(ConfigError, match=r"line 3: table s\.b\.layout clusters by the primary key"):
         parse_config("bronze: {csv_header: true}\ntables:\n  s.b: {append_only: true, layout: sorted}\n")
+
+
+def test_bronze_s3_settings_reach_the_client_and_are_checked() -> None:
+    # GIVEN bronze.s3 settings
+    config = parse_config(
+        "bronze:\n  s3: {retry_mode: adaptive, max_attempts: 3, read_timeout_seconds: 2.5, body_attempts: 2}\n"
+        "tables:\n  s.t:\n    columns: {id: int}\n"
+    )
+    # THEN they are the store's settings, the rest keep their defaults, and botocore gets them
+    assert config.bronze.s3 == StoreSettings(
+        retry_mode="adaptive", max_attempts=3, read_timeout_seconds=2.5, body_attempts=2
+    )
+    client = config.bronze.s3.client_config()
+    assert (client.retries, client.read_timeout, client.connect_timeout) == (
+        {"mode": "adaptive", "total_max_attempts": 3},
+        2.5,
+        10.0,
+    )
+    # AND without them, the defaults
+    assert parse_config("tables:\n  s.t:\n    columns: {id: int}\n").bronze.s3 == StoreSettings()
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("retry_mode: legacy", "bronze.s3.retry_mode must be standard or adaptive, not 'legacy'"),
+        ("max_attempts: 0", "bronze.s3.max_attempts must be an integer >= 1, not '0'"),
+        ("read_timeout_seconds: -1", "bronze.s3.read_timeout_seconds must be a number of seconds above 0, not '-1'"),
+        ("connect_timeout_seconds: soon", "bronze.s3.connect_timeout_seconds must be a number of seconds above 0"),
+        ("read_timeout_seconds: .nan", "bronze.s3.read_timeout_seconds must be a number of seconds above 0"),
+        ("retries: 3", "unknown key 'retries' in bronze.s3"),
+    ],
+)
+def test_bad_bronze_s3_settings_name_their_line(setting: str, message: str) -> None:
+    text = f"bronze:\n  s3:\n    {setting}\ntables:\n  s.t:\n    columns: {{id: int}}\n"
+    assert config_error(text).startswith(f"t.yaml, line 3: {message}")

@@ -4,7 +4,8 @@ Both list keys relative to the bronze root and hand Spark a path it can read. On
 reads ``s3://`` itself; local Spark has no S3 connector, so an ``S3Bronze`` with a staging
 directory downloads the objects of a batch first (that is also how moto stands in for S3 in tests).
 
-Faults: every S3 call goes through a client made with ``StoreSettings.client_config()``, so botocore
+Faults: every S3 call goes through a client made with ``StoreSettings.client_config()`` (the
+configuration's ``bronze.s3``), so botocore
 retries throttling (SlowDown, 503), 5xx answers, connection resets and timeouts with backoff. What
 botocore cannot retry — an object body that breaks while it streams — is resumed here from the last
 byte received. When the attempts run out, ``BronzeError`` names the object or prefix; no key or
@@ -21,13 +22,13 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Literal, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
+from cdclake.config import StoreSettings
 from cdclake.dms.files import BronzeFile, BronzeListing, classify
 from cdclake.errors import BronzeError
 
 if TYPE_CHECKING:
-    from botocore.config import Config
     from mypy_boto3_s3 import S3Client
 else:
     S3Client = Any
@@ -37,30 +38,6 @@ logger = logging.getLogger(__name__)
 # Characters Hadoop reads as a glob in a path handed to Spark; escaped so a folder named
 # "orders [old]" is read as itself (DataFrameReader globs every path that holds one of them).
 _GLOB_CHARACTERS = frozenset("{}[]*?\\")
-
-
-@dataclass(frozen=True)
-class StoreSettings:
-    """How the bronze store talks to S3: made once by the shell and passed to the store."""
-
-    retry_mode: Literal["standard", "adaptive"] = "standard"  # adaptive also rate-limits the client
-    max_attempts: int = 10  # per S3 call, the first one included (botocore's retries)
-    connect_timeout_seconds: float = 10.0
-    read_timeout_seconds: float = 60.0  # a socket silent this long is a timeout, then retried
-    body_attempts: int = 5  # an object body that breaks mid-stream is resumed this many times in all
-    backoff_seconds: float = 0.5  # first wait before resuming a body; doubles up to 20 s, with jitter
-    chunk_bytes: int = 8 << 20  # bytes read from a body per call while staging
-
-    def client_config(self) -> Config:
-        """The botocore configuration every bronze S3 client is made with."""
-        from botocore.config import Config
-
-        return Config(
-            # total_max_attempts counts the first try; the dict's "max_attempts" would count retries only
-            retries={"mode": self.retry_mode, "total_max_attempts": self.max_attempts},
-            connect_timeout=self.connect_timeout_seconds,
-            read_timeout=self.read_timeout_seconds,
-        )
 
 
 class BronzeStore(Protocol):

@@ -161,7 +161,7 @@ def _engine(args: argparse.Namespace, config_path: Path, bronze_override: str | 
         if not bronze.startswith("s3://"):
             bronze = str((config_path.parent / bronze).resolve())
     config = replace(config, bronze=replace(config.bronze, path=bronze))
-    store = open_store(bronze, staging_dir=args.warehouse.parent / "staging")
+    store = open_store(bronze, staging_dir=args.warehouse.parent / "staging", settings=config.bronze.s3)
     packages = tuple(p.strip() for p in args.iceberg_packages.split(",") if p.strip())
     catalog = LocalCatalog(
         warehouse=args.warehouse,

@@ -122,7 +122,8 @@ def build_engine(args: JobArguments) -> Engine:
         catalog = LocalCatalog(warehouse=warehouse, cache_dir=warehouse.parent / "cache")
         staging = warehouse.parent / "staging"
     spark = build_spark_session(SessionSettings(catalog=catalog, catalog_name=args.catalog))
-    return Engine(spark=spark, config=config, store=open_store(args.bronze, staging), catalog=args.catalog)
+    store = open_store(args.bronze, staging, settings=config.bronze.s3)
+    return Engine(spark=spark, config=config, store=store, catalog=args.catalog)
 
 
 def publish_metrics(args: JobArguments, report: RunReport) -> None:
