@@ -7,7 +7,8 @@ from __future__ import annotations
 
 # Added by the bronze reader.
 FILE_INDEX = "_cdc_file"  # the row's file: its index in the batch's apply order
-ROW_POSITION = "_cdc_row"  # increases with the row's position inside its file
+FILE_BLOCK = "_cdc_block"  # the byte offset where the row's split of its file starts (0: read whole)
+ROW_POSITION = "_cdc_row"  # increases with the row's position inside its file's split
 CORRUPT_RECORD = "_cdc_corrupt"  # the raw text of a CSV record Spark could not split, else NULL
 
 # Added when raw rows become typed changes.
@@ -16,7 +17,7 @@ COMMIT_TS = "_cdc_ts"
 CHANGE_SEQ = "_cdc_seq"
 RAW_LINE = "_cdc_raw_line"  # the text of a CSV record Spark could not split into the expected fields
 ERROR = "_cdc_errors"  # array<string>: why the row cannot be applied (NULL entries mean no problem)
-ORDER_COLUMNS = (COMMIT_TS, CHANGE_SEQ, FILE_INDEX, ROW_POSITION)
+ORDER_COLUMNS = (COMMIT_TS, CHANGE_SEQ, FILE_INDEX, FILE_BLOCK, ROW_POSITION)
 UNCHANGED_PREFIX = "_cdc_unchanged_"  # + column: the change did not capture this column (CsvNoSupValue)
 BOOKKEEPING = (OP, *ORDER_COLUMNS, ERROR, RAW_LINE)
 

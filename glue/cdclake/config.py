@@ -107,6 +107,8 @@ class BronzeSettings:
     change_sequence_column: str | None = None  # a transformation-added AR_H_CHANGE_SEQ column
     transaction_path: str | None = None  # CdcPath with PreserveTransactions: multi-table CDC files
     s3: StoreSettings = field(default_factory=StoreSettings)  # retries and timeouts of bronze on S3
+    # CSV files at least this big are read in parallel splits when no value holds a newline (0: never).
+    csv_split_bytes: int = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -146,7 +148,7 @@ class PipelineConfig:
 _TOP_KEYS = {"bronze", "silver", "tables", "cdc", "quarantine", "gold", "marts"}
 _BRONZE_KEYS = {
     "path", "format", "csv_header", "csv_delimiter", "csv_null_value", "csv_no_sup_value", "include_op_for_full_load",
-    "timestamp_column", "change_sequence_column", "transaction_path", "s3",
+    "timestamp_column", "change_sequence_column", "transaction_path", "s3", "split_csv_files_above_mb",
 }  # fmt: skip
 _S3_KEYS = {"retry_mode", "max_attempts", "connect_timeout_seconds", "read_timeout_seconds", "body_attempts"}
 _TABLE_KEYS = {"target", "primary_key", "append_only", "columns", "clean", "history", "layout"}
@@ -194,7 +196,22 @@ def _parse_bronze(doc: YamlDoc, node: Node | None) -> BronzeSettings:
         else None,
         change_sequence_column=optional_name("change_sequence_column"),
         s3=_parse_s3(doc, fields.get("s3")),
+        csv_split_bytes=_parse_split(doc, fields.get("split_csv_files_above_mb"), defaults.csv_split_bytes),
     )
+
+
+def _parse_split(doc: YamlDoc, node: Node | None, default: int) -> int:
+    """``bronze.split_csv_files_above_mb``: a number of MiB (fractions allowed), 0 for never."""
+    if node is None:
+        return default
+    text = doc.scalar(node, "bronze.split_csv_files_above_mb")
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1 << 30:
+        raise doc.fail(node, f"bronze.split_csv_files_above_mb must be a number of MiB, 0 or more, not '{text}'")
+    return round(value * (1 << 20))
 
 
 def _parse_s3(doc: YamlDoc, node: Node | None) -> StoreSettings:

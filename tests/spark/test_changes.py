@@ -12,27 +12,37 @@ from cdclake.engine.statements import merge_statement
 from cdclake.errors import ConfigError
 
 CHANGE_SCHEMA = (
-    "k1 string, k2 int, v string, _cdc_op string, _cdc_ts string, _cdc_seq string, _cdc_file int, _cdc_row bigint"
+    "k1 string, k2 int, v string, _cdc_op string, _cdc_ts string, _cdc_seq string, _cdc_file int, "
+    "_cdc_block bigint, _cdc_row bigint"
 )
 
 
 def test_latest_change_per_key_orders_by_timestamp_sequence_file_row(spark: SparkSession) -> None:
     # GIVEN changes where each ordering level decides one key
     rows = [
-        ("a", 1, "old-ts", "U", "2024-01-01 00:00:01", "9", 9, 9),
-        ("a", 1, "new-ts", "U", "2024-01-01 00:00:02", "1", 0, 0),  # later timestamp wins
-        ("b", 1, "low-seq", "U", "2024-01-01 00:00:01", "1", 5, 5),
-        ("b", 1, "high-seq", "U", "2024-01-01 00:00:01", "2", 0, 0),  # same ts: sequence wins
-        ("c", 1, "file-0", "U", "2024-01-01 00:00:01", None, 0, 7),
-        ("c", 1, "file-1", "D", "2024-01-01 00:00:01", None, 1, 0),  # same ts, no seq: later file
-        ("c", 2, "row-3", "U", "2024-01-01 00:00:01", None, 0, 3),
-        ("c", 2, "row-4", "I", "2024-01-01 00:00:01", None, 0, 4),  # same file: later row
+        ("a", 1, "old-ts", "U", "2024-01-01 00:00:01", "9", 9, 0, 9),
+        ("a", 1, "new-ts", "U", "2024-01-01 00:00:02", "1", 0, 0, 0),  # later timestamp wins
+        ("b", 1, "low-seq", "U", "2024-01-01 00:00:01", "1", 5, 0, 5),
+        ("b", 1, "high-seq", "U", "2024-01-01 00:00:01", "2", 0, 0, 0),  # same ts: sequence wins
+        ("c", 1, "file-0", "U", "2024-01-01 00:00:01", None, 0, 0, 7),
+        ("c", 1, "file-1", "D", "2024-01-01 00:00:01", None, 1, 0, 0),  # same ts, no seq: later file
+        ("c", 2, "row-3", "U", "2024-01-01 00:00:01", None, 0, 0, 3),
+        ("c", 2, "row-4", "I", "2024-01-01 00:00:01", None, 0, 0, 4),  # same file: later row
+        # a file read in splits: a later split wins whatever its row ids (they restart per split)
+        ("d", 1, "split-0", "U", "2024-01-01 00:00:01", None, 0, 0, 8_589_934_600),
+        ("d", 1, "split-1", "U", "2024-01-01 00:00:01", None, 0, 4096, 1),
     ]
     changes = spark.createDataFrame(rows, CHANGE_SCHEMA)
     # WHEN de-duplicated on the composite key
     latest = latest_change_per_key(changes, ["k1", "k2"])
     # THEN exactly the last change of each key remains, columns unchanged
-    assert sorted(tuple(r) for r in latest.select(*changes.columns).collect()) == [rows[1], rows[3], rows[5], rows[7]]
+    assert sorted(tuple(r) for r in latest.select(*changes.columns).collect()) == [
+        rows[1],
+        rows[3],
+        rows[5],
+        rows[7],
+        rows[9],
+    ]
 
 
 def test_cleaning_casts_derives_renames_and_drops(spark: SparkSession) -> None:

@@ -1,9 +1,13 @@
 """Read DMS files into one Spark DataFrame of raw changes (the I/O edge of the engine).
 
 Output columns: the file's own columns (CSV values as strings, Parquet as written) plus
-``_cdc_file`` (the file's position in apply order), ``_cdc_row`` (increasing with the row's
-position inside its file) and ``_cdc_corrupt`` (the raw text of CSV records Spark could not split
-into the expected number of fields, else NULL).
+``_cdc_file`` (the file's position in apply order), ``_cdc_block`` and ``_cdc_row`` (together
+increasing with the row's position inside its file: the start of the file's split, 0 for a file
+read whole, and an id growing within the split) and ``_cdc_corrupt`` (the raw text of CSV records
+Spark could not split into the expected number of fields, else NULL).
+
+CSV files are read whole (one task each, values may hold newlines) unless they are big and no
+record spans lines: then Spark splits them (``splittable_files``).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from collections.abc import Sequence
 from functools import reduce
 from typing import TYPE_CHECKING
 
-from cdclake.columns import CORRUPT_RECORD, FILE_INDEX, ROW_POSITION
+from cdclake.columns import CORRUPT_RECORD, FILE_BLOCK, FILE_INDEX, ROW_POSITION
 from cdclake.config import BronzeSettings, TableConfig
 from cdclake.dms.files import BronzeFile
 from cdclake.dms.layout import SOURCE_SCHEMA_COLUMN, SOURCE_TABLE_COLUMN, FileLayout, layout_for, parse_header
@@ -67,46 +71,89 @@ def _scan(
     paths: dict[str, str],
 ) -> DataFrame:
     from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType, StructField, StructType
 
-    file_paths = [paths[f.key] for _, f in members]
+    ordinal_by_name = F.create_map(*[x for o, f in members for x in (F.lit(f.name), F.lit(o))])
+    file_index = ordinal_by_name[F.col("_metadata.file_name")]
     if layout.file_format == "parquet":
-        frame = spark.read.option("mergeSchema", "true").parquet(*file_paths)
-        frame = frame.withColumn(ROW_POSITION, F.col("_metadata.row_index")).withColumn(
-            CORRUPT_RECORD, F.lit(None).cast("string")
+        frame = spark.read.option("mergeSchema", "true").parquet(*[paths[f.key] for _, f in members])
+        frame = (
+            frame.withColumn(FILE_INDEX, file_index)
+            .withColumn(FILE_BLOCK, F.lit(0).cast("long"))
+            .withColumn(ROW_POSITION, F.col("_metadata.row_index"))
+            .withColumn(CORRUPT_RECORD, F.lit(None).cast("string"))
         )
     else:
-        assert layout.columns is not None
-        schema = StructType(
-            [StructField(c, StringType(), True) for c in layout.columns]
-            + [StructField(CORRUPT_RECORD, StringType(), True)]
-        )
-        frame = (
-            spark.read.schema(schema)
-            .option("header", str(layout.has_header).lower())
-            .option("sep", settings.csv_delimiter)
-            .option("quote", '"')
-            .option("escape", '"')
-            .option("multiLine", "true")  # RFC-4180 values may hold newlines; keeps a file whole
-            # DMS ends rows with "\n" (CsvRowDelimiter). Naming it also stops the parser from guessing
-            # the row end and from turning a quoted "\r" or "\r\n" inside a value into "\n".
-            .option("lineSep", "\n")
-            .option("nullValue", settings.csv_null_value or _NO_NULL_MARKER)
-            .option("emptyValue", "")
-            .option("mode", "PERMISSIVE")
-            .option("columnNameOfCorruptRecord", CORRUPT_RECORD)
-            .option("encoding", "UTF-8")
-            .csv(file_paths)
-        )
-        # With multiLine a file is never split, so within one file the id grows with row position.
+        split = splittable_files(spark, settings, [(f, paths[f.key]) for _, f in members])
+        whole = [paths[f.key] for _, f in members if f.key not in split]
+        parts = [_csv(spark, settings, layout, whole, multi_line=True)] if whole else []
+        if split:
+            parts.append(_csv(spark, settings, layout, [paths[key] for key in split], multi_line=False))
+        frame = reduce(lambda a, b: a.unionByName(b), [part.withColumn(FILE_INDEX, file_index) for part in parts])
+        # Within one split of a file (a whole file, when it is not split) the id grows with the
+        # row's position; the split's start orders the splits of a file.
         frame = frame.withColumn(ROW_POSITION, F.monotonically_increasing_id())
-    ordinal_by_name = F.create_map(*[x for o, f in members for x in (F.lit(f.name), F.lit(o))])
-    frame = frame.withColumn(FILE_INDEX, ordinal_by_name[F.col("_metadata.file_name")])
     if SOURCE_TABLE_COLUMN in frame.columns:
         # A transaction-ordered file: keep this table's rows (row ids stay in file order).
         mine = (F.col(SOURCE_SCHEMA_COLUMN) == table.source_schema) & (F.col(SOURCE_TABLE_COLUMN) == table.source_table)
         frame = frame.where(mine).drop(SOURCE_SCHEMA_COLUMN, SOURCE_TABLE_COLUMN)
     return frame
+
+
+def _csv(
+    spark: SparkSession, settings: BronzeSettings, layout: FileLayout, file_paths: list[str], multi_line: bool
+) -> DataFrame:
+    """Read CSV files: ``multi_line`` keeps each file whole (values may hold newlines); without it
+    Spark splits big files by ``spark.sql.files.maxPartitionBytes`` and reads the splits in parallel."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    assert layout.columns is not None
+    schema = StructType(
+        [StructField(c, StringType(), True) for c in layout.columns] + [StructField(CORRUPT_RECORD, StringType(), True)]
+    )
+    frame = (
+        spark.read.schema(schema)
+        .option("header", str(layout.has_header).lower())
+        .option("sep", settings.csv_delimiter)
+        .option("quote", '"')
+        .option("escape", '"')
+        .option("multiLine", str(multi_line).lower())
+        # DMS ends rows with "\n" (CsvRowDelimiter). Naming it also stops the parser from guessing
+        # the row end and from turning a quoted "\r" or "\r\n" inside a value into "\n".
+        .option("lineSep", "\n")
+        .option("nullValue", settings.csv_null_value or _NO_NULL_MARKER)
+        .option("emptyValue", "")
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", CORRUPT_RECORD)
+        .option("encoding", "UTF-8")
+        .csv(file_paths)
+    )
+    block = F.col("_metadata.file_block_start") if not multi_line else F.lit(0).cast("long")
+    return frame.withColumn(FILE_BLOCK, block)
+
+
+def splittable_files(
+    spark: SparkSession, settings: BronzeSettings, files: Sequence[tuple[BronzeFile, str]]
+) -> set[str]:
+    """The keys of the CSV ``files`` (with their Spark paths) to read in parallel splits.
+
+    A file qualifies when it is at least ``settings.csv_split_bytes`` big, not gzip (which no
+    reader can split) and no record spans lines. That last test is one parallel pass over the
+    file's lines: with RFC-4180 quoting (quotes doubled inside values) a complete record holds an
+    even number of quote characters, and the first line of a record whose quoted value holds a
+    newline holds an odd number. A file with such a line (or a stray quote) is read whole.
+    """
+    from pyspark.sql import functions as F
+
+    limit = settings.csv_split_bytes
+    candidates = [(f, p) for f, p in files if limit > 0 and f.size >= limit and not f.key.endswith(".gz")]
+    if not candidates:
+        return set()
+    lines = spark.read.option("lineSep", "\n").text([p for _, p in candidates])
+    quotes = F.length("value") - F.length(F.regexp_replace("value", '"', ""))
+    spanning = lines.where(quotes % 2 == 1).select(F.col("_metadata.file_name").alias("name")).distinct()
+    whole = {row["name"] for row in spanning.collect()}
+    return {f.key for f, _ in candidates if f.name not in whole}
 
 
 def read_files(

@@ -14,6 +14,7 @@ from cdclake.columns import (
     APPEND_ONLY_OP_COLUMN,
     COMMIT_TS,
     CORRUPT_RECORD,
+    FILE_BLOCK,
     FILE_INDEX,
     OP,
     RAW_LINE,
@@ -60,7 +61,7 @@ def empty_changes(engine: Engine, table: TableConfig) -> DataFrame:
     names = headerless_columns(engine.config.bronze, table, FileKind.FULL_LOAD)
     schema = StructType(
         [StructField(n, StringType(), True) for n in (*names, CORRUPT_RECORD)]
-        + [StructField(FILE_INDEX, LongType(), True), StructField(ROW_POSITION, LongType(), True)]
+        + [StructField(c, LongType(), True) for c in (FILE_INDEX, FILE_BLOCK, ROW_POSITION)]
     )
     raw = engine.spark.createDataFrame([], schema)
     changes = with_silver_order(to_changes(raw, engine.config.bronze, table), {}, full_load=True)
@@ -167,20 +168,24 @@ def bad_rows(
 
 
 def _locate_bad_rows(changes: DataFrame, files: Sequence[BronzeFile]) -> DataFrame:
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     bad = changes.where(has_error())
-    # Row ids grow with the position inside a file, so a file's first id gives its row numbers.
-    first_ids = (
+    # Row ids grow with the position inside a file's split (the whole file, unless it was read in
+    # splits), so each split's first id and the rows of the splits before it give row numbers.
+    splits = (
         changes.join(bad.select(FILE_INDEX).distinct(), FILE_INDEX, "left_semi")
-        .groupBy(FILE_INDEX)
-        .agg(F.min(ROW_POSITION).alias("_cdc_first"))
+        .groupBy(FILE_INDEX, FILE_BLOCK)
+        .agg(F.min(ROW_POSITION).alias("_cdc_first"), F.count(F.lit(1)).alias("_cdc_rows"))
     )
+    earlier = Window.partitionBy(FILE_INDEX).orderBy(FILE_BLOCK).rowsBetween(Window.unboundedPreceding, -1)
+    splits = splits.withColumn("_cdc_before", F.coalesce(F.sum("_cdc_rows").over(earlier), F.lit(0)))
     keys = F.create_map(*[x for i, f in enumerate(files) for x in (F.lit(i), F.lit(f.key))])
     values = F.to_json(F.struct(*[F.col(c) for c in data_columns(changes)]))
-    return bad.join(F.broadcast(first_ids), FILE_INDEX).select(
+    return bad.join(F.broadcast(splits), [FILE_INDEX, FILE_BLOCK]).select(
         F.element_at(keys, F.col(FILE_INDEX)).alias("file_key"),
-        (F.col(ROW_POSITION) - F.col("_cdc_first") + 1).alias("row_number"),
+        (F.col("_cdc_before") + F.col(ROW_POSITION) - F.col("_cdc_first") + 1).alias("row_number"),
         F.coalesce(F.col(RAW_LINE), values).alias("raw"),
         error_text().alias("reason"),
     )
