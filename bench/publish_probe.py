@@ -39,11 +39,11 @@ from cdclake.lake.layout import Layout, apply_layout
 from cdclake.lake.ledger import ledger_properties
 from cdclake.lake.publish import (
     drop_leftover_branches,
-    iceberg_table,
     key_bounds,
     publish_changes,
     stage_changes,
 )
+from cdclake.lake.tables import iceberg_table
 from cdclake.runtime.session import LocalCatalog, SessionSettings, build_spark_session
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from cdclake.engine.run import replay, run
 from cdclake.engine.select import ReplaySelection
 from cdclake.lake.journals import QUARANTINE_ROWS_TABLE, QUARANTINE_TABLE
 from cdclake.lake.ledger import read_ledger
-from cdclake.lake.publish import iceberg_table
+from cdclake.lake.tables import iceberg_table
 from cdclake.ops.maintenance import MaintenanceSettings, maintain
 from faults import MaintenanceRacingCommitter
 

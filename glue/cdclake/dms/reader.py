@@ -150,7 +150,7 @@ def splittable_files(
     if not candidates:
         return set()
     lines = spark.read.option("lineSep", "\n").text([p for _, p in candidates])
-    quotes = F.length("value") - F.length(F.regexp_replace("value", '"', ""))
+    quotes = F.length("value") - F.length(F.translate("value", '"', ""))
     spanning = lines.where(quotes % 2 == 1).select(F.col("_metadata.file_name").alias("name")).distinct()
     whole = {row["name"] for row in spanning.collect()}
     return {f.key for f, _ in candidates if f.name not in whole}

@@ -44,8 +44,7 @@ from cdclake.lake.ledger import (
     record_full_load,
     replace_table,
 )
-from cdclake.lake.publish import stored_records
-from cdclake.lake.tables import SilverTable, ensure_database, ensure_table, evolve_schema, table_exists
+from cdclake.lake.tables import SilverTable, ensure_database, ensure_table, evolve_schema, stored_records, table_exists
 from cdclake.report import TableReport
 
 if TYPE_CHECKING:

@@ -17,6 +17,7 @@ from cdclake.engine.read import bad_rows, empty_changes, first_line, read_and_co
 from cdclake.engine.select import TableState, superseded_cdc_files
 from cdclake.errors import ConfigError
 from cdclake.lake.ledger import KIND_FULL_LOAD, KIND_FULL_LOAD_STAGED
+from cdclake.lake.tables import parallel_scan
 from cdclake.report import TableReport
 from cdclake.runtime.progress import watch_stages
 
@@ -107,7 +108,7 @@ def _has_repeated_keys(spark: SparkSession, silver: SilverTable, key: Sequence[s
     """Whether a key occurs twice in ``silver`` (a scan of the key columns only)."""
     from pyspark.sql import functions as F
 
-    counts = spark.table(silver.identifier).groupBy(*key).agg(F.count(F.lit(1)).alias("_cdc_rows"))
+    counts = parallel_scan(spark, silver.identifier).groupBy(*key).agg(F.count(F.lit(1)).alias("_cdc_rows"))
     return bool(counts.where(F.col("_cdc_rows") > 1).limit(1).collect())
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from cdclake.identifiers import quote
-from cdclake.lake.publish import iceberg_table
+from cdclake.lake.tables import iceberg_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

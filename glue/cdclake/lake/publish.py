@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.columns import EFFECT, EFFECT_DELETE, EFFECT_INSERT, EFFECT_UPDATE, OP, SILVER_ORDER
 from cdclake.identifiers import quote
-from cdclake.lake.tables import commit_with_properties
+from cdclake.lake.tables import commit_with_properties, iceberg_table
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -68,21 +68,6 @@ class StagedBatch:
     branch_snapshot_ids: tuple[int, ...]  # the branch's own snapshots, newest first
     rows_replaced: int  # keys whose stored row, if any, the batch deletes
     rows_written: int  # new images (inserts and updates)
-
-
-def iceberg_table(spark: SparkSession, table_identifier: str) -> Any:
-    """The Iceberg Java ``Table`` behind ``table_identifier`` (the catalog's cached instance)."""
-    jvm: Any = spark.sparkContext._jvm
-    return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table_identifier)
-
-
-def stored_records(spark: SparkSession, table_identifier: str) -> int:
-    """The records in the data files of ``table_identifier``'s current snapshot (deleted ones
-    included): what a MERGE into it reads, from the snapshot summary, without a scan."""
-    table = iceberg_table(spark, table_identifier)
-    table.refresh()
-    current = table.currentSnapshot()
-    return 0 if current is None else int(current.summary().getOrDefault("total-records", "0"))
 
 
 def branch_identifier(table_identifier: str, branch: str) -> str:

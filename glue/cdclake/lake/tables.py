@@ -152,3 +152,29 @@ def merge_frame(spark: SparkSession, rows: DataFrame, statement: Callable[[str],
         spark.sql(statement(view))
     finally:
         spark.catalog.dropTempView(view)
+
+
+def iceberg_table(spark: SparkSession, table_identifier: str) -> Any:
+    """The Iceberg Java ``Table`` behind ``table_identifier`` (the catalog's cached instance)."""
+    jvm: Any = spark.sparkContext._jvm
+    return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table_identifier)
+
+
+def stored_records(spark: SparkSession, table_identifier: str) -> int:
+    """The records in the data files of ``table_identifier``'s current snapshot (deleted ones
+    included): what a MERGE into it reads, from the snapshot summary, without a scan."""
+    table = iceberg_table(spark, table_identifier)
+    table.refresh()
+    current = table.currentSnapshot()
+    return 0 if current is None else int(current.summary().getOrDefault("total-records", "0"))
+
+
+def parallel_scan(spark: SparkSession, identifier: str) -> DataFrame:
+    """Read ``identifier`` in about two splits per core: Iceberg packs small files into 128 MB
+    splits, so a freshly loaded table of a few hundred MB would be scanned by one or two tasks."""
+    table = iceberg_table(spark, identifier)
+    table.refresh()
+    current = table.currentSnapshot()
+    size = 0 if current is None else int(current.summary().getOrDefault("total-files-size", "0"))
+    split = max(size // (2 * spark.sparkContext.defaultParallelism), 1 << 20)
+    return spark.read.option("split-size", str(split)).table(identifier)
