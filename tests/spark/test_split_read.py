@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import EngineFactory
 from pyspark.sql import SparkSession
 
 from cdclake.columns import FILE_BLOCK, FILE_INDEX, ROW_POSITION
 from cdclake.config import parse_config
+from cdclake.context import Engine
 from cdclake.dms.files import FileKind
 from cdclake.dms.store import list_bronze
 from cdclake.engine.read import bad_rows, read_and_count
 from cdclake.engine.run import run
+
+EngineFactory = Callable[..., Engine]
 
 # Files of 10 KiB or more are split candidates; Spark cuts them every 16 KiB (set below).
 CONFIG = """
