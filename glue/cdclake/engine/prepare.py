@@ -111,8 +111,16 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
     # Observations count what the one materialising action below sees; no other action may
     # run on the observed frames first, or it would be the one observed.
     read = Observation("cdclake_read")
-    rows = latest_changes(changes.observe(read, *RowCounts.columns()).where(~has_error()), table)
-    rows = _cast(rows, schema.cast)
+    observed_read = changes.observe(read, *RowCounts.columns())
+    history = None
+    if table.history:
+        # Every valid change is kept, not only the latest per key: materialise the read once
+        # (this action is the observed one) and take both the history and the latest from it.
+        valid = _cast(observed_read.where(~has_error()), schema.cast).localCheckpoint()
+        history = valid.select(*data_columns(valid), SILVER_ORDER, OP, COMMIT_TS)
+        rows = latest_changes(valid, table)
+    else:
+        rows = _cast(latest_changes(observed_read.where(~has_error()), table), schema.cast)
     applied = Observation("cdclake_effects")
     latest = F.max(COMMIT_TS).alias("_cdc_latest")
     if table.append_only:
@@ -128,10 +136,6 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
     rows.unpersist()  # a checkpoint of its own above, if any; the materialised rows no longer need it
     stats = applied.get
     counts = RowCounts.of(read.get)
-    history = None
-    if table.history:  # every change, not only the latest per key: a second read of the batch
-        valid = _cast(changes.where(~has_error()), schema.cast)
-        history = valid.select(*data_columns(valid), SILVER_ORDER, OP, COMMIT_TS).localCheckpoint()
     plan.changes = ChangeSet(
         files=list(files),
         rows=materialized,
