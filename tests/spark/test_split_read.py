@@ -49,6 +49,7 @@ def test_a_big_file_without_multiline_values_is_read_in_splits_in_file_order(
     folder.mkdir(parents=True)
     lines = _load_lines(ROWS)
     lines[ROWS - 10] = '2024-01-01 00:00:00.000000,5,"row 5 again"\n'
+    lines[100] = '2024-01-01 00:00:00.000000,100,"say ""hi"", twice"\n'  # doubled quotes: an even count
     (folder / "LOAD00000001.csv").write_text("".join(lines))
     spanning = _load_lines(ROWS, "other")
     spanning[1500] = '2024-01-01 00:00:00.000000,99999,"two\nlines"\n'
@@ -63,7 +64,9 @@ def test_a_big_file_without_multiline_values_is_read_in_splits_in_file_order(
     assert len(blocks[0]) >= 5 and blocks[1] == {0}
     assert counts.total == 2 * ROWS and counts.bad == 0
     first = [(r["id"], r["name"]) for r in rows if r[FILE_INDEX] == 0]
-    assert first == [(int(line.split(",")[1]), line.split(",")[2].strip().strip('"')) for line in lines]
+    expected = [(int(line.split(",")[1]), line.split(",")[2].strip().strip('"')) for line in lines]
+    expected[100] = (100, 'say "hi", twice')
+    assert first == expected
     second = {r["id"]: r["name"] for r in rows if r[FILE_INDEX] == 1}
     assert second[99999] == "two\nlines"
     # AND the full load keeps key 5's later row, from a later split

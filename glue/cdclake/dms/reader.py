@@ -143,17 +143,22 @@ def splittable_files(
     even number of quote characters, and the first line of a record whose quoted value holds a
     newline holds an odd number. A file with such a line (or a stray quote) is read whole.
     """
-    from pyspark.sql import functions as F
 
     limit = settings.csv_split_bytes
     candidates = [(f, p) for f, p in files if limit > 0 and f.size >= limit and not f.key.endswith(".gz")]
-    if not candidates:
-        return set()
-    lines = spark.read.option("lineSep", "\n").text([p for _, p in candidates])
-    quotes = F.length("value") - F.length(F.translate("value", '"', ""))
-    spanning = lines.where(quotes % 2 == 1).select(F.col("_metadata.file_name").alias("name")).distinct()
-    whole = {row["name"] for row in spanning.collect()}
-    return {f.key for f, _ in candidates if f.name not in whole}
+    return {file.key for file, path in candidates if not _has_spanning_record(spark, path)}
+
+
+def _has_spanning_record(spark: SparkSession, path: str) -> bool:
+    """Whether a line of the file holds an odd number of quote characters (one parallel pass,
+    stopping at the first such line). Lines without a quote, most of a DMS file (DMS quotes only
+    values that need it), are passed over by a byte search; the others are cut at their quotes."""
+    from pyspark.sql import functions as F
+
+    lines = spark.read.option("lineSep", "\n").text(path)
+    quoted = lines.where(F.instr("value", '"') > 0)
+    odd = quoted.where(F.size(F.split("value", '"')) % 2 == 0)  # n quotes cut a line into n + 1 pieces
+    return bool(odd.limit(1).collect())
 
 
 def read_files(
