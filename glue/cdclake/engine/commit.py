@@ -137,7 +137,7 @@ def _apply_keyed(
     if report.deleted or report.deleted_missing:
         # Tombstones first: if the data commit below never happens, the re-run appends them again
         # harmlessly. Appended, never upserted (one write whose cost follows the deletes): a key
-        # may hold several tombstones, and readers take its newest (``tombstones_by_key``).
+        # may hold several tombstones, and the classification takes its newest (``classify_effects``).
         tombstones = tombstones_of(silver)
         ensure_table(engine.spark, tombstones, tombstone_rows(changes.shape, key))
         deletes = changes.rows.where(F.col(EFFECT).isin(EFFECT_DELETE, EFFECT_DELETE_MISSING))
