@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
@@ -25,9 +26,44 @@ def test_a_long_action_logs_its_tasks_while_it_runs(spark: SparkSession, caplog:
     # THEN progress lines came while it ran, each with its tasks out of 4 and a share for the bar
     lines = [r for r in caplog.records if r.getMessage().startswith("progress slow scan stage=")]
     assert len(lines) >= 2
-    assert all(re.search(r"tasks=[0-4]/4 elapsed_s=\d+ eta_s=(\d+|\?)$", r.getMessage()) for r in lines)
+    pattern = r"tasks=[0-4]/4 rows=\d+ mb=[\d.]+ rows_per_s=\d+ elapsed_s=\d+ eta_s=(\d+|\?)$"
+    assert all(re.search(pattern, r.getMessage()) for r in lines)
     assert all(0.0 <= r.__dict__["progress"] <= 1.0 for r in lines)
     # AND none after the block ended
     count = len(lines)
     time.sleep(0.5)
     assert len([r for r in caplog.records if r.getMessage().startswith("progress slow scan")]) == count
+
+
+def test_the_lines_of_a_scan_count_the_rows_read(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    # GIVEN 4 CSV files of 100 rows, each a task of its own that takes about 0.6 s
+    for part in range(4):
+        (tmp_path / f"part{part}.csv").write_text("".join(f"{part},{i}\n" for i in range(100)))
+    caplog.set_level(logging.INFO, logger="cdclake")
+
+    @F.udf(StringType())
+    def slow(value: str) -> str:
+        time.sleep(0.006)
+        return value
+
+    before = spark.conf.get("spark.sql.files.maxPartitionBytes")
+    spark.conf.set("spark.sql.files.maxPartitionBytes", "1024")
+    try:
+        # WHEN they are read under a watch
+        with watch_stages(spark, "scan", interval=0.2):
+            assert len(spark.read.csv(str(tmp_path)).select(slow("_c0")).collect()) == 400
+    finally:
+        spark.conf.set("spark.sql.files.maxPartitionBytes", before)
+    # THEN once a task has ended, the lines count its rows: whole files of 100
+    counted = [
+        int(m.group(1))
+        for r in caplog.records
+        if (m := re.search(r"^progress scan .* rows=(\d+) ", r.getMessage())) and m.group(1) != "0"
+    ]
+    assert counted, [r.getMessage() for r in caplog.records]
+    assert all(n % 100 == 0 and 100 <= n <= 400 for n in counted)

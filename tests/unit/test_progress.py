@@ -25,16 +25,22 @@ def test_progress_counts_batches_and_estimates_the_time_left() -> None:
 
 
 def test_a_scan_in_progress_says_its_tasks_and_the_time_left() -> None:
-    # GIVEN a full load's scan 40 s in, two stages active: 3 of 8 and 1 of 2 tasks done
-    stages = [StageTasks(4, done=3, total=8), StageTasks(5, done=1, total=2)]
-    # WHEN it is described THEN 4 of 10 tasks took 40 s, so 6 more take about 60 s
+    # GIVEN a full load's scan 40 s in, two stages active: 3 of 8 and 1 of 2 tasks done, 2M rows
+    # (300 MB) read by them so far
+    stages = [
+        StageTasks(4, done=3, total=8, rows_read=1_500_000, bytes_read=200_000_000),
+        StageTasks(5, done=1, total=2, rows_read=500_000, bytes_read=100_000_000),
+    ]
+    # WHEN it is described THEN 4 of 10 tasks took 40 s, so 6 more take about 60 s; 50,000 rows/s
     line = describe_stages("full load public.orders", stages, elapsed=40.0)
     assert line is not None
-    assert line.text == "full load public.orders stage=4,5 tasks=4/10 elapsed_s=40 eta_s=60"
+    assert line.text == (
+        "full load public.orders stage=4,5 tasks=4/10 rows=2000000 mb=300.0 rows_per_s=50000 elapsed_s=40 eta_s=60"
+    )
     assert line.fraction == 0.4
     # AND before any task ends the time left is unknown; with no stage active there is no line
     early = describe_stages("x", [StageTasks(1, done=0, total=16)], elapsed=3.0)
-    assert early is not None and early.text.endswith("tasks=0/16 elapsed_s=3 eta_s=?")
+    assert early is not None and early.text.endswith("tasks=0/16 rows=0 mb=0.0 rows_per_s=0 elapsed_s=3 eta_s=?")
     assert describe_stages("x", [], elapsed=3.0) is None
 
 

@@ -3,9 +3,10 @@
 A run over many CDC files says where it stands after each batch (``report.Progress``); a full
 load of a large table is one or two Spark actions, silent for minutes. ``watch_stages`` polls
 Spark's status tracker from a background thread every ``interval`` seconds while its block runs
-and logs one ``progress`` line each time: the active stages' tasks done and in all, the elapsed
-time and the time left at the rate so far. The shells choose the interval: a terminal gets a
-line a second (the CLI draws it as one bar that rewrites itself), logs and Glue one every 30 s.
+and logs one ``progress`` line each time: the active stages' tasks done and in all, the rows and
+bytes they have read, the elapsed time and the time left at the rate so far. The shells choose
+the interval: a terminal gets a line a second (the CLI draws it as one bar that rewrites
+itself), logs and Glue one every 30 s.
 """
 
 from __future__ import annotations
@@ -28,11 +29,15 @@ log = logging.getLogger("cdclake")
 
 @dataclass(frozen=True)
 class StageTasks:
-    """One active Spark stage: its id, and its tasks done and in all."""
+    """One active Spark stage: its id, its tasks done and in all, and the rows and bytes it has
+    read so far (Spark counts them when a task ends and, for running tasks, at each executor
+    heartbeat: every 10 s by default)."""
 
     stage_id: int
     done: int
     total: int
+    rows_read: int = 0
+    bytes_read: int = 0
 
 
 def describe_stages(label: str, stages: Sequence[StageTasks], elapsed: float) -> ProgressLine | None:
@@ -44,20 +49,43 @@ def describe_stages(label: str, stages: Sequence[StageTasks], elapsed: float) ->
     if not stages:
         return None
     done, total = sum(s.done for s in stages), sum(s.total for s in stages)
+    rows, read = sum(s.rows_read for s in stages), sum(s.bytes_read for s in stages)
     fraction = done / total if total else 0.0
     left = f"{elapsed * (total - done) / done:.0f}" if done else "?"
     ids = ",".join(str(s.stage_id) for s in stages)
-    text = f"{label} stage={ids} tasks={done}/{total} elapsed_s={elapsed:.0f} eta_s={left}"
+    rate = rows / elapsed if elapsed > 0 else 0.0
+    text = (
+        f"{label} stage={ids} tasks={done}/{total} rows={rows} mb={read / 1e6:.1f} rows_per_s={rate:.0f} "
+        f"elapsed_s={elapsed:.0f} eta_s={left}"
+    )
     return ProgressLine(text, fraction)
 
 
 def _active_stages(spark: SparkSession) -> list[StageTasks]:
-    tracker: Any = spark.sparkContext.statusTracker()
-    stages = []
-    for stage_id in tracker.getActiveStageIds():
-        info = tracker.getStageInfo(stage_id)
-        if info is not None:
-            stages.append(StageTasks(int(stage_id), int(info.numCompletedTasks), int(info.numTasks)))
+    """The active stages from Spark's status store (with the rows read), or, where that is not
+    reachable, from the public status tracker (tasks only)."""
+    try:
+        store: Any = spark.sparkContext._jsc.sc().statusStore()
+        stages = []
+        found = store.activeStages().iterator()
+        while found.hasNext():
+            stage = found.next()
+            stages.append(
+                StageTasks(
+                    int(stage.stageId()),
+                    int(stage.numCompleteTasks()),
+                    int(stage.numTasks()),
+                    int(stage.inputRecords()),
+                    int(stage.inputBytes()),
+                )
+            )
+    except Exception:
+        tracker: Any = spark.sparkContext.statusTracker()
+        stages = []
+        for stage_id in tracker.getActiveStageIds():
+            info = tracker.getStageInfo(stage_id)
+            if info is not None:
+                stages.append(StageTasks(int(stage_id), int(info.numCompletedTasks), int(info.numTasks)))
     return sorted(stages, key=lambda s: s.stage_id)
 
 
