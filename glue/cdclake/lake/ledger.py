@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from cdclake.lake.tables import (
@@ -20,6 +20,7 @@ from cdclake.lake.tables import (
     commit_with_properties,
     create_or_replace,
     ensure_table,
+    iceberg_table,
     merge_frame,
     table_exists,
 )
@@ -55,31 +56,30 @@ def ledger_properties(kind: str, files: Sequence[str], latest_commit_ts: str | N
     return properties
 
 
-def newest_first(snapshots: Sequence[Any]) -> list[Any]:
-    """Order a lineage of snapshots (rows with ``snapshot_id`` and ``parent_id``) from the head back."""
-    by_id = {row["snapshot_id"]: row for row in snapshots}
-    parents = {row["parent_id"] for row in snapshots}
-    heads = [row for row in snapshots if row["snapshot_id"] not in parents]
-    ordered: list[Any] = []
-    current = heads[0] if heads else None
-    while current is not None:
-        ordered.append(current)
-        current = by_id.get(current["parent_id"])
-    return ordered
+def _lineage(spark: SparkSession, table: SilverTable) -> list[dict[str, Any]]:
+    """Ancestors of the current snapshot, newest first, with their ledger properties.
 
-
-def _lineage(spark: SparkSession, table: SilverTable) -> list[Any]:
-    """Ancestors of the current snapshot, newest first, with their ledger properties."""
-    rows = spark.sql(
-        f"""
-        SELECT s.snapshot_id, s.parent_id, s.committed_at, s.summary['{KIND_PROPERTY}'] AS kind,
-               s.summary['{FILES_PROPERTY}'] AS files
-        FROM {table.metadata("snapshots")} s
-        JOIN {table.metadata("history")} h ON s.snapshot_id = h.snapshot_id
-        WHERE h.is_current_ancestor
-        """
-    ).collect()
-    return newest_first(rows)
+    Read through the Iceberg Java API (parent pointers from the current snapshot back to the
+    first one maintenance has not expired): table metadata only, no Spark job.
+    """
+    iceberg = iceberg_table(spark, table.identifier)
+    iceberg.refresh()
+    lineage: list[dict[str, Any]] = []
+    snapshot = iceberg.currentSnapshot()
+    while snapshot is not None:
+        summary = snapshot.summary()
+        parent = snapshot.parentId()
+        lineage.append(
+            {
+                "snapshot_id": int(snapshot.snapshotId()),
+                "parent_id": None if parent is None else int(parent),
+                "committed_at": datetime.fromtimestamp(snapshot.timestampMillis() / 1000, UTC).replace(tzinfo=None),
+                "kind": summary.get(KIND_PROPERTY),
+                "files": summary.get(FILES_PROPERTY),
+            }
+        )
+        snapshot = iceberg.snapshot(parent) if parent is not None else None
+    return lineage
 
 
 def _ledger_archive(table: SilverTable) -> SilverTable:
@@ -112,10 +112,10 @@ def read_ledger(spark: SparkSession, table: SilverTable) -> LedgerState:
             break
     archive = _ledger_archive(table)
     if not full_load_done and table_exists(spark, archive):
-        for row in spark.table(archive.identifier).where(f"silver_table = '{table.name}'").collect():
-            full_load_done = full_load_done or row["kind"] == KIND_FULL_LOAD
-            if row["file_key"]:
-                applied.add(row["file_key"])
+        for entry in spark.table(archive.identifier).where(f"silver_table = '{table.name}'").collect():
+            full_load_done = full_load_done or entry["kind"] == KIND_FULL_LOAD
+            if entry["file_key"]:
+                applied.add(entry["file_key"])
     return LedgerState(full_load_done=full_load_done, applied=frozenset(applied), last_file=last_file)
 
 

@@ -23,9 +23,9 @@ row (the changes can never be the broadcast side). This path does the same work 
 Why not ``fast_forward`` main to the branch (plain write-audit-publish)? It also publishes one
 step, but main's lineage then holds the branch's intermediate DELETE snapshot, which is missing
 from the ``history`` metadata table (the snapshot log records only the new head). The ledger
-reader (``silver._lineage``) joins snapshots with ``history`` and stops at that gap: it would
-forget every batch before the last. The RowDelta keeps main's history linear: one snapshot per
-batch, as with MERGE. Both were measured (``bench/publish_probe.py``); the commit step is
+reader then joined snapshots with ``history`` and stopped at that gap, forgetting every batch
+before the last (it walks parent pointers now). The RowDelta keeps main's history linear: one
+snapshot per batch, as with MERGE. Both were measured (``bench/publish_probe.py``); the commit step is
 metadata-only either way.
 
 Crash windows: before the RowDelta nothing is visible on main and the ledger does not list the
