@@ -204,14 +204,8 @@ def _parse_split(doc: YamlDoc, node: Node | None, default: int) -> int:
     """``bronze.split_csv_files_above_mb``: a number of MiB (fractions allowed), 0 for never."""
     if node is None:
         return default
-    text = doc.scalar(node, "bronze.split_csv_files_above_mb")
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < 1 << 30:
-        raise doc.fail(node, f"bronze.split_csv_files_above_mb must be a number of MiB, 0 or more, not '{text}'")
-    return round(value * (1 << 20))
+    mib = doc.number(node, "bronze.split_csv_files_above_mb", lambda v: 0 <= v < 1 << 30, "a number of MiB, 0 or more")
+    return round(mib * (1 << 20))
 
 
 def _parse_s3(doc: YamlDoc, node: Node | None) -> StoreSettings:
@@ -227,14 +221,7 @@ def _parse_s3(doc: YamlDoc, node: Node | None) -> StoreSettings:
     def seconds(key: str, default: float) -> float:
         if key not in fields:
             return default
-        text = doc.scalar(fields[key], f"bronze.s3.{key}")
-        try:
-            value = float(text)
-        except ValueError:
-            value = -1.0
-        if not 0 < value < float("inf"):
-            raise doc.fail(fields[key], f"bronze.s3.{key} must be a number of seconds above 0, not '{text}'")
-        return value
+        return doc.number(fields[key], f"bronze.s3.{key}", lambda v: v > 0, "a number of seconds above 0")
 
     def count(key: str, default: int) -> int:
         return doc.integer(fields[key], f"bronze.s3.{key}") if key in fields else default
@@ -362,13 +349,12 @@ def parse_config(text: str, source: str = "<config>") -> PipelineConfig:
     if "quarantine" in top:
         quarantine = doc.mapping(top["quarantine"], "quarantine", {"max_bad_row_ratio"})
         if "max_bad_row_ratio" in quarantine:
-            node = quarantine["max_bad_row_ratio"]
-            try:
-                max_bad_row_ratio = float(doc.scalar(node, "quarantine.max_bad_row_ratio"))
-            except ValueError:
-                max_bad_row_ratio = -1.0
-            if not 0.0 <= max_bad_row_ratio <= 1.0:
-                raise doc.fail(node, "quarantine.max_bad_row_ratio must be a number from 0 to 1")
+            max_bad_row_ratio = doc.number(
+                quarantine["max_bad_row_ratio"],
+                "quarantine.max_bad_row_ratio",
+                lambda v: 0.0 <= v <= 1.0,
+                "a number from 0 to 1",
+            )
     if "tables" not in top:
         raise doc.fail(root, "the configuration needs a 'tables' section")
     tables_node = top["tables"]

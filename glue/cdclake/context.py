@@ -33,10 +33,10 @@ class Engine:
     # with every stored row costs less than staging on a branch); larger ones the branch-staged
     # RowDelta, whose cost follows the batch (docs/benchmarks.md, "Choosing the commit path").
     merge_below_records: int = 2_000_000
-    # A batch whose commit loses a race with another writer is retried this many times in all,
-    # after pauses of about 1, 2, 4 ... times ``commit_backoff_seconds``.
     # How often a long Spark action (a full load's scan) logs how far it is; 0: never.
     progress_seconds: float = 30.0
+    # A batch whose commit loses a race with another writer is retried this many times in all,
+    # after pauses of about 1, 2, 4 ... times ``commit_backoff_seconds``.
     commit_attempts: int = 4
     commit_backoff_seconds: float = 1.0
 

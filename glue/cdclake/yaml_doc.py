@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
 
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
@@ -66,6 +68,17 @@ class YamlDoc:
         if value in ("false", "no", "off"):
             return False
         raise self.fail(node, f"{what} must be true or false, not '{value}'")
+
+    def number(self, node: Node, what: str, accept: Callable[[float], bool], expected: str) -> float:
+        """A finite number that ``accept`` takes; else the error says ``what`` must be ``expected``."""
+        value = self.scalar(node, what)
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if not (math.isfinite(number) and accept(number)):
+            raise self.fail(node, f"{what} must be {expected}, not '{value}'")
+        return number
 
     def integer(self, node: Node, what: str, minimum: int = 1) -> int:
         value = self.scalar(node, what)

@@ -143,7 +143,6 @@ def splittable_files(
     even number of quote characters, and the first line of a record whose quoted value holds a
     newline holds an odd number. A file with such a line (or a stray quote) is read whole.
     """
-
     limit = settings.csv_split_bytes
     candidates = [(f, p) for f, p in files if limit > 0 and f.size >= limit and not f.key.endswith(".gz")]
     return {file.key for file, path in candidates if not _has_spanning_record(spark, path)}

@@ -5,8 +5,8 @@ reads ``s3://`` itself; local Spark has no S3 connector, so an ``S3Bronze`` with
 directory downloads the objects of a batch first (that is also how moto stands in for S3 in tests).
 
 Faults: every S3 call goes through a client made with ``StoreSettings.client_config()`` (the
-configuration's ``bronze.s3``), so botocore
-retries throttling (SlowDown, 503), 5xx answers, connection resets and timeouts with backoff. What
+configuration's ``bronze.s3``), so botocore retries throttling (SlowDown, 503), 5xx answers,
+connection resets and timeouts with backoff. What
 botocore cannot retry — an object body that breaks while it streams — is resumed here from the last
 byte received. When the attempts run out, ``BronzeError`` names the object or prefix; no key or
 byte is ever skipped.

@@ -25,8 +25,8 @@ step, but main's lineage then holds the branch's intermediate DELETE snapshot, w
 from the ``history`` metadata table (the snapshot log records only the new head). The ledger
 reader then joined snapshots with ``history`` and stopped at that gap, forgetting every batch
 before the last (it walks parent pointers now). The RowDelta keeps main's history linear: one
-snapshot per batch, as with MERGE. Both were measured (``bench/publish_probe.py``); the commit step is
-metadata-only either way.
+snapshot per batch, as with MERGE. Both were measured (``bench/publish_probe.py``); the commit
+step is metadata-only either way.
 
 Crash windows: before the RowDelta nothing is visible on main and the ledger does not list the
 batch, so the next run applies it again; a leftover ``cdclake_publish_*`` branch is dropped by

@@ -160,21 +160,23 @@ def iceberg_table(spark: SparkSession, table_identifier: str) -> Any:
     return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table_identifier)
 
 
-def stored_records(spark: SparkSession, table_identifier: str) -> int:
-    """The records in the data files of ``table_identifier``'s current snapshot (deleted ones
-    included): what a MERGE into it reads, from the snapshot summary, without a scan."""
+def _current_total(spark: SparkSession, table_identifier: str, name: str) -> int:
+    """A ``total-…`` figure of the current snapshot's summary (0 for a table without one)."""
     table = iceberg_table(spark, table_identifier)
     table.refresh()
     current = table.currentSnapshot()
-    return 0 if current is None else int(current.summary().getOrDefault("total-records", "0"))
+    return 0 if current is None else int(current.summary().getOrDefault(name, "0"))
+
+
+def stored_records(spark: SparkSession, table_identifier: str) -> int:
+    """The records in the data files of ``table_identifier``'s current snapshot (deleted ones
+    included): what a MERGE into it reads, from the snapshot summary, without a scan."""
+    return _current_total(spark, table_identifier, "total-records")
 
 
 def parallel_scan(spark: SparkSession, identifier: str) -> DataFrame:
     """Read ``identifier`` in about two splits per core: Iceberg packs small files into 128 MB
     splits, so a freshly loaded table of a few hundred MB would be scanned by one or two tasks."""
-    table = iceberg_table(spark, identifier)
-    table.refresh()
-    current = table.currentSnapshot()
-    size = 0 if current is None else int(current.summary().getOrDefault("total-files-size", "0"))
+    size = _current_total(spark, identifier, "total-files-size")
     split = max(size // (2 * spark.sparkContext.defaultParallelism), 1 << 20)
     return spark.read.option("split-size", str(split)).table(identifier)

@@ -171,7 +171,7 @@ def _engine(args: argparse.Namespace, config_path: Path, bronze_override: str | 
         driver_memory=args.driver_memory,
     )
     spark = build_spark_session(SessionSettings(catalog=catalog))
-    return Engine(spark=spark, config=config, store=store, progress_seconds=getattr(args, "progress_seconds", 30.0))
+    return Engine(spark=spark, config=config, store=store, progress_seconds=args.progress_seconds)
 
 
 def _print_report(report: RunReport) -> int:

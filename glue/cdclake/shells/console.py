@@ -85,7 +85,8 @@ def console_logging(quiet: bool) -> Iterator[bool]:
     stderr, stdout = sys.stderr, sys.stdout
     bar = not quiet and stderr.isatty()
     handler: logging.Handler = ProgressConsole(stderr) if bar else logging.StreamHandler(stderr)
-    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    if not bar:
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(level)
