@@ -17,13 +17,17 @@ class CrashingCommitter(IcebergCommitter):
     def publish(self, *_: Any, **__: Any) -> None:
         raise RuntimeError("the job was killed before its data commit")
 
+    def row_delta(self, *_: Any, **__: Any) -> None:
+        raise RuntimeError("the job was killed before its data commit")
+
     def append(self, *_: Any) -> None:
         raise RuntimeError("the job was killed before its data commit")
 
 
 class RacingCommitter(IcebergCommitter):
     """A committer that loses the commit race ``losses`` times: just before each of its first
-    ``losses`` data commits (merge or publish), another writer (``rival``) commits to the table, and Iceberg refuses."""
+    ``losses`` data commits (merge, publish or RowDelta), another writer (``rival``) commits to the
+    table, and Iceberg refuses."""
 
     def __init__(self, losses: int, rival: Any = None) -> None:
         self.losses = losses
@@ -48,10 +52,15 @@ class RacingCommitter(IcebergCommitter):
         self._race()
         super().publish(*args, **kwargs)
 
+    def row_delta(self, *args: Any, **kwargs: Any) -> None:
+        self._race()
+        super().row_delta(*args, **kwargs)
+
 
 class MaintenanceRacingCommitter(IcebergCommitter):
-    """A committer whose first publish is overtaken by maintenance: the batch is staged, then
-    ``rival`` (a compaction) commits to the table before the batch's RowDelta does."""
+    """A committer whose first data commit is overtaken by maintenance: the batch is classified
+    (and, on the branch path, staged), then ``rival`` (a compaction) commits to the table before
+    the batch's RowDelta does."""
 
     def __init__(self, rival: Any) -> None:
         self.rival = rival
@@ -71,3 +80,9 @@ class MaintenanceRacingCommitter(IcebergCommitter):
         except BaseException:
             abandon_staged(spark, staged)
             raise
+
+    def row_delta(self, *args: Any, **kwargs: Any) -> None:
+        self.attempts += 1
+        if self.attempts == 1:
+            self.rival()
+        super().row_delta(*args, **kwargs)

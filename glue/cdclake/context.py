@@ -6,7 +6,7 @@ Built once by a shell (Glue job, CLI, tests) and passed down; nothing below read
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from cdclake.config import DEFAULT_CATALOG, PipelineConfig, TableConfig
 from cdclake.dms.store import BronzeStore
@@ -15,6 +15,8 @@ from cdclake.lake.tables import SilverTable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+CommitPath = Literal["auto", "row-delta", "merge", "publish"]
 
 
 @dataclass(frozen=True)
@@ -29,9 +31,14 @@ class Engine:
     # Up to this many bytes of change files, a batch's keys are broadcast to pick the stored rows
     # they touch (a few tens of MB of keys at most: well within a 2 GB driver).
     broadcast_batch_bytes: int = 128 * 1024 * 1024
-    # Keyed silver tables with fewer stored records than this take a batch as one MERGE (its join
-    # with every stored row costs less than staging on a branch); larger ones the branch-staged
-    # RowDelta, whose cost follows the batch (docs/benchmarks.md, "Choosing the commit path").
+    # How a keyed batch is committed: "auto" writes its files and commits one RowDelta
+    # (``lake.row_delta``: no scan of the table) where the table allows it, else takes the MERGE
+    # or the branch-staged path by size; "row-delta", "merge" and "publish" pin a path (tests,
+    # benchmarks; "row-delta" still falls back where the table does not allow it).
+    commit_path: CommitPath = "auto"
+    # On the fallback: keyed silver tables with fewer stored records than this take a batch as one
+    # MERGE (its join with every stored row costs less than staging on a branch); larger ones the
+    # branch-staged RowDelta, whose cost follows the batch (docs/benchmarks.md).
     merge_below_records: int = 2_000_000
     # How often a long Spark action (a full load's scan) logs how far it is; 0: never.
     progress_seconds: float = 30.0

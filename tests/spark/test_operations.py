@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from cdclake.context import Engine
+from cdclake.context import CommitPath, Engine
 from cdclake.dms.writer import write_csv
 from cdclake.engine.run import replay, run
 from cdclake.engine.select import ReplaySelection
@@ -213,10 +213,13 @@ def test_maintenance_compacts_and_keeps_rows_ledger_and_recent_tombstones(
     )
 
 
-def test_a_batch_overtaken_by_maintenance_retries_and_converges(make_engine: EngineFactory, tmp_path: Path) -> None:
-    # GIVEN a table with merge-on-read deletes, and a batch staged when maintenance compacts the table
-    # (the branch-staged path, whatever the table's size)
-    engine = replace(make_engine(CONFIG), commit_backoff_seconds=0.01, merge_below_records=0)
+@pytest.mark.parametrize("commit_path", ["publish", "row-delta"])
+def test_a_batch_overtaken_by_maintenance_retries_and_converges(
+    make_engine: EngineFactory, tmp_path: Path, commit_path: CommitPath
+) -> None:
+    # GIVEN a table with merge-on-read deletes, and a batch classified (and on the branch path
+    # staged) when maintenance compacts the table
+    engine = replace(make_engine(CONFIG), commit_backoff_seconds=0.01, commit_path=commit_path)
     bronze = tmp_path / "bronze" / "s" / "people"
     write_csv(bronze / "LOAD00000001.csv", [[TS, str(i), f"n{i}", "1990-01-01"] for i in range(1, 21)])
     write_csv(bronze / "20240102-0001000000.csv", [["U", "2024-01-02 00:01:00.000000", "1", "u1", "1990-01-01"]])

@@ -49,12 +49,13 @@ def scenarios(draw: st.DrawFn) -> dict:
     duplicates = draw(st.lists(st.integers(0, len(steps) - 1), max_size=3))
     batch_sizes = draw(st.lists(st.integers(1, 4), min_size=len(steps) + 3, max_size=len(steps) + 3))
     crash_at = draw(st.one_of(st.none(), st.integers(0, 5)))
-    # Which commit path applies the batches: one MERGE (small tables) or the branch-staged RowDelta.
-    merge_below_records = draw(st.sampled_from([0, 1_000_000]))
+    # Which commit path applies the batches: written files and a RowDelta (auto), one MERGE, or
+    # the branch-staged RowDelta.
+    commit_path = draw(st.sampled_from(["auto", "merge", "publish"]))
     return {
         "initial": initial, "steps": steps, "extra_from": extra_from, "cuts": cuts, "order": order,
         "duplicates": duplicates, "batch_sizes": batch_sizes, "crash_at": crash_at,
-        "merge_below_records": merge_below_records,
+        "commit_path": commit_path,
     }  # fmt: skip
 
 
@@ -133,7 +134,7 @@ def test_any_delivery_converges_to_the_source(spark: SparkSession, tmp_path: Pat
         spark,
         replace(config, database=f"p_{uuid.uuid4().hex[:10]}"),
         LocalBronze(bronze),
-        merge_below_records=scenario["merge_below_records"],
+        commit_path=scenario["commit_path"],
     )
     full_load(engine)
     # WHEN the CDC files are delivered shuffled, some twice, in random batches, one batch crashing once

@@ -44,6 +44,7 @@ from cdclake.lake.ledger import (
     record_full_load,
     replace_table,
 )
+from cdclake.lake.row_delta import blocker as row_delta_blocker
 from cdclake.lake.tables import SilverTable, ensure_database, ensure_table, evolve_schema, stored_records, table_exists
 from cdclake.report import TableReport
 
@@ -147,8 +148,16 @@ def _apply_keyed(
         # after a crash adds nothing; its commit carries the batch's files as well.
         apply_history(engine.spark, history_of(silver), changes.history, key, properties)
     applicable = changes.rows.where(F.col(EFFECT).isin(EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE))
-    if stored_records(engine.spark, silver.identifier) < engine.merge_below_records:
-        # A small table: one MERGE, the same semantics as the publish below (tests/spark/test_publish.py).
+    path = commit_path(engine, silver, changes, key)
+    log.debug("commit table=%s path=%s", silver.name, path)
+    if path == "row-delta":
+        assert changes.base_snapshot_id is not None
+        engine.committer.row_delta(
+            engine.spark, silver, applicable, key, changes.columns, properties, changes.base_snapshot_id,
+            changes.schema.absent,
+        )  # fmt: skip
+    elif path == "merge":
+        # The same semantics as the other paths (tests/spark/test_publish.py).
         flagged = list(changes.unchanged)
         absent = changes.schema.absent
 
@@ -156,17 +165,27 @@ def _apply_keyed(
             return merge_statement(silver.identifier, view, key, changes.columns, absent, flagged)
 
         engine.committer.merge(engine.spark, applicable, statement, properties)
-        return
-    engine.committer.publish(
-        engine.spark,
-        silver,
-        applicable,
-        key,
-        changes.columns,
-        properties,
-        changes.schema.absent,
-        changes.unchanged,
-    )
+    else:
+        engine.committer.publish(
+            engine.spark, silver, applicable, key, changes.columns, properties, changes.schema.absent,
+            changes.unchanged,
+        )  # fmt: skip
+
+
+def commit_path(engine: Engine, silver: SilverTable, changes: ChangeSet, key: Sequence[str]) -> str:
+    """How a keyed batch is committed: "row-delta" (written files, one RowDelta, no scan) where the
+    table allows it and the engine does not pin another path; else "merge" into a small table
+    (fewer than ``Engine.merge_below_records`` stored records) and "publish" into a large one."""
+    if engine.commit_path in ("auto", "row-delta") and changes.base_snapshot_id is not None:
+        why_not = row_delta_blocker(
+            engine.spark, silver.identifier, key, changes.columns, changes.schema.absent, changes.unchanged
+        )
+        if why_not is None:
+            return "row-delta"
+        log.debug("commit table=%s not through a RowDelta: %s", silver.name, why_not)
+    if engine.commit_path in ("merge", "publish"):
+        return engine.commit_path
+    return "merge" if stored_records(engine.spark, silver.identifier) < engine.merge_below_records else "publish"
 
 
 # ------------------------------------------------------------------------------- full load

@@ -19,6 +19,8 @@ from cdclake.columns import (
     EFFECTS,
     OP,
     SILVER_ORDER,
+    STORED_FILE,
+    STORED_POS,
     TOMBSTONE_DELETED_AT,
 )
 from cdclake.config import TableConfig
@@ -27,9 +29,10 @@ from cdclake.dms.files import BronzeFile
 from cdclake.engine.changes import classify_effects, data_columns, has_error, latest_change_per_key, unchanged_flags
 from cdclake.engine.read import BadRows, RowCounts, bad_rows, read_changes, unreadable_files
 from cdclake.engine.schema import SchemaPlan, plan_schema_change
-from cdclake.errors import ConfigError
+from cdclake.errors import CdclakeError, ConfigError
+from cdclake.identifiers import quote
 from cdclake.lake.journals import tombstones_of
-from cdclake.lake.tables import silver_columns, table_exists
+from cdclake.lake.tables import current_snapshot_id, silver_columns, table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -57,6 +60,7 @@ class ChangeSet:
     counts: RowCounts
     effects: dict[str, int]  # rows per effect (append-only: all inserts)
     latest_commit_ts: str | None
+    base_snapshot_id: int | None  # the silver snapshot the rows were classified against (None: no snapshot)
     bad: BadRows | None
     history: DataFrame | None  # every valid change, materialised (tables with ``history: true``)
 
@@ -102,6 +106,7 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
     changes = read_changes(engine, table, files)
     shape = latest_changes(changes.where(~has_error()), table).limit(0)
     creates_table = not table_exists(engine.spark, silver)
+    base = None if creates_table else current_snapshot_id(engine.spark, silver.identifier)
     stored = [] if creates_table else silver_columns(engine.spark, silver)
     incoming = [(f.name, f.dataType.simpleString()) for f in silver_shape(shape).schema.fields]
     schema = SchemaPlan() if creates_table else plan_schema_change(stored, incoming, bookkeeping=(SILVER_ORDER,))
@@ -122,13 +127,15 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
     else:
         rows = _cast(latest_changes(observed_read.where(~has_error()), table), schema.cast)
     applied = Observation("cdclake_effects")
+    keys_seen = Observation("cdclake_keys")
     latest = F.max(COMMIT_TS).alias("_cdc_latest")
     if table.append_only:
         observed = rows.observe(applied, F.count(F.lit(1)).alias(EFFECT_INSERT), latest)
     else:
         small = sum(f.size for f in files) <= engine.broadcast_batch_bytes
-        rows = rows.localCheckpoint() if small else rows
-        classified = _classify(engine, table, rows, shape, creates_table, small)
+        # Materialised once (the classification reads it two or three times), counted on the way.
+        rows = rows.observe(keys_seen, F.count(F.lit(1)).alias("keys")).localCheckpoint()
+        classified = _classify(engine, table, rows, shape, base, small)
         observed = classified.observe(applied, *[F.count_if(F.col(EFFECT) == e).alias(e) for e in EFFECTS], latest)
     # A local checkpoint, not a cache: it also cuts the lineage back to the reader's row ids
     # (monotonically_increasing_id), which a copy-on-write MERGE refuses as non-deterministic.
@@ -136,6 +143,13 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
     rows.unpersist()  # a checkpoint of its own above, if any; the materialised rows no longer need it
     stats = applied.get
     counts = RowCounts.of(read.get)
+    effects = {e: int(stats[e]) for e in stats if e != "_cdc_latest"}
+    if not table.append_only and sum(effects.values()) != keys_seen.get["keys"]:
+        raise CdclakeError(
+            f"Table {table.source}: silver table {silver.identifier} holds some of this batch's keys more "
+            f"than once ({sum(effects.values()) - keys_seen.get['keys']} extra rows); a mirror holds each key "
+            "once. Reload the table (`cdclake full-load --reload`) to rebuild it from bronze."
+        )
     plan.changes = ChangeSet(
         files=list(files),
         rows=materialized,
@@ -145,8 +159,9 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
         schema=schema,
         creates_table=creates_table,
         counts=counts,
-        effects={e: int(stats[e]) for e in stats if e != "_cdc_latest"},
+        effects=effects,
         latest_commit_ts=stats["_cdc_latest"],
+        base_snapshot_id=base,
         bad=bad_rows(engine, table, changes, files, counts),
         history=history,
     )
@@ -162,9 +177,11 @@ def _cast(rows: DataFrame, casts: dict[str, str]) -> DataFrame:
 
 
 def _classify(
-    engine: Engine, table: TableConfig, rows: DataFrame, shape: DataFrame, creates_table: bool, broadcast_keys: bool
+    engine: Engine, table: TableConfig, rows: DataFrame, shape: DataFrame, base: int | None, broadcast_keys: bool
 ) -> DataFrame:
-    """The latest changes with their effect against the stored rows and the tombstones.
+    """The latest changes with their effect against the stored rows (at snapshot ``base``) and the
+    tombstones, and where each key's stored row lives (``_cdc_stored_file``, ``_cdc_stored_pos``),
+    so that the commit can delete it without reading the table again (``lake.row_delta``).
 
     ``broadcast_keys`` (``rows`` materialised): semi-join the stored keys with the batch's keys
     broadcast, so the table's key columns are streamed once instead of shuffled whole, and the
@@ -176,14 +193,24 @@ def _classify(
     silver = engine.silver_table(table)
     tombstones = tombstones_of(silver)
     nothing = shape.select(*key, SILVER_ORDER)
-    stored = nothing if creates_table else engine.spark.table(silver.identifier).select(*key, SILVER_ORDER)
     exists = table_exists(engine.spark, tombstones)
     known_deleted = engine.spark.table(tombstones.identifier).select(*key, SILVER_ORDER) if exists else nothing
+    if base is None:
+        stored = nothing.withColumn(STORED_FILE, F.lit(None).cast("string")).withColumn(
+            STORED_POS, F.lit(None).cast("long")
+        )
+    else:
+        stored = engine.spark.sql(
+            f"SELECT {', '.join(quote(k) for k in key)}, {SILVER_ORDER}, _file AS {STORED_FILE}, _pos AS {STORED_POS} "
+            f"FROM {silver.identifier} VERSION AS OF {base}"
+        )
+    touched = stored
     if broadcast_keys:
         batch_keys = F.broadcast(rows.select(*key))
-        stored = stored.join(batch_keys, list(key), "left_semi")
         known_deleted = known_deleted.join(batch_keys, list(key), "left_semi")
-    return classify_effects(rows, stored, known_deleted, key)
+        # At most one stored row per change: small enough to broadcast into the classification.
+        touched = F.broadcast(stored.join(batch_keys, list(key), "left_semi"))
+    return classify_effects(rows, touched, known_deleted, key)
 
 
 def latest_changes(changes: DataFrame, table: TableConfig) -> DataFrame:

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from cdclake.lake.publish import publish_changes
+from cdclake.lake.row_delta import apply_row_delta
 from cdclake.lake.tables import SilverTable, commit_with_properties, merge_frame
 
 if TYPE_CHECKING:
@@ -39,6 +40,21 @@ class IcebergCommitter:
         """Apply classified changes (one per key) as one snapshot on ``main`` carrying ``properties``,
         at a cost that follows the batch (``lake.publish``: staged on a branch, one RowDelta)."""
         publish_changes(spark, table.identifier, changes, key, columns, properties, absent, unchanged)
+
+    def row_delta(
+        self,
+        spark: SparkSession,
+        table: SilverTable,
+        changes: DataFrame,
+        key: Sequence[str],
+        columns: Sequence[str],
+        properties: dict[str, str],
+        base_snapshot_id: int,
+        absent: Sequence[str] = (),
+    ) -> None:
+        """Apply classified changes carrying their stored rows' places as written files and one
+        RowDelta on ``main`` carrying ``properties`` (``lake.row_delta``: no scan of the table)."""
+        apply_row_delta(spark, table.identifier, changes, key, columns, properties, base_snapshot_id, absent)
 
     def append(self, spark: SparkSession, table: SilverTable, rows: DataFrame, properties: dict[str, str]) -> None:
         """Append ``rows`` as one commit carrying ``properties`` (append-only tables)."""

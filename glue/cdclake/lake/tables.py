@@ -160,6 +160,14 @@ def iceberg_table(spark: SparkSession, table_identifier: str) -> Any:
     return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table_identifier)
 
 
+def current_snapshot_id(spark: SparkSession, table_identifier: str) -> int | None:
+    """The id of the table's current snapshot (None: the table has none yet)."""
+    table = iceberg_table(spark, table_identifier)
+    table.refresh()
+    current = table.currentSnapshot()
+    return None if current is None else int(current.snapshotId())
+
+
 def _current_total(spark: SparkSession, table_identifier: str, name: str) -> int:
     """A ``total-…`` figure of the current snapshot's summary (0 for a table without one)."""
     table = iceberg_table(spark, table_identifier)

@@ -1,0 +1,250 @@
+"""Apply a classified batch as files Spark writes and ONE Iceberg ``RowDelta``: no scan of the table.
+
+The classification (``engine.prepare``) already read, at the batch's base snapshot, where every
+touched key's stored row lives: its data file and position (Iceberg's ``_file`` and ``_pos``
+metadata columns). The commit therefore needs no second look at the table, no MERGE join and no
+branch:
+
+1. *Position deletes*: ``(file_path, pos)`` of each stored row the batch replaces, sorted, written
+   by Spark as Parquet under Iceberg's reserved field ids (what Iceberg's own writer produces).
+2. *Data files*: the new images (inserts and updates) in the table's current schema, written by
+   Spark as Parquet with the schema's field ids, in the table's sort order.
+3. *One RowDelta* adds both, with metrics read from the files' footers (``ParquetUtil.fileMetrics``,
+   what ``add_files`` uses), carrying the ledger properties, validated against the base snapshot:
+   a concurrent commit that added data or delete files, or removed a data file this batch deletes
+   from, makes it fail (the engine retries the batch); nothing is half-applied.
+
+A crash before the RowDelta leaves files no snapshot references (orphan-file removal deletes
+them); the ledger does not list the batch, so the next run applies it again.
+
+``blocker`` names what keeps a table on the MERGE or branch-staged path instead: format v3
+(deletion vectors, not position delete files), a partition spec (delete files must carry their
+data file's partition), copy-on-write (the user chose rewritten files), column types outside the
+plain Parquet mapping, or updates that keep stored values (CsvNoSupValue columns, columns a batch
+does not carry), which would need the stored rows read.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from cdclake.columns import OP, SILVER_ORDER, STORED_FILE, STORED_POS
+from cdclake.lake.tables import iceberg_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+log = logging.getLogger("cdclake")
+
+# Iceberg's reserved field ids of a position delete file's columns (MetadataColumns.DELETE_FILE_*).
+_DELETE_PATH_ID, _DELETE_POS_ID = 2147483546, 2147483545
+# Iceberg types whose Parquet form Spark writes exactly as Iceberg's writer does (timestamps as
+# INT64 microseconds: the write sets Spark's outputTimestampType).
+_PLAIN_TYPES = {"BOOLEAN", "INTEGER", "LONG", "FLOAT", "DOUBLE", "DATE", "TIMESTAMP", "STRING", "BINARY", "DECIMAL"}
+_FIELD_ID = "parquet.field.id"
+
+
+def blocker(
+    spark: SparkSession,
+    table_identifier: str,
+    key: Sequence[str],
+    columns: Sequence[str],
+    absent: Sequence[str] = (),
+    unchanged: Mapping[str, str] | None = None,
+) -> str | None:
+    """Why the batch cannot be applied through written files and a RowDelta; None when it can."""
+    table = iceberg_table(spark, table_identifier)
+    version = int(table.operations().current().formatVersion())
+    if version != 2:
+        return f"format v{version}"
+    if not table.spec().isUnpartitioned():
+        return "a partitioned table"
+    if str(table.properties().getOrDefault("write.merge.mode", "copy-on-write")) != "merge-on-read":
+        return "a copy-on-write table"
+    fields = list(table.schema().columns())
+    for field in fields:
+        if str(field.type().typeId().name()) not in _PLAIN_TYPES:
+            return f"column {field.name()} of type {field.type()}"
+    written = {*columns, *absent, SILVER_ORDER}
+    kept = [
+        str(f.name())
+        for f in fields
+        if str(f.name()) not in key and ((str(f.name()) in (unchanged or {})) or str(f.name()) not in written)
+    ]
+    if kept:
+        return f"updates keep the stored values of {', '.join(kept)}"
+    return None
+
+
+@contextmanager
+def _iceberg_parquet(spark: SparkSession) -> Iterator[None]:
+    """Spark writes Parquet with field ids and INT64 microsecond timestamps while inside."""
+    wanted = {
+        "spark.sql.parquet.fieldId.write.enabled": "true",
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    }
+    before = {name: spark.conf.get(name, None) for name in wanted}
+    for name, value in wanted.items():
+        spark.conf.set(name, value)
+    try:
+        yield
+    finally:
+        for name, previous in before.items():
+            if previous is None:
+                spark.conf.unset(name)
+            else:
+                spark.conf.set(name, previous)
+
+
+def _written(spark: SparkSession, location: str) -> list[tuple[str, int]]:
+    """(path, size) of the Parquet files Spark wrote into ``location``; the marker file removed."""
+    jvm: Any = spark.sparkContext._jvm
+    directory = jvm.org.apache.hadoop.fs.Path(location)
+    fs = directory.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    found = []
+    for status in fs.listStatus(directory):
+        name = str(status.getPath().getName())
+        if name.endswith(".parquet"):
+            found.append((f"{location.rstrip('/')}/{name}", int(status.getLen())))
+        elif name == "_SUCCESS":
+            fs.delete(status.getPath(), False)
+    return found
+
+
+class _Files:
+    """The files one batch writes, turned into Iceberg content files; removed again on failure."""
+
+    def __init__(self, spark: SparkSession, table: Any) -> None:
+        self.spark = spark
+        self.table = table
+        self.jvm: Any = spark.sparkContext._jvm
+        self.paths: list[str] = []
+
+    def write(self, frame: DataFrame, kind: str) -> list[tuple[str, int]]:
+        location = str(self.table.locationProvider().newDataLocation(f"cdclake-{kind}-{uuid.uuid4().hex}"))
+        codec = str(self.table.properties().getOrDefault("write.parquet.compression-codec", "zstd"))
+        with _iceberg_parquet(self.spark):
+            frame.write.option("compression", codec).parquet(location)
+        files = _written(self.spark, location)
+        self.paths += [path for path, _ in files]
+        return files
+
+    def content_files(self, files: list[tuple[str, int]], deletes: bool) -> list[Any]:
+        """Iceberg ``DataFile``/``DeleteFile`` entries for written files, metrics from their footers;
+        files without rows are deleted instead."""
+        iceberg = self.jvm.org.apache.iceberg
+        io = self.table.io()
+        metrics_config = iceberg.MetricsConfig
+        config = metrics_config.forPositionDelete(self.table) if deletes else metrics_config.forTable(self.table)
+        parquet = iceberg.FileFormat.PARQUET
+        entries = []
+        for path, size in files:
+            metrics = iceberg.parquet.ParquetUtil.fileMetrics(io.newInputFile(path), config)
+            if int(metrics.recordCount()) == 0:
+                io.deleteFile(path)
+                continue
+            if deletes:
+                builder = iceberg.FileMetadata.deleteFileBuilder(self.table.spec()).ofPositionDeletes()
+            else:
+                builder = iceberg.DataFiles.builder(self.table.spec()).withSortOrder(self.table.sortOrder())
+            entries.append(
+                builder.withPath(path).withFormat(parquet).withFileSizeInBytes(size).withMetrics(metrics).build()
+            )
+        return entries
+
+    def remove(self) -> None:
+        io = self.table.io()
+        for path in self.paths:
+            try:
+                io.deleteFile(path)
+            except Exception:  # already gone, or storage refused: orphan-file removal gets it later
+                log.debug("could not remove %s", path)
+
+
+def _with_field_ids(columns: Sequence[tuple[Column, str]], ids: Mapping[str, int]) -> list[Column]:
+    return [value.alias(name, metadata={_FIELD_ID: ids[name]}) for value, name in columns]
+
+
+def apply_row_delta(
+    spark: SparkSession,
+    table_identifier: str,
+    changes: DataFrame,
+    key: Sequence[str],
+    columns: Sequence[str],
+    properties: Mapping[str, str],
+    base_snapshot_id: int,
+    absent: Sequence[str] = (),
+) -> int:
+    """Apply classified changes (effects insert, update and delete only, one per key, with the
+    place of the key's stored row read at ``base_snapshot_id``: ``_cdc_stored_file``,
+    ``_cdc_stored_pos``) as one RowDelta on ``main`` carrying ``properties``; return the new
+    snapshot's id. ``blocker`` must have found nothing in the way.
+
+    The stored row of every changed key is deleted (an insert's key may hold a stored row the
+    classification did not count as matched, one with a NULL ``_cdc_order``: MERGE would update
+    it); inserts and updates write their new image; ``absent`` columns are NULL in it.
+    """
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    table = iceberg_table(spark, table_identifier)
+    table.refresh()
+    schema = table.schema()
+    ids = {str(f.name()): int(f.fieldId()) for f in schema.columns()}
+    types = {f.name: f.dataType for f in spark.table(table_identifier).schema.fields}
+    present = {*columns, SILVER_ORDER}
+    images = changes.where(F.col(OP) != "D").select(
+        *_with_field_ids(
+            [((F.col(c) if c in present and c not in absent else F.lit(None)).cast(t), c) for c, t in types.items()],
+            ids,
+        )
+    )
+    order = table.sortOrder()
+    sort_columns = [str(schema.findColumnName(order.fields().get(i).sourceId())) for i in range(order.fields().size())]
+    if sort_columns:
+        images = images.sortWithinPartitions(*sort_columns)
+    deleted = Observation("cdclake_deleted_from")
+    replaced = (
+        changes.where(F.col(STORED_FILE).isNotNull())
+        .select(
+            *_with_field_ids(
+                [(F.col(STORED_FILE), "file_path"), (F.col(STORED_POS), "pos")],
+                {"file_path": _DELETE_PATH_ID, "pos": _DELETE_POS_ID},
+            )
+        )
+        .observe(deleted, F.concat_ws("\n", F.collect_set("file_path")).alias("files"))
+        .repartition(spark.sparkContext.defaultParallelism, "file_path")
+        .sortWithinPartitions("file_path", "pos")
+    )
+    files = _Files(spark, table)
+    try:
+        delete_files = files.content_files(files.write(replaced, "deletes"), deletes=True)
+        data_files = files.content_files(files.write(images, "data"), deletes=False)
+        referenced = spark.sparkContext._jvm.java.util.ArrayList()  # type: ignore[union-attr]
+        # Data file paths hold no newline. No metrics at all: Spark found nothing to delete.
+        for path in filter(None, str(deleted.get.get("files") or "").split("\n")):
+            referenced.add(path)
+        jvm: Any = spark.sparkContext._jvm
+        delta = table.newRowDelta()
+        for file in data_files:
+            delta = delta.addRows(file)
+        for file in delete_files:
+            delta = delta.addDeletes(file)
+        delta = (
+            delta.validateFromSnapshot(base_snapshot_id)
+            .conflictDetectionFilter(jvm.org.apache.iceberg.expressions.Expressions.alwaysTrue())
+            .validateNoConflictingDataFiles()
+            .validateNoConflictingDeleteFiles()
+            .validateDataFilesExist(referenced)
+        )
+        for name, value in properties.items():
+            delta = delta.set(name, value)
+        delta.commit()
+    except BaseException:
+        files.remove()
+        raise
+    return int(table.currentSnapshot().snapshotId())
