@@ -32,9 +32,10 @@ def apply_cdc_batch(
     Keyed tables: the latest change per key is compared with the stored row and the tombstones
     (older changes are ignored and counted), tombstones are appended for deletes, then one data
     commit applies the rest and records the files (``engine.commit.commit_path``: written files and
-    one RowDelta where the table allows it, else a MERGE or a branch-staged RowDelta). Bad rows go to ``cdclake_quarantine_rows`` (above
-    ``max_bad_row_ratio`` the batch fails instead); unreadable or empty files and batches with an
-    incompatible schema change go to ``cdclake_quarantine`` and are held until a replay.
+    one RowDelta where the table allows it, else a MERGE or a branch-staged RowDelta). Bad rows go
+    to ``cdclake_quarantine_rows`` (above ``max_bad_row_ratio`` the batch fails instead);
+    unreadable or empty files and batches with an incompatible schema change go to
+    ``cdclake_quarantine`` and are held until a replay.
     ``loads_pending``: bronze holds LOAD files of the table. ``force`` (a replay) applies the files
     even if the ledger or the quarantine lists them.
     """
