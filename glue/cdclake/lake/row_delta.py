@@ -27,6 +27,7 @@ does not carry), which would need the stored rows read.
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -46,6 +47,8 @@ _DELETE_PATH_ID, _DELETE_POS_ID = 2147483546, 2147483545
 # INT64 microseconds: the write sets Spark's outputTimestampType).
 _PLAIN_TYPES = {"BOOLEAN", "INTEGER", "LONG", "FLOAT", "DOUBLE", "DATE", "TIMESTAMP", "STRING", "BINARY", "DECIMAL"}
 _FIELD_ID = "parquet.field.id"
+_MAX_DELETE_FILES = 512
+_ROWS_PER_WRITER = 500_000
 
 
 def blocker(
@@ -169,6 +172,26 @@ def _with_field_ids(columns: Sequence[tuple[Column, str]], ids: Mapping[str, int
     return [value.alias(name, metadata={_FIELD_ID: ids[name]}) for value, name in columns]
 
 
+def _delete_partitions(table: Any, snapshot_id: int) -> int:
+    """How many delete files a batch may write: the data files of its base snapshot, the most it
+    can delete from (capped, so that one batch never writes thousands of files)."""
+    summary = table.snapshot(snapshot_id).summary()
+    return max(1, min(int(summary.getOrDefault("total-data-files", "1")), _MAX_DELETE_FILES))
+
+
+def _image_files(spark: SparkSession, table: Any, snapshot_id: int, images: int) -> int:
+    """How many data files a batch's new images are written as: their estimated size (the base
+    snapshot's bytes per record) over the table's target file size, and at most
+    ``_ROWS_PER_WRITER`` rows per file while cores are left (a file is written by one task)."""
+    summary = table.snapshot(snapshot_id).summary()
+    records = int(summary.getOrDefault("total-records", "0"))
+    per_record = int(summary.getOrDefault("total-files-size", "0")) / records if records else 100.0
+    target = int(table.properties().getOrDefault("write.target-file-size-bytes", str(512 * 1024 * 1024)))
+    by_size = math.ceil(images * per_record / target)
+    by_rows = min(spark.sparkContext.defaultParallelism, math.ceil(images / _ROWS_PER_WRITER))
+    return max(1, by_size, by_rows)
+
+
 def apply_row_delta(
     spark: SparkSession,
     table_identifier: str,
@@ -178,6 +201,7 @@ def apply_row_delta(
     properties: Mapping[str, str],
     base_snapshot_id: int,
     absent: Sequence[str] = (),
+    image_count: int | None = None,
 ) -> int:
     """Apply classified changes (effects insert, update and delete only, one per key, with the
     place of the key's stored row read at ``base_snapshot_id``: ``_cdc_stored_file``,
@@ -186,7 +210,8 @@ def apply_row_delta(
 
     The stored row of every changed key is deleted (an insert's key may hold a stored row the
     classification did not count as matched, one with a NULL ``_cdc_order``: MERGE would update
-    it); inserts and updates write their new image; ``absent`` columns are NULL in it.
+    it); inserts and updates write their new image; ``absent`` columns are NULL in it. ``image_count``
+    (inserts and updates, when known) sizes the data files: few files for a small batch.
     """
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
@@ -205,6 +230,8 @@ def apply_row_delta(
     )
     order = table.sortOrder()
     sort_columns = [str(schema.findColumnName(order.fields().get(i).sourceId())) for i in range(order.fields().size())]
+    if image_count is not None:
+        images = images.coalesce(_image_files(spark, table, base_snapshot_id, image_count))
     if sort_columns:
         images = images.sortWithinPartitions(*sort_columns)
     deleted = Observation("cdclake_deleted_from")
@@ -217,7 +244,9 @@ def apply_row_delta(
             )
         )
         .observe(deleted, F.concat_ws("\n", F.collect_set("file_path")).alias("files"))
-        .repartition(spark.sparkContext.defaultParallelism, "file_path")
+        # About one delete file per data file, as Iceberg's own writer does: a reader of a data
+        # file then opens only the delete files whose path bounds hold it, not every batch's all.
+        .repartitionByRange(_delete_partitions(table, base_snapshot_id), "file_path")
         .sortWithinPartitions("file_path", "pos")
     )
     files = _Files(spark, table)
