@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -25,6 +24,7 @@ from cdclake.lake.publish import (
     stage_changes,
 )
 from cdclake.lake.tables import SilverTable
+from readers import MainPoller
 
 # A silver table: key (id, part), data columns, `gone` (dropped at the source: absent from every
 # batch), `kept` (named nowhere: MERGE's UPDATE leaves it alone) and `_cdc_order`.
@@ -102,21 +102,6 @@ def database(spark: SparkSession) -> Iterator[str]:
     yield f"silver.{name}"
 
 
-class _Poller(threading.Thread):
-    """Watches main's head (Iceberg metadata only, no Spark job) while batches apply."""
-
-    def __init__(self, spark: SparkSession, identifier: str) -> None:
-        super().__init__(daemon=True)
-        self.table = iceberg_table(spark, identifier)
-        self.seen: set[int] = set()
-        self.done = threading.Event()
-
-    def run(self) -> None:
-        while not self.done.wait(0.02):
-            self.table.refresh()
-            self.seen.add(int(self.table.currentSnapshot().snapshotId()))
-
-
 def _classified(spark: SparkSession, identifier: str, changes: DataFrame, key: Sequence[str]) -> DataFrame:
     """The pipeline's classification against the stored rows (no tombstones)."""
     stored = spark.table(identifier).select(*key, SILVER_ORDER)
@@ -138,7 +123,7 @@ def test_same_table_as_merge_one_snapshot_per_batch(
     for identifier in (merged, published):
         _create(spark, identifier, MODES[mode], initial)
     boundaries = {_main_history(spark, published)[-1]}
-    poller = _Poller(spark, published)
+    poller = MainPoller(spark, published)
     poller.start()
     try:
         for step in range(1, 4):

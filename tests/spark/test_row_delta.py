@@ -20,6 +20,7 @@ from cdclake.lake.committer import IcebergCommitter
 from cdclake.lake.ledger import KIND_CDC, ledger_properties
 from cdclake.lake.row_delta import apply_row_delta, blocker
 from cdclake.lake.tables import current_snapshot_id, iceberg_table, is_commit_conflict
+from readers import MainPoller
 
 # Every plain type the path writes itself, and `gone` (dropped at the source: absent from batches).
 TABLE_SCHEMA = (
@@ -124,23 +125,33 @@ def test_same_table_as_merge_one_snapshot_per_batch(spark: SparkSession, databas
     if sorted_layout:
         spark.sql(f"ALTER TABLE {written} WRITE ORDERED BY id")
     assert blocker(spark, written, ["id"], COLUMNS, ABSENT) is None
-    for step in range(1, 4):
-        # WHEN the same classified batch goes through MERGE and through the RowDelta of written files
-        changes = spark.createDataFrame(_random_batch(rng, 360, 120, step), CHANGE_SCHEMA)
-        classified, base = _classified(spark, written, changes, ["id"])
-        _merge(spark, merged, classified, ["id"])
-        before = _history(spark, written)
-        properties = ledger_properties(KIND_CDC, [f"batch-{step}"], "2024-01-01 00:00:00")
-        snapshot = apply_row_delta(spark, written, classified, ["id"], COLUMNS, properties, base, ABSENT)
-        # THEN the tables are equal, main gained one snapshot carrying the ledger, with delete files
-        assert _rows(spark, written) == _rows(spark, merged)
-        assert _history(spark, written) == [*before, snapshot]
-        summary = spark.sql(
-            f"SELECT parent_id, summary FROM {written}.snapshots WHERE snapshot_id = {snapshot}"
-        ).first()
-        assert summary is not None and summary["parent_id"] == before[-1]
-        assert {k: summary["summary"][k] for k in properties} == properties
-        assert int(summary["summary"]["added-position-deletes"]) > 0
+    boundaries = {_history(spark, written)[-1]}
+    poller = MainPoller(spark, written)
+    poller.start()
+    try:
+        for step in range(1, 4):
+            # WHEN the same classified batch goes through MERGE and through the RowDelta of written files
+            changes = spark.createDataFrame(_random_batch(rng, 360, 120, step), CHANGE_SCHEMA)
+            classified, base = _classified(spark, written, changes, ["id"])
+            _merge(spark, merged, classified, ["id"])
+            before = _history(spark, written)
+            properties = ledger_properties(KIND_CDC, [f"batch-{step}"], "2024-01-01 00:00:00")
+            snapshot = apply_row_delta(spark, written, classified, ["id"], COLUMNS, properties, base, ABSENT)
+            boundaries.add(snapshot)
+            # THEN the tables are equal, main gained one snapshot carrying the ledger, with delete files
+            assert _rows(spark, written) == _rows(spark, merged)
+            assert _history(spark, written) == [*before, snapshot]
+            query = f"SELECT parent_id, summary FROM {written}.snapshots WHERE snapshot_id = {snapshot}"
+            summary = spark.sql(query).first()
+            assert summary is not None and summary["parent_id"] == before[-1]
+            assert {k: summary["summary"][k] for k in properties} == properties
+            assert int(summary["summary"]["added-position-deletes"]) > 0
+    finally:
+        poller.done.set()
+        poller.join()
+    # AND a reader polling main only ever saw batch boundaries
+    assert poller.seen <= boundaries
+    assert len(poller.seen) >= 2
     # AND Iceberg's file statistics are right: filters that prune by them find every row
     rows = spark.table(merged).collect()
     for row in rng.sample(rows, 5):
