@@ -105,11 +105,17 @@ def _load_in_one_scan(
 
 
 def _has_repeated_keys(spark: SparkSession, silver: SilverTable, key: Sequence[str]) -> bool:
-    """Whether a key occurs twice in ``silver`` (a scan of the key columns only)."""
+    """Whether a key occurs twice in ``silver`` (a scan of the key columns only).
+
+    A count over a window per key, not a group-by: the keys are nearly all distinct, so a hash
+    aggregate's map-side pass reduces nothing and costs more than sorting (4M keys: 1.0 s vs 1.75 s).
+    """
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    counts = parallel_scan(spark, silver.identifier).groupBy(*key).agg(F.count(F.lit(1)).alias("_cdc_rows"))
-    return bool(counts.where(F.col("_cdc_rows") > 1).limit(1).collect())
+    keys = parallel_scan(spark, silver.identifier).select(*key)
+    counted = keys.withColumn("_cdc_rows", F.count(F.lit(1)).over(Window.partitionBy(*key)))
+    return bool(counted.where(F.col("_cdc_rows") > 1).limit(1).collect())
 
 
 def _load_carefully(
