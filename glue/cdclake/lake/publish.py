@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.columns import EFFECT, EFFECT_DELETE, EFFECT_INSERT, EFFECT_UPDATE, OP, SILVER_ORDER
 from cdclake.identifiers import quote
+from cdclake.lake.row_delta import commit_row_delta
 from cdclake.lake.tables import commit_with_properties, iceberg_table
 
 if TYPE_CHECKING:
@@ -301,15 +302,6 @@ def commit_staged(spark: SparkSession, staged: StagedBatch, properties: Mapping[
     table = iceberg_table(spark, staged.table_identifier)
     table.refresh()
     added_data, removed_data, added_deletes, removed_deletes = _net_files(table, staged.branch_snapshot_ids)
-    delta = table.newRowDelta()
-    for file in added_data:
-        delta = delta.addRows(file)
-    for file in removed_data:
-        delta = delta.removeRows(file)
-    for file in added_deletes:
-        delta = delta.addDeletes(file)
-    for file in removed_deletes:
-        delta = delta.removeDeletes(file)
     referenced = jvm.java.util.ArrayList()
     content_files = jvm.org.apache.iceberg.util.ContentFileUtil
     for file in added_deletes:
@@ -322,17 +314,10 @@ def commit_staged(spark: SparkSession, staged: StagedBatch, properties: Mapping[
                 raise RuntimeError(f"{staged.table_identifier}: main moved since the batch was staged")
         else:
             referenced.add(data_file)
-    delta = (
-        delta.validateFromSnapshot(staged.base_snapshot_id)
-        .conflictDetectionFilter(jvm.org.apache.iceberg.expressions.Expressions.alwaysTrue())
-        .validateNoConflictingDataFiles()
-        .validateNoConflictingDeleteFiles()
-        .validateDeletedFiles()
-        .validateDataFilesExist(referenced)
-    )
-    for name, value in properties.items():
-        delta = delta.set(name, value)
-    delta.commit()
+    commit_row_delta(
+        spark, table, staged.base_snapshot_id, properties, added_data, added_deletes, removed_data, removed_deletes,
+        referenced,
+    )  # fmt: skip
     committed = int(table.currentSnapshot().snapshotId())
     _forget_branch(table, staged)
     return committed

@@ -172,6 +172,44 @@ def _with_field_ids(columns: Sequence[tuple[Column, str]], ids: Mapping[str, int
     return [value.alias(name, metadata={_FIELD_ID: ids[name]}) for value, name in columns]
 
 
+def commit_row_delta(
+    spark: SparkSession,
+    table: Any,
+    base_snapshot_id: int,
+    properties: Mapping[str, str],
+    added_data: Sequence[Any] = (),
+    added_deletes: Sequence[Any] = (),
+    removed_data: Sequence[Any] = (),
+    removed_deletes: Sequence[Any] = (),
+    referenced: Any = None,
+) -> None:
+    """Commit one RowDelta on ``main`` carrying ``properties``, validated against
+    ``base_snapshot_id``: it fails (a commit conflict) if a data or delete file was added since, a
+    file it removes is gone, or a data file in ``referenced`` (a Java list of paths its deletes
+    point into) no longer exists."""
+    jvm: Any = spark.sparkContext._jvm
+    delta = table.newRowDelta()
+    for file in added_data:
+        delta = delta.addRows(file)
+    for file in removed_data:
+        delta = delta.removeRows(file)
+    for file in added_deletes:
+        delta = delta.addDeletes(file)
+    for file in removed_deletes:
+        delta = delta.removeDeletes(file)
+    delta = (
+        delta.validateFromSnapshot(base_snapshot_id)
+        .conflictDetectionFilter(jvm.org.apache.iceberg.expressions.Expressions.alwaysTrue())
+        .validateNoConflictingDataFiles()
+        .validateNoConflictingDeleteFiles()
+        .validateDeletedFiles()
+        .validateDataFilesExist(referenced if referenced is not None else jvm.java.util.ArrayList())
+    )
+    for name, value in properties.items():
+        delta = delta.set(name, value)
+    delta.commit()
+
+
 def _delete_partitions(table: Any, snapshot_id: int) -> int:
     """How many delete files a batch may write: the data files of its base snapshot, the most it
     can delete from (capped, so that one batch never writes thousands of files)."""
@@ -257,22 +295,7 @@ def apply_row_delta(
         # Data file paths hold no newline. No metrics at all: Spark found nothing to delete.
         for path in filter(None, str(deleted.get.get("files") or "").split("\n")):
             referenced.add(path)
-        jvm: Any = spark.sparkContext._jvm
-        delta = table.newRowDelta()
-        for file in data_files:
-            delta = delta.addRows(file)
-        for file in delete_files:
-            delta = delta.addDeletes(file)
-        delta = (
-            delta.validateFromSnapshot(base_snapshot_id)
-            .conflictDetectionFilter(jvm.org.apache.iceberg.expressions.Expressions.alwaysTrue())
-            .validateNoConflictingDataFiles()
-            .validateNoConflictingDeleteFiles()
-            .validateDataFilesExist(referenced)
-        )
-        for name, value in properties.items():
-            delta = delta.set(name, value)
-        delta.commit()
+        commit_row_delta(spark, table, base_snapshot_id, properties, data_files, delete_files, referenced=referenced)
     except BaseException:
         files.remove()
         raise
