@@ -31,6 +31,10 @@ class Engine:
     # Up to this many bytes of change files, a batch's keys are broadcast to pick the stored rows
     # they touch (a few tens of MB of keys at most: well within a 2 GB driver).
     broadcast_batch_bytes: int = 128 * 1024 * 1024
+    # A batch of one file up to ``broadcast_batch_bytes``, or of files up to this many bytes in
+    # all, is read, de-duplicated and classified in one task: no shuffle (a single file is read by
+    # one task anyway; a few small ones read in about a second).
+    single_task_batch_bytes: int = 8 * 1024 * 1024
     # How a keyed batch is committed: "auto" writes its files and commits one RowDelta
     # (``lake.row_delta``: no scan of the table) where the table allows it, else takes the MERGE
     # or the branch-staged path by size; "row-delta", "merge" and "publish" pin a path (tests,

@@ -20,6 +20,7 @@ from cdclake.dms.writer import (
     load_file_name,
     write_csv,
 )
+from cdclake.engine.prepare import prepare_batch
 from cdclake.engine.run import apply_cdc_files, full_load, run
 from cdclake.engine.select import files_from_keys
 from cdclake.errors import BadInputError, FullLoadPendingError
@@ -109,14 +110,22 @@ def _write_stream(bronze: Path, initial: list[dict], log: list[SourceChange], rn
     return files
 
 
-@pytest.mark.parametrize(("seed", "broadcast_keys"), [(1, True), (2, True), (3, False)])
+# How a batch is prepared: in one task (no shuffle), with its keys broadcast, or with the stored keys shuffled.
+PREPARATIONS = {
+    "one task": {"single_task_batch_bytes": 1 << 40, "broadcast_batch_bytes": 1 << 40},
+    "broadcast keys": {"single_task_batch_bytes": 0, "broadcast_batch_bytes": 1 << 40},
+    "shuffled": {"single_task_batch_bytes": 0, "broadcast_batch_bytes": 0},
+}
+
+
+@pytest.mark.parametrize(("seed", "preparation"), [(1, "one task"), (2, "broadcast keys"), (3, "shuffled")])
 def test_random_change_streams_match_the_replayed_source(
-    make_engine: EngineFactory, tmp_path: Path, seed: int, broadcast_keys: bool
+    make_engine: EngineFactory, tmp_path: Path, seed: int, preparation: str
 ) -> None:
     # GIVEN a random full load and change log written as DMS files (some gzip, random batches),
-    # applied with the batch keys broadcast (small batches) or with the stored keys shuffled (large)
+    # prepared in one task, with the batch keys broadcast, or with the stored keys shuffled
     rng = random.Random(seed)
-    engine = replace(make_engine(ORDERS), broadcast_batch_bytes=1 << 40 if broadcast_keys else 0)
+    engine = replace(make_engine(ORDERS), **PREPARATIONS[preparation])
     initial, log = _random_stream(rng, initial_keys=30, changes=120)
     files = _write_stream(tmp_path / "bronze", initial, log, rng)
     # WHEN the pipeline runs (full load, then CDC in batches of 3 files)
@@ -190,6 +199,58 @@ def test_upsert_semantics_and_missing_keys(make_engine: EngineFactory, tmp_path:
     # THEN inserts upsert, updates insert, deletes of missing keys do nothing
     silver = _silver(engine)
     assert {k: v["status"] for k, v in silver.items()} == {("eu", 1): "upserted", ("us", 7): "inserted"}
+
+
+def _shuffled_bytes(engine: Engine, action: Callable[[], object]) -> int:
+    """The shuffle bytes written by the Spark stages ``action`` runs (from Spark's status store)."""
+    spark_context = engine.spark.sparkContext
+    context, jvm = spark_context._jsc.sc(), spark_context._jvm  # type: ignore[union-attr]
+
+    def stages() -> dict[int, int]:
+        context.listenerBus().waitUntilEmpty()
+        every = jvm.java.util.ArrayList()  # no filter: stages in any status  # type: ignore[union-attr]
+        no_quantiles = spark_context._gateway.new_array(jvm.double, 0)  # type: ignore[union-attr]
+        found, listed = {}, context.statusStore().stageList(every, False, False, no_quantiles, every).iterator()
+        while listed.hasNext():
+            stage = listed.next()
+            found[int(stage.stageId())] = int(stage.shuffleWriteBytes())
+        return found
+
+    before = stages()
+    action()
+    return sum(written for stage, written in stages().items() if stage not in before)
+
+
+@pytest.mark.parametrize("one_task", [True, False])
+def test_a_small_batch_is_prepared_without_a_shuffle(
+    make_engine: EngineFactory, tmp_path: Path, one_task: bool
+) -> None:
+    # GIVEN a loaded table with tombstones, and a small batch of updates, inserts and deletes in one file
+    engine = make_engine(ORDERS)
+    if not one_task:
+        engine = replace(engine, single_task_batch_bytes=0, broadcast_batch_bytes=0)
+    table_dir = tmp_path / "bronze" / "sales" / "orders"
+    loaded = [["2024-01-01 00:00:00.000000", "eu", str(i), "old", "1.00", ""] for i in range(20)]
+    write_csv(table_dir / "LOAD00000001.csv", loaded)
+    ts = "2024-01-02 00:00:01.000000"
+    write_csv(table_dir / "20240102-0000010000.csv", [["D", ts, "eu", "0", "old", "1.00", change_sequence(ts, 1)]])
+    run(engine)
+    ts = "2024-01-02 00:00:02.000000"
+    rows = [["U", ts, "eu", str(i), "new", "2.00", change_sequence(ts, i)] for i in range(1, 10)]
+    rows += [
+        ["I", ts, "us", "1", "new", "3.00", change_sequence(ts, 10)],
+        ["D", ts, "eu", "5", "old", "1.00", change_sequence(ts, 11)],
+    ]
+    write_csv(table_dir / "20240102-0000020000.csv", rows)
+    batch = files_from_keys(engine.store, ["sales/orders/20240102-0000020000.csv"])
+    # WHEN it is prepared (read, de-duplicated, classified against silver and the tombstones)
+    plans = []
+    written = _shuffled_bytes(engine, lambda: plans.append(prepare_batch(engine, engine.config.tables[0], batch)))
+    # THEN it is classified right, and without a shuffle in one task (a bigger batch shuffles)
+    changes = plans[0].changes
+    assert changes is not None
+    assert {e: n for e, n in changes.effects.items() if n} == {"update": 8, "insert": 1, "delete": 1}
+    assert (written == 0) is one_task
 
 
 def test_full_load_twice_leaves_the_same_table(make_engine: EngineFactory, tmp_path: Path) -> None:

@@ -104,6 +104,10 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
 
     silver = engine.silver_table(table)
     changes = read_changes(engine, table, files)
+    if _one_task(engine, files):
+        # One partition: Spark plans the latest-per-key aggregate and the classification's joins
+        # (their other side broadcast) without a shuffle.
+        changes = changes.coalesce(1)
     shape = latest_changes(changes.where(~has_error()), table).limit(0)
     creates_table = not table_exists(engine.spark, silver)
     base = None if creates_table else current_snapshot_id(engine.spark, silver.identifier)
@@ -166,6 +170,12 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
         history=history,
     )
     return plan
+
+
+def _one_task(engine: Engine, files: Sequence[BronzeFile]) -> bool:
+    """Whether the batch is small enough to prepare in one task (``Engine.single_task_batch_bytes``)."""
+    total = sum(f.size for f in files)
+    return total <= engine.single_task_batch_bytes or (len(files) == 1 and total <= engine.broadcast_batch_bytes)
 
 
 def _cast(rows: DataFrame, casts: dict[str, str]) -> DataFrame:
