@@ -45,6 +45,22 @@ def test_latest_change_per_key_orders_by_timestamp_sequence_file_row(spark: Spar
     ]
 
 
+def test_latest_change_per_key_skips_invalid_rows_and_keeps_the_named_columns(spark: SparkSession) -> None:
+    # GIVEN changes where a later row of key "a" is invalid and every row of key "b" is
+    rows = [
+        ("a", 1, "good", "U", "2024-01-01 00:00:01", "1", 0, 0, 0, True),
+        ("a", 1, "bad-but-later", "U", "2024-01-01 00:00:09", "9", 0, 0, 1, False),
+        ("b", 1, "bad", "I", "2024-01-01 00:00:01", "1", 0, 0, 2, False),
+        ("c", 1, "only", "D", "2024-01-01 00:00:01", "1", 0, 0, 3, True),
+    ]
+    changes = spark.createDataFrame(rows, CHANGE_SCHEMA + ", ok boolean")
+    # WHEN de-duplicated with a validity condition, carrying two columns
+    latest = latest_change_per_key(changes, ["k1", "k2"], ["v", "_cdc_op"], valid=changes["ok"])
+    # THEN invalid rows never win, keys without a valid row are gone, and only the named columns remain
+    assert latest.columns == ["k1", "k2", "v", "_cdc_op"]
+    assert sorted(tuple(r) for r in latest.collect()) == [("a", 1, "good", "U"), ("c", 1, "only", "D")]
+
+
 def test_cleaning_casts_derives_renames_and_drops(spark: SparkSession) -> None:
     # GIVEN the first seed's hosts cleaning
     frame = spark.createDataFrame(

@@ -237,24 +237,40 @@ def change_order() -> Column:
     return F.struct(*[F.col(c) for c in ORDER_COLUMNS])
 
 
-def latest_change_per_key(df: DataFrame, key: Sequence[str]) -> DataFrame:
-    """Keep the last change of each key by ``change_order()``; columns are unchanged.
+def latest_change_per_key(
+    df: DataFrame, key: Sequence[str], columns: Sequence[str] | None = None, valid: Column | None = None
+) -> DataFrame:
+    """Keep the last change of each key by ``change_order()``.
 
+    Out: ``key``, then ``columns`` (default: every other column of ``df``) and the unchanged flags.
+    Naming the columns a caller needs keeps the aggregate narrow: Spark sorts and compares the
+    carried values as one struct per row, and cannot drop unused fields of it afterwards (the
+    error array and the raw line alone doubled the cost of 1M changes). ``valid``: rows where it
+    is false do not compete (as if filtered out first, without a filter that Spark would push
+    below the typing and so compute every cast twice); a key with no valid row is dropped.
     Ties are impossible: file ordinal and row position make every change unique.
     """
     from pyspark.sql import functions as F
 
     flags = unchanged_flags(df)
-    values = [c for c in df.columns if c not in key and c not in flags and c not in flags.values()]
-    aggregates = [F.max_by(F.struct(*values), change_order()).alias("_cdc_latest")]
+    values = [
+        c
+        for c in (columns if columns is not None else df.columns)
+        if c not in key and c not in flags and c not in flags.values()
+    ]
+    ok = F.lit(True) if valid is None else valid
+    order = F.when(ok, change_order())
+    aggregates = [F.max_by(F.struct(*values), order).alias("_cdc_latest")]
     for column, flag in flags.items():
-        # The newest captured value in the batch; unchanged only if no change captured it.
-        captured_order = F.when(~F.col(flag), change_order())
+        # The newest captured value in the batch; unchanged only if no valid change captured it.
+        captured_order = F.when(ok & ~F.col(flag), change_order())
         aggregates += [
             F.max_by(F.col(column), captured_order).alias(column),
-            (~F.max(~F.col(flag))).alias(flag),
+            (~F.coalesce(F.max(F.when(ok, ~F.col(flag))), F.lit(False))).alias(flag),
         ]
     latest = df.groupBy(*key).agg(*aggregates)
+    if valid is not None:
+        latest = latest.where(F.col("_cdc_latest").isNotNull())
     return latest.select(*key, *[F.col(f"_cdc_latest.{c}").alias(c) for c in values], *flags, *flags.values())
 
 

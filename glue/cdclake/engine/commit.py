@@ -154,7 +154,7 @@ def _apply_keyed(
         assert changes.base_snapshot_id is not None
         engine.committer.row_delta(
             engine.spark, silver, applicable, key, changes.columns, properties, changes.base_snapshot_id,
-            changes.schema.absent, report.inserted + report.updated,
+            changes.schema.absent, report.inserted + report.updated, report.updated + report.deleted,
         )  # fmt: skip
     elif path == "merge":
         # The same semantics as the other paths (tests/spark/test_publish.py).

@@ -35,7 +35,7 @@ from cdclake.lake.journals import tombstones_of
 from cdclake.lake.tables import current_snapshot_id, silver_columns, table_exists
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
         # One partition: Spark plans the latest-per-key aggregate and the classification's joins
         # (their other side broadcast) without a shuffle.
         changes = changes.coalesce(1)
-    shape = latest_changes(changes.where(~has_error()), table).limit(0)
+    shape = latest_changes(changes, table).limit(0)
     creates_table = not table_exists(engine.spark, silver)
     base = None if creates_table else current_snapshot_id(engine.spark, silver.identifier)
     stored = [] if creates_table else silver_columns(engine.spark, silver)
@@ -129,7 +129,7 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
         history = valid.select(*data_columns(valid), SILVER_ORDER, OP, COMMIT_TS)
         rows = latest_changes(valid, table)
     else:
-        rows = _cast(latest_changes(observed_read.where(~has_error()), table), schema.cast)
+        rows = _cast(latest_changes(observed_read, table, valid=~has_error()), schema.cast)
     applied = Observation("cdclake_effects")
     keys_seen = Observation("cdclake_keys")
     latest = F.max(COMMIT_TS).alias("_cdc_latest")
@@ -223,16 +223,19 @@ def _classify(
     return classify_effects(rows, touched, known_deleted, key)
 
 
-def latest_changes(changes: DataFrame, table: TableConfig) -> DataFrame:
+def latest_changes(changes: DataFrame, table: TableConfig, valid: Column | None = None) -> DataFrame:
     """What a batch applies: the latest change per key with its operation (deletes included);
-    append-only tables: every change, with its operation kept in a column."""
+    append-only tables: every change, with its operation kept in a column. ``valid``: rows where
+    it is false are left out."""
     from pyspark.sql import functions as F
 
     if table.append_only:
-        return changes.withColumn(APPEND_ONLY_OP_COLUMN, F.col(OP)).select(
+        kept = changes if valid is None else changes.where(valid)
+        return kept.withColumn(APPEND_ONLY_OP_COLUMN, F.col(OP)).select(
             *data_columns(changes), APPEND_ONLY_OP_COLUMN, OP, COMMIT_TS
         )
-    latest = latest_change_per_key(changes, table.silver_key())
+    columns = [*data_columns(changes), SILVER_ORDER, OP, COMMIT_TS]
+    latest = latest_change_per_key(changes, table.silver_key(), columns, valid)
     flags = list(unchanged_flags(latest).values())
     return latest.select(*data_columns(changes), SILVER_ORDER, OP, COMMIT_TS, *flags)
 

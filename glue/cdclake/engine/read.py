@@ -201,5 +201,6 @@ def stored_rows(changes: DataFrame, table: TableConfig, deduplicate: bool = True
         return changes.withColumn(APPEND_ONLY_OP_COLUMN, F.col(OP)).select(
             *data_columns(changes), APPEND_ONLY_OP_COLUMN
         )
-    latest = latest_change_per_key(changes, table.silver_key()) if deduplicate else changes
+    columns = [*data_columns(changes), SILVER_ORDER, OP]
+    latest = latest_change_per_key(changes, table.silver_key(), columns) if deduplicate else changes
     return latest.where(F.col(OP) != "D").select(*data_columns(changes), SILVER_ORDER)

@@ -52,12 +52,14 @@ class IcebergCommitter:
         base_snapshot_id: int,
         absent: Sequence[str] = (),
         image_count: int | None = None,
+        replaced_count: int | None = None,
     ) -> None:
         """Apply classified changes carrying their stored rows' places as written files and one
         RowDelta on ``main`` carrying ``properties`` (``lake.row_delta``: no scan of the table)."""
         apply_row_delta(
-            spark, table.identifier, changes, key, columns, properties, base_snapshot_id, absent, image_count
-        )
+            spark, table.identifier, changes, key, columns, properties, base_snapshot_id, absent, image_count,
+            replaced_count,
+        )  # fmt: skip
 
     def append(self, spark: SparkSession, table: SilverTable, rows: DataFrame, properties: dict[str, str]) -> None:
         """Append ``rows`` as one commit carrying ``properties`` (append-only tables)."""
