@@ -30,6 +30,7 @@ import logging
 import math
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -127,13 +128,23 @@ class _Files:
         self.paths: list[str] = []
 
     def write(self, frame: DataFrame, kind: str) -> list[tuple[str, int]]:
+        """Write ``frame`` as Parquet files of their own (inside ``_iceberg_parquet``)."""
         location = str(self.table.locationProvider().newDataLocation(f"cdclake-{kind}-{uuid.uuid4().hex}"))
         codec = str(self.table.properties().getOrDefault("write.parquet.compression-codec", "zstd"))
-        with _iceberg_parquet(self.spark):
-            frame.write.option("compression", codec).parquet(location)
+        frame.write.option("compression", codec).parquet(location)
         files = _written(self.spark, location)
         self.paths += [path for path, _ in files]
         return files
+
+    def write_both(self, deletes: DataFrame, images: DataFrame) -> tuple[list[Any], list[Any]]:
+        """Write the position deletes and the new images as two Spark jobs at once, and turn them
+        into content files: each is a job of one or a few tasks for a small batch, so one alone
+        leaves cores idle."""
+        with _iceberg_parquet(self.spark), ThreadPoolExecutor(2, thread_name_prefix="cdclake-write") as pool:
+            written = [pool.submit(self.write, deletes, "deletes"), pool.submit(self.write, images, "data")]
+            # Every write ends before this block does, so a failure never leaves one running.
+            deletes_written, data_written = (future.result() for future in written)
+        return self.content_files(deletes_written, deletes=True), self.content_files(data_written, deletes=False)
 
     def content_files(self, files: list[tuple[str, int]], deletes: bool) -> list[Any]:
         """Iceberg ``DataFile``/``DeleteFile`` entries for written files, metrics from their footers;
@@ -292,8 +303,7 @@ def apply_row_delta(
     replaced = replaced.sortWithinPartitions("file_path", "pos")
     files = _Files(spark, table)
     try:
-        delete_files = files.content_files(files.write(replaced, "deletes"), deletes=True)
-        data_files = files.content_files(files.write(images, "data"), deletes=False)
+        delete_files, data_files = files.write_both(replaced, images)
         referenced = spark.sparkContext._jvm.java.util.ArrayList()  # type: ignore[union-attr]
         # Data file paths hold no newline. No metrics at all: Spark found nothing to delete.
         for path in filter(None, str(deleted.get.get("files") or "").split("\n")):
