@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from cdclake.lake.committer import IcebergCommitter
@@ -22,6 +23,37 @@ class CrashingCommitter(IcebergCommitter):
 
     def append(self, *_: Any) -> None:
         raise RuntimeError("the job was killed before its data commit")
+
+
+class TombstoneWitness(IcebergCommitter):
+    """A committer whose tombstone appends are slow (``delay`` seconds before each) and which reads
+    the tombstone table just before each data commit (``seen``): what a crash at that moment
+    would leave behind."""
+
+    def __init__(self, tombstones: str, delay: float = 2.0) -> None:
+        self.tombstones = tombstones  # the tombstone table's identifier
+        self.delay = delay
+        self.seen: list[list[tuple[Any, ...]]] = []
+
+    def append_tombstones(self, *args: Any) -> None:
+        time.sleep(self.delay)
+        super().append_tombstones(*args)
+
+    def _look(self, spark: Any) -> None:
+        exists = spark.catalog.tableExists(self.tombstones.replace("`", ""))
+        self.seen.append(sorted(tuple(r) for r in spark.table(self.tombstones).collect()) if exists else [])
+
+    def merge(self, spark: Any, *args: Any) -> None:
+        self._look(spark)
+        super().merge(spark, *args)
+
+    def row_delta(self, spark: Any, *args: Any, before_commit: Any = None, **kwargs: Any) -> None:
+        def look() -> None:
+            if before_commit is not None:
+                before_commit()
+            self._look(spark)
+
+        super().row_delta(spark, *args, before_commit=look, **kwargs)
 
 
 class RacingCommitter(IcebergCommitter):

@@ -17,7 +17,7 @@ from cdclake.engine.select import files_from_keys
 from cdclake.errors import ConcurrentWriterError
 from cdclake.lake.journals import QUARANTINE_TABLE, SCHEMA_CHANGES_TABLE, tombstones_of
 from cdclake.report import RunReport
-from faults import CrashingCommitter, RacingCommitter
+from faults import CrashingCommitter, RacingCommitter, TombstoneWitness
 
 EngineFactory = Callable[..., Engine]
 
@@ -100,6 +100,24 @@ def test_crash_between_tombstones_and_merge_converges_on_rerun(make_engine: Engi
     # WHEN the batch is retried THEN it applies once and silver is right
     retried = _apply(engine, batch)
     assert retried.tables[0].files_applied == 1
+    assert _state(engine) == {2: "b2"}
+
+
+@pytest.mark.parametrize("path", ["row-delta", "merge"])
+def test_the_data_commit_waits_for_the_batch_tombstones(make_engine: EngineFactory, tmp_path: Path, path: str) -> None:
+    # GIVEN a table and a batch that deletes a key (its tombstone is appended while the data is written)
+    engine = make_engine(ITEMS)
+    bronze = tmp_path / "bronze"
+    _apply(engine, _cdc(bronze, "items", "20240102-0000010000.csv", [("I", "1", "1", "a"), ("I", "1", "2", "b")]))
+    batch = _cdc(bronze, "items", "20240102-0000020000.csv", [("D", "2", "1", "a"), ("U", "2", "2", "b2")])
+    tombstones = tombstones_of(engine.silver_table(engine.config.tables[0])).identifier
+    witness = TombstoneWitness(tombstones)
+    # WHEN the batch is applied through either commit path
+    _apply(replace(engine, committer=witness, commit_path=path), batch)
+    # THEN at the moment of the data commit the delete's tombstone was already committed
+    assert [[(key, deleted_at) for key, _, deleted_at in seen] for seen in witness.seen] == [
+        [(1, "2024-01-02 00:00:02.000000")]
+    ]
     assert _state(engine) == {2: "b2"}
 
 

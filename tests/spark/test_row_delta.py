@@ -161,6 +161,12 @@ def test_same_table_as_merge_one_snapshot_per_batch(spark: SparkSession, databas
     # AND the new images' files carry the table's sort order (none: 0)
     orders = {r[0] for r in spark.sql(f"SELECT sort_order_id FROM {written}.data_files").collect()}
     assert orders == ({0, 1} if sorted_layout else {0})
+    # AND each delete file holds the deletes of one data file (as Iceberg's own writer makes them),
+    # though a batch deleted from several data files
+    delete_files = [r[0] for r in spark.sql(f"SELECT file_path FROM {written}.delete_files").collect()]
+    assert len(delete_files) > 3
+    for path in delete_files:
+        assert spark.read.parquet(path).select("file_path").distinct().count() == 1, path
     # AND maintenance applies the delete files: compacted, the rows are the same
     _compact(spark, written)
     assert _rows(spark, written) == _rows(spark, merged)

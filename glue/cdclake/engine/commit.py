@@ -8,7 +8,8 @@ ledger record, and the reset of what the old load left behind. Nothing here read
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -126,8 +127,6 @@ def _apply_keyed(
     report: TableReport,
 ) -> None:
     """Tombstones (and history) for the deletes, then one commit of the rest that records the batch's files."""
-    from pyspark.sql import functions as F
-
     key = table.silver_key()
     counts = changes.effects
     report.inserted = counts[EFFECT_INSERT]
@@ -135,14 +134,41 @@ def _apply_keyed(
     report.deleted = counts[EFFECT_DELETE]
     report.deleted_missing = counts[EFFECT_DELETE_MISSING]
     report.ignored_late = counts[EFFECT_LATE]
-    if report.deleted or report.deleted_missing:
-        # Tombstones first: if the data commit below never happens, the re-run appends them again
+    with ThreadPoolExecutor(1, thread_name_prefix="cdclake-tombstones") as pool:
+        # Tombstones before the data commit: if it never happens, the re-run appends them again
         # harmlessly. Appended, never upserted (one write whose cost follows the deletes): a key
         # may hold several tombstones, and the classification takes its newest (``classify_effects``).
-        tombstones = tombstones_of(silver)
-        ensure_table(engine.spark, tombstones, tombstone_rows(changes.shape, key))
-        deletes = changes.rows.where(F.col(EFFECT).isin(EFFECT_DELETE, EFFECT_DELETE_MISSING))
-        tombstone_rows(deletes, key).writeTo(tombstones.identifier).append()
+        # Their job runs while the data files are written; the data commit waits for their commit.
+        deleted = report.deleted + report.deleted_missing
+        tombstoned = pool.submit(_append_tombstones, engine, silver, changes, key) if deleted else None
+        _commit_keyed(engine, silver, changes, key, properties, report, tombstoned.result if tombstoned else _nothing)
+
+
+def _nothing() -> None:
+    return None
+
+
+def _append_tombstones(engine: Engine, silver: SilverTable, changes: ChangeSet, key: Sequence[str]) -> None:
+    from pyspark.sql import functions as F
+
+    tombstones = tombstones_of(silver)
+    ensure_table(engine.spark, tombstones, tombstone_rows(changes.shape, key))
+    deletes = changes.rows.where(F.col(EFFECT).isin(EFFECT_DELETE, EFFECT_DELETE_MISSING))
+    engine.committer.append_tombstones(engine.spark, tombstones, tombstone_rows(deletes, key))
+
+
+def _commit_keyed(
+    engine: Engine,
+    silver: SilverTable,
+    changes: ChangeSet,
+    key: Sequence[str],
+    properties: dict[str, str],
+    report: TableReport,
+    tombstones_committed: Callable[[], None],
+) -> None:
+    """History, then the data commit, which waits for ``tombstones_committed`` first."""
+    from pyspark.sql import functions as F
+
     if changes.history is not None:
         # Before the data commit, like the tombstones: history adds each change once, so a re-run
         # after a crash adds nothing; its commit carries the batch's files as well.
@@ -155,8 +181,11 @@ def _apply_keyed(
         engine.committer.row_delta(
             engine.spark, silver, applicable, key, changes.columns, properties, changes.base_snapshot_id,
             changes.schema.absent, report.inserted + report.updated, report.updated + report.deleted,
+            before_commit=tombstones_committed,
         )  # fmt: skip
-    elif path == "merge":
+        return
+    tombstones_committed()
+    if path == "merge":
         # The same semantics as the other paths (tests/spark/test_publish.py).
         flagged = list(changes.unchanged)
         absent = changes.schema.absent

@@ -53,13 +53,20 @@ class IcebergCommitter:
         absent: Sequence[str] = (),
         image_count: int | None = None,
         replaced_count: int | None = None,
+        before_commit: Callable[[], None] | None = None,
     ) -> None:
         """Apply classified changes carrying their stored rows' places as written files and one
-        RowDelta on ``main`` carrying ``properties`` (``lake.row_delta``: no scan of the table)."""
+        RowDelta on ``main`` carrying ``properties`` (``lake.row_delta``: no scan of the table).
+        ``before_commit`` is called once the files are written, before the commit (it waits for
+        what must be committed first)."""
         apply_row_delta(
             spark, table.identifier, changes, key, columns, properties, base_snapshot_id, absent, image_count,
-            replaced_count,
+            replaced_count, before_commit,
         )  # fmt: skip
+
+    def append_tombstones(self, spark: SparkSession, tombstones: SilverTable, rows: DataFrame) -> None:
+        """Append a batch's tombstones (one commit to the tombstone table, no ledger properties)."""
+        rows.writeTo(tombstones.identifier).append()
 
     def append(self, spark: SparkSession, table: SilverTable, rows: DataFrame, properties: dict[str, str]) -> None:
         """Append ``rows`` as one commit carrying ``properties`` (append-only tables)."""

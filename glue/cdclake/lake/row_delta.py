@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -49,6 +49,9 @@ _DELETE_PATH_ID, _DELETE_POS_ID = 2147483546, 2147483545
 _PLAIN_TYPES = {"BOOLEAN", "INTEGER", "LONG", "FLOAT", "DOUBLE", "DATE", "TIMESTAMP", "STRING", "BINARY", "DECIMAL"}
 _FIELD_ID = "parquet.field.id"
 _ROWS_PER_WRITER = 500_000
+# Beside a position delete: a number standing for its data file, so each data file's deletes are
+# written to a delete file of their own.
+_DATA_FILE = "_cdc_data_file"
 
 
 def blocker(
@@ -104,17 +107,23 @@ def _iceberg_parquet(spark: SparkSession) -> Iterator[None]:
 
 
 def _written(spark: SparkSession, location: str) -> list[tuple[str, int]]:
-    """(path, size) of the Parquet files Spark wrote into ``location``; the marker file removed."""
+    """(path, size) of the Parquet files Spark wrote under ``location`` (in partition folders
+    too); the marker file removed."""
     jvm: Any = spark.sparkContext._jvm
     directory = jvm.org.apache.hadoop.fs.Path(location)
     fs = directory.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     found = []
-    for status in fs.listStatus(directory):
-        name = str(status.getPath().getName())
+    listing = fs.listFiles(directory, True)
+    while listing.hasNext():
+        status = listing.next()
+        path = status.getPath()
+        name = str(path.getName())
         if name.endswith(".parquet"):
-            found.append((f"{location.rstrip('/')}/{name}", int(status.getLen())))
+            folder = str(path.getParent().getName())  # "<column>=<value>" when written per value
+            relative = f"{folder}/{name}" if "=" in folder else name
+            found.append((f"{location.rstrip('/')}/{relative}", int(status.getLen())))
         elif name == "_SUCCESS":
-            fs.delete(status.getPath(), False)
+            fs.delete(path, False)
     return found
 
 
@@ -127,11 +136,16 @@ class _Files:
         self.jvm: Any = spark.sparkContext._jvm
         self.paths: list[str] = []
 
-    def write(self, frame: DataFrame, kind: str) -> list[tuple[str, int]]:
-        """Write ``frame`` as Parquet files of their own (inside ``_iceberg_parquet``)."""
+    def write(self, frame: DataFrame, kind: str, file_per: str | None = None) -> list[tuple[str, int]]:
+        """Write ``frame`` as Parquet files of their own (inside ``_iceberg_parquet``); ``file_per``:
+        a column whose every value gets files of its own (in a folder named after it; the column
+        itself is not written)."""
         location = str(self.table.locationProvider().newDataLocation(f"cdclake-{kind}-{uuid.uuid4().hex}"))
         codec = str(self.table.properties().getOrDefault("write.parquet.compression-codec", "zstd"))
-        frame.write.option("compression", codec).parquet(location)
+        writer = frame.write.option("compression", codec)
+        if file_per is not None:
+            writer = writer.partitionBy(file_per)
+        writer.parquet(location)
         files = _written(self.spark, location)
         self.paths += [path for path, _ in files]
         return files
@@ -141,7 +155,10 @@ class _Files:
         into content files: each is a job of one or a few tasks for a small batch, so one alone
         leaves cores idle."""
         with _iceberg_parquet(self.spark), ThreadPoolExecutor(2, thread_name_prefix="cdclake-write") as pool:
-            written = [pool.submit(self.write, deletes, "deletes"), pool.submit(self.write, images, "data")]
+            written = [
+                pool.submit(self.write, deletes, "deletes", _DATA_FILE),
+                pool.submit(self.write, images, "data"),
+            ]
             # Every write ends before this block does, so a failure never leaves one running.
             deletes_written, data_written = (future.result() for future in written)
         return self.content_files(deletes_written, deletes=True), self.content_files(data_written, deletes=False)
@@ -248,6 +265,7 @@ def apply_row_delta(
     absent: Sequence[str] = (),
     image_count: int | None = None,
     replaced_count: int | None = None,
+    before_commit: Callable[[], None] | None = None,
 ) -> int:
     """Apply classified changes (effects insert, update and delete only, one per key, with the
     place of the key's stored row read at ``base_snapshot_id``: ``_cdc_stored_file``,
@@ -258,7 +276,8 @@ def apply_row_delta(
     classification did not count as matched, one with a NULL ``_cdc_order``: MERGE would update
     it); inserts and updates write their new image; ``absent`` columns are NULL in it. ``image_count``
     (inserts and updates) and ``replaced_count`` (stored rows replaced: updates and deletes), when
-    known, size the data and delete files: few files for a small batch.
+    known, size the data and delete files: few files for a small batch. ``before_commit`` is called
+    between the writes and the commit (a failure there removes the written files).
     """
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
@@ -294,13 +313,13 @@ def apply_row_delta(
     )
     if replaced_count is not None:
         replaced = replaced.coalesce(_writers(spark, replaced_count))
-    # Sorted by data file and position, as a position delete file must be. Each writing task
-    # writes one delete file for every data file its rows point into, not one per data file as
-    # Iceberg's own writer does: cutting by data file needs a range shuffle and its sampling job
-    # (0.3-1 s a batch). A reader of a data file then opens one delete file per writing task of
-    # a batch (one up to 500k replaced rows) instead of one, and skips the row groups of other
-    # data files by their path statistics; maintenance compacts them.
-    replaced = replaced.sortWithinPartitions("file_path", "pos")
+    # One delete file per data file, sorted by position, as Iceberg's own writer makes them: a
+    # reader of a data file opens only its own deletes (file-scoped: both path bounds are the
+    # data file). Each writing task cuts its sorted rows by data file (Spark's writer, partitioned
+    # by a hash of the path), so no range shuffle and no sampling job are needed for that.
+    replaced = replaced.withColumn(_DATA_FILE, F.xxhash64("file_path")).sortWithinPartitions(
+        _DATA_FILE, "file_path", "pos"
+    )
     files = _Files(spark, table)
     try:
         delete_files, data_files = files.write_both(replaced, images)
@@ -308,6 +327,8 @@ def apply_row_delta(
         # Data file paths hold no newline. No metrics at all: Spark found nothing to delete.
         for path in filter(None, str(deleted.get.get("files") or "").split("\n")):
             referenced.add(path)
+        if before_commit is not None:
+            before_commit()
         commit_row_delta(spark, table, base_snapshot_id, properties, data_files, delete_files, referenced=referenced)
     except BaseException:
         files.remove()
