@@ -141,11 +141,12 @@ def _apply_keyed(
         # Their job runs while the data files are written; the data commit waits for their commit.
         deleted = report.deleted + report.deleted_missing
         tombstoned = pool.submit(_append_tombstones, engine, silver, changes, key) if deleted else None
-        _commit_keyed(engine, silver, changes, key, properties, report, tombstoned.result if tombstoned else _nothing)
+        waited = tombstoned.result if tombstoned else _no_tombstones
+        _commit_keyed(engine, silver, changes, key, properties, report, waited)
 
 
-def _nothing() -> None:
-    return None
+def _no_tombstones() -> None:
+    """A batch without deletes: nothing for its data commit to wait for."""
 
 
 def _append_tombstones(engine: Engine, silver: SilverTable, changes: ChangeSet, key: Sequence[str]) -> None:
