@@ -111,13 +111,19 @@ class BronzeSettings:
     csv_split_bytes: int = 256 << 20
 
 
+DEFAULT_MAX_FILES_PER_BATCH = 500
+DEFAULT_MAX_BAD_ROW_RATIO = 0.01
+
+
 @dataclass(frozen=True)
 class PipelineConfig:
     bronze: BronzeSettings
     database: str
     tables: tuple[TableConfig, ...]
-    max_files_per_batch: int = 500
-    max_bad_row_ratio: float = 0.01  # above this share of bad rows a batch fails instead of quarantining
+    max_files_per_batch: int = DEFAULT_MAX_FILES_PER_BATCH
+    max_bad_row_ratio: float = DEFAULT_MAX_BAD_ROW_RATIO  # above this share of bad rows a batch fails
+    # Tables of a run worked on at once (``engine.parallel``); None: ``Engine.parallel_tables`` decides.
+    parallel_tables: int | None = None
     gold: GoldSettings = field(default_factory=GoldSettings)  # the gold database and its marts
 
     def table(self, name: str) -> TableConfig:
@@ -340,12 +346,15 @@ def parse_config(text: str, source: str = "<config>") -> PipelineConfig:
         silver = doc.mapping(top["silver"], "silver", {"database"})
         if "database" in silver:
             database = doc.identifier(silver["database"], "silver.database")
-    max_files = 500
+    max_files = DEFAULT_MAX_FILES_PER_BATCH
+    parallel_tables = None
     if "cdc" in top:
-        cdc = doc.mapping(top["cdc"], "cdc", {"max_files_per_batch"})
+        cdc = doc.mapping(top["cdc"], "cdc", {"max_files_per_batch", "parallel_tables"})
         if "max_files_per_batch" in cdc:
             max_files = doc.integer(cdc["max_files_per_batch"], "cdc.max_files_per_batch")
-    max_bad_row_ratio = 0.01
+        if "parallel_tables" in cdc:
+            parallel_tables = doc.integer(cdc["parallel_tables"], "cdc.parallel_tables")
+    max_bad_row_ratio = DEFAULT_MAX_BAD_ROW_RATIO
     if "quarantine" in top:
         quarantine = doc.mapping(top["quarantine"], "quarantine", {"max_bad_row_ratio"})
         if "max_bad_row_ratio" in quarantine:
@@ -376,6 +385,7 @@ def parse_config(text: str, source: str = "<config>") -> PipelineConfig:
         database=database,
         tables=tables,
         max_files_per_batch=max_files,
+        parallel_tables=parallel_tables,
         max_bad_row_ratio=max_bad_row_ratio,
         gold=parse_gold(doc, top.get("gold"), top.get("marts"), database, readable_tables(database, tables)),
     )

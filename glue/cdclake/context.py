@@ -51,5 +51,15 @@ class Engine:
     commit_attempts: int = 4
     commit_backoff_seconds: float = 1.0
 
+    @property
+    def parallel_tables(self) -> int:
+        """How many tables of a run are worked on at once: ``cdc.parallel_tables``, else as many as
+        Spark's default parallelism (the executors' cores; ``local[*]``: the shuffle partitions),
+        from 2 to 8. A small table's batch is mostly the driver's bookkeeping and waits on commits,
+        so even two cores gain from two tables at once; more than 8 mostly adds driver load."""
+        if self.config.parallel_tables is not None:
+            return self.config.parallel_tables
+        return min(8, max(2, int(self.spark.sparkContext.defaultParallelism)))
+
     def silver_table(self, table: TableConfig) -> SilverTable:
         return SilverTable(self.catalog, self.config.database, table.target)

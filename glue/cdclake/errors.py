@@ -35,3 +35,7 @@ class ConcurrentWriterError(CdclakeError):
     """Another writer holds the warehouse or keeps winning the commit race: try again later."""
 
     exit_code = 75  # EX_TEMPFAIL: the same command later will succeed
+
+
+class TablesFailedError(CdclakeError):
+    """Several tables of one run failed (each named in the message); the others were applied."""

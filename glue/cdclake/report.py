@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cdclake.errors import CdclakeError, ConcurrentWriterError, TablesFailedError
+
 
 @dataclass
 class TableReport:
@@ -40,11 +42,33 @@ class TableReport:
         )
 
 
+@dataclass(frozen=True)
+class TableFailure:
+    """A table whose work stopped with an error; the run's other tables went on."""
+
+    table: str
+    kind: str  # "full-load" or "cdc"
+    error: Exception
+
+    @property
+    def exit_code(self) -> int:
+        """75: another writer kept winning (run it again later); 2: a problem the user can fix; 1: a fault."""
+        if isinstance(self.error, ConcurrentWriterError):
+            return ConcurrentWriterError.exit_code
+        return 2 if isinstance(self.error, CdclakeError) else 1
+
+    def summary(self) -> str:
+        lines = str(self.error).strip().splitlines() or [type(self.error).__name__]
+        return f"{self.kind:9} {self.table}: failed: {lines[0]}"
+
+
 @dataclass
 class RunReport:
-    """Every table report of one run, and what the run found in bronze but did not apply."""
+    """Every table report of one run, the tables that failed, and what the run found in bronze but
+    did not apply."""
 
     tables: list[TableReport] = field(default_factory=list)
+    failures: list[TableFailure] = field(default_factory=list)
     skipped_tables: list[str] = field(default_factory=list)  # reasons
     unconfigured: list[str] = field(default_factory=list)  # bronze sources with no configuration
     unrecognised: list[str] = field(default_factory=list)  # bronze keys that are not DMS files
@@ -53,6 +77,18 @@ class RunReport:
     def quarantined(self) -> list[TableReport]:
         """Batches that set files or rows aside."""
         return [t for t in self.tables if t.quarantined_files or t.rows_quarantined]
+
+    def checked(self) -> RunReport:
+        """This report when every table finished; else raise what stopped a table: its own error
+        when one table failed, ``TablesFailedError`` naming each when several did."""
+        if len(self.failures) == 1:
+            raise self.failures[0].error
+        if self.failures:
+            raise TablesFailedError(
+                f"{len(self.failures)} tables failed; the others were applied: "
+                + "; ".join(f.summary().split(None, 1)[1] for f in self.failures)
+            ) from self.failures[0].error
+        return self
 
 
 @dataclass(frozen=True)
@@ -70,9 +106,11 @@ class Progress:
     total_files: int
     total_bytes: int
     started: float  # time.monotonic() at the start
+    total_tables: int = 1
     files: int = 0
     bytes: int = 0
     rows: int = 0
+    tables: int = 0  # tables whose every batch is done
 
     def advance(self, batch: TableReport, now: float) -> ProgressLine:
         """Count a finished batch; one line saying where the run stands."""
@@ -82,8 +120,9 @@ class Progress:
         elapsed = max(now - self.started, 1e-9)
         rate = self.bytes / elapsed
         left = (self.total_bytes - self.bytes) / rate if rate > 0 else float("nan")
+        tables = f"tables={self.tables}/{self.total_tables} " if self.total_tables > 1 else ""
         text = (
-            f"files={self.files}/{self.total_files} mb={self.bytes / 1e6:.1f}/{self.total_bytes / 1e6:.1f} "
+            f"{tables}files={self.files}/{self.total_files} mb={self.bytes / 1e6:.1f}/{self.total_bytes / 1e6:.1f} "
             f"rows={self.rows} rows_per_s={self.rows / elapsed:.0f} mb_per_s={rate / 1e6:.2f} "
             f"eta_s={left:.0f}"
         )

@@ -34,6 +34,7 @@ def main(argv: Sequence[str]) -> RunReport:
         report = run(engine)
     log_report(report)
     publish_metrics(args, report)
+    report.checked()  # after the other tables' outcomes are logged and published
     return report
 
 

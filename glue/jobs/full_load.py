@@ -21,6 +21,7 @@ def main(argv: Sequence[str]) -> RunReport:
     report = full_load(engine, reload=args.reload)
     log_report(report)
     publish_metrics(args, report)
+    report.checked()  # after the other tables' outcomes are logged and published
     return report
 
 

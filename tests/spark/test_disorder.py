@@ -45,7 +45,7 @@ def _state(engine: Engine, table: str = "items") -> dict[int, str | None]:
 
 
 def _apply(engine: Engine, *keys: str) -> RunReport:
-    return apply_cdc_files(engine, files_from_keys(engine.store, list(keys)))
+    return apply_cdc_files(engine, files_from_keys(engine.store, list(keys))).checked()
 
 
 def test_an_older_file_arriving_late_changes_nothing(make_engine: EngineFactory, tmp_path: Path) -> None:
@@ -211,7 +211,7 @@ def test_widening_applies_and_a_type_change_quarantines_only_its_table(
     quarantine = engine.spark.table(f"silver.{engine.config.database}.{QUARANTINE_TABLE}").collect()
     assert [(r["silver_table"], r["file_key"]) for r in quarantine] == [("items", f3)]
     # AND the quarantined file is held: a later run does not try it again (a replay does)
-    assert [t for t in run(engine).tables if t.table == "s.items"] == []
+    assert [t for t in run(engine).checked().tables if t.table == "s.items"] == []
     # AND status shows the schema change and the quarantined file per table
     from cdclake.ops.status import table_statuses
 
@@ -251,7 +251,7 @@ def test_a_column_not_captured_never_overwrites_the_stored_value(make_engine: En
             ["I", t.format(3), "2", "e", "<nosup>"],
         ],
     )
-    run(engine)
+    run(engine).checked()
     # THEN the body keeps the newest captured value; a new row without one has NULL
     rows = engine.spark.table(f"silver.{engine.config.database}.docs").collect()
     assert sorted((r["id"], r["name"], r["body"]) for r in rows) == [(1, "d", "new body"), (2, "e", None)]
@@ -264,9 +264,9 @@ def test_a_column_not_captured_keeps_the_stored_value_across_batches(
     engine = make_engine(DOCS)
     bronze = tmp_path / "bronze" / "s" / "docs"
     write_csv(bronze / "LOAD00000001.csv", [["2024-01-01 00:00:00.000000", "1", "a", "big document"]])
-    run(engine)
+    run(engine).checked()
     write_csv(bronze / "20240102-0000010000.csv", [["U", "2024-01-02 00:00:01.000000", "1", "b", "<nosup>"]])
-    run(engine)
+    run(engine).checked()
     rows = engine.spark.table(f"silver.{engine.config.database}.docs").collect()
     assert [(r["id"], r["name"], r["body"]) for r in rows] == [(1, "b", "big document")]
 
@@ -299,9 +299,9 @@ tables:
         ],
     )
     # WHEN run, and the second file is delivered again
-    report = run(engine)
+    report = run(engine).checked()
     again = apply_cdc_files(engine, files_from_keys(engine.store, ["changes/2024/01/02/20240102-0000020000.csv"],
-                                                    transaction_path="changes"))  # fmt: skip
+                                                    transaction_path="changes")).checked()  # fmt: skip
     # THEN each table holds its own rows, and the redelivery is skipped by both tables
     assert _state(engine) == {1: "pen, blue", 2: "ink"}
     orders = engine.spark.table(f"silver.{engine.config.database}.orders").collect()
@@ -409,7 +409,7 @@ def test_a_full_load_writes_the_first_version_of_every_row(make_engine: EngineFa
     )
     _cdc(bronze, "items", "20240102-0000010000.csv", [("U", "1", "2", "w2")])
     # WHEN the run loads and applies
-    run(engine)
+    run(engine).checked()
     # THEN history holds an insert for each loaded row and the update closes the one it replaces
     history = engine.spark.table(f"silver.{engine.config.database}.items__history")
     versions = sorted((r["id"], r["operation"], r["is_current"], r["name"]) for r in history.collect())

@@ -79,14 +79,14 @@ def test_bad_rows_go_to_quarantine_and_a_replay_after_the_fix_converges(
     good_prefix = "".join(f"I,{TS},{i},name {i},1990-01-01\n" for i in (1001, 1002)).encode()
     (bronze / BAD_KEY).write_bytes(good_prefix + bad_bytes)
     # WHEN the pipeline runs
-    report = run(engine)
+    report = run(engine).checked()
     # THEN the bad row is quarantined with its reason and every good row is applied
     assert _rows_in_quarantine(engine) == [(BAD_KEY, 3, reason)]
     assert sorted(_people(engine)) == [*range(1, 301), 1001, 1002]
     assert [t.rows_quarantined for t in report.tables if t.kind == "cdc"] == [1]
     # AND after the file is fixed, a replay of it converges
     (bronze / BAD_KEY).write_bytes(good_prefix + f"I,{TS},1003,name 1003,1990-01-01\n".encode())
-    replay(engine, ReplaySelection(keys=frozenset([BAD_KEY])))
+    replay(engine, ReplaySelection(keys=frozenset([BAD_KEY]))).checked()
     assert sorted(_people(engine)) == [*range(1, 301), 1001, 1002, 1003]
 
 
@@ -124,8 +124,8 @@ def test_unreadable_files_are_held_in_quarantine_and_replayed_after_the_fix(
     spoil(bad)
     bad_key = "s/people/20240102-0000020000" + suffix
     # WHEN the pipeline runs, twice
-    first = run(engine)
-    second = run(engine)
+    first = run(engine).checked()
+    second = run(engine).checked()
     # THEN the file is quarantined with its reason, the good file is applied, and the next run
     # does not retry the held file
     [(key, why)] = _files_in_quarantine(engine)
@@ -146,7 +146,7 @@ def test_unreadable_files_are_held_in_quarantine_and_replayed_after_the_fix(
         text = "".join(f"I,{TS},{i},name {i},1990-01-01\n" for i in (100, 101, 102)).encode()
         target.write_bytes(gzip.compress(text) if suffix.endswith(".gz") else text)
         expected = [1, 2, 3, 4, 5, 100, 101, 102]
-    replay(engine, ReplaySelection(quarantined=True))
+    replay(engine, ReplaySelection(quarantined=True)).checked()
     assert sorted(_people(engine)) == expected
     assert _files_in_quarantine(engine) == []
 
@@ -156,7 +156,7 @@ def test_a_file_for_an_unconfigured_table_is_reported_not_dropped(make_engine: E
     bronze = tmp_path / "bronze"
     write_csv(bronze / "s/people/20240102-0000010000.csv", _good_rows(1, 2))
     stray = write_csv(bronze / "s/pets/20240102-0000010000.csv", [["I", TS, "1", "rex"]])
-    report = run(engine)
+    report = run(engine).checked()
     assert report.unconfigured == ["s.pets"]
     assert stray.exists()
     assert sorted(_people(engine)) == [1, 2]
@@ -166,7 +166,7 @@ def test_a_10_mb_row_is_applied_whole(make_engine: EngineFactory, tmp_path: Path
     engine = make_engine(CONFIG)
     big = "x" * (10 * 1024 * 1024)
     write_csv(tmp_path / "bronze/s/people/20240102-0000010000.csv", [["I", TS, "1", big, "1990-01-01"]])
-    run(engine)
+    run(engine).checked()
     assert {k: len(v) for k, v in _people(engine).items()} == {1: len(big)}
 
 
@@ -176,7 +176,7 @@ def test_too_many_bad_rows_fail_the_batch_loudly(make_engine: EngineFactory, tmp
     engine = make_engine(CONFIG)
     write_csv(tmp_path / "bronze/s/people/20240102-0000010000.csv", [["I", TS, "1", "a", "never"], *_good_rows(2, 9)])
     with pytest.raises(BadInputError, match=r"1 of 10 rows, above quarantine.max_bad_row_ratio 0.01"):
-        run(engine)
+        run(engine).checked()
 
 
 def test_maintenance_compacts_and_keeps_rows_ledger_and_recent_tombstones(
@@ -186,13 +186,13 @@ def test_maintenance_compacts_and_keeps_rows_ledger_and_recent_tombstones(
     engine = make_engine(CONFIG)
     bronze = tmp_path / "bronze" / "s" / "people"
     write_csv(bronze / "LOAD00000001.csv", [[TS, str(i), f"n{i}", "1990-01-01"] for i in range(1, 41)])
-    run(engine)
+    run(engine).checked()
     for batch in range(1, 13):
         ts = f"2024-01-02 00:{batch:02d}:00.000000"
         rows = [["U", ts, str(i), f"v{batch}", "1990-01-01"] for i in range(batch, 41, 3)]
         rows.append(["D", ts, str(batch), "", "1990-01-01"])
         write_csv(bronze / f"20240102-00{batch:02d}000000.csv", rows)
-        run(engine)
+        run(engine).checked()
     silver = engine.silver_table(engine.config.tables[0])
     before_rows = sorted(tuple(r) for r in engine.spark.table(silver.identifier).collect())
     # WHEN maintenance runs as if a month had passed, keeping the last snapshot and a day of tombstones
@@ -205,7 +205,7 @@ def test_maintenance_compacts_and_keeps_rows_ledger_and_recent_tombstones(
     assert report.tombstones_removed == 12
     assert sorted(tuple(r) for r in engine.spark.table(silver.identifier).collect()) == before_rows
     assert len(read_ledger(engine.spark, silver).applied) == 13
-    again = run(engine)
+    again = run(engine).checked()
     assert [t for t in again.tables if t.files_applied] == []
     # AND the table keeps its default key-clustered layout: files ordered by the key
     assert str(iceberg_table(engine.spark, silver.identifier).sortOrder().fields().get(0).sourceId()) == str(
@@ -223,7 +223,7 @@ def test_a_batch_overtaken_by_maintenance_retries_and_converges(
     bronze = tmp_path / "bronze" / "s" / "people"
     write_csv(bronze / "LOAD00000001.csv", [[TS, str(i), f"n{i}", "1990-01-01"] for i in range(1, 21)])
     write_csv(bronze / "20240102-0001000000.csv", [["U", "2024-01-02 00:01:00.000000", "1", "u1", "1990-01-01"]])
-    run(engine)
+    run(engine).checked()
     later = "2024-01-02 00:02:00.000000"
     write_csv(
         bronze / "20240102-0002000000.csv", [["U", later, "2", "u2", "1990-01-01"], ["D", later, "3", "", "1990-01-01"]]
@@ -231,7 +231,7 @@ def test_a_batch_overtaken_by_maintenance_retries_and_converges(
     settings = MaintenanceSettings(snapshot_retention_hours=1, retain_last_snapshots=5)
     racing = MaintenanceRacingCommitter(rival=lambda: maintain(engine, settings))
     # WHEN the batch is applied while maintenance runs
-    report = run(replace(engine, committer=racing))
+    report = run(replace(engine, committer=racing)).checked()
     # THEN the batch's first commit lost to the compaction, its retry applied it once, nothing is lost
     assert racing.attempts == 2
     assert [t.files_applied for t in report.tables] == [1]

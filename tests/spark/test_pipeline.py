@@ -129,14 +129,14 @@ def test_random_change_streams_match_the_replayed_source(
     initial, log = _random_stream(rng, initial_keys=30, changes=120)
     files = _write_stream(tmp_path / "bronze", initial, log, rng)
     # WHEN the pipeline runs (full load, then CDC in batches of 3 files)
-    report = run(engine)
+    report = run(engine).checked()
     # THEN silver equals the source state replayed in plain Python
     assert _silver(engine) == _expected(replay_change_log(initial, log, ["region", "order_id"]))
     assert sum(t.files_applied for t in report.tables if t.kind == "cdc") == len(files)
     # AND running again applies nothing and makes no new snapshot
     table = engine.silver_table(engine.config.tables[0])
     snapshots = engine.spark.sql(f"SELECT count(*) FROM {table.metadata('snapshots')}").first()[0]
-    again = run(engine)
+    again = run(engine).checked()
     assert [t for t in again.tables if t.files_applied] == []
     assert engine.spark.sql(f"SELECT count(*) FROM {table.metadata('snapshots')}").first()[0] == snapshots
 
@@ -150,7 +150,7 @@ def test_without_change_sequence_file_and_row_order_decide(make_engine: EngineFa
             ["U", ts, "eu", "1", "third", "3.00"]]  # fmt: skip
     write_csv(tmp_path / "bronze" / "sales" / "orders" / "20240102-0000010000.csv", rows)
     # WHEN applied
-    run(engine)
+    run(engine).checked()
     # THEN the last row in the file wins
     assert _silver(engine)[("eu", 1)]["status"] == "third"
 
@@ -164,11 +164,11 @@ def test_same_batch_applied_twice_after_a_crash_is_a_no_op(make_engine: EngineFa
     ts2 = "2024-01-02 00:00:02.000000"
     write_csv(table_dir / "20240102-0000020000.csv", [["D", ts2, "eu", "1", "new", "1.00", change_sequence(ts2, 2)]])
     batch = files_from_keys(engine.store, ["sales/orders/20240102-0000010000.csv"])
-    first = apply_cdc_files(engine, batch)
+    first = apply_cdc_files(engine, batch).checked()
     # WHEN the same manifest is delivered again, also after a later batch was applied
-    again = apply_cdc_files(engine, batch)
-    later = apply_cdc_files(engine, files_from_keys(engine.store, ["sales/orders/20240102-0000020000.csv"]))
-    replayed = apply_cdc_files(engine, batch)
+    again = apply_cdc_files(engine, batch).checked()
+    later = apply_cdc_files(engine, files_from_keys(engine.store, ["sales/orders/20240102-0000020000.csv"])).checked()
+    replayed = apply_cdc_files(engine, batch).checked()
     # THEN it is recognised from the snapshot ledger and changes nothing: the delete stays
     assert first.tables[0].files_applied == 1
     assert (again.tables[0].files_applied, again.tables[0].files_skipped) == (0, 1)
@@ -195,7 +195,7 @@ def test_upsert_semantics_and_missing_keys(make_engine: EngineFactory, tmp_path:
         ],
     )
     # WHEN run
-    run(engine)
+    run(engine).checked()
     # THEN inserts upsert, updates insert, deletes of missing keys do nothing
     silver = _silver(engine)
     assert {k: v["status"] for k, v in silver.items()} == {("eu", 1): "upserted", ("us", 7): "inserted"}
@@ -234,7 +234,7 @@ def test_a_small_batch_is_prepared_without_a_shuffle(
     write_csv(table_dir / "LOAD00000001.csv", loaded)
     ts = "2024-01-02 00:00:01.000000"
     write_csv(table_dir / "20240102-0000010000.csv", [["D", ts, "eu", "0", "old", "1.00", change_sequence(ts, 1)]])
-    run(engine)
+    run(engine).checked()
     ts = "2024-01-02 00:00:02.000000"
     rows = [["U", ts, "eu", str(i), "new", "2.00", change_sequence(ts, i)] for i in range(1, 10)]
     rows += [
@@ -262,10 +262,10 @@ def test_full_load_twice_leaves_the_same_table(make_engine: EngineFactory, tmp_p
         [["2024-01-01 00:00:00.000000", "eu", str(i), "s", "1.00", ""] for i in range(5)],
     )
     table = engine.config.tables[0]
-    full_load(engine, [table])
+    full_load(engine, [table]).checked()
     # WHEN the full load runs again, and once more with reload
-    second = full_load(engine, [table]).tables[0]
-    third = full_load(engine, [table], reload=True).tables[0]
+    second = full_load(engine, [table]).checked().tables[0]
+    third = full_load(engine, [table], reload=True).checked().tables[0]
     # THEN the table holds the rows once
     assert second.note == "already loaded"
     assert third.files_applied == 1
@@ -292,7 +292,7 @@ def test_a_clean_full_load_is_staged_then_recorded(make_engine: EngineFactory, t
     ts = "2024-01-01 00:00:00.500000"
     write_csv(table_dir / "20240101-0000000000.csv", [["U", ts, "eu", "1", "old", "0.50", change_sequence(ts, 1)]])
     # WHEN loaded
-    report = full_load(engine, [engine.config.tables[0]]).tables[0]
+    report = full_load(engine, [engine.config.tables[0]]).checked().tables[0]
     # THEN the data commit is staged and a second commit records the load, with the superseded file
     assert _kinds(engine) == ["full-load-staged", "full-load"]
     ledger = read_ledger(engine.spark, engine.silver_table(engine.config.tables[0]))
@@ -313,7 +313,7 @@ def test_a_full_load_with_a_repeated_key_keeps_its_last_row(make_engine: EngineF
     write_csv(table_dir / "LOAD00000001.csv", first)
     write_csv(table_dir / "LOAD00000002.csv", [[ts, "eu", "1", "second", "2.00", ""]])
     # WHEN loaded
-    full_load(engine, engine.config.tables[:1])
+    full_load(engine, engine.config.tables[:1]).checked()
     # THEN each key is held once, the later file winning, in one recorded load
     assert engine.spark.table(engine.silver_table(engine.config.tables[0]).identifier).count() == 2
     assert {k: v["status"] for k, v in _silver(engine).items()} == {("eu", 1): "second", ("eu", 2): "once"}
@@ -327,12 +327,12 @@ def test_a_crash_after_the_staged_load_loads_again(make_engine: EngineFactory, t
     table_dir = tmp_path / "bronze" / "sales" / "orders"
     write_csv(table_dir / "LOAD00000001.csv", [["2024-01-01 00:00:00.000000", "eu", "1", "s", "1.00", ""]])
     table, silver = engine.config.tables[0], engine.silver_table(engine.config.tables[0])
-    full_load(engine, [table])
+    full_load(engine, [table]).checked()
     rows = engine.spark.table(silver.identifier)
     replace_table(engine.spark, silver, rows, ["sales/orders/LOAD00000001.csv"], kind=KIND_FULL_LOAD_STAGED)
     # WHEN the ledger is read and the pipeline runs without reload
     assert not read_ledger(engine.spark, silver).full_load_done
-    run(engine)
+    run(engine).checked()
     # THEN the load was done again and recorded
     assert _kinds(engine)[-2:] == ["full-load-staged", "full-load"]
     assert read_ledger(engine.spark, silver).full_load_done
@@ -351,7 +351,7 @@ def test_bad_input_stops_the_batch_with_file_row_and_reason(make_engine: EngineF
     )  # fmt: skip
     # WHEN applied
     with pytest.raises(BadInputError) as failure:
-        run(engine)
+        run(engine).checked()
     # THEN the error names the file, the rows and the reasons, and nothing was committed
     message = str(failure.value)
     assert "sales/orders/20240102-0000010000.csv data row 2: unknown Op 'Z'" in message
@@ -377,7 +377,7 @@ tables:
     write_csv(bronze / "bank" / "scratch" / "LOAD00000001.csv", [["2024-01-01 00:00:00.000000", "1"]])
     write_csv(bronze / "other" / "table" / "LOAD00000001.csv", [["x"]])
     # WHEN run
-    report = run(engine)
+    report = run(engine).checked()
     # THEN every history row is kept with its operation; the keyless table is skipped with a
     # reason; the unconfigured source is reported
     table = engine.silver_table(engine.config.tables[0])
@@ -413,7 +413,7 @@ tables:
         bronze / "20240102-0000010000.csv", [["U", "2024-01-02 00:00:01.000000", "1", "1990-05-02", "Bergen, Norway"]]
     )
     # WHEN run
-    run(engine)
+    run(engine).checked()
     # THEN silver has the cleaned columns and the update matched on the renamed key
     table = engine.silver_table(engine.config.tables[0])
     frame = engine.spark.table(table.identifier)
@@ -437,7 +437,7 @@ tables:
     )
     # WHEN loaded THEN the batch stops naming the value
     with pytest.raises(BadInputError, match="value 'yesterday' of column born is not a valid date"):
-        run(engine)
+        run(engine).checked()
 
 
 def test_cdc_before_the_full_load_is_refused(make_engine: EngineFactory, tmp_path: Path) -> None:
@@ -450,10 +450,10 @@ def test_cdc_before_the_full_load_is_refused(make_engine: EngineFactory, tmp_pat
     batch = files_from_keys(engine.store, ["sales/orders/20240102-0000010000.csv"])
     # WHEN the CDC batch is applied first THEN it is refused, and nothing was created
     with pytest.raises(FullLoadPendingError, match="run the full load before its CDC files"):
-        apply_cdc_files(engine, batch)
+        apply_cdc_files(engine, batch).checked()
     assert not read_ledger(engine.spark, engine.silver_table(engine.config.tables[0])).full_load_done
     # AND after the full load the same batch applies
-    run(engine)
+    run(engine).checked()
     assert _silver(engine)[("eu", 1)]["status"] == "t"
 
 
@@ -464,11 +464,11 @@ def test_a_reload_does_not_replay_older_cdc_files_over_newer_rows(make_engine: E
     write_csv(table_dir / "LOAD00000001.csv", [["2024-01-01 00:00:00.000000", "eu", "1", "v1", "1.00", ""]])
     ts = "2024-01-02 00:00:01.000000"
     write_csv(table_dir / "20240102-0000010000.csv", [["U", ts, "eu", "1", "v2", "2.00", change_sequence(ts, 1)]])
-    run(engine)
+    run(engine).checked()
     write_csv(table_dir / "LOAD00000001.csv", [["2024-01-03 00:00:00.000000", "eu", "1", "v3", "3.00", ""]])
     # WHEN the table is reloaded and the pipeline runs again
-    reload = full_load(engine, [engine.config.tables[0]], reload=True).tables[0]
-    run(engine)
+    reload = full_load(engine, [engine.config.tables[0]], reload=True).checked().tables[0]
+    run(engine).checked()
     # THEN the CDC file written before the new load counts as contained in it: the load's value stays
     assert reload.files_skipped == 1
     assert _silver(engine)[("eu", 1)]["status"] == "v3"

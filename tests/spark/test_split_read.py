@@ -72,7 +72,7 @@ def test_a_big_file_without_multiline_values_is_read_in_splits_in_file_order(
     # AND the full load keeps key 5's later row, from a later split
     engine = make_engine(CONFIG)  # a fresh database
     (folder / "LOAD00000002.csv").unlink()
-    run(engine)
+    run(engine).checked()
     silver = engine.spark.table(engine.silver_table(table).identifier)
     assert silver.count() == ROWS - 1
     assert [r["name"] for r in silver.where("id = 5").collect()] == ["row 5 again"]

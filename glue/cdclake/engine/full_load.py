@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -79,7 +80,7 @@ def _load_in_one_scan(
     from pyspark.sql import functions as F
 
     silver = engine.silver_table(table)
-    observation = Observation("cdclake_full_load")
+    observation = Observation(f"cdclake_full_load_{uuid.uuid4().hex}")
     changes = read_changes(engine, table, files, full_load=True).observe(
         observation, F.count(F.lit(1)).alias("rows"), F.min(COMMIT_TS).alias("earliest")
     )

@@ -7,6 +7,7 @@ stored rows and the tombstones, and materialised once. ``engine.commit`` writes 
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -119,7 +120,7 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
         return plan
     # Observations count what the one materialising action below sees; no other action may
     # run on the observed frames first, or it would be the one observed.
-    read = Observation("cdclake_read")
+    read = Observation(f"cdclake_read_{uuid.uuid4().hex}")
     observed_read = changes.observe(read, *RowCounts.columns())
     history = None
     if table.history:
@@ -130,8 +131,8 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
         rows = latest_changes(valid, table)
     else:
         rows = _cast(latest_changes(observed_read, table, valid=~has_error()), schema.cast)
-    applied = Observation("cdclake_effects")
-    keys_seen = Observation("cdclake_keys")
+    applied = Observation(f"cdclake_effects_{uuid.uuid4().hex}")
+    keys_seen = Observation(f"cdclake_keys_{uuid.uuid4().hex}")
     latest = F.max(COMMIT_TS).alias("_cdc_latest")
     if table.append_only:
         observed = rows.observe(applied, F.count(F.lit(1)).alias(EFFECT_INSERT), latest)

@@ -1,13 +1,16 @@
-"""A whole run: list bronze once, read each table's state once, full loads, then CDC batches.
+"""A whole run: list bronze once, read the tables' states, full loads, then CDC batches.
 
-Each commit hands back the table's new state, from which the next batch's pending files follow:
-no table's ledger is read twice and bronze is never listed again during a run.
+Tables are worked on concurrently (``engine.parallel``): each table's full load, or its batches
+one after the other, is one unit of work. Each commit hands back the table's new state, from which
+the next batch's pending files follow: no table's ledger is read twice and bronze is never listed
+again during a run. A table that fails is in the report's ``failures``; the others go on.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from collections.abc import Sequence
 
@@ -17,22 +20,32 @@ from cdclake.dms.files import BronzeFile, BronzeListing, FileKind
 from cdclake.dms.store import list_bronze
 from cdclake.engine.cdc import apply_cdc_batch
 from cdclake.engine.full_load import full_load_table
+from cdclake.engine.parallel import TableRun, for_each_table
 from cdclake.engine.read import first_line
 from cdclake.engine.select import ReplaySelection, TableState, batches, group_by_table, skip_reason
 from cdclake.errors import ConcurrentWriterError
-from cdclake.lake.journals import quarantined_files
+from cdclake.lake.journals import quarantined_files_by_table
 from cdclake.lake.ledger import read_ledger
 from cdclake.lake.tables import is_commit_conflict
 from cdclake.report import Progress, RunReport, TableReport
 
 log = logging.getLogger("cdclake")
 
+HeldFiles = dict[str, frozenset[str]]  # silver table name -> bronze keys held in quarantine
 
-def read_state(engine: Engine, table: TableConfig) -> TableState:
-    """What the lake says of ``table``: its ledger and its quarantine (one read of each)."""
+
+def held_files(engine: Engine) -> HeldFiles:
+    """Every table's quarantined files, in one read of the database's quarantine journal."""
+    return quarantined_files_by_table(engine.spark, engine.catalog, engine.config.database)
+
+
+def read_state(engine: Engine, table: TableConfig, held: HeldFiles | None = None) -> TableState:
+    """What the lake says of ``table``: its ledger (table metadata only) and its quarantine
+    (``held``, read once for the run; read now when not given)."""
     silver = engine.silver_table(table)
     ledger = read_ledger(engine.spark, silver)
-    return TableState(ledger.full_load_done, ledger.applied, quarantined_files(engine.spark, silver))
+    quarantine = held_files(engine) if held is None else held
+    return TableState(ledger.full_load_done, ledger.applied, quarantine.get(silver.name, frozenset()))
 
 
 def list_all(engine: Engine) -> BronzeListing:
@@ -40,24 +53,43 @@ def list_all(engine: Engine) -> BronzeListing:
 
 
 def run(engine: Engine, tables: Sequence[TableConfig] | None = None) -> RunReport:
-    """Full load where a table has none yet, then every pending CDC file, in batches."""
+    """Full load where a table has none yet, then every pending CDC file, in batches; tables
+    concurrently."""
     listing = list_all(engine)
     report = RunReport(unrecognised=list(listing.unrecognised))
-    selected = list(tables or engine.config.tables)
-    states: dict[str, TableState] = {}
-    for table in selected:
+    selected = []
+    for table in tables or engine.config.tables:
         if reason := skip_reason(table):
             report.skipped_tables.append(reason)
-            continue
-        loaded, states[table.source] = full_load_table(engine, table, listing, read_state(engine, table))
+        else:
+            selected.append(table)
+    held = held_files(engine)
+
+    def load(table_run: TableRun) -> None:
+        loaded, table_run.state = full_load_table(
+            engine, table_run.table, listing, read_state(engine, table_run.table, held)
+        )
         if loaded.note != "already loaded":
-            report.tables.append(loaded)
+            table_run.reports.append(loaded)
+
+    loads = for_each_table(engine, selected, "full-load", load)
+    _collect(report, loads)
+    states = {r.table.source: r.state for r in loads if r.state is not None}
     cdc_files = [f for f in listing.files if f.kind is FileKind.CDC]
     grouped = [(t, fs) for t, fs in group_by_table(engine.config, cdc_files, report) if t.source in states]
+    files_of = {t.source: fs for t, fs in grouped}
     pending = [f for t, fs in grouped for f in states[t.source].pending(fs)]
-    progress = Progress(len(pending), sum(f.size for f in pending), time.monotonic())
-    for table, files in grouped:
-        _apply_in_batches(engine, table, files, listing, states[table.source], report, progress=progress)
+    progress = Progress(len(pending), sum(f.size for f in pending), time.monotonic(), total_tables=len(grouped))
+    lock = threading.Lock()
+
+    def apply(table_run: TableRun) -> None:
+        table = table_run.table
+        state = states[table.source]
+        _apply_in_batches(engine, table_run, files_of[table.source], listing, state, progress=(progress, lock))
+        with lock:
+            progress.tables += 1
+
+    _collect(report, for_each_table(engine, [t for t, _ in grouped], "cdc", apply))
     unconfigured = {f"{s}.{t}" for s, t in listing.sources() if engine.config.table_for_source(s, t) is None}
     report.unconfigured = sorted(set(report.unconfigured) | unconfigured)
     warn(report)
@@ -65,24 +97,42 @@ def run(engine: Engine, tables: Sequence[TableConfig] | None = None) -> RunRepor
 
 
 def full_load(engine: Engine, tables: Sequence[TableConfig] | None = None, reload: bool = False) -> RunReport:
-    """Full load of the tables (all configured ones by default); loaded tables are left alone
-    unless ``reload``."""
+    """Full load of the tables (all configured ones by default), concurrently; loaded tables are
+    left alone unless ``reload``."""
     listing = list_all(engine)
     report = RunReport(unrecognised=list(listing.unrecognised))
-    for table in tables or engine.config.tables:
-        report.tables.append(full_load_table(engine, table, listing, read_state(engine, table), reload)[0])
+    held = held_files(engine)
+
+    def load(table_run: TableRun) -> None:
+        state = read_state(engine, table_run.table, held)
+        loaded, table_run.state = full_load_table(engine, table_run.table, listing, state, reload)
+        table_run.reports.append(loaded)
+
+    _collect(report, for_each_table(engine, list(tables or engine.config.tables), "full-load", load))
+    warn(report)
     return report
 
 
 def apply_cdc_files(engine: Engine, files: Sequence[BronzeFile]) -> RunReport:
-    """Apply an explicit set of CDC files (a state-machine manifest): one commit per table."""
+    """Apply an explicit set of CDC files (a state-machine manifest): one commit per table, tables
+    concurrently."""
     report = RunReport()
-    for table, table_files in group_by_table(engine.config, files, report):
-        state = read_state(engine, table)
+    grouped = group_by_table(engine.config, files, report)
+    files_of = {t.source: fs for t, fs in grouped}
+    held = held_files(engine) if grouped else {}
+
+    def apply(table_run: TableRun) -> None:
+        table = table_run.table
+        state = read_state(engine, table, held)
         listing = (
             None if state.full_load_done else list_bronze(engine.store, f"{table.source_schema}/{table.source_table}")
         )
-        report.tables.append(apply_batch(engine, table, table_files, state, _loads_pending(table, listing))[0])
+        applied, table_run.state = apply_batch(
+            engine, table, files_of[table.source], state, _loads_pending(table, listing)
+        )
+        table_run.reports.append(applied)
+
+    _collect(report, for_each_table(engine, [t for t, _ in grouped], "cdc", apply))
     warn(report)
     return report
 
@@ -97,14 +147,30 @@ def replay(engine: Engine, selection: ReplaySelection, tables: Sequence[TableCon
     listing = list_all(engine)
     report = RunReport(unrecognised=list(listing.unrecognised))
     selected = {t.source for t in (tables or engine.config.tables)}
-    for table, files in group_by_table(engine.config, [f for f in listing.files if f.kind is FileKind.CDC], report):
-        if table.source not in selected:
-            continue
-        state = read_state(engine, table)
-        chosen = selection.choose(files, state.held)
-        _apply_in_batches(engine, table, chosen, listing, state, report, force=True)
+    grouped = [
+        (t, fs)
+        for t, fs in group_by_table(engine.config, [f for f in listing.files if f.kind is FileKind.CDC], report)
+        if t.source in selected
+    ]
+    files_of = {t.source: fs for t, fs in grouped}
+    held = held_files(engine) if grouped else {}
+
+    def apply(table_run: TableRun) -> None:
+        state = read_state(engine, table_run.table, held)
+        chosen = selection.choose(files_of[table_run.table.source], state.held)
+        _apply_in_batches(engine, table_run, chosen, listing, state, force=True)
+
+    _collect(report, for_each_table(engine, [t for t, _ in grouped], "cdc", apply))
     warn(report)
     return report
+
+
+def _collect(report: RunReport, runs: Sequence[TableRun]) -> None:
+    """The tables' reports in table order (each table's batches in apply order), then the failures."""
+    for table_run in runs:
+        report.tables.extend(table_run.reports)
+        if table_run.failure is not None:
+            report.failures.append(table_run.failure)
 
 
 def apply_batch(
@@ -144,22 +210,28 @@ def _loads_pending(table: TableConfig, listing: BronzeListing | None) -> bool:
 
 def _apply_in_batches(
     engine: Engine,
-    table: TableConfig,
+    table_run: TableRun,
     files: Sequence[BronzeFile],
     listing: BronzeListing,
     state: TableState,
-    report: RunReport,
     force: bool = False,
-    progress: Progress | None = None,
+    progress: tuple[Progress, threading.Lock] | None = None,
 ) -> None:
+    table = table_run.table
     pending = state.pending(files, force)
     loads_pending = _loads_pending(table, listing)
     for batch in batches(pending, engine.config.max_files_per_batch):
+        if table_run.stopping.is_set():
+            return
         applied, state = apply_batch(engine, table, batch, state, loads_pending, force)
-        report.tables.append(applied)
-        if progress is not None and progress.total_files > len(batch):
-            line = progress.advance(applied, time.monotonic())
-            log.info("progress %s", line.text, extra={"progress": line.fraction})
+        table_run.reports.append(applied)
+        table_run.state = state
+        if progress is not None:
+            run_progress, lock = progress
+            with lock:
+                line = run_progress.advance(applied, time.monotonic())
+            if run_progress.total_files > len(batch):
+                log.info("progress %s", line.text, extra={"progress": line.fraction})
         if applied.quarantined_files and not applied.files_applied:
             break  # a schema change held the whole batch: the next ones would be held the same way
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +19,21 @@ QUARANTINE_TABLE = "cdclake_quarantine"
 QUARANTINE_ROWS_TABLE = "cdclake_quarantine_rows"
 
 
+# The journals are shared by every table of a database: the tables of one run, worked on
+# concurrently, write them one at a time (Iceberg would otherwise reject one of two concurrent
+# MERGEs into the same journal).
+_JOURNAL_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_LOCK = threading.Lock()
+
+
+@contextmanager
+def _journal_write(journal: SilverTable) -> Iterator[None]:
+    with _LOCKS_LOCK:
+        lock = _JOURNAL_LOCKS.setdefault(journal.identifier, threading.Lock())
+    with lock:
+        yield
+
+
 def tombstones_of(table: SilverTable) -> SilverTable:
     """Where the delete tombstones of ``table`` live: ``<table>__tombstones`` beside it."""
     return SilverTable(table.catalog, table.database, f"{table.name}{TOMBSTONE_SUFFIX}")
@@ -27,8 +44,9 @@ def _journal(
 ) -> None:
     journal = SilverTable(catalog, database, name)
     frame = spark.createDataFrame(rows, schema)
-    ensure_table(spark, journal, frame)
-    frame.writeTo(journal.identifier).append()
+    with _journal_write(journal):
+        ensure_table(spark, journal, frame)
+        frame.writeTo(journal.identifier).append()
 
 
 def record_schema_changes(spark: SparkSession, table: SilverTable, changes: Sequence[str], at: datetime) -> None:
@@ -48,26 +66,29 @@ def record_quarantine(spark: SparkSession, table: SilverTable, files: Sequence[s
         [(table.name, key, reason, at) for key in files],
         "silver_table string, file_key string, reason string, quarantined_at timestamp",
     )
-    ensure_table(spark, journal, frame)
-    merge_frame(
-        spark,
-        frame,
-        lambda view: (
-            f"MERGE INTO {journal.identifier} t USING {view} s "
-            "ON t.silver_table = s.silver_table AND t.file_key = s.file_key "
-            "WHEN MATCHED THEN UPDATE SET t.reason = s.reason, t.quarantined_at = s.quarantined_at "
-            "WHEN NOT MATCHED THEN INSERT *"
-        ),
-    )
+    with _journal_write(journal):
+        ensure_table(spark, journal, frame)
+        merge_frame(
+            spark,
+            frame,
+            lambda view: (
+                f"MERGE INTO {journal.identifier} t USING {view} s "
+                "ON t.silver_table = s.silver_table AND t.file_key = s.file_key "
+                "WHEN MATCHED THEN UPDATE SET t.reason = s.reason, t.quarantined_at = s.quarantined_at "
+                "WHEN NOT MATCHED THEN INSERT *"
+            ),
+        )
 
 
-def quarantined_files(spark: SparkSession, table: SilverTable) -> frozenset[str]:
-    """The files of ``table`` held in quarantine (applied only by an explicit replay)."""
-    journal = SilverTable(table.catalog, table.database, QUARANTINE_TABLE)
+def quarantined_files_by_table(spark: SparkSession, catalog: str, database: str) -> dict[str, frozenset[str]]:
+    """Every table's files held in quarantine in ``database`` (one read of the journal)."""
+    journal = SilverTable(catalog, database, QUARANTINE_TABLE)
     if not table_exists(spark, journal):
-        return frozenset()
-    rows = spark.table(journal.identifier).where(f"silver_table = '{table.name}'").select("file_key").collect()
-    return frozenset(r["file_key"] for r in rows)
+        return {}
+    held: dict[str, set[str]] = {}
+    for row in spark.table(journal.identifier).select("silver_table", "file_key").collect():
+        held.setdefault(row["silver_table"], set()).add(row["file_key"])
+    return {table: frozenset(keys) for table, keys in held.items()}
 
 
 def release_quarantine(spark: SparkSession, table: SilverTable, files: Sequence[str]) -> None:
@@ -75,7 +96,8 @@ def release_quarantine(spark: SparkSession, table: SilverTable, files: Sequence[
     journal = SilverTable(table.catalog, table.database, QUARANTINE_TABLE)
     if files and table_exists(spark, journal):
         keys = ", ".join("'" + k.replace("'", "''") + "'" for k in files)
-        spark.sql(f"DELETE FROM {journal.identifier} WHERE silver_table = '{table.name}' AND file_key IN ({keys})")
+        with _journal_write(journal):
+            spark.sql(f"DELETE FROM {journal.identifier} WHERE silver_table = '{table.name}' AND file_key IN ({keys})")
 
 
 def record_quarantined_rows(spark: SparkSession, table: SilverTable, rows: DataFrame) -> None:
@@ -89,13 +111,14 @@ def record_quarantined_rows(spark: SparkSession, table: SilverTable, rows: DataF
     frame = rows.select(
         F.lit(table.name).alias("silver_table"), "file_key", "row_number", "raw", "reason", "quarantined_at"
     )
-    ensure_table(spark, journal, frame)
-    merge_frame(
-        spark,
-        frame,
-        lambda view: (
-            f"MERGE INTO {journal.identifier} t USING {view} s "
-            "ON t.silver_table = s.silver_table AND t.file_key = s.file_key AND t.row_number = s.row_number "
-            "WHEN NOT MATCHED THEN INSERT *"
-        ),
-    )
+    with _journal_write(journal):
+        ensure_table(spark, journal, frame)
+        merge_frame(
+            spark,
+            frame,
+            lambda view: (
+                f"MERGE INTO {journal.identifier} t USING {view} s "
+                "ON t.silver_table = s.silver_table AND t.file_key = s.file_key AND t.row_number = s.row_number "
+                "WHEN NOT MATCHED THEN INSERT *"
+            ),
+        )

@@ -28,14 +28,15 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from cdclake.columns import OP, SILVER_ORDER, STORED_FILE, STORED_POS
 from cdclake.lake.tables import iceberg_table
+from cdclake.runtime.session import ICEBERG_PARQUET_CONF
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -86,24 +87,16 @@ def blocker(
     return None
 
 
-@contextmanager
-def _iceberg_parquet(spark: SparkSession) -> Iterator[None]:
-    """Spark writes Parquet with field ids and INT64 microsecond timestamps while inside."""
-    wanted = {
-        "spark.sql.parquet.fieldId.write.enabled": "true",
-        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-    }
-    before = {name: spark.conf.get(name, None) for name in wanted}
-    for name, value in wanted.items():
-        spark.conf.set(name, value)
-    try:
-        yield
-    finally:
-        for name, previous in before.items():
-            if previous is None:
-                spark.conf.unset(name)
-            else:
-                spark.conf.set(name, previous)
+# The session sets Spark's Parquet writer up to write Iceberg's files (``ICEBERG_PARQUET_CONF``); a
+# session built elsewhere gets the settings here, never unset again: tables write concurrently.
+_CONF_LOCK = threading.Lock()
+
+
+def _ensure_iceberg_parquet(spark: SparkSession) -> None:
+    with _CONF_LOCK:
+        for name, value in ICEBERG_PARQUET_CONF.items():
+            if spark.conf.get(name, None) != value:
+                spark.conf.set(name, value)
 
 
 def _written(spark: SparkSession, location: str) -> list[tuple[str, int]]:
@@ -137,7 +130,7 @@ class _Files:
         self.paths: list[str] = []
 
     def write(self, frame: DataFrame, kind: str, file_per: str | None = None) -> list[tuple[str, int]]:
-        """Write ``frame`` as Parquet files of their own (inside ``_iceberg_parquet``); ``file_per``:
+        """Write ``frame`` as Parquet files of their own (Iceberg's Parquet settings on); ``file_per``:
         a column whose every value gets files of its own (in a folder named after it; the column
         itself is not written)."""
         location = str(self.table.locationProvider().newDataLocation(f"cdclake-{kind}-{uuid.uuid4().hex}"))
@@ -154,7 +147,8 @@ class _Files:
         """Write the position deletes and the new images as two Spark jobs at once, and turn them
         into content files: each is a job of one or a few tasks for a small batch, so one alone
         leaves cores idle."""
-        with _iceberg_parquet(self.spark), ThreadPoolExecutor(2, thread_name_prefix="cdclake-write") as pool:
+        _ensure_iceberg_parquet(self.spark)
+        with ThreadPoolExecutor(2, thread_name_prefix="cdclake-write") as pool:
             written = [
                 pool.submit(self.write, deletes, "deletes", _DATA_FILE),
                 pool.submit(self.write, images, "data"),
@@ -300,7 +294,7 @@ def apply_row_delta(
         images = images.coalesce(_image_files(spark, table, base_snapshot_id, image_count))
     if sort_columns:
         images = images.sortWithinPartitions(*sort_columns)
-    deleted = Observation("cdclake_deleted_from")
+    deleted = Observation(f"cdclake_deleted_from_{uuid.uuid4().hex}")
     replaced = (
         changes.where(F.col(STORED_FILE).isNotNull())
         .select(

@@ -6,6 +6,7 @@ say what the properties and the side tables mean.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -107,8 +108,14 @@ def table_exists(spark: SparkSession, table: SilverTable) -> bool:
     return bool(spark.catalog.tableExists(f"{table.catalog}.{table.database}.{table.name}"))
 
 
+# Tables of one run are worked on concurrently: two of them may create the same namespace or
+# side table at once, and the loser of such a race would fail; creations take turns instead.
+_CREATING = threading.Lock()
+
+
 def ensure_database(spark: SparkSession, catalog: str, database: str) -> None:
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {quote(catalog)}.{quote(database)}")
+    with _CREATING:
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {quote(catalog)}.{quote(database)}")
 
 
 def _iceberg_writer(rows: DataFrame, table: SilverTable) -> Any:
@@ -125,8 +132,11 @@ def create_or_replace(spark: SparkSession, table: SilverTable, rows: DataFrame, 
 
 def ensure_table(spark: SparkSession, table: SilverTable, empty: DataFrame) -> None:
     """Create ``table`` with ``empty``'s schema unless it exists (no ledger entry)."""
-    if not table_exists(spark, table):
-        _iceberg_writer(empty.limit(0), table).create()
+    if table_exists(spark, table):
+        return
+    with _CREATING:
+        if not table_exists(spark, table):
+            _iceberg_writer(empty.limit(0), table).create()
 
 
 def silver_columns(spark: SparkSession, table: SilverTable) -> list[tuple[str, str]]:

@@ -49,6 +49,14 @@ class SessionSettings:
     extra_conf: dict[str, str] = field(default_factory=dict)
 
 
+# Spark's Parquet writer as Iceberg's files need it (``lake.row_delta`` writes data and delete files
+# with Spark and adds them in one RowDelta): field ids, INT64 microsecond timestamps.
+ICEBERG_PARQUET_CONF = {
+    "spark.sql.parquet.fieldId.write.enabled": "true",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+}
+
+
 def spark_conf(settings: SessionSettings) -> dict[str, str]:
     """The Spark configuration for ``settings``; pure, so both shells' settings are testable."""
     name = settings.catalog_name
@@ -63,6 +71,11 @@ def spark_conf(settings: SessionSettings) -> dict[str, str]:
         # The bad-row check is `limit(n).collect()` over the whole batch: by default its first job scans
         # one partition, then 4x more per job, serialising a full-load scan. Scan every partition at once.
         "spark.sql.limit.initialNumPartitions": "100000",
+        # The tables of a run are applied concurrently, each in a scheduler pool of its own
+        # (``engine.parallel``): FAIR shares the executors between the pools, so a small table's
+        # jobs are not queued behind a big table's stages.
+        "spark.scheduler.mode": "FAIR",
+        **ICEBERG_PARQUET_CONF,
     }
     catalog = settings.catalog
     if isinstance(catalog, GlueCatalog):

@@ -175,13 +175,20 @@ def _engine(args: argparse.Namespace, config_path: Path, bronze_override: str | 
 
 
 def _print_report(report: RunReport) -> int:
-    """Print one line per table and batch; exit code 1 when a batch was quarantined."""
+    """Print one line per table and batch, then each table that failed. Exit code: that of a failed
+    table (1: a fault, else 2: a problem to fix, else 75: another writer kept winning), else 1 when
+    a batch was quarantined, else 0."""
     for table in report.tables:
         print(table.summary())
-    if not report.tables:
+    if not report.tables and not report.failures:
         print("nothing to apply")
     for table in report.quarantined:
         print(f"cdclake: {table.table}: {len(table.quarantined_files)} file(s) quarantined", file=sys.stderr)
+    for failure in report.failures:
+        print(f"cdclake: {failure.table}: {failure.error}", file=sys.stderr)
+    if report.failures:
+        codes = {failure.exit_code for failure in report.failures}
+        return next(code for code in (1, 2, ConcurrentWriterError.exit_code) if code in codes)
     return 1 if report.quarantined else 0
 
 
@@ -237,8 +244,9 @@ def _run(engine: Engine, args: argparse.Namespace) -> int:
 def _full_load(engine: Engine, args: argparse.Namespace) -> int:
     from cdclake.engine.run import full_load
 
-    _print_report(full_load(engine, _tables(engine, args), reload=args.reload))
-    return 0
+    report = full_load(engine, _tables(engine, args), reload=args.reload)
+    code = _print_report(report)
+    return code if report.failures else 0
 
 
 def _apply(engine: Engine, args: argparse.Namespace) -> int:

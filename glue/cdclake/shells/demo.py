@@ -214,16 +214,17 @@ def run_demo(workdir: Path, make_engine: Callable[[Path, str], Engine]) -> int:
     write_full_load(bronze, initial_rows())
     engine = make_engine(config_path, str(bronze))
     print("demo: full load")
-    run(engine)
+    run(engine).checked()
     refresh_demo_marts(engine)  # layer 3: the first refresh of a mart is a full one
     batches = cdc_batches()
     written = []
     for number, batch in enumerate(batches, start=1):
         written.append(write_cdc_batch(bronze, batch))
         print(f"demo: CDC batch {number} ({len(batch)} changes in {written[-1].name})")
-        run(engine)
+        run(engine).checked()
     print("demo: applying batch 1 again (a redelivered file): it must change nothing")
     replayed = apply_cdc_files(engine, files_from_keys(engine.store, [str(written[0].relative_to(bronze))]))
+    replayed.checked()
     assert all(t.files_applied == 0 for t in replayed.tables)
 
     actual = silver_rows(engine)

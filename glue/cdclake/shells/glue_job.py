@@ -141,3 +141,5 @@ def publish_metrics(args: JobArguments, report: RunReport) -> None:
 def log_report(report: RunReport) -> None:
     for table in report.tables:
         log.info("%s", table.summary())
+    for failure in report.failures:
+        log.error("%s", failure.summary())

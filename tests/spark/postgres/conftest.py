@@ -150,7 +150,7 @@ def apply_and_verify(make_engine: Callable[..., Engine]) -> Callable[[SourceData
         config = parse_config(text, str(db.config_path))
         config = replace(config, database=first.config.database, bronze=first.config.bronze)
         engine = engines[db.name] = replace(first, config=config)
-        db.last_run = run(engine)
+        db.last_run = run(engine).checked()
         conn = db.connect()
         try:
             return verify(engine, conn)
