@@ -61,6 +61,9 @@ def parse_source_url(url: str) -> SourceAddress:
             "No source database given: pass --source postgresql://user@host:5432/db (or mysql://, sqlserver://)."
         )
     text = url[len("jdbc:") :] if url.startswith("jdbc:") else url
+    # SQL Server's JDBC form puts properties after semicolons: sqlserver://host:1433;databaseName=db
+    text, *properties = text.split(";")
+    settings = dict(p.split("=", 1) for p in properties if "=" in p)
     try:
         parts = urlsplit(text)
         port = parts.port
@@ -74,11 +77,7 @@ def parse_source_url(url: str) -> SourceAddress:
         )
     database = unquote(parts.path.lstrip("/"))
     options = tuple(parse_qsl(parts.query))
-    if engine == "sqlserver" and ";" in database:  # jdbc:sqlserver://host:1433;databaseName=db
-        database = ""
-    if engine == "sqlserver" and ";" in (parts.netloc + parts.path):
-        settings = dict(kv.split("=", 1) for kv in (parts.netloc + parts.path).split(";")[1:] if "=" in kv)
-        database = settings.get("databaseName", settings.get("database", database))
+    database = settings.get("databaseName", settings.get("database", database))
     return SourceAddress(
         engine=engine,
         host=parts.hostname,

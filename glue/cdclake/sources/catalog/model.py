@@ -37,5 +37,8 @@ class CatalogTable:
     def qualified(self) -> str:
         return f"{self.schema}.{self.name}"
 
+    def column(self, name: str) -> CatalogColumn:
+        return next(c for c in self.columns if c.name == name)
+
     def types(self) -> dict[str, str]:
         return {c.name: c.spark_type for c in self.columns}
