@@ -51,11 +51,16 @@ def default_database(address: SourceAddress) -> str:
     return name if re.match(r"^[a-z_]", name) else "cdclake"
 
 
-def selected_tables(address: SourceAddress, settings: InitSettings, tables: Sequence[CatalogTable]) -> Selection:
-    include = settings.include
-    if not include and address.engine == "mysql" and address.database:
-        include = (f"{address.database}.*",)  # a MySQL URL's database is the schema the user means
-    selection = select_tables(tables, include, settings.exclude)
+def default_include(address: SourceAddress) -> tuple[str, ...]:
+    """Every table, except for MySQL with a database in the URL: that database is the schema meant."""
+    return (f"{address.database}.*",) if address.engine == "mysql" and address.database else ()
+
+
+def selected_tables(
+    address: SourceAddress, tables: Sequence[CatalogTable], include: Sequence[str] = (), exclude: Sequence[str] = ()
+) -> Selection:
+    """The tables to configure, with a warning for each one left out."""
+    selection = select_tables(tables, tuple(include) or default_include(address), exclude)
     for reason in selection.skipped:
         log.warning("table left out: %s", reason)
     return selection
@@ -65,7 +70,7 @@ def init(settings: InitSettings, read: CatalogReader = read_catalog, out: Callab
     """Run ``cdclake init``; the exit code (0, or 1 for drift with ``check``)."""
     address = parse_source_url(settings.source_url)
     catalog = read(address)
-    selection = selected_tables(address, settings, catalog)
+    selection = selected_tables(address, catalog, settings.include, settings.exclude)
     path = settings.config_path
     if settings.check:
         config = load_config(path)
