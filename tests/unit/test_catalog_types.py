@@ -11,6 +11,7 @@ from cdclake.sources.catalog.dms_types import (
     spark_type,
     sqlserver_dms_type,
 )
+from cdclake.sources.catalog.readers import postgres_type_text
 
 
 def _numeric_typmod(precision: int, scale: int) -> int:
@@ -121,3 +122,10 @@ def test_binary_is_binary_in_parquet_and_text_in_csv() -> None:
     for name in ("BYTES", "BLOB"):
         assert spark_type(DmsType(name), "parquet") == "binary"
         assert spark_type(DmsType(name), "csv") == "string"
+
+
+def test_postgres_type_text_shows_the_declared_type() -> None:
+    assert postgres_type_text("numeric", _numeric_typmod(12, 2)) == "numeric(12,2)"
+    assert postgres_type_text("varchar", 44) == "varchar(40)"
+    assert postgres_type_text("timestamptz", 3) == "timestamptz(3)"
+    assert postgres_type_text("text", -1) == "text"

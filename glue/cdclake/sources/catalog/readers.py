@@ -115,6 +115,17 @@ class _PyformatCursor:
         return None if row is None else tuple(row)
 
 
+def postgres_type_text(pg_type: str, type_modifier: int) -> str:
+    """``numeric(12,2)``, ``varchar(40)``, ``timestamptz(3)``: the type as it was declared."""
+    if type_modifier < 0:
+        return pg_type
+    if pg_type == "numeric" and type_modifier >= 4:
+        return f"numeric({((type_modifier - 4) >> 16) & 0xFFFF},{(type_modifier - 4) & 0xFFFF})"
+    if pg_type in ("varchar", "bpchar") and type_modifier >= 4:  # the length plus the 4-byte header
+        return f"{pg_type}({type_modifier - 4})"
+    return f"{pg_type}({type_modifier})"  # timestamp(p), time(p), bit(n): the modifier is the number itself
+
+
 def read_postgres(conn: Any, bronze_format: BronzeFormat = "csv") -> list[CatalogTable]:
     """Every ordinary and partitioned table of the non-system schemas, read with the catalog query
     of ``cdclake capture`` (columns in ``attnum`` order, generated columns left out as pgoutput
@@ -131,7 +142,7 @@ def read_postgres(conn: Any, bronze_format: BronzeFormat = "csv") -> list[Catalo
         columns = tuple(
             CatalogColumn(
                 c.name,
-                c.pg_type if c.type_modifier < 0 else f"{c.pg_type}({c.type_modifier})",
+                postgres_type_text(c.pg_type, c.type_modifier),
                 spark_type(postgres_dms_type(c.pg_type, c.type_modifier), bronze_format),
             )
             for c in table.columns
