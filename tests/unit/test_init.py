@@ -282,3 +282,13 @@ def test_cli_unreachable_database_exits_2_with_one_sentence(tmp_path: Path, caps
 def test_cli_bad_url_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["--config", str(tmp_path / "c.yaml"), "init", "--source", "ftp://x"])
     assert code == 2 and "must look like postgresql://" in capsys.readouterr().err
+
+
+def test_check_does_not_count_the_dms_bookkeeping_columns_as_dropped() -> None:
+    # GIVEN a hand-written configuration that declares the timestamp and change-sequence columns' types
+    config = parse_config(
+        "bronze: {timestamp_column: ts, change_sequence_column: seq}\n"
+        "tables:\n  s.t:\n    primary_key: [id]\n    columns: {ts: timestamp, id: int, seq: string}\n"
+    )
+    # THEN they are not source columns that went missing
+    assert drift(config, [CatalogTable("s", "t", (col("id", "int"),), ("id",), "primary key")]) == []

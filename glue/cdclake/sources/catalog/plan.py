@@ -223,7 +223,8 @@ def drift(
             found.append(Drift(name, "dropped table", "(not at the source any more; silver keeps its rows)", False))
             continue
         types = source.types()
-        declared = {k: _norm(v) for k, v in table_config.columns.items()}
+        bookkeeping = {config.bronze.timestamp_column, config.bronze.change_sequence_column}
+        declared = {k: _norm(v) for k, v in table_config.columns.items() if k not in bookkeeping}
         if declared:  # a table configured without columns (files with a header) has no types to compare
             for column, type_name in types.items():
                 if column not in declared:
