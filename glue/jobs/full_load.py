@@ -13,9 +13,9 @@ import sys
 from collections.abc import Sequence
 
 from cdclake.engine.run import full_load
+from cdclake.ops.source_catalog import prepare_job_configuration
 from cdclake.report import RunReport
 from cdclake.shells.glue_job import build_engine, log_report, parse_arguments, publish_metrics
-from cdclake.sources.catalog.aws import prepare_job_configuration
 
 
 def main(argv: Sequence[str]) -> RunReport:

@@ -11,7 +11,7 @@ import pytest
 from moto import mock_aws
 
 from cdclake.config import parse_config
-from cdclake.sources.catalog.aws import SourceSettings, source_address, source_settings, sync_configuration
+from cdclake.ops.source_catalog import SourceSettings, source_address, source_settings, sync_configuration
 from cdclake.sources.catalog.connect import SourceAddress
 from cdclake.sources.catalog.model import CatalogColumn, CatalogTable, SourceCatalogError
 

@@ -10,11 +10,12 @@ import pytest
 
 from cdclake.config import load_config, parse_config
 from cdclake.errors import CdclakeError
+from cdclake.ops.drift import drift
 from cdclake.ops.init import InitSettings, init
 from cdclake.shells.cli import main
 from cdclake.sources.catalog.connect import SourceAddress, address_from_secret, parse_source_url
 from cdclake.sources.catalog.model import CatalogColumn, CatalogTable, SourceCatalogError
-from cdclake.sources.catalog.plan import add_tables, drift, select_tables, written_by_init
+from cdclake.sources.catalog.plan import add_tables, select_tables, written_by_init
 from cdclake.sources.catalog.readers import mysql_tables
 
 URL = "postgresql://reader:secret@db.example:5432/shop"

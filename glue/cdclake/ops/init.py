@@ -13,6 +13,7 @@ from pathlib import Path
 
 from cdclake.config import load_config, parse_config
 from cdclake.errors import CdclakeError
+from cdclake.ops.drift import drift, drift_report
 from cdclake.sources.catalog.connect import SourceAddress, parse_source_url, read_catalog
 from cdclake.sources.catalog.model import CatalogTable
 from cdclake.sources.catalog.plan import (
@@ -20,8 +21,6 @@ from cdclake.sources.catalog.plan import (
     Selection,
     add_tables,
     configuration_text,
-    drift,
-    drift_report,
     select_tables,
     written_by_init,
 )

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cdclake.config import parse_config
+from cdclake.ops.drift import Drift, drift
 from cdclake.sources.catalog.connect import SourceAddress, address_from_secret, read_catalog
 from cdclake.sources.catalog.model import CatalogTable, SourceCatalogError
-from cdclake.sources.catalog.plan import BronzeDefaults, Drift, configuration_text, drift
+from cdclake.sources.catalog.plan import BronzeDefaults, configuration_text
 
 log = logging.getLogger("cdclake.source")
 
