@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -293,3 +294,23 @@ def test_check_does_not_count_the_dms_bookkeeping_columns_as_dropped() -> None:
     )
     # THEN they are not source columns that went missing
     assert drift(config, [CatalogTable("s", "t", (col("id", "int"),), ("id",), "primary key")]) == []
+
+
+@pytest.mark.parametrize("scheme", ["postgresql", "mysql", "sqlserver"])
+def test_each_driver_turns_a_refused_connection_into_one_sentence(scheme: str) -> None:
+    # GIVEN a loopback port nothing listens on, and each engine's real driver
+    import socket
+
+    from cdclake.sources.catalog.connect import read_catalog
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    address = parse_source_url(f"{scheme}://u:pw@127.0.0.1:{port}/db")
+    # WHEN the catalog is read THEN the error names the engine and address, once, without the password
+    with pytest.raises(SourceCatalogError) as caught:
+        read_catalog(address, timeout=2)
+    message = str(caught.value)
+    # (python-tds retries a refused connection until its login timeout: "Cannot reach ...: no answer within 2 s")
+    assert re.match(rf"Cannot (connect to|reach) {address.engine} at 127\.0\.0\.1:{port} \(database db\): \w", message)
+    assert "\n" not in message and "pw" not in message

@@ -125,8 +125,9 @@ def address_from_secret(
     )
 
 
-def connect(address: SourceAddress) -> Any:
-    """An open DB-API connection (autocommit, read only in practice: only catalog SELECTs run)."""
+def connect(address: SourceAddress, timeout: float = CONNECT_TIMEOUT_SECONDS) -> Any:
+    """An open DB-API connection (autocommit, read only in practice: only catalog SELECTs run);
+    ``timeout`` seconds to connect and log in."""
     try:
         if address.engine == "postgres":
             import pg8000.dbapi
@@ -146,7 +147,7 @@ def connect(address: SourceAddress) -> Any:
                 host=address.host,
                 port=address.port,
                 database=address.database or None,
-                timeout=CONNECT_TIMEOUT_SECONDS,
+                timeout=timeout,
                 ssl_context=ssl_context,
             )
             conn.autocommit = True
@@ -160,19 +161,19 @@ def connect(address: SourceAddress) -> Any:
                 user=address.user or "root",
                 password=address.password,
                 database=address.database or None,
-                connect_timeout=int(CONNECT_TIMEOUT_SECONDS),
+                connect_timeout=max(1, round(timeout)),
                 autocommit=True,
                 charset="utf8mb4",
             )
         import pytds
 
         return pytds.connect(
-            server=address.host,
+            dsn=address.host,
             port=address.port,
             database=address.database or None,
             user=address.user,
             password=address.password,
-            login_timeout=int(CONNECT_TIMEOUT_SECONDS),
+            login_timeout=max(1, round(timeout)),
             autocommit=True,
         )
     except ImportError as exc:
@@ -180,7 +181,8 @@ def connect(address: SourceAddress) -> Any:
             f"The driver for {address.engine} is not installed ({exc.name}): pip install 'cdclake[sources]'."
         ) from None
     except OSError as exc:  # refused, unreachable, timed out, unknown host
-        raise SourceCatalogError(f"Cannot reach {address.describe()}: {_reason(exc)}.") from None
+        reason = f"no answer within {timeout:g} s" if isinstance(exc, TimeoutError) else _reason(exc)
+        raise SourceCatalogError(f"Cannot reach {address.describe()}: {reason}.") from None
     except Exception as exc:  # each driver's own error classes: bad login, unknown database, TLS
         raise SourceCatalogError(f"Cannot connect to {address.describe()}: {_reason(exc)}.") from None
 
@@ -195,11 +197,13 @@ def _reason(exc: BaseException) -> str:
     return text.rstrip(".")
 
 
-def read_catalog(address: SourceAddress, bronze_format: BronzeFormat = "csv") -> list[CatalogTable]:
+def read_catalog(
+    address: SourceAddress, bronze_format: BronzeFormat = "csv", timeout: float = CONNECT_TIMEOUT_SECONDS
+) -> list[CatalogTable]:
     """Connect, read every table's columns and key, close."""
     from cdclake.sources.catalog.readers import read_mysql, read_postgres, read_sqlserver
 
-    conn = connect(address)
+    conn = connect(address, timeout)
     try:
         if address.engine == "postgres":
             return read_postgres(conn, bronze_format)
