@@ -1,7 +1,9 @@
 """AWS Glue job: the full load. Creates each silver table from its LOAD files, once.
 
 Arguments: --config (table configuration), --bronze (DMS prefix), --warehouse; optional
---catalog and --reload true (replace tables that are already loaded).
+--catalog and --reload true (replace tables that are already loaded). With --secret_id (and
+--source_connection, --dbname, --source_engine) the job first reads the source catalog: it writes
+--config from it when nothing was uploaded there, else logs the configuration's drift.
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ import sys
 from collections.abc import Sequence
 
 from cdclake.engine.run import full_load
+from cdclake.ops.source_catalog import prepare_job_configuration
 from cdclake.report import RunReport
 from cdclake.shells.glue_job import build_engine, log_report, parse_arguments, publish_metrics
 
 
 def main(argv: Sequence[str]) -> RunReport:
     args = parse_arguments(argv)
+    prepare_job_configuration(argv, args.config, args.database)
     engine = build_engine(args)
     report = full_load(engine, reload=args.reload)
     log_report(report)

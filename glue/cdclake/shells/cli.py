@@ -137,6 +137,19 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--table", action="append", help="only this table (repeatable)")
     verify.add_argument("--show", type=int, default=20, help="differing keys printed per table and kind")
 
+    init = commands.add_parser("init", help="write --config from a source database's catalog (or --check drift)")
+    init.add_argument(
+        "--source",
+        default=os.environ.get("CDCLAKE_SOURCE", ""),
+        help="postgresql://, mysql:// or sqlserver:// URL (env CDCLAKE_SOURCE)",
+    )
+    init.add_argument("--include", action="append", default=[], help="schema.table glob to take (repeatable)")
+    init.add_argument("--exclude", action="append", default=[], help="schema.table glob to leave out (repeatable)")
+    init.add_argument("--force", action="store_true", help="overwrite a configuration that was edited by hand")
+    init.add_argument("--add-new", action="store_true", help="add only the tables the configuration lacks")
+    init.add_argument("--check", action="store_true", help="print the drift from the catalog; exit 1 on any")
+    init.add_argument("--database", help="silver.database (default: the source database's name)")
+
     gold = commands.add_parser("gold", help="refresh the gold marts from silver (one commit per mart)")
     gold.add_argument("--mart", action="append", help="only this mart (repeatable)")
 
@@ -222,6 +235,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return run_demo(args.workdir, lambda config, bronze: _engine(args, config, bronze))
     if args.command == "capture":
         return _capture(args)
+    if args.command == "init":
+        from cdclake.ops.init import cli_init
+
+        return cli_init(args)
     if args.command not in _WRITERS:
         return _COMMANDS[args.command](_engine(args, args.config), args)
     from cdclake.shells.lock import warehouse_lock

@@ -1,0 +1,171 @@
+"""``cdclake init`` as pure functions: which tables, the configuration text, and adding new tables
+to a file. No I/O here (the drift check is ``cdclake.ops.drift``)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+
+import yaml
+from yaml.nodes import MappingNode, ScalarNode
+
+from cdclake.errors import ConfigError
+from cdclake.identifiers import IDENTIFIER
+from cdclake.sources.catalog.model import CatalogTable
+
+RESERVED_PREFIX = "_cdc_"
+
+
+@dataclass(frozen=True)
+class BronzeDefaults:
+    """The bronze settings written: those of the DMS S3 target endpoint the stack creates
+    (template.yaml, ``DmsTargetEndpoint``: DataFormat=csv, AddColumnName=true, TimestampColumnName,
+    IncludeOpForFullLoad=false) plus the task's AR_H_CHANGE_SEQ transformation (docs/deploy.md)."""
+
+    path: str = "bronze"
+    timestamp_column: str = "dms_commit_ts"
+    change_sequence_column: str = "AR_H_CHANGE_SEQ"
+
+
+@dataclass(frozen=True)
+class Selection:
+    tables: list[CatalogTable]
+    skipped: list[str] = field(default_factory=list)  # one sentence per table left out, and why
+
+
+def select_tables(tables: Sequence[CatalogTable], include: Sequence[str], exclude: Sequence[str]) -> Selection:
+    """Tables whose ``schema.table`` matches an ``include`` glob (all when none) and no ``exclude``
+    glob (``fnmatch`` rules, case-sensitive). Tables whose names the configuration cannot hold are
+    left out with the reason."""
+    chosen: list[CatalogTable] = []
+    skipped: list[str] = []
+    for table in tables:
+        name = table.qualified
+        if include and not any(fnmatchcase(name, p) for p in include):
+            continue
+        if any(fnmatchcase(name, p) for p in exclude):
+            continue
+        bad = [n for n in (table.schema, table.name) if not IDENTIFIER.match(n)]
+        bad += [c.name for c in table.columns if not IDENTIFIER.match(c.name)]
+        if bad:
+            skipped.append(f"{name}: name(s) {', '.join(bad)} are not plain identifiers; configure it by hand")
+            continue
+        reserved = [c.name for c in table.columns if c.name.lower().startswith(RESERVED_PREFIX)]
+        if reserved:
+            skipped.append(f"{name}: column(s) {', '.join(reserved)} use cdclake's reserved prefix {RESERVED_PREFIX}")
+            continue
+        chosen.append(table)
+    return Selection(chosen, skipped)
+
+
+# --------------------------------------------------------------------------- writing
+
+_HEADER = re.compile(r"^# cdclake init \(([a-z]+)\): sha256 ([0-9a-f]{64})\b.*\n")
+
+
+def _quoted(value: str) -> str:
+    return yaml.safe_dump(value, default_style='"', width=1 << 20).strip()
+
+
+def table_block(table: CatalogTable, indent: int = 2) -> list[str]:
+    """The lines of one table's entry under ``tables:``."""
+    pad, inner = " " * indent, " " * (indent + 2)
+    lines = [f"{pad}{table.qualified}:"]
+    if table.key_source == "primary key":
+        lines.append(f"{inner}primary_key: [{', '.join(table.key)}]")
+    elif table.key_source == "unique index":
+        lines.append(f"{inner}primary_key: [{', '.join(table.key)}]  # no primary key: the unique index DMS uses")
+    else:
+        lines.append(f"{inner}append_only: true  # no primary key at the source: every change row is appended")
+    lines.append(f"{inner}columns:")
+    width = max(len(c.name) + len(c.spark_type) for c in table.columns) + 4
+    for column in table.columns:
+        entry = f'{column.name}: "{column.spark_type}"'
+        lines.append(f"{inner}  {entry.ljust(width)}  # {column.source_type}")
+    return lines
+
+
+def configuration_text(engine: str, tables: Sequence[CatalogTable], bronze: BronzeDefaults, database: str) -> str:
+    """A whole configuration: bronze as the stack's DMS endpoint writes, silver, every table. The
+    first line carries a checksum of the rest, so a later ``init`` can tell a hand-edited file."""
+    body = [
+        "bronze:  # the DMS S3 target endpoint of the stack (template.yaml: DmsTargetEndpoint)",
+        f"  path: {_quoted(bronze.path)}",
+        "  format: csv                 # DataFormat",
+        "  csv_header: true            # AddColumnName: each file names its columns",
+        '  csv_delimiter: ","          # CsvDelimiter',
+        '  csv_null_value: ""          # DMS writes NULL as an empty unquoted field',
+        "  include_op_for_full_load: false",
+        f"  timestamp_column: {bronze.timestamp_column}    # TimestampColumnName",
+        f"  change_sequence_column: {bronze.change_sequence_column}  # the task's $AR_H_CHANGE_SEQ column",
+        "silver:",
+        f"  database: {database}",
+        "tables:",
+    ]
+    for table in tables:
+        body.extend(table_block(table))
+    return with_header(engine, "\n".join(body) + "\n")
+
+
+def with_header(engine: str, body: str) -> str:
+    digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
+    header = (
+        f"# cdclake init ({engine}): sha256 {digest}. Columns are in the order DMS writes them, typed as DMS's "
+        "output reads; an edited file is not overwritten without --force.\n"
+    )
+    return header + body
+
+
+def written_by_init(text: str) -> tuple[str, bool] | None:
+    """``(engine, untouched)`` for a file ``init`` wrote (untouched: nobody edited it since), or
+    ``None`` for any other file."""
+    match = _HEADER.match(text)
+    if match is None:
+        return None
+    body = text[match.end() :]
+    return match.group(1), hashlib.sha256(body.encode("utf-8")).hexdigest() == match.group(2)
+
+
+def add_tables(text: str, tables: Sequence[CatalogTable], source: str = "<config>") -> str:
+    """``text`` with ``tables`` appended to its ``tables:`` mapping; everything else (comments,
+    hand edits) is kept byte for byte. A file ``init`` wrote and nobody edited keeps a valid checksum."""
+    if not tables:
+        return text
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source} is not valid YAML: {' '.join(str(exc).split())}") from None
+    mapping = None
+    if isinstance(root, MappingNode):
+        mapping = next(
+            (v for k, v in root.value if isinstance(k, ScalarNode) and k.value == "tables"),
+            None,
+        )
+    if not isinstance(mapping, MappingNode) or mapping.flow_style or not mapping.value:
+        raise ConfigError(f"{source} has no block-style 'tables:' mapping to add tables to.")
+    last_key, last_value = mapping.value[-1]
+    indent = last_key.start_mark.column
+    end = last_value.end_mark
+    # A block value ends where the next token starts: at a line start, or inside the last line.
+    insert_at = end.index if end.column == 0 else _line_end(text, end.index)
+    if end.column != 0 and insert_at == len(text) and not text.endswith("\n"):
+        text += "\n"
+        insert_at = len(text)
+    elif end.column != 0:
+        insert_at += 1
+    addition = "".join(line + "\n" for table in tables for line in table_block(table, indent))
+    new_text = text[:insert_at] + addition + text[insert_at:]
+    origin = written_by_init(text)
+    if origin is not None and origin[1]:
+        match = _HEADER.match(new_text)
+        assert match is not None
+        return with_header(origin[0], new_text[match.end() :])
+    return new_text
+
+
+def _line_end(text: str, index: int) -> int:
+    end = text.find("\n", index)
+    return len(text) if end < 0 else end
