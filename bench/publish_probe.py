@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.columns import EFFECT, OP, SILVER_ORDER
 from cdclake.engine.statements import merge_statement
-from cdclake.lake.committer import IcebergCommitter
+from cdclake.lake.committer import IcebergCommitter, KeyedBatch
 from cdclake.lake.layout import Layout, apply_layout
 from cdclake.lake.ledger import ledger_properties
 from cdclake.lake.publish import (
@@ -43,7 +43,7 @@ from cdclake.lake.publish import (
     publish_changes,
     stage_changes,
 )
-from cdclake.lake.tables import iceberg_table
+from cdclake.lake.tables import SilverTable, iceberg_table
 from cdclake.runtime.session import LocalCatalog, SessionSettings, build_spark_session
 
 if TYPE_CHECKING:
@@ -183,7 +183,8 @@ def run_case(spark: SparkSession, case: Case, database: str, scratch: Path) -> l
 
     def merge() -> None:
         statement = lambda view: merge_statement(identifier, view, ["id"], COLUMNS)  # noqa: E731
-        IcebergCommitter().merge(spark, changes, statement, properties)
+        batch = KeyedBatch(SilverTable(*identifier.split(".")), changes, ["id"], COLUMNS, properties, None)
+        IcebergCommitter().merge(spark, batch, statement)
 
     def publish() -> None:
         publish_changes(spark, identifier, changes, ["id"], COLUMNS, properties)

@@ -59,6 +59,10 @@ class Profile:
     reps: int = 2  # the headline figures are the best of this many runs (alternating with their baseline)
     driver_memory: str = "2g"
     peer: bool = False  # pyiceberg's Table.upsert on the main CDC apply (rows, changes) beside cdclake
+    # Whole databases (bench/many_tables.py): the same rows and changes as one table or as this many.
+    many_tables: int = 100
+    many_rows: int = 1_000_000
+    many_changes: int = 100_000
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,9 @@ PROFILES = {
         batches=2,
         batch_changes=100,
         peer=True,
+        many_tables=5,
+        many_rows=20_000,
+        many_changes=2_000,
     ),
     "full": Profile(
         rows=10_000_000,
@@ -115,6 +122,9 @@ PROFILES = {
         seed_files_timed=200,
         batches=10,
         batch_changes=100_000,
+        many_tables=300,
+        many_rows=3_000_000,
+        many_changes=300_000,
     ),
 }
 
@@ -354,6 +364,13 @@ def run_profile(spark: SparkSession, profile: Profile, work: Path) -> dict[str, 
         maintain(spark, "bench.orders_mor")
     b.best_of(f"read mor after {p.batches} batches + maintenance", 3, lambda: read("orders_mor"))
 
+    # ------------------------------------------------------------------ whole databases: 1 table vs many
+    from bench.many_tables import ManyTables, measure
+
+    with b.timed(f"whole databases: 1 vs {p.many_tables} tables (all steps)"):
+        many = measure(spark, work, ManyTables(p.many_tables, p.many_rows, p.many_changes), reps=p.reps)
+    many["jvm_peak_mib"] = b.peaks_mib.get(f"whole databases: 1 vs {p.many_tables} tables (all steps)", 0.0)
+
     return {
         "timings": b.timings,
         "runs": b.runs,
@@ -362,6 +379,7 @@ def run_profile(spark: SparkSession, profile: Profile, work: Path) -> dict[str, 
         "python_peak_mib": python_peak_kib() / 1024,
         "seed_extrapolation": p.seed_files / p.seed_files_timed,
         "failures": failures,
+        "many_tables": many,
         **({"peer": peer} if peer else {}),
     }
 
@@ -605,6 +623,47 @@ def comparisons(result: dict[str, Any], p: Profile) -> list[Comparison]:
             f"same into {p.small_rows:,}",
             1.2,
         ),
+        *many_tables_comparisons(result),
+    ]
+
+
+def many_tables_comparisons(result: dict[str, Any]) -> list[Comparison]:
+    """Whole databases: the same work as many tables vs as one (absent from results made before it)."""
+    if "many_tables" not in result:
+        return []
+    many = result["many_tables"]
+    n, rows, changes = many["sizes"]["tables"], many["sizes"]["rows"], many["sizes"]["changes"]
+    t = many["timings"]
+    return [
+        Comparison(
+            f"CDC: {n} tables × {changes // n:,} changes vs 1 table × {changes:,}",
+            t[f"CDC {n} tables"],
+            t["CDC 1 table"],
+            "the same changes in one table",
+            1.5,
+        ),
+        Comparison(
+            f"full load: {n} tables × {rows // n:,} rows vs 1 table × {rows:,}",
+            t[f"full load {n} tables"],
+            t["full load 1 table"],
+            "the same rows in one table",
+            1.5,
+        ),
+    ]
+
+
+def many_tables_text(result: dict[str, Any]) -> list[str]:
+    if "many_tables" not in result:
+        return []
+    many = result["many_tables"]
+    n = many["sizes"]["tables"]
+    return [
+        f"Whole databases (`bench/many_tables.py`, every table of a batch in one `apply_cdc_files` / "
+        f"`full_load` call, tables concurrently): one more table in a batch costs "
+        f"{many['cdc_slope_seconds']:.2f} s in CDC and {many['full_load_slope_seconds']:.2f} s in a full load "
+        f"(target ≤ 0.2 s), the difference between {n} tables and one table doing the same work, divided by "
+        f"{n - 1}. Driver JVM peak with {n} tables in flight: {many.get('jvm_peak_mib', 0) / 1024:.2f} GiB.",
+        "",
     ]
 
 
@@ -675,6 +734,7 @@ def render(profile_name: str, p: Profile, result: dict[str, Any], info: dict[str
         f"{mem.ours:.2f} GiB | ≤ 4 GiB | {'yes' if mem.ours <= 4 else '**no**'} |",
         "",
         *_peer_text(p, result),
+        *many_tables_text(result),
         f"Copy-on-write vs merge-on-read ({p.batches} batches × {p.batch_changes:,} changes into "
         f"{p.small_rows:,} rows): applying took {mor:.1f} s merge-on-read vs {cow_text}. "
         f"A full-scan aggregate took {read_fresh:.2f} s on the fresh table, "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from cdclake.lake.committer import IcebergCommitter
+from cdclake.lake.committer import IcebergCommitter, KeyedBatch
 from cdclake.lake.publish import abandon_staged, commit_staged, stage_changes
 
 
@@ -98,17 +98,18 @@ class MaintenanceRacingCommitter(IcebergCommitter):
         self.rival = rival
         self.attempts = 0
 
-    def publish(self, spark: Any, table: Any, changes: Any, key: Any, columns: Any, properties: Any,
-                absent: Any = (), unchanged: Any = None) -> None:  # fmt: skip
+    def publish(self, spark: Any, batch: KeyedBatch) -> None:
         self.attempts += 1
         if self.attempts > 1:
-            super().publish(spark, table, changes, key, columns, properties, absent, unchanged)
+            super().publish(spark, batch)
             return
-        staged = stage_changes(spark, table.identifier, changes, key, columns, absent, unchanged)
+        staged = stage_changes(
+            spark, batch.table.identifier, batch.changes, batch.key, batch.columns, batch.absent, dict(batch.unchanged)
+        )
         assert staged is not None
         self.rival()
         try:
-            commit_staged(spark, staged, properties)
+            commit_staged(spark, staged, dict(batch.properties))
         except BaseException:
             abandon_staged(spark, staged)
             raise

@@ -6,15 +6,18 @@ Built once by a shell (Glue job, CLI, tests) and passed down; nothing below read
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from cdclake.config import DEFAULT_CATALOG, PipelineConfig, TableConfig
-from cdclake.dms.store import BronzeStore
+from cdclake.dms.store import BronzeStore, open_store
 from cdclake.lake.committer import IcebergCommitter
 from cdclake.lake.tables import SilverTable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from cdclake.runtime.session import GlueCatalog, LocalCatalog
 
 CommitPath = Literal["auto", "row-delta", "merge", "publish"]
 
@@ -31,6 +34,9 @@ class Engine:
     # Up to this many bytes of change files, a batch's keys are broadcast to pick the stored rows
     # they touch (a few tens of MB of keys at most: well within a 2 GB driver).
     broadcast_batch_bytes: int = 128 * 1024 * 1024
+    # ... and only while the stored rows it touches fit this share of the driver's heap, shared by
+    # the tables in flight (``engine.prepare.broadcast_fits``); a larger batch shuffles instead.
+    broadcast_heap_share: float = 0.25
     # A batch of one file up to ``broadcast_batch_bytes``, or of files up to this many bytes in
     # all, is read, de-duplicated and classified in one task: no shuffle (a single file is read by
     # one task anyway; a few small ones read in about a second).
@@ -63,3 +69,20 @@ class Engine:
 
     def silver_table(self, table: TableConfig) -> SilverTable:
         return SilverTable(self.catalog, self.config.database, table.target)
+
+
+def open_engine(
+    config: PipelineConfig,
+    catalog: LocalCatalog | GlueCatalog,
+    catalog_name: str = DEFAULT_CATALOG,
+    staging_dir: Path | None = None,
+    progress_seconds: float = 30.0,
+) -> Engine:
+    """The one way a shell builds its engine: the Spark session for ``catalog`` (the Glue Data
+    Catalog on S3, or a local Hadoop catalog), bronze at ``config.bronze.path`` (``staging_dir``:
+    where S3 objects Spark cannot read directly are staged), every other knob at its default."""
+    from cdclake.runtime.session import SessionSettings, build_spark_session
+
+    spark = build_spark_session(SessionSettings(catalog=catalog, catalog_name=catalog_name))
+    store = open_store(config.bronze.path, staging_dir, settings=config.bronze.s3)
+    return Engine(spark=spark, config=config, store=store, catalog=catalog_name, progress_seconds=progress_seconds)

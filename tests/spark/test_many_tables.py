@@ -133,3 +133,22 @@ def test_a_failing_table_stops_only_itself_and_the_report_says_which(
     out, err = capsys.readouterr()
     assert "s.alpha" in out and "s.gamma" in out
     assert "cdclake: s.beta: " in err and "unknown Op 'Z'" in err
+
+
+def test_batches_too_large_to_broadcast_are_classified_without_forcing_one(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # GIVEN three tables with updates, deletes and inserts, and an engine whose broadcast budget is
+    # nothing (as a batch of millions of keys in a small driver, several tables in flight)
+    engine = replace(make_engine(CONFIG), broadcast_heap_share=0.0)
+    logs = {
+        name: _write_table(
+            tmp_path / "bronze", name, [(1, "a"), (2, "b")], [("U", 1, f"{name}-1"), ("D", 2, ""), ("I", 5, name)]
+        )
+        for name in TABLES
+    }
+    # WHEN they run THEN each equals its replay: the plain join classifies as the broadcast does
+    run(engine).checked()
+    for name, (initial, log) in logs.items():
+        expected = replay_change_log(initial, log, ("id",))
+        assert _silver(engine, name) == {k: row["name"] for k, row in expected.items()}, name

@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from cdclake.columns import EFFECT, OP, SILVER_ORDER, UNCHANGED_PREFIX
 from cdclake.engine.changes import classify_effects
 from cdclake.engine.statements import merge_statement
-from cdclake.lake.committer import IcebergCommitter
+from cdclake.lake.committer import IcebergCommitter, KeyedBatch
 from cdclake.lake.layout import Layout, apply_layout, has_layout, layout_statements
 from cdclake.lake.ledger import FILES_PROPERTY, KIND_CDC, KIND_PROPERTY, ledger_properties, read_ledger, replace_table
 from cdclake.lake.publish import (
@@ -83,7 +83,8 @@ def _merge(spark: SparkSession, identifier: str, changes: DataFrame, key: Sequen
     def statement(view: str) -> str:
         return merge_statement(identifier, view, key, COLUMNS, ABSENT, list(UNCHANGED))
 
-    IcebergCommitter().merge(spark, changes, statement, {"cdclake.kind": "cdc"})
+    batch = KeyedBatch(SilverTable(*identifier.split(".")), changes, key, COLUMNS, {"cdclake.kind": "cdc"}, None)
+    IcebergCommitter().merge(spark, batch, statement)
 
 
 def _main_history(spark: SparkSession, identifier: str) -> list[int]:

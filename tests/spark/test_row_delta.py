@@ -16,10 +16,10 @@ from pyspark.sql import functions as F
 from cdclake.columns import EFFECT, OP, SILVER_ORDER, STORED_FILE, STORED_POS
 from cdclake.engine.changes import classify_effects
 from cdclake.engine.statements import merge_statement
-from cdclake.lake.committer import IcebergCommitter
+from cdclake.lake.committer import IcebergCommitter, KeyedBatch
 from cdclake.lake.ledger import KIND_CDC, ledger_properties
 from cdclake.lake.row_delta import apply_row_delta, blocker
-from cdclake.lake.tables import current_snapshot_id, iceberg_table, is_commit_conflict
+from cdclake.lake.tables import SilverTable, current_snapshot_id, iceberg_table, is_commit_conflict
 from readers import MainPoller
 
 # Every plain type the path writes itself, and `gone` (dropped at the source: absent from batches).
@@ -104,7 +104,8 @@ def _merge(spark: SparkSession, identifier: str, changes: DataFrame, key: Sequen
     def statement(view: str) -> str:
         return merge_statement(identifier, view, key, COLUMNS, ABSENT)
 
-    IcebergCommitter().merge(spark, changes, statement, {"cdclake.kind": "cdc"})
+    batch = KeyedBatch(SilverTable(*identifier.split(".")), changes, key, COLUMNS, {"cdclake.kind": "cdc"}, None)
+    IcebergCommitter().merge(spark, batch, statement)
 
 
 @pytest.fixture

@@ -6,11 +6,12 @@ import logging
 import time
 from collections.abc import Sequence
 
+from cdclake.columns import EFFECT_DELETE, EFFECT_DELETE_MISSING, EFFECT_INSERT, EFFECT_LATE, EFFECT_UPDATE
 from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile
 from cdclake.engine.commit import commit_batch
-from cdclake.engine.prepare import prepare_batch
+from cdclake.engine.prepare import BatchPlan, prepare_batch
 from cdclake.engine.select import TableState
 from cdclake.errors import FullLoadPendingError
 from cdclake.report import TableReport
@@ -40,12 +41,12 @@ def apply_cdc_batch(
     even if the ledger or the quarantine lists them.
     """
     started = time.monotonic()
-    report = TableReport(table=table.source, kind="cdc")
     keys = {f.key for f in files}
     pending = state.pending(files, force)
-    report.files_skipped = 0 if force else len(keys & state.applied)
-    report.files_held = 0 if force else len(keys & (state.held - state.applied))
+    skipped = 0 if force else len(keys & state.applied)
+    held_before = 0 if force else len(keys & (state.held - state.applied))
     if not pending:
+        report = TableReport(table=table.source, kind="cdc", files_skipped=skipped, files_held=held_before)
         report.note = "nothing new"
         return report, state
     if not state.full_load_done and loads_pending:
@@ -59,15 +60,41 @@ def apply_cdc_batch(
              pending[-1].name)  # fmt: skip
     plan = prepare_batch(engine, table, pending)
     try:
-        commit_batch(engine, table, plan, report, force)
+        commit_batch(engine, table, plan, force)
     finally:
         if plan.changes is not None:
             plan.changes.rows.unpersist()
+    report = batch_report(table, plan, skipped, held_before, time.monotonic() - started)
+    log.info("cdc batch done %s", report.summary())
     applied = [f.key for f in plan.changes.files] if plan.changes else []
     held = [f.key for h in plan.holds for f in h.files]
-    report.seconds = time.monotonic() - started
-    log.info("cdc batch done %s", report.summary())
     after = state.after(applied=applied, held=held, released=applied if force else ())
     if plan.changes is not None and plan.changes.creates_table:  # created as loaded with no LOAD files
         after = TableState(full_load_done=True, applied=after.applied, held=after.held)
     return report, after
+
+
+def batch_report(table: TableConfig, plan: BatchPlan, skipped: int, held_before: int, seconds: float) -> TableReport:
+    """What a committed batch did, from its plan: the one place a CDC batch's report is made."""
+    report = TableReport(table=table.source, kind="cdc", files_skipped=skipped, files_held=held_before)
+    report.seconds = seconds
+    for held in plan.holds:
+        report.quarantined_files.extend(f.key for f in held.files)
+        report.note = f"quarantined: {held.reason}"
+    changes = plan.changes
+    if changes is None:
+        return report
+    effects = changes.effects
+    report.changes_read = changes.counts.total
+    report.rows_quarantined = changes.bad.count if changes.bad is not None else 0
+    report.schema_changes = changes.schema.describe()
+    report.columns_dropped_at_source = list(changes.schema.absent)
+    report.latest_commit_ts = changes.latest_commit_ts
+    report.inserted = effects.get(EFFECT_INSERT, 0)
+    report.updated = effects.get(EFFECT_UPDATE, 0)
+    report.deleted = effects.get(EFFECT_DELETE, 0)
+    report.deleted_missing = effects.get(EFFECT_DELETE_MISSING, 0)
+    report.ignored_late = effects.get(EFFECT_LATE, 0)
+    report.files_applied = len(changes.files)
+    report.bytes_applied = sum(f.size for f in changes.files)
+    return report

@@ -13,21 +13,13 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from cdclake.columns import (
-    COMMIT_TS,
-    EFFECT,
-    EFFECT_DELETE,
-    EFFECT_DELETE_MISSING,
-    EFFECT_INSERT,
-    EFFECT_LATE,
-    EFFECT_UPDATE,
-    OP,
-)
+from cdclake.columns import COMMIT_TS, EFFECT, EFFECT_DELETE, EFFECT_DELETE_MISSING, OP
 from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.engine.prepare import BatchPlan, ChangeSet, Hold, silver_shape, tombstone_rows
 from cdclake.engine.read import BadRows
 from cdclake.engine.statements import merge_statement
+from cdclake.lake.committer import KeyedBatch
 from cdclake.lake.history import apply_history, history_of
 from cdclake.lake.journals import (
     record_quarantine,
@@ -37,17 +29,8 @@ from cdclake.lake.journals import (
     tombstones_of,
 )
 from cdclake.lake.layout import apply_layout
-from cdclake.lake.ledger import (
-    KIND_CDC,
-    KIND_FULL_LOAD,
-    forget_archived_ledger,
-    ledger_properties,
-    record_full_load,
-    replace_table,
-)
-from cdclake.lake.row_delta import blocker as row_delta_blocker
-from cdclake.lake.tables import SilverTable, ensure_database, ensure_table, evolve_schema, stored_records, table_exists
-from cdclake.report import TableReport
+from cdclake.lake.ledger import KIND_FULL_LOAD, forget_archived_ledger, record_full_load, replace_table
+from cdclake.lake.tables import SilverTable, ensure_database, ensure_table, evolve_schema, table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -55,94 +38,68 @@ if TYPE_CHECKING:
 log = logging.getLogger("cdclake")
 
 
-def commit_batch(engine: Engine, table: TableConfig, plan: BatchPlan, report: TableReport, force: bool) -> None:
-    """Write a CDC batch's plan: its holds, then (if any rows can be applied) its changes.
+def commit_batch(engine: Engine, table: TableConfig, plan: BatchPlan, force: bool) -> None:
+    """Write a CDC batch's plan: its holds, then (if any rows can be applied) its changes, by the
+    way the plan chose. Everything comes from the plan; the caller reports from it.
 
     ``force`` (a replay): the applied files leave the quarantine.
     """
     silver = engine.silver_table(table)
     for held in plan.holds:
-        hold(engine, silver, held, report)
+        hold(engine, silver, held)
     if plan.changes is None:
         return
     changes = plan.changes
-    report.changes_read = changes.counts.total
     if changes.bad is not None:
-        quarantine_rows(engine, silver, changes.bad, report)
+        quarantine_rows(engine, silver, changes.bad)
     if changes.creates_table:
         ensure_database(engine.spark, engine.catalog, engine.config.database)
         # A table that had no rows at full load (no LOAD files) starts from its first CDC batch.
         replace_table(engine.spark, silver, silver_shape(changes.shape), [], kind=KIND_FULL_LOAD)
         apply_layout(engine.spark, silver.identifier, table.silver_key(), table.layout)
-    _evolve(engine, silver, changes, report)
-    keys = [f.key for f in changes.files]
-    properties = ledger_properties(KIND_CDC, keys, changes.latest_commit_ts)
-    report.latest_commit_ts = changes.latest_commit_ts
-    if table.append_only:
-        report.inserted = changes.effects[EFFECT_INSERT]
-        engine.committer.append(engine.spark, silver, silver_shape(changes.rows), properties)
+    _evolve(engine, silver, changes)
+    if changes.keyed is None:
+        engine.committer.append(engine.spark, silver, silver_shape(changes.rows), changes.properties)
     else:
-        _apply_keyed(engine, table, silver, changes, properties, report)
+        _apply_keyed(engine, silver, changes, changes.keyed)
     if force:
-        release_quarantine(engine.spark, silver, keys)
-    report.files_applied = len(changes.files)
-    report.bytes_applied = sum(f.size for f in changes.files)
+        release_quarantine(engine.spark, silver, [f.key for f in changes.files])
 
 
-def hold(engine: Engine, silver: SilverTable, held: Hold, report: TableReport) -> None:
+def hold(engine: Engine, silver: SilverTable, held: Hold) -> None:
     """Hold files back in quarantine (nothing applied, files left pending) and record why."""
     keys = [f.key for f in held.files]
     record_quarantine(engine.spark, silver, keys, held.reason, datetime.now(UTC))
-    report.quarantined_files.extend(keys)
-    report.note = f"quarantined: {held.reason}"
     log.error("batch quarantined table=%s files=%d reason=%s", silver.name, len(keys), held.reason)
 
 
-def quarantine_rows(engine: Engine, silver: SilverTable, bad: BadRows, report: TableReport) -> None:
+def quarantine_rows(engine: Engine, silver: SilverTable, bad: BadRows) -> None:
     """Keep the rows that cannot be applied in ``cdclake_quarantine_rows``, with their reasons."""
     from pyspark.sql import functions as F
 
     record_quarantined_rows(engine.spark, silver, bad.rows.withColumn("quarantined_at", F.lit(datetime.now(UTC))))
-    report.rows_quarantined = bad.count
     log.warning("rows quarantined table=%s rows=%d", silver.name, bad.count)
 
 
-def _evolve(engine: Engine, silver: SilverTable, changes: ChangeSet, report: TableReport) -> None:
+def _evolve(engine: Engine, silver: SilverTable, changes: ChangeSet) -> None:
     plan = changes.schema
     if plan.changes_table:
         evolve_schema(engine.spark, silver, plan.add, plan.widen)
         record_schema_changes(engine.spark, silver, plan.describe(), datetime.now(UTC))
         for change in plan.describe():
             log.warning("schema change table=%s %s", silver.name, change)
-    report.schema_changes = plan.describe()
-    report.columns_dropped_at_source = list(plan.absent)
 
 
-def _apply_keyed(
-    engine: Engine,
-    table: TableConfig,
-    silver: SilverTable,
-    changes: ChangeSet,
-    properties: dict[str, str],
-    report: TableReport,
-) -> None:
+def _apply_keyed(engine: Engine, silver: SilverTable, changes: ChangeSet, batch: KeyedBatch) -> None:
     """Tombstones (and history) for the deletes, then one commit of the rest that records the batch's files."""
-    key = table.silver_key()
-    counts = changes.effects
-    report.inserted = counts[EFFECT_INSERT]
-    report.updated = counts[EFFECT_UPDATE]
-    report.deleted = counts[EFFECT_DELETE]
-    report.deleted_missing = counts[EFFECT_DELETE_MISSING]
-    report.ignored_late = counts[EFFECT_LATE]
     with ThreadPoolExecutor(1, thread_name_prefix="cdclake-tombstones") as pool:
         # Tombstones before the data commit: if it never happens, the re-run appends them again
         # harmlessly. Appended, never upserted (one write whose cost follows the deletes): a key
         # may hold several tombstones, and the classification takes its newest (``classify_effects``).
         # Their job runs while the data files are written; the data commit waits for their commit.
-        deleted = report.deleted + report.deleted_missing
-        tombstoned = pool.submit(_append_tombstones, engine, silver, changes, key) if deleted else None
+        tombstoned = pool.submit(_append_tombstones, engine, silver, changes, batch.key) if changes.deletes else None
         waited = tombstoned.result if tombstoned else _no_tombstones
-        _commit_keyed(engine, silver, changes, key, properties, report, waited)
+        _commit_keyed(engine, changes, batch, waited)
 
 
 def _no_tombstones() -> None:
@@ -159,63 +116,28 @@ def _append_tombstones(engine: Engine, silver: SilverTable, changes: ChangeSet, 
 
 
 def _commit_keyed(
-    engine: Engine,
-    silver: SilverTable,
-    changes: ChangeSet,
-    key: Sequence[str],
-    properties: dict[str, str],
-    report: TableReport,
-    tombstones_committed: Callable[[], None],
+    engine: Engine, changes: ChangeSet, batch: KeyedBatch, tombstones_committed: Callable[[], None]
 ) -> None:
-    """History, then the data commit, which waits for ``tombstones_committed`` first."""
-    from pyspark.sql import functions as F
-
+    """History, then the data commit the plan chose, which waits for ``tombstones_committed`` first."""
     if changes.history is not None:
         # Before the data commit, like the tombstones: history adds each change once, so a re-run
         # after a crash adds nothing; its commit carries the batch's files as well.
-        apply_history(engine.spark, history_of(silver), changes.history, key, properties)
-    applicable = changes.rows.where(F.col(EFFECT).isin(EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE))
-    path = commit_path(engine, silver, changes, key)
-    log.debug("commit table=%s path=%s", silver.name, path)
-    if path == "row-delta":
-        assert changes.base_snapshot_id is not None
-        engine.committer.row_delta(
-            engine.spark, silver, applicable, key, changes.columns, properties, changes.base_snapshot_id,
-            changes.schema.absent, report.inserted + report.updated, report.updated + report.deleted,
-            before_commit=tombstones_committed,
-        )  # fmt: skip
+        apply_history(engine.spark, history_of(batch.table), changes.history, batch.key, dict(batch.properties))
+    log.debug("commit table=%s path=%s", batch.table.name, changes.commit_way)
+    if changes.commit_way == "row-delta":
+        engine.committer.row_delta(engine.spark, batch, before_commit=tombstones_committed)
         return
     tombstones_committed()
-    if path == "merge":
+    if changes.commit_way == "merge":
         # The same semantics as the other paths (tests/spark/test_publish.py).
-        flagged = list(changes.unchanged)
-        absent = changes.schema.absent
-
         def statement(view: str) -> str:
-            return merge_statement(silver.identifier, view, key, changes.columns, absent, flagged)
+            return merge_statement(
+                batch.table.identifier, view, batch.key, batch.columns, batch.absent, list(batch.unchanged)
+            )
 
-        engine.committer.merge(engine.spark, applicable, statement, properties)
+        engine.committer.merge(engine.spark, batch, statement)
     else:
-        engine.committer.publish(
-            engine.spark, silver, applicable, key, changes.columns, properties, changes.schema.absent,
-            changes.unchanged,
-        )  # fmt: skip
-
-
-def commit_path(engine: Engine, silver: SilverTable, changes: ChangeSet, key: Sequence[str]) -> str:
-    """How a keyed batch is committed: "row-delta" (written files, one RowDelta, no scan) where the
-    table allows it and the engine does not pin another path; else "merge" into a small table
-    (fewer than ``Engine.merge_below_records`` stored records) and "publish" into a large one."""
-    if engine.commit_path in ("auto", "row-delta") and changes.base_snapshot_id is not None:
-        why_not = row_delta_blocker(
-            engine.spark, silver.identifier, key, changes.columns, changes.schema.absent, changes.unchanged
-        )
-        if why_not is None:
-            return "row-delta"
-        log.debug("commit table=%s not through a RowDelta: %s", silver.name, why_not)
-    if engine.commit_path in ("merge", "publish"):
-        return engine.commit_path
-    return "merge" if stored_records(engine.spark, silver.identifier) < engine.merge_below_records else "publish"
+        engine.committer.publish(engine.spark, batch)
 
 
 # ------------------------------------------------------------------------------- full load

@@ -129,7 +129,8 @@ def _load_carefully(
         changes, counts = read_and_count(engine, table, files, full_load=True)
         bad = bad_rows(engine, table, changes, files, counts)
         if bad is not None:
-            quarantine_rows(engine, silver, bad, report)
+            quarantine_rows(engine, silver, bad)
+            report.rows_quarantined = bad.count
         changes = changes.where(~has_error())
         report.changes_read = counts.total
         superseded = superseded_cdc_files(listing, table, counts.earliest_commit_ts)

@@ -7,16 +7,20 @@ stored rows and the tombstones, and materialised once. ``engine.commit`` writes 
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Literal
 
 from cdclake.columns import (
     APPEND_ONLY_OP_COLUMN,
     COMMIT_TS,
     EFFECT,
+    EFFECT_DELETE,
+    EFFECT_DELETE_MISSING,
     EFFECT_INSERT,
+    EFFECT_UPDATE,
     EFFECTS,
     OP,
     SILVER_ORDER,
@@ -32,11 +36,20 @@ from cdclake.engine.read import BadRows, RowCounts, bad_rows, read_changes, unre
 from cdclake.engine.schema import SchemaPlan, plan_schema_change
 from cdclake.errors import CdclakeError, ConfigError
 from cdclake.identifiers import quote
+from cdclake.lake.committer import KeyedBatch
 from cdclake.lake.journals import tombstones_of
-from cdclake.lake.tables import current_snapshot_id, silver_columns, table_exists
+from cdclake.lake.ledger import KIND_CDC, ledger_properties
+from cdclake.lake.row_delta import blocker as row_delta_blocker
+from cdclake.lake.tables import SilverTable, current_snapshot_id, silver_columns, stored_records, table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
+
+log = logging.getLogger("cdclake")
+
+# How a batch's data commit is made: append-only tables append; keyed ones take written files and
+# one RowDelta, one MERGE, or a branch-staged RowDelta (``choose_commit_path``).
+CommitWay = Literal["append", "row-delta", "merge", "publish"]
 
 
 @dataclass(frozen=True)
@@ -62,8 +75,16 @@ class ChangeSet:
     effects: dict[str, int]  # rows per effect (append-only: all inserts)
     latest_commit_ts: str | None
     base_snapshot_id: int | None  # the silver snapshot the rows were classified against (None: no snapshot)
-    bad: BadRows | None
+    bad: BadRows | None  # the bad rows, materialised (the commit never reads bronze again)
     history: DataFrame | None  # every valid change, materialised (tables with ``history: true``)
+    commit_way: CommitWay
+    properties: dict[str, str]  # the ledger record of the batch's data commit
+    keyed: KeyedBatch | None  # keyed tables: what the data commit applies
+
+    @property
+    def deletes(self) -> int:
+        """Keys the batch deletes, whether silver holds them or not: each gets a tombstone."""
+        return self.effects.get(EFFECT_DELETE, 0) + self.effects.get(EFFECT_DELETE_MISSING, 0)
 
 
 @dataclass
@@ -137,9 +158,11 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
     if table.append_only:
         observed = rows.observe(applied, F.count(F.lit(1)).alias(EFFECT_INSERT), latest)
     else:
-        small = sum(f.size for f in files) <= engine.broadcast_batch_bytes
         # Materialised once (the classification reads it two or three times), counted on the way.
         rows = rows.observe(keys_seen, F.count(F.lit(1)).alias("keys")).localCheckpoint()
+        small = sum(f.size for f in files) <= engine.broadcast_batch_bytes and broadcast_fits(
+            int(keys_seen.get["keys"]), driver_heap_bytes(engine), engine.parallel_tables, engine.broadcast_heap_share
+        )
         classified = _classify(engine, table, rows, shape, base, small)
         observed = classified.observe(applied, *[F.count_if(F.col(EFFECT) == e).alias(e) for e in EFFECTS], latest)
     # A local checkpoint, not a cache: it also cuts the lineage back to the reader's row ids
@@ -155,11 +178,31 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
             f"than once ({sum(effects.values()) - keys_seen.get['keys']} extra rows); a mirror holds each key "
             "once. Reload the table (`cdclake full-load --reload`) to rebuild it from bronze."
         )
+    columns, unchanged = data_columns(rows), unchanged_flags(rows)
+    bad = bad_rows(engine, table, changes, files, counts)
+    if bad is not None:  # a few rows: read from bronze once, here, not again by the commit
+        bad = replace(bad, rows=bad.rows.localCheckpoint())
+    way = choose_commit_path(engine, table, silver, base, columns, schema.absent, unchanged)
+    properties = ledger_properties(KIND_CDC, [f.key for f in files], stats["_cdc_latest"])
+    keyed = None
+    if not table.append_only:
+        keyed = KeyedBatch(
+            table=silver,
+            changes=materialized.where(F.col(EFFECT).isin(EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE)),
+            key=table.silver_key(),
+            columns=columns,
+            properties=properties,
+            base_snapshot_id=base,
+            absent=schema.absent,
+            unchanged=unchanged,
+            image_count=effects[EFFECT_INSERT] + effects[EFFECT_UPDATE],
+            replaced_count=effects[EFFECT_UPDATE] + effects[EFFECT_DELETE],
+        )
     plan.changes = ChangeSet(
         files=list(files),
         rows=materialized,
-        columns=data_columns(rows),
-        unchanged=unchanged_flags(rows),
+        columns=columns,
+        unchanged=unchanged,
         shape=shape,
         schema=schema,
         creates_table=creates_table,
@@ -167,10 +210,61 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
         effects=effects,
         latest_commit_ts=stats["_cdc_latest"],
         base_snapshot_id=base,
-        bad=bad_rows(engine, table, changes, files, counts),
+        bad=bad,
         history=history,
+        commit_way=way,
+        properties=properties,
+        keyed=keyed,
     )
     return plan
+
+
+def choose_commit_path(
+    engine: Engine,
+    table: TableConfig,
+    silver: SilverTable,
+    base: int | None,
+    columns: Sequence[str],
+    absent: Sequence[str],
+    unchanged: dict[str, str],
+) -> CommitWay:
+    """How the batch's data commit is made: "append" (append-only tables); "row-delta" (written
+    files, one RowDelta, no scan) where the table allows it and the engine does not pin another
+    path; else "merge" into a small table (fewer than ``Engine.merge_below_records`` stored
+    records; a table the batch creates) and "publish" (branch-staged) into a large one."""
+    if table.append_only:
+        return "append"
+    if engine.commit_path in ("auto", "row-delta") and base is not None:
+        why_not = row_delta_blocker(engine.spark, silver.identifier, table.silver_key(), columns, absent, unchanged)
+        if why_not is None:
+            return "row-delta"
+        log.debug("commit table=%s not through a RowDelta: %s", silver.name, why_not)
+    if engine.commit_path == "merge" or engine.commit_path == "publish":
+        return engine.commit_path
+    if base is None:
+        return "merge"
+    return "merge" if stored_records(engine.spark, silver.identifier) < engine.merge_below_records else "publish"
+
+
+# What one touched stored row costs in a broadcast: its key, ``_cdc_order`` (35 characters), its
+# data file's path (about 150 characters) and position, as an UnsafeRow in a hashed relation, built
+# once in the driver and once more while it is serialised: twice what such a row takes, on purpose.
+BROADCAST_BYTES_PER_KEY = 1024
+
+
+def broadcast_fits(keys: int, heap_bytes: int, tables_at_once: int, share: float) -> bool:
+    """Whether a batch of ``keys`` keys may broadcast its touched stored rows: the estimate must fit
+    its part of ``share`` of the driver's heap while ``tables_at_once`` tables may broadcast at the
+    same time (else the classification shuffles both sides: slower, never out of memory)."""
+    budget = heap_bytes * share / max(tables_at_once, 1)
+    return keys * BROADCAST_BYTES_PER_KEY <= budget
+
+
+def driver_heap_bytes(engine: Engine) -> int:
+    """The driver JVM's maximum heap (``spark.driver.memory``, as the JVM sees it)."""
+    jvm = engine.spark.sparkContext._jvm
+    assert jvm is not None
+    return int(jvm.java.lang.Runtime.getRuntime().maxMemory())
 
 
 def _one_task(engine: Engine, files: Sequence[BronzeFile]) -> bool:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cdclake.lake.publish import publish_changes
@@ -13,6 +14,26 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
+@dataclass(frozen=True)
+class KeyedBatch:
+    """A keyed table's batch, classified and ready for its one data commit, whichever path takes it.
+
+    ``changes`` holds one row per key (inserts, updates and deletes; late changes and deletes of
+    missing keys already left out) with its stored row's place (``_cdc_stored_file``/``_pos``).
+    """
+
+    table: SilverTable
+    changes: DataFrame
+    key: Sequence[str]
+    columns: Sequence[str]  # the data columns the changes carry
+    properties: Mapping[str, str]  # the ledger record the commit carries
+    base_snapshot_id: int | None  # the snapshot the changes were classified against (None: a new table)
+    absent: Sequence[str] = ()  # silver columns the source no longer sends: NULL in new images
+    unchanged: Mapping[str, str] = field(default_factory=dict)  # column -> flag of values not captured
+    image_count: int | None = None  # rows written as new images (inserts and updates)
+    replaced_count: int | None = None  # stored rows replaced (updates and deletes)
+
+
 class IcebergCommitter:
     """Makes the commits that change a silver table's data, each carrying the batch's ledger properties.
 
@@ -20,48 +41,29 @@ class IcebergCommitter:
     that a crash between any two steps loses nothing.
     """
 
-    def merge(
-        self, spark: SparkSession, rows: DataFrame, statement: Callable[[str], str], properties: dict[str, str]
-    ) -> None:
-        """Run the MERGE ``statement(view)`` of ``rows`` as one Iceberg commit carrying ``properties``."""
-        commit_with_properties(spark, properties, lambda: merge_frame(spark, rows, statement))
+    def merge(self, spark: SparkSession, batch: KeyedBatch, statement: Callable[[str], str]) -> None:
+        """Run the MERGE ``statement(view)`` of the batch's changes as one Iceberg commit carrying
+        its properties."""
+        commit_with_properties(spark, dict(batch.properties), lambda: merge_frame(spark, batch.changes, statement))
 
-    def publish(
-        self,
-        spark: SparkSession,
-        table: SilverTable,
-        changes: DataFrame,
-        key: Sequence[str],
-        columns: Sequence[str],
-        properties: dict[str, str],
-        absent: Sequence[str] = (),
-        unchanged: dict[str, str] | None = None,
-    ) -> None:
-        """Apply classified changes (one per key) as one snapshot on ``main`` carrying ``properties``,
-        at a cost that follows the batch (``lake.publish``: staged on a branch, one RowDelta)."""
-        publish_changes(spark, table.identifier, changes, key, columns, properties, absent, unchanged)
+    def publish(self, spark: SparkSession, batch: KeyedBatch) -> None:
+        """Apply the batch as one snapshot on ``main`` carrying its properties, at a cost that follows
+        the batch (``lake.publish``: staged on a branch, one RowDelta)."""
+        publish_changes(
+            spark, batch.table.identifier, batch.changes, batch.key, batch.columns, dict(batch.properties),
+            batch.absent, dict(batch.unchanged),
+        )  # fmt: skip
 
     def row_delta(
-        self,
-        spark: SparkSession,
-        table: SilverTable,
-        changes: DataFrame,
-        key: Sequence[str],
-        columns: Sequence[str],
-        properties: dict[str, str],
-        base_snapshot_id: int,
-        absent: Sequence[str] = (),
-        image_count: int | None = None,
-        replaced_count: int | None = None,
-        before_commit: Callable[[], None] | None = None,
+        self, spark: SparkSession, batch: KeyedBatch, before_commit: Callable[[], None] | None = None
     ) -> None:
-        """Apply classified changes carrying their stored rows' places as written files and one
-        RowDelta on ``main`` carrying ``properties`` (``lake.row_delta``: no scan of the table).
-        ``before_commit`` is called once the files are written, before the commit (it waits for
-        what must be committed first)."""
+        """Apply the batch as written files and one RowDelta on ``main`` carrying its properties
+        (``lake.row_delta``: no scan of the table). ``before_commit`` is called once the files are
+        written, before the commit (it waits for what must be committed first)."""
+        assert batch.base_snapshot_id is not None, "a RowDelta needs the snapshot the batch was classified at"
         apply_row_delta(
-            spark, table.identifier, changes, key, columns, properties, base_snapshot_id, absent, image_count,
-            replaced_count, before_commit,
+            spark, batch.table.identifier, batch.changes, batch.key, batch.columns, dict(batch.properties),
+            batch.base_snapshot_id, batch.absent, batch.image_count, batch.replaced_count, before_commit,
         )  # fmt: skip
 
     def append_tombstones(self, spark: SparkSession, tombstones: SilverTable, rows: DataFrame) -> None:

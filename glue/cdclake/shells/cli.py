@@ -163,9 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _engine(args: argparse.Namespace, config_path: Path, bronze_override: str | None = None) -> Engine:
     from dataclasses import replace
 
-    from cdclake.context import Engine
-    from cdclake.dms.store import open_store
-    from cdclake.runtime.session import LocalCatalog, SessionSettings, build_spark_session
+    from cdclake.context import open_engine
+    from cdclake.runtime.session import LocalCatalog
 
     config = load_config(config_path)
     bronze = bronze_override or args.bronze
@@ -174,7 +173,6 @@ def _engine(args: argparse.Namespace, config_path: Path, bronze_override: str | 
         if not bronze.startswith("s3://"):
             bronze = str((config_path.parent / bronze).resolve())
     config = replace(config, bronze=replace(config.bronze, path=bronze))
-    store = open_store(bronze, staging_dir=args.warehouse.parent / "staging", settings=config.bronze.s3)
     packages = tuple(p.strip() for p in args.iceberg_packages.split(",") if p.strip())
     catalog = LocalCatalog(
         warehouse=args.warehouse,
@@ -183,8 +181,9 @@ def _engine(args: argparse.Namespace, config_path: Path, bronze_override: str | 
         maven_packages=packages,
         driver_memory=args.driver_memory,
     )
-    spark = build_spark_session(SessionSettings(catalog=catalog))
-    return Engine(spark=spark, config=config, store=store, progress_seconds=args.progress_seconds)
+    return open_engine(
+        config, catalog, staging_dir=args.warehouse.parent / "staging", progress_seconds=args.progress_seconds
+    )
 
 
 def _print_report(report: RunReport) -> int:

@@ -13,11 +13,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cdclake.config import DEFAULT_CATALOG, PipelineConfig, load_config, parse_config
-from cdclake.context import Engine
-from cdclake.dms.store import open_store
+from cdclake.context import Engine, open_engine
 from cdclake.errors import ConfigError
 from cdclake.report import RunReport
-from cdclake.runtime.session import GlueCatalog, LocalCatalog, SessionSettings, build_spark_session
+from cdclake.runtime.session import GlueCatalog, LocalCatalog
 
 log = logging.getLogger("cdclake")
 
@@ -121,9 +120,7 @@ def build_engine(args: JobArguments) -> Engine:
         warehouse = Path(args.warehouse)
         catalog = LocalCatalog(warehouse=warehouse, cache_dir=warehouse.parent / "cache")
         staging = warehouse.parent / "staging"
-    spark = build_spark_session(SessionSettings(catalog=catalog, catalog_name=args.catalog))
-    store = open_store(args.bronze, staging, settings=config.bronze.s3)
-    return Engine(spark=spark, config=config, store=store, catalog=args.catalog)
+    return open_engine(config, catalog, args.catalog, staging)
 
 
 def publish_metrics(args: JobArguments, report: RunReport) -> None:
