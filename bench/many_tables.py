@@ -176,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("cdclake").setLevel(logging.WARNING)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     shutil.rmtree(args.workdir, ignore_errors=True)
     catalog = LocalCatalog(warehouse=args.workdir / "warehouse", cache_dir=CACHE_DIR)
     spark = build_spark_session(SessionSettings(catalog=catalog))
