@@ -30,7 +30,7 @@ class DequeueRequest(BaseModel):
 @metrics.log_metrics
 @event_parser(model=DequeueRequest)
 def handler(event: DequeueRequest, context: LambdaContext) -> dict[str, Any]:
-    """Returns the batch: manifestUri, receiptHandles, messageCount, fileCount, byteCount, skipped."""
+    """Returns the batch: manifestUri, receiptHandles, messageCount, fileCount, byteCount, skipped, holdEntries."""
     settings = BatchSettings.from_environment(os.environ)
     result = dequeue_batch(
         sqs=boto3.client("sqs"),
