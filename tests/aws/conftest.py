@@ -102,6 +102,7 @@ class MotoStepFunctionsGaps:
     """Knobs the gap workarounds expose to tests (moto cannot model these itself)."""
 
     full_load_percent: dict[str, int] = field(default_factory=dict)  # task ARN -> FullLoadProgressPercent
+    never_started: set[str] = field(default_factory=set)  # task ARNs created but never started
     failing_jobs: set[str] = field(default_factory=set)  # Glue job names whose runs end FAILED
     lambda_handlers: dict[str, Callable[[dict[str, Any], Any], Any]] = field(default_factory=dict)
     lambda_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
@@ -191,12 +192,15 @@ def moto_step_functions_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctio
     monkeypatch.setattr(FakeJob, "start_job_run", start_job_run)
     monkeypatch.setattr(FakeJobRun, "as_dict", job_run_as_dict)
 
-    # GAP 4: DescribeReplicationTasks always reports FullLoadProgressPercent 100. Tasks listed in
-    # `full_load_percent` report that value instead.
+    # GAP 4: DescribeReplicationTasks always reports FullLoadProgressPercent 100, started or not. Tasks listed in
+    # `full_load_percent` report that value instead; tasks in `never_started` are "ready" without statistics.
     original_task = FakeReplicationTask.to_dict
 
     def task_as_dict(self: Any) -> dict[str, Any]:
         task = original_task(self)
+        if self.arn in knobs.never_started:  # as DMS describes a task created and never started: no statistics
+            task["Status"] = "ready"
+            del task["ReplicationTaskStats"]
         if self.arn in knobs.full_load_percent:
             task["ReplicationTaskStats"]["FullLoadProgressPercent"] = knobs.full_load_percent[self.arn]
         return task

@@ -77,6 +77,22 @@ def test_stopped_replication_task_alerts_and_fails(pipeline: Pipeline) -> None:
     assert pipeline.job_runs(pipeline.full_load_job) == []
 
 
+def test_a_replication_task_that_was_never_started_alerts_instead_of_waiting_forever(pipeline: Pipeline) -> None:
+    # GIVEN a DMS task created but never started: status "ready", no ReplicationTaskStats
+    pipeline.gaps.never_started.add(pipeline.task_arn)
+    # WHEN the pipeline starts
+    execution = pipeline.start({})
+    result = pipeline.wait_until_done(execution)
+    # THEN it stops at once with an alert that says the task never started, instead of polling forever
+    assert result["status"] == "FAILED"
+    assert result["error"] == "ReplicationTaskNotRunning"
+    assert pipeline.states_entered(execution).count("DescribeReplicationTasks") == 1
+    [alert] = pipeline.alerts()
+    assert alert["Subject"] == "cdclake: the DMS replication task is not running"
+    assert "never started" in alert["Message"] and '"Status":"ready"' in alert["Message"]
+    assert pipeline.job_runs(pipeline.full_load_job) == []
+
+
 def test_queued_files_run_the_cdc_job_with_their_manifest_then_are_deleted(pipeline: Pipeline) -> None:
     # GIVEN four CDC files queued (the batch limit is 3 files) - the last one arrives first for its table
     keys = [cdc_key("orders", "120000200"), cdc_key("orders", "120000100"), cdc_key("items", "120000300")]
