@@ -209,3 +209,33 @@ def test_a_file_announced_twice_is_listed_once_and_acknowledged_twice() -> None:
     batch, rest = take_batch([first, again], max_files=10, max_bytes=100)
     assert len(batch.files) == 1 and batch.byte_count == 5
     assert batch.receipt_handles == ["h1", "h2"] and rest == []
+
+
+def test_messages_for_objects_that_are_not_cdc_files_are_counted_and_logged(
+    queue: tuple[Any, Any, str], lambda_context: FakeLambdaContext, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a CDC file and two objects that are not DMS CDC files (the rule's filter lets a "2*" name through)
+    sqs, _, url = queue
+    send(sqs, url, "dms/s/orders/20240301-120000100.csv", 10)
+    send(sqs, url, "dms/s/orders/2024-notes.txt", 10)
+    send(sqs, url, "dms/s/orders/LOAD00000001.csv", 10)
+    capsys.readouterr()
+    module = load_handler_module("dequeue_batch")
+    stream = io.StringIO()  # the Logger's own handler holds the stdout of its first import: read an extra one
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(module.logger.registered_formatter)
+    module.logger.addHandler(handler)
+    # WHEN the batch is dequeued
+    try:
+        result = module.handler({"executionName": "run-1"}, lambda_context)
+    finally:
+        module.logger.removeHandler(handler)
+    # THEN they are acknowledged with the batch, and a metric and a warning say how many and which
+    assert result["messageCount"] == 3 and result["fileCount"] == 1
+    metrics = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith('{"_aws"')]
+    [emf] = metrics
+    assert emf["NonCdcMessagesSkipped"] == [2.0]
+    logged = [json.loads(line) for line in stream.getvalue().splitlines()]
+    [warning] = [line for line in logged if line.get("level") == "WARNING"]
+    assert warning["message"] == "messages for objects that are not DMS CDC files acknowledged without applying"
+    assert warning["skipped"] == result["skipped"] and len(result["skipped"]) == 2
