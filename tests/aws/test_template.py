@@ -72,7 +72,9 @@ def test_names_the_database_rule_or_resource_names_reject_are_refused(name: str)
 def test_the_jobs_are_given_the_database_iam_allows() -> None:
     assert RESOURCES["GlueDatabase"]["Properties"]["DatabaseInput"]["Name"] == {"Sub": "cdclake_${EnvironmentName}"}
     for job in ("FullLoadJob", "CdcJob", "MaintenanceJob", "GoldJob"):
-        assert RESOURCES[job]["Properties"]["DefaultArguments"]["--database"] == {"Ref": "GlueDatabase"}, job
+        assert RESOURCES[job]["Properties"]["DefaultArguments"]["--database"] == {
+            "If": ["CreateSilverDatabase", {"Ref": "GlueDatabase"}, {"Sub": "cdclake_${EnvironmentName}"}]
+        }, job
     statements = RESOURCES["GlueJobRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
     [catalog] = [s for s in statements if isinstance(s, dict) and s.get("Sid") == "IcebergCatalog"]
     resources = json.dumps(catalog["Resource"])
@@ -89,7 +91,8 @@ def test_the_gold_job_writes_to_the_gold_database_iam_allows() -> None:
     for name, resource in RESOURCES.items():
         if resource["Type"] == "AWS::Glue::Job":
             arguments = resource["Properties"]["DefaultArguments"]
-            assert arguments.get("--gold_database") == ({"Ref": "GoldDatabase"} if name == "GoldJob" else None), name
+            gold = {"If": ["CreateGoldDatabase", {"Ref": "GoldDatabase"}, {"Sub": "cdclake_${EnvironmentName}_gold"}]}
+            assert arguments.get("--gold_database") == (gold if name == "GoldJob" else None), name
     # AND the Glue role may create and update its tables, like the silver ones
     statements = RESOURCES["GlueJobRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
     [catalog] = [s for s in statements if isinstance(s, dict) and s.get("Sid") == "IcebergCatalog"]
