@@ -9,6 +9,7 @@ import contextlib
 import datetime
 import importlib.util
 import json
+import os
 import re
 import sys
 import time
@@ -117,6 +118,9 @@ class MotoStepFunctionsGaps:
     # ... and the successor it started has ended before the retry arrives (ExecutionAlreadyExists).
     successor_ended_before_retry: bool = False
     successor_starts: int = 0  # states:startExecution calls delivered to moto
+    # Runs a Glue job for real (job name, its arguments: default then run's); an exception fails the run.
+    glue_runner: Callable[[str, dict[str, str]], None] | None = None
+    failed_runs: dict[str, str] = field(default_factory=dict)  # run id -> error message
 
 
 @pytest.fixture
@@ -125,6 +129,11 @@ def moto_step_functions_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctio
 
     The state machine definition itself is executed unchanged (same Resource ARNs); only moto is patched.
     """
+    return patch_moto_gaps(monkeypatch)
+
+
+def patch_moto_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctionsGaps:
+    """The patches of ``moto_step_functions_gaps``, for a fixture of any scope (``pytest.MonkeyPatch.context()``)."""
     from moto.awslambda.models import LambdaFunction
     from moto.core.utils import utcnow
     from moto.dms.models import FakeReplicationTask
@@ -173,6 +182,13 @@ def moto_step_functions_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctio
     def start_job_run(self: Any, **kwargs: Any) -> str:
         run_id: str = original_start_job_run(self, **kwargs)
         knobs.glue_timeline.append(("start", self.name, run_id))
+        if knobs.glue_runner is not None:
+            # GAP 3b: moto runs no job. Run its entry point here, synchronously: the run is terminal before
+            # the state machine's first GetJobRun, as a finished Glue run would be.
+            try:
+                knobs.glue_runner(self.name, {**self.default_arguments, **(kwargs.get("arguments") or {})})
+            except Exception as exc:
+                knobs.failed_runs[run_id] = f"{type(exc).__name__}: {exc}"
         return run_id
 
     def job_run_as_dict(self: Any) -> dict[str, Any]:
@@ -184,6 +200,9 @@ def moto_step_functions_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctio
         if self.job_name in knobs.failing_jobs:
             run["JobRunState"] = "FAILED"
             run["ErrorMessage"] = f"simulated failure of {self.job_name}"
+        if self.job_run_id in knobs.failed_runs:
+            run["JobRunState"] = "FAILED"
+            run["ErrorMessage"] = knobs.failed_runs[self.job_run_id]
         ended = ("end", self.job_name, self.job_run_id)
         if run["JobRunState"] in ("SUCCEEDED", "FAILED") and ended not in knobs.glue_timeline:
             knobs.glue_timeline.append(ended)
@@ -213,10 +232,19 @@ def moto_step_functions_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctio
         handler = knobs.lambda_handlers[self.function_name]
         payload = event if isinstance(event, dict) else json.loads(event or "{}")
         knobs.lambda_calls.append((self.function_name, payload))
+        # The environment the function was created with (CloudFormation's, in the deployed stack), as in Lambda.
+        saved = {name: os.environ.get(name) for name in self.environment_vars}
+        os.environ.update({name: str(value) for name, value in self.environment_vars.items()})
         try:
             return json.dumps(handler(payload, FakeLambdaContext(function_name=self.function_name))), False, ""
         except Exception as exc:  # reported to Step Functions the way Lambda reports an unhandled error
             return json.dumps({"errorType": type(exc).__name__, "errorMessage": str(exc)}), True, ""
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
     monkeypatch.setattr(LambdaFunction, "_invoke_lambda", invoke_in_process)
 

@@ -54,6 +54,9 @@ def moto_server() -> Iterator[str]:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     endpoint = f"http://localhost:{port}"
+    # moto's Step Functions interpreter calls the other services through its own server, at MOTO_PORT
+    saved_port = os.environ.get("MOTO_PORT")
+    os.environ["MOTO_PORT"] = str(port)
     try:
         import urllib.request
 
@@ -66,6 +69,10 @@ def moto_server() -> Iterator[str]:
         yield endpoint
     finally:
         server.stop()
+        if saved_port is None:
+            os.environ.pop("MOTO_PORT", None)
+        else:
+            os.environ["MOTO_PORT"] = saved_port
 
 
 def run_sam_tool(arguments: list[str], environment: dict[str, str], cwd: Path = ROOT) -> None:
