@@ -57,6 +57,7 @@ tables:
 COLUMNS = ["id", "name", "city"]
 INITIAL = [{"id": str(i), "name": f"person {i}", "city": "Oslo"} for i in range(1, 7)]
 LOADED_AT = "2024-03-01 11:00:00.000000"
+CHANGE_LOG: list[SourceChange] = []  # every change written to bronze by the tests of this module, in order
 
 
 @dataclass
@@ -70,6 +71,8 @@ class Deployed:
     s3: Any
     sqs: Any
     sfn: Any
+    broken_jobs: set[str]  # Glue jobs whose next runs fail before applying anything (a broken script, a bad role)
+    root: Path  # what the deploy uploads from: glue/jobs and dist/ with the built wheel
 
     @property
     def bronze(self) -> str:
@@ -77,6 +80,7 @@ class Deployed:
 
     def put_cdc_file(self, changes: list[SourceChange]) -> str:
         """Write one CDC file the way DMS does: into the bronze bucket, named by its write time."""
+        CHANGE_LOG.extend(changes)
         key = f"dms/s/people/{cdc_file_name(changes[-1].commit_ts)}"
         body = csv_text(cdc_records(changes, COLUMNS, with_timestamp=True, with_seq=False))
         self.s3.put_object(Bucket=self.bronze, Key=key, Body=body.encode())
@@ -129,11 +133,13 @@ class Deployed:
             time.sleep(0.2)
 
 
-def run_glue_entry_point(s3: Any, work: Path, warehouse: Path) -> Any:
+def run_glue_entry_point(s3: Any, work: Path, warehouse: Path, broken: set[str]) -> Any:
     """What a Glue job run does with its script: fetch it from the job's ScriptLocation and run its main()."""
     glue = boto3.client("glue", region_name=REGION)
 
     def run(job_name: str, arguments: dict[str, str]) -> None:
+        if job_name in broken:
+            raise RuntimeError(f"simulated failure of {job_name}")
         location = glue.get_job(JobName=job_name)["Job"]["Command"]["ScriptLocation"]
         bucket, _, key = location[len("s3://") :].partition("/")
         script = work / "scripts" / key
@@ -217,8 +223,10 @@ def deploy(work: Path, endpoint: str, gaps: MotoStepFunctionsGaps) -> Deployed:
         environment = lam.get_function_configuration(FunctionName=name)["Environment"]["Variables"]
         gaps.lambda_handlers[name] = handler_imported_with(function, {k: str(v) for k, v in environment.items()})
     warehouse = work / "lake" / "warehouse"
-    gaps.glue_runner = run_glue_entry_point(s3, work, warehouse)
-    return Deployed(stack, gaps, warehouse, alerts_url, s3, sqs, boto3.client("stepfunctions", region_name=REGION))
+    broken: set[str] = set()
+    gaps.glue_runner = run_glue_entry_point(s3, work, warehouse, broken)
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    return Deployed(stack, gaps, warehouse, alerts_url, s3, sqs, sfn, broken, root)
 
 
 def handler_imported_with(function: str, environment: dict[str, str]) -> Any:
@@ -242,7 +250,7 @@ def handler_imported_with(function: str, environment: dict[str, str]) -> Any:
 
 
 def change(op: str, ident: int, name: str, city: str, second: int) -> SourceChange:
-    ts = f"2024-03-01 12:00:{second:02d}.000000"
+    ts = f"2024-03-01 12:{second // 60:02d}:{second % 60:02d}.000000"
     return SourceChange(op, {"id": str(ident), "name": name, "city": city}, ts, "")
 
 
@@ -271,7 +279,7 @@ def test_dms_files_put_in_bronze_reach_silver_through_the_deployed_pipeline(depl
         return deployed.queue_counts() == (0, 0) and runs != [] and all(r["JobRunState"] == "SUCCEEDED" for r in runs)
 
     deployed.wait(applied, "the CDC files applied and acknowledged")
-    expected = replay_change_log(INITIAL, [c for batch in batches for c in batch], ["id"])
+    expected = replay_change_log(INITIAL, CHANGE_LOG, ["id"])
     assert deployed.silver() == expected
     # AND the executions handed over as designed: the first ran the full load, its successor (named after it)
     # consumes the queue
@@ -291,3 +299,102 @@ def print_summary(deployed: Deployed) -> None:
         print(f"{execution['name']}: {execution['status']}: {' > '.join(path[:40])}{' ...' if len(path) > 40 else ''}")
     for key, row in sorted(deployed.silver().items(), key=lambda kv: int(kv[0][0])):
         print(key[0], row["name"], row["city"])
+
+
+def running_execution(deployed: Deployed) -> str:
+    [running] = [e["executionArn"] for e in deployed.executions() if e["status"] == "RUNNING"]
+    return running
+
+
+def test_a_failed_cdc_job_releases_its_batch_alerts_and_a_restart_applies_it(deployed: Deployed) -> None:
+    # GIVEN the pipeline running and a CDC job that fails
+    cdc_job = deployed.stack.outputs["CdcJobName"]
+    execution = running_execution(deployed)
+    deployed.broken_jobs.add(cdc_job)
+    # WHEN DMS writes a file
+    deployed.put_cdc_file([change("U", 4, "person 4", "Narvik", 10)])
+    deployed.wait(lambda: deployed.sfn.describe_execution(executionArn=execution)["status"] == "FAILED", "failed")
+    # THEN the batch is visible again at once and the alert says so, with the job's error
+    assert deployed.queue_counts() == (1, 0)
+    [alert] = deployed.alerts()
+    assert "simulated failure of cdclake-dev-cdc" in alert["Message"]
+    assert "The failed batch (1 messages) was made visible again in the queue at once" in alert["Message"]
+    assert deployed.states_entered(execution)[-3:] == ["WasBatchReleased", "NotifyBatchFailed", "PipelineFailed"]
+    # WHEN the job is repaired and the pipeline started again as the alert says
+    deployed.broken_jobs.clear()
+    deployed.sfn.start_execution(
+        stateMachineArn=deployed.stack.outputs["StateMachineArn"], name="restart", input='{"fullLoadDone": true}'
+    )
+    # THEN the file is applied and silver equals the change log again
+    deployed.wait(lambda: deployed.queue_counts() == (0, 0), "the released file applied")
+    deployed.wait(lambda: deployed.silver() == replay_change_log(INITIAL, CHANGE_LOG, ["id"]), "silver converged")
+
+
+def test_a_dequeue_that_times_out_after_receiving_holds_the_batch_for_the_receive_visibility_only(
+    deployed: Deployed,
+) -> None:
+    # GIVEN the pipeline running and a DequeueBatch that times out after its work (its result never arrives)
+    execution = running_execution(deployed)
+    name = deployed.stack.physical("DequeueBatchFunction")
+    real = deployed.gaps.lambda_handlers[name]
+    timed_out = type("Sandbox.Timedout", (Exception,), {})
+
+    def times_out_after_its_work(event: dict[str, Any], context: Any) -> Any:
+        real(event, context)
+        raise timed_out("Task timed out after 60.00 seconds")
+
+    deployed.gaps.lambda_handlers[name] = times_out_after_its_work
+    try:
+        deployed.put_cdc_file([change("U", 5, "person 5", "Bodø", 20)])
+        deployed.wait(lambda: deployed.sfn.describe_execution(executionArn=execution)["status"] == "FAILED", "failed")
+    finally:
+        deployed.gaps.lambda_handlers[name] = real
+    # THEN the alert tells the truth: back within the stack's receive visibility (180 s), not 12 hours
+    [alert] = deployed.alerts()
+    assert "Sandbox.Timedout" in alert["Message"]
+    assert "visible again in the queue within 180 seconds" in alert["Message"]
+    [message] = in_flight(deployed)
+    assert 0 < message.visible_at / 1000 - time.time() <= 180
+    # AND (the visibility ended, here by hand) a restart applies it
+    message.change_visibility(0)
+    deployed.sfn.start_execution(
+        stateMachineArn=deployed.stack.outputs["StateMachineArn"], name="after-timeout", input='{"fullLoadDone": true}'
+    )
+    deployed.wait(lambda: deployed.queue_counts() == (0, 0), "the file applied")
+    deployed.wait(lambda: deployed.silver() == replay_change_log(INITIAL, CHANGE_LOG, ["id"]), "silver converged")
+
+
+def in_flight(deployed: Deployed) -> list[Any]:
+    """The file queue's messages in flight, from moto's backend (SQS reports no per-message visibility)."""
+    from moto.sqs.models import sqs_backends
+
+    queue = sqs_backends[ACCOUNT][REGION].get_queue(deployed.stack.outputs["FileQueueUrl"].rsplit("/", 1)[-1])
+    return [m for m in queue._messages if not m.visible]
+
+
+def test_a_redeploy_after_destroy_uses_the_retained_databases(deployed: Deployed, tmp_path: Path) -> None:
+    # GIVEN the stack destroyed as `make destroy` does: executions stopped, stack deleted (databases kept)
+    cfn = boto3.client("cloudformation", region_name=REGION)
+    glue = boto3.client("glue", region_name=REGION)
+    stack_artifacts.stop_executions(deployed.sfn, deployed.stack.outputs["StateMachineArn"])
+    deployed.stop_all()
+    cfn.delete_stack(StackName=STACK)
+    deployed.wait(lambda: STACK not in {s["StackName"] for s in cfn.describe_stacks()["Stacks"]}, "the stack deleted")
+    assert {d["Name"] for d in glue.get_databases()["DatabaseList"]} >= {"cdclake_dev", "cdclake_dev_gold"}
+    template = json.loads(json.dumps(deployed.stack.resolver.template))
+    given = {k: v for k, v in deployed.stack.resolver.parameters.items() if k in template["Parameters"]}
+    # WHEN it is created again as before THEN the databases cannot be created again (what CloudFormation answers)
+    with pytest.raises(glue.exceptions.AlreadyExistsException):
+        create_stack(template, "cdclake-dev-again", given, os.environ["AWS_ENDPOINT_URL"])
+    cfn.delete_stack(StackName="cdclake-dev-again")
+    # WHEN the deploy's preflight is asked first THEN the new stack uses the retained databases and is created
+    config = tmp_path / "cdclake.yaml"
+    config.write_text(CONFIG, encoding="utf-8")
+    overrides = stack_artifacts.preflight(
+        cfn, glue, deployed.s3, "cdclake-dev-redeploy", [f"{k}={v}" for k, v in given.items()], deployed.root, config
+    )
+    assert {"ExistingSilverDatabase=true", "ExistingGoldDatabase=true"} <= set(overrides)
+    redeployed = given | dict(o.split("=", 1) for o in overrides)
+    again = create_stack(template, "cdclake-dev-redeploy", redeployed, os.environ["AWS_ENDPOINT_URL"])
+    assert again.outputs["GlueDatabaseName"] == "cdclake_dev"
+    assert "GlueDatabase" not in again.resolver.physical and "GoldDatabase" not in again.resolver.physical
