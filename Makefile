@@ -85,7 +85,7 @@ ENV_PARAMS = $(shell $(DEPLOY_PY) -c "import tomlkit; c = tomlkit.parse(open('sa
 SAM_GLOBAL = $(shell $(DEPLOY_PY) -c "import tomlkit; c = tomlkit.parse(open('samconfig.toml').read()); \
 	print(c['$(SAM_ENV)']['global']['parameters']['$(1)'])")
 
-.PHONY: aws-tools aws-test sam-build deploy-wheel deploy destroy
+.PHONY: aws-tools aws-test sam-build deploy-wheel deploy destroy try-aws
 
 $(SAM):
 	$(PYTHON) -m venv $(TOOLS)/sam
@@ -96,6 +96,9 @@ $(CHECKOV):
 	$(TOOLS)/checkov/bin/python -m pip install --quiet --disable-pip-version-check checkov==$(CHECKOV_VERSION)
 
 aws-tools: setup $(SAM) $(CHECKOV) ## SAM CLI and checkov, in their own virtual environments
+
+try-aws: setup aws-tools ## the stack deployed to a local emulator, the demo's files through it (no AWS account)
+	$(BIN)/python scripts/try_aws.py
 
 aws-test: aws-tools ## the AWS stack tests, static checks included
 	$(BIN)/ruff check functions tests/aws

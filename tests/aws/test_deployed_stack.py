@@ -185,7 +185,8 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
             yield deploy(work, endpoint, gaps)
 
 
-def deploy(work: Path, endpoint: str, gaps: MotoStepFunctionsGaps) -> Deployed:
+def deploy(work: Path, endpoint: str, gaps: MotoStepFunctionsGaps, config_text: str = CONFIG) -> Deployed:
+    """The deploy as `make deploy` does it, into the emulator: preflight, stack, upload; then the test's wiring."""
     s3, sqs, sns, dms = (boto3.client(s, region_name=REGION) for s in ("s3", "sqs", "sns", "dms"))
     task = dms.create_replication_task(
         ReplicationTaskIdentifier="source-to-bronze",
@@ -199,7 +200,7 @@ def deploy(work: Path, endpoint: str, gaps: MotoStepFunctionsGaps) -> Deployed:
     template = build_and_transform(work, endpoint)
     root = wheel_into(work / "root")
     config = work / "cdclake.yaml"
-    config.write_text(CONFIG, encoding="utf-8")
+    config.write_text(config_text, encoding="utf-8")
     given = {"EnvironmentName": "dev", "ReplicationTaskArns": task, "AlertEmail": "ops@example.com",
              "PollSeconds": "1", "ReceiveWaitSeconds": "1", "MaintenanceEveryIterations": "0"}  # fmt: skip
     # The deploy's own preflight: the wheel's key, and no retained database to adopt on a first deploy.
