@@ -81,8 +81,11 @@ DEPLOY_PY := $(TOOLS)/sam/bin/python
 # The environment's parameter_overrides (samconfig.toml), evaluated when a recipe runs (after $(SAM) exists).
 ENV_PARAMS = $(shell $(DEPLOY_PY) -c "import tomlkit; c = tomlkit.parse(open('samconfig.toml').read()); \
 	print(c['$(SAM_ENV)']['deploy']['parameters'].get('parameter_overrides', ''))")
+# The environment's stack name and region (samconfig.toml's global parameters), for the preflight.
+SAM_GLOBAL = $(shell $(DEPLOY_PY) -c "import tomlkit; c = tomlkit.parse(open('samconfig.toml').read()); \
+	print(c['$(SAM_ENV)']['global']['parameters']['$(1)'])")
 
-.PHONY: aws-tools aws-test sam-build deploy-wheel deploy destroy
+.PHONY: aws-tools aws-test sam-build deploy-wheel deploy destroy try-aws
 
 $(SAM):
 	$(PYTHON) -m venv $(TOOLS)/sam
@@ -94,6 +97,9 @@ $(CHECKOV):
 
 aws-tools: setup $(SAM) $(CHECKOV) ## SAM CLI and checkov, in their own virtual environments
 
+try-aws: setup aws-tools ## the stack deployed to a local emulator, the demo's files through it (no AWS account)
+	$(BIN)/python scripts/try_aws.py
+
 aws-test: aws-tools ## the AWS stack tests, static checks included
 	$(BIN)/ruff check functions tests/aws
 	$(BIN)/ruff format --check functions tests/aws
@@ -103,13 +109,21 @@ sam-build: $(SAM) ## Lambda code -> build/sam
 	$(SAM) build --config-env $(SAM_ENV) --build-dir build/sam
 
 deploy-wheel: $(SAM) ## the cdclake wheel for the Glue jobs, without `make setup`
+	rm -f dist/cdclake-*.whl  # one wheel: the one the stack's LibraryWheelKey names
 	$(DEPLOY_PY) -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir dist .
 
 # make deploy [SAM_ENV=prod] [CONFIG=cdclake.yaml] PARAMS="ReplicationTaskArns=arn:... AlertEmail=ops@example.com"
 # --config-file: with --template-file build/sam/template.yaml, sam looks for samconfig.toml next to that template.
+# The preflight refuses a deploy the jobs could not run with (no CONFIG and none in the stack's bucket) before
+# anything is deployed, and prints the overrides the deploy needs: the built wheel's LibraryWheelKey and, after
+# `make destroy`, ExistingSilverDatabase/ExistingGoldDatabase=true for the retained databases (docs/deploy.md).
 deploy: $(SAM) deploy-wheel sam-build ## build and deploy everything: stack, Glue entry points, wheel, table configuration
+	mkdir -p build
+	$(DEPLOY_PY) scripts/stack_artifacts.py preflight --stack-name $(call SAM_GLOBAL,stack_name) \
+		--region $(call SAM_GLOBAL,region) --parameters "$(ENV_PARAMS) $(PARAMS)" $(if $(CONFIG),--config $(CONFIG)) \
+		> build/deploy-overrides.txt
 	$(SAM) deploy --config-env $(SAM_ENV) --config-file $(CURDIR)/samconfig.toml --template-file build/sam/template.yaml \
-		--parameter-overrides $(ENV_PARAMS) $(PARAMS)
+		--parameter-overrides $(ENV_PARAMS) $$(cat build/deploy-overrides.txt) $(PARAMS)
 	$(SAM) list stack-outputs --config-env $(SAM_ENV) --output json > build/stack-outputs.json
 	$(DEPLOY_PY) scripts/stack_artifacts.py upload --outputs build/stack-outputs.json $(if $(CONFIG),--config $(CONFIG))
 

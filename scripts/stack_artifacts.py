@@ -1,5 +1,8 @@
-"""What `make deploy` and `make destroy` do with the stack's buckets after `sam deploy` / before it is gone.
+"""What `make deploy` and `make destroy` do around `sam deploy` / `sam delete`.
 
+    preflight      before `sam deploy`: refuse a deploy that would leave the jobs without a table configuration,
+                   and print the parameter overrides the deploy needs (the built wheel's key; the retained Glue
+                   databases of a destroyed stack, which the new stack must use instead of creating them again)
     upload         the Glue entry points (glue/jobs/*.py) and the cdclake wheel (dist/) to s3://<artifacts>/glue/,
                    and with --config the table configuration to s3://<artifacts>/<TableConfigKey>
     stop-executions  stop the state machine's running executions (before the stack is deleted)
@@ -27,6 +30,14 @@ RETAINED = {
 }
 
 
+# The stack's Glue databases (DeletionPolicy Retain): logical id -> (the parameter that says it exists, its name).
+DATABASES = {
+    "GlueDatabase": ("ExistingSilverDatabase", "cdclake_{environment}"),
+    "GoldDatabase": ("ExistingGoldDatabase", "cdclake_{environment}_gold"),
+}
+DEFAULT_ENVIRONMENT = "dev"  # template.yaml's EnvironmentName default
+
+
 class DeployError(RuntimeError):
     """A deploy step that cannot go on; the message says what to do."""
 
@@ -40,15 +51,118 @@ def read_outputs(path: Path) -> dict[str, str]:
     return {o["OutputKey"]: o["OutputValue"] for o in listed}
 
 
-def upload(s3: Any, outputs: dict[str, str], root: Path, config: Path | None) -> list[str]:
-    """Upload the Glue entry points, the wheel and (optionally) the table configuration; the s3:// URIs written."""
-    bucket = outputs["ArtifactsBucketName"]
+def built_wheel(root: Path) -> Path:
+    """The one wheel `make deploy-wheel` built (it empties dist/ of cdclake wheels first)."""
     wheels = sorted((root / "dist").glob("cdclake-*.whl"))
     if not wheels:
         raise DeployError("no dist/cdclake-*.whl: build it first (make deploy-wheel).")
+    if len(wheels) > 1:
+        names = ", ".join(w.name for w in wheels)
+        raise DeployError(f"{len(wheels)} wheels in dist/ ({names}): remove the old ones or run make deploy-wheel.")
+    return wheels[0]
+
+
+def wheel_override(root: Path) -> str:
+    """The LibraryWheelKey the jobs must install: the built wheel's own name (pip checks name against version)."""
+    return f"LibraryWheelKey=glue/{built_wheel(root).name}"
+
+
+def environment_name(overrides: list[str]) -> str:
+    """EnvironmentName from ``Key=Value`` parameter overrides (the last one wins, as in `sam deploy`)."""
+    names = [o.split("=", 1)[1] for o in overrides if o.startswith("EnvironmentName=")]
+    return names[-1] if names else DEFAULT_ENVIRONMENT
+
+
+def database_overrides(existing: set[str], owned: set[str], environment: str) -> list[str]:
+    """``Existing<X>Database=true`` for a database that exists but is not the stack's own resource.
+
+    `make destroy` keeps the databases (DeletionPolicy Retain); a new stack that created them again would fail
+    with AlreadyExists. A database the stack itself created stays in the stack (false).
+    """
+    overrides = []
+    for logical, (parameter, pattern) in DATABASES.items():
+        adopt = pattern.format(environment=environment) in existing and logical not in owned
+        overrides.append(f"{parameter}={'true' if adopt else 'false'}")
+    return overrides
+
+
+def _stack(cfn: Any, stack_name: str) -> tuple[dict[str, str], set[str]] | None:
+    """The stack's outputs and the logical ids of its resources; None when there is no such stack."""
+    try:
+        [stack] = cfn.describe_stacks(StackName=stack_name)["Stacks"]
+    except cfn.exceptions.ClientError as exc:
+        if "does not exist" in str(exc):
+            return None
+        raise
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+    owned = set()
+    for page in cfn.get_paginator("list_stack_resources").paginate(StackName=stack_name):
+        owned |= {r["LogicalResourceId"] for r in page["StackResourceSummaries"]}
+    return outputs, owned
+
+
+def _existing_databases(glue: Any, names: list[str]) -> set[str]:
+    existing = set()
+    for name in names:
+        try:
+            glue.get_database(Name=name)
+        except glue.exceptions.EntityNotFoundException:
+            continue
+        existing.add(name)
+    return existing
+
+
+def preflight(
+    cfn: Any, glue: Any, s3: Any, stack_name: str, overrides: list[str], root: Path, config: Path | None
+) -> list[str]:
+    """Check a deploy can finish with a table configuration; the parameter overrides it needs.
+
+    Without ``config`` the configuration must already be in the deployed stack's artifacts bucket: a first
+    deploy without one would only fail at the first job run (NoSuchKey).
+    """
+    if config is not None and not config.is_file():
+        raise DeployError(f"CONFIG={config}: no such file.")
+    wheel = wheel_override(root)
+    stack = _stack(cfn, stack_name)
+    if config is None:
+        if stack is None:
+            raise DeployError(
+                f"the first deploy needs the table configuration: make deploy CONFIG=cdclake.yaml (stack {stack_name} "
+                "does not exist yet, so there is no configuration to keep)."
+            )
+        outputs = stack[0]
+        bucket, key = outputs["ArtifactsBucketName"], outputs["TableConfigKey"]
+        try:
+            s3.head_object(Bucket=bucket, Key=key)
+        except s3.exceptions.ClientError:
+            raise DeployError(
+                f"s3://{bucket}/{key} does not exist: give the table configuration, make deploy CONFIG=cdclake.yaml."
+            ) from None
+    environment = environment_name(overrides)
+    names = [pattern.format(environment=environment) for _, pattern in DATABASES.values()]
+    owned = stack[1] if stack else set()
+    return [wheel, *database_overrides(_existing_databases(glue, names), owned, environment)]
+
+
+def upload(s3: Any, outputs: dict[str, str], root: Path, config: Path | None) -> list[str]:
+    """Upload the Glue entry points, the wheel and (optionally) the table configuration; the s3:// URIs written.
+
+    The wheel goes where the stack's jobs install it from (output LibraryWheelKey): a wheel of another version
+    than the one the stack was deployed with is refused, not uploaded beside it.
+    """
+    bucket = outputs["ArtifactsBucketName"]
+    wheel = built_wheel(root)
+    wheel_key = outputs.get("LibraryWheelKey", f"glue/{wheel.name}")
+    if wheel_key.rsplit("/", 1)[-1] != wheel.name:
+        raise DeployError(
+            f"the stack was deployed with LibraryWheelKey={wheel_key} but dist/ holds {wheel.name}: "
+            "deploy again with make deploy (it passes the built wheel's key)."
+        )
     written = []
-    for path in [*sorted((root / "glue" / "jobs").glob("*.py")), *wheels]:
-        key = f"glue/{path.name}"
+    for path, key in [
+        *((p, f"glue/{p.name}") for p in sorted((root / "glue" / "jobs").glob("*.py"))),
+        (wheel, wheel_key),
+    ]:
         s3.upload_file(str(path), bucket, key)
         written.append(f"s3://{bucket}/{key}")
     if config is not None:
@@ -95,12 +209,27 @@ def stop_executions(sfn: Any, state_machine_arn: str) -> list[str]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=["upload", "stop-executions", "delete-bucket", "retained"])
-    parser.add_argument("--outputs", type=Path, required=True, help="sam list stack-outputs --output json")
+    parser.add_argument("action", choices=["preflight", "upload", "stop-executions", "delete-bucket", "retained"])
+    parser.add_argument("--outputs", type=Path, help="sam list stack-outputs --output json")
+    parser.add_argument("--stack-name", help="preflight: the stack (samconfig.toml's stack_name)")
+    parser.add_argument("--region", help="preflight: the stack's region (samconfig.toml's region)")
+    parser.add_argument("--parameters", default="", help="preflight: the Key=Value overrides sam deploy is given")
     parser.add_argument("--config", type=Path, help="upload: the table configuration (cdclake.yaml)")
     parser.add_argument("--output-key", help="delete-bucket: the stack output naming the bucket")
     args = parser.parse_args(argv)
     try:
+        if args.action == "preflight":
+            import boto3
+
+            session = boto3.Session(region_name=args.region)
+            overrides = preflight(
+                session.client("cloudformation"), session.client("glue"), session.client("s3"),
+                args.stack_name, args.parameters.split(), ROOT, args.config,
+            )  # fmt: skip
+            print(" ".join(overrides))
+            return 0
+        if args.outputs is None:
+            raise DeployError(f"{args.action} needs --outputs (sam list stack-outputs --output json).")
         outputs = read_outputs(args.outputs)
         if args.action == "retained":
             for key, what in RETAINED.items():

@@ -30,7 +30,7 @@ class DequeueRequest(BaseModel):
 @metrics.log_metrics
 @event_parser(model=DequeueRequest)
 def handler(event: DequeueRequest, context: LambdaContext) -> dict[str, Any]:
-    """Returns the batch: manifestUri, receiptHandles, messageCount, fileCount, byteCount, skipped."""
+    """Returns the batch: manifestUri, receiptHandles, messageCount, fileCount, byteCount, skipped, holdEntries."""
     settings = BatchSettings.from_environment(os.environ)
     result = dequeue_batch(
         sqs=boto3.client("sqs"),
@@ -49,6 +49,13 @@ def handler(event: DequeueRequest, context: LambdaContext) -> dict[str, Any]:
             "skipped": result["skipped"],
         },
     )
+    if result["skipped"]:
+        # The rule queues only "<prefix>/*/2*" keys: anything else that arrives is unexpected, never silent.
+        logger.warning(
+            "messages for objects that are not DMS CDC files acknowledged without applying",
+            extra={"skipped": result["skipped"]},
+        )
+    metrics.add_metric(name="NonCdcMessagesSkipped", unit=MetricUnit.Count, value=len(result["skipped"]))
     metrics.add_metric(name="CdcFilesDequeued", unit=MetricUnit.Count, value=result["fileCount"])
     metrics.add_metric(name="CdcBytesDequeued", unit=MetricUnit.Bytes, value=result["byteCount"])
     return result

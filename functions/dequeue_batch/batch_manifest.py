@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 _CDC_FILE_NAME = re.compile(r"^\d{8}-\d+\.(csv|parquet)(\.gz)?$")
 _SQS_MAX_MESSAGES_PER_RECEIVE = 10
 _SQS_MAX_WAIT_SECONDS = 20  # the ReceiveMessage long-polling maximum
+_SQS_MAX_VISIBILITY_SECONDS = 43200  # 12 hours, counted from the receive
+_MAX_RECEIVE_VISIBILITY_SECONDS = 900  # leaves a hold of 11.75 h at least
 
 
 class MalformedMessageError(ValueError):
@@ -41,6 +43,10 @@ class BatchSettings:
     max_files: int = 10  # one SQS FIFO message group yields at most 10 messages while earlier ones are in flight
     max_bytes: int = 512 * 1024 * 1024
     receive_wait_seconds: int = 10  # long polling: an empty queue answers after this wait, not at once
+    # How long received messages stay in flight unless the state machine extends them (HoldBatch, just before
+    # the CDC job starts). Longer than this function's timeout; short, so that a run that fails after receiving
+    # (a timeout, a failure on the way out, a retried invocation) holds the message group this long at most.
+    receive_visibility_seconds: int = 180
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str]) -> BatchSettings:
@@ -52,6 +58,7 @@ class BatchSettings:
                 max_files=int(environ.get("MAX_FILES_PER_BATCH", "10")),
                 max_bytes=int(environ.get("MAX_BYTES_PER_BATCH", str(512 * 1024 * 1024))),
                 receive_wait_seconds=int(environ.get("RECEIVE_WAIT_SECONDS", "10")),
+                receive_visibility_seconds=int(environ.get("RECEIVE_VISIBILITY_SECONDS", "180")),
             )
         except KeyError as missing:
             raise ValueError(f"The environment variable {missing} is not set.") from None
@@ -59,6 +66,8 @@ class BatchSettings:
             raise ValueError("MAX_FILES_PER_BATCH and MAX_BYTES_PER_BATCH must be positive.")
         if not 0 <= settings.receive_wait_seconds <= _SQS_MAX_WAIT_SECONDS:
             raise ValueError(f"RECEIVE_WAIT_SECONDS must be 0 to {_SQS_MAX_WAIT_SECONDS}.")
+        if not 1 <= settings.receive_visibility_seconds <= _MAX_RECEIVE_VISIBILITY_SECONDS:
+            raise ValueError(f"RECEIVE_VISIBILITY_SECONDS must be 1 to {_MAX_RECEIVE_VISIBILITY_SECONDS}.")
         return settings
 
 
@@ -166,7 +175,7 @@ class ReceivedMessage:
 
 
 def receive_in_order(
-    sqs: SQSClient, queue_url: str, max_files: int, max_bytes: int, wait_seconds: int
+    sqs: SQSClient, queue_url: str, max_files: int, max_bytes: int, wait_seconds: int, visibility_seconds: int
 ) -> list[ReceivedMessage]:
     """Receive up to ``max_files`` messages in FIFO order; stop early once their announced bytes reach ``max_bytes``.
 
@@ -183,6 +192,7 @@ def receive_in_order(
             QueueUrl=queue_url,
             MaxNumberOfMessages=min(_SQS_MAX_MESSAGES_PER_RECEIVE, max_files - len(received)),
             WaitTimeSeconds=wait_seconds if not received else 0,
+            VisibilityTimeout=visibility_seconds,
         )
         messages = response.get("Messages", [])
         if not messages:
@@ -211,17 +221,36 @@ def release(sqs: SQSClient, queue_url: str, receipt_handles: list[str]) -> None:
         )
 
 
+def hold_entries(receipt_handles: list[str], receive_visibility_seconds: int) -> list[dict[str, Any]]:
+    """The ChangeMessageVisibilityBatch entries that hold a batch for its CDC job (the state machine sends them).
+
+    SQS caps a message's visibility at 12 hours counted from its receive, and the extension comes at most
+    ``receive_visibility_seconds`` after it: the hold is the rest of the 12 hours (11.95 h with 180 s), longer
+    than the CDC job's longest timeout (10 h), so a batch cannot come back while its job runs.
+    """
+    hold = _SQS_MAX_VISIBILITY_SECONDS - receive_visibility_seconds
+    return [
+        {"Id": f"m{i}", "ReceiptHandle": handle, "VisibilityTimeout": hold} for i, handle in enumerate(receipt_handles)
+    ]
+
+
 def dequeue_batch(
     sqs: SQSClient, s3: S3Client, settings: BatchSettings, execution_name: str, iteration: int
 ) -> dict[str, Any]:
     """Take the next batch from the queue and write its manifest; the state machine's view of it.
 
-    ``messageCount`` 0 means nothing was received (the state machine then waits). On any error every
-    received message is released before the error propagates, so a failed invocation never holds the
-    message group for the visibility timeout (12 hours).
+    ``messageCount`` 0 means nothing was received (the state machine then waits). Messages are received with
+    the short ``receive_visibility_seconds``: a run that fails after this function returned (a timeout, a retried
+    invocation) holds them that long at most; the state machine extends the batch just before its CDC job
+    starts. On an error raised here every received message is released at once before the error propagates.
     """
     received = receive_in_order(
-        sqs, settings.queue_url, settings.max_files, settings.max_bytes, settings.receive_wait_seconds
+        sqs,
+        settings.queue_url,
+        settings.max_files,
+        settings.max_bytes,
+        settings.receive_wait_seconds,
+        settings.receive_visibility_seconds,
     )
     try:
         queued = [QueuedObject(parse_object_created(m.body), m.receipt_handle) for m in received]
@@ -248,4 +277,5 @@ def dequeue_batch(
         "fileCount": len(batch.files),
         "byteCount": batch.byte_count,
         "skipped": batch.skipped,
+        "holdEntries": hold_entries(batch.receipt_handles, settings.receive_visibility_seconds),
     }

@@ -9,6 +9,7 @@ import contextlib
 import datetime
 import importlib.util
 import json
+import os
 import re
 import sys
 import time
@@ -21,6 +22,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from s3_events import ACCOUNT, REGION, object_created_event
@@ -37,6 +39,8 @@ def _template_max_receive_count() -> int:
 
 
 MAX_RECEIVE_COUNT = _template_max_receive_count()
+# The fixture's DequeueBatch receive visibility (the stack's ReceiveVisibilitySeconds), short for the tests.
+RECEIVE_VISIBILITY_SECONDS = 2
 
 # In Lambda, a function's code directory is on sys.path: app.py imports its logic module by its bare name.
 # The logic modules have unique names (batch_manifest, batch_ack) so both directories can be on the path.
@@ -99,6 +103,7 @@ class MotoStepFunctionsGaps:
     """Knobs the gap workarounds expose to tests (moto cannot model these itself)."""
 
     full_load_percent: dict[str, int] = field(default_factory=dict)  # task ARN -> FullLoadProgressPercent
+    never_started: set[str] = field(default_factory=set)  # task ARNs created but never started
     failing_jobs: set[str] = field(default_factory=set)  # Glue job names whose runs end FAILED
     lambda_handlers: dict[str, Callable[[dict[str, Any], Any], Any]] = field(default_factory=dict)
     lambda_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
@@ -106,6 +111,16 @@ class MotoStepFunctionsGaps:
     glue_timeline: list[tuple[str, str, str]] = field(default_factory=list)
     # $$.Execution.StartTime of the executions started from now on (None: the real start time).
     execution_start_time: datetime.datetime | None = None
+    # Glue job name -> seconds its runs stay RUNNING before they end (moto ends them at once).
+    running_seconds: dict[str, float] = field(default_factory=dict)
+    # The first states:startExecution reaches Step Functions but its answer is lost (StepFunctions.SdkClientException).
+    lose_first_start_response: bool = False
+    # ... and the successor it started has ended before the retry arrives (ExecutionAlreadyExists).
+    successor_ended_before_retry: bool = False
+    successor_starts: int = 0  # states:startExecution calls delivered to moto
+    # Runs a Glue job for real (job name, its arguments: default then run's); an exception fails the run.
+    glue_runner: Callable[[str, dict[str, str]], None] | None = None
+    failed_runs: dict[str, str] = field(default_factory=dict)  # run id -> error message
 
 
 @pytest.fixture
@@ -114,7 +129,13 @@ def moto_step_functions_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctio
 
     The state machine definition itself is executed unchanged (same Resource ARNs); only moto is patched.
     """
+    return patch_moto_gaps(monkeypatch)
+
+
+def patch_moto_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctionsGaps:
+    """The patches of ``moto_step_functions_gaps``, for a fixture of any scope (``pytest.MonkeyPatch.context()``)."""
     from moto.awslambda.models import LambdaFunction
+    from moto.core.utils import utcnow
     from moto.dms.models import FakeReplicationTask
     from moto.glue.models import FakeJob, FakeJobRun
     from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service import (
@@ -161,13 +182,27 @@ def moto_step_functions_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctio
     def start_job_run(self: Any, **kwargs: Any) -> str:
         run_id: str = original_start_job_run(self, **kwargs)
         knobs.glue_timeline.append(("start", self.name, run_id))
+        if knobs.glue_runner is not None:
+            # GAP 3b: moto runs no job. Run its entry point here, synchronously: the run is terminal before
+            # the state machine's first GetJobRun, as a finished Glue run would be.
+            try:
+                knobs.glue_runner(self.name, {**self.default_arguments, **(kwargs.get("arguments") or {})})
+            except Exception as exc:
+                knobs.failed_runs[run_id] = f"{type(exc).__name__}: {exc}"
         return run_id
 
     def job_run_as_dict(self: Any) -> dict[str, Any]:
         run = original_job_run(self)
+        running_for = knobs.running_seconds.get(self.job_name, 0.0)
+        if running_for and (utcnow() - self.started_on).total_seconds() < running_for:
+            run["JobRunState"] = "RUNNING"
+            return run
         if self.job_name in knobs.failing_jobs:
             run["JobRunState"] = "FAILED"
             run["ErrorMessage"] = f"simulated failure of {self.job_name}"
+        if self.job_run_id in knobs.failed_runs:
+            run["JobRunState"] = "FAILED"
+            run["ErrorMessage"] = knobs.failed_runs[self.job_run_id]
         ended = ("end", self.job_name, self.job_run_id)
         if run["JobRunState"] in ("SUCCEEDED", "FAILED") and ended not in knobs.glue_timeline:
             knobs.glue_timeline.append(ended)
@@ -176,12 +211,15 @@ def moto_step_functions_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctio
     monkeypatch.setattr(FakeJob, "start_job_run", start_job_run)
     monkeypatch.setattr(FakeJobRun, "as_dict", job_run_as_dict)
 
-    # GAP 4: DescribeReplicationTasks always reports FullLoadProgressPercent 100. Tasks listed in
-    # `full_load_percent` report that value instead.
+    # GAP 4: DescribeReplicationTasks always reports FullLoadProgressPercent 100, started or not. Tasks listed in
+    # `full_load_percent` report that value instead; tasks in `never_started` are "ready" without statistics.
     original_task = FakeReplicationTask.to_dict
 
     def task_as_dict(self: Any) -> dict[str, Any]:
         task = original_task(self)
+        if self.arn in knobs.never_started:  # as DMS describes a task created and never started: no statistics
+            task["Status"] = "ready"
+            del task["ReplicationTaskStats"]
         if self.arn in knobs.full_load_percent:
             task["ReplicationTaskStats"]["FullLoadProgressPercent"] = knobs.full_load_percent[self.arn]
         return task
@@ -194,10 +232,19 @@ def moto_step_functions_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctio
         handler = knobs.lambda_handlers[self.function_name]
         payload = event if isinstance(event, dict) else json.loads(event or "{}")
         knobs.lambda_calls.append((self.function_name, payload))
+        # The environment the function was created with (CloudFormation's, in the deployed stack), as in Lambda.
+        saved = {name: os.environ.get(name) for name in self.environment_vars}
+        os.environ.update({name: str(value) for name, value in self.environment_vars.items()})
         try:
             return json.dumps(handler(payload, FakeLambdaContext(function_name=self.function_name))), False, ""
         except Exception as exc:  # reported to Step Functions the way Lambda reports an unhandled error
             return json.dumps({"errorType": type(exc).__name__, "errorMessage": str(exc)}), True, ""
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
     monkeypatch.setattr(LambdaFunction, "_invoke_lambda", invoke_in_process)
 
@@ -232,8 +279,24 @@ def moto_step_functions_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctio
         # GAP 10: an execution started without a name is named "None" by moto (AWS generates a UUID), so a
         # second hand-over in one test would fail with ExecutionAlreadyExists. Name it as AWS would.
         camel.setdefault("name", str(uuid.uuid4()))
+        knobs.successor_starts += 1
+        if knobs.successor_ended_before_retry and knobs.successor_starts == 2:
+            # Not a gap: the fault a test asks for. What Step Functions answers when the execution of that name
+            # has ended (moto cannot stop an execution from inside the interpreter: 'set_stop' on None).
+            raise ClientError(
+                {"Error": {"Code": "ExecutionAlreadyExists", "Message": f"Execution Already Exists: {camel['name']}"},
+                 "ResponseMetadata": {"HTTPStatusCode": 400, "RequestId": "again"}},
+                "StartExecution",
+            )  # fmt: skip
         original_sfn_call(self, env, resource_runtime_part, camel, state_credentials)
         response = env.stack.pop()
+        if knobs.lose_first_start_response and knobs.successor_starts == 1:
+            # Not a gap: the fault a test asks for. The start was delivered; the caller never hears of it.
+            raise ClientError(
+                {"Error": {"Code": "SdkClient", "Message": "Unable to execute HTTP request: Read timed out"},
+                 "ResponseMetadata": {"HTTPStatusCode": 500, "RequestId": "lost"}},
+                "StartExecution",
+            )  # fmt: skip
         pascal = {key[:1].upper() + key[1:]: value for key, value in response.items()}
         env.stack.append(json.loads(json.dumps(pascal, default=str)))
 
@@ -268,6 +331,52 @@ def moto_step_functions_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctio
             return None
 
     monkeypatch.setattr(IsTimestamp, "string_to_timestamp", staticmethod(rfc3339))
+
+    # GAP 12: moto caps a message's total visibility at 12 hours from when it was *sent*; SQS counts the 12 hours
+    # from the receive (the ChangeMessageVisibility reference), so a batch that waited in the queue can still be
+    # held for its CDC job (HoldBatch). Count from the latest receive, as SQS does.
+    from moto.core.utils import unix_time_millis
+    from moto.sqs.exceptions import InvalidParameterValue, ReceiptHandleIsInvalid
+    from moto.sqs.models import Message, SQSBackend
+
+    original_mark_received = Message.mark_received
+
+    def mark_received(self: Any, visibility_timeout: int | None = None) -> None:
+        self.last_received_ms = int(unix_time_millis())
+        original_mark_received(self, visibility_timeout)
+
+    def change_message_visibility(self: Any, queue_name: str, receipt_handle: str, visibility_timeout: int) -> None:
+        queue = self.get_queue(queue_name)
+        for message in queue._messages:
+            if message.had_receipt_handle(receipt_handle):
+                received = getattr(message, "last_received_ms", message.sent_timestamp)
+                if unix_time_millis() + int(visibility_timeout) * 1000 - received > 43200 * 1000:
+                    raise InvalidParameterValue(
+                        f"Value {visibility_timeout} for parameter VisibilityTimeout is invalid. Reason: Total "
+                        "VisibilityTimeout for the message is beyond the limit [43200 seconds]"
+                    )
+                message.change_visibility(visibility_timeout)
+                if message.visible and message in queue.pending_messages:
+                    queue.pending_messages.remove(message)
+                return
+        raise ReceiptHandleIsInvalid
+
+    monkeypatch.setattr(Message, "mark_received", mark_received)
+    monkeypatch.setattr(SQSBackend, "change_message_visibility", change_message_visibility)
+
+    # GAP 13: a FIFO receive in moto frees a message group only while it scans the queue, when it meets a message
+    # whose visibility ended: if the group's messages time out together, the earlier ones were already skipped
+    # as "group in flight" and the last one is delivered first. In SQS a message whose visibility ended is no
+    # longer in flight, so the group is free from the start: free it before the scan.
+    original_receive = SQSBackend.receive_message
+
+    def receive_message(self: Any, queue_name: str, *args: Any, **kwargs: Any) -> Any:
+        queue = self.get_queue(queue_name)
+        for message in [m for m in queue.messages if m.visible and m in queue.pending_messages]:
+            queue.pending_messages.remove(message)
+        return original_receive(self, queue_name, *args, **kwargs)
+
+    monkeypatch.setattr(SQSBackend, "receive_message", receive_message)
 
     # GAP 8 (no patch): a JSONPath such as `$.ReplicationTasks[0].Status` yields a one-element list in moto.
     # The definition avoids indexed paths: a Map state classifies every task and States.ArrayContains decides.
@@ -471,6 +580,7 @@ def pipeline(
         monkeypatch.setenv("MAX_FILES_PER_BATCH", "3")
         monkeypatch.setenv("MAX_BYTES_PER_BATCH", "1000")
         monkeypatch.setenv("RECEIVE_WAIT_SECONDS", "1")  # long polling, shortened for tests
+        monkeypatch.setenv("RECEIVE_VISIBILITY_SECONDS", str(RECEIVE_VISIBILITY_SECONDS))
 
         sfn = boto3.client("stepfunctions", region_name=REGION)
         name = "cdclake-pipeline"
@@ -493,6 +603,7 @@ def pipeline(
                 "MaintenanceEveryIterations": "2",
                 "GoldJobName": "cdclake-gold",
                 "GoldEveryIterations": "0",  # off unless a test turns it on: the gold tests below
+                "ReceiveVisibilitySeconds": str(RECEIVE_VISIBILITY_SECONDS),
                 **getattr(request, "param", {}),
             }
         )

@@ -70,7 +70,8 @@ def test_make_deploy_passes_the_environments_parameters_and_then_params() -> Non
     lines = make_dry_run("deploy", "SAM_ENV=prod", "PARAMS=AlertEmail=ops@example.com CdcWorkers=6")
     overrides = deploy_overrides(lines)
     assert overrides[:6] == SAMCONFIG["prod"]["deploy"]["parameters"]["parameter_overrides"].split()
-    assert overrides[6:] == ["AlertEmail=ops@example.com", "CdcWorkers=6"]
+    assert overrides[6:8] == ["$(cat", "build/deploy-overrides.txt)"]  # the preflight's (wheel, databases)
+    assert overrides[8:] == ["AlertEmail=ops@example.com", "CdcWorkers=6"]
     # and the built template's directory has no samconfig.toml: the project's is named explicitly
     [deploy] = [shlex.split(line) for line in lines if " deploy --config-env" in line]
     assert deploy[deploy.index("--config-file") + 1] == str(ROOT / "samconfig.toml")
@@ -79,6 +80,9 @@ def test_make_deploy_passes_the_environments_parameters_and_then_params() -> Non
 def test_sam_merges_them_with_the_later_value_winning() -> None:
     needs(SAM)
     overrides = deploy_overrides(make_dry_run("deploy", "SAM_ENV=prod", "PARAMS=CdcWorkers=6 AlertEmail=a@b.example"))
+    # what the preflight would print, in place of the shell's $(cat build/deploy-overrides.txt)
+    at = overrides.index("$(cat")
+    overrides[at : at + 2] = ["LibraryWheelKey=glue/cdclake-0.2.0-py3-none-any.whl", "ExistingSilverDatabase=true"]
     code = (
         "import json, sys; from samcli.cli.types import CfnParameterOverridesType as T; "
         "print(json.dumps(T().convert(sys.argv[1:], None, None)))"
@@ -91,6 +95,7 @@ def test_sam_merges_them_with_the_later_value_winning() -> None:
     assert merged["FullLoadWorkers"] == "10"
     assert merged["CdcWorkers"] == "6"  # PARAMS wins over samconfig's 4
     assert merged["AlertEmail"] == "a@b.example"
+    assert merged["ExistingSilverDatabase"] == "true"
 
 
 def test_make_deploy_needs_no_setup_and_uploads_the_config() -> None:
@@ -207,3 +212,130 @@ def test_env_json_points_every_function_at_a_scratch_queue_and_sets_what_it_read
         assert not variables["QUEUE_URL"].endswith("-files.fifo")  # never the stack's queue
         declared = set(resources[name]["Properties"].get("Environment", {}).get("Variables", {}))
         assert declared <= set(variables), name
+
+
+# ------------------------------------------------- issue 25: preflight (configuration, databases, wheel)
+
+
+def a_wheel(root: Path, name: str = "cdclake-0.1.0-py3-none-any.whl") -> None:
+    (root / "dist").mkdir(exist_ok=True)
+    (root / "dist" / name).write_bytes(b"wheel")
+
+
+def deployed_stack(stack_name: str = "cdclake-dev") -> None:
+    """A stack with the outputs the preflight reads (moto's CloudFormation, a stand-in for the real one)."""
+    body = {
+        "Resources": {"ArtifactsBucket": {"Type": "AWS::S3::Bucket", "Properties": {"BucketName": "artifacts"}}},
+        "Outputs": {
+            "ArtifactsBucketName": {"Value": {"Ref": "ArtifactsBucket"}},
+            "TableConfigKey": {"Value": "config/cdclake.yaml"},
+        },
+    }
+    boto3.client("cloudformation", region_name=REGION).create_stack(StackName=stack_name, TemplateBody=json.dumps(body))
+
+
+def preflight(root: Path, config: Path | None, overrides: tuple[str, ...] = ("EnvironmentName=dev",)) -> list[str]:
+    result: list[str] = stack_artifacts.preflight(
+        boto3.client("cloudformation", region_name=REGION), boto3.client("glue", region_name=REGION),
+        boto3.client("s3", region_name=REGION), "cdclake-dev", list(overrides), root, config,
+    )  # fmt: skip
+    return result
+
+
+def test_a_first_deploy_without_a_configuration_is_refused_before_anything_is_deployed(tmp_path: Path) -> None:
+    a_wheel(tmp_path)
+    with mock_aws(), pytest.raises(stack_artifacts.DeployError, match=r"first deploy needs .*CONFIG="):
+        preflight(tmp_path, None)
+
+
+def test_a_deploy_without_a_configuration_is_refused_while_the_stack_has_none(tmp_path: Path) -> None:
+    a_wheel(tmp_path)
+    with mock_aws():
+        deployed_stack()
+        with pytest.raises(stack_artifacts.DeployError, match=r"s3://artifacts/config/cdclake.yaml .*CONFIG="):
+            preflight(tmp_path, None)
+        # once the stack's bucket holds a configuration, CONFIG may be left out (the one there is kept)
+        boto3.client("s3", region_name=REGION).put_object(Bucket="artifacts", Key="config/cdclake.yaml", Body=b"x")
+        assert "LibraryWheelKey=glue/cdclake-0.1.0-py3-none-any.whl" in preflight(tmp_path, None)
+        with pytest.raises(stack_artifacts.DeployError, match=r"CONFIG=.*no such file"):
+            preflight(tmp_path, tmp_path / "missing.yaml")
+
+
+def test_a_redeploy_after_destroy_adopts_the_retained_glue_databases(tmp_path: Path) -> None:
+    # GIVEN the databases a destroyed stack kept (DeletionPolicy Retain), and no stack
+    a_wheel(tmp_path)
+    config = tmp_path / "cdclake.yaml"
+    config.write_text("silver: {database: x}\n")
+    with mock_aws():
+        glue = boto3.client("glue", region_name=REGION)
+        for name in ("cdclake_eu_prod", "cdclake_eu_prod_gold"):
+            glue.create_database(DatabaseInput={"Name": name})
+        # WHEN the next deploy is prepared THEN the stack is told to use them instead of creating them again
+        overrides = preflight(tmp_path, config, ("EnvironmentName=dev", "EnvironmentName=eu_prod"))
+        assert "ExistingSilverDatabase=true" in overrides and "ExistingGoldDatabase=true" in overrides
+        # AND another environment's databases are not taken for this one's
+        overrides = preflight(tmp_path, config, ("EnvironmentName=dev",))
+        assert "ExistingSilverDatabase=false" in overrides and "ExistingGoldDatabase=false" in overrides
+
+
+def test_a_database_the_stack_itself_created_is_kept_in_the_stack() -> None:
+    owned = {"GlueDatabase", "GoldDatabase"}
+    existing = {"cdclake_dev", "cdclake_dev_gold"}
+    assert stack_artifacts.database_overrides(existing, owned, "dev") == [
+        "ExistingSilverDatabase=false", "ExistingGoldDatabase=false",
+    ]  # fmt: skip
+    assert stack_artifacts.database_overrides(existing, {"GlueDatabase"}, "dev") == [
+        "ExistingSilverDatabase=false", "ExistingGoldDatabase=true",
+    ]  # fmt: skip
+
+
+def test_with_existing_databases_the_stack_creates_none_and_names_them_everywhere() -> None:
+    resources, conditions = template()["Resources"], template()["Conditions"]
+    for logical, parameter, condition, name in (
+        ("GlueDatabase", "ExistingSilverDatabase", "CreateSilverDatabase", "cdclake_${EnvironmentName}"),
+        ("GoldDatabase", "ExistingGoldDatabase", "CreateGoldDatabase", "cdclake_${EnvironmentName}_gold"),
+    ):
+        assert template()["Parameters"][parameter]["Default"] == "false"
+        assert conditions[condition] == {"Equals": [{"Ref": parameter}, "false"]}
+        assert resources[logical]["Condition"] == condition
+        # every other use of the database goes through the condition (a Ref alone would fail without the resource)
+        chosen = {"If": [condition, {"Ref": logical}, {"Sub": name}]}
+        text = json.dumps({k: v for k, v in resources.items() if k != logical})
+        assert json.dumps({"Ref": logical}) not in text.replace(json.dumps(chosen), "")
+        assert json.dumps(template()["Outputs"]).count(json.dumps(chosen)) == 1
+
+
+def test_the_wheel_is_uploaded_under_the_key_the_stack_was_given(tmp_path: Path) -> None:
+    a_wheel(tmp_path, "cdclake-0.2.0-py3-none-any.whl")
+    outputs = {"ArtifactsBucketName": "artifacts", "TableConfigKey": "config/cdclake.yaml",
+               "LibraryWheelKey": "glue/cdclake-0.1.0-py3-none-any.whl"}  # fmt: skip
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket="artifacts")
+        with pytest.raises(stack_artifacts.DeployError, match=r"LibraryWheelKey=glue/cdclake-0.1.0.*0.2.0"):
+            stack_artifacts.upload(s3, outputs, tmp_path, None)
+        outputs["LibraryWheelKey"] = "glue/cdclake-0.2.0-py3-none-any.whl"
+        assert "s3://artifacts/glue/cdclake-0.2.0-py3-none-any.whl" in stack_artifacts.upload(
+            s3, outputs, tmp_path, None
+        )
+    assert template()["Outputs"]["LibraryWheelKey"]["Value"] == {"Ref": "LibraryWheelKey"}
+
+
+def test_the_preflight_names_the_one_built_wheel_and_refuses_several(tmp_path: Path) -> None:
+    with pytest.raises(stack_artifacts.DeployError, match="make deploy-wheel"):
+        stack_artifacts.wheel_override(tmp_path)
+    a_wheel(tmp_path)
+    assert stack_artifacts.wheel_override(tmp_path) == "LibraryWheelKey=glue/cdclake-0.1.0-py3-none-any.whl"
+    a_wheel(tmp_path, "cdclake-0.2.0-py3-none-any.whl")
+    with pytest.raises(stack_artifacts.DeployError, match="2 wheels"):
+        stack_artifacts.wheel_override(tmp_path)
+
+
+def test_make_deploy_runs_the_preflight_before_the_stack_and_passes_its_overrides() -> None:
+    needs(SAM)
+    lines = make_dry_run("deploy", "CONFIG=cdclake.yaml")
+    [preflight_at] = [i for i, line in enumerate(lines) if "stack_artifacts.py preflight" in line]
+    [deploy_at] = [i for i, line in enumerate(lines) if " deploy --config-env" in line]
+    assert preflight_at < deploy_at
+    assert "--config cdclake.yaml" in lines[preflight_at]
+    assert any("rm -f dist/cdclake-*.whl" in line for line in lines[:preflight_at])

@@ -56,6 +56,12 @@ def test_dequeue_writes_an_ordered_manifest_cdclake_reads(
     assert (result["fileCount"], result["byteCount"]) == (2, 200)
     assert len(result["receiptHandles"]) == 3
     assert result["skipped"] == [f"s3://{BRONZE}/dms/s/orders/LOAD00000001.csv"]
+    # The entries HoldBatch sends: the batch's messages, held for the rest of the 12 hours SQS allows from the
+    # receive (the default receive visibility is 180 s)
+    assert result["holdEntries"] == [
+        {"Id": f"m{i}", "ReceiptHandle": handle, "VisibilityTimeout": 43200 - 180}
+        for i, handle in enumerate(result["receiptHandles"])
+    ]
     text = s3.get_object(Bucket="artifacts", Key="manifests/run-1/000007.json")["Body"].read().decode()
     entries = read_manifest(text, "test")  # the CDC job's own reader
     assert [(e.key, e.size) for e in entries] == [
@@ -82,6 +88,7 @@ def test_dequeue_of_an_empty_queue_writes_nothing(
         "fileCount": 0,
         "byteCount": 0,
         "skipped": [],
+        "holdEntries": [],
     }
     assert s3.list_objects_v2(Bucket="artifacts")["KeyCount"] == 0
 
@@ -155,18 +162,23 @@ def test_stops_receiving_once_the_byte_budget_is_reached(queue: tuple[Any, Any, 
     from batch_manifest import receive_in_order
 
     class OneAtATime:
-        calls = 0
+        def __init__(self) -> None:
+            self.calls = 0
+            self.visibilities: list[int] = []
 
         def receive_message(self, **kwargs: Any) -> dict[str, Any]:
             self.calls += 1
+            self.visibilities.append(kwargs["VisibilityTimeout"])
             body = object_created_event(BRONZE, f"dms/s/t/20240301-12000000{self.calls}.csv", 300)
             return {"Messages": [{"Body": body, "ReceiptHandle": f"h{self.calls}"}]}
 
     stub = OneAtATime()
     # WHEN a batch of at most 10 files and 512 bytes is received
-    received = receive_in_order(stub, "url", max_files=10, max_bytes=512, wait_seconds=0)  # type: ignore[arg-type]
+    received = receive_in_order(stub, "url", max_files=10, max_bytes=512, wait_seconds=0, visibility_seconds=180)  # type: ignore[arg-type]
     # THEN receiving stopped at the second message, whose bytes reach the budget
     assert [m.receipt_handle for m in received] == ["h1", "h2"]
+    # AND every receive asked for the short receive visibility, never the queue's 12-hour default
+    assert stub.visibilities == [180, 180]
 
 
 def test_ack_deletes_exactly_the_batch(queue: tuple[Any, Any, str], lambda_context: FakeLambdaContext) -> None:
@@ -197,3 +209,33 @@ def test_a_file_announced_twice_is_listed_once_and_acknowledged_twice() -> None:
     batch, rest = take_batch([first, again], max_files=10, max_bytes=100)
     assert len(batch.files) == 1 and batch.byte_count == 5
     assert batch.receipt_handles == ["h1", "h2"] and rest == []
+
+
+def test_messages_for_objects_that_are_not_cdc_files_are_counted_and_logged(
+    queue: tuple[Any, Any, str], lambda_context: FakeLambdaContext, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a CDC file and two objects that are not DMS CDC files (the rule's filter lets a "2*" name through)
+    sqs, _, url = queue
+    send(sqs, url, "dms/s/orders/20240301-120000100.csv", 10)
+    send(sqs, url, "dms/s/orders/2024-notes.txt", 10)
+    send(sqs, url, "dms/s/orders/LOAD00000001.csv", 10)
+    capsys.readouterr()
+    module = load_handler_module("dequeue_batch")
+    stream = io.StringIO()  # the Logger's own handler holds the stdout of its first import: read an extra one
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(module.logger.registered_formatter)
+    module.logger.addHandler(handler)
+    # WHEN the batch is dequeued
+    try:
+        result = module.handler({"executionName": "run-1"}, lambda_context)
+    finally:
+        module.logger.removeHandler(handler)
+    # THEN they are acknowledged with the batch, and a metric and a warning say how many and which
+    assert result["messageCount"] == 3 and result["fileCount"] == 1
+    metrics = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith('{"_aws"')]
+    [emf] = metrics
+    assert emf["NonCdcMessagesSkipped"] == [2.0]
+    logged = [json.loads(line) for line in stream.getvalue().splitlines()]
+    [warning] = [line for line in logged if line.get("level") == "WARNING"]
+    assert warning["message"] == "messages for objects that are not DMS CDC files acknowledged without applying"
+    assert warning["skipped"] == result["skipped"] and len(result["skipped"]) == 2

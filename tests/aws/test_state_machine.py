@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import datetime
 import json
+import time
 from typing import Any
 
 import pytest
-from conftest import Pipeline
+from conftest import RECEIVE_VISIBILITY_SECONDS, Pipeline
 
 
 def cdc_key(table: str, stamp: str) -> str:
@@ -76,6 +77,22 @@ def test_stopped_replication_task_alerts_and_fails(pipeline: Pipeline) -> None:
     assert pipeline.job_runs(pipeline.full_load_job) == []
 
 
+def test_a_replication_task_that_was_never_started_alerts_instead_of_waiting_forever(pipeline: Pipeline) -> None:
+    # GIVEN a DMS task created but never started: status "ready", no ReplicationTaskStats
+    pipeline.gaps.never_started.add(pipeline.task_arn)
+    # WHEN the pipeline starts
+    execution = pipeline.start({})
+    result = pipeline.wait_until_done(execution)
+    # THEN it stops at once with an alert that says the task never started, instead of polling forever
+    assert result["status"] == "FAILED"
+    assert result["error"] == "ReplicationTaskNotRunning"
+    assert pipeline.states_entered(execution).count("DescribeReplicationTasks") == 1
+    [alert] = pipeline.alerts()
+    assert alert["Subject"] == "cdclake: the DMS replication task is not running"
+    assert "never started" in alert["Message"] and '"Status":"ready"' in alert["Message"]
+    assert pipeline.job_runs(pipeline.full_load_job) == []
+
+
 def test_queued_files_run_the_cdc_job_with_their_manifest_then_are_deleted(pipeline: Pipeline) -> None:
     # GIVEN four CDC files queued (the batch limit is 3 files) - the last one arrives first for its table
     keys = [cdc_key("orders", "120000200"), cdc_key("orders", "120000100"), cdc_key("items", "120000300")]
@@ -121,12 +138,14 @@ def test_failed_cdc_job_releases_its_batch_at_once_and_alerts(pipeline: Pipeline
     entered = pipeline.states_entered(execution)
     assert "AcknowledgeBatch" not in entered
     assert entered[entered.index("RunCdcJob") :] == [
-        "RunCdcJob", "ReleaseBatch", "ReleaseEntry", "ReleaseBatchMessages", "NotifyFailure", "PipelineFailed",
+        "RunCdcJob", "ReleaseBatch", "ReleaseEntry", "ReleaseBatchMessages", "CountReleaseFailures",
+        "WasBatchReleased", "NotifyBatchFailed", "PipelineFailed",
     ]  # fmt: skip
     [alert] = pipeline.alerts()
     assert alert["Subject"] == "cdclake: the pipeline stopped"
     assert "States.TaskFailed" in alert["Message"]
     assert "simulated failure of cdclake-cdc" in alert["Message"]
+    assert "The failed batch (1 messages) was made visible again in the queue at once" in alert["Message"]
     # AND the batch is visible again at once, not held in flight for the 12-hour visibility timeout
     counts = pipeline.sqs.get_queue_attributes(QueueUrl=pipeline.queue_url, AttributeNames=["All"])["Attributes"]
     assert (counts["ApproximateNumberOfMessages"], counts["ApproximateNumberOfMessagesNotVisible"]) == ("1", "0")
@@ -439,18 +458,18 @@ def test_a_long_full_load_hands_over_from_the_wait_loop(pipeline: Pipeline) -> N
     pipeline.wait_for_state(successor, "DescribeReplicationTasks")
 
 
-@pytest.mark.parametrize("pipeline", [{"MaxHistoryEvents": "120", "MaxIterations": "50"}], indirect=True)
+@pytest.mark.parametrize("pipeline", [{"MaxHistoryEvents": "130", "MaxIterations": "50"}], indirect=True)
 def test_the_cdc_loop_hands_over_on_the_events_it_spent(pipeline: Pipeline) -> None:
     # GIVEN files for two batches (3 files each at most) and maintenance every 2 iterations
     for stamp in range(5):
         pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
     execution = pipeline.start({"fullLoadDone": True})
     assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
-    # THEN it handed over after 3 iterations (30 + 3 x 34 + 14 for maintenance = 146 >= 120), not after 50
+    # THEN it handed over after 3 iterations (30 + 3 x 39 + 14 for maintenance = 161 >= 130), not after 50
     entered = pipeline.states_entered(execution)
     assert entered.count("ReadQueueDepth") == 3
     assert entered.count("RunCdcJob") == 2 and entered.count("RunMaintenanceJob") == 1
-    assert assert_counter_covers_history(pipeline, execution) == 146
+    assert assert_counter_covers_history(pipeline, execution) == 161
 
 
 @pytest.mark.parametrize(
@@ -463,12 +482,12 @@ def test_gold_runs_are_counted_in_the_history_budget(pipeline: Pipeline) -> None
         pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
     execution = pipeline.start({"fullLoadDone": True})
     assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
-    # THEN 30 + 2 x (34 + 14) + 14 for maintenance = 140 >= 130: it handed over after 2 iterations,
+    # THEN 30 + 2 x (39 + 14) + 14 for maintenance = 150 >= 130: it handed over after 2 iterations,
     # and the events it counted cover its real history
     entered = pipeline.states_entered(execution)
     assert entered.count("ReadQueueDepth") == 2
     assert entered.count("RunGoldJob") == 2 and entered.count("NotifyGoldFailed") == 2
-    assert assert_counter_covers_history(pipeline, execution) == 140
+    assert assert_counter_covers_history(pipeline, execution) == 150
 
 
 @pytest.mark.parametrize(
@@ -496,3 +515,129 @@ def test_an_execution_hands_over_months_before_the_one_year_limit(
     assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
     assert pipeline.states_entered(execution).count("ReadQueueDepth") == 1
     assert pipeline.states_entered(execution)[-2:] == ["StartSuccessor", "HandedOver"]
+
+
+# ------------------------------------------------------------------ issue 25: batches never held too long
+
+
+def failing_after_its_work(pipeline: Pipeline, error_type: str, times: int = 1) -> list[dict[str, Any]]:
+    """Make DequeueBatch do its whole work (receive, manifest) and then fail ``times`` times with ``error_type``.
+
+    As a Lambda that times out after its work, a Powertools failure on the way out, or a `Lambda.*` error
+    Step Functions sees after a successful run. The results it would have returned are collected.
+    """
+    name = "cdclake-dequeue_batch"
+    real = pipeline.gaps.lambda_handlers[name]
+    failure = type(error_type, (Exception,), {})
+    returned: list[dict[str, Any]] = []
+
+    def handler(event: dict[str, Any], context: Any) -> Any:
+        result = real(event, context)
+        returned.append(result)
+        if len(returned) <= times:
+            raise failure("failed after its work")
+        return result
+
+    pipeline.gaps.lambda_handlers[name] = handler
+    return returned
+
+
+def queue_counts(pipeline: Pipeline) -> tuple[int, int]:
+    """(visible, in flight) messages of the file queue."""
+    counts = pipeline.sqs.get_queue_attributes(QueueUrl=pipeline.queue_url, AttributeNames=["All"])["Attributes"]
+    return int(counts["ApproximateNumberOfMessages"]), int(counts["ApproximateNumberOfMessagesNotVisible"])
+
+
+def test_a_dequeue_that_times_out_after_receiving_holds_the_batch_only_briefly_and_says_so(
+    pipeline: Pipeline,
+) -> None:
+    # GIVEN three queued files and a DequeueBatch that times out after receiving them and writing the manifest
+    for stamp in range(3):
+        pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
+    returned = failing_after_its_work(pipeline, "Sandbox.Timedout")
+    # WHEN the pipeline runs
+    execution = pipeline.start({"fullLoadDone": True})
+    result = pipeline.wait_until_done(execution)
+    # THEN it fails and alerts, and the alert says what really happens to the received messages
+    assert result["status"] == "FAILED"
+    assert len(returned[0]["receiptHandles"]) == 3
+    [alert] = pipeline.alerts()
+    assert alert["Subject"] == "cdclake: the pipeline stopped"
+    assert "Sandbox.Timedout" in alert["Message"]
+    assert f"visible again in the queue within {RECEIVE_VISIBILITY_SECONDS} seconds" in alert["Message"]
+    assert "was made visible again" not in alert["Message"]
+    # AND the three messages come back after the short receive visibility, not the queue's long one
+    assert queue_counts(pipeline) == (0, 3)
+    time.sleep(RECEIVE_VISIBILITY_SECONDS + 0.5)
+    assert queue_counts(pipeline) == (3, 0)
+
+
+@pytest.mark.parametrize("pipeline", [{"MaxIterations": "6"}], indirect=True)
+def test_a_dequeue_retried_after_a_successful_run_does_not_stall_the_queue(pipeline: Pipeline) -> None:
+    # GIVEN three queued files and a DequeueBatch whose successful run Step Functions sees as Lambda.ServiceException:
+    # the state's Retry invokes it again while the first run's messages are in flight (their group is held)
+    keys = [cdc_key("orders", f"12000{stamp}000") for stamp in range(3)]
+    for key in keys:
+        pipeline.send_file(key, 100)
+    failing_after_its_work(pipeline, "Lambda.ServiceException")
+    # WHEN the pipeline runs its iterations
+    execution = pipeline.start({"fullLoadDone": True})
+    assert pipeline.wait_until_done(execution, timeout=40)["status"] == "SUCCEEDED"
+    # THEN the files were applied in order by this execution (after the short receive visibility), and the queue drained
+    runs = sorted(pipeline.job_runs(pipeline.cdc_job), key=lambda r: r["StartedOn"])
+    applied = [f["key"] for run in runs for f in manifest_of(pipeline, run)["files"]]
+    assert applied == [f"s3://{pipeline.bronze_bucket}/{key}" for key in keys]
+    assert pipeline.queue_bodies() == []
+    assert pipeline.alerts() == []
+
+
+def test_a_batch_is_held_for_its_whole_cdc_job_once_the_job_starts(pipeline: Pipeline) -> None:
+    # GIVEN a CDC job that runs longer than the receive visibility
+    pipeline.gaps.running_seconds[pipeline.cdc_job] = RECEIVE_VISIBILITY_SECONDS + 1.5
+    for stamp in range(2):
+        pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
+    execution = pipeline.start({"fullLoadDone": True})
+    pipeline.wait_for_state(execution, "RunCdcJob")
+    # WHEN the receive visibility has passed while the job still runs
+    time.sleep(RECEIVE_VISIBILITY_SECONDS + 0.5)
+    # THEN the batch is still in flight (extended just before the job started), and acknowledged after it
+    assert queue_counts(pipeline) == (0, 2)
+    pipeline.wait_for_state(execution, "AcknowledgeBatch")
+    pipeline.wait_for_state(execution, "NextIteration")
+    assert queue_counts(pipeline) == (0, 0)
+    entered = pipeline.states_entered(execution)
+    assert entered.index("DequeueBatch") < entered.index("HoldBatch") < entered.index("RunCdcJob")
+
+
+# --------------------------------------------------------------------- issue 25: the successor's start
+
+
+def test_a_successor_start_delivered_twice_starts_one_successor(pipeline: Pipeline) -> None:
+    # GIVEN a hand-over whose StartExecution reaches Step Functions but whose answer is lost (SdkClientException):
+    # the state's Retry delivers the start a second time
+    pipeline.gaps.lose_first_start_response = True
+    execution = pipeline.start({"fullLoadDone": True, "generation": 4})
+    # WHEN the execution hands over
+    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    # THEN exactly one successor runs, named after its predecessor and generation, and it consumes the queue
+    assert pipeline.gaps.successor_starts == 2
+    executions = pipeline.sfn.list_executions(stateMachineArn=pipeline.state_machine_arn)["executions"]
+    successors = [e for e in executions if e["executionArn"] != execution]
+    assert len(successors) == 1, successors
+    assert successors[0]["name"].startswith("g5-")
+    pipeline.wait_for_state(successors[0]["executionArn"], "ReadQueueDepth")
+    assert "WaitForPredecessor" not in pipeline.states_entered(successors[0]["executionArn"])[:3]
+    assert pipeline.alerts() == []
+
+
+def test_a_successor_start_repeated_after_the_successor_ended_is_a_hand_over_not_a_failure(
+    pipeline: Pipeline,
+) -> None:
+    # GIVEN the successor a hand-over will start already exists and has ended (ExecutionAlreadyExists)
+    pipeline.gaps.lose_first_start_response = True
+    pipeline.gaps.successor_ended_before_retry = True
+    execution = pipeline.start({"fullLoadDone": True, "generation": 1})
+    # THEN the predecessor still ends as handed over, without an alert
+    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    assert pipeline.states_entered(execution)[-2:] == ["StartSuccessor", "HandedOver"]
+    assert pipeline.alerts() == []

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 from conftest import DEFINITION, ROOT
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from moto.events.models import EventPattern
 from test_static import template
 
@@ -58,19 +60,21 @@ def test_every_versioned_bucket_is_retained() -> None:
 
 @pytest.mark.parametrize("name", ["dev", "prod", "eu_prod", "a", "dev2", "abcdefghijkl"])
 def test_an_accepted_environment_name_makes_a_database_name_the_config_accepts(name: str) -> None:
-    assert re.fullmatch(PARAMETERS["EnvironmentName"]["AllowedPattern"], name)
+    assert accepted_environment(name)
     assert IDENTIFIER.match(f"cdclake_{name}")
 
 
 @pytest.mark.parametrize("name", ["dev-2", "Prod", "", "abcdefghijklm", "_x", "2dev", "de v"])
 def test_names_the_database_rule_or_resource_names_reject_are_refused(name: str) -> None:
-    assert not re.fullmatch(PARAMETERS["EnvironmentName"]["AllowedPattern"], name)
+    assert not accepted_environment(name)
 
 
 def test_the_jobs_are_given_the_database_iam_allows() -> None:
     assert RESOURCES["GlueDatabase"]["Properties"]["DatabaseInput"]["Name"] == {"Sub": "cdclake_${EnvironmentName}"}
     for job in ("FullLoadJob", "CdcJob", "MaintenanceJob", "GoldJob"):
-        assert RESOURCES[job]["Properties"]["DefaultArguments"]["--database"] == {"Ref": "GlueDatabase"}, job
+        assert RESOURCES[job]["Properties"]["DefaultArguments"]["--database"] == {
+            "If": ["CreateSilverDatabase", {"Ref": "GlueDatabase"}, {"Sub": "cdclake_${EnvironmentName}"}]
+        }, job
     statements = RESOURCES["GlueJobRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
     [catalog] = [s for s in statements if isinstance(s, dict) and s.get("Sid") == "IcebergCatalog"]
     resources = json.dumps(catalog["Resource"])
@@ -87,7 +91,8 @@ def test_the_gold_job_writes_to_the_gold_database_iam_allows() -> None:
     for name, resource in RESOURCES.items():
         if resource["Type"] == "AWS::Glue::Job":
             arguments = resource["Properties"]["DefaultArguments"]
-            assert arguments.get("--gold_database") == ({"Ref": "GoldDatabase"} if name == "GoldJob" else None), name
+            gold = {"If": ["CreateGoldDatabase", {"Ref": "GoldDatabase"}, {"Sub": "cdclake_${EnvironmentName}_gold"}]}
+            assert arguments.get("--gold_database") == (gold if name == "GoldJob" else None), name
     # AND the Glue role may create and update its tables, like the silver ones
     statements = RESOURCES["GlueJobRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
     [catalog] = [s for s in statements if isinstance(s, dict) and s.get("Sid") == "IcebergCatalog"]
@@ -261,3 +266,111 @@ def test_the_state_machine_may_release_a_failed_batch() -> None:
 
 def test_history_budget_stays_below_the_step_functions_limit() -> None:
     assert PARAMETERS["MaxHistoryEvents"]["MaxValue"] <= 25_000 - 2_000
+
+
+# ------------------------------------------------------------------- issue 25: names for every environment
+# Each service's rule for the names the stack builds from EnvironmentName (the services' API references).
+NAME_RULES: dict[tuple[str, str], str] = {
+    ("AWS::SQS::Queue", "QueueName"): r"[A-Za-z0-9_-]{1,75}(\.fifo)?",
+    ("AWS::Events::Rule", "Name"): r"[.\-_A-Za-z0-9]{1,64}",
+    ("AWS::Glue::Job", "Name"): r"[A-Za-z0-9_.-]{1,255}",
+    ("AWS::Glue::SecurityConfiguration", "Name"): r"[A-Za-z0-9_.-]{1,255}",
+    ("AWS::SNS::Topic", "TopicName"): r"[A-Za-z0-9_-]{1,256}",
+    ("AWS::Logs::LogGroup", "LogGroupName"): r"[.\-_/#A-Za-z0-9]{1,512}",
+    ("AWS::Serverless::StateMachine", "Name"): r"[A-Za-z0-9_-]{1,80}",
+    ("AWS::CloudWatch::Dashboard", "DashboardName"): r"[A-Za-z0-9_-]{1,255}",
+    # DMS: begins with a letter; ASCII letters, digits and hyphens; no two consecutive hyphens, no final hyphen.
+    ("AWS::DMS::Endpoint", "EndpointIdentifier"): r"[A-Za-z](?!.*--)[A-Za-z0-9-]{0,254}(?<!-)",
+    # Glue databases the jobs and Athena use: lower-case letters, digits and underscores (and a cdclake identifier).
+    ("AWS::Glue::Database", "DatabaseInput.Name"): r"[a-z0-9_]{1,255}",
+}
+
+
+def render(value: Any, parameters: dict[str, str]) -> str:
+    """A resource name as CloudFormation renders it: Ref, Sub (both forms), Join and Split of parameters."""
+    if isinstance(value, str):
+        return value
+    [(function, argument)] = value.items()
+    if function == "Ref":
+        return parameters[argument]
+    if function == "Sub":
+        text, variables = (argument, {}) if isinstance(argument, str) else argument
+        values = {**parameters, **{k: render(v, parameters) for k, v in variables.items()}}
+        return re.sub(r"\$\{([A-Za-z0-9:]+)\}", lambda m: values[m.group(1)], text)
+    if function == "Join":
+        separator, items = argument
+        parts = render_list(items, parameters)
+        return separator.join(parts)
+    raise AssertionError(f"not rendered here: {function}")
+
+
+def render_list(value: Any, parameters: dict[str, str]) -> list[str]:
+    if isinstance(value, list):
+        return [render(v, parameters) for v in value]
+    [(function, argument)] = value.items()
+    assert function == "Split", function
+    separator, text = argument
+    return render(text, parameters).split(separator)
+
+
+def accepted_environment(name: str) -> bool:
+    rule = PARAMETERS["EnvironmentName"]
+    return bool(re.fullmatch(rule["AllowedPattern"], name)) and len(name) <= rule.get("MaxLength", len(name))
+
+
+def built_names(environment: str) -> list[tuple[str, str, str]]:
+    """(resource, rule, name) for every name the template builds, for one EnvironmentName."""
+    parameters = {"EnvironmentName": environment, "AWS::Region": "us-east-1", "AWS::AccountId": "123456789012"}
+    names = []
+    for logical, resource in RESOURCES.items():
+        for (kind, path), rule in NAME_RULES.items():
+            if resource["Type"] != kind:
+                continue
+            value: Any = resource["Properties"]
+            for part in path.split("."):
+                value = value.get(part) if value is not None else None
+            if value is not None:  # unnamed: CloudFormation generates a valid name
+                names.append((logical, rule, render(value, parameters)))
+    return names
+
+
+@pytest.mark.parametrize("environment", ["dev", "prod", "eu_prod", "a", "a1_b2_c3", "abcdefghijkl", "x_1"])
+def test_every_name_obeys_its_services_rules_for_an_accepted_environment_name(environment: str) -> None:
+    assert accepted_environment(environment)
+    names = built_names(environment)
+    assert {logical for logical, _, _ in names} >= {"DmsTargetEndpoint", "FileQueue", "GlueDatabase", "NewFileRule"}
+    for logical, rule, name in names:
+        assert re.fullmatch(rule, name), f"{logical}: {name!r} breaks {rule}"
+    assert IDENTIFIER.match(f"cdclake_{environment}_gold")
+
+
+@given(st.from_regex(PARAMETERS["EnvironmentName"]["AllowedPattern"], fullmatch=True))
+@settings(max_examples=200, deadline=None)
+def test_every_name_obeys_its_services_rules_for_any_accepted_environment_name(environment: str) -> None:
+    if not accepted_environment(environment):
+        return  # longer than MaxLength: CloudFormation refuses it before any name is built
+    for logical, rule, name in built_names(environment):
+        assert re.fullmatch(rule, name), f"{logical}: {name!r} breaks {rule}"
+
+
+@pytest.mark.parametrize("environment", ["a__b", "dev_", "eu-prod", "abcdefghijklm"])
+def test_environment_names_that_would_break_a_name_are_refused(environment: str) -> None:
+    assert not accepted_environment(environment)
+
+
+# ------------------------------------------------------------------- issue 25: server access logs
+
+
+def test_access_logs_are_delivered_by_policy_and_the_logged_buckets_wait_for_it() -> None:
+    # Policy-based log delivery needs no ACL: the access-log bucket enforces bucket-owner ownership (ACLs off),
+    # and its policy admits the logging service before any bucket starts logging to it.
+    ownership = RESOURCES["AccessLogBucket"]["Properties"]["OwnershipControls"]["Rules"]
+    assert ownership == [{"ObjectOwnership": "BucketOwnerEnforced"}]
+    statements = RESOURCES["AccessLogBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    [delivery] = [s for s in statements if s["Effect"] == "Allow"]
+    assert delivery["Principal"] == {"Service": "logging.s3.amazonaws.com"} and delivery["Action"] == "s3:PutObject"
+    logged = [n for n, r in RESOURCES.items() if "LoggingConfiguration" in r.get("Properties", {})]
+    assert sorted(logged) == ["ArtifactsBucket", "BronzeBucket", "SilverBucket"]
+    for name in logged:
+        depends = RESOURCES[name].get("DependsOn", [])
+        assert "AccessLogBucketPolicy" in ([depends] if isinstance(depends, str) else depends), name

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from cdclake.columns import TOMBSTONE_DELETED_AT
 from cdclake.config import TableConfig
+from cdclake.dms.horizon import PRUNED_BEFORE_PROPERTY, parse_pruned_before, pruned_before_after
 from cdclake.lake.journals import tombstones_of
 from cdclake.lake.layout import apply_layout
 from cdclake.lake.ledger import archive_ledger, expiring_snapshots
@@ -33,7 +34,9 @@ class MaintenanceSettings:
     snapshot_retention_hours: int = 168  # expire snapshots older than this (time travel window)
     retain_last_snapshots: int = 10  # but always keep this many
     orphan_file_age_hours: int = 72  # remove unreferenced files older than this
-    tombstone_retention_days: int = 7  # how late a file may arrive and still not revive a deleted row
+    # Tombstones of deletes older than this are pruned; the cut is recorded on the tombstone table, and the CDC job
+    # holds files written before it in quarantine (cdclake.dms.horizon) instead of reviving a deleted row.
+    tombstone_retention_days: int = 7
 
 
 @dataclass
@@ -63,6 +66,25 @@ def _snapshot_count(engine: Engine, table: SilverTable) -> int:
 
 def _call(engine: Engine, procedure: str, arguments: str) -> list[object]:
     return list(engine.spark.sql(f"CALL {engine.catalog}.system.{procedure}({arguments})").collect())
+
+
+def tombstones_pruned_before(engine: Engine, table: SilverTable) -> datetime | None:
+    """The newest cut maintenance pruned ``table``'s tombstones at (``cdclake.dms.horizon``); None if never."""
+    tombstones = tombstones_of(table)
+    return _pruned_before(engine, tombstones) if table_exists(engine.spark, tombstones) else None
+
+
+def _pruned_before(engine: Engine, tombstones: SilverTable) -> datetime | None:
+    rows = engine.spark.sql(f"SHOW TBLPROPERTIES {tombstones.identifier}").collect()
+    return parse_pruned_before({row["key"]: row["value"] for row in rows}.get(PRUNED_BEFORE_PROPERTY))
+
+
+def _record_pruned_before(engine: Engine, tombstones: SilverTable, now: datetime, retention_days: int) -> None:
+    """Remember the cut: a CDC file written before it may revive a row whose tombstone is gone."""
+    cut = pruned_before_after(_pruned_before(engine, tombstones), now, retention_days)
+    engine.spark.sql(
+        f"ALTER TABLE {tombstones.identifier} SET TBLPROPERTIES ('{PRUNED_BEFORE_PROPERTY}' = '{cut.isoformat()}')"
+    )
 
 
 def maintain_table(
@@ -104,6 +126,8 @@ def maintain_table(
         before = engine.spark.table(tombstones.identifier).count()
         engine.spark.sql(f"DELETE FROM {tombstones.identifier} WHERE {TOMBSTONE_DELETED_AT} < '{horizon}'")
         report.tombstones_removed = before - engine.spark.table(tombstones.identifier).count()
+        if report.tombstones_removed:
+            _record_pruned_before(engine, tombstones, now, settings.tombstone_retention_days)
     report.data_files_after, report.delete_files_after = _file_counts(engine, silver)
     report.seconds = time.monotonic() - started
     log.info(

@@ -1,0 +1,401 @@
+"""The stack as CloudFormation creates it, driven from S3 uploads of DMS files, end to end (issue 25).
+
+`sam build`, `sam package`, the SAM transform and `create-stack` in a moto server on loopback
+(tests/aws/local_stack.py); the project's preflight and upload steps (scripts/stack_artifacts.py); then DMS
+files put into the bronze bucket go through the EventBridge rule's real pattern to the FIFO queue, the state
+machine definition as CloudFormation rendered it, the Lambda handlers with the environment CloudFormation gave
+them, and the Glue entry points the upload step put in S3 (glue/jobs/*.py), run on local Spark with the
+uploaded configuration. Silver is compared with a plain-Python replay of the change log (tests/oracle.py).
+
+Workarounds: moto's gaps are the `patch_moto_gaps` patches (conftest.py) plus `complete_what_moto_skips`
+(local_stack.py). One is ours: local Spark cannot write to S3 (no hadoop-aws), so the jobs' `--warehouse`
+is a local directory; everything else they are given is what CloudFormation gave them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from conftest import MotoStepFunctionsGaps, patch_moto_gaps
+from local_stack import (
+    ACCOUNT,
+    FAKE_CREDENTIALS,
+    REGION,
+    SAM,
+    SAM_PYTHON,
+    LocalStack,
+    build_and_transform,
+    create_stack,
+    moto_server,
+)
+from test_deploy import stack_artifacts
+
+from cdclake.dms.writer import SourceChange, cdc_file_name, cdc_records, csv_text
+from oracle import replay_change_log
+
+pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).resolve().parents[2]
+STACK = "cdclake-dev"
+CONFIG = """\
+bronze: {format: csv, csv_header: false, timestamp_column: ts}
+silver: {database: people_db}
+tables:
+  s.people: {primary_key: [id], columns: {id: int, name: string, city: string}}
+"""
+COLUMNS = ["id", "name", "city"]
+INITIAL = [{"id": str(i), "name": f"person {i}", "city": "Oslo"} for i in range(1, 7)]
+LOADED_AT = "2024-03-01 11:00:00.000000"
+CHANGE_LOG: list[SourceChange] = []  # every change written to bronze by the tests of this module, in order
+
+
+@dataclass
+class Deployed:
+    """The deployed stack and the clients the tests drive it with."""
+
+    stack: LocalStack
+    gaps: MotoStepFunctionsGaps
+    warehouse: Path
+    alerts_url: str
+    s3: Any
+    sqs: Any
+    sfn: Any
+    broken_jobs: set[str]  # Glue jobs whose next runs fail before applying anything (a broken script, a bad role)
+    root: Path  # what the deploy uploads from: glue/jobs and dist/ with the built wheel
+
+    @property
+    def bronze(self) -> str:
+        return self.stack.outputs["BronzeBucketName"]
+
+    def put_cdc_file(self, changes: list[SourceChange]) -> str:
+        """Write one CDC file the way DMS does: into the bronze bucket, named by its write time."""
+        CHANGE_LOG.extend(changes)
+        key = f"dms/s/people/{cdc_file_name(changes[-1].commit_ts)}"
+        body = csv_text(cdc_records(changes, COLUMNS, with_timestamp=True, with_seq=False))
+        self.s3.put_object(Bucket=self.bronze, Key=key, Body=body.encode())
+        return key
+
+    def queue_counts(self) -> tuple[int, int]:
+        attributes = self.sqs.get_queue_attributes(QueueUrl=self.stack.outputs["FileQueueUrl"], AttributeNames=["All"])
+        counts = attributes["Attributes"]
+        return int(counts["ApproximateNumberOfMessages"]), int(counts["ApproximateNumberOfMessagesNotVisible"])
+
+    def executions(self) -> list[dict[str, Any]]:
+        listed: list[dict[str, Any]] = self.sfn.list_executions(stateMachineArn=self.stack.outputs["StateMachineArn"])[
+            "executions"
+        ]
+        for execution in listed:  # moto leaves out the name
+            execution.setdefault("name", execution["executionArn"].rsplit(":", 1)[-1])
+        return sorted(listed, key=lambda e: e["startDate"])
+
+    def states_entered(self, arn: str) -> list[str]:
+        events = self.sfn.get_execution_history(executionArn=arn, maxResults=1000)["events"]
+        return [e["stateEnteredEventDetails"]["name"] for e in events if "stateEnteredEventDetails" in e]
+
+    def wait(self, condition: Any, what: str, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                paths = {e["name"]: self.states_entered(e["executionArn"])[-12:] for e in self.executions()}
+                raise AssertionError(f"{what}: not after {timeout}s; executions: {paths}")
+            time.sleep(0.2)
+
+    def alerts(self) -> list[dict[str, Any]]:
+        got = self.sqs.receive_message(QueueUrl=self.alerts_url, MaxNumberOfMessages=10).get("Messages", [])
+        return [json.loads(m["Body"]) for m in got]
+
+    def silver(self) -> dict[tuple[str, ...], dict[str, str | None]]:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.builder.getOrCreate()  # the session the job runs built (they ran in other threads)
+        rows = spark.table(f"silver.{self.stack.outputs['GlueDatabaseName']}.people").collect()
+        return {(str(r["id"]),): {"id": str(r["id"]), "name": r["name"], "city": r["city"]} for r in rows}
+
+    def stop_all(self) -> None:
+        for _ in range(50):
+            running = [e for e in self.executions() if e["status"] == "RUNNING"]
+            if not running:
+                return
+            for execution in running:
+                with contextlib.suppress(Exception):  # moto: stopping a finishing execution raises inside moto
+                    self.sfn.stop_execution(executionArn=execution["executionArn"])
+            time.sleep(0.2)
+
+
+def run_glue_entry_point(s3: Any, work: Path, warehouse: Path, broken: set[str]) -> Any:
+    """What a Glue job run does with its script: fetch it from the job's ScriptLocation and run its main()."""
+    glue = boto3.client("glue", region_name=REGION)
+
+    def run(job_name: str, arguments: dict[str, str]) -> None:
+        if job_name in broken:
+            raise RuntimeError(f"simulated failure of {job_name}")
+        location = glue.get_job(JobName=job_name)["Job"]["Command"]["ScriptLocation"]
+        bucket, _, key = location[len("s3://") :].partition("/")
+        script = work / "scripts" / key
+        script.parent.mkdir(parents=True, exist_ok=True)
+        script.write_bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+        spec = importlib.util.spec_from_file_location(f"glue_script_{script.stem}", script)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        # Ours, not moto's: local Spark cannot write to S3 (no hadoop-aws), so the warehouse is local.
+        given = {**arguments, "--warehouse": str(warehouse)}
+        module.main([str(script), *(item for pair in given.items() for item in pair)])
+
+    return run
+
+
+def wheel_into(root: Path) -> Path:
+    """The project's wheel, built as `make deploy-wheel` builds it (the upload step puts it where the jobs read)."""
+    run = subprocess.run(
+        [str(SAM_PYTHON), "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check", "--no-deps", "--wheel-dir",
+         str(root / "dist"), str(ROOT)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    (root / "glue").mkdir(exist_ok=True)
+    (root / "glue" / "jobs").symlink_to(ROOT / "glue" / "jobs")
+    return root
+
+
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
+    if not SAM.exists():
+        pytest.skip(f"{SAM} is missing: run `make aws-tools`")
+    work = tmp_path_factory.mktemp("deployed")
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+            patch.delenv(name, raising=False)
+        for name, value in {**FAKE_CREDENTIALS, "POWERTOOLS_TRACE_DISABLED": "true"}.items():
+            patch.setenv(name, value)
+        gaps = patch_moto_gaps(patch)
+        with moto_server() as endpoint:
+            patch.setenv("AWS_ENDPOINT_URL", endpoint)
+            yield deploy(work, endpoint, gaps)
+
+
+def deploy(work: Path, endpoint: str, gaps: MotoStepFunctionsGaps, config_text: str = CONFIG) -> Deployed:
+    """The deploy as `make deploy` does it, into the emulator: preflight, stack, upload; then the test's wiring."""
+    s3, sqs, sns, dms = (boto3.client(s, region_name=REGION) for s in ("s3", "sqs", "sns", "dms"))
+    task = dms.create_replication_task(
+        ReplicationTaskIdentifier="source-to-bronze",
+        SourceEndpointArn=f"arn:aws:dms:{REGION}:{ACCOUNT}:endpoint:SOURCE",
+        TargetEndpointArn=f"arn:aws:dms:{REGION}:{ACCOUNT}:endpoint:TARGET",
+        ReplicationInstanceArn=f"arn:aws:dms:{REGION}:{ACCOUNT}:rep:INSTANCE",
+        MigrationType="full-load-and-cdc",
+        TableMappings=json.dumps({"rules": []}),
+    )["ReplicationTask"]["ReplicationTaskArn"]
+    dms.start_replication_task(ReplicationTaskArn=task, StartReplicationTaskType="start-replication")
+    template = build_and_transform(work, endpoint)
+    root = wheel_into(work / "root")
+    config = work / "cdclake.yaml"
+    config.write_text(config_text, encoding="utf-8")
+    given = {"EnvironmentName": "dev", "ReplicationTaskArns": task, "AlertEmail": "ops@example.com",
+             "PollSeconds": "1", "ReceiveWaitSeconds": "1", "MaintenanceEveryIterations": "0"}  # fmt: skip
+    # The deploy's own preflight: the wheel's key, and no retained database to adopt on a first deploy.
+    overrides = stack_artifacts.preflight(
+        boto3.client("cloudformation", region_name=REGION), boto3.client("glue", region_name=REGION), s3,
+        STACK, [f"{k}={v}" for k, v in given.items()], root, config,
+    )  # fmt: skip
+    given |= dict(o.split("=", 1) for o in overrides)
+    stack = create_stack(template, STACK, given, endpoint)
+    stack_artifacts.upload(s3, stack.outputs, root, config)
+    # Alerts: an SQS inbox subscribed to the stack's topic (its e-mail subscription reaches nobody here).
+    alerts_url = sqs.create_queue(QueueName="alerts-inbox")["QueueUrl"]
+    alerts_arn = sqs.get_queue_attributes(QueueUrl=alerts_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    topic = stack.physical("AlertTopic")
+    sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=alerts_arn)
+    # The handlers the functions' Handler names (app.handler in their CodeUri), run in-process (GAP 5) and
+    # imported as Lambda imports them: with the function's environment already set (Powertools reads it then).
+    lam = boto3.client("lambda", region_name=REGION)
+    for logical, function in (("DequeueBatchFunction", "dequeue_batch"), ("AckBatchFunction", "ack_batch")):
+        name = stack.physical(logical)
+        environment = lam.get_function_configuration(FunctionName=name)["Environment"]["Variables"]
+        gaps.lambda_handlers[name] = handler_imported_with(function, {k: str(v) for k, v in environment.items()})
+    warehouse = work / "lake" / "warehouse"
+    broken: set[str] = set()
+    gaps.glue_runner = run_glue_entry_point(s3, work, warehouse, broken)
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    return Deployed(stack, gaps, warehouse, alerts_url, s3, sqs, sfn, broken, root)
+
+
+def handler_imported_with(function: str, environment: dict[str, str]) -> Any:
+    """functions/<function>/app.py imported afresh while ``environment`` is set, as in a Lambda cold start."""
+    saved = {name: os.environ.get(name) for name in environment}
+    os.environ.update(environment)
+    try:
+        spec = importlib.util.spec_from_file_location(
+            f"deployed_{function}_app", ROOT / "functions" / function / "app.py"
+        )
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    return module.handler
+
+
+def change(op: str, ident: int, name: str, city: str, second: int) -> SourceChange:
+    ts = f"2024-03-01 12:{second // 60:02d}:{second % 60:02d}.000000"
+    return SourceChange(op, {"id": str(ident), "name": name, "city": city}, ts, "")
+
+
+def test_dms_files_put_in_bronze_reach_silver_through_the_deployed_pipeline(deployed: Deployed) -> None:
+    # GIVEN the full load in bronze (DMS's LOAD file: no Op column) and the stack's pipeline started
+    load = csv_text([[LOADED_AT, r["id"], r["name"], r["city"]] for r in INITIAL])
+    deployed.s3.put_object(Bucket=deployed.bronze, Key="dms/s/people/LOAD00000001.csv", Body=load.encode())
+    first = deployed.sfn.start_execution(
+        stateMachineArn=deployed.stack.outputs["StateMachineArn"], name="first", input="{}"
+    )
+    # WHEN DMS writes three CDC files (updates, deletes, inserts, a key changed twice across files)
+    batches = [
+        [change("U", 1, "person 1", "Bergen", 1), change("D", 2, "person 2", "Oslo", 2)],
+        [change("I", 7, "person 7", "Tromsø", 3), change("U", 1, "person one", "Bergen", 4)],
+        [change("D", 7, "person 7", "Tromsø", 5), change("U", 3, "person 3", "Oslo, Norway", 6)],
+    ]
+    deployed.wait(lambda: len(deployed.executions()) == 2, "the full-load execution hands over")
+    for batch in batches:
+        deployed.put_cdc_file(batch)
+    # THEN the queue drains, every file is applied, and silver equals the replayed change log
+    cdc_job = deployed.stack.outputs["CdcJobName"]
+    glue = boto3.client("glue", region_name=REGION)
+
+    def applied() -> bool:
+        runs = glue.get_job_runs(JobName=cdc_job)["JobRuns"]
+        return deployed.queue_counts() == (0, 0) and runs != [] and all(r["JobRunState"] == "SUCCEEDED" for r in runs)
+
+    deployed.wait(applied, "the CDC files applied and acknowledged")
+    expected = replay_change_log(INITIAL, CHANGE_LOG, ["id"])
+    assert deployed.silver() == expected
+    # AND the executions handed over as designed: the first ran the full load, its successor (named after it)
+    # consumes the queue
+    [full_load, successor] = deployed.executions()
+    assert full_load["executionArn"] == first["executionArn"] and full_load["status"] == "SUCCEEDED"
+    assert deployed.states_entered(first["executionArn"])[-3:] == ["MarkFullLoadDone", "StartSuccessor", "HandedOver"]
+    assert successor["name"].startswith("g1-") and successor["status"] == "RUNNING"
+    path = deployed.states_entered(successor["executionArn"])
+    assert path.count("HoldBatch") == path.count("RunCdcJob") == path.count("AcknowledgeBatch") >= 1
+    assert deployed.alerts() == []
+    print_summary(deployed)
+
+
+def print_summary(deployed: Deployed) -> None:
+    for execution in deployed.executions():
+        path = deployed.states_entered(execution["executionArn"])
+        print(f"{execution['name']}: {execution['status']}: {' > '.join(path[:40])}{' ...' if len(path) > 40 else ''}")
+    for key, row in sorted(deployed.silver().items(), key=lambda kv: int(kv[0][0])):
+        print(key[0], row["name"], row["city"])
+
+
+def running_execution(deployed: Deployed) -> str:
+    [running] = [e["executionArn"] for e in deployed.executions() if e["status"] == "RUNNING"]
+    return running
+
+
+def test_a_failed_cdc_job_releases_its_batch_alerts_and_a_restart_applies_it(deployed: Deployed) -> None:
+    # GIVEN the pipeline running and a CDC job that fails
+    cdc_job = deployed.stack.outputs["CdcJobName"]
+    execution = running_execution(deployed)
+    deployed.broken_jobs.add(cdc_job)
+    # WHEN DMS writes a file
+    deployed.put_cdc_file([change("U", 4, "person 4", "Narvik", 10)])
+    deployed.wait(lambda: deployed.sfn.describe_execution(executionArn=execution)["status"] == "FAILED", "failed")
+    # THEN the batch is visible again at once and the alert says so, with the job's error
+    assert deployed.queue_counts() == (1, 0)
+    [alert] = deployed.alerts()
+    assert "simulated failure of cdclake-dev-cdc" in alert["Message"]
+    assert "The failed batch (1 messages) was made visible again in the queue at once" in alert["Message"]
+    assert deployed.states_entered(execution)[-3:] == ["WasBatchReleased", "NotifyBatchFailed", "PipelineFailed"]
+    # WHEN the job is repaired and the pipeline started again as the alert says
+    deployed.broken_jobs.clear()
+    deployed.sfn.start_execution(
+        stateMachineArn=deployed.stack.outputs["StateMachineArn"], name="restart", input='{"fullLoadDone": true}'
+    )
+    # THEN the file is applied and silver equals the change log again
+    deployed.wait(lambda: deployed.queue_counts() == (0, 0), "the released file applied")
+    deployed.wait(lambda: deployed.silver() == replay_change_log(INITIAL, CHANGE_LOG, ["id"]), "silver converged")
+
+
+def test_a_dequeue_that_times_out_after_receiving_holds_the_batch_for_the_receive_visibility_only(
+    deployed: Deployed,
+) -> None:
+    # GIVEN the pipeline running and a DequeueBatch that times out after its work (its result never arrives)
+    execution = running_execution(deployed)
+    name = deployed.stack.physical("DequeueBatchFunction")
+    real = deployed.gaps.lambda_handlers[name]
+    timed_out = type("Sandbox.Timedout", (Exception,), {})
+
+    def times_out_after_its_work(event: dict[str, Any], context: Any) -> Any:
+        real(event, context)
+        raise timed_out("Task timed out after 60.00 seconds")
+
+    deployed.gaps.lambda_handlers[name] = times_out_after_its_work
+    try:
+        deployed.put_cdc_file([change("U", 5, "person 5", "Bodø", 20)])
+        deployed.wait(lambda: deployed.sfn.describe_execution(executionArn=execution)["status"] == "FAILED", "failed")
+    finally:
+        deployed.gaps.lambda_handlers[name] = real
+    # THEN the alert tells the truth: back within the stack's receive visibility (180 s), not 12 hours
+    [alert] = deployed.alerts()
+    assert "Sandbox.Timedout" in alert["Message"]
+    assert "visible again in the queue within 180 seconds" in alert["Message"]
+    [message] = in_flight(deployed)
+    assert 0 < message.visible_at / 1000 - time.time() <= 180
+    # AND (the visibility ended, here by hand) a restart applies it
+    message.change_visibility(0)
+    deployed.sfn.start_execution(
+        stateMachineArn=deployed.stack.outputs["StateMachineArn"], name="after-timeout", input='{"fullLoadDone": true}'
+    )
+    deployed.wait(lambda: deployed.queue_counts() == (0, 0), "the file applied")
+    deployed.wait(lambda: deployed.silver() == replay_change_log(INITIAL, CHANGE_LOG, ["id"]), "silver converged")
+
+
+def in_flight(deployed: Deployed) -> list[Any]:
+    """The file queue's messages in flight, from moto's backend (SQS reports no per-message visibility)."""
+    from moto.sqs.models import sqs_backends
+
+    queue = sqs_backends[ACCOUNT][REGION].get_queue(deployed.stack.outputs["FileQueueUrl"].rsplit("/", 1)[-1])
+    return [m for m in queue._messages if not m.visible]
+
+
+def test_a_redeploy_after_destroy_uses_the_retained_databases(deployed: Deployed, tmp_path: Path) -> None:
+    # GIVEN the stack destroyed as `make destroy` does: executions stopped, stack deleted (databases kept)
+    cfn = boto3.client("cloudformation", region_name=REGION)
+    glue = boto3.client("glue", region_name=REGION)
+    stack_artifacts.stop_executions(deployed.sfn, deployed.stack.outputs["StateMachineArn"])
+    deployed.stop_all()
+    cfn.delete_stack(StackName=STACK)
+    deployed.wait(lambda: STACK not in {s["StackName"] for s in cfn.describe_stacks()["Stacks"]}, "the stack deleted")
+    assert {d["Name"] for d in glue.get_databases()["DatabaseList"]} >= {"cdclake_dev", "cdclake_dev_gold"}
+    template = json.loads(json.dumps(deployed.stack.resolver.template))
+    given = {k: v for k, v in deployed.stack.resolver.parameters.items() if k in template["Parameters"]}
+    # WHEN it is created again as before THEN the databases cannot be created again (what CloudFormation answers)
+    with pytest.raises(glue.exceptions.AlreadyExistsException):
+        create_stack(template, "cdclake-dev-again", given, os.environ["AWS_ENDPOINT_URL"])
+    cfn.delete_stack(StackName="cdclake-dev-again")
+    # WHEN the deploy's preflight is asked first THEN the new stack uses the retained databases and is created
+    config = tmp_path / "cdclake.yaml"
+    config.write_text(CONFIG, encoding="utf-8")
+    overrides = stack_artifacts.preflight(
+        cfn, glue, deployed.s3, "cdclake-dev-redeploy", [f"{k}={v}" for k, v in given.items()], deployed.root, config
+    )
+    assert {"ExistingSilverDatabase=true", "ExistingGoldDatabase=true"} <= set(overrides)
+    redeployed = given | dict(o.split("=", 1) for o in overrides)
+    again = create_stack(template, "cdclake-dev-redeploy", redeployed, os.environ["AWS_ENDPOINT_URL"])
+    assert again.outputs["GlueDatabaseName"] == "cdclake_dev"
+    assert "GlueDatabase" not in again.resolver.physical and "GoldDatabase" not in again.resolver.physical

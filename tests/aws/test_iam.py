@@ -1,0 +1,315 @@
+"""Static IAM check (issue 25): every AWS call the code makes is allowed by the role that runs it.
+
+- the boto3 calls in functions/<name>/ (read from the code's syntax tree, named as botocore names the operations)
+  against that function's policies in template.yaml;
+- the boto3 calls in glue/ against the Glue job role, plus what the Java side (Iceberg's GlueCatalog and
+  S3FileIO) does, which no Python syntax tree shows;
+- every Task `Resource` of the state machine definition against the state machine's policies.
+
+A call is allowed when a statement of the role lists its IAM action (wildcards as IAM reads them) on a resource
+naming the logical resource the call reaches (or "*"). KMS is checked where a queue or topic is encrypted with
+the stack's key: SQS and SNS need the key for the caller, not only the queue or topic permission.
+This does not evaluate IAM: conditions, key policies and SCPs are a real account's to prove (docs/deploy.md).
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import botocore.session
+import pytest
+from botocore import xform_name
+from conftest import DEFINITION, ROOT
+from test_static import template
+
+RESOURCES = template()["Resources"]
+SERVICES = ("sqs", "s3", "cloudwatch", "glue", "stepfunctions", "sns", "dms", "sts")
+# boto3 operation -> the IAM action that authorises it, where the two names differ.
+IAM_ACTION = {
+    "s3:ListObjectsV2": "s3:ListBucket",
+    "s3:ListObjects": "s3:ListBucket",
+    "s3:HeadObject": "s3:GetObject",
+    "s3:HeadBucket": "s3:ListBucket",
+    "sqs:ChangeMessageVisibilityBatch": "sqs:ChangeMessageVisibility",
+    "sqs:DeleteMessageBatch": "sqs:DeleteMessage",
+    "sqs:SendMessageBatch": "sqs:SendMessage",
+}
+IAM_PREFIX = {"stepfunctions": "states", "sfn": "states", "databasemigration": "dms", "cloudwatch": "cloudwatch"}
+
+
+@dataclass(frozen=True)
+class Need:
+    """An IAM action the code needs on one logical resource of the stack ("*": no resource type)."""
+
+    action: str
+    resource: str
+    where: str
+
+
+def _operations() -> dict[str, dict[str, str]]:
+    """service -> {boto3 method name: operation}, for the services the code may call."""
+    session = botocore.session.get_session()
+    return {
+        service: {xform_name(op): op for op in session.get_service_model(service).operation_names}
+        for service in SERVICES
+    }
+
+
+OPERATIONS = _operations()
+
+
+def clients_created(trees: list[ast.AST]) -> set[str]:
+    """The services of every ``boto3.client("<service>")`` in the code: the only services it can call."""
+    services = set()
+    for tree in trees:
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "client"
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "boto3"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                services.add(str(node.args[0].value))
+    return services
+
+
+def boto3_calls(paths: list[Path]) -> set[tuple[str, str, str]]:
+    """(service, operation, file:line) of every boto3 client call in ``paths`` (paginators included).
+
+    A method counts when botocore names it an operation of a service the code creates a client for.
+    """
+    trees = {path: ast.parse(path.read_text(encoding="utf-8")) for path in paths}
+    services = clients_created(list(trees.values()))
+    assert services <= set(SERVICES), services - set(SERVICES)
+    calls = set()
+    for path, tree in trees.items():
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            name = node.func.attr
+            if name == "get_paginator" and node.args and isinstance(node.args[0], ast.Constant):
+                name = str(node.args[0].value)
+            for service in services:
+                if name in OPERATIONS[service]:
+                    calls.add((service, OPERATIONS[service][name], f"{path.relative_to(ROOT)}:{node.lineno}"))
+    return calls
+
+
+def iam_action(service: str, operation: str) -> str:
+    action = f"{IAM_PREFIX.get(service, service)}:{operation}"
+    return IAM_ACTION.get(action, action)
+
+
+def statements_of(policies: list[Any]) -> list[dict[str, Any]]:
+    """A SAM ``Policies`` list (inline statements and policy templates) as plain statements."""
+    statements: list[dict[str, Any]] = []
+    for policy in policies:
+        if "Statement" in policy:
+            statements.extend(s for s in policy["Statement"] if isinstance(s, dict) and "Action" in s)
+        elif "LambdaInvokePolicy" in policy:
+            function = policy["LambdaInvokePolicy"]["FunctionName"]
+            statements.append({"Action": "lambda:InvokeFunction", "Resource": function})
+        elif "SNSPublishMessagePolicy" in policy:
+            topic = policy["SNSPublishMessagePolicy"]["TopicName"]
+            statements.append({"Action": "sns:Publish", "Resource": topic})
+        else:
+            raise AssertionError(f"a policy template this check does not know: {policy}")
+    return statements
+
+
+def role_statements(resource: str) -> list[dict[str, Any]]:
+    properties = RESOURCES[resource]["Properties"]
+    if RESOURCES[resource]["Type"].startswith("AWS::Serverless::"):
+        return statements_of(properties["Policies"])
+    statements = []
+    for policy in properties["Policies"]:
+        for statement in policy["PolicyDocument"]["Statement"]:
+            if "If" in statement:  # an optional statement: checked as present
+                statement = statement["If"][1]
+            statements.append(statement)
+    return statements
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def allows(statements: list[dict[str, Any]], need: Need) -> bool:
+    for statement in statements:
+        if statement.get("Effect", "Allow") != "Allow":
+            continue
+        if not any(fnmatch.fnmatchcase(need.action, str(a)) for a in _listed(statement["Action"])):
+            continue
+        for resource in _listed(statement["Resource"]):
+            if resource == "*" or re.search(rf"\b{re.escape(need.resource)}\b", json.dumps(resource)):
+                return True
+    return False
+
+
+def missing(role: str, needs: list[Need]) -> list[Need]:
+    statements = role_statements(role)
+    return [need for need in needs if not allows(statements, need)]
+
+
+def kms_needs(action: str, target: str, where: str) -> list[Need]:
+    """SQS and SNS calls on a resource encrypted with the stack's key need that key too."""
+    encrypted = RESOURCES[target]["Properties"].get("KmsMasterKeyId") == {"Ref": "QueueKey"}
+    if not encrypted:
+        return []
+    if action in ("sqs:ReceiveMessage",):
+        return [Need("kms:Decrypt", "QueueKey", where)]
+    if action in ("sqs:SendMessage", "sns:Publish"):
+        return [Need("kms:GenerateDataKey", "QueueKey", where), Need("kms:Decrypt", "QueueKey", where)]
+    return []
+
+
+def environment_target(function: str, variable: str) -> str:
+    """The logical resource a function's environment variable names (QUEUE_URL -> FileQueue)."""
+    local = RESOURCES[function]["Properties"].get("Environment", {}).get("Variables", {})
+    globals_ = template()["Globals"]["Function"]["Environment"]["Variables"]
+    value = {**globals_, **local}[variable]
+    return str(value["Ref"])
+
+
+# ---------------------------------------------------------------------------------------------- Lambdas
+# Which environment variable names the resource each service's calls reach, per function directory.
+FUNCTIONS = {
+    "dequeue_batch": ("DequeueBatchFunction", {"sqs": "QUEUE_URL", "s3": "MANIFEST_BUCKET"}),
+    "ack_batch": ("AckBatchFunction", {"sqs": "QUEUE_URL"}),
+}
+
+
+def test_every_function_directory_is_checked() -> None:
+    assert sorted(p.name for p in (ROOT / "functions").iterdir() if p.is_dir()) == sorted(FUNCTIONS)
+
+
+@pytest.mark.parametrize("function", sorted(FUNCTIONS))
+def test_every_boto3_call_of_a_function_is_allowed_by_its_role(function: str) -> None:
+    logical, targets = FUNCTIONS[function]
+    calls = boto3_calls(sorted((ROOT / "functions" / function).glob("*.py")))
+    needs = []
+    for service, operation, where in calls:
+        action = iam_action(service, operation)
+        target = environment_target(logical, targets[service])
+        needs.append(Need(action, target, where))
+        needs.extend(kms_needs(action, target, where))
+    assert needs, f"no boto3 call found in functions/{function}: the check would prove nothing"
+    assert missing(logical, needs) == []
+
+
+def test_the_checks_find_the_calls_the_functions_make() -> None:
+    dequeue = {iam_action(s, o) for s, o, _ in boto3_calls(sorted((ROOT / "functions" / "dequeue_batch").glob("*.py")))}
+    assert dequeue == {"sqs:ReceiveMessage", "sqs:ChangeMessageVisibility", "s3:PutObject"}
+    ack = {iam_action(s, o) for s, o, _ in boto3_calls(sorted((ROOT / "functions" / "ack_batch").glob("*.py")))}
+    assert ack == {"sqs:DeleteMessage"}
+
+
+def test_a_missing_permission_is_found() -> None:
+    # The check itself: a role without the queue's key may not receive from the encrypted queue.
+    statements = [{"Effect": "Allow", "Action": ["sqs:ReceiveMessage"], "Resource": {"GetAtt": "FileQueue.Arn"}}]
+    assert allows(statements, Need("sqs:ReceiveMessage", "FileQueue", "x"))
+    assert not allows(statements, Need("sqs:ReceiveMessage", "FileDeadLetterQueue", "x"))
+    assert not allows(statements, Need("kms:Decrypt", "QueueKey", "x"))
+    assert kms_needs("sqs:ReceiveMessage", "FileQueue", "x") == [Need("kms:Decrypt", "QueueKey", "x")]
+
+
+# ------------------------------------------------------------------------------------------------- Glue
+# The buckets the jobs' arguments point the boto3 calls at: the configuration (--config) and bronze (--bronze).
+GLUE_BUCKETS = {"s3:GetObject": ["ArtifactsBucket", "BronzeBucket"], "s3:ListBucket": ["BronzeBucket"]}
+# What the Java side of the jobs does (Iceberg GlueCatalog + S3FileIO on the warehouse): no syntax tree shows it.
+ICEBERG_NEEDS = [
+    *(Need(a, "SilverBucket", "Iceberg S3FileIO") for a in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject")),
+    Need("s3:ListBucket", "SilverBucket", "Iceberg S3FileIO"),
+    *(
+        Need(f"glue:{a}", "EnvironmentName", "Iceberg GlueCatalog")  # the database ARNs are built from the name
+        for a in ("GetDatabase", "GetTable", "GetTables", "CreateTable", "UpdateTable", "DeleteTable")
+    ),
+]
+
+
+def test_every_boto3_call_of_the_glue_jobs_is_allowed_by_the_glue_role() -> None:
+    paths = sorted((ROOT / "glue").rglob("*.py"))
+    calls = boto3_calls(paths)
+    needs = list(ICEBERG_NEEDS)
+    for service, operation, where in calls:
+        action = iam_action(service, operation)
+        if service == "cloudwatch":
+            needs.append(Need(action, "*", where))  # PutMetricData has no resource type (narrowed by namespace)
+            continue
+        needs.extend(Need(action, bucket, where) for bucket in GLUE_BUCKETS[action])
+    found = {iam_action(s, o) for s, o, _ in calls}
+    assert found == {"s3:GetObject", "s3:ListBucket", "cloudwatch:PutMetricData"}, found
+    assert missing("GlueJobRole", needs) == []
+
+
+# ---------------------------------------------------------------------------------------- state machine
+
+
+def task_needs() -> list[Need]:
+    """What each Task state of the definition needs, on the logical resource its parameters name."""
+    definition = json.loads(DEFINITION.read_text(encoding="utf-8"))
+    substitutions = RESOURCES["PipelineStateMachine"]["Properties"]["DefinitionSubstitutions"]
+
+    def target(parameter: str) -> str:
+        placeholder = re.fullmatch(r"\$\{(\w+)\}", parameter)
+        assert placeholder, parameter
+        value = substitutions[placeholder.group(1)]
+        if "Ref" in value:
+            return str(value["Ref"])
+        if "GetAtt" in value:
+            return str(value["GetAtt"].split(".")[0])
+        return "EnvironmentName"  # an ARN built from the names (the state machine's own)
+
+    needs = []
+
+    def walk(states: dict[str, Any]) -> None:
+        for name, state in states.items():
+            for nested in (state.get("Iterator"), state.get("ItemProcessor")):
+                if nested:
+                    walk(nested["States"])
+            if state["Type"] != "Task":
+                continue
+            resource = state["Resource"].split(":::", 1)[1]
+            parameters = state.get("Parameters", {})
+            where = f"state {name}"
+            if resource.startswith("aws-sdk:"):
+                _, service, api = resource.split(":")
+                action = iam_action(service, api[:1].upper() + api[1:])
+                on = next((target(v) for k, v in parameters.items() if k in ("QueueUrl", "StateMachineArn")), "*")
+                needs.append(Need(action, on, where))
+            elif resource == "lambda:invoke":
+                needs.append(Need("lambda:InvokeFunction", target(parameters["FunctionName"]), where))
+            elif resource == "glue:startJobRun.sync":
+                job = target(parameters["JobName"])
+                needs.extend(
+                    Need(f"glue:{a}", job, where) for a in ("StartJobRun", "GetJobRun", "GetJobRuns", "BatchStopJobRun")
+                )
+            elif resource == "sns:publish":
+                topic = target(parameters["TopicArn"])
+                needs.append(Need("sns:Publish", topic, where))
+                needs.extend(kms_needs("sns:Publish", topic, where))
+            elif resource == "states:startExecution":
+                needs.append(Need("states:StartExecution", target(parameters["StateMachineArn"]), where))
+            else:
+                raise AssertionError(f"{where}: a service integration this check does not know: {resource}")
+
+    walk(definition["States"])
+    return needs
+
+
+def test_every_task_of_the_state_machine_is_allowed_by_its_role() -> None:
+    needs = task_needs()
+    actions = {n.action for n in needs}
+    assert {"lambda:InvokeFunction", "glue:StartJobRun", "sqs:ChangeMessageVisibility", "states:StartExecution",
+            "states:ListExecutions", "dms:DescribeReplicationTasks", "sns:Publish", "sqs:GetQueueAttributes",
+            "kms:GenerateDataKey"} <= actions  # fmt: skip
+    assert missing("PipelineStateMachine", needs) == []

@@ -1,0 +1,82 @@
+"""Issue 25, defect 5: a CDC file older than the tombstone horizon is held in quarantine, never applied blindly.
+
+Maintenance records the cut it pruned tombstones at; ``cdclake.dms.horizon.beyond_horizon`` decides which files
+of a batch are written before it. The CDC apply calls it (engine/cdc.py, before ``prepare_batch``): until that
+call is in, the second test reproduces the defect and is marked as an expected failure (strict: it reports when
+it starts passing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from cdclake.context import Engine
+from cdclake.dms.writer import write_csv
+from cdclake.engine.run import replay, run
+from cdclake.engine.select import ReplaySelection
+from cdclake.lake.journals import QUARANTINE_TABLE
+from cdclake.ops.maintenance import MaintenanceSettings, maintain, tombstones_pruned_before
+
+pytestmark = pytest.mark.spark
+
+EngineFactory = Callable[..., Engine]
+CONFIG = """
+bronze: {timestamp_column: ts}
+tables:
+  s.people: {primary_key: [id], columns: {id: int, name: string, born: date}}
+"""
+NOW = datetime(2024, 3, 1, tzinfo=UTC)  # maintenance runs as of this time, with 15 days of tombstones
+
+
+def people(engine: Engine) -> dict[int, str]:
+    return {r["id"]: r["name"] for r in engine.spark.table(f"silver.{engine.config.database}.people").collect()}
+
+
+def deleted_then_pruned(make_engine: EngineFactory, tmp_path: Path) -> Engine:
+    """Rows 1-3 loaded on 1 January, row 1 deleted on 2 January, its tombstone pruned by maintenance on 1 March."""
+    engine = make_engine(CONFIG)
+    bronze = tmp_path / "bronze" / "s" / "people"
+    write_csv(
+        bronze / "LOAD00000001.csv", [["2024-01-01 00:00:00.000000", str(i), f"n{i}", "1990-01-01"] for i in (1, 2, 3)]
+    )
+    run(engine)
+    write_csv(bronze / "20240102-000000000.csv", [["D", "2024-01-02 00:00:00.000000", "1", "", "1990-01-01"]])
+    run(engine)
+    [report] = maintain(engine, MaintenanceSettings(tombstone_retention_days=15), now=NOW)
+    assert report.tombstones_removed == 1
+    return engine
+
+
+def test_maintenance_records_the_cut_it_pruned_tombstones_at(make_engine: EngineFactory, tmp_path: Path) -> None:
+    engine = deleted_then_pruned(make_engine, tmp_path)
+    silver = engine.silver_table(engine.config.tables[0])
+    assert tombstones_pruned_before(engine, silver) == NOW - timedelta(days=15)
+    # a later run that prunes nothing keeps the cut
+    maintain(engine, MaintenanceSettings(tombstone_retention_days=15), now=NOW + timedelta(days=1))
+    assert tombstones_pruned_before(engine, silver) == NOW - timedelta(days=15)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 25 defect 5: the CDC apply does not call cdclake.dms.horizon.beyond_horizon yet (engine/cdc.py)",
+)
+def test_a_file_older_than_the_tombstone_horizon_is_held_and_applied_only_by_a_replay(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # GIVEN row 1 deleted on 2 January and its tombstone pruned
+    engine = deleted_then_pruned(make_engine, tmp_path)
+    # WHEN a file DMS wrote on 1 January (an update of row 1, before its delete) arrives late (a re-driven dead letter)
+    late = "s/people/20240101-120000000.csv"
+    write_csv(tmp_path / "bronze" / late, [["U", "2024-01-01 12:00:00.000000", "1", "late", "1990-01-01"]])
+    run(engine)
+    # THEN row 1 stays deleted, and the file is in quarantine with the reason
+    assert people(engine) == {2: "n2", 3: "n3"}
+    quarantine = engine.spark.table(f"silver.{engine.config.database}.{QUARANTINE_TABLE}").collect()
+    assert [(r["file_key"], "tombstone horizon" in r["reason"]) for r in quarantine] == [(late, True)]
+    # AND a replay after review applies it (the reviewer decided the row belongs in silver)
+    replay(engine, ReplaySelection(quarantined=True))
+    assert people(engine) == {1: "late", 2: "n2", 3: "n3"}
