@@ -29,7 +29,7 @@ from conftest import DEFINITION, ROOT
 from test_static import template
 
 RESOURCES = template()["Resources"]
-SERVICES = ("sqs", "s3", "cloudwatch", "glue", "stepfunctions", "sns", "dms", "sts")
+SERVICES = ("sqs", "s3", "cloudwatch", "glue", "stepfunctions", "sns", "dms", "sts", "secretsmanager")
 # boto3 operation -> the IAM action that authorises it, where the two names differ.
 IAM_ACTION = {
     "s3:ListObjectsV2": "s3:ListBucket",
@@ -224,7 +224,15 @@ def test_a_missing_permission_is_found() -> None:
 
 # ------------------------------------------------------------------------------------------------- Glue
 # The buckets the jobs' arguments point the boto3 calls at: the configuration (--config) and bronze (--bronze).
-GLUE_BUCKETS = {"s3:GetObject": ["ArtifactsBucket", "BronzeBucket"], "s3:ListBucket": ["BronzeBucket"]}
+GLUE_BUCKETS = {
+    "s3:GetObject": ["ArtifactsBucket", "BronzeBucket"],
+    "s3:ListBucket": ["BronzeBucket"],
+    # The full-load job's source-catalog step (ops/source_catalog.py): the stack's configuration
+    # object, the source secret and the Glue connection (optional statements, checked as present).
+    "s3:PutObject": ["TableConfigKey"],
+    "secretsmanager:GetSecretValue": ["SourceSecretId"],
+    "glue:GetConnection": ["SourceConnectionName"],
+}
 # What the Java side of the jobs does (Iceberg GlueCatalog + S3FileIO on the warehouse): no syntax tree shows it.
 ICEBERG_NEEDS = [
     *(Need(a, "SilverBucket", "Iceberg S3FileIO") for a in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject")),
@@ -247,7 +255,7 @@ def test_every_boto3_call_of_the_glue_jobs_is_allowed_by_the_glue_role() -> None
             continue
         needs.extend(Need(action, bucket, where) for bucket in GLUE_BUCKETS[action])
     found = {iam_action(s, o) for s, o, _ in calls}
-    assert found == {"s3:GetObject", "s3:ListBucket", "cloudwatch:PutMetricData"}, found
+    assert found == {"cloudwatch:PutMetricData", *GLUE_BUCKETS}, found
     assert missing("GlueJobRole", needs) == []
 
 

@@ -18,8 +18,8 @@ from cdclake.context import Engine
 from cdclake.dms.writer import write_csv
 from cdclake.engine.run import replay, run
 from cdclake.engine.select import ReplaySelection
-from cdclake.lake.journals import QUARANTINE_TABLE
-from cdclake.ops.maintenance import MaintenanceSettings, maintain, tombstones_pruned_before
+from cdclake.lake.journals import QUARANTINE_TABLE, tombstones_of, tombstones_pruned_before
+from cdclake.ops.maintenance import MaintenanceSettings, maintain
 
 pytestmark = pytest.mark.spark
 
@@ -54,16 +54,12 @@ def deleted_then_pruned(make_engine: EngineFactory, tmp_path: Path) -> Engine:
 def test_maintenance_records_the_cut_it_pruned_tombstones_at(make_engine: EngineFactory, tmp_path: Path) -> None:
     engine = deleted_then_pruned(make_engine, tmp_path)
     silver = engine.silver_table(engine.config.tables[0])
-    assert tombstones_pruned_before(engine, silver) == NOW - timedelta(days=15)
+    assert tombstones_pruned_before(engine.spark, tombstones_of(silver)) == NOW - timedelta(days=15)
     # a later run that prunes nothing keeps the cut
     maintain(engine, MaintenanceSettings(tombstone_retention_days=15), now=NOW + timedelta(days=1))
-    assert tombstones_pruned_before(engine, silver) == NOW - timedelta(days=15)
+    assert tombstones_pruned_before(engine.spark, tombstones_of(silver)) == NOW - timedelta(days=15)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 25 defect 5: the CDC apply does not call cdclake.dms.horizon.beyond_horizon yet (engine/cdc.py)",
-)
 def test_a_file_older_than_the_tombstone_horizon_is_held_and_applied_only_by_a_replay(
     make_engine: EngineFactory, tmp_path: Path
 ) -> None:

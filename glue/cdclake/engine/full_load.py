@@ -65,7 +65,8 @@ def full_load_table(
     silver = engine.silver_table(table)
     report.files_applied = len(files)
     report.bytes_applied = sum(f.size for f in files)
-    report.inserted = engine.spark.table(silver.identifier).count()
+    if not report.inserted:  # the careful path (or no LOAD files): count what the replace kept
+        report.inserted = engine.spark.table(silver.identifier).count()
     report.seconds = time.monotonic() - started
     log.info("full load done table=%s rows=%d seconds=%.1f", table.source, report.inserted, report.seconds)
     return report, TableState(full_load_done=True, applied=frozenset(loaded), held=state.held)
@@ -101,6 +102,7 @@ def _load_in_one_scan(
     loaded = [f.key for f in (*files, *superseded_cdc_files(listing, table, stats["earliest"]))]
     finish_full_load(engine, table, silver, loaded)
     report.changes_read = stats["rows"]
+    report.inserted = stats["rows"]  # every row valid and every key once: all of them were written
     report.files_skipped = len(loaded) - len(files)
     return loaded
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 from cdclake.columns import TOMBSTONE_DELETED_AT
 from cdclake.config import TableConfig
-from cdclake.dms.horizon import PRUNED_BEFORE_PROPERTY, parse_pruned_before, pruned_before_after
-from cdclake.lake.journals import tombstones_of
+from cdclake.dms.horizon import PRUNED_BEFORE_PROPERTY, pruned_before_after
+from cdclake.lake.journals import tombstones_of, tombstones_pruned_before
 from cdclake.lake.layout import apply_layout
 from cdclake.lake.ledger import archive_ledger, expiring_snapshots
 from cdclake.lake.tables import SilverTable, table_exists
@@ -68,15 +68,8 @@ def _call(engine: Engine, procedure: str, arguments: str) -> list[object]:
     return list(engine.spark.sql(f"CALL {engine.catalog}.system.{procedure}({arguments})").collect())
 
 
-def tombstones_pruned_before(engine: Engine, table: SilverTable) -> datetime | None:
-    """The newest cut maintenance pruned ``table``'s tombstones at (``cdclake.dms.horizon``); None if never."""
-    tombstones = tombstones_of(table)
-    return _pruned_before(engine, tombstones) if table_exists(engine.spark, tombstones) else None
-
-
 def _pruned_before(engine: Engine, tombstones: SilverTable) -> datetime | None:
-    rows = engine.spark.sql(f"SHOW TBLPROPERTIES {tombstones.identifier}").collect()
-    return parse_pruned_before({row["key"]: row["value"] for row in rows}.get(PRUNED_BEFORE_PROPERTY))
+    return tombstones_pruned_before(engine.spark, tombstones)
 
 
 def _record_pruned_before(engine: Engine, tombstones: SilverTable, now: datetime, retention_days: int) -> None:
