@@ -37,6 +37,7 @@ class ManyTables:
     rows: int  # in all, on either side
     changes: int  # in all, on either side (10% D / 80% U / 10% I)
     files_per_table: int = 3  # CDC files per table (the one-table side has this many too)
+    parallel_tables: int | None = None  # cdc.parallel_tables (None: the engine's default)
 
 
 def table_name(index: int) -> str:
@@ -97,12 +98,12 @@ def generate(spark: SparkSession, data: Path, sizes: ManyTables) -> tuple[Path, 
     return one, many
 
 
-def _engine(spark: SparkSession, bronze: Path, tables: int, database: str) -> Engine:
+def _engine(spark: SparkSession, bronze: Path, tables: int, database: str, parallel: int | None = None) -> Engine:
     from cdclake.config import parse_config
     from cdclake.context import Engine
     from cdclake.dms.store import LocalBronze
 
-    config = parse_config(config_yaml([table_name(i) for i in range(tables)], database), "bench.yaml")
+    config = parse_config(config_yaml([table_name(i) for i in range(tables)], database, parallel), "bench.yaml")
     config = replace(config, bronze=replace(config.bronze, path=str(bronze)))
     return Engine(spark=spark, config=config, store=LocalBronze(bronze))
 
@@ -141,7 +142,7 @@ def measure(spark: SparkSession, work: Path, sizes: ManyTables, reps: int = 2) -
     for rep in range(reps):
         for side, bronze, tables in (("1 table", one, 1), (f"{sizes.tables} tables", many, sizes.tables)):
             database = f"many_{tables}_{rep}"
-            engine = _engine(spark, bronze, tables, database)
+            engine = _engine(spark, bronze, tables, database, sizes.parallel_tables)
             _check(timed(f"full load {side}", lambda engine=engine: full_load(engine)), tables)
             files = [f for f in list_bronze(engine.store).files if f.kind is FileKind.CDC]
             _check(timed(f"CDC {side}", lambda engine=engine, files=files: apply_cdc_files(engine, files)), tables)
@@ -151,6 +152,7 @@ def measure(spark: SparkSession, work: Path, sizes: ManyTables, reps: int = 2) -
     many_side = f"{sizes.tables} tables"
     return {
         "sizes": {"tables": sizes.tables, "rows": sizes.rows, "changes": sizes.changes},
+        "parallel_tables": engine.parallel_tables,
         "runs": timings,
         "timings": best,
         "full_load_ratio": best[f"full load {many_side}"] / best["full load 1 table"],
@@ -172,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--changes", type=int, default=100_000)
     parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--parallel", type=int, default=None, help="cdc.parallel_tables (default: the engine's)")
     parser.add_argument("--workdir", type=Path, default=ROOT / ".cdclake" / "bench-many")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -181,7 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     catalog = LocalCatalog(warehouse=args.workdir / "warehouse", cache_dir=CACHE_DIR)
     spark = build_spark_session(SessionSettings(catalog=catalog))
     try:
-        result = measure(spark, args.workdir, ManyTables(args.tables, args.rows, args.changes), args.reps)
+        result = measure(
+            spark,
+            args.workdir,
+            ManyTables(args.tables, args.rows, args.changes, parallel_tables=args.parallel),
+            args.reps,
+        )
     finally:
         spark.stop()
         shutil.rmtree(args.workdir, ignore_errors=True)

@@ -371,6 +371,12 @@ def run_profile(spark: SparkSession, profile: Profile, work: Path) -> dict[str, 
         many = measure(spark, work, ManyTables(p.many_tables, p.many_rows, p.many_changes), reps=p.reps)
     many["jvm_peak_mib"] = b.peaks_mib.get(f"whole databases: 1 vs {p.many_tables} tables (all steps)", 0.0)
 
+    # ------------------------------------------------------------------ gold: incremental vs full refresh
+    from bench.gold_refresh import measure as measure_gold
+
+    with b.timed(f"gold refresh after 1% changes into {p.rows:,} rows (all steps)"):
+        gold = measure_gold(spark, work, p.rows, reps=p.reps)
+
     return {
         "timings": b.timings,
         "runs": b.runs,
@@ -380,6 +386,7 @@ def run_profile(spark: SparkSession, profile: Profile, work: Path) -> dict[str, 
         "seed_extrapolation": p.seed_files / p.seed_files_timed,
         "failures": failures,
         "many_tables": many,
+        "gold_refresh": gold,
         **({"peer": peer} if peer else {}),
     }
 
@@ -624,6 +631,7 @@ def comparisons(result: dict[str, Any], p: Profile) -> list[Comparison]:
             1.2,
         ),
         *many_tables_comparisons(result),
+        *gold_comparisons(result),
     ]
 
 
@@ -649,6 +657,23 @@ def many_tables_comparisons(result: dict[str, Any]) -> list[Comparison]:
             "the same rows in one table",
             1.5,
         ),
+    ]
+
+
+def gold_comparisons(result: dict[str, Any]) -> list[Comparison]:
+    """Gold: the incremental refresh after 1% changes vs the full refresh of the same mart."""
+    if "gold_refresh" not in result:
+        return []
+    gold = result["gold_refresh"]
+    return [
+        Comparison(
+            f"gold: incremental refresh after {gold['changes']:,} changes (1%) into {gold['rows']:,} rows",
+            gold["timings"]["incremental"],
+            gold["timings"]["full"],
+            "full refresh of the same GROUP BY mart",
+            5,
+            at_most=False,
+        )
     ]
 
 
