@@ -23,7 +23,8 @@ from pathlib import Path
 
 from bench import generate as gen
 from bench.memory import find_jvm, reset_peak, status_kib
-from bench.run import CACHE_DIR, ROOT, Bench
+from bench.paths import CACHE_DIR, ROOT
+from bench.run import Bench
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import json
 
-    from bench.run import CACHE_DIR, ROOT
+    from bench.paths import CACHE_DIR, ROOT
     from cdclake.runtime.session import LocalCatalog, SessionSettings, build_spark_session
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import generate as gen
-from bench.run import CACHE_DIR, ROOT, Bench
+from bench.paths import CACHE_DIR, ROOT
+from bench.run import Bench
 
 _UI = "http://localhost:{port}/api/v1/applications"
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fGMT"

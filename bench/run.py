@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench import generate as gen
 from bench.memory import find_jvm, python_peak_kib, reset_peak, status_kib
+from bench.paths import CACHE_DIR, ROOT
 from bench.report import Comparison, comparison_table, splice, timings_table
 
 if TYPE_CHECKING:
@@ -37,8 +38,6 @@ if TYPE_CHECKING:
 
     from cdclake.context import Engine
 
-ROOT = Path(__file__).resolve().parent.parent
-CACHE_DIR = Path.home() / ".cache" / "cdclake"
 log = logging.getLogger("bench")
 MODES = {"mor": "merge-on-read", "cow": "copy-on-write"}
 

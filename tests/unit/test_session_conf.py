@@ -23,8 +23,6 @@ COMMON = {
     "spark.sql.iceberg.handle-timestamp-without-timezone": "true",
     "spark.sql.limit.initialNumPartitions": "100000",
     "spark.scheduler.mode": "FAIR",
-    "spark.sql.parquet.fieldId.write.enabled": "true",
-    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }
 
 

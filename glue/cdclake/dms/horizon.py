@@ -21,8 +21,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from cdclake.dms.files import BronzeFile, FileKind
+from cdclake.lake.tables import SilverTable, table_property
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 PRUNED_BEFORE_PROPERTY = "cdclake.tombstones.pruned-before"  # on the tombstone table, an ISO 8601 UTC time
 DEFAULT_MARGIN = timedelta(days=1)
@@ -92,3 +97,8 @@ def parse_pruned_before(value: str | None) -> datetime | None:
         return None
     parsed = datetime.fromisoformat(value)
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def tombstones_pruned_before(spark: SparkSession, tombstones: SilverTable) -> datetime | None:
+    """The newest cut maintenance pruned these tombstones at; None if never (or no tombstone table)."""
+    return parse_pruned_before(table_property(spark, tombstones, PRUNED_BEFORE_PROPERTY))

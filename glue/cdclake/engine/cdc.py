@@ -10,12 +10,12 @@ from cdclake.columns import EFFECT_DELETE, EFFECT_DELETE_MISSING, EFFECT_INSERT,
 from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile
-from cdclake.dms.horizon import beyond_horizon
+from cdclake.dms.horizon import beyond_horizon, tombstones_pruned_before
 from cdclake.engine.commit import commit_batch
 from cdclake.engine.prepare import BatchPlan, Hold, prepare_batch
 from cdclake.engine.select import TableState
 from cdclake.errors import FullLoadPendingError
-from cdclake.lake.journals import tombstones_of, tombstones_pruned_before
+from cdclake.lake.journals import tombstones_of
 from cdclake.report import TableReport
 
 log = logging.getLogger("cdclake")

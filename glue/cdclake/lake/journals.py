@@ -8,8 +8,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from cdclake.dms.horizon import PRUNED_BEFORE_PROPERTY, parse_pruned_before
-from cdclake.lake.tables import SilverTable, ensure_table, iceberg_table, merge_frame, table_exists
+from cdclake.lake.tables import SilverTable, ensure_table, merge_frame, table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -48,15 +47,6 @@ def _journal(
     with _journal_write(journal):
         ensure_table(spark, journal, frame)
         frame.writeTo(journal.identifier).append()
-
-
-def tombstones_pruned_before(spark: SparkSession, tombstones: SilverTable) -> datetime | None:
-    """The newest cut maintenance pruned these tombstones at (``cdclake.dms.horizon``); None if never
-    (or no tombstone table): a table property, read from the table's metadata."""
-    if not table_exists(spark, tombstones):
-        return None
-    value = iceberg_table(spark, tombstones.identifier).properties().get(PRUNED_BEFORE_PROPERTY)
-    return parse_pruned_before(None if value is None else str(value))
 
 
 def record_schema_changes(spark: SparkSession, table: SilverTable, changes: Sequence[str], at: datetime) -> None:

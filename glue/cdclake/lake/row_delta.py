@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.columns import OP, SILVER_ORDER, STORED_FILE, STORED_POS
 from cdclake.lake.tables import iceberg_table
-from cdclake.runtime.session import ICEBERG_PARQUET_CONF
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -87,8 +86,13 @@ def blocker(
     return None
 
 
-# The session sets Spark's Parquet writer up to write Iceberg's files (``ICEBERG_PARQUET_CONF``); a
-# session built elsewhere gets the settings here, never unset again: tables write concurrently.
+# What Spark's Parquet writer must do for the files to be Iceberg's: field ids, INT64 microsecond
+# timestamps. Set on the session at the first write and never unset (the tables of a run write
+# concurrently; no other write of cdclake's depends on Spark's defaults for them).
+ICEBERG_PARQUET_CONF = {
+    "spark.sql.parquet.fieldId.write.enabled": "true",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+}
 _CONF_LOCK = threading.Lock()
 
 

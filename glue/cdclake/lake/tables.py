@@ -170,6 +170,14 @@ def iceberg_table(spark: SparkSession, table_identifier: str) -> Any:
     return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table_identifier)
 
 
+def table_property(spark: SparkSession, table: SilverTable, name: str) -> str | None:
+    """A property of ``table`` from its metadata; None when it is not set or the table does not exist."""
+    if not table_exists(spark, table):
+        return None
+    value = iceberg_table(spark, table.identifier).properties().get(name)
+    return None if value is None else str(value)
+
+
 def current_snapshot_id(spark: SparkSession, table_identifier: str) -> int | None:
     """The id of the table's current snapshot (None: the table has none yet)."""
     table = iceberg_table(spark, table_identifier)

@@ -49,14 +49,6 @@ class SessionSettings:
     extra_conf: dict[str, str] = field(default_factory=dict)
 
 
-# Spark's Parquet writer as Iceberg's files need it (``lake.row_delta`` writes data and delete files
-# with Spark and adds them in one RowDelta): field ids, INT64 microsecond timestamps.
-ICEBERG_PARQUET_CONF = {
-    "spark.sql.parquet.fieldId.write.enabled": "true",
-    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-}
-
-
 def spark_conf(settings: SessionSettings) -> dict[str, str]:
     """The Spark configuration for ``settings``; pure, so both shells' settings are testable."""
     name = settings.catalog_name
@@ -75,7 +67,6 @@ def spark_conf(settings: SessionSettings) -> dict[str, str]:
         # (``engine.parallel``): FAIR shares the executors between the pools, so a small table's
         # jobs are not queued behind a big table's stages.
         "spark.scheduler.mode": "FAIR",
-        **ICEBERG_PARQUET_CONF,
     }
     catalog = settings.catalog
     if isinstance(catalog, GlueCatalog):
