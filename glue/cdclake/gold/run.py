@@ -1,9 +1,9 @@
 """Refresh the marts: each on its own, one commit per mart; consistent marts at one source cut.
 
 Marts read silver only, never one another, so they refresh concurrently (``Engine.parallel_tables``
-at once), each in a Spark session of its own: the same SparkContext, catalog and cache, but its own
-temporary views (a refresh registers its pinned sources as views) and its own FAIR scheduler pool.
-A mart whose sources did not change since its last refresh costs a few metadata reads.
+at once), each in a Spark session of its own (a clone of the caller's: the same SparkContext and
+configuration) with its own temporary views (a refresh registers its pinned sources as views) and
+its own FAIR scheduler pool. A mart whose sources did not change since its last refresh costs a few metadata reads.
 """
 
 from __future__ import annotations
@@ -45,9 +45,11 @@ def _in_own_session(engine: Engine, mart: MartConfig) -> MartRefresh:
     context = engine.spark.sparkContext
     context.setLocalProperty("spark.scheduler.pool", f"cdclake mart {mart.name}")
     try:
-        own = engine.spark.newSession()
-        # A new session starts from the context's configuration: carry what the shell set since.
-        own.conf.set("spark.sql.defaultCatalog", str(engine.spark.conf.get("spark.sql.defaultCatalog")))
+        from pyspark.sql import SparkSession
+
+        # A clone of the caller's session: its SQL configuration (catalogs a job defined at run
+        # time included) and nothing it registers afterwards leaks back.
+        own = SparkSession(engine.spark.sparkContext, engine.spark._jsparkSession.cloneSession())
         outcome = refresh_mart(replace(engine, spark=own), mart)
         if outcome.outcome == REFRESHED:
             # The caller's session caches the mart's table metadata of before this session's commit.
