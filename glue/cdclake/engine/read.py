@@ -48,7 +48,7 @@ _MAX_REPORTED_ERRORS = 10
 def read_changes(engine: Engine, table: TableConfig, files: Sequence[BronzeFile], full_load: bool = False) -> DataFrame:
     """The change rows of ``files``: typed, ordered, cleaned, with an error array per row."""
     raw = read_files(engine.spark, engine.store, engine.config.bronze, table, files)
-    changes = to_changes(raw, engine.config.bronze, table)
+    changes = to_changes(raw, engine.config.bronze, table, full_load)
     changes = with_silver_order(changes, {i: f.position for i, f in enumerate(files)}, full_load)
     changes = apply_cleaning(changes, table.clean, table.source)
     return flag_missing_keys(changes, table.silver_key())
@@ -64,7 +64,7 @@ def empty_changes(engine: Engine, table: TableConfig) -> DataFrame:
         + [StructField(c, LongType(), True) for c in (FILE_INDEX, FILE_BLOCK, ROW_POSITION)]
     )
     raw = engine.spark.createDataFrame([], schema)
-    changes = with_silver_order(to_changes(raw, engine.config.bronze, table), {}, full_load=True)
+    changes = with_silver_order(to_changes(raw, engine.config.bronze, table, full_load=True), {}, full_load=True)
     changes = apply_cleaning(changes, table.clean, table.source)
     return flag_missing_keys(changes, table.silver_key())
 
