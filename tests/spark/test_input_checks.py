@@ -14,7 +14,7 @@ from cdclake.context import Engine
 from cdclake.dms.writer import write_csv
 from cdclake.engine.changes import commit_instant
 from cdclake.engine.run import run
-from cdclake.lake.journals import QUARANTINE_ROWS_TABLE
+from cdclake.lake.journals import QUARANTINE_ROWS_TABLE, QUARANTINE_TABLE
 
 EngineFactory = Callable[..., Engine]
 
@@ -171,3 +171,63 @@ def test_a_value_that_cannot_be_stored_exactly_is_a_bad_row_unless_rounding_is_c
         (1, 3, Decimal("12.30"), 3, Decimal("1.01"), Decimal("0.3")),
         (4, -2, Decimal("-12.34"), -3, Decimal("0.00"), Decimal("-0.3")),
     ]
+
+
+NO_OP = (
+    "has no Op column (DMS's CdcInsertsOnly or CdcInsertsAndUpdates with IncludeOpForFullLoad=false), so its "
+    "inserts, updates and deletes cannot be told apart: set IncludeOpForFullLoad=true on the S3 target endpoint "
+    "and bronze.include_op_for_full_load: true"
+)
+
+
+def _without_op(spark: SparkSession, tmp_path: Path, layout: str) -> tuple[str, str]:
+    """A configuration and the key of a CDC file written without the Op column, as DMS writes one
+    with CdcInsertsOnly and IncludeOpForFullLoad=false, in ``layout``."""
+    table_dir = tmp_path / "bronze" / "s" / "people"
+    ts = "2024-05-02 20:00:00.000000"
+    rows = [[ts, "1", "changed"], [ts, "2", "new"]]
+    settings = {"headerless CSV": "{timestamp_column: commit_ts}", "CSV with a header": "{csv_header: true}"}
+    if layout == "Parquet":
+        table_dir.mkdir(parents=True)
+        out = tmp_path / "parquet"
+        spark.createDataFrame(rows, "commit_ts string, id string, name string").coalesce(1).write.parquet(str(out))
+        (table_dir / "20240502-2000000000.parquet").write_bytes(next(out.glob("part-*.parquet")).read_bytes())
+        key, config = "s/people/20240502-2000000000.parquet", "{format: parquet}"
+    else:
+        header = ["commit_ts", "id", "name"] if layout == "CSV with a header" else None
+        write_csv(table_dir / "20240502-2000000000.csv", rows, header=header)
+        key, config = "s/people/20240502-2000000000.csv", settings[layout]
+    return key, f"bronze: {config}\ntables:\n  s.people: {{primary_key: [id], columns: {{id: int, name: string}}}}\n"
+
+
+@pytest.mark.parametrize("layout", ["headerless CSV", "CSV with a header", "Parquet"])
+def test_a_cdc_file_without_op_is_refused_naming_the_endpoint_setting(
+    spark: SparkSession, make_engine: EngineFactory, tmp_path: Path, layout: str
+) -> None:
+    # GIVEN a loaded table and a CDC file without the Op column
+    table_dir = tmp_path / "bronze" / "s" / "people"
+    key, config = _without_op(spark, tmp_path, layout)
+    load = [["2024-05-01 00:00:00.000000", "1", "loaded"]] if layout == "headerless CSV" else [["1", "loaded"]]
+    header = ["id", "name"] if layout == "CSV with a header" else None
+    if layout == "Parquet":
+        out = tmp_path / "load"
+        spark.createDataFrame([(1, "loaded")], "id int, name string").coalesce(1).write.parquet(str(out))
+        (table_dir / "LOAD00000001.parquet").write_bytes(next(out.glob("part-*.parquet")).read_bytes())
+    else:
+        write_csv(table_dir / "LOAD00000001.csv", load, header=header)
+    engine = make_engine(config)
+    # WHEN run
+    report = run(engine).checked()
+    # THEN the file is held with the one sentence that names the setting, and nothing of it applied
+    [(held, reason)] = _files_in_quarantine(engine)
+    assert held == key
+    assert reason.endswith(f"{key} {NO_OP}.")
+    assert [t.quarantined_files for t in report.tables if t.kind == "cdc"] == [[key]]
+    assert _names(engine) == {1: "loaded"}
+
+
+def _files_in_quarantine(engine: Engine) -> list[tuple]:
+    name = f"silver.{engine.config.database}.{QUARANTINE_TABLE}"
+    if not engine.spark.catalog.tableExists(name):
+        return []
+    return sorted((r["file_key"], r["reason"]) for r in engine.spark.table(name).collect())

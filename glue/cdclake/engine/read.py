@@ -101,7 +101,7 @@ def count_rows(changes: DataFrame) -> RowCounts:
 def first_line(exc: BaseException) -> str:
     """The first line of an error's text (Java errors carry whole stack traces)."""
     text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:300]
+    return (text[0] if text else type(exc).__name__)[:500]
 
 
 def read_and_count(
