@@ -29,6 +29,18 @@ DEFAULT_CATALOG = "silver"
 BronzeFormat = Literal["csv", "parquet"]
 
 
+_INTEGRAL_TYPES = ("tinyint", "smallint", "int", "bigint")
+
+
+def fraction_digits(type_name: str) -> int | None:
+    """How many fraction digits a (normalised) integer or decimal type stores; None for others."""
+    if type_name in _INTEGRAL_TYPES:
+        return 0
+    if type_name.startswith("decimal(") and type_name.endswith(")"):
+        return int(type_name[len("decimal(") : -1].split(",")[1])
+    return None
+
+
 @dataclass(frozen=True)
 class CleaningRules:
     """Declarative bronze -> silver cleaning, applied in this order: cast, derive, rename, drop."""
@@ -37,6 +49,9 @@ class CleaningRules:
     derive: dict[str, str] = field(default_factory=dict)  # new column -> Spark SQL expression
     rename: dict[str, str] = field(default_factory=dict)
     drop: tuple[str, ...] = ()
+    # Integer and decimal columns (source names) whose values are rounded half up to the type's
+    # scale; elsewhere a value with more fraction digits than its type stores is a bad row.
+    round: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -158,7 +173,7 @@ _BRONZE_KEYS = {
 }  # fmt: skip
 _S3_KEYS = {"retry_mode", "max_attempts", "connect_timeout_seconds", "read_timeout_seconds", "body_attempts"}
 _TABLE_KEYS = {"target", "primary_key", "append_only", "columns", "clean", "history", "layout"}
-_CLEAN_KEYS = {"cast", "derive", "rename", "drop"}
+_CLEAN_KEYS = {"cast", "derive", "rename", "drop", "round"}
 
 
 def _parse_bronze(doc: YamlDoc, node: Node | None) -> BronzeSettings:
@@ -241,7 +256,7 @@ def _parse_s3(doc: YamlDoc, node: Node | None) -> StoreSettings:
     )
 
 
-def _parse_clean(doc: YamlDoc, node: Node | None, where: str) -> CleaningRules:
+def _parse_clean(doc: YamlDoc, node: Node | None, where: str, columns: dict[str, str]) -> CleaningRules:
     if node is None:
         return CleaningRules()
     fields = doc.mapping(node, where, _CLEAN_KEYS)
@@ -257,7 +272,15 @@ def _parse_clean(doc: YamlDoc, node: Node | None, where: str) -> CleaningRules:
         for old, new in doc.free_mapping(fields["rename"], f"{where}.rename").items():
             rename[old] = doc.identifier(new, f"new name of '{old}'")
     drop = doc.identifiers(fields["drop"], f"{where}.drop") if "drop" in fields else ()
-    return CleaningRules(cast=cast, derive=derive, rename=rename, drop=drop)
+    rounded = doc.identifiers(fields["round"], f"{where}.round") if "round" in fields else ()
+    types = {**columns, **cast}
+    for name in rounded:
+        if name not in types or fraction_digits(types[name]) is None:
+            raise doc.fail(
+                fields["round"],
+                f"{where}.round names '{name}', which columns or cast do not declare as an integer or decimal type",
+            )
+    return CleaningRules(cast=cast, derive=derive, rename=rename, drop=drop, round=rounded)
 
 
 def _parse_table(doc: YamlDoc, source_node: Node, node: Node, bronze: BronzeSettings) -> TableConfig:
@@ -299,7 +322,7 @@ def _parse_table(doc: YamlDoc, source_node: Node, node: Node, bronze: BronzeSett
         primary_key=key,
         append_only=append_only,
         columns=columns,
-        clean=_parse_clean(doc, fields.get("clean"), f"{where}.clean"),
+        clean=_parse_clean(doc, fields.get("clean"), f"{where}.clean", columns),
         history=history,
         layout=layout,
     )

@@ -425,3 +425,21 @@ def test_bronze_s3_settings_reach_the_client_and_are_checked() -> None:
 def test_bad_bronze_s3_settings_name_their_line(setting: str, message: str) -> None:
     text = f"bronze:\n  s3:\n    {setting}\ntables:\n  s.t:\n    columns: {{id: int}}\n"
     assert config_error(text).startswith(f"t.yaml, line 3: {message}")
+
+
+def test_round_names_integer_and_decimal_columns_only() -> None:
+    # GIVEN round on a declared decimal, a decimal cast and an integer; then on a text column
+    text = """
+tables:
+  s.t:
+    primary_key: [id]
+    columns: {id: int, price: "decimal(10,2)", note: string}
+    clean: {cast: {note: "decimal(6,1)"}, round: [price, note, id]}
+"""
+    # THEN the first parses; round on a string column (or an unknown one) names it and its line
+    assert parse_config(text).tables[0].clean.round == ("price", "note", "id")
+    bad = text.replace('cast: {note: "decimal(6,1)"}, ', "")
+    assert config_error(bad) == (
+        "t.yaml, line 6: table s.t.clean.round names 'note', which columns or cast do not declare as an "
+        "integer or decimal type"
+    )

@@ -12,6 +12,8 @@ record spans lines: then Spark splits them (``splittable_files``).
 
 from __future__ import annotations
 
+import csv
+import io
 from collections import defaultdict
 from collections.abc import Sequence
 from functools import reduce
@@ -19,9 +21,17 @@ from typing import TYPE_CHECKING
 
 from cdclake.columns import CORRUPT_RECORD, FILE_BLOCK, FILE_INDEX, ROW_POSITION
 from cdclake.config import BronzeSettings, TableConfig
-from cdclake.dms.files import BronzeFile
-from cdclake.dms.layout import SOURCE_SCHEMA_COLUMN, SOURCE_TABLE_COLUMN, FileLayout, layout_for, parse_header
+from cdclake.dms.files import BronzeFile, FileKind
+from cdclake.dms.layout import (
+    DMS_OP_COLUMN,
+    SOURCE_SCHEMA_COLUMN,
+    SOURCE_TABLE_COLUMN,
+    FileLayout,
+    layout_for,
+    parse_header,
+)
 from cdclake.dms.store import BronzeStore, head_text
+from cdclake.errors import BadInputError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -29,6 +39,19 @@ if TYPE_CHECKING:
 # Spark maps an unquoted empty field to NULL by itself but would also map a quoted empty string
 # ("") to NULL if the null marker were "". With an empty marker, give Spark one that never occurs.
 _NO_NULL_MARKER = "\u0000cdclake-no-null-marker\u0000"
+# Enough of a headerless CDC file to hold its first record, in which the Op column is looked for.
+_FIRST_RECORD_BYTES = 1 << 14
+
+
+class MissingOpError(BadInputError):
+    """A CDC file without DMS's Op column: its changes cannot be told apart, so it is not applied."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            f"{key} has no Op column (DMS's CdcInsertsOnly or CdcInsertsAndUpdates with IncludeOpForFullLoad=false), "
+            "so its inserts, updates and deletes cannot be told apart: set IncludeOpForFullLoad=true on the S3 "
+            "target endpoint and bronze.include_op_for_full_load: true."
+        )
 
 
 def plan_scans(
@@ -44,8 +67,27 @@ def plan_scans(
         header = None
         if file.file_format == "csv" and settings.csv_header:
             header = parse_header(head_text(store, file), settings.csv_delimiter, file.key)
-        groups[layout_for(settings, table, file, header)].append((ordinal, file))
+        layout = layout_for(settings, table, file, header)
+        if file.kind is FileKind.CDC and layout.columns is not None:
+            if layout.has_header and DMS_OP_COLUMN not in layout.columns:
+                raise MissingOpError(file.key)
+            if not layout.has_header and _first_record_lacks_op(store, settings, file, len(layout.columns)):
+                raise MissingOpError(file.key)
+        groups[layout].append((ordinal, file))
     return groups
+
+
+def _first_record_lacks_op(store: BronzeStore, settings: BronzeSettings, file: BronzeFile, fields: int) -> bool:
+    """Whether a headerless CDC file was written without the Op column: its first record has one
+    field fewer than the layout and does not start with an operation. (A record with a bad Op but
+    all its fields is a bad row of its own; a first record longer than the head is not judged.)"""
+    head = head_text(store, file, _FIRST_RECORD_BYTES)
+    end = head.find(b"\n")
+    if end < 0 or head.count(b'"', 0, end) % 2:
+        return False
+    text = head[:end].decode("utf-8", errors="replace")
+    record = next(csv.reader(io.StringIO(text), delimiter=settings.csv_delimiter, quotechar='"', doublequote=True), [])
+    return len(record) == fields - 1 and record[0].strip().upper() not in ("I", "U", "D")
 
 
 def _with_unique_names(members: list[tuple[int, BronzeFile]]) -> list[list[tuple[int, BronzeFile]]]:
@@ -76,6 +118,9 @@ def _scan(
     file_index = ordinal_by_name[F.col("_metadata.file_name")]
     if layout.file_format == "parquet":
         frame = spark.read.option("mergeSchema", "true").parquet(*[paths[f.key] for _, f in members])
+        cdc = [f for _, f in members if f.kind is FileKind.CDC]
+        if cdc and DMS_OP_COLUMN not in frame.columns:
+            raise MissingOpError(cdc[0].key)
         frame = (
             frame.withColumn(FILE_INDEX, file_index)
             .withColumn(FILE_BLOCK, F.lit(0).cast("long"))

@@ -6,7 +6,7 @@ writes anything. Bookkeeping columns all start with ``_cdc_`` and never reach si
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from functools import reduce
 from operator import or_
 from typing import TYPE_CHECKING
@@ -30,7 +30,7 @@ from cdclake.columns import (
     SILVER_ORDER,
     UNCHANGED_PREFIX,
 )
-from cdclake.config import BronzeSettings, CleaningRules, TableConfig
+from cdclake.config import BronzeSettings, CleaningRules, TableConfig, fraction_digits
 from cdclake.dms.layout import DMS_OP_COLUMN
 from cdclake.errors import ConfigError
 
@@ -39,6 +39,11 @@ if TYPE_CHECKING:
 
 _TS_WIDTH, _SEQ_WIDTH = 32, 48
 VALID_OPS = ("I", "U", "D")
+# The commit timestamp forms DMS writes: its default ``yyyy-MM-dd HH:mm:ss.SSSSSS`` (UTC) and
+# ISO-8601 with ``T``, ``Z`` or an offset; up to nanoseconds.
+_COMMIT_TS_PATTERN = (
+    r"^\s*(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,9}))?\s*(Z|[+-]\d{2}(?::?\d{2})?)?\s*$"
+)
 
 
 def data_columns(df: DataFrame) -> list[str]:
@@ -79,16 +84,19 @@ def _excerpt(value: Column, length: int = 40) -> Column:
     return F.when(F.length(text) > length, F.concat(F.substring(text, 1, length), F.lit("..."))).otherwise(text)
 
 
-def _checked_casts(df: DataFrame, casts: dict[str, str]) -> DataFrame:
+def _checked_casts(df: DataFrame, casts: dict[str, str], rounded: Collection[str] = ()) -> DataFrame:
     """Cast columns; a non-NULL value that does not convert is an error, never a silent NULL.
 
-    One projection for all columns and one append to the error array (an append per column
-    would copy the array once per column, on every row).
+    Neither is a value an integer or decimal type cannot store exactly (``2.7`` as ``int``,
+    ``12.345`` as ``decimal(10,2)``), unless its column is in ``rounded``: those are rounded half
+    up to the type's scale. One projection for all columns and one append to the error array (an
+    append per column would copy the array once per column, on every row).
     """
     from pyspark.sql import functions as F
 
     if not casts:
         return df
+    sources = {f.name: f.dataType.simpleString() for f in df.schema.fields}
     reasons = [
         F.when(
             F.col(column).isNotNull() & F.col(column).cast(type_name).isNull(),
@@ -96,19 +104,92 @@ def _checked_casts(df: DataFrame, casts: dict[str, str]) -> DataFrame:
         )
         for column, type_name in casts.items()
     ]
+    for column, type_name in casts.items():
+        scale = fraction_digits(type_name)
+        if scale is not None and column not in rounded:
+            lossy = _loses_digits(F.col(column), sources[column], type_name, scale)
+            reason = f"value '%s' of column {column} cannot be stored exactly as {type_name} (clean.round rounds it)"
+            reasons.append(F.when(lossy, F.format_string(reason, _excerpt(F.col(column)))))
     df = df.withColumn(ERROR, F.concat(F.col(ERROR), F.array(*reasons)))
-    return df.withColumns({column: F.col(column).cast(type_name) for column, type_name in casts.items()})
+    return df.withColumns(
+        {
+            column: _rounded(F.col(column), sources[column], type_name)
+            if column in rounded
+            else F.col(column).cast(type_name)
+            for column, type_name in casts.items()
+        }
+    )
 
 
-def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig) -> DataFrame:
+_NUMERIC_SOURCE = ("tinyint", "smallint", "int", "bigint", "float", "double", "decimal")
+
+
+def _loses_digits(value: Column, source: str, type_name: str, scale: int) -> Column:
+    """Whether casting ``value`` (of Spark type ``source``) to the integer or decimal ``type_name``
+    drops digits: Spark's cast truncates text into integers, rounds into decimals and wraps
+    numbers that overflow an integer, all silently."""
+    from pyspark.sql import functions as F
+
+    if source == "string":
+        text = F.trim(value)
+        # A nonzero digit after the first ``scale`` fraction digits (plain notation, as DMS writes).
+        plain = text.rlike(rf"^[+-]?[0-9]*\.[0-9]{{{scale}}}[0-9]*[1-9][0-9]*$")
+        scientific = text.rlike("[eE]") & (value.cast(type_name).cast("double") != value.cast("double"))
+        return F.coalesce(plain | scientific, F.lit(False))
+    if source.startswith(_NUMERIC_SOURCE):
+        return F.coalesce(value.cast(type_name) != value, F.lit(False))
+    return F.lit(False)
+
+
+def _rounded(value: Column, source: str, type_name: str) -> Column:
+    """``value`` rounded half up into the integer or decimal ``type_name`` (a decimal cast rounds
+    half up by itself; an integer cast would truncate)."""
+    from pyspark.sql import functions as F
+
+    if fraction_digits(type_name) != 0:
+        return value.cast(type_name)
+    exact = value.cast("decimal(38,18)") if source == "string" else value
+    return F.round(exact, 0).cast(type_name)
+
+
+def commit_instant(text: Column) -> Column:
+    """A commit timestamp's text -> the instant it names, as UTC text ``yyyy-MM-dd HH:mm:ss.SSSSSS``
+    (more fraction digits kept when written); NULL when it is no timestamp or names no real day.
+
+    Text in that one form sorts as the instants do, whatever form DMS wrote. It is also DMS's own
+    default form, so the order keys of rows stored before timestamps were normalised (built from
+    that text as written) stay comparable with new ones. Text without a zone is UTC, as DMS writes
+    it. The parse does not depend on the session's time zone (timestamps without a zone).
+    """
+    from pyspark.sql import functions as F
+
+    def part(group: int) -> Column:
+        return F.regexp_extract(text, _COMMIT_TS_PATTERN, group)
+
+    zone, digits = part(4), F.regexp_replace(part(4), "[^0-9]", "")  # "Z", "+02:00" -> "0200", "-05" -> "05"
+    minutes = F.coalesce(
+        F.substring(digits, 1, 2).cast("int") * 60 + F.coalesce(F.substring(digits, 3, 2).cast("int"), F.lit(0)),
+        F.lit(0),
+    )
+    offset = F.when(zone.startswith("-"), -minutes).otherwise(minutes)
+    local = F.to_timestamp_ntz(F.concat(part(1), F.lit(" "), part(2)), F.lit("yyyy-MM-dd HH:mm:ss"))
+    utc = local - F.make_dt_interval(F.lit(0), F.lit(0), offset, F.lit(0))
+    fraction = F.when(F.length(part(3)) > 6, part(3)).otherwise(F.rpad(part(3), 6, "0"))
+    text_ok = F.coalesce(text.rlike(_COMMIT_TS_PATTERN), F.lit(False))
+    return F.when(text_ok, F.concat(F.date_format(utc, "yyyy-MM-dd HH:mm:ss"), F.lit("."), fraction))
+
+
+def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig, full_load: bool = False) -> DataFrame:
     """Raw file rows -> change rows.
 
     In: the reader's columns (the DMS ``Op`` column when present). Out: the data columns, typed
     as ``table.columns`` declares, plus ``_cdc_op`` (I/U/D; full-load rows without ``Op`` are
-    inserts), ``_cdc_ts`` (commit timestamp text), ``_cdc_seq`` (change sequence text),
+    inserts), ``_cdc_ts`` (the commit instant as UTC text, ``commit_instant``), ``_cdc_seq``
+    (change sequence text),
     ``_cdc_file``, ``_cdc_row`` and ``_cdc_error`` (NULL, or why the row cannot be applied).
     The timestamp column stays a data column (as in the first seed's silver table); the change
-    sequence does not.
+    sequence does not. A commit timestamp that does not parse is an error, and so is a NULL one
+    on a CDC row (``full_load`` False): either would order the change before every stored row.
     """
     from pyspark.sql import functions as F
 
@@ -125,13 +206,24 @@ def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig) -> 
         # Spark decodes CSV bytes that are not UTF-8 as U+FFFD instead of failing; say so per row.
         replaced = reduce(or_, [F.coalesce(F.col(c).contains("\ufffd"), F.lit(False)) for c in text])
         reasons.insert(1, F.when(replaced, F.lit("bytes that are not valid UTF-8")))
+    ts_text = F.col(ts_name).cast("string") if ts_name in columns else F.lit(None).cast("string")
+    if ts_name:
+        reasons += [
+            F.when(
+                ts_text.isNotNull() & commit_instant(ts_text).isNull(),
+                F.format_string(f"value '%s' of column {ts_name} is not a valid commit timestamp", _excerpt(ts_text)),
+            ),
+        ]
+        if not full_load:
+            reasons.append(F.when(ts_text.isNull(), F.lit(f"commit timestamp column {ts_name} is NULL")))
     df = (
         raw.withColumn(OP, op)
-        .withColumn(COMMIT_TS, F.col(ts_name).cast("string") if ts_name in columns else F.lit(None).cast("string"))
+        .withColumn(COMMIT_TS, commit_instant(ts_text))
         .withColumn(CHANGE_SEQ, F.col(seq_name).cast("string") if seq_name in columns else F.lit(None).cast("string"))
         .withColumn(ERROR, F.array(*reasons))
     )
-    df = _checked_casts(df, {c: type_name for c, type_name in table.columns.items() if c in columns and c != seq_name})
+    typed = {c: type_name for c, type_name in table.columns.items() if c in columns and c != seq_name}
+    df = _checked_casts(df, typed, table.clean.round)
     df = df.withColumnRenamed(CORRUPT_RECORD, RAW_LINE)
     drop = [c for c in (DMS_OP_COLUMN, seq_name) if c and c in columns]
     df = df.drop(*drop)
@@ -181,7 +273,7 @@ def apply_cleaning(df: DataFrame, rules: CleaningRules, table_name: str) -> Data
 
     for column in rules.cast:
         require(column, "cast")
-    df = _checked_casts(df, dict(rules.cast))
+    df = _checked_casts(df, dict(rules.cast), rules.round)
     for column, expression in rules.derive.items():
         try:
             df = df.withColumn(column, F.expr(expression))
@@ -224,6 +316,11 @@ def with_silver_order(changes: DataFrame, file_positions: dict[int, str], full_l
         position = F.element_at(mapping, F.col(FILE_INDEX))
     else:
         position = F.lit("")
+    # COMMIT_TS is the commit instant normalised to DMS's default text (``commit_instant``): the
+    # order keys silver already holds were built from that text as DMS writes it by default, so
+    # they compare with new ones unchanged and no table needs rewriting. (A key stored from an
+    # ISO-8601 ``T`` text before the normalisation sorts after its day's other changes; a reload
+    # rebuilds it.) NULL only where the row is an error (CDC) or a full-load row, which orders first.
     ts = F.coalesce(F.col(COMMIT_TS), F.lit(""))
     seq = F.coalesce(F.col(CHANGE_SEQ), F.lit(""))
     order = F.concat(F.rpad(ts, _TS_WIDTH, " "), F.lpad(seq, _SEQ_WIDTH, "0"), position)

@@ -48,7 +48,7 @@ _MAX_REPORTED_ERRORS = 10
 def read_changes(engine: Engine, table: TableConfig, files: Sequence[BronzeFile], full_load: bool = False) -> DataFrame:
     """The change rows of ``files``: typed, ordered, cleaned, with an error array per row."""
     raw = read_files(engine.spark, engine.store, engine.config.bronze, table, files)
-    changes = to_changes(raw, engine.config.bronze, table)
+    changes = to_changes(raw, engine.config.bronze, table, full_load)
     changes = with_silver_order(changes, {i: f.position for i, f in enumerate(files)}, full_load)
     changes = apply_cleaning(changes, table.clean, table.source)
     return flag_missing_keys(changes, table.silver_key())
@@ -64,7 +64,7 @@ def empty_changes(engine: Engine, table: TableConfig) -> DataFrame:
         + [StructField(c, LongType(), True) for c in (FILE_INDEX, FILE_BLOCK, ROW_POSITION)]
     )
     raw = engine.spark.createDataFrame([], schema)
-    changes = with_silver_order(to_changes(raw, engine.config.bronze, table), {}, full_load=True)
+    changes = with_silver_order(to_changes(raw, engine.config.bronze, table, full_load=True), {}, full_load=True)
     changes = apply_cleaning(changes, table.clean, table.source)
     return flag_missing_keys(changes, table.silver_key())
 
@@ -101,7 +101,7 @@ def count_rows(changes: DataFrame) -> RowCounts:
 def first_line(exc: BaseException) -> str:
     """The first line of an error's text (Java errors carry whole stack traces)."""
     text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:300]
+    return (text[0] if text else type(exc).__name__)[:500]
 
 
 def read_and_count(
@@ -171,23 +171,32 @@ def _locate_bad_rows(changes: DataFrame, files: Sequence[BronzeFile]) -> DataFra
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    bad = changes.where(has_error())
+    values = F.to_json(F.struct(*[F.col(c) for c in data_columns(changes)]))
+    located = F.struct(
+        F.col(ROW_POSITION).alias("position"),
+        F.coalesce(F.col(RAW_LINE), values).alias("raw"),
+        error_text().alias("reason"),
+    )
+    # One aggregate per split of a file: its bad rows, its first row id and its row count. No
+    # filter and no join over ``changes``: for those, Spark infers constraints through every
+    # projection that types and checks the row, which grows exponentially with the columns (a
+    # full load of 40 columns took 75 s to plan, 50 ran out of memory); aggregates are spared.
     # Row ids grow with the position inside a file's split (the whole file, unless it was read in
     # splits), so each split's first id and the rows of the splits before it give row numbers.
-    splits = (
-        changes.join(bad.select(FILE_INDEX).distinct(), FILE_INDEX, "left_semi")
-        .groupBy(FILE_INDEX, FILE_BLOCK)
-        .agg(F.min(ROW_POSITION).alias("_cdc_first"), F.count(F.lit(1)).alias("_cdc_rows"))
+    splits = changes.groupBy(FILE_INDEX, FILE_BLOCK).agg(
+        F.collect_list(F.when(has_error(), located)).alias("_cdc_bad"),  # NULLs (good rows) are skipped
+        F.min(ROW_POSITION).alias("_cdc_first"),
+        F.count(F.lit(1)).alias("_cdc_rows"),
     )
     earlier = Window.partitionBy(FILE_INDEX).orderBy(FILE_BLOCK).rowsBetween(Window.unboundedPreceding, -1)
     splits = splits.withColumn("_cdc_before", F.coalesce(F.sum("_cdc_rows").over(earlier), F.lit(0)))
     keys = F.create_map(*[x for i, f in enumerate(files) for x in (F.lit(i), F.lit(f.key))])
-    values = F.to_json(F.struct(*[F.col(c) for c in data_columns(changes)]))
-    return bad.join(F.broadcast(splits), [FILE_INDEX, FILE_BLOCK]).select(
+    bad = splits.select(FILE_INDEX, "_cdc_first", "_cdc_before", F.explode("_cdc_bad").alias("_cdc_row"))
+    return bad.select(
         F.element_at(keys, F.col(FILE_INDEX)).alias("file_key"),
-        (F.col("_cdc_before") + F.col(ROW_POSITION) - F.col("_cdc_first") + 1).alias("row_number"),
-        F.coalesce(F.col(RAW_LINE), values).alias("raw"),
-        error_text().alias("reason"),
+        (F.col("_cdc_before") + F.col("_cdc_row.position") - F.col("_cdc_first") + 1).alias("row_number"),
+        F.col("_cdc_row.raw").alias("raw"),
+        F.col("_cdc_row.reason").alias("reason"),
     )
 
 
