@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from cdclake.context import Engine
 from cdclake.dms.files import FileKind
@@ -66,7 +67,7 @@ def test_commit_instants_of_every_form_dms_writes(spark: SparkSession) -> None:
     frame = spark.createDataFrame([(text,) for text in INSTANTS], "text string")
     # WHEN normalised
     got = {
-        r["text"]: r["instant"] for r in frame.select("text", commit_instant(frame["text"]).alias("instant")).collect()
+        r["text"]: r["instant"] for r in frame.select("text", F.expr(commit_instant("text")).alias("instant")).collect()
     }
     # THEN each is the UTC instant as DMS's text, or NULL
     assert got == INSTANTS

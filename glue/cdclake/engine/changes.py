@@ -7,8 +7,6 @@ writes anything. Bookkeeping columns all start with ``_cdc_`` and never reach si
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from functools import reduce
-from operator import or_
 from typing import TYPE_CHECKING
 
 from cdclake.columns import (
@@ -39,6 +37,7 @@ if TYPE_CHECKING:
 
 _TS_WIDTH, _SEQ_WIDTH = 32, 48
 VALID_OPS = ("I", "U", "D")
+UNKNOWN_OP = "unknown Op '%s'"
 # The commit timestamp forms DMS writes: its default ``yyyy-MM-dd HH:mm:ss.SSSSSS`` (UTC) and
 # ISO-8601 with ``T``, ``Z`` or an offset; up to nanoseconds.
 _COMMIT_TS_PATTERN = (
@@ -76,12 +75,22 @@ def error_text() -> Column:
     return F.concat_ws("; ", F.col(ERROR))
 
 
-def _excerpt(value: Column, length: int = 40) -> Column:
-    """A value short enough to quote in an error message."""
-    from pyspark.sql import functions as F
+def _sql_text(value: str) -> str:
+    """A Spark SQL string literal of ``value`` (backslash escapes: the parser's default)."""
+    escaped = value.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n").replace("\r", "\\r")
+    return f"'{escaped}'"
 
-    text = value.cast("string")
-    return F.when(F.length(text) > length, F.concat(F.substring(text, 1, length), F.lit("..."))).otherwise(text)
+
+def _sql_reason(template: str, value: str) -> str:
+    """SQL text of ``template`` (its ``%s`` in the words of a reason) with ``value``'s excerpt."""
+    parts = template.split("%s")
+    return f"format_string({_sql_text('%s'.join(p.replace('%', '%%') for p in parts))}, {_excerpt(value)})"
+
+
+def _excerpt(value: str, length: int = 40) -> str:
+    """SQL text: a value short enough to quote in an error message."""
+    text = f"CAST({value} AS STRING)"
+    return f"CASE WHEN length({text}) > {length} THEN concat(substring({text}, 1, {length}), '...') ELSE {text} END"
 
 
 def _checked_casts(df: DataFrame, casts: dict[str, str], rounded: Collection[str] = ()) -> DataFrame:
@@ -97,86 +106,86 @@ def _checked_casts(df: DataFrame, casts: dict[str, str], rounded: Collection[str
     if not casts:
         return df
     sources = {f.name: f.dataType.simpleString() for f in df.schema.fields}
-    reasons = [
-        F.when(
-            F.col(column).isNotNull() & F.col(column).cast(type_name).isNull(),
-            F.format_string(f"value '%s' of column {column} is not a valid {type_name}", _excerpt(F.col(column))),
-        )
-        for column, type_name in casts.items()
-    ]
+    reasons = _cast_reasons({quote(c): (c, sources[c], t) for c, t in casts.items()}, rounded)
+    updates = {ERROR: F.expr(f"concat({quote(ERROR)}, array({', '.join(reasons)}))")}
     for column, type_name in casts.items():
+        updates[column] = F.expr(_cast_value(quote(column), sources[column], type_name, column in rounded))
+    return df.withColumns(updates)
+
+
+def _cast_reasons(casts: dict[str, tuple[str, str, str]], rounded: Collection[str]) -> list[str]:
+    """SQL text of why a value cannot be cast: ``casts`` maps the SQL text of each value to its
+    column's name, its Spark type now and the type it is cast to."""
+    reasons = []
+    for value, (column, _, type_name) in casts.items():
+        invalid = _sql_reason(f"value '%s' of column {column} is not a valid {type_name}", value)
+        reasons.append(f"CASE WHEN {value} IS NOT NULL AND CAST({value} AS {type_name}) IS NULL THEN {invalid} END")
+    for value, (column, source, type_name) in casts.items():
         scale = fraction_digits(type_name)
         if scale is not None and column not in rounded:
-            lossy = _loses_digits(F.col(column), sources[column], type_name, scale)
+            lossy = _loses_digits(value, source, type_name, scale)
             reason = f"value '%s' of column {column} cannot be stored exactly as {type_name} (clean.round rounds it)"
-            reasons.append(F.when(lossy, F.format_string(reason, _excerpt(F.col(column)))))
-    df = df.withColumn(ERROR, F.concat(F.col(ERROR), F.array(*reasons)))
-    return df.withColumns(
-        {
-            column: _rounded(F.col(column), sources[column], type_name)
-            if column in rounded
-            else F.col(column).cast(type_name)
-            for column, type_name in casts.items()
-        }
-    )
+            reasons.append(f"CASE WHEN {lossy} THEN {_sql_reason(reason, value)} END")
+    return reasons
+
+
+def _cast_value(value: str, source: str, type_name: str, rounded: bool) -> str:
+    """SQL text of ``value`` cast to ``type_name`` (rounded half up when ``rounded``)."""
+    return _rounded(value, source, type_name) if rounded else f"CAST({value} AS {type_name})"
 
 
 _NUMERIC_SOURCE = ("tinyint", "smallint", "int", "bigint", "float", "double", "decimal")
 
 
-def _loses_digits(value: Column, source: str, type_name: str, scale: int) -> Column:
-    """Whether casting ``value`` (of Spark type ``source``) to the integer or decimal ``type_name``
-    drops digits: Spark's cast truncates text into integers, rounds into decimals and wraps
-    numbers that overflow an integer, all silently."""
-    from pyspark.sql import functions as F
-
+def _loses_digits(value: str, source: str, type_name: str, scale: int) -> str:
+    """SQL text: whether casting ``value`` (of Spark type ``source``) to the integer or decimal
+    ``type_name`` drops digits: Spark's cast truncates text into integers, rounds into decimals
+    and wraps numbers that overflow an integer, all silently."""
     if source == "string":
-        text = F.trim(value)
+        text = f"trim({value})"
         # A nonzero digit after the first ``scale`` fraction digits (plain notation, as DMS writes).
-        plain = text.rlike(rf"^[+-]?[0-9]*\.[0-9]{{{scale}}}[0-9]*[1-9][0-9]*$")
-        scientific = text.rlike("[eE]") & (value.cast(type_name).cast("double") != value.cast("double"))
-        return F.coalesce(plain | scientific, F.lit(False))
+        digits = _sql_text(rf"^[+-]?[0-9]*\.[0-9]{{{scale}}}[0-9]*[1-9][0-9]*$")
+        plain = f"{text} RLIKE {digits}"
+        scientific = f"{text} RLIKE '[eE]' AND CAST(CAST({value} AS {type_name}) AS DOUBLE) != CAST({value} AS DOUBLE)"
+        return f"coalesce(({plain}) OR ({scientific}), false)"
     if source.startswith(_NUMERIC_SOURCE):
-        return F.coalesce(value.cast(type_name) != value, F.lit(False))
-    return F.lit(False)
+        return f"coalesce(CAST({value} AS {type_name}) != {value}, false)"
+    return "false"
 
 
-def _rounded(value: Column, source: str, type_name: str) -> Column:
-    """``value`` rounded half up into the integer or decimal ``type_name`` (a decimal cast rounds
-    half up by itself; an integer cast would truncate)."""
-    from pyspark.sql import functions as F
-
+def _rounded(value: str, source: str, type_name: str) -> str:
+    """SQL text of ``value`` rounded half up into the integer or decimal ``type_name`` (a decimal
+    cast rounds half up by itself; an integer cast would truncate)."""
     if fraction_digits(type_name) != 0:
-        return value.cast(type_name)
-    exact = value.cast("decimal(38,18)") if source == "string" else value
-    return F.round(exact, 0).cast(type_name)
+        return f"CAST({value} AS {type_name})"
+    exact = f"CAST({value} AS DECIMAL(38,18))" if source == "string" else value
+    return f"CAST(round({exact}, 0) AS {type_name})"
 
 
-def commit_instant(text: Column) -> Column:
-    """A commit timestamp's text -> the instant it names, as UTC text ``yyyy-MM-dd HH:mm:ss.SSSSSS``
-    (more fraction digits kept when written); NULL when it is no timestamp or names no real day.
+def commit_instant(text: str) -> str:
+    """SQL text: a commit timestamp's text (SQL ``text``) -> the instant it names, as UTC text
+    ``yyyy-MM-dd HH:mm:ss.SSSSSS`` (more fraction digits kept when written); NULL when it is no
+    timestamp or names no real day.
 
     Text in that one form sorts as the instants do, whatever form DMS wrote. It is also DMS's own
     default form, so the order keys of rows stored before timestamps were normalised (built from
     that text as written) stay comparable with new ones. Text without a zone is UTC, as DMS writes
     it. The parse does not depend on the session's time zone (timestamps without a zone).
     """
-    from pyspark.sql import functions as F
+    pattern = _sql_text(_COMMIT_TS_PATTERN)
 
-    def part(group: int) -> Column:
-        return F.regexp_extract(text, _COMMIT_TS_PATTERN, group)
+    def part(group: int) -> str:
+        return f"regexp_extract({text}, {pattern}, {group})"
 
-    zone, digits = part(4), F.regexp_replace(part(4), "[^0-9]", "")  # "Z", "+02:00" -> "0200", "-05" -> "05"
-    minutes = F.coalesce(
-        F.substring(digits, 1, 2).cast("int") * 60 + F.coalesce(F.substring(digits, 3, 2).cast("int"), F.lit(0)),
-        F.lit(0),
-    )
-    offset = F.when(zone.startswith("-"), -minutes).otherwise(minutes)
-    local = F.to_timestamp_ntz(F.concat(part(1), F.lit(" "), part(2)), F.lit("yyyy-MM-dd HH:mm:ss"))
-    utc = local - F.make_dt_interval(F.lit(0), F.lit(0), offset, F.lit(0))
-    fraction = F.when(F.length(part(3)) > 6, part(3)).otherwise(F.rpad(part(3), 6, "0"))
-    text_ok = F.coalesce(text.rlike(_COMMIT_TS_PATTERN), F.lit(False))
-    return F.when(text_ok, F.concat(F.date_format(utc, "yyyy-MM-dd HH:mm:ss"), F.lit("."), fraction))
+    zone, digits = part(4), f"regexp_replace({part(4)}, '[^0-9]', '')"  # "Z", "+02:00" -> "0200", "-05" -> "05"
+    hours, rest = f"CAST(substring({digits}, 1, 2) AS INT)", f"CAST(substring({digits}, 3, 2) AS INT)"
+    minutes = f"coalesce({hours} * 60 + coalesce({rest}, 0), 0)"
+    offset = f"CASE WHEN {zone} LIKE '-%' THEN -({minutes}) ELSE {minutes} END"
+    local = f"to_timestamp_ntz(concat({part(1)}, ' ', {part(2)}), 'yyyy-MM-dd HH:mm:ss')"
+    utc = f"({local} - make_dt_interval(0, 0, {offset}, 0))"
+    fraction = f"CASE WHEN length({part(3)}) > 6 THEN {part(3)} ELSE rpad({part(3)}, 6, '0') END"
+    text_ok = f"coalesce({text} RLIKE {pattern}, false)"
+    return f"CASE WHEN {text_ok} THEN concat(date_format({utc}, 'yyyy-MM-dd HH:mm:ss'), '.', {fraction}) END"
 
 
 def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig, full_load: bool = False) -> DataFrame:
@@ -191,42 +200,53 @@ def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig, ful
     sequence does not. A commit timestamp that does not parse is an error, and so is a NULL one
     on a CDC row (``full_load`` False): either would order the change before every stored row.
     """
-    from pyspark.sql import functions as F
-
     columns = set(raw.columns)
-    op = F.upper(F.trim(F.col(DMS_OP_COLUMN))) if DMS_OP_COLUMN in columns else F.lit("I")
+    op = f"upper(trim({quote(DMS_OP_COLUMN)}))" if DMS_OP_COLUMN in columns else "'I'"
     ts_name, seq_name = settings.timestamp_column, settings.change_sequence_column
-    known_op = F.coalesce(F.col(OP).isin(*VALID_OPS), F.lit(False))
     reasons = [
-        F.when(F.col(CORRUPT_RECORD).isNotNull(), F.lit("wrong number of fields")),
-        F.when(~known_op, F.format_string("unknown Op '%s'", _excerpt(F.col(OP)))),
+        f"CASE WHEN {quote(CORRUPT_RECORD)} IS NOT NULL THEN 'wrong number of fields' END",
+        f"CASE WHEN NOT coalesce(({op}) IN {VALID_OPS!r}, false) THEN {_sql_reason(UNKNOWN_OP, op)} END",
     ]
     text = [f.name for f in raw.schema.fields if f.dataType.simpleString() == "string" and f.name != CORRUPT_RECORD]
     if text and settings.format == "csv":
         # Spark decodes CSV bytes that are not UTF-8 as U+FFFD instead of failing; say so per row.
-        replaced = reduce(or_, [F.coalesce(F.col(c).contains("\ufffd"), F.lit(False)) for c in text])
-        reasons.insert(1, F.when(replaced, F.lit("bytes that are not valid UTF-8")))
-    ts_text = F.col(ts_name).cast("string") if ts_name in columns else F.lit(None).cast("string")
+        replaced = " OR ".join(f"coalesce(instr({quote(c)}, '\ufffd') > 0, false)" for c in text)
+        reasons.insert(1, f"CASE WHEN {replaced} THEN 'bytes that are not valid UTF-8' END")
+    ts_text = f"CAST({quote(ts_name)} AS STRING)" if ts_name in columns else "CAST(NULL AS STRING)"
+    instant = commit_instant(ts_text)
     if ts_name:
-        reasons += [
-            F.when(
-                ts_text.isNotNull() & commit_instant(ts_text).isNull(),
-                F.format_string(f"value '%s' of column {ts_name} is not a valid commit timestamp", _excerpt(ts_text)),
-            ),
-        ]
+        invalid = f"value '%s' of column {ts_name} is not a valid commit timestamp"
+        reasons.append(
+            f"CASE WHEN {ts_text} IS NOT NULL AND ({instant}) IS NULL THEN {_sql_reason(invalid, ts_text)} END"
+        )
         if not full_load:
-            reasons.append(F.when(ts_text.isNull(), F.lit(f"commit timestamp column {ts_name} is NULL")))
-    df = (
-        raw.withColumn(OP, op)
-        .withColumn(COMMIT_TS, commit_instant(ts_text))
-        .withColumn(CHANGE_SEQ, F.col(seq_name).cast("string") if seq_name in columns else F.lit(None).cast("string"))
-        .withColumn(ERROR, F.array(*reasons))
-    )
+            missing = _sql_text(f"commit timestamp column {ts_name} is NULL")
+            reasons.append(f"CASE WHEN {ts_text} IS NULL THEN {missing} END")
+    sources = {f.name: f.dataType.simpleString() for f in raw.schema.fields}
     typed = {c: type_name for c, type_name in table.columns.items() if c in columns and c != seq_name}
-    df = _checked_casts(df, typed, table.clean.round)
-    df = df.withColumnRenamed(CORRUPT_RECORD, RAW_LINE)
-    drop = [c for c in (DMS_OP_COLUMN, seq_name) if c and c in columns]
-    df = df.drop(*drop)
+    reasons += _cast_reasons({quote(c): (c, sources[c], t) for c, t in typed.items()}, table.clean.round)
+    dropped = {c for c in (DMS_OP_COLUMN, seq_name) if c}
+    # One projection: every expression is SQL text, so building it costs a few calls into Spark
+    # per table rather than one per function of every column's checks.
+    projection = []
+    for column in raw.columns:
+        if column in dropped:
+            continue
+        if column == CORRUPT_RECORD:
+            projection.append(f"{quote(column)} AS {quote(RAW_LINE)}")
+        elif column in typed:
+            value = _cast_value(quote(column), sources[column], typed[column], column in table.clean.round)
+            projection.append(f"{value} AS {quote(column)}")
+        else:
+            projection.append(quote(column))
+    seq = f"CAST({quote(seq_name)} AS STRING)" if seq_name in columns else "CAST(NULL AS STRING)"
+    projection += [
+        f"{op} AS {OP}",
+        f"{instant} AS {COMMIT_TS}",
+        f"{seq} AS {CHANGE_SEQ}",
+        f"array({', '.join(reasons)}) AS {ERROR}",
+    ]
+    df = raw.selectExpr(*projection)
     if settings.csv_no_sup_value is not None:
         df = _mark_unchanged(df, settings.csv_no_sup_value, exclude={ts_name or "", *table.primary_key})
     return df
@@ -241,14 +261,10 @@ def _mark_unchanged(df: DataFrame, marker: str, exclude: set[str]) -> DataFrame:
     from pyspark.sql import functions as F
 
     text_columns = [f.name for f in df.schema.fields if f.dataType.simpleString() == "string"]
-    for column in data_columns(df):
-        if column in exclude or column not in text_columns:
-            continue
-        unchanged = F.coalesce(F.col(column) == marker, F.lit(False))
-        df = df.withColumn(UNCHANGED_PREFIX + column, unchanged).withColumn(
-            column, F.when(F.col(UNCHANGED_PREFIX + column), F.lit(None).cast("string")).otherwise(F.col(column))
-        )
-    return df
+    marked = [c for c in data_columns(df) if c not in exclude and c in text_columns]
+    unchanged = {UNCHANGED_PREFIX + c: F.expr(f"coalesce({quote(c)} = {_sql_text(marker)}, false)") for c in marked}
+    values = {c: F.expr(f"CASE WHEN {quote(c)} = {_sql_text(marker)} THEN NULL ELSE {quote(c)} END") for c in marked}
+    return df.withColumns({**unchanged, **values}) if marked else df
 
 
 def unchanged_flags(df: DataFrame) -> dict[str, str]:
