@@ -160,9 +160,11 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
     else:
         # Materialised once (the classification reads it two or three times), counted on the way.
         rows = rows.observe(keys_seen, F.count(F.lit(1)).alias("keys")).localCheckpoint()
+        keys, heap = int(keys_seen.get["keys"]), driver_heap_bytes(engine)
         small = sum(f.size for f in files) <= engine.broadcast_batch_bytes and broadcast_fits(
-            int(keys_seen.get["keys"]), driver_heap_bytes(engine), engine.parallel_tables, engine.broadcast_heap_share
+            keys, heap, engine.parallel_tables, engine.broadcast_heap_share
         )
+        log.debug("classify table=%s keys=%d heap=%d broadcast=%s", table.source, keys, heap, small)
         classified = _classify(engine, table, rows, shape, base, small)
         observed = classified.observe(applied, *[F.count_if(F.col(EFFECT) == e).alias(e) for e in EFFECTS], latest)
     # A local checkpoint, not a cache: it also cuts the lineage back to the reader's row ids
