@@ -143,7 +143,7 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
     # run on the observed frames first, or it would be the one observed.
     read = Observation(f"cdclake_read_{uuid.uuid4().hex}")
     observed_read = changes.observe(read, *RowCounts.columns())
-    history = None
+    history, keys = None, 0
     if table.history:
         # Every valid change is kept, not only the latest per key: materialise the read once
         # (this action is the observed one) and take both the history and the latest from it.
@@ -174,10 +174,10 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
     stats = applied.get
     counts = RowCounts.of(read.get)
     effects = {e: int(stats[e]) for e in stats if e != "_cdc_latest"}
-    if not table.append_only and sum(effects.values()) != keys_seen.get["keys"]:
+    if not table.append_only and sum(effects.values()) != keys:
         raise CdclakeError(
             f"Table {table.source}: silver table {silver.identifier} holds some of this batch's keys more "
-            f"than once ({sum(effects.values()) - keys_seen.get['keys']} extra rows); a mirror holds each key "
+            f"than once ({sum(effects.values()) - keys} extra rows); a mirror holds each key "
             "once. Reload the table (`cdclake full-load --reload`) to rebuild it from bronze."
         )
     columns, unchanged = data_columns(rows), unchanged_flags(rows)

@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from cdclake.columns import OP, SILVER_ORDER, STORED_FILE, STORED_POS
-from cdclake.lake.tables import iceberg_table
+from cdclake.lake.tables import iceberg_fields, iceberg_table
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -46,7 +46,10 @@ log = logging.getLogger("cdclake")
 _DELETE_PATH_ID, _DELETE_POS_ID = 2147483546, 2147483545
 # Iceberg types whose Parquet form Spark writes exactly as Iceberg's writer does (timestamps as
 # INT64 microseconds: the write sets Spark's outputTimestampType).
-_PLAIN_TYPES = {"BOOLEAN", "INTEGER", "LONG", "FLOAT", "DOUBLE", "DATE", "TIMESTAMP", "STRING", "BINARY", "DECIMAL"}
+# Iceberg's JSON names of them (``iceberg_fields``): timestamps with and without a zone, not nanoseconds.
+_PLAIN_TYPES = {
+    *("boolean", "int", "long", "float", "double", "decimal", "date", "timestamp", "timestamptz", "string", "binary")
+}
 _FIELD_ID = "parquet.field.id"
 _ROWS_PER_WRITER = 500_000
 # Beside a position delete: a number standing for its data file, so each data file's deletes are
@@ -71,16 +74,12 @@ def blocker(
         return "a partitioned table"
     if str(table.properties().getOrDefault("write.merge.mode", "copy-on-write")) != "merge-on-read":
         return "a copy-on-write table"
-    fields = list(table.schema().columns())
+    fields = iceberg_fields(spark, table)
     for field in fields:
-        if str(field.type().typeId().name()) not in _PLAIN_TYPES:
-            return f"column {field.name()} of type {field.type()}"
+        if field.primitive not in _PLAIN_TYPES:
+            return f"column {field.name} of type {table.schema().findField(field.id).type()}"
     written = {*columns, *absent, SILVER_ORDER}
-    kept = [
-        str(f.name())
-        for f in fields
-        if str(f.name()) not in key and ((str(f.name()) in (unchanged or {})) or str(f.name()) not in written)
-    ]
+    kept = [f.name for f in fields if f.name not in key and (f.name in (unchanged or {}) or f.name not in written)]
     if kept:
         return f"updates keep the stored values of {', '.join(kept)}"
     return None
@@ -283,7 +282,7 @@ def apply_row_delta(
     table = iceberg_table(spark, table_identifier)
     table.refresh()
     schema = table.schema()
-    ids = {str(f.name()): int(f.fieldId()) for f in schema.columns()}
+    ids = {f.name: f.id for f in iceberg_fields(spark, table)}
     types = {f.name: f.dataType for f in spark.table(table_identifier).schema.fields}
     present = {*columns, SILVER_ORDER}
     images = changes.where(F.col(OP) != "D").select(

@@ -6,6 +6,7 @@ say what the properties and the side tables mean.
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Callable, Sequence
@@ -168,6 +169,29 @@ def iceberg_table(spark: SparkSession, table_identifier: str) -> Any:
     """The Iceberg Java ``Table`` behind ``table_identifier`` (the catalog's cached instance)."""
     jvm: Any = spark.sparkContext._jvm
     return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table_identifier)
+
+
+@dataclass(frozen=True)
+class IcebergField:
+    """A top-level column of an Iceberg schema: its field id, name and type (Iceberg's JSON form:
+    a primitive's name such as ``long`` or ``decimal(12, 2)``, or an object for nested types)."""
+
+    id: int
+    name: str
+    type: Any
+
+    @property
+    def primitive(self) -> str | None:
+        """The primitive type's name without parameters (``decimal``), None for nested types."""
+        return self.type.split("(")[0].split("[")[0] if isinstance(self.type, str) else None
+
+
+def iceberg_fields(spark: SparkSession, table: Any) -> list[IcebergField]:
+    """The top-level columns of an Iceberg Java ``Table``'s schema, in order, read as one JSON text
+    (walking the Java objects costs several calls into the JVM per column)."""
+    jvm: Any = spark.sparkContext._jvm
+    schema = json.loads(str(jvm.org.apache.iceberg.SchemaParser.toJson(table.schema())))
+    return [IcebergField(int(f["id"]), str(f["name"]), f["type"]) for f in schema["fields"]]
 
 
 def table_property(spark: SparkSession, table: SilverTable, name: str) -> str | None:
