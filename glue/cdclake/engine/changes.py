@@ -347,7 +347,7 @@ def change_order() -> Column:
     """The apply order of changes: commit timestamp, change sequence, file order, row in file."""
     from pyspark.sql import functions as F
 
-    return F.struct(*[F.col(c) for c in ORDER_COLUMNS])
+    return F.expr(f"struct({', '.join(ORDER_COLUMNS)})")
 
 
 def latest_change_per_key(
@@ -373,7 +373,8 @@ def latest_change_per_key(
     ]
     ok = F.lit(True) if valid is None else valid
     order = F.when(ok, change_order())
-    aggregates = [F.max_by(F.struct(*values), order).alias("_cdc_latest")]
+    # The carried values as one struct in SQL text: one call into the JVM, not two per column.
+    aggregates = [F.max_by(F.expr(f"struct({', '.join(quote(c) for c in values)})"), order).alias("_cdc_latest")]
     for column, flag in flags.items():
         # The newest captured value in the batch; unchanged only if no valid change captured it.
         captured_order = F.when(ok & ~F.col(flag), change_order())
@@ -384,7 +385,8 @@ def latest_change_per_key(
     latest = df.groupBy(*key).agg(*aggregates)
     if valid is not None:
         latest = latest.where(F.col("_cdc_latest").isNotNull())
-    return latest.select(*key, *[F.col(f"_cdc_latest.{c}").alias(c) for c in values], *flags, *flags.values())
+    carried = [f"_cdc_latest.{quote(c)} AS {quote(c)}" for c in values]
+    return latest.selectExpr(*[quote(k) for k in key], *carried, *[quote(c) for c in (*flags, *flags.values())])
 
 
 def classify_effects(latest: DataFrame, stored: DataFrame, tombstones: DataFrame, key: Sequence[str]) -> DataFrame:
