@@ -226,7 +226,7 @@ def test_a_cdc_file_without_op_is_refused_naming_the_endpoint_setting(
     # THEN the file is held with the one sentence that names the setting, and nothing of it applied
     [(held, reason)] = _files_in_quarantine(engine)
     assert held == key
-    assert reason.endswith(f"{key} {NO_OP}.")
+    assert reason == f"{key} {NO_OP}."
     assert [t.quarantined_files for t in report.tables if t.kind == "cdc"] == [[key]]
     assert _names(engine) == {1: "loaded"}
 

@@ -47,6 +47,7 @@ class MissingOpError(BadInputError):
     """A CDC file without DMS's Op column: its changes cannot be told apart, so it is not applied."""
 
     def __init__(self, key: str) -> None:
+        self.key = key
         super().__init__(
             f"{key} has no Op column (DMS's CdcInsertsOnly or CdcInsertsAndUpdates with IncludeOpForFullLoad=false), "
             "so its inserts, updates and deletes cannot be told apart: set IncludeOpForFullLoad=true on the S3 "
