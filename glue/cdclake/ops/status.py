@@ -7,8 +7,11 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from cdclake.dms.files import FileKind
+from cdclake.config import TableConfig
+from cdclake.dms.files import BronzeFile, FileKind
 from cdclake.dms.store import list_bronze
+from cdclake.engine.select import TableState, load_again, unloaded_load_files
+from cdclake.errors import LoadFilesConflictError
 from cdclake.lake.journals import QUARANTINE_TABLE, SCHEMA_CHANGES_TABLE, tombstones_of
 from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY, read_ledger
 from cdclake.lake.tables import SilverTable, table_exists
@@ -34,6 +37,7 @@ class TableStatus:
     last_schema_change: str | None = None
     quarantined_files: int = 0  # entries in cdclake_quarantine
     pending_files: int = 0  # CDC files in bronze neither applied nor held
+    unloaded_load_files: str = ""  # LOAD files in bronze the table's full load does not hold (names)
     behind: str = ""  # why silver is not up to date with bronze, or "up to date"
 
 
@@ -72,6 +76,7 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
             statuses.append(TableStatus(table.source, name, exists=False, pending_files=len(cdc), behind=reason))
             continue
         ledger = read_ledger(engine.spark, silver)
+        state = TableState(ledger.full_load_done, ledger.applied, frozenset(), ledger.loaded)
         held, last_reason = quarantined.get(table.target, (0, None))
         pending = [f for f in cdc if f.key not in ledger.applied]
         waiting = len(pending) - held
@@ -104,15 +109,38 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
                 last_schema_change=last_change,
                 quarantined_files=held,
                 pending_files=max(waiting, 0),
-                behind=_behind(ledger.full_load_done, bool(loads), max(waiting, 0), held, last_reason),
+                unloaded_load_files=", ".join(f.name for f in unloaded_load_files(state, loads)),
+                behind=_behind(
+                    ledger.full_load_done,
+                    bool(loads),
+                    max(waiting, 0),
+                    held,
+                    last_reason,
+                    _unloaded(table, state, loads),
+                ),
             )
         )
     return statuses
 
 
-def _behind(loaded: bool, has_loads: bool, waiting: int, held: int, last_reason: str | None) -> str:
+def _unloaded(table: TableConfig, state: TableState, loads: Sequence[BronzeFile]) -> str | None:
+    """LOAD files the table's full load does not hold, and the command that loads them (or None)."""
+    unloaded = unloaded_load_files(state, loads)
+    if not unloaded:
+        return None
+    names = ", ".join(f.name for f in unloaded)
+    try:
+        load_again(table, state, loads)
+    except LoadFilesConflictError:
+        return f"LOAD file(s) not loaded: {names} (beside loaded ones, after CDC: `cdclake run` says what to do)"
+    return f"LOAD file(s) not loaded: {names} (`cdclake run` loads them)"
+
+
+def _behind(
+    loaded: bool, has_loads: bool, waiting: int, held: int, last_reason: str | None, unloaded: str | None = None
+) -> str:
     """Why a table is behind bronze, in one phrase (or "up to date")."""
-    reasons = []
+    reasons = [unloaded] if unloaded else []
     if not loaded and has_loads:
         reasons.append("full load not applied")
     if waiting:
