@@ -31,7 +31,7 @@ from cdclake.columns import (
 from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile
-from cdclake.dms.reader import MissingOpError
+from cdclake.dms.reader import HeldFileError
 from cdclake.engine.changes import classify_effects, data_columns, has_error, latest_change_per_key, unchanged_flags
 from cdclake.engine.read import BadRows, RowCounts, bad_rows, read_changes, unreadable_files
 from cdclake.engine.schema import SchemaPlan, plan_schema_change
@@ -109,9 +109,9 @@ def prepare_batch(engine: Engine, table: TableConfig, files: Sequence[BronzeFile
             return _prepare_readable(engine, table, remaining, plan)
         except ConfigError:
             raise
-        except MissingOpError as refused:
-            # Readable, but its changes cannot be told apart: held with its own reason (the
-            # endpoint setting to change), found before any Spark job, one file at a time.
+        except HeldFileError as refused:
+            # Readable, but not to be applied as it is (no Op column, a header that contradicts
+            # the declared columns): held with its own reason, found before any Spark job.
             file = next(f for f in remaining if f.key == refused.key)
             plan.holds.append(Hold([file], str(refused)))
             remaining.remove(file)
