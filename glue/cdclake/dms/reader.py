@@ -94,15 +94,14 @@ def plan_scans(
         header = None
         if file.file_format == "csv" and settings.csv_header:
             header = parse_header(head_text(store, file), settings.csv_delimiter, file.key)
-            undeclared, missing = undeclared_header_columns(settings, table, header)
-            if undeclared:
-                raise UndeclaredHeaderError(file, table, undeclared, missing)
         layout = layout_for(settings, table, file, header)
         if file.kind is FileKind.CDC and layout.columns is not None:
             if layout.has_header and DMS_OP_COLUMN not in layout.columns:
                 raise MissingOpError(file.key)
             if not layout.has_header and _first_record_lacks_op(store, settings, file, len(layout.columns)):
                 raise MissingOpError(file.key)
+        if header is not None and (undeclared := undeclared_header_columns(settings, table, header))[0]:
+            raise UndeclaredHeaderError(file, table, *undeclared)
         groups[layout].append((ordinal, file))
     return groups
 
