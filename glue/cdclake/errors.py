@@ -27,6 +27,10 @@ class FullLoadPendingError(CdclakeError):
     """CDC files were given for a table whose full load has not been applied yet."""
 
 
+class LoadFilesConflictError(CdclakeError):
+    """LOAD files beside a loaded table that may be a late part of its load or a reload: nothing applied."""
+
+
 class UnknownTableError(CdclakeError):
     """A table named by the user is not in the configuration."""
 

@@ -21,6 +21,7 @@ from cdclake.engine.read import bad_rows, read_and_count
 from cdclake.engine.run import run
 from cdclake.errors import BadInputError
 from cdclake.lake.journals import QUARANTINE_ROWS_TABLE, QUARANTINE_TABLE
+from cdclake.ops.status import table_statuses
 
 EngineFactory = Callable[..., Engine]
 
@@ -227,7 +228,7 @@ def test_a_cdc_file_without_op_is_refused_naming_the_endpoint_setting(
     # THEN the file is held with the one sentence that names the setting, and nothing of it applied
     [(held, reason)] = _files_in_quarantine(engine)
     assert held == key
-    assert reason.endswith(f"{key} {NO_OP}.")
+    assert reason == f"{key} {NO_OP}."
     assert [t.quarantined_files for t in report.tables if t.kind == "cdc"] == [[key]]
     assert _names(engine) == {1: "loaded"}
 
@@ -267,3 +268,56 @@ def test_the_bad_rows_of_a_wide_full_load_are_named_promptly(make_engine: Engine
     assert "s/wide/LOAD00000001.csv data row 151: value '4294967295' of column c0 is not a valid int" in str(
         failure.value
     )
+
+
+ORDERS = """
+bronze: {csv_header: true, timestamp_column: ts}
+tables:
+  s.orders: {primary_key: [id], columns: {id: int, qty: int}}
+  s.other: {primary_key: [id], columns: {id: int, qty: int}}
+"""
+
+
+def test_a_header_that_contradicts_the_declared_columns_is_held_before_anything_is_written(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # GIVEN declared columns id, qty and, among the CDC files of s.orders, one whose header says
+    # `quantity` instead of `qty` (files before and after it are right), and a second table
+    engine = make_engine(ORDERS)
+    bronze = tmp_path / "bronze" / "s"
+    ts = "2024-01-02 00:00:0{}.000000"
+    for table in ("orders", "other"):
+        write_csv(bronze / table / "LOAD00000001.csv", [["2024-01-01 00:00:00.000000", "1", "1"],
+                                                        ["2024-01-01 00:00:00.000000", "2", "2"]],
+                  header=["ts", "id", "qty"])  # fmt: skip
+        write_csv(bronze / table / "20240102-0000010000.csv", [["U", ts.format(1), "1", "5"]],
+                  header=["Op", "ts", "id", "qty"])  # fmt: skip
+    key = "s/orders/20240102-0000020000.csv"
+    write_csv(tmp_path / "bronze" / key, [["U", ts.format(2), "2", "7"]], header=["Op", "ts", "id", "quantity"])
+    write_csv(bronze / "orders" / "20240102-0000030000.csv", [["U", ts.format(3), "1", "9"]],
+              header=["Op", "ts", "id", "qty"])  # fmt: skip
+    # WHEN run
+    report = run(engine)
+    # THEN the file is held with the reason naming it, the header column and the declared one
+    assert _files_in_quarantine(engine) == [
+        (
+            key,
+            f"{key}: header column(s) quantity are not among the declared columns of s.orders (declared but not in "
+            "the header: qty), so the file is not applied (they would become new columns, leaving declared ones "
+            "NULL): declare them under the table's columns or correct the file, then run `cdclake replay "
+            "--quarantined`.",
+        )
+    ]
+    assert [t.quarantined_files for t in report.tables if t.table == "s.orders" and t.kind == "cdc"] == [[key]]
+    # AND nothing of it reached silver (no `quantity` column, key 2 untouched), while the files
+    # before and after it and the other table were applied
+    orders = engine.spark.table(f"silver.{engine.config.database}.orders")
+    assert [c for c in orders.columns if not c.startswith("_cdc_")] == ["ts", "id", "qty"]
+    assert {r["id"]: r["qty"] for r in orders.collect()} == {1: 9, 2: 2}
+    other = engine.spark.table(f"silver.{engine.config.database}.other")
+    assert {r["id"]: r["qty"] for r in other.collect()} == {1: 5, 2: 2}
+    assert not report.failures
+    # AND status shows the column
+    statuses = {s.source: s for s in table_statuses(engine)}
+    assert (statuses["s.orders"].undeclared_columns, statuses["s.other"].undeclared_columns) == ("quantity", "")
+    assert statuses["s.orders"].quarantined_files == 1

@@ -205,6 +205,10 @@ def test_maintenance_compacts_and_keeps_rows_ledger_and_recent_tombstones(
     assert report.tombstones_removed == 12
     assert sorted(tuple(r) for r in engine.spark.table(silver.identifier).collect()) == before_rows
     assert len(read_ledger(engine.spark, silver).applied) == 13
+    # AND the archive keeps the load's LOAD file sizes (a LOAD file DMS writes again is told by them)
+    assert read_ledger(engine.spark, silver).loaded == {
+        "s/people/LOAD00000001.csv": (bronze / "LOAD00000001.csv").stat().st_size
+    }
     again = run(engine).checked()
     assert [t for t in again.tables if t.files_applied] == []
     # AND the table keeps its default key-clustered layout: files ordered by the key

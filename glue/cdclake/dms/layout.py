@@ -69,6 +69,26 @@ def parse_header(head: bytes, delimiter: str, key: str) -> tuple[str, ...]:
     return tuple(header)
 
 
+def undeclared_header_columns(
+    settings: BronzeSettings, table: TableConfig, header: tuple[str, ...]
+) -> tuple[list[str], list[str]]:
+    """A header that contradicts the table's declared ``columns``: (the header's columns that are
+    not declared, the declared columns the header lacks); ([], ...) when it does not contradict.
+
+    Only a table that declares ``columns`` is checked (without them, headers are followed: a new
+    column is added, a missing one is NULL from then on). Op, the timestamp and change-sequence
+    columns and ``clean.cast`` columns count as declared; names compare case-insensitively, as
+    Spark resolves them.
+    """
+    if not table.columns:
+        return [], []
+    bookkeeping = (DMS_OP_COLUMN, settings.timestamp_column, settings.change_sequence_column)
+    declared = {name.lower() for name in (*table.columns, *table.clean.cast, *bookkeeping) if name}
+    in_header = {name.lower() for name in header}
+    undeclared = [name for name in header if name.lower() not in declared]
+    return undeclared, [name for name in table.columns if name.lower() not in in_header]
+
+
 def layout_for(
     settings: BronzeSettings, table: TableConfig, file: BronzeFile, header: tuple[str, ...] | None
 ) -> FileLayout:

@@ -29,6 +29,7 @@ from cdclake.dms.layout import (
     FileLayout,
     layout_for,
     parse_header,
+    undeclared_header_columns,
 )
 from cdclake.dms.store import BronzeStore, head_text
 from cdclake.errors import BadInputError
@@ -43,14 +44,40 @@ _NO_NULL_MARKER = "\u0000cdclake-no-null-marker\u0000"
 _FIRST_RECORD_BYTES = 1 << 14
 
 
-class MissingOpError(BadInputError):
+class HeldFileError(BadInputError):
+    """A readable file that must not be applied as it is: held in quarantine with this reason
+    (``key``: the file) while the rest of its batch goes on."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        self.key = key
+        super().__init__(reason)
+
+
+class UndeclaredHeaderError(HeldFileError):
+    """A CSV header with columns the table's declared ``columns`` do not have (``quantity`` where
+    ``qty`` is declared): applied, it would add a new column and leave the declared one NULL."""
+
+    def __init__(self, file: BronzeFile, table: TableConfig, undeclared: Sequence[str], missing: Sequence[str]) -> None:
+        key = file.key
+        then = "cdclake replay --quarantined" if file.kind is FileKind.CDC else "cdclake run"
+        lacking = f"declared but not in the header: {', '.join(missing)}" if missing else "every declared one is there"
+        super().__init__(
+            key,
+            f"{key}: header column(s) {', '.join(undeclared)} are not among the declared columns of {table.source} "
+            f"({lacking}), so the file is not applied (they would become new columns, leaving declared ones NULL): "
+            f"declare them under the table's columns or correct the file, then run `{then}`.",
+        )
+
+
+class MissingOpError(HeldFileError):
     """A CDC file without DMS's Op column: its changes cannot be told apart, so it is not applied."""
 
     def __init__(self, key: str) -> None:
         super().__init__(
+            key,
             f"{key} has no Op column (DMS's CdcInsertsOnly or CdcInsertsAndUpdates with IncludeOpForFullLoad=false), "
             "so its inserts, updates and deletes cannot be told apart: set IncludeOpForFullLoad=true on the S3 "
-            "target endpoint and bronze.include_op_for_full_load: true."
+            "target endpoint and bronze.include_op_for_full_load: true.",
         )
 
 
@@ -73,6 +100,8 @@ def plan_scans(
                 raise MissingOpError(file.key)
             if not layout.has_header and _first_record_lacks_op(store, settings, file, len(layout.columns)):
                 raise MissingOpError(file.key)
+        if header is not None and (undeclared := undeclared_header_columns(settings, table, header))[0]:
+            raise UndeclaredHeaderError(file, table, *undeclared)
         groups[layout].append((ordinal, file))
     return groups
 

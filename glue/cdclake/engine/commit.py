@@ -8,7 +8,7 @@ ledger record, and the reset of what the old load left behind. Nothing here read
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -143,10 +143,13 @@ def _commit_keyed(
 # ------------------------------------------------------------------------------- full load
 
 
-def stage_full_load(engine: Engine, silver: SilverTable, rows: DataFrame, files: Sequence[str], kind: str) -> None:
-    """Create or atomically replace the silver table with a full load's rows, recorded as ``kind``."""
+def stage_full_load(
+    engine: Engine, silver: SilverTable, rows: DataFrame, files: Sequence[str], kind: str, load_sizes: Mapping[str, int]
+) -> None:
+    """Create or atomically replace the silver table with a full load's rows, recorded as ``kind``
+    with the sizes of its LOAD files (``load_sizes``)."""
     ensure_database(engine.spark, engine.catalog, engine.config.database)
-    replace_table(engine.spark, silver, rows, files, kind=kind)
+    replace_table(engine.spark, silver, rows, files, kind=kind, load_sizes=load_sizes)
 
 
 def _history_of_full_load(engine: Engine, table: TableConfig, silver: SilverTable) -> None:
@@ -161,13 +164,17 @@ def _history_of_full_load(engine: Engine, table: TableConfig, silver: SilverTabl
 
 
 def finish_full_load(
-    engine: Engine, table: TableConfig, silver: SilverTable, files: Sequence[str] | None = None
+    engine: Engine,
+    table: TableConfig,
+    silver: SilverTable,
+    files: Sequence[str] | None = None,
+    load_sizes: Mapping[str, int] | None = None,
 ) -> None:
-    """Record a staged load as done (``files``: what it holds), give the table its layout for the
-    writes to come (the replace reset it), then forget what the old load left: the archived ledger
-    and the tombstones (the new load is the truth now)."""
+    """Record a staged load as done (``files``: what it holds, ``load_sizes``: its LOAD files'
+    sizes), give the table its layout for the writes to come (the replace reset it), then forget
+    what the old load left: the archived ledger and the tombstones (the new load is the truth now)."""
     if files is not None:
-        record_full_load(engine.spark, silver, files)
+        record_full_load(engine.spark, silver, files, load_sizes or {})
     apply_layout(engine.spark, silver.identifier, table.silver_key(), table.layout)
     if table.history:
         _history_of_full_load(engine, table, silver)

@@ -15,7 +15,7 @@ from cdclake.dms.files import BronzeFile, BronzeListing, FileKind
 from cdclake.engine.changes import has_error
 from cdclake.engine.commit import finish_full_load, quarantine_rows, stage_full_load
 from cdclake.engine.read import bad_rows, empty_changes, first_line, read_and_count, read_changes, stored_rows
-from cdclake.engine.select import TableState, superseded_cdc_files
+from cdclake.engine.select import TableState, load_again, superseded_cdc_files
 from cdclake.errors import ConfigError
 from cdclake.lake.ledger import KIND_FULL_LOAD, KIND_FULL_LOAD_STAGED
 from cdclake.lake.tables import parallel_scan
@@ -39,8 +39,10 @@ def full_load_table(
     """Create (or, with ``reload``, replace) the silver table from the table's LOAD files.
 
     Idempotent: a table whose ledger (``state``) shows a full load is left alone unless ``reload``
-    is set, and every replace is atomic, so re-running never doubles rows. Returns the report and
-    the table's state after the load.
+    is set or bronze holds LOAD files that load did not (``select.load_again``: loaded again, or
+    LoadFilesConflictError when it cannot tell a late part of the load from a reload), and every
+    replace is atomic, so re-running never doubles rows. Returns the report and the table's state
+    after the load.
 
     The common case (every row valid, every key once) takes one scan of the files: the rows are
     written as a staged load while the scan counts them, and the key check reads only the key
@@ -50,10 +52,14 @@ def full_load_table(
     """
     started = time.monotonic()
     report = TableReport(table=table.source, kind="full-load")
-    if not reload and state.full_load_done:
-        report.note = "already loaded"
-        return report, state
     files = listing.for_table(table.source_schema, table.source_table, FileKind.FULL_LOAD)
+    if not reload and state.full_load_done:
+        why = load_again(table, state, files)
+        if why is None:
+            report.note = "already loaded"
+            return report, state
+        log.warning("full load again table=%s: %s", table.source, why)
+        report.note = why
     if not files and not table.columns:
         report.note = "no LOAD files and no declared columns: the table is created by its first CDC batch"
         return report, state
@@ -69,7 +75,8 @@ def full_load_table(
         report.inserted = engine.spark.table(silver.identifier).count()
     report.seconds = time.monotonic() - started
     log.info("full load done table=%s rows=%d seconds=%.1f", table.source, report.inserted, report.seconds)
-    return report, TableState(full_load_done=True, applied=frozenset(loaded), held=state.held)
+    sizes = {f.key: f.size for f in files}
+    return report, TableState(True, frozenset(loaded), state.held, {key: sizes.get(key) for key in loaded})
 
 
 def _load_in_one_scan(
@@ -89,7 +96,7 @@ def _load_in_one_scan(
     valid = changes.where(F.when(has_error(), F.raise_error(F.lit(_NEEDS_SCREENING))).otherwise(F.lit(True)))
     rows = stored_rows(valid, table, deduplicate=False)
     try:
-        stage_full_load(engine, silver, rows, [f.key for f in files], kind=KIND_FULL_LOAD_STAGED)
+        stage_full_load(engine, silver, rows, [f.key for f in files], KIND_FULL_LOAD_STAGED, _sizes(files))
     except ConfigError:
         raise
     except Exception as failure:
@@ -100,7 +107,7 @@ def _load_in_one_scan(
         log.warning("full load table=%s: a key occurs more than once; keeping each key's last row", table.source)
         return []
     loaded = [f.key for f in (*files, *superseded_cdc_files(listing, table, stats["earliest"]))]
-    finish_full_load(engine, table, silver, loaded)
+    finish_full_load(engine, table, silver, loaded, _sizes(files))
     report.changes_read = stats["rows"]
     report.inserted = stats["rows"]  # every row valid and every key once: all of them were written
     report.files_skipped = len(loaded) - len(files)
@@ -139,7 +146,12 @@ def _load_carefully(
     else:
         changes = empty_changes(engine, table)
     loaded = [f.key for f in (*files, *superseded)]
-    stage_full_load(engine, silver, stored_rows(changes, table), loaded, kind=KIND_FULL_LOAD)
+    stage_full_load(engine, silver, stored_rows(changes, table), loaded, KIND_FULL_LOAD, _sizes(files))
     finish_full_load(engine, table, silver)
     report.files_skipped = len(superseded)
     return loaded
+
+
+def _sizes(files: Sequence[BronzeFile]) -> dict[str, int]:
+    """The LOAD files' sizes, recorded with the load: a file DMS writes again is told by its size."""
+    return {f.key: f.size for f in files}

@@ -31,6 +31,7 @@ from cdclake.columns import (
 from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile
+from cdclake.dms.reader import HeldFileError
 from cdclake.engine.changes import classify_effects, data_columns, has_error, latest_change_per_key, unchanged_flags
 from cdclake.engine.read import BadRows, RowCounts, bad_rows, read_changes, unreadable_files
 from cdclake.engine.schema import SchemaPlan, plan_schema_change
@@ -102,16 +103,22 @@ def prepare_batch(engine: Engine, table: TableConfig, files: Sequence[BronzeFile
     remaining = [f for f in files if f.size != 0]
     if empty := [f for f in files if f.size == 0]:
         plan.holds.append(Hold(empty, "empty file"))
-    for attempt in (1, 2):
-        if not remaining:
-            return plan
+    failures = 0
+    while remaining:
         try:
             return _prepare_readable(engine, table, remaining, plan)
         except ConfigError:
             raise
+        except HeldFileError as refused:
+            # Readable, but not to be applied as it is (no Op column, a header that contradicts
+            # the declared columns): held with its own reason, found before any Spark job.
+            file = next(f for f in remaining if f.key == refused.key)
+            plan.holds.append(Hold([file], str(refused)))
+            remaining.remove(file)
         except Exception as failure:
+            failures += 1
             culprits = unreadable_files(engine, table, remaining, full_load=False)
-            if not culprits or attempt == 2:
+            if not culprits or failures == 2:
                 raise failure
             plan.holds.extend(Hold([file], f"unreadable file: {reason}") for file, reason in culprits)
             remaining = [f for f in remaining if f not in {c for c, _ in culprits}]

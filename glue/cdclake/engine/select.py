@@ -6,14 +6,14 @@ Nothing here reads or writes a table: the callers read each table's ledger and q
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from cdclake.config import PipelineConfig, TableConfig
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind, parse_key
 from cdclake.dms.store import BronzeStore
-from cdclake.errors import BronzeError, ConfigError
+from cdclake.errors import BronzeError, ConfigError, LoadFilesConflictError
 from cdclake.report import RunReport
 
 
@@ -24,6 +24,14 @@ class TableState:
     full_load_done: bool
     applied: frozenset[str]  # bronze keys in the ledger
     held: frozenset[str]  # bronze keys in quarantine (applied only by a replay)
+    # what the last full load recorded: its LOAD files (with their sizes, None where the ledger
+    # has none) and the CDC files it superseded
+    loaded: Mapping[str, int | None] = field(default_factory=dict)
+
+    @property
+    def cdc_applied(self) -> bool:
+        """Whether CDC files were applied since the last full load."""
+        return bool(self.applied - self.loaded.keys())
 
     def pending(self, files: Iterable[BronzeFile], force: bool = False) -> list[BronzeFile]:
         """``files`` not applied and not held, in apply order (``force``: all of them)."""
@@ -73,6 +81,50 @@ def group_by_table(
             continue
         grouped.setdefault(table.source, (table, []))[1].append(file)
     return list(grouped.values())
+
+
+def unloaded_load_files(state: TableState, loads: Iterable[BronzeFile]) -> list[BronzeFile]:
+    """The LOAD files of a loaded table that its last full load does not hold: not recorded, or
+    recorded with another size (DMS wrote the name again: a reload restarts the counter).
+
+    A file written again with the very same size is not told apart (the ledger keeps names and
+    sizes); ``cdclake full-load --reload`` loads it. Before a full load, nothing is "unloaded":
+    the whole load is pending.
+    """
+    if not state.full_load_done:
+        return []
+    return sorted(f for f in loads if f.key not in state.loaded or state.loaded[f.key] not in (None, f.size))
+
+
+def load_again(table: TableConfig, state: TableState, loads: Sequence[BronzeFile]) -> str | None:
+    """Why a loaded table must be loaded again from ``loads`` (its LOAD files in bronze), or None.
+
+    - No CDC applied since the last full load: the new LOAD files complete it (a load that was
+      still being written, or a table that had none): all of ``loads`` are loaded, in one replace.
+    - CDC applied and none of the loaded files left as they were: a DMS reload ("Reload table
+      data" writes the table's LOAD files again from LOAD00000001): the table is replaced by
+      them; CDC files written before the reload's rows were read are superseded by it, later
+      ones are applied after it as usual.
+    - CDC applied and new LOAD files beside unchanged loaded ones: that is a late part of the old
+      load or a reload next to stale files, which cannot be told apart: LoadFilesConflictError
+      (nothing applied) naming the files and the command to run.
+    """
+    new = unloaded_load_files(state, loads)
+    if not new:
+        return None
+    names = ", ".join(f.name for f in new)
+    if not state.cdc_applied:
+        return f"LOAD files new since the full load, loaded with the others: {names}"
+    kept = [f for f in loads if f not in new]
+    if not kept:
+        return f"a reload: LOAD files written again since the full load replace the table: {names}"
+    raise LoadFilesConflictError(
+        f"Table {table.source}: bronze holds LOAD files its full load did not ({names}) beside ones it loaded "
+        f"({', '.join(f.name for f in kept)}), and CDC files were applied since, so they are either a late part "
+        "of the old load or a reload beside stale files; nothing was applied: if the LOAD files in bronze are "
+        f"the table's whole content now, run `cdclake full-load --table {table.source} --reload`, else remove "
+        "the stray ones."
+    )
 
 
 def superseded_cdc_files(listing: BronzeListing, table: TableConfig, watermark: str | None) -> list[BronzeFile]:

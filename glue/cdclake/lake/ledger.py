@@ -10,8 +10,8 @@ leave their entries in the ``cdclake_ledger`` archive first.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 KIND_PROPERTY = "cdclake.kind"
 FILES_PROPERTY = "cdclake.files"
 LATEST_COMMIT_TS_PROPERTY = "cdclake.latest-commit-ts"
+# The sizes of a full load's LOAD files ({key: bytes}): a LOAD file DMS writes again under the same
+# name (a reload restarts the counter) is told from the one loaded by its size.
+LOAD_SIZES_PROPERTY = "cdclake.load-sizes"
 KIND_FULL_LOAD = "full-load"
 # A full load's data commit, before the checks that follow it: the lineage says "not loaded"
 # until the full-load commit after it, so a crash in between makes the next run load again.
@@ -46,13 +49,24 @@ class LedgerState:
     full_load_done: bool
     applied: frozenset[str]  # bronze keys applied since (and including) the last full load
     last_file: str | None
+    # the keys the last full load recorded (its LOAD files and the CDC files it superseded), with
+    # the size of each LOAD file where the ledger has it (ledgers before sizes were kept: None)
+    loaded: Mapping[str, int | None] = field(default_factory=dict)
 
 
-def ledger_properties(kind: str, files: Sequence[str], latest_commit_ts: str | None = None) -> dict[str, str]:
-    """Snapshot-summary properties recording a batch: its kind, files and newest commit time."""
+def ledger_properties(
+    kind: str,
+    files: Sequence[str],
+    latest_commit_ts: str | None = None,
+    load_sizes: Mapping[str, int] | None = None,
+) -> dict[str, str]:
+    """Snapshot-summary properties recording a batch: its kind, files and newest commit time, and
+    for a full load the sizes of its LOAD files."""
     properties = {KIND_PROPERTY: kind, FILES_PROPERTY: json.dumps(list(files), separators=(",", ":"))}
     if latest_commit_ts:
         properties[LATEST_COMMIT_TS_PROPERTY] = latest_commit_ts
+    if load_sizes is not None:
+        properties[LOAD_SIZES_PROPERTY] = json.dumps(dict(load_sizes), separators=(",", ":"))
     return properties
 
 
@@ -76,6 +90,7 @@ def _lineage(spark: SparkSession, table: SilverTable) -> list[dict[str, Any]]:
                 "committed_at": datetime.fromtimestamp(snapshot.timestampMillis() / 1000, UTC).replace(tzinfo=None),
                 "kind": summary.get(KIND_PROPERTY),
                 "files": summary.get(FILES_PROPERTY),
+                "sizes": summary.get(LOAD_SIZES_PROPERTY),
             }
         )
         snapshot = iceberg.snapshot(parent) if parent is not None else None
@@ -96,18 +111,20 @@ def read_ledger(spark: SparkSession, table: SilverTable) -> LedgerState:
     if not table_exists(spark, table):
         return LedgerState(full_load_done=False, applied=frozenset(), last_file=None)
     applied: set[str] = set()
+    loaded: dict[str, int | None] = {}
     last_file: str | None = None
     full_load_done = False
     for row in _lineage(spark, table):
         if row["kind"] == KIND_FULL_LOAD_STAGED:
             # A full load that never finished: whatever came before it no longer describes silver.
             return LedgerState(full_load_done=False, applied=frozenset(applied), last_file=last_file)
-        if row["files"]:
-            files = json.loads(row["files"])
-            applied.update(files)
-            if last_file is None and files:
-                last_file = max(files)
+        files = json.loads(row["files"]) if row["files"] else []
+        applied.update(files)
+        if last_file is None and files:
+            last_file = max(files)
         if row["kind"] == KIND_FULL_LOAD:
+            sizes = json.loads(row["sizes"]) if row["sizes"] else {}
+            loaded = {key: sizes.get(key) for key in files}
             full_load_done = True
             break
     archive = _ledger_archive(table)
@@ -116,7 +133,9 @@ def read_ledger(spark: SparkSession, table: SilverTable) -> LedgerState:
             full_load_done = full_load_done or entry["kind"] == KIND_FULL_LOAD
             if entry["file_key"]:
                 applied.add(entry["file_key"])
-    return LedgerState(full_load_done=full_load_done, applied=frozenset(applied), last_file=last_file)
+                if entry["kind"] == KIND_FULL_LOAD:
+                    loaded[entry["file_key"]] = entry.asDict().get("file_size")
+    return LedgerState(full_load_done, frozenset(applied), last_file, loaded)
 
 
 def expiring_snapshots(spark: SparkSession, table: SilverTable, older_than: datetime, retain_last: int) -> list[Any]:
@@ -136,16 +155,21 @@ def archive_ledger(spark: SparkSession, table: SilverTable, snapshots: Sequence[
     Idempotent, and done before the snapshots expire, so the record of applied files survives.
     """
     rows = [
-        (table.name, key, row["kind"] or KIND_CDC, row["snapshot_id"])
+        (table.name, key, row["kind"] or KIND_CDC, row["snapshot_id"], sizes.get(key))
         for row in snapshots
+        for sizes in [json.loads(row["sizes"]) if row.get("sizes") else {}]
         for key in (json.loads(row["files"]) if row["files"] else []) or [""]
         if row["kind"]
     ]
     if not rows:
         return 0
     archive = _ledger_archive(table)
-    frame = spark.createDataFrame(rows, "silver_table string, file_key string, kind string, snapshot_id bigint")
+    frame = spark.createDataFrame(
+        rows, "silver_table string, file_key string, kind string, snapshot_id bigint, file_size bigint"
+    )
     ensure_table(spark, archive, frame)
+    if "file_size" not in spark.table(archive.identifier).columns:  # an archive from before sizes were kept
+        spark.sql(f"ALTER TABLE {archive.identifier} ADD COLUMN file_size bigint")
     merge_frame(
         spark,
         frame,
@@ -165,15 +189,24 @@ def forget_archived_ledger(spark: SparkSession, table: SilverTable) -> None:
         spark.sql(f"DELETE FROM {archive.identifier} WHERE silver_table = '{table.name}'")
 
 
-def record_full_load(spark: SparkSession, table: SilverTable, files: Sequence[str]) -> None:
+def record_full_load(
+    spark: SparkSession, table: SilverTable, files: Sequence[str], load_sizes: Mapping[str, int]
+) -> None:
     """Record a staged full load as done: a commit that adds no data, only the ledger entry."""
     empty = spark.table(table.identifier).limit(0)
-    commit_with_properties(spark, ledger_properties(KIND_FULL_LOAD, files), empty.writeTo(table.identifier).append)
+    properties = ledger_properties(KIND_FULL_LOAD, files, load_sizes=load_sizes)
+    commit_with_properties(spark, properties, empty.writeTo(table.identifier).append)
 
 
 def replace_table(
-    spark: SparkSession, table: SilverTable, rows: DataFrame, files: Sequence[str], kind: str = KIND_FULL_LOAD
+    spark: SparkSession,
+    table: SilverTable,
+    rows: DataFrame,
+    files: Sequence[str],
+    kind: str = KIND_FULL_LOAD,
+    load_sizes: Mapping[str, int] | None = None,
 ) -> None:
     """Create or atomically replace ``table`` with ``rows``: the full load, recorded in the ledger
-    (as ``kind``: a staged load is recorded as done only by ``record_full_load`` after it)."""
-    create_or_replace(spark, table, rows, ledger_properties(kind, files))
+    (as ``kind``: a staged load is recorded as done only by ``record_full_load`` after it), with
+    the sizes of its LOAD files."""
+    create_or_replace(spark, table, rows, ledger_properties(kind, files, load_sizes=load_sizes or {}))

@@ -7,9 +7,13 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from cdclake.dms.files import FileKind
-from cdclake.dms.store import list_bronze
-from cdclake.lake.journals import QUARANTINE_TABLE, SCHEMA_CHANGES_TABLE, tombstones_of
+from cdclake.config import TableConfig
+from cdclake.dms.files import BronzeFile, FileKind
+from cdclake.dms.layout import parse_header, undeclared_header_columns
+from cdclake.dms.store import head_text, list_bronze
+from cdclake.engine.select import TableState, load_again, unloaded_load_files
+from cdclake.errors import BadInputError, LoadFilesConflictError
+from cdclake.lake.journals import QUARANTINE_TABLE, SCHEMA_CHANGES_TABLE, quarantined_files_by_table, tombstones_of
 from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY, read_ledger
 from cdclake.lake.tables import SilverTable, table_exists
 from cdclake.ops.metrics import freshness_lag
@@ -34,6 +38,8 @@ class TableStatus:
     last_schema_change: str | None = None
     quarantined_files: int = 0  # entries in cdclake_quarantine
     pending_files: int = 0  # CDC files in bronze neither applied nor held
+    unloaded_load_files: str = ""  # LOAD files in bronze the table's full load does not hold (names)
+    undeclared_columns: str = ""  # header columns of held files that the declared columns lack
     behind: str = ""  # why silver is not up to date with bronze, or "up to date"
 
 
@@ -61,6 +67,7 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
     schema_changes = _journal_counts(engine, SCHEMA_CHANGES_TABLE, "changed_at", "change")
     quarantined = _journal_counts(engine, QUARANTINE_TABLE, "quarantined_at", "reason")
     listing = list_bronze(engine.store, transaction_path=engine.config.bronze.transaction_path)
+    held_keys = quarantined_files_by_table(engine.spark, engine.catalog, engine.config.database)
     statuses = []
     for table in engine.config.tables:
         silver = engine.silver_table(table)
@@ -72,6 +79,7 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
             statuses.append(TableStatus(table.source, name, exists=False, pending_files=len(cdc), behind=reason))
             continue
         ledger = read_ledger(engine.spark, silver)
+        state = TableState(ledger.full_load_done, ledger.applied, frozenset(), ledger.loaded)
         held, last_reason = quarantined.get(table.target, (0, None))
         pending = [f for f in cdc if f.key not in ledger.applied]
         waiting = len(pending) - held
@@ -104,15 +112,60 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
                 last_schema_change=last_change,
                 quarantined_files=held,
                 pending_files=max(waiting, 0),
-                behind=_behind(ledger.full_load_done, bool(loads), max(waiting, 0), held, last_reason),
+                unloaded_load_files=", ".join(f.name for f in unloaded_load_files(state, loads)),
+                undeclared_columns=_undeclared_columns(
+                    engine, table, [f for f in cdc if f.key in held_keys.get(table.target, ())]
+                ),
+                behind=_behind(
+                    ledger.full_load_done,
+                    bool(loads),
+                    max(waiting, 0),
+                    held,
+                    last_reason,
+                    _unloaded(table, state, loads),
+                ),
             )
         )
     return statuses
 
 
-def _behind(loaded: bool, has_loads: bool, waiting: int, held: int, last_reason: str | None) -> str:
+def _undeclared_columns(engine: Engine, table: TableConfig, held: Sequence[BronzeFile]) -> str:
+    """The header columns of the table's held CSV files that its declared columns lack (as they
+    are now: once declared, they are no longer listed)."""
+    settings = engine.config.bronze
+    if not (settings.csv_header and table.columns):
+        return ""
+    names: list[str] = []
+    for file in held:
+        if file.file_format != "csv":
+            continue
+        try:
+            header = parse_header(head_text(engine.store, file), settings.csv_delimiter, file.key)
+        except BadInputError:
+            continue  # held for another reason: status names that one
+        undeclared, _ = undeclared_header_columns(settings, table, header)
+        names += [name for name in undeclared if name not in names]
+    return ", ".join(names)
+
+
+def _unloaded(table: TableConfig, state: TableState, loads: Sequence[BronzeFile]) -> str | None:
+    """LOAD files the table's full load does not hold, and the command that loads them (or None)."""
+    unloaded = unloaded_load_files(state, loads)
+    if not unloaded:
+        return None
+    names = ", ".join(f.name for f in unloaded)
+    try:
+        load_again(table, state, loads)
+    except LoadFilesConflictError:
+        return f"LOAD file(s) not loaded: {names} (beside loaded ones, after CDC: `cdclake run` says what to do)"
+    return f"LOAD file(s) not loaded: {names} (`cdclake run` loads them)"
+
+
+def _behind(
+    loaded: bool, has_loads: bool, waiting: int, held: int, last_reason: str | None, unloaded: str | None = None
+) -> str:
     """Why a table is behind bronze, in one phrase (or "up to date")."""
-    reasons = []
+    reasons = [unloaded] if unloaded else []
     if not loaded and has_loads:
         reasons.append("full load not applied")
     if waiting:
