@@ -230,12 +230,14 @@ def build_parser() -> argparse.ArgumentParser:
     gold.add_argument("--mart", action="append", help="only this mart (repeatable; default: every mart)")
 
     query = command("query", "run SQL on the silver catalog")
-    query.add_argument("sql", help="one Spark SQL statement; tables are silver.<database>.<table> or <database>.<table>")
+    query.add_argument(
+        "sql", help="one Spark SQL statement; tables are silver.<database>.<table> or <database>.<table>"
+    )
     query.add_argument(
         "--format",
         choices=("table", "csv", "json"),
         default="table",
-        help="table: for a terminal; csv: NULL as an empty field, the empty string as \"\"; json: one object per "
+        help='table: for a terminal; csv: NULL as an empty field, the empty string as ""; json: one object per '
         "line (default: %(default)s)",
     )
     query.add_argument(
@@ -400,13 +402,12 @@ def _maintain(engine: Engine, args: argparse.Namespace) -> int:
 
 
 def _status(engine: Engine, args: argparse.Namespace) -> int:
-    from cdclake.ops.status import statuses_as_rows, table_statuses
-    from cdclake.shells.marts import mart_status_text
-    from cdclake.shells.output import format_rows
+    from cdclake.gold.status import mart_statuses
+    from cdclake.ops.status import table_statuses
+    from cdclake.shells.status_view import status_text
 
-    columns, rows = statuses_as_rows(table_statuses(engine))
-    print(format_rows(columns, rows, args.format), end="")
-    print(mart_status_text(engine, args.format), end="")
+    marts = mart_statuses(engine) if engine.config.gold.marts else []
+    print(status_text(table_statuses(engine), marts, args.format, args.wide), end="")
     return 0
 
 
