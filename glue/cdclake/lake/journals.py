@@ -98,9 +98,8 @@ def release_quarantine(spark: SparkSession, table: SilverTable, files: Sequence[
     if files and table_exists(spark, journal):
         keys = ", ".join(sql_string(k) for k in files)
         with _journal_write(journal):
-            spark.sql(
-                f"DELETE FROM {journal.identifier} WHERE silver_table = {sql_string(table.name)} AND file_key IN ({keys})"
-            )
+            where = f"silver_table = {sql_string(table.name)} AND file_key IN ({keys})"
+            spark.sql(f"DELETE FROM {journal.identifier} WHERE {where}")
 
 
 def record_quarantined_rows(spark: SparkSession, table: SilverTable, rows: DataFrame) -> None:
