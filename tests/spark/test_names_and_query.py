@@ -6,6 +6,7 @@ timestamps Python cannot hold, Spark's reason for a bad statement (issue 24, ite
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,10 @@ tables:
     primary_key: [id]
     history: true
     columns: {id: int, order-id: int, unit price: 'decimal(10,2)', note: string, paid: boolean, shipped at: timestamp}
+  inventory.stock levels:
+    primary_key: [item-id]
+    layout: bucket
+    columns: {item-id: int, on hand: int}
 """
 
 
@@ -55,8 +60,14 @@ def test_a_hyphenated_table_through_load_cdc_maintenance_status_and_query(
             ["D", "2024-01-02 00:00:03.000000", "3", "11", "1.25", "gift", "false", None],
         ],
     )
-    # WHEN it is loaded and its CDC applied, then maintained
-    run(engine).checked()
+    stock = tmp_path / "bronze" / "inventory" / "stock levels"
+    write_csv(
+        stock / "LOAD00000001.csv", [["2024-01-01 00:00:00.000000", "7", "1"], ["2024-01-01 00:00:00.000000", "8", "2"]]
+    )
+    write_csv(stock / "20240102-0000010000.csv", [["U", "2024-01-02 00:00:01.000000", "7", "5"]])
+    # WHEN it is loaded and its CDC applied (the bucketed table through the branch-staged commit),
+    # then maintained
+    run(replace(engine, merge_below_records=0)).checked()
     table = engine.config.tables[0]
     maintained = maintain_table(engine, table, MaintenanceSettings())
     # THEN silver has the source's rows, queried with the names quoted
@@ -70,6 +81,8 @@ def test_a_hyphenated_table_through_load_cdc_maintenance_status_and_query(
         "4,12,9.99,,,",
     ]
     assert csv.text.splitlines()[0] == "id,order-id,unit price,note,paid,shipped at"
+    on_hand = f"SELECT `item-id`, `on hand` FROM {db}.`stock levels` ORDER BY `item-id`"
+    assert run_query(engine.spark, on_hand, "csv", None).text.splitlines()[1:] == ["7,5", "8,2"]
     # AND the history table and the Iceberg procedures took the name
     history = f"SELECT id, operation, `unit price` FROM {db}.`order-items__history` ORDER BY id, valid_from"
     assert run_query(engine.spark, history, "csv", None).text.splitlines()[1:] == [
