@@ -82,12 +82,11 @@ def table_block(table: CatalogTable, indent: int = 2) -> list[str]:
     """The lines of one table's entry under ``tables:``."""
     pad, inner = " " * indent, " " * (indent + 2)
     lines = [f"{pad}{_name(table.qualified)}:"]
+    key = f"{inner}primary_key: [{', '.join(_name(k) for k in table.key)}]"
     if table.key_source == "primary key":
-        lines.append(f"{inner}primary_key: [{', '.join(_name(k) for k in table.key)}]")
+        lines.append(key)
     elif table.key_source == "unique index":
-        lines.append(
-            f"{inner}primary_key: [{', '.join(_name(k) for k in table.key)}]  # no primary key: the unique index DMS uses"
-        )
+        lines.append(f"{key}  # no primary key: the unique index DMS uses")
     else:
         lines.append(f"{inner}append_only: true  # no primary key at the source: every change row is appended")
     lines.append(f"{inner}columns:")
