@@ -32,6 +32,13 @@ def _default_cache() -> Path:
     return Path(base) / "cdclake"
 
 
+def _row_count(text: str) -> int:
+    """``--limit``: a whole number of rows, 0 or more."""
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"a number of rows (0 or more), not '{text}'")
+    return int(text)
+
+
 def _global_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, defaults: bool) -> None:
     """The options every command takes, before or after its name. On the subcommands they default
     to ``SUPPRESS`` so that one left out there does not overwrite the one given before the command."""
@@ -242,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     query.add_argument(
         "--limit",
-        type=int,
+        type=_row_count,
         default=None,
         help=f"at most this many rows, 0 for all (default: all for csv and json, {TABLE_ROWS} for table; "
         "rows left out are always reported on stderr)",
