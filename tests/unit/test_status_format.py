@@ -6,11 +6,19 @@ import datetime as dt
 
 import pytest
 
+from cdclake.gold.status import MartStatus
 from cdclake.ops import status as status_module
 from cdclake.ops.status import TableStatus, _lag
 from cdclake.shells.output import format_rows
 from cdclake.shells.query import row_limit
-from cdclake.shells.status_view import WIDTH, compact_tables, human_duration, status_text, table_state
+from cdclake.shells.status_view import (
+    WIDTH,
+    compact_marts,
+    compact_tables,
+    human_duration,
+    status_text,
+    table_state,
+)
 
 COLUMNS = ["id", "name"]
 ROWS = [[1, None], [22, "bob"]]
@@ -197,3 +205,22 @@ def test_wide_status_has_every_field_with_the_lag_as_a_duration() -> None:
     assert header == [("lag" if f == "lag_seconds" else f) for f in TableStatus.__dataclass_fields__]
     assert "| 2h 14m |" in text
     assert "8040.0" in status_text([_status("s.t")], [], "csv", wide=False).splitlines()[1]
+
+
+def test_compact_mart_status_and_why_the_last_refresh_was_full() -> None:
+    # GIVEN a mart refreshed in full because its SQL has a HAVING, and one never refreshed
+    full = MartStatus(
+        "shop_gold.big_cities", True, 12, "2026-11-25T14:38:46+00:00", "full",
+        "its SQL is not a GROUP BY of its keys (HAVING filters its groups)", "{}", 2, 125.0,
+    )  # fmt: skip
+    # WHEN the compact view is rendered
+    lines = compact_marts([full, MartStatus("shop_gold.new", exists=False)]).splitlines()
+    # THEN one line each, and below, the reason in SQL's words
+    assert lines == [
+        "MART                  ROWS  LAST REFRESH (UTC)   PATH               BEHIND  LAG",
+        "shop_gold.big_cities    12  2026-11-25 14:38:46  full                    2  2m 5s",
+        "shop_gold.new            -  -                    not refreshed yet       -  -",
+        "",
+        "shop_gold.big_cities: last refreshed in full: "
+        "its SQL is not a GROUP BY of its keys (HAVING filters its groups)",
+    ]

@@ -121,7 +121,7 @@ def compact_marts(statuses: Sequence[MartStatus]) -> str:
         for m in statuses
     ]
     lines = _columns(header, cells, right={1, 4})
-    reasons = [f"{m.mart}: refreshed in full because {m.full_reason}" for m in statuses if m.full_reason]
+    reasons = [f"{m.mart}: last refreshed in full: {m.full_reason}" for m in statuses if m.full_reason]
     return "\n".join(lines) + "\n" + "".join(f"\n{line}" for line in reasons) + ("\n" if reasons else "")
 
 
