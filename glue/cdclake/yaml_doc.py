@@ -9,7 +9,7 @@ from collections.abc import Callable
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from cdclake.errors import ConfigError
-from cdclake.identifiers import name_problem
+from cdclake.identifiers import IDENTIFIER, name_problem
 
 # Spark SQL type names accepted for declared columns and casts.
 _SIMPLE_TYPES = {
@@ -86,8 +86,12 @@ class YamlDoc:
             raise self.fail(node, f"{what} must be an integer >= {minimum}, not '{value}'")
         return int(value)
 
-    def identifier(self, node: Node, what: str) -> str:
+    def identifier(self, node: Node, what: str, plain: bool = False) -> str:
+        """A schema, table or column name as DMS may write it (``plain``: letters, digits and ``_``
+        only, for names cdclake itself makes up, such as a mart's)."""
         value = self.scalar(node, what)
+        if plain and not IDENTIFIER.match(value):
+            raise self.fail(node, f"{what} '{value}' is not a valid name (letters, digits and _, not first a digit)")
         problem = name_problem(value)
         if problem:
             raise self.fail(node, f"{what} '{value}' is not a valid column or table name: {problem}")
