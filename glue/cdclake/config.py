@@ -14,7 +14,7 @@ import yaml
 from yaml.nodes import MappingNode, Node
 
 from cdclake.errors import ConfigError
-from cdclake.identifiers import IDENTIFIER
+from cdclake.identifiers import name_problem
 from cdclake.lake.history import HISTORY_SUFFIX
 from cdclake.lake.layout import LAYOUTS, Layout
 from cdclake.mart_config import GoldSettings, parse_gold, with_silver_database
@@ -264,8 +264,9 @@ def _parse_clean(doc: YamlDoc, node: Node | None, where: str, columns: dict[str,
     derive: dict[str, str] = {}
     if "derive" in fields:
         for name, expr in doc.free_mapping(fields["derive"], f"{where}.derive").items():
-            if not IDENTIFIER.match(name):
-                raise doc.fail(expr, f"derived column name '{name}' is not valid")
+            problem = name_problem(name)
+            if problem:
+                raise doc.fail(expr, f"derived column name '{name}' is not valid: {problem}")
             derive[name] = doc.scalar(expr, f"expression of derived column '{name}'")
     rename: dict[str, str] = {}
     if "rename" in fields:
@@ -286,8 +287,12 @@ def _parse_clean(doc: YamlDoc, node: Node | None, where: str, columns: dict[str,
 def _parse_table(doc: YamlDoc, source_node: Node, node: Node, bronze: BronzeSettings) -> TableConfig:
     source = doc.scalar(source_node, "a table name")
     parts = source.split(".")
-    if len(parts) != 2 or not all(IDENTIFIER.match(p) for p in parts):
+    if len(parts) != 2:
         raise doc.fail(source_node, f"table '{source}' must be written as schema.table")
+    for part in parts:
+        problem = name_problem(part)
+        if problem:
+            raise doc.fail(source_node, f"table '{source}': '{part}' cannot be a schema or table name: {problem}")
     where = f"table {source}"
     fields = doc.mapping(node, where, _TABLE_KEYS) if node.tag != "tag:yaml.org,2002:null" else {}
     key = doc.identifiers(fields["primary_key"], f"{where}.primary_key") if "primary_key" in fields else ()

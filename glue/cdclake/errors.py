@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class CdclakeError(Exception):
     """A problem the user can fix; the command line prints the message and exits non-zero."""
@@ -43,3 +45,23 @@ class ConcurrentWriterError(CdclakeError):
 
 class TablesFailedError(CdclakeError):
     """Several tables of one run failed (each named in the message); the others were applied."""
+
+
+def spark_error_sentence(exc: BaseException) -> str:
+    """Spark's reason for an error in one line, without the plan or stack trace it carries.
+
+    ``[PARSE_SYNTAX_ERROR] Syntax error at or near 'SELEC' (line 1, position 0)`` for a
+    ParseException (whose text starts with a blank line), the first line of an AnalysisException,
+    the deepest cause's message for a failed Spark job (a ``Py4JJavaError``)."""
+    java = getattr(exc, "java_exception", None)
+    text = str(exc)
+    if java is not None and type(exc).__name__ == "Py4JJavaError":
+        cause = java
+        while cause.getCause() is not None:
+            cause = cause.getCause()
+        text = str(cause.getMessage() or cause.toString())
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    sentence = lines[0] if lines else type(exc).__name__
+    sentence = re.sub(r"\.?\s*\(line (\d+), pos (\d+)\)$", r" (line \1, position \2)", sentence)
+    sentence = re.sub(r"\.?\s*;\s*line (\d+) pos (\d+);?$", r" (line \1, position \2)", sentence)
+    return sentence[:500]

@@ -56,7 +56,7 @@ def _parse_mart(doc: YamlDoc, node: Node, known: dict[str, str]) -> tuple[MartCo
     fields = doc.mapping(node, "a mart", _MART_KEYS)
     if "name" not in fields:
         raise doc.fail(node, "a mart needs a 'name'")
-    name = doc.identifier(fields["name"], "mart name")
+    name = doc.identifier(fields["name"], "mart name", plain=True)
     where = f"mart {name}"
     if "sql" not in fields:
         raise doc.fail(node, f"{where} needs 'sql' (a Spark SQL SELECT over silver tables)")
@@ -88,7 +88,7 @@ def parse_gold(
     if gold_node is not None:
         gold = doc.mapping(gold_node, "gold", {"database"})
         if "database" in gold:
-            gold_db = doc.identifier(gold["database"], "gold.database")
+            gold_db = doc.identifier(gold["database"], "gold.database", plain=True)
             if gold_db == database:
                 raise doc.fail(gold["database"], "gold.database must differ from silver.database")
     if marts_node is None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from cdclake.errors import ConfigError
-from cdclake.identifiers import IDENTIFIER
+from cdclake.identifiers import IDENTIFIER, name_problem
 
 # Spark SQL type names accepted for declared columns and casts.
 _SIMPLE_TYPES = {
@@ -86,10 +86,15 @@ class YamlDoc:
             raise self.fail(node, f"{what} must be an integer >= {minimum}, not '{value}'")
         return int(value)
 
-    def identifier(self, node: Node, what: str) -> str:
+    def identifier(self, node: Node, what: str, plain: bool = False) -> str:
+        """A schema, table or column name as DMS may write it (``plain``: letters, digits and ``_``
+        only, for names cdclake itself makes up, such as a mart's)."""
         value = self.scalar(node, what)
-        if not IDENTIFIER.match(value):
-            raise self.fail(node, f"{what} '{value}' is not a valid column or table name")
+        if plain and not IDENTIFIER.match(value):
+            raise self.fail(node, f"{what} '{value}' is not a valid name (letters, digits and _, not first a digit)")
+        problem = name_problem(value)
+        if problem:
+            raise self.fail(node, f"{what} '{value}' is not a valid column or table name: {problem}")
         return value
 
     def identifiers(self, node: Node, what: str) -> tuple[str, ...]:
@@ -108,7 +113,8 @@ class YamlDoc:
     def typed_columns(self, node: Node, what: str) -> dict[str, str]:
         result: dict[str, str] = {}
         for name, type_node in self.free_mapping(node, what).items():
-            if not IDENTIFIER.match(name):
-                raise self.fail(type_node, f"column name '{name}' in {what} is not valid")
+            problem = name_problem(name)
+            if problem:
+                raise self.fail(type_node, f"column name '{name}' in {what} is not valid: {problem}")
             result[name] = self.type_name(type_node, f"type of column '{name}'")
         return result

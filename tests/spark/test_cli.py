@@ -97,3 +97,35 @@ def test_two_runs_at_once_both_finish_and_silver_is_right(tmp_path: Path) -> Non
     assert "nothing to apply" in second.stdout  # the first run applied everything; the second found it done
     query = _cdclake(tmp_path, "query", "SELECT id, name FROM shop.items ORDER BY id", "--format", "csv")
     assert query.stdout.splitlines() == ["id,name", "0,v0", "1,u1", "2,u2", "3,u3", "4,v4"]
+
+
+def test_options_after_the_command_and_the_warehouse_next_to_the_config(tmp_path: Path) -> None:
+    # GIVEN a project folder with its configuration and bronze, and no --warehouse anywhere
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "cdclake.yaml").write_text(CONFIG)
+    write_csv(project / "bronze" / "s" / "items" / "LOAD00000001.csv", [["2024-01-01 00:00:00.000000", "1", "a"]])
+
+    def cdclake(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "cdclake.shells.cli", *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=cwd)
+
+    # WHEN the user runs from above the project, global options after the command's name,
+    # then asks for the status from inside the project, and sends a statement Spark cannot parse
+    ran = cdclake(tmp_path, "run", "--config", "project/cdclake.yaml", "-q")
+    status = cdclake(project, "status", "-q")
+    bad_sql = cdclake(project, "query", "SELEC 1", "-q")
+    # THEN both found the one warehouse next to the configuration, not in the current directory
+    assert ran.returncode == 0, ran.stderr
+    assert (project / ".cdclake" / "warehouse").is_dir()
+    assert not (tmp_path / ".cdclake").exists()
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.splitlines()[0].split() == ["TABLE", "ROWS", "APPLIED", "PENDING", "LAG", "STATE"]
+    assert status.stdout.splitlines()[1].split()[:4] == ["s.items", "1", "1", "0"]
+    assert status.stdout.splitlines()[1].endswith("up to date")
+    # AND Spark's reason for the bad statement is one sentence, exit 2
+    assert bad_sql.returncode == 2
+    assert bad_sql.stderr.strip().splitlines()[-1] == (
+        "cdclake: The query failed: [PARSE_SYNTAX_ERROR] Syntax error at or near 'SELEC' (line 1, position 0)"
+    )
+    assert "Traceback" not in bad_sql.stderr

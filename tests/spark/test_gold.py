@@ -20,7 +20,14 @@ from pyspark.sql import SparkSession
 from cdclake.config import parse_config
 from cdclake.context import Engine
 from cdclake.dms.store import LocalBronze
-from cdclake.gold.refresh import FAILED, PATH_FULL, PATH_INCREMENTAL, REFRESHED, UP_TO_DATE
+from cdclake.gold.refresh import (
+    FAILED,
+    PATH_FULL,
+    PATH_INCREMENTAL,
+    REFRESHED,
+    UP_TO_DATE,
+    incremental_shape_problem,
+)
 from cdclake.gold.run import refresh_marts
 from cdclake.gold.status import mart_statuses
 from cdclake.lake.tables import TABLE_PROPERTIES
@@ -251,9 +258,28 @@ def test_changed_definition_and_unkeyed_shapes_recompute_in_full(gold_engine: En
     second = refresh_marts(gold_engine, [having])[0]
     # THEN both refreshes were full, with their reasons, and the mart equals its SQL
     assert (first.path, first.reason) == (PATH_FULL, "the mart's definition changed")
-    assert second.path == PATH_FULL and "not a GROUP BY of its keys" in second.reason
+    assert (second.path, second.reason) == (
+        PATH_FULL,
+        "its SQL is not a GROUP BY of its keys (HAVING filters its groups)",
+    )
     assert _rows(spark, f"silver.{db}_gold.hosts_per_city") == _rows(spark, having.sql, sql=True)
     assert len(_rows(spark, f"silver.{db}_gold.hosts_per_city")) == 2
+
+
+@pytest.mark.parametrize(
+    ("sql", "reason"),
+    [
+        ("SELECT city, count(*) AS n FROM v GROUP BY city HAVING count(*) > 1", "HAVING filters its groups"),
+        ("SELECT city, count(*) AS n FROM v GROUP BY city LIMIT 5", "LIMIT above the GROUP BY"),
+        ("SELECT DISTINCT city, count(*) AS n FROM v GROUP BY city", "DISTINCT above the GROUP BY"),
+        ("SELECT city, rate AS n FROM v WHERE rate > 1", "it has no GROUP BY"),
+    ],
+)
+def test_full_path_reason_names_the_sql_clause_not_the_plan_node(spark: SparkSession, sql: str, reason: str) -> None:
+    # GIVEN a mart SQL that cannot be refreshed group by group
+    spark.createDataFrame([("Berlin", 90)], "city string, rate int").createOrReplaceTempView("v")
+    # WHEN its shape is checked / THEN the reason says which SQL clause is in the way, not Spark's node name
+    assert incremental_shape_problem(spark.sql(sql), ["city"]) == f"its SQL is not a GROUP BY of its keys ({reason})"
 
 
 def test_status_shows_rows_path_snapshots_and_lag(gold_engine: Engine) -> None:

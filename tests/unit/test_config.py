@@ -276,12 +276,50 @@ def test_append_only_with_primary_key() -> None:
     assert message == "t.yaml, line 4: table s.t has a primary key and append_only: choose one"
 
 
-@pytest.mark.parametrize("name", ["hosts", "a.b.c", "public.9hosts"])
+@pytest.mark.parametrize("name", ["hosts", "a.b.c"])
 def test_table_name_must_be_schema_dot_table(name: str) -> None:
     # GIVEN a table name that is not schema.table, on line 2
     message = config_error(f"tables:\n  {name}:\n    columns: {{id: int}}\n")
     # THEN the error names the line and the name
     assert message == f"t.yaml, line 2: table '{name}' must be written as schema.table"
+
+
+def test_names_dms_writes_are_accepted() -> None:
+    # GIVEN schema, table and column names a source database and DMS allow: a hyphen, a space, a digit first
+    config = parse_config(
+        "tables:\n  inventory.order-items:\n    primary_key: [order-id]\n"
+        "    columns: {order-id: int, unit price: 'decimal(10,2)', 9lives: string}\n",
+        "t.yaml",
+    )
+    # THEN they are taken as they are, the silver table named after the source table
+    table = config.tables[0]
+    assert (table.source, table.target, table.primary_key) == ("inventory.order-items", "order-items", ("order-id",))
+    assert list(table.columns) == ["order-id", "unit price", "9lives"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "tables:\n  inv:x.t:\n    columns: {id: int}\n",
+            "t.yaml, line 2: table 'inv:x.t': 'inv:x' cannot be a schema or table name: "
+            "the character ':' (position 4) is not allowed in a name",
+        ),
+        (
+            "tables:\n  s.t:\n    columns: {a.b: int}\n",
+            "t.yaml, line 3: column name 'a.b' in table s.t.columns is not valid: "
+            "the character '.' (position 2) is not allowed in a name",
+        ),
+        (
+            "tables:\n  s.t:\n    target: 'x/y'\n    columns: {id: int}\n",
+            "t.yaml, line 3: table s.t.target 'x/y' is not a valid column or table name: "
+            "the character '/' (position 2) is not allowed in a name",
+        ),
+    ],
+)
+def test_a_name_that_cannot_be_used_names_the_character(text: str, message: str) -> None:
+    # GIVEN a name holding a character cdclake cannot use / THEN the error says which and where
+    assert config_error(text) == message
 
 
 def test_duplicate_silver_targets() -> None:

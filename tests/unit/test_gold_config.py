@@ -211,3 +211,12 @@ def test_no_common_time_means_waiting_unless_the_faster_table_keeps_history() ->
 def test_all_tables_with_history_meet_at_the_slowest() -> None:
     timelines = [_timeline("a", ["09:00", "12:00"], history=True), _timeline("b", ["11:00"], history=True)]
     assert choose_cut(timelines) == "11:00"
+
+
+def test_a_table_named_with_a_hyphen_is_found_when_quoted() -> None:
+    # GIVEN silver's inventory.order-items, read by a mart with its name in backquotes
+    known = {"inventory.order-items": "order-items"}
+    sql = "SELECT o.`order-id`, count(*) AS n FROM inventory.`order-items` o GROUP BY o.`order-id`"
+    # WHEN / THEN it is a reference, and substitution puts the view in its place
+    assert referenced_tables(sql, known) == ["inventory.order-items"]
+    assert substitute_tables(sql, {"inventory.order-items": "v0"}) == sql.replace("inventory.`order-items`", "v0")

@@ -16,7 +16,13 @@ from cdclake.ops.init import InitSettings, init
 from cdclake.shells.cli import main
 from cdclake.sources.catalog.connect import SourceAddress, address_from_secret, parse_source_url
 from cdclake.sources.catalog.model import CatalogColumn, CatalogTable, SourceCatalogError
-from cdclake.sources.catalog.plan import add_tables, select_tables, written_by_init
+from cdclake.sources.catalog.plan import (
+    BronzeDefaults,
+    add_tables,
+    configuration_text,
+    select_tables,
+    written_by_init,
+)
 from cdclake.sources.catalog.readers import mysql_tables
 
 URL = "postgresql://reader:secret@db.example:5432/shop"
@@ -148,11 +154,31 @@ def test_no_matching_table_is_one_sentence(tmp_path: Path) -> None:
 
 
 def test_tables_the_configuration_cannot_name_are_left_out_with_the_reason() -> None:
-    odd = CatalogTable("sales", "order-lines", (col("id", "int"),), ("id",), "primary key")
+    odd = CatalogTable("sales", "order:lines", (col("id", "int"),), ("id",), "primary key")
     reserved = CatalogTable("sales", "r", (col("_cdc_x", "int"),))
     selection = select_tables([odd, reserved, ORDERS], (), ())
     assert selection.tables == [ORDERS]
-    assert "order-lines" in selection.skipped[0] and "_cdc_" in selection.skipped[1]
+    assert selection.skipped[0] == (
+        "sales.order:lines: 'order:lines': the character ':' (position 6) is not allowed in a name"
+    )
+    assert "_cdc_" in selection.skipped[1]
+
+
+def test_names_dms_writes_are_configured_and_read_back() -> None:
+    # GIVEN a table with a hyphen in its name and a space and a hyphen in its column names
+    lines = CatalogTable(
+        "sales", "order-lines", (col("line-id", "int"), col("unit price", "decimal(10,2)")), ("line-id",), "primary key"
+    )
+    # WHEN init selects it and writes the configuration
+    selection = select_tables([lines], (), ())
+    text = configuration_text("postgresql", selection.tables, BronzeDefaults(), "shop")
+    # THEN the configuration reads back with the names as they are
+    table = parse_config(text, "init.yaml").tables[0]
+    assert (table.source, table.primary_key, list(table.columns)) == (
+        "sales.order-lines",
+        ("line-id",),
+        ["line-id", "unit price"],
+    )
 
 
 # --------------------------------------------------------------------------- --check

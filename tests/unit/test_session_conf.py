@@ -69,6 +69,7 @@ def test_glue_catalog() -> None:
         "spark.sql.catalog.silver.catalog-impl": "org.apache.iceberg.aws.glue.GlueCatalog",
         "spark.sql.catalog.silver.io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
         "spark.sql.catalog.silver.warehouse": "s3://lake/warehouse",
+        "spark.sql.catalog.silver.glue.skip-name-validation": "true",
     }
 
 

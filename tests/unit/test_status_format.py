@@ -6,8 +6,19 @@ import datetime as dt
 
 import pytest
 
-from cdclake.ops.status import _lag
+from cdclake.gold.status import MartStatus
+from cdclake.ops import status as status_module
+from cdclake.ops.status import TableStatus, _lag
 from cdclake.shells.output import format_rows
+from cdclake.shells.query import row_limit
+from cdclake.shells.status_view import (
+    WIDTH,
+    compact_marts,
+    compact_tables,
+    human_duration,
+    status_text,
+    table_state,
+)
 
 COLUMNS = ["id", "name"]
 ROWS = [[1, None], [22, "bob"]]
@@ -86,3 +97,130 @@ def test_binary_values_print_as_hex_in_every_style(style: str) -> None:
     assert "\\x7768746863746375" in text.replace("\\\\", "\\")
     assert "bytearray" not in text
     assert text.endswith("\n")
+
+
+# --------------------------------------------------------------------------- query output (issue 24, item 8)
+
+
+def test_csv_tells_null_from_the_empty_string() -> None:
+    # GIVEN a NULL, an empty string, a quote and a line break
+    rows = [[None, "", 'say "hi"', "a\nb"]]
+    # WHEN rendered as CSV
+    text = format_rows(["n", "e", "q", "l"], rows, "csv")
+    # THEN NULL is an empty unquoted field and the empty string is "" (PostgreSQL's COPY CSV)
+    assert text == 'n,e,q,l\n,"","say ""hi""","a\nb"\n'
+
+
+@pytest.mark.parametrize(
+    ("style", "expected"),
+    [
+        ("csv", "flag,other\ntrue,false\n"),
+        ("json", '{"flag": true, "other": false}\n'),
+    ],
+)
+def test_booleans_print_as_true_and_false(style: str, expected: str) -> None:
+    # GIVEN booleans as Spark returns them / WHEN rendered / THEN true and false, never True/False
+    assert format_rows(["flag", "other"], [[True, False]], style) == expected
+
+
+def test_table_style_booleans() -> None:
+    # GIVEN / WHEN a boolean renders in the table view / THEN it reads true
+    assert format_rows(["flag"], [[True]], "table").splitlines()[3] == "| true |"
+
+
+@pytest.mark.parametrize(
+    ("style", "limit", "rows"),
+    [("csv", None, None), ("json", None, None), ("table", None, 1000), ("csv", 5, 5), ("table", 0, None)],
+)
+def test_exports_are_whole_unless_a_limit_is_given(style: str, limit: int | None, rows: int | None) -> None:
+    # GIVEN a format and maybe --limit / WHEN the row limit is chosen / THEN exports are whole by default
+    assert row_limit(style, limit) == rows
+
+
+# --------------------------------------------------------------------------- status views (issue 24, item 10)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(None, "-"), (0.4, "0s"), (45, "45s"), (125, "2m 5s"), (8040, "2h 14m"), (90_061, "1d 1h")],
+)
+def test_lag_reads_as_a_duration(seconds: float | None, text: str) -> None:
+    # GIVEN a lag in seconds / WHEN shown / THEN its two largest units
+    assert human_duration(seconds) == text
+
+
+def _status(source: str, **fields: object) -> TableStatus:
+    values: dict[str, object] = {"rows": 10, "snapshots": 3, "files_applied": 2, "lag_seconds": 8040.0}
+    values.update(fields)
+    return TableStatus(source, f"db.{source.split('.')[1]}", exists=True, **values)  # type: ignore[arg-type]
+
+
+def test_compact_status_fits_a_terminal_and_says_what_needs_attention() -> None:
+    # GIVEN a table up to date, one behind with a long name and a held file, one not loaded
+    reason = (
+        "2 CDC file(s) not applied yet; 1 file(s) held in quarantine (last: bad Op 'X'); `cdclake replay --quarantined`"
+    )
+    statuses = [
+        _status("inventory.order-items", behind="up to date"),
+        _status(
+            "warehouse_management_system.inventory_movements_by_location",
+            pending_files=2,
+            quarantined_files=1,
+            last_applied_file="warehouse_management_system/inventory_movements_by_location/20240102-0000010000.csv",
+            behind=reason,
+        ),
+        TableStatus("s.new", "db.new", exists=False, pending_files=1, behind="not loaded: 1 full-load and 1 CDC files"),
+    ]
+    # WHEN the compact view is rendered
+    lines = compact_tables(statuses).splitlines()
+    # THEN one line per table no wider than 100 columns, the lag as a duration, short markers as state
+    assert lines[:4] == [
+        "TABLE                             ROWS  APPLIED  PENDING  LAG     STATE",
+        "inventory.order-items               10        2        0  2h 14m  up to date",
+        "warehouse_manag…ents_by_location    10        2        2  2h 14m  2 pending, 1 held",
+        "s.new                                -        -        1  -       not loaded",
+    ]
+    assert all(len(line) <= WIDTH for line in lines[:4])
+    # AND below, the whole reason of each table that is behind
+    assert lines[4:] == [
+        "",
+        f"warehouse_management_system.inventory_movements_by_location: {reason}",
+        "s.new: not loaded: 1 full-load and 1 CDC files",
+    ]
+
+
+def test_a_new_status_field_is_one_marker_away_from_the_compact_view(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a marker for a field (as the quarantined-rows count will add one)
+    markers = (*status_module.ATTENTION_MARKERS, ("tombstones", lambda n: f"{n} tombstones"))
+    monkeypatch.setattr(status_module, "ATTENTION_MARKERS", markers)
+    # WHEN a table with that field set is shown / THEN the marker is its state
+    assert table_state(_status("s.t", tombstones=4, behind="up to date")) == "4 tombstones"
+
+
+def test_wide_status_has_every_field_with_the_lag_as_a_duration() -> None:
+    # GIVEN one table status / WHEN shown with --wide
+    text = status_text([_status("s.t", behind="up to date")], [], "table", wide=True)
+    header = [c.strip() for c in text.splitlines()[1].strip("|").split("|")]
+    # THEN every field is a column (the lag as a duration), and csv keeps the lag in seconds
+    assert header == [("lag" if f == "lag_seconds" else f) for f in TableStatus.__dataclass_fields__]
+    assert "| 2h 14m |" in text
+    assert "8040.0" in status_text([_status("s.t")], [], "csv", wide=False).splitlines()[1]
+
+
+def test_compact_mart_status_and_why_the_last_refresh_was_full() -> None:
+    # GIVEN a mart refreshed in full because its SQL has a HAVING, and one never refreshed
+    full = MartStatus(
+        "shop_gold.big_cities", True, 12, "2026-11-25T14:38:46+00:00", "full",
+        "its SQL is not a GROUP BY of its keys (HAVING filters its groups)", "{}", 2, 125.0,
+    )  # fmt: skip
+    # WHEN the compact view is rendered
+    lines = compact_marts([full, MartStatus("shop_gold.new", exists=False)]).splitlines()
+    # THEN one line each, and below, the reason in SQL's words
+    assert lines == [
+        "MART                  ROWS  LAST REFRESH (UTC)   PATH               BEHIND  LAG",
+        "shop_gold.big_cities    12  2026-11-25 14:38:46  full                    2  2m 5s",
+        "shop_gold.new            -  -                    not refreshed yet       -  -",
+        "",
+        "shop_gold.big_cities: last refreshed in full: "
+        "its SQL is not a GROUP BY of its keys (HAVING filters its groups)",
+    ]

@@ -186,7 +186,7 @@ def incremental_shape_problem(frame: DataFrame, keys: Sequence[str]) -> str | No
                 return "a key column is computed above the GROUP BY"
         node = node.child()
     if node.nodeName() != "Aggregate":
-        return f"its SQL is not a GROUP BY of its keys (found {node.nodeName()} on top)"
+        return f"its SQL is not a GROUP BY of its keys ({_above_group_by(node)})"
     if node.child().nodeName() == "Expand":
         return "its SQL uses GROUPING SETS, ROLLUP or CUBE"
     grouping = _seq(node.groupingExpressions())
@@ -199,6 +199,40 @@ def incremental_shape_problem(frame: DataFrame, keys: Sequence[str]) -> str | No
         if not any(produced.semanticEquals(g) for g in grouping):
             return f"key {key} is not one of the GROUP BY expressions"
     return None
+
+
+# Spark plan nodes that can stand above a GROUP BY, in the words of the SQL that makes them.
+_SQL_WORDS = {
+    "Filter": "WHERE",
+    "GlobalLimit": "LIMIT",
+    "LocalLimit": "LIMIT",
+    "Offset": "OFFSET",
+    "Distinct": "DISTINCT",
+    "Deduplicate": "DISTINCT",
+    "Window": "a window function (OVER)",
+    "Union": "UNION",
+    "Intersect": "INTERSECT",
+    "Except": "EXCEPT",
+    "Join": "a JOIN",
+    "Generate": "LATERAL VIEW or explode",
+    "Sample": "TABLESAMPLE",
+    "RepartitionByExpression": "DISTRIBUTE BY or CLUSTER BY",
+    "Repartition": "a REPARTITION hint",
+}
+
+
+def _above_group_by(node: Any) -> str:
+    """What a mart's SQL does above its GROUP BY (or that it has none), as SQL says it."""
+    if not _has_aggregate(node):
+        return "it has no GROUP BY"
+    name = node.nodeName()
+    if name == "Filter" and node.child().nodeName() == "Aggregate":
+        return "HAVING filters its groups"
+    return f"{_SQL_WORDS.get(name, name)} above the GROUP BY"
+
+
+def _has_aggregate(node: Any) -> bool:
+    return node.nodeName() == "Aggregate" or any(_has_aggregate(c) for c in _seq(node.children()))
 
 
 def _seq(scala_seq: Any) -> list[Any]:

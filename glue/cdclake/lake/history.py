@@ -19,6 +19,7 @@ NULL) AND operation <> 'D'``; the current rows (``is_current``) equal silver.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import reduce
@@ -132,7 +133,7 @@ def apply_history(
         if properties:  # record the batch all the same, so the ledger says it was applied
             commit_with_properties(spark, properties, stored.limit(0).writeTo(history.identifier).append)
         return HistoryReport(0, 0)
-    view = f"cdclake_history_{history.name}"
+    view = f"cdclake_history_{uuid.uuid4().hex}"  # a view name must be a plain identifier
     changed.createOrReplaceTempView(view)
     on = " AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in identity)
     statement = (

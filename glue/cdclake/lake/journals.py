@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from cdclake.identifiers import sql_string
 from cdclake.lake.tables import SilverTable, ensure_table, merge_frame, table_exists
 
 if TYPE_CHECKING:
@@ -95,9 +96,10 @@ def release_quarantine(spark: SparkSession, table: SilverTable, files: Sequence[
     """Forget quarantine entries of files a replay has now applied."""
     journal = SilverTable(table.catalog, table.database, QUARANTINE_TABLE)
     if files and table_exists(spark, journal):
-        keys = ", ".join("'" + k.replace("'", "''") + "'" for k in files)
+        keys = ", ".join(sql_string(k) for k in files)
         with _journal_write(journal):
-            spark.sql(f"DELETE FROM {journal.identifier} WHERE silver_table = '{table.name}' AND file_key IN ({keys})")
+            where = f"silver_table = {sql_string(table.name)} AND file_key IN ({keys})"
+            spark.sql(f"DELETE FROM {journal.identifier} WHERE {where}")
 
 
 def record_quarantined_rows(spark: SparkSession, table: SilverTable, rows: DataFrame) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from cdclake.identifiers import sql_string
 from cdclake.lake.tables import (
     SilverTable,
     commit_with_properties,
@@ -129,7 +130,7 @@ def read_ledger(spark: SparkSession, table: SilverTable) -> LedgerState:
             break
     archive = _ledger_archive(table)
     if not full_load_done and table_exists(spark, archive):
-        for entry in spark.table(archive.identifier).where(f"silver_table = '{table.name}'").collect():
+        for entry in spark.table(archive.identifier).where(f"silver_table = {sql_string(table.name)}").collect():
             full_load_done = full_load_done or entry["kind"] == KIND_FULL_LOAD
             if entry["file_key"]:
                 applied.add(entry["file_key"])
@@ -186,7 +187,7 @@ def forget_archived_ledger(spark: SparkSession, table: SilverTable) -> None:
     """A new full load starts a new ledger: drop the archived entries of the old one."""
     archive = _ledger_archive(table)
     if table_exists(spark, archive):
-        spark.sql(f"DELETE FROM {archive.identifier} WHERE silver_table = '{table.name}'")
+        spark.sql(f"DELETE FROM {archive.identifier} WHERE silver_table = {sql_string(table.name)}")
 
 
 def record_full_load(

@@ -106,7 +106,7 @@ def is_commit_conflict(failure: BaseException) -> bool:
 
 
 def table_exists(spark: SparkSession, table: SilverTable) -> bool:
-    return bool(spark.catalog.tableExists(f"{table.catalog}.{table.database}.{table.name}"))
+    return bool(spark.catalog.tableExists(table.identifier))
 
 
 # Tables of one run are worked on concurrently: two of them may create the same namespace or

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from cdclake.columns import TOMBSTONE_DELETED_AT
 from cdclake.config import TableConfig
 from cdclake.dms.horizon import PRUNED_BEFORE_PROPERTY, pruned_before_after, tombstones_pruned_before
+from cdclake.identifiers import procedure_table
 from cdclake.lake.journals import tombstones_of
 from cdclake.lake.layout import apply_layout
 from cdclake.lake.ledger import archive_ledger, expiring_snapshots
@@ -90,7 +91,7 @@ def maintain_table(
     if not table_exists(engine.spark, silver):
         return None
     report = MaintenanceReport(table=table.source)
-    name = f"'{engine.config.database}.{table.target}'"
+    name = procedure_table(engine.config.database, table.target)
     report.data_files_before, report.delete_files_before = _file_counts(engine, silver)
     # Compaction also applies merge-on-read deletes to the files it rewrites.
     compaction = "map('min-input-files', '2', 'delete-file-threshold', '1')"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -176,5 +176,22 @@ def _behind(
 
 
 def statuses_as_rows(statuses: Sequence[TableStatus]) -> tuple[list[str], list[list[Any]]]:
-    columns = list(asdict(statuses[0]).keys()) if statuses else list(TableStatus.__dataclass_fields__)
+    """Every field of every status (the csv and json formats, and ``status --wide``)."""
+    columns = list(TableStatus.__dataclass_fields__)
     return columns, [list(asdict(s).values()) for s in statuses]
+
+
+# The compact view's STATE column: one short marker per field that needs the user's attention,
+# shown when the field's value is truthy (a count above 0, a non-empty list). A new per-table
+# field appears in --wide, csv and json by being a TableStatus field, and in the compact view by
+# one entry here.
+ATTENTION_MARKERS: tuple[tuple[str, Callable[[Any], str]], ...] = (
+    ("pending_files", lambda n: f"{n} pending"),
+    ("quarantined_files", lambda n: f"{n} held"),
+)
+
+
+def attention(status: TableStatus) -> list[str]:
+    """The compact view's markers for ``status``, in ``ATTENTION_MARKERS`` order."""
+    values = asdict(status)
+    return [marker(values[name]) for name, marker in ATTENTION_MARKERS if values.get(name)]

@@ -74,6 +74,9 @@ def spark_conf(settings: SessionSettings) -> dict[str, str]:
             f"{prefix}.catalog-impl": "org.apache.iceberg.aws.glue.GlueCatalog",
             f"{prefix}.io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
             f"{prefix}.warehouse": catalog.warehouse,
+            # Iceberg's GlueCatalog refuses names outside [a-z0-9_] by default; DMS writes tables
+            # such as inventory.order-items, which the Glue API itself accepts (cdclake quotes them).
+            f"{prefix}.glue.skip-name-validation": "true",
         }
     else:
         conf |= {

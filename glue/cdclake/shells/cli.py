@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from cdclake.config import load_config
 from cdclake.errors import CdclakeError, ConcurrentWriterError
 from cdclake.shells.console import console_logging
+from cdclake.shells.query import TABLE_ROWS
 
 if TYPE_CHECKING:
     from cdclake.config import TableConfig
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from cdclake.report import RunReport
 
 DEFAULT_HOME = Path(".cdclake")
+DEFAULT_WAREHOUSE = DEFAULT_HOME / "warehouse"
 
 
 def _default_cache() -> Path:
@@ -30,84 +32,153 @@ def _default_cache() -> Path:
     return Path(base) / "cdclake"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="cdclake", description="Mirror AWS DMS full-load and CDC files into Apache Iceberg tables."
-    )
-    parser.add_argument("--config", type=Path, default=Path("cdclake.yaml"), help="table configuration (YAML)")
-    parser.add_argument("--bronze", help="bronze root (directory or s3://bucket/prefix); overrides bronze.path")
+def _row_count(text: str) -> int:
+    """``--limit``: a whole number of rows, 0 or more."""
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"a number of rows (0 or more), not '{text}'")
+    return int(text)
+
+
+def _global_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, defaults: bool) -> None:
+    """The options every command takes, before or after its name. On the subcommands they default
+    to ``SUPPRESS`` so that one left out there does not overwrite the one given before the command."""
+
+    def default(value: object) -> object:
+        return value if defaults else argparse.SUPPRESS
+
     parser.add_argument(
-        "--warehouse", type=Path, default=DEFAULT_HOME / "warehouse", help="local Iceberg warehouse directory"
+        "--config",
+        type=Path,
+        default=default(Path("cdclake.yaml")),
+        help="table configuration (YAML) (default: cdclake.yaml)",
     )
     parser.add_argument(
-        "--cache-dir", type=Path, default=_default_cache(), help="where the relocated Jackson jar is cached"
+        "--bronze", default=default(None), help="bronze root (directory or s3://bucket/prefix); overrides bronze.path"
+    )
+    parser.add_argument(
+        "--warehouse",
+        type=Path,
+        default=default(None),
+        help=f"local Iceberg warehouse directory (default: {DEFAULT_WAREHOUSE} next to the --config file)",
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=default(_default_cache()),
+        help=f"where the relocated Jackson jar is cached (default: {_default_cache()})",
     )
     parser.add_argument(
         "--iceberg-jar",
         type=Path,
-        default=os.environ.get("CDCLAKE_ICEBERG_JAR") or None,
+        default=default(os.environ.get("CDCLAKE_ICEBERG_JAR") or None),
         help="an official iceberg-spark-runtime jar to use instead of the PyPI one (env CDCLAKE_ICEBERG_JAR)",
     )
     parser.add_argument(
         "--iceberg-packages",
-        default=os.environ.get("CDCLAKE_ICEBERG_PACKAGES", ""),
+        default=default(os.environ.get("CDCLAKE_ICEBERG_PACKAGES", "")),
         help="Maven coordinates for spark.jars.packages, comma-separated (env CDCLAKE_ICEBERG_PACKAGES)",
     )
-    parser.add_argument("--driver-memory", default="2g", help="Spark driver memory for local runs")
+    parser.add_argument(
+        "--driver-memory", default=default("2g"), help="Spark driver memory for local runs (default: 2g)"
+    )
     parser.add_argument(
         "--lock-wait",
         type=float,
-        default=600.0,
-        help="seconds a writing command waits for another one on the same warehouse (default 600)",
+        default=default(600.0),
+        help="seconds a writing command waits for another one on the same warehouse (default: 600)",
     )
-    parser.add_argument("-q", "--quiet", action="store_true", help="print only results and warnings")
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=default(False),
+        help="print only results and warnings (Spark logs errors only, no progress)",
+    )
 
-    demo = commands.add_parser("demo", help="write the Airbnb hosts example as DMS files, apply, verify")
-    demo.add_argument("--workdir", type=Path, default=DEFAULT_HOME / "demo")
 
-    run = commands.add_parser("run", help="full load where a table has none yet, then all pending CDC")
-    run.add_argument("--table", action="append", help="only this table (repeatable)")
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cdclake",
+        description="Mirror AWS DMS full-load and CDC files into Apache Iceberg tables.",
+        epilog="The options above are accepted after the command's name too.",
+    )
+    _global_options(parser, defaults=True)
+    shared = argparse.ArgumentParser(add_help=False)
+    _global_options(shared.add_argument_group("global options (also accepted before the command)"), defaults=False)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    full = commands.add_parser("full-load", help="load LOAD files into tables that have no full load yet")
-    full.add_argument("--table", action="append", help="only this table (repeatable)")
-    full.add_argument("--reload", action="store_true", help="replace tables that are already loaded")
+    def command(name: str, description: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=description, description=description, parents=[shared])
 
-    apply = commands.add_parser("apply", help="apply the given CDC files (keys, paths or s3:// URIs)")
+    def tables_option(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--table", action="append", help="only this table (repeatable; default: every table)")
+
+    demo = command("demo", "write the Airbnb hosts example as DMS files, apply, verify")
+    demo.add_argument(
+        "--workdir", type=Path, default=DEFAULT_HOME / "demo", help="recreated for the demo (default: %(default)s)"
+    )
+
+    tables_option(command("run", "full load where a table has none yet, then all pending CDC"))
+
+    full = command("full-load", "load LOAD files into tables that have no full load yet")
+    tables_option(full)
+    full.add_argument("--reload", action="store_true", help="replace tables that are already loaded (atomically)")
+
+    apply = command("apply", "apply the given CDC files (keys, paths or s3:// URIs)")
     apply.add_argument("files", nargs="*", help="CDC files; already applied ones are skipped")
     apply.add_argument("--manifest", type=Path, help='a JSON manifest: {"files": [{"key":..., "size":...}]}')
 
-    replay = commands.add_parser(
-        "replay", help="apply CDC files from bronze again (fixed files, quarantined ones); safe to repeat"
-    )
-    replay.add_argument("--table", action="append", help="only this table (repeatable)")
+    replay = command("replay", "apply CDC files from bronze again (fixed files, quarantined ones); safe to repeat")
+    tables_option(replay)
     replay.add_argument("--quarantined", action="store_true", help="the files held in cdclake_quarantine")
     replay.add_argument("--since", help="files written at or after this time (YYYY-MM-DDTHH:MM)")
     replay.add_argument("--until", help="files written before this time (YYYY-MM-DDTHH:MM)")
     replay.add_argument("--file", action="append", default=[], help="this bronze key (repeatable)")
 
-    maintain = commands.add_parser("maintain", help="compact, expire snapshots, remove orphans, prune tombstones")
-    maintain.add_argument("--table", action="append", help="only this table (repeatable)")
-    maintain.add_argument("--snapshot-retention-hours", type=int, default=168)
-    maintain.add_argument("--retain-last", type=int, default=10, help="snapshots always kept")
-    maintain.add_argument("--orphan-age-hours", type=int, default=72)
-    maintain.add_argument("--tombstone-retention-days", type=int, default=7)
-
-    status = commands.add_parser("status", help="per table: rows, snapshots, last applied file, freshness")
-    status.add_argument("--format", choices=("table", "csv", "json"), default="table")
-
-    capture = commands.add_parser(
-        "capture", help="PostgreSQL logical decoding -> DMS-format full-load and CDC files in --bronze"
+    maintain = command("maintain", "compact, expire snapshots, remove orphans, prune tombstones")
+    tables_option(maintain)
+    maintain.add_argument(
+        "--snapshot-retention-hours", type=int, default=168, help="snapshots older are expired (default: %(default)s)"
     )
+    maintain.add_argument("--retain-last", type=int, default=10, help="snapshots always kept (default: %(default)s)")
+    maintain.add_argument(
+        "--orphan-age-hours",
+        type=int,
+        default=72,
+        help="unreferenced files older are removed (default: %(default)s)",
+    )
+    maintain.add_argument(
+        "--tombstone-retention-days",
+        type=int,
+        default=7,
+        help="deleted keys remembered this long against late changes (default: %(default)s)",
+    )
+
+    status = command("status", "per table: rows, applied and pending files, lag, what needs attention")
+    status.add_argument(
+        "--format",
+        choices=("table", "csv", "json"),
+        default="table",
+        help="table: for a terminal; csv, json: every field (default: %(default)s)",
+    )
+    status.add_argument("--wide", action="store_true", help="the table format with every field")
+
+    capture = command("capture", "PostgreSQL logical decoding -> DMS-format full-load and CDC files in --bronze")
     capture.add_argument(
         "--dsn",
         default=os.environ.get("CDCLAKE_PG_DSN", ""),
         help="libpq connection string (env CDCLAKE_PG_DSN; empty: PG* variables)",
     )
-    capture.add_argument("--slot", default="cdclake", help="replication slot (created with the full load)")
-    capture.add_argument("--publication", default="cdclake", help="publication name (keyless tables: NAME_inserts)")
     capture.add_argument(
-        "--schema", action="append", help="capture the tables of this schema (repeatable; default public)"
+        "--slot", default="cdclake", help="replication slot, created with the full load (default: %(default)s)"
+    )
+    capture.add_argument(
+        "--publication",
+        default="cdclake",
+        help="publication name; keyless tables: NAME_inserts (default: %(default)s)",
+    )
+    capture.add_argument(
+        "--schema", action="append", help="capture the tables of this schema (repeatable; default: public)"
     )
     capture.add_argument("--table", action="append", help="capture only this schema.table (repeatable)")
     capture.add_argument(
@@ -117,47 +188,79 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-batch-interval",
         type=float,
         default=60.0,
-        help="seconds before buffered changes are written (CdcMaxBatchInterval)",
+        help="seconds before buffered changes are written, CdcMaxBatchInterval (default: %(default)s)",
     )
     capture.add_argument(
         "--min-file-size",
         type=int,
         default=32_000,
-        help="KB of one table's changes that write a file at once (CdcMinFileSize)",
+        help="KB of one table's changes that write a file at once, CdcMinFileSize (default: %(default)s)",
     )
-    capture.add_argument("--poll-interval", type=float, default=1.0, help="seconds between polls when idle (--follow)")
     capture.add_argument(
-        "--state-dir", type=Path, default=DEFAULT_HOME / "capture", help="where the capture keeps its state"
+        "--poll-interval",
+        type=float,
+        default=1.0,
+        help="seconds between polls when idle, with --follow (default: %(default)s)",
+    )
+    capture.add_argument(
+        "--state-dir",
+        type=Path,
+        default=DEFAULT_HOME / "capture",
+        help="where the capture keeps its state (default: %(default)s)",
     )
 
-    verify = commands.add_parser("verify", help="compare every silver table with its PostgreSQL source table")
+    verify = command("verify", "compare every silver table with its PostgreSQL source table")
     verify.add_argument(
         "--dsn", default=os.environ.get("CDCLAKE_PG_DSN", ""), help="libpq connection string (env CDCLAKE_PG_DSN)"
     )
-    verify.add_argument("--table", action="append", help="only this table (repeatable)")
-    verify.add_argument("--show", type=int, default=20, help="differing keys printed per table and kind")
+    tables_option(verify)
+    verify.add_argument(
+        "--show", type=int, default=20, help="differing keys printed per table and kind (default: %(default)s)"
+    )
 
-    init = commands.add_parser("init", help="write --config from a source database's catalog (or --check drift)")
+    init = command("init", "write --config from a source database's catalog (or --check drift)")
     init.add_argument(
         "--source",
         default=os.environ.get("CDCLAKE_SOURCE", ""),
         help="postgresql://, mysql:// or sqlserver:// URL (env CDCLAKE_SOURCE)",
     )
-    init.add_argument("--include", action="append", default=[], help="schema.table glob to take (repeatable)")
+    init.add_argument(
+        "--include", action="append", default=[], help="schema.table glob to take (repeatable; default: all)"
+    )
     init.add_argument("--exclude", action="append", default=[], help="schema.table glob to leave out (repeatable)")
     init.add_argument("--force", action="store_true", help="overwrite a configuration that was edited by hand")
     init.add_argument("--add-new", action="store_true", help="add only the tables the configuration lacks")
     init.add_argument("--check", action="store_true", help="print the drift from the catalog; exit 1 on any")
     init.add_argument("--database", help="silver.database (default: the source database's name)")
 
-    gold = commands.add_parser("gold", help="refresh the gold marts from silver (one commit per mart)")
-    gold.add_argument("--mart", action="append", help="only this mart (repeatable)")
+    gold = command("gold", "refresh the gold marts from silver (one commit per mart)")
+    gold.add_argument("--mart", action="append", help="only this mart (repeatable; default: every mart)")
 
-    query = commands.add_parser("query", help="run SQL on the silver catalog")
-    query.add_argument("sql")
-    query.add_argument("--format", choices=("table", "csv", "json"), default="table")
-    query.add_argument("--limit", type=int, default=1000, help="at most this many rows (0: no limit)")
+    query = command("query", "run SQL on the silver catalog")
+    query.add_argument(
+        "sql", help="one Spark SQL statement; tables are silver.<database>.<table> or <database>.<table>"
+    )
+    query.add_argument(
+        "--format",
+        choices=("table", "csv", "json"),
+        default="table",
+        help='table: for a terminal; csv: NULL as an empty field, the empty string as ""; json: one object per '
+        "line (default: %(default)s)",
+    )
+    query.add_argument(
+        "--limit",
+        type=_row_count,
+        default=None,
+        help=f"at most this many rows, 0 for all (default: all for csv and json, {TABLE_ROWS} for table; "
+        "rows left out are always reported on stderr)",
+    )
     return parser
+
+
+def warehouse_of(args: argparse.Namespace) -> Path:
+    """``--warehouse``, else ``.cdclake/warehouse`` next to the configuration file: the same
+    warehouse whichever directory the command runs from."""
+    return Path(args.warehouse) if args.warehouse is not None else args.config.parent / DEFAULT_WAREHOUSE
 
 
 def _engine(args: argparse.Namespace, config_path: Path, bronze_override: str | None = None) -> Engine:
@@ -173,16 +276,17 @@ def _engine(args: argparse.Namespace, config_path: Path, bronze_override: str | 
         if not bronze.startswith("s3://"):
             bronze = str((config_path.parent / bronze).resolve())
     config = replace(config, bronze=replace(config.bronze, path=bronze))
+    warehouse = warehouse_of(args)
     packages = tuple(p.strip() for p in args.iceberg_packages.split(",") if p.strip())
     catalog = LocalCatalog(
-        warehouse=args.warehouse,
+        warehouse=warehouse,
         cache_dir=args.cache_dir,
         runtime_jar=args.iceberg_jar,
         maven_packages=packages,
         driver_memory=args.driver_memory,
     )
     return open_engine(
-        config, catalog, staging_dir=args.warehouse.parent / "staging", progress_seconds=args.progress_seconds
+        config, catalog, staging_dir=warehouse.parent / "staging", progress_seconds=args.progress_seconds
     )
 
 
@@ -242,7 +346,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _COMMANDS[args.command](_engine(args, args.config), args)
     from cdclake.shells.lock import warehouse_lock
 
-    with warehouse_lock(args.warehouse, args.command, args.lock_wait):
+    with warehouse_lock(warehouse_of(args), args.command, args.lock_wait):
         return _COMMANDS[args.command](_engine(args, args.config), args)
 
 
@@ -305,13 +409,12 @@ def _maintain(engine: Engine, args: argparse.Namespace) -> int:
 
 
 def _status(engine: Engine, args: argparse.Namespace) -> int:
-    from cdclake.ops.status import statuses_as_rows, table_statuses
-    from cdclake.shells.marts import mart_status_text
-    from cdclake.shells.output import format_rows
+    from cdclake.gold.status import mart_statuses
+    from cdclake.ops.status import table_statuses
+    from cdclake.shells.status_view import status_text
 
-    columns, rows = statuses_as_rows(table_statuses(engine))
-    print(format_rows(columns, rows, args.format), end="")
-    print(mart_status_text(engine, args.format), end="")
+    marts = mart_statuses(engine) if engine.config.gold.marts else []
+    print(status_text(table_statuses(engine), marts, args.format, args.wide), end="")
     return 0
 
 
@@ -322,16 +425,12 @@ def _gold(engine: Engine, args: argparse.Namespace) -> int:
 
 
 def _query(engine: Engine, args: argparse.Namespace) -> int:
-    from cdclake.shells.output import format_rows
+    from cdclake.shells.query import run_query
 
-    try:
-        frame = engine.spark.sql(args.sql)
-    except Exception as exc:  # Spark's AnalysisException / ParseException
-        raise CdclakeError(f"The query failed: {str(exc).splitlines()[0]}") from None
-    if args.limit:
-        frame = frame.limit(args.limit)
-    result = frame.collect()
-    print(format_rows(frame.columns, [list(r) for r in result], args.format), end="")
+    output = run_query(engine.spark, args.sql, args.format, args.limit)
+    print(output.text, end="")
+    if output.note:
+        print(f"cdclake: {output.note}", file=sys.stderr)
     return 0
 
 

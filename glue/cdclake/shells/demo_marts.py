@@ -25,8 +25,9 @@ def refresh_demo_marts(engine: Engine) -> None:
 
 def verify_demo_marts(engine: Engine) -> int:
     """Print each mart and its status; 0 when every mart equals its SQL evaluated from scratch over silver."""
-    from cdclake.gold.status import mart_statuses, mart_statuses_as_rows
+    from cdclake.gold.status import mart_statuses
     from cdclake.shells.output import format_rows
+    from cdclake.shells.status_view import compact_marts
 
     failures = 0
     for mart in engine.config.gold.marts:
@@ -41,6 +42,5 @@ def verify_demo_marts(engine: Engine) -> int:
                 print(f"  {'mart only' if row in rows else 'SQL only'}: {row}")
         else:
             print(f"demo: gold mart {mart.name} equals its SQL evaluated from scratch ({len(rows)} rows): OK")
-    columns, status_rows = mart_statuses_as_rows(mart_statuses(engine))
-    print(format_rows(columns, status_rows, "table"), end="")
+    print(compact_marts(mart_statuses(engine)), end="")
     return 1 if failures else 0

@@ -1,4 +1,4 @@
-"""The ``cdclake gold`` command and the marts part of ``cdclake status`` (called by the CLI)."""
+"""The ``cdclake gold`` command (called by the CLI)."""
 
 from __future__ import annotations
 
@@ -25,14 +25,3 @@ def gold_command(engine: Engine, names: Sequence[str] | None) -> int:
         detail += f" ({result.reason})" if result.reason else ""
         print(f"gold      {result.mart}: {result.outcome}{detail} {result.seconds:.1f}s")
     return 1 if any(r.outcome == FAILED for r in results) else 0
-
-
-def mart_status_text(engine: Engine, style: str) -> str:
-    """The marts' status in the ``status`` command's format ("" when no marts are configured)."""
-    from cdclake.gold.status import mart_statuses, mart_statuses_as_rows
-    from cdclake.shells.output import format_rows
-
-    if not engine.config.gold.marts:
-        return ""
-    columns, rows = mart_statuses_as_rows(mart_statuses(engine))
-    return format_rows(columns, rows, style)

@@ -13,7 +13,7 @@ import yaml
 from yaml.nodes import MappingNode, ScalarNode
 
 from cdclake.errors import ConfigError
-from cdclake.identifiers import IDENTIFIER
+from cdclake.identifiers import IDENTIFIER, name_problem
 from cdclake.sources.catalog.model import CatalogTable
 
 RESERVED_PREFIX = "_cdc_"
@@ -48,10 +48,13 @@ def select_tables(tables: Sequence[CatalogTable], include: Sequence[str], exclud
             continue
         if any(fnmatchcase(name, p) for p in exclude):
             continue
-        bad = [n for n in (table.schema, table.name) if not IDENTIFIER.match(n)]
-        bad += [c.name for c in table.columns if not IDENTIFIER.match(c.name)]
-        if bad:
-            skipped.append(f"{name}: name(s) {', '.join(bad)} are not plain identifiers; configure it by hand")
+        problems = [
+            f"'{n}': {problem}"
+            for n in (table.schema, table.name, *(c.name for c in table.columns))
+            if (problem := name_problem(n))
+        ]
+        if problems:
+            skipped.append(f"{name}: {'; '.join(problems)}")
             continue
         reserved = [c.name for c in table.columns if c.name.lower().startswith(RESERVED_PREFIX)]
         if reserved:
@@ -70,20 +73,26 @@ def _quoted(value: str) -> str:
     return yaml.safe_dump(value, default_style='"', width=1 << 20).strip()
 
 
+def _name(value: str) -> str:
+    """A schema, table or column name as YAML reads it back: plain when it is an identifier."""
+    return value if IDENTIFIER.match(value) else _quoted(value)
+
+
 def table_block(table: CatalogTable, indent: int = 2) -> list[str]:
     """The lines of one table's entry under ``tables:``."""
     pad, inner = " " * indent, " " * (indent + 2)
-    lines = [f"{pad}{table.qualified}:"]
+    lines = [f"{pad}{_name(table.qualified)}:"]
+    key = f"{inner}primary_key: [{', '.join(_name(k) for k in table.key)}]"
     if table.key_source == "primary key":
-        lines.append(f"{inner}primary_key: [{', '.join(table.key)}]")
+        lines.append(key)
     elif table.key_source == "unique index":
-        lines.append(f"{inner}primary_key: [{', '.join(table.key)}]  # no primary key: the unique index DMS uses")
+        lines.append(f"{key}  # no primary key: the unique index DMS uses")
     else:
         lines.append(f"{inner}append_only: true  # no primary key at the source: every change row is appended")
     lines.append(f"{inner}columns:")
     width = max(len(c.name) + len(c.spark_type) for c in table.columns) + 4
     for column in table.columns:
-        entry = f'{column.name}: "{column.spark_type}"'
+        entry = f'{_name(column.name)}: "{column.spark_type}"'
         lines.append(f"{inner}  {entry.ljust(width)}  # {column.source_type}")
     return lines
 
