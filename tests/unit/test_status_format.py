@@ -224,3 +224,10 @@ def test_compact_mart_status_and_why_the_last_refresh_was_full() -> None:
         "shop_gold.big_cities: last refreshed in full: "
         "its SQL is not a GROUP BY of its keys (HAVING filters its groups)",
     ]
+
+
+def test_unloaded_load_files_and_undeclared_header_columns_show_in_the_compact_view() -> None:
+    # GIVEN a table with a LOAD file its load does not hold and a held file with an undeclared column
+    status = _status("s.t", unloaded_load_files="LOAD00000002.csv", undeclared_columns="quantity", behind="up to date")
+    # WHEN shown compactly / THEN both are in its state, in the user's words
+    assert table_state(status) == "LOAD files not loaded: LOAD00000002.csv, undeclared header columns: quantity"

@@ -188,6 +188,8 @@ def statuses_as_rows(statuses: Sequence[TableStatus]) -> tuple[list[str], list[l
 ATTENTION_MARKERS: tuple[tuple[str, Callable[[Any], str]], ...] = (
     ("pending_files", lambda n: f"{n} pending"),
     ("quarantined_files", lambda n: f"{n} held"),
+    ("unloaded_load_files", lambda names: f"LOAD files not loaded: {names}"),
+    ("undeclared_columns", lambda names: f"undeclared header columns: {names}"),
 )
 
 
