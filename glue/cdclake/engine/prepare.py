@@ -110,6 +110,8 @@ def prepare_batch(engine: Engine, table: TableConfig, files: Sequence[BronzeFile
         except ConfigError:
             raise
         except Exception as failure:
+            if engine.stopping.is_set():
+                raise  # cancelled by a stop (Ctrl-C): no file is to blame
             culprits = unreadable_files(engine, table, remaining, full_load=False)
             if not culprits or attempt == 2:
                 raise failure

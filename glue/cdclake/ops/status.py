@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.dms.files import FileKind
 from cdclake.dms.store import list_bronze
-from cdclake.lake.journals import QUARANTINE_TABLE, SCHEMA_CHANGES_TABLE, tombstones_of
+from cdclake.lake.journals import QUARANTINE_ROWS_TABLE, QUARANTINE_TABLE, SCHEMA_CHANGES_TABLE, tombstones_of
 from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY, read_ledger
 from cdclake.lake.tables import SilverTable, table_exists
 from cdclake.ops.metrics import freshness_lag
@@ -33,6 +33,7 @@ class TableStatus:
     schema_changes: int = 0  # entries in cdclake_schema_changes
     last_schema_change: str | None = None
     quarantined_files: int = 0  # entries in cdclake_quarantine
+    quarantined_rows: int = 0  # bad rows held in cdclake_quarantine_rows
     pending_files: int = 0  # CDC files in bronze neither applied nor held
     behind: str = ""  # why silver is not up to date with bronze, or "up to date"
 
@@ -60,6 +61,7 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
     now = now or datetime.now(UTC)
     schema_changes = _journal_counts(engine, SCHEMA_CHANGES_TABLE, "changed_at", "change")
     quarantined = _journal_counts(engine, QUARANTINE_TABLE, "quarantined_at", "reason")
+    bad_rows = _journal_counts(engine, QUARANTINE_ROWS_TABLE, "quarantined_at", "reason")
     listing = list_bronze(engine.store, transaction_path=engine.config.bronze.transaction_path)
     statuses = []
     for table in engine.config.tables:
@@ -73,6 +75,7 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
             continue
         ledger = read_ledger(engine.spark, silver)
         held, last_reason = quarantined.get(table.target, (0, None))
+        held_rows, last_row_reason = bad_rows.get(table.target, (0, None))
         pending = [f for f in cdc if f.key not in ledger.applied]
         waiting = len(pending) - held
         rows = engine.spark.table(silver.identifier).count()
@@ -103,15 +106,31 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
                 schema_changes=changes,
                 last_schema_change=last_change,
                 quarantined_files=held,
+                quarantined_rows=held_rows,
                 pending_files=max(waiting, 0),
-                behind=_behind(ledger.full_load_done, bool(loads), max(waiting, 0), held, last_reason),
+                behind=_behind(
+                    ledger.full_load_done,
+                    bool(loads),
+                    max(waiting, 0),
+                    (held, last_reason),
+                    (held_rows, last_row_reason),
+                ),
             )
         )
     return statuses
 
 
-def _behind(loaded: bool, has_loads: bool, waiting: int, held: int, last_reason: str | None) -> str:
-    """Why a table is behind bronze, in one phrase (or "up to date")."""
+def _behind(
+    loaded: bool,
+    has_loads: bool,
+    waiting: int,
+    files: tuple[int, str | None] = (0, None),
+    rows: tuple[int, str | None] = (0, None),
+) -> str:
+    """Why a table is behind bronze, in one phrase (or "up to date"): ``files`` and ``rows`` held
+    in quarantine, each with the newest one's reason."""
+    held, last_reason = files
+    held_rows, last_row_reason = rows
     reasons = []
     if not loaded and has_loads:
         reasons.append("full load not applied")
@@ -119,6 +138,11 @@ def _behind(loaded: bool, has_loads: bool, waiting: int, held: int, last_reason:
         reasons.append(f"{waiting} CDC file(s) not applied yet")
     if held:
         reasons.append(f"{held} file(s) held in quarantine (last: {last_reason}); `cdclake replay --quarantined`")
+    if held_rows:
+        reasons.append(
+            f"{held_rows} row(s) held in quarantine (last: {last_row_reason}); fix them in bronze, then "
+            "`cdclake replay --quarantined`"
+        )
     return "; ".join(reasons) or "up to date"
 
 
