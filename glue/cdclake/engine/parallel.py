@@ -8,8 +8,9 @@ table's jobs are not queued behind a big table's stages. What tables do share is
 it lives: the journals of a database (``lake.journals``), table creation (``lake.tables``).
 
 A table that fails is recorded with its error and the others go on. Ctrl-C (KeyboardInterrupt in
-the main thread) stops the pool: no unit starts any more, every running Spark job is cancelled, and
-units stop between batches (``TableRun.stopping``); every commit is atomic, so nothing is half done.
+the main thread, ``Engine.stopping`` set) stops the pool: no unit starts any more, running Spark jobs
+are cancelled until every unit has stopped, units stop between batches and no fallback takes a
+cancelled job for bad input; every commit is atomic, so nothing is half done.
 """
 
 from __future__ import annotations
