@@ -149,9 +149,9 @@ CASES = [
             "20240502-2000000000.csv": rows_file([[TS, "1", "changed"], [TS, "2", "new"]]),
         },
         exit_code=1,
-        sentence="s.no_op: 1 file(s) held in quarantine (s/no_op/20240502-2000000000.csv has no Op column",
+        sentence="s.no_op: 1 file(s) held in quarantine (unreadable file: s/no_op/20240502-2000000000.csv has no Op",
         silver={1: "loaded"},
-        files_held=[("20240502-2000000000.csv", "s/no_op/20240502-2000000000.csv has no Op column")],
+        files_held=[("20240502-2000000000.csv", "unreadable file: s/no_op/20240502-2000000000.csv has no Op column")],
     ),
     Case(
         "bad_full_load_row",  # item 7: the careful path holds the row, loads the rest
@@ -176,17 +176,17 @@ CASES = [
         silver={1: 1},
     ),
     Case(
-        "corrupt_gzip",  # item 6: the reason is the real one, not the py4j call
+        "corrupt_parquet",  # item 6: the reason is Spark's innermost cause, not the py4j call that failed
         "string",
         {
             "LOAD00000001.csv": _load((1, "loaded")),
-            "20240502-2000000000.csv.gz": bytes_file(b"\x1f\x8b\x08\x00garbage, not a deflate stream" * 3),
+            "20240502-2000000000.parquet": bytes_file(b"PAR1 this is not a parquet file PAR1"),
             "20240502-2100000000.csv.gz": bytes_file(gzip.compress(f"U,{TS},1,fine\n".encode())),
         },
         exit_code=1,
-        sentence="s.corrupt_gzip: 1 file(s) held in quarantine (unreadable file: invalid",
+        sentence="s.corrupt_parquet: 1 file(s) held in quarantine (unreadable file: corrupted file: the footer index",
         silver={1: "fine"},
-        files_held=[("20240502-2000000000.csv.gz", "unreadable file: invalid ")],
+        files_held=[("20240502-2000000000.parquet", "unreadable file: corrupted file: ")],
     ),
 ]
 

@@ -34,7 +34,7 @@ tables:
 """
 TS1, TS2 = "2024-05-02 20:00:00.000000", "2024-05-02 21:00:00.000000"
 FIRST, SECOND = "s/items/20240502-2000000000.csv", "s/items/20240502-2100000000.csv"
-CORRUPT = "s/items/20240502-2200000000.csv.gz"
+CORRUPT = "s/items/20240502-2200000000.parquet"
 
 
 def _journal(engine: Engine, name: str) -> list[tuple]:
@@ -52,13 +52,13 @@ def test_held_rows_and_files_are_explained_replayed_once_fixed_and_dismissed_onc
     make_engine: EngineFactory, tmp_path: Path
 ) -> None:
     # GIVEN a file with two bad rows (2.7 and 1.5 into int), a later file that updates one of
-    # their keys, and a corrupt gzip file
+    # their keys, and a corrupt Parquet file
     engine = make_engine(CONFIG)
     bronze = tmp_path / "bronze"
     first = [["I", TS1, "1", "10"], ["I", TS1, "2", "2.7"], ["I", TS1, "3", "1.5"], ["I", TS1, "4", "40"]]
     write_csv(bronze / FIRST, first)
     write_csv(bronze / SECOND, [["U", TS2, "2", "99"], ["I", TS2, "5", "50"]])
-    (bronze / CORRUPT).write_bytes(b"\x1f\x8b\x08\x00garbage, not a deflate stream" * 3)
+    (bronze / CORRUPT).write_bytes(b"PAR1 this is not a parquet file PAR1")
     # WHEN run
     report = run(engine)
     # THEN the good rows are applied; the bad rows are held with the row as it was in the file
@@ -72,7 +72,8 @@ def test_held_rows_and_files_are_explained_replayed_once_fixed_and_dismissed_onc
     # AND the corrupt file is held with the real reason, not the py4j call that failed
     [(_, key, reason)] = _journal(engine, QUARANTINE_TABLE)
     assert key == CORRUPT
-    assert reason.startswith("unreadable file: invalid ") and "An error occurred while calling" not in reason
+    assert reason.startswith("unreadable file: corrupted file: the footer index is not within the file")
+    assert "An error occurred while calling" not in reason
     # AND the CLI says what was held, why, and the next command; status counts the rows
     assert report.exit_code == 1
     assert report.problems() == [

@@ -148,7 +148,7 @@ def read_and_count(
 def unreadable_files(
     engine: Engine, table: TableConfig, files: Sequence[BronzeFile], full_load: bool
 ) -> list[tuple[BronzeFile, str]]:
-    """Read each file alone; the ones that fail, with the first line of why."""
+    """Read each file alone; the ones that fail, with why (a Java failure: its innermost cause)."""
     culprits = []
     for file in files:
         try:

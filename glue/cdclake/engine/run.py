@@ -141,8 +141,10 @@ def replay(engine: Engine, selection: ReplaySelection, tables: Sequence[TableCon
     """Apply CDC files from bronze again, even if applied or quarantined before, in file order.
 
     Safe to run at any time: changes older than a stored row or a tombstone are ignored, so only
-    what the replayed files add (fixed files, rows that were set aside) changes silver. Replayed
-    quarantined files leave the quarantine.
+    what the replayed files add (fixed files, rows that were set aside) changes silver. With
+    ``selection.quarantined``: the held files and the files with quarantined rows (not of an
+    append-only table: its applied rows would be appended again); once committed, their entries
+    are resolved, except rows still bad. Entries whose file is gone from bronze are named.
     """
     listing = list_all(engine)
     report = RunReport(unrecognised=list(listing.unrecognised))
@@ -156,6 +158,17 @@ def replay(engine: Engine, selection: ReplaySelection, tables: Sequence[TableCon
     held = held_files(engine)
     # Files whose bad rows were set aside were applied; replaying them applies the fixed rows.
     with_rows = files_with_quarantined_rows(engine.spark, engine.catalog, engine.config.database)
+    for table in tables or engine.config.tables:
+        name = engine.silver_table(table).name
+        if table.append_only and selection.quarantined and with_rows.get(name):
+            # Its applied rows would be appended a second time: only whole held files are replayed.
+            log.warning(
+                "table %s: %d file(s) with quarantined rows are not replayed: the table is append-only, so "
+                "the rows applied from them would be appended again; put the fixed rows alone in a new CDC "
+                "file in bronze and run `cdclake run`",
+                table.source,
+                len(with_rows.pop(name)),
+            )
     quarantined = {t: held.get(t, frozenset()) | with_rows.get(t, frozenset()) for t in {*held, *with_rows}}
     if selection.quarantined:
         _warn_missing(engine, [t for t in (tables or engine.config.tables)], listing, quarantined)
