@@ -5,6 +5,7 @@ Built once by a shell (Glue job, CLI, tests) and passed down; nothing below read
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -56,6 +57,10 @@ class Engine:
     # after pauses of about 1, 2, 4 ... times ``commit_backoff_seconds``.
     commit_attempts: int = 4
     commit_backoff_seconds: float = 1.0
+    # Set when the run is to stop (Ctrl-C): no table starts or takes another batch, and a Spark
+    # action that fails because its job was cancelled is not retried another way (nothing held,
+    # no careful path): the failure is the stop, not the data's.
+    stopping: threading.Event = field(default_factory=threading.Event, compare=False)
 
     @property
     def parallel_tables(self) -> int:

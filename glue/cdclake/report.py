@@ -78,6 +78,42 @@ class RunReport:
         """Batches that set files or rows aside."""
         return [t for t in self.tables if t.quarantined_files or t.rows_quarantined]
 
+    def of_table(self, source: str) -> RunReport:
+        """The part of this report about one table (what ``cdclake run --table`` would report)."""
+        return RunReport(
+            tables=[t for t in self.tables if t.table == source],
+            failures=[f for f in self.failures if f.table == source],
+        )
+
+    @property
+    def exit_code(self) -> int:
+        """A failed table's code (1: a fault, else 2: a problem to fix, else 75: another writer
+        kept winning), else 1 when files or rows were set aside in quarantine, else 0."""
+        if self.failures:
+            codes = {failure.exit_code for failure in self.failures}
+            return next(code for code in (1, 2, ConcurrentWriterError.exit_code) if code in codes)
+        return 1 if self.quarantined else 0
+
+    def problems(self) -> list[str]:
+        """One sentence per table that set something aside (what, why, and the next command), then
+        one per failed table: what the CLI prints on standard error."""
+        lines = []
+        for source in dict.fromkeys(t.table for t in self.quarantined):
+            batches = [t for t in self.quarantined if t.table == source]
+            if files := [f for t in batches for f in t.quarantined_files]:
+                why = "; ".join(dict.fromkeys(t.note.removeprefix("quarantined: ") for t in batches if t.note))
+                lines.append(
+                    f"{source}: {len(files)} file(s) held in quarantine ({why}); fix them in bronze, then "
+                    "`cdclake replay --quarantined` (`cdclake quarantine list` shows them)"
+                )
+            if rows := sum(t.rows_quarantined for t in batches):
+                lines.append(
+                    f"{source}: {rows} row(s) held in quarantine, the rest applied; `cdclake quarantine list` shows "
+                    "them and why; fix them in bronze, then `cdclake replay --quarantined`"
+                )
+        lines += [f"{failure.table}: {failure.error}" for failure in self.failures]
+        return lines
+
     def checked(self) -> RunReport:
         """This report when every table finished; else raise what stopped a table: its own error
         when one table failed, ``TablesFailedError`` naming each when several did."""

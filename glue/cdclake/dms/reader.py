@@ -234,6 +234,28 @@ def _has_spanning_record(spark: SparkSession, path: str) -> bool:
     return bool(odd.limit(1).collect())
 
 
+def csv_records(data: bytes, numbers: set[int], skip_header: bool = False) -> dict[int, str]:
+    """The records ``numbers`` (1-based, a header not counted) of a DMS CSV file's bytes, as they
+    are in the file: without the row delimiter, bytes that are not UTF-8 as ``\\xNN``.
+
+    A record ends at a newline outside quotes: with RFC-4180 quoting (quotes doubled inside
+    values) that is a newline after an even number of quote characters in the record.
+    """
+    found: dict[int, str] = {}
+    number, start, position, quotes = (0 if skip_header else 1), 0, 0, 0
+    last = max(numbers, default=0)
+    while number <= last and start < len(data):
+        end = data.find(b"\n", position)
+        end = len(data) if end < 0 else end
+        quotes += data.count(b'"', position, end)
+        if quotes % 2 == 0 or end == len(data):
+            if number in numbers:
+                found[number] = data[start:end].decode("utf-8", errors="backslashreplace")
+            number, start, quotes = number + 1, end + 1, 0
+        position = end + 1
+    return found
+
+
 def read_files(
     spark: SparkSession,
     store: BronzeStore,

@@ -26,6 +26,7 @@ from cdclake.lake.journals import (
     record_quarantined_rows,
     record_schema_changes,
     release_quarantine,
+    release_quarantined_rows,
     tombstones_of,
 )
 from cdclake.lake.layout import apply_layout
@@ -62,8 +63,10 @@ def commit_batch(engine: Engine, table: TableConfig, plan: BatchPlan, force: boo
         engine.committer.append(engine.spark, silver, silver_shape(changes.rows), changes.properties)
     else:
         _apply_keyed(engine, silver, changes, changes.keyed)
-    if force:
-        release_quarantine(engine.spark, silver, [f.key for f in changes.files])
+    if force:  # after the data commit: a replay that never commits leaves the quarantine as it was
+        replayed = [f.key for f in changes.files]
+        release_quarantine(engine.spark, silver, replayed)
+        release_quarantined_rows(engine.spark, silver, replayed, changes.bad.rows if changes.bad else None)
 
 
 def hold(engine: Engine, silver: SilverTable, held: Hold) -> None:

@@ -100,6 +100,8 @@ def _load_in_one_scan(
     except ConfigError:
         raise
     except Exception as failure:
+        if engine.stopping.is_set():
+            raise  # the scan was cancelled by a stop (Ctrl-C), not failed by the data
         log.info("full load table=%s takes the careful path: %s", table.source, first_line(failure))
         return []
     stats = observation.get

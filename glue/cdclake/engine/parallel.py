@@ -8,8 +8,9 @@ table's jobs are not queued behind a big table's stages. What tables do share is
 it lives: the journals of a database (``lake.journals``), table creation (``lake.tables``).
 
 A table that fails is recorded with its error and the others go on. Ctrl-C (KeyboardInterrupt in
-the main thread) stops the pool: no unit starts any more, every running Spark job is cancelled, and
-units stop between batches (``TableRun.stopping``); every commit is atomic, so nothing is half done.
+the main thread, ``Engine.stopping`` set) stops the pool: no unit starts any more, running Spark jobs
+are cancelled until every unit has stopped, units stop between batches and no fallback takes a
+cancelled job for bad input; every commit is atomic, so nothing is half done.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from cdclake.config import TableConfig
@@ -28,6 +29,8 @@ from cdclake.errors import CdclakeError
 from cdclake.report import TableFailure, TableReport
 
 log = logging.getLogger("cdclake")
+
+_WAKE_SECONDS = 0.2  # how often the main thread, waiting for the tables, looks for a Ctrl-C
 
 
 @dataclass
@@ -46,24 +49,36 @@ def for_each_table(
     engine: Engine, tables: Sequence[TableConfig], kind: str, work: Callable[[TableRun], None]
 ) -> list[TableRun]:
     """Run ``work`` once per table, up to ``engine.parallel_tables`` at a time; the runs in the
-    order of ``tables``, each with its reports and, if it failed, its failure."""
-    stopping = threading.Event()
+    order of ``tables``, each with its reports and, if it failed, its failure.
+
+    The units always run in pool threads, even one table: the main thread only waits, so a
+    Ctrl-C lands there outside any py4j call and can cancel Spark's jobs (PySpark's own handler
+    cancels them from inside the interrupted call, which breaks that thread's gateway connection).
+    """
+    stopping = engine.stopping
     runs = [TableRun(table, kind, stopping) for table in tables]
-    workers = min(engine.parallel_tables, len(runs))
-    if workers <= 1:
-        for table_run in runs:
-            _attempt(engine, table_run, work, pooled=False)
+    if not runs:
         return runs
-    with ThreadPoolExecutor(workers, thread_name_prefix="cdclake-table") as pool:
-        futures = [pool.submit(_attempt, engine, table_run, work, True) for table_run in runs]
+    workers = min(engine.parallel_tables, len(runs))
+    with ThreadPoolExecutor(max(workers, 1), thread_name_prefix="cdclake-table") as pool:
+        futures = [pool.submit(_attempt, engine, table_run, work, workers > 1) for table_run in runs]
         try:
+            # Waits that wake up: a signal reaches Python's handler only when the main thread runs
+            # (an endless wait on a lock may sleep through Ctrl-C until the table is done).
+            while wait(futures, timeout=_WAKE_SECONDS).not_done:
+                pass
             for future in futures:
                 future.result()
         except BaseException:  # Ctrl-C in the main thread: stop everything, lose nothing
             stopping.set()
             for future in futures:
                 future.cancel()
-            engine.spark.sparkContext.cancelAllJobs()
+            # Until every unit has stopped: a job submitted just after a cancel (its action was
+            # being planned) would otherwise run to its end.
+            while True:
+                engine.spark.sparkContext.cancelAllJobs()
+                if not wait(futures, timeout=_WAKE_SECONDS).not_done:
+                    break
             raise
     return runs
 
@@ -72,12 +87,17 @@ def _attempt(engine: Engine, table_run: TableRun, work: Callable[[TableRun], Non
     if table_run.stopping.is_set():
         return
     context = engine.spark.sparkContext
+    # A stop cancels the jobs; their running tasks are interrupted too, not left to finish a
+    # whole file's scan first (nothing they write is committed).
+    context.setLocalProperty("spark.job.interruptOnCancel", "true")
     if pooled:
         # Local properties of this thread's JVM twin (PySpark pins Python threads to JVM threads).
         context.setLocalProperty("spark.scheduler.pool", f"cdclake {table_run.table.source}")
     try:
         work(table_run)
     except Exception as error:
+        if table_run.stopping.is_set():
+            return  # its Spark job was cancelled by the stop: not the table's failure
         table_run.failure = TableFailure(table_run.table.source, table_run.kind, error)
         if isinstance(error, CdclakeError):
             log.error("table failed table=%s: %s", table_run.table.source, first_line(error))

@@ -116,6 +116,8 @@ def prepare_batch(engine: Engine, table: TableConfig, files: Sequence[BronzeFile
             plan.holds.append(Hold([file], str(refused)))
             remaining.remove(file)
         except Exception as failure:
+            if engine.stopping.is_set():
+                raise  # cancelled by a stop (Ctrl-C): no file is to blame
             failures += 1
             culprits = unreadable_files(engine, table, remaining, full_load=False)
             if not culprits or failures == 2:

@@ -25,7 +25,7 @@ from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile, FileKind
 from cdclake.dms.layout import headerless_columns
-from cdclake.dms.reader import read_files
+from cdclake.dms.reader import csv_records, read_files
 from cdclake.engine.changes import (
     apply_cleaning,
     data_columns,
@@ -104,6 +104,27 @@ def first_line(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__)[:500]
 
 
+def root_cause(exc: BaseException) -> str:
+    """Why a Spark action failed, in the words of the innermost cause: a Java failure's outer
+    layers only name the py4j call (``An error occurred while calling o1170.collectToPython``)
+    or the task that failed; the cause at the bottom says what is wrong with the input."""
+    throwable = getattr(exc, "java_exception", None)
+    if throwable is None:
+        return first_line(exc)
+    try:
+        for _ in range(50):  # a cause chain is finite, but a cycle must not hang the report
+            cause = throwable.getCause()
+            if cause is None:
+                break
+            throwable = cause
+        message = throwable.getMessage()
+        kind = str(throwable.getClass().getSimpleName())
+    except Exception:  # the gateway is gone: the Python-side text is all there is
+        return first_line(exc)
+    text = str(message).strip().splitlines()[0] if message and str(message).strip() else ""
+    return (f"{text} ({kind})" if text else kind)[:500]
+
+
 def read_and_count(
     engine: Engine, table: TableConfig, files: Sequence[BronzeFile], full_load: bool
 ) -> tuple[DataFrame, RowCounts]:
@@ -114,6 +135,8 @@ def read_and_count(
     except ConfigError:
         raise
     except Exception as failure:
+        if engine.stopping.is_set():
+            raise  # cancelled by a stop (Ctrl-C): no file is to blame
         culprits = unreadable_files(engine, table, files, full_load)
         if not culprits:
             raise failure
@@ -125,7 +148,7 @@ def read_and_count(
 def unreadable_files(
     engine: Engine, table: TableConfig, files: Sequence[BronzeFile], full_load: bool
 ) -> list[tuple[BronzeFile, str]]:
-    """Read each file alone; the ones that fail, with the first line of why."""
+    """Read each file alone; the ones that fail, with why (a Java failure: its innermost cause)."""
     culprits = []
     for file in files:
         try:
@@ -133,7 +156,9 @@ def unreadable_files(
         except ConfigError:
             raise
         except Exception as exc:
-            culprits.append((file, first_line(exc)))
+            if engine.stopping.is_set():
+                raise
+            culprits.append((file, root_cause(exc)))
     return culprits
 
 
@@ -162,9 +187,52 @@ def bad_rows(
         details = "; ".join(f"{r['file_key']} data row {r['row_number']}: {r['reason']}" for r in sample)
         raise BadInputError(
             f"Table {table.source}: rows that cannot be applied: {details} ({counts.bad} of {counts.total} "
-            f"rows, above quarantine.max_bad_row_ratio {limit:g}); nothing of this batch was applied."
+            f"rows, above quarantine.max_bad_row_ratio {limit:g}); nothing of this batch was applied. Fix the rows "
+            "in bronze and run again (`cdclake run`), or raise quarantine.max_bad_row_ratio to apply the good rows "
+            "and hold the bad ones in quarantine (then fix them and `cdclake replay --quarantined`)."
         )
+    rows = _with_original_records(engine, rows.localCheckpoint(), files)
     return BadRows(rows, counts.bad)
+
+
+# Bad rows are shown as they were in their CSV file when the file is at most this big (it is read
+# whole, on the driver) and for this many rows of a batch at most; the others (and Parquet rows)
+# as their values in JSON.
+_ORIGINAL_RECORD_FILE_BYTES = 256 * 1024 * 1024
+_MAX_ORIGINAL_RECORDS = 10_000
+
+
+def _with_original_records(engine: Engine, rows: DataFrame, files: Sequence[BronzeFile]) -> DataFrame:
+    """The bad rows (materialised) with ``raw`` the record as it was in its CSV file, not the
+    values after typing and cleaning (``2`` where the file said ``2.7``)."""
+    import gzip
+
+    from pyspark.sql import functions as F
+
+    readable = {
+        f.key: f
+        for f in files
+        if f.file_format == "csv" and not f.is_multi_table and f.size <= _ORIGINAL_RECORD_FILE_BYTES
+    }
+    if not readable:
+        return rows
+    wanted: dict[str, set[int]] = {}
+    located = rows.where(F.col("file_key").isin(list(readable))).select("file_key", "row_number")
+    for r in located.limit(_MAX_ORIGINAL_RECORDS).collect():
+        wanted.setdefault(r["file_key"], set()).add(int(r["row_number"]))
+    originals = []
+    for key, numbers in wanted.items():
+        data = engine.store.read_head(key, readable[key].size)
+        if readable[key].compressed:
+            data = gzip.decompress(data)
+        records = csv_records(data, numbers, skip_header=engine.config.bronze.csv_header)
+        originals += [(key, number, text) for number, text in records.items()]
+    if not originals:
+        return rows
+    found = engine.spark.createDataFrame(originals, "file_key string, row_number long, _cdc_original string")
+    return rows.join(F.broadcast(found), ["file_key", "row_number"], "left").select(
+        "file_key", "row_number", F.coalesce("_cdc_original", "raw").alias("raw"), "reason"
+    )
 
 
 def _locate_bad_rows(changes: DataFrame, files: Sequence[BronzeFile]) -> DataFrame:

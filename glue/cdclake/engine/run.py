@@ -24,7 +24,7 @@ from cdclake.engine.parallel import TableRun, for_each_table
 from cdclake.engine.read import first_line
 from cdclake.engine.select import ReplaySelection, TableState, batches, group_by_table, skip_reason
 from cdclake.errors import ConcurrentWriterError
-from cdclake.lake.journals import quarantined_files_by_table
+from cdclake.lake.journals import files_with_quarantined_rows, quarantined_files_by_table
 from cdclake.lake.ledger import read_ledger
 from cdclake.lake.tables import is_commit_conflict
 from cdclake.report import Progress, RunReport, TableReport
@@ -141,8 +141,10 @@ def replay(engine: Engine, selection: ReplaySelection, tables: Sequence[TableCon
     """Apply CDC files from bronze again, even if applied or quarantined before, in file order.
 
     Safe to run at any time: changes older than a stored row or a tombstone are ignored, so only
-    what the replayed files add (fixed files, rows that were set aside) changes silver. Replayed
-    quarantined files leave the quarantine.
+    what the replayed files add (fixed files, rows that were set aside) changes silver. With
+    ``selection.quarantined``: the held files and the files with quarantined rows (not of an
+    append-only table: its applied rows would be appended again); once committed, their entries
+    are resolved, except rows still bad. Entries whose file is gone from bronze are named.
     """
     listing = list_all(engine)
     report = RunReport(unrecognised=list(listing.unrecognised))
@@ -153,16 +155,48 @@ def replay(engine: Engine, selection: ReplaySelection, tables: Sequence[TableCon
         if t.source in selected
     ]
     files_of = {t.source: fs for t, fs in grouped}
-    held = held_files(engine) if grouped else {}
+    held = held_files(engine)
+    # Files whose bad rows were set aside were applied; replaying them applies the fixed rows.
+    with_rows = files_with_quarantined_rows(engine.spark, engine.catalog, engine.config.database)
+    for table in tables or engine.config.tables:
+        name = engine.silver_table(table).name
+        if table.append_only and selection.quarantined and with_rows.get(name):
+            # Its applied rows would be appended a second time: only whole held files are replayed.
+            log.warning(
+                "table %s: %d file(s) with quarantined rows are not replayed: the table is append-only, so "
+                "the rows applied from them would be appended again; put the fixed rows alone in a new CDC "
+                "file in bronze and run `cdclake run`",
+                table.source,
+                len(with_rows.pop(name)),
+            )
+    quarantined = {t: held.get(t, frozenset()) | with_rows.get(t, frozenset()) for t in {*held, *with_rows}}
+    if selection.quarantined:
+        _warn_missing(engine, [t for t in (tables or engine.config.tables)], listing, quarantined)
 
     def apply(table_run: TableRun) -> None:
         state = read_state(engine, table_run.table, held)
-        chosen = selection.choose(files_of[table_run.table.source], state.held)
+        in_quarantine = quarantined.get(engine.silver_table(table_run.table).name, frozenset())
+        chosen = selection.choose(files_of[table_run.table.source], in_quarantine)
         _apply_in_batches(engine, table_run, chosen, listing, state, force=True)
 
     _collect(report, for_each_table(engine, [t for t, _ in grouped], "cdc", apply))
     warn(report)
     return report
+
+
+def _warn_missing(
+    engine: Engine, tables: Sequence[TableConfig], listing: BronzeListing, quarantined: HeldFiles
+) -> None:
+    """Say which quarantine entries no replay can resolve: their file is no longer in bronze."""
+    present = {f.key for f in listing.files}
+    for table in tables:
+        for key in sorted(quarantined.get(engine.silver_table(table).name, frozenset()) - present):
+            log.warning(
+                "table %s: %s is held in quarantine but no longer in bronze; restore it and replay, or "
+                "record that it is gone: `cdclake quarantine dismiss --missing`",
+                table.source,
+                key,
+            )
 
 
 def _collect(report: RunReport, runs: Sequence[TableRun]) -> None:

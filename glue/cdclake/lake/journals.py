@@ -18,6 +18,7 @@ TOMBSTONE_SUFFIX = "__tombstones"
 SCHEMA_CHANGES_TABLE = "cdclake_schema_changes"
 QUARANTINE_TABLE = "cdclake_quarantine"
 QUARANTINE_ROWS_TABLE = "cdclake_quarantine_rows"
+DISMISSED_TABLE = "cdclake_quarantine_dismissed"
 
 
 # The journals are shared by every table of a database: the tables of one run, worked on
@@ -92,14 +93,55 @@ def quarantined_files_by_table(spark: SparkSession, catalog: str, database: str)
     return {table: frozenset(keys) for table, keys in held.items()}
 
 
+def files_with_quarantined_rows(spark: SparkSession, catalog: str, database: str) -> dict[str, frozenset[str]]:
+    """Every table's files with rows held in ``cdclake_quarantine_rows`` (one read of the journal)."""
+    journal = SilverTable(catalog, database, QUARANTINE_ROWS_TABLE)
+    if not table_exists(spark, journal):
+        return {}
+    held: dict[str, set[str]] = {}
+    for row in spark.table(journal.identifier).select("silver_table", "file_key").distinct().collect():
+        held.setdefault(row["silver_table"], set()).add(row["file_key"])
+    return {table: frozenset(keys) for table, keys in held.items()}
+
+
+def _in_files(table: SilverTable, files: Sequence[str], alias: str = "") -> str:
+    """SQL: a journal entry of ``table`` about one of ``files``."""
+    keys = ", ".join(sql_string(k) for k in files)
+    return f"{alias}silver_table = {sql_string(table.name)} AND {alias}file_key IN ({keys})"
+
+
 def release_quarantine(spark: SparkSession, table: SilverTable, files: Sequence[str]) -> None:
     """Forget quarantine entries of files a replay has now applied."""
     journal = SilverTable(table.catalog, table.database, QUARANTINE_TABLE)
     if files and table_exists(spark, journal):
-        keys = ", ".join(sql_string(k) for k in files)
         with _journal_write(journal):
-            where = f"silver_table = {sql_string(table.name)} AND file_key IN ({keys})"
-            spark.sql(f"DELETE FROM {journal.identifier} WHERE {where}")
+            spark.sql(f"DELETE FROM {journal.identifier} WHERE {_in_files(table, files)}")
+
+
+def release_quarantined_rows(
+    spark: SparkSession, table: SilverTable, files: Sequence[str], still_bad: DataFrame | None
+) -> None:
+    """Forget the quarantined rows of files a replay has applied again, except the rows that are
+    still bad (``still_bad``: file_key, row_number; recorded again by the replay itself)."""
+    journal = SilverTable(table.catalog, table.database, QUARANTINE_ROWS_TABLE)
+    if not files or not table_exists(spark, journal):
+        return
+    from pyspark.sql import functions as F
+
+    with _journal_write(journal):
+        if still_bad is None:
+            spark.sql(f"DELETE FROM {journal.identifier} WHERE {_in_files(table, files)}")
+            return
+        kept = still_bad.select(F.lit(table.name).alias("silver_table"), "file_key", "row_number")
+        merge_frame(
+            spark,
+            kept,
+            lambda view: (
+                f"MERGE INTO {journal.identifier} t USING {view} s "
+                "ON t.silver_table = s.silver_table AND t.file_key = s.file_key AND t.row_number = s.row_number "
+                f"WHEN NOT MATCHED BY SOURCE AND {_in_files(table, files, 't.')} THEN DELETE"
+            ),
+        )
 
 
 def record_quarantined_rows(spark: SparkSession, table: SilverTable, rows: DataFrame) -> None:
@@ -124,3 +166,41 @@ def record_quarantined_rows(spark: SparkSession, table: SilverTable, rows: DataF
                 "WHEN NOT MATCHED THEN INSERT *"
             ),
         )
+
+
+def dismiss_quarantine(
+    spark: SparkSession, table: SilverTable, files: Sequence[str], why: str, at: datetime
+) -> list[tuple[str, int, int]]:
+    """Clear the quarantine entries (held files and bad rows) of ``files``, after recording each
+    in ``cdclake_quarantine_dismissed`` (silver_table, file_key, files, rows, reason, why,
+    dismissed_at): a dismissal is never silent. Returns (file_key, file entries, row entries)."""
+    from pyspark.sql import functions as F
+
+    if not files:
+        return []
+    entries: dict[str, tuple[int, int, str]] = {}
+    for journal_name, column in ((QUARANTINE_TABLE, 0), (QUARANTINE_ROWS_TABLE, 1)):
+        journal = SilverTable(table.catalog, table.database, journal_name)
+        if not table_exists(spark, journal):
+            continue
+        found = (
+            spark.table(journal.identifier)
+            .where(F.expr(_in_files(table, files)))
+            .groupBy("file_key")
+            .agg(F.count(F.lit(1)).alias("n"), F.max_by("reason", "quarantined_at").alias("reason"))
+            .collect()
+        )
+        for row in found:
+            counts = list(entries.get(row["file_key"], (0, 0, row["reason"])))
+            counts[column] = int(row["n"])
+            entries[row["file_key"]] = (counts[0], counts[1], str(counts[2]))
+    if not entries:
+        return []
+    record = [(table.name, key, n_files, n_rows, reason, why, at) for key, (n_files, n_rows, reason) in entries.items()]
+    schema = (
+        "silver_table string, file_key string, files int, rows int, reason string, why string, dismissed_at timestamp"
+    )
+    _journal(spark, table.catalog, table.database, DISMISSED_TABLE, schema, record)
+    release_quarantine(spark, table, list(entries))
+    release_quarantined_rows(spark, table, list(entries), None)
+    return [(key, n_files, n_rows) for key, (n_files, n_rows, _) in sorted(entries.items())]

@@ -13,7 +13,13 @@ from cdclake.dms.layout import parse_header, undeclared_header_columns
 from cdclake.dms.store import head_text, list_bronze
 from cdclake.engine.select import TableState, load_again, unloaded_load_files
 from cdclake.errors import BadInputError, LoadFilesConflictError
-from cdclake.lake.journals import QUARANTINE_TABLE, SCHEMA_CHANGES_TABLE, quarantined_files_by_table, tombstones_of
+from cdclake.lake.journals import (
+    QUARANTINE_ROWS_TABLE,
+    QUARANTINE_TABLE,
+    SCHEMA_CHANGES_TABLE,
+    quarantined_files_by_table,
+    tombstones_of,
+)
 from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY, read_ledger
 from cdclake.lake.tables import SilverTable, table_exists
 from cdclake.ops.metrics import freshness_lag
@@ -37,6 +43,7 @@ class TableStatus:
     schema_changes: int = 0  # entries in cdclake_schema_changes
     last_schema_change: str | None = None
     quarantined_files: int = 0  # entries in cdclake_quarantine
+    quarantined_rows: int = 0  # bad rows held in cdclake_quarantine_rows
     pending_files: int = 0  # CDC files in bronze neither applied nor held
     unloaded_load_files: str = ""  # LOAD files in bronze the table's full load does not hold (names)
     undeclared_columns: str = ""  # header columns of held files that the declared columns lack
@@ -66,6 +73,7 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
     now = now or datetime.now(UTC)
     schema_changes = _journal_counts(engine, SCHEMA_CHANGES_TABLE, "changed_at", "change")
     quarantined = _journal_counts(engine, QUARANTINE_TABLE, "quarantined_at", "reason")
+    bad_rows = _journal_counts(engine, QUARANTINE_ROWS_TABLE, "quarantined_at", "reason")
     listing = list_bronze(engine.store, transaction_path=engine.config.bronze.transaction_path)
     held_keys = quarantined_files_by_table(engine.spark, engine.catalog, engine.config.database)
     statuses = []
@@ -81,6 +89,7 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
         ledger = read_ledger(engine.spark, silver)
         state = TableState(ledger.full_load_done, ledger.applied, frozenset(), ledger.loaded)
         held, last_reason = quarantined.get(table.target, (0, None))
+        held_rows, last_row_reason = bad_rows.get(table.target, (0, None))
         pending = [f for f in cdc if f.key not in ledger.applied]
         waiting = len(pending) - held
         rows = engine.spark.table(silver.identifier).count()
@@ -112,6 +121,7 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
                 last_schema_change=last_change,
                 quarantined_files=held,
                 pending_files=max(waiting, 0),
+                quarantined_rows=held_rows,
                 unloaded_load_files=", ".join(f.name for f in unloaded_load_files(state, loads)),
                 undeclared_columns=_undeclared_columns(
                     engine, table, [f for f in cdc if f.key in held_keys.get(table.target, ())]
@@ -120,8 +130,8 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
                     ledger.full_load_done,
                     bool(loads),
                     max(waiting, 0),
-                    held,
-                    last_reason,
+                    (held, last_reason),
+                    (held_rows, last_row_reason),
                     _unloaded(table, state, loads),
                 ),
             )
@@ -162,9 +172,17 @@ def _unloaded(table: TableConfig, state: TableState, loads: Sequence[BronzeFile]
 
 
 def _behind(
-    loaded: bool, has_loads: bool, waiting: int, held: int, last_reason: str | None, unloaded: str | None = None
+    loaded: bool,
+    has_loads: bool,
+    waiting: int,
+    files: tuple[int, str | None] = (0, None),
+    rows: tuple[int, str | None] = (0, None),
+    unloaded: str | None = None,
 ) -> str:
-    """Why a table is behind bronze, in one phrase (or "up to date")."""
+    """Why a table is behind bronze, in one phrase (or "up to date"): ``files`` and ``rows`` held
+    in quarantine, each with the newest one's reason, and LOAD files not loaded (``unloaded``)."""
+    held, last_reason = files
+    held_rows, last_row_reason = rows
     reasons = [unloaded] if unloaded else []
     if not loaded and has_loads:
         reasons.append("full load not applied")
@@ -172,6 +190,11 @@ def _behind(
         reasons.append(f"{waiting} CDC file(s) not applied yet")
     if held:
         reasons.append(f"{held} file(s) held in quarantine (last: {last_reason}); `cdclake replay --quarantined`")
+    if held_rows:
+        reasons.append(
+            f"{held_rows} row(s) held in quarantine (last: {last_row_reason}); fix them in bronze, then "
+            "`cdclake replay --quarantined`"
+        )
     return "; ".join(reasons) or "up to date"
 
 
@@ -188,6 +211,7 @@ def statuses_as_rows(statuses: Sequence[TableStatus]) -> tuple[list[str], list[l
 ATTENTION_MARKERS: tuple[tuple[str, Callable[[Any], str]], ...] = (
     ("pending_files", lambda n: f"{n} pending"),
     ("quarantined_files", lambda n: f"{n} held"),
+    ("quarantined_rows", lambda n: f"{n} rows held"),
     ("unloaded_load_files", lambda names: f"LOAD files not loaded: {names}"),
     ("undeclared_columns", lambda names: f"undeclared header columns: {names}"),
 )

@@ -135,6 +135,27 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--until", help="files written before this time (YYYY-MM-DDTHH:MM)")
     replay.add_argument("--file", action="append", default=[], help="this bronze key (repeatable)")
 
+    quarantine = command("quarantine", "what is held in quarantine and why; dismiss entries whose file was deleted")
+    actions = quarantine.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listed = actions.add_parser(
+        "list",
+        help="every held file and bad row: table, file, row, reason, the row as it was, still in bronze",
+        parents=[shared],
+    )
+    tables_option(listed)
+    listed.add_argument(
+        "--format", choices=("table", "csv", "json"), default="table", help="output format (default: %(default)s)"
+    )
+    dismiss = actions.add_parser(
+        "dismiss",
+        help="clear the entries of files no longer in bronze, recorded in cdclake_quarantine_dismissed "
+        "(a file still in bronze is fixed and replayed instead: `replay --quarantined`)",
+        parents=[shared],
+    )
+    dismiss.add_argument("--missing", action="store_true", help="every entry whose file is no longer in bronze")
+    dismiss.add_argument("--file", action="append", default=[], help="this bronze key only (repeatable)")
+    tables_option(dismiss)
+
     maintain = command("maintain", "compact, expire snapshots, remove orphans, prune tombstones")
     tables_option(maintain)
     maintain.add_argument(
@@ -291,21 +312,15 @@ def _engine(args: argparse.Namespace, config_path: Path, bronze_override: str | 
 
 
 def _print_report(report: RunReport) -> int:
-    """Print one line per table and batch, then each table that failed. Exit code: that of a failed
-    table (1: a fault, else 2: a problem to fix, else 75: another writer kept winning), else 1 when
-    a batch was quarantined, else 0."""
+    """Print one line per table and batch, then what was set aside and each table that failed;
+    the exit code is ``RunReport.exit_code``."""
     for table in report.tables:
         print(table.summary())
     if not report.tables and not report.failures:
         print("nothing to apply")
-    for table in report.quarantined:
-        print(f"cdclake: {table.table}: {len(table.quarantined_files)} file(s) quarantined", file=sys.stderr)
-    for failure in report.failures:
-        print(f"cdclake: {failure.table}: {failure.error}", file=sys.stderr)
-    if report.failures:
-        codes = {failure.exit_code for failure in report.failures}
-        return next(code for code in (1, 2, ConcurrentWriterError.exit_code) if code in codes)
-    return 1 if report.quarantined else 0
+    for line in report.problems():
+        print(f"cdclake: {line}", file=sys.stderr)
+    return report.exit_code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -326,8 +341,26 @@ def _run_command(args: argparse.Namespace) -> int:
         print(f"cdclake: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("cdclake: interrupted", file=sys.stderr)
+        # Every commit is atomic and the ledger says what was applied: a stop loses nothing.
+        print(f"cdclake: {INTERRUPTED}", file=sys.stderr)
         return 130
+
+
+INTERRUPTED = "interrupted; nothing is lost, run it again"
+
+
+def _stop_on_interrupt(engine: Engine) -> None:
+    """Make Ctrl-C stop the run: the engine's stop is set first (a cancelled Spark job is then not
+    mistaken for bad input), then KeyboardInterrupt reaches the waiting main thread, which cancels
+    the running jobs (``engine.parallel``). Replaces PySpark's handler, which cancels them from
+    inside whatever py4j call the main thread is in and breaks its gateway connection."""
+    import signal
+
+    def interrupted(_signum: int, _frame: object) -> None:
+        engine.stopping.set()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupted)
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -342,12 +375,17 @@ def _dispatch(args: argparse.Namespace) -> int:
         from cdclake.ops.init import cli_init
 
         return cli_init(args)
-    if args.command not in _WRITERS:
-        return _COMMANDS[args.command](_engine(args, args.config), args)
+    if args.command not in _WRITERS and getattr(args, "action", None) not in _WRITERS:
+        return _COMMANDS[args.command](_interruptible(_engine(args, args.config)), args)
     from cdclake.shells.lock import warehouse_lock
 
     with warehouse_lock(warehouse_of(args), args.command, args.lock_wait):
-        return _COMMANDS[args.command](_engine(args, args.config), args)
+        return _COMMANDS[args.command](_interruptible(_engine(args, args.config)), args)
+
+
+def _interruptible(engine: Engine) -> Engine:
+    _stop_on_interrupt(engine)
+    return engine
 
 
 def _tables(engine: Engine, args: argparse.Namespace) -> list[TableConfig] | None:
@@ -447,8 +485,29 @@ def _verify(engine: Engine, args: argparse.Namespace) -> int:
     return 0 if all(r.equal for r in results) else 1
 
 
-# Commands that write to the warehouse: one at a time per local warehouse.
-_WRITERS = {"run", "full-load", "apply", "replay", "maintain", "gold"}
+def _quarantine(engine: Engine, args: argparse.Namespace) -> int:
+    from cdclake.ops.quarantine import dismiss_missing, entries_as_rows, quarantine_entries
+    from cdclake.shells.output import format_rows
+
+    if args.action == "list":
+        columns, rows = entries_as_rows(quarantine_entries(engine, _tables(engine, args)))
+        print(format_rows(columns, rows, args.format), end="")
+        return 0
+    if not args.missing and not args.file:
+        raise CdclakeError("Say which entries to dismiss: --missing (every file gone from bronze) or --file KEY.")
+    done = dismiss_missing(engine, args.file, _tables(engine, args))
+    for d in done:
+        print(
+            f"dismissed {d.table}: {d.file_key} ({d.files} file entry, {d.rows} row(s)); recorded in "
+            "cdclake_quarantine_dismissed"
+        )
+    if not done:
+        print("nothing to dismiss: every file held in quarantine is still in bronze")
+    return 0
+
+
+# Commands (and quarantine actions) that write to the warehouse: one at a time per local warehouse.
+_WRITERS = {"run", "full-load", "apply", "replay", "maintain", "gold", "dismiss"}
 _COMMANDS: dict[str, Callable[[Engine, argparse.Namespace], int]] = {
     "run": _run,
     "full-load": _full_load,
@@ -459,6 +518,7 @@ _COMMANDS: dict[str, Callable[[Engine, argparse.Namespace], int]] = {
     "gold": _gold,
     "query": _query,
     "verify": _verify,
+    "quarantine": _quarantine,
 }
 
 
