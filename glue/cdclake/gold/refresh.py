@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,7 +36,14 @@ from cdclake.gold.snapshots import (
 )
 from cdclake.identifiers import quote
 from cdclake.lake.ledger import KIND_PROPERTY
-from cdclake.lake.tables import TABLE_PROPERTIES, SilverTable, commit_with_properties, ensure_database, table_exists
+from cdclake.lake.tables import (
+    TABLE_PROPERTIES,
+    SilverTable,
+    commit_with_properties,
+    ensure_database,
+    iceberg_table,
+    table_exists,
+)
 from cdclake.mart_config import MartConfig
 from cdclake.mart_sql import definition_id, group_merge_statement, referenced_tables, substitute_tables
 
@@ -105,23 +113,25 @@ def mart_table(engine: Engine, mart: MartConfig) -> SilverTable:
 
 
 def last_refresh(spark: SparkSession, target: SilverTable) -> LastRefresh | None:
-    """The newest commit on the mart's current lineage that recorded a refresh (None: never refreshed)."""
+    """The newest commit on the mart's current lineage that recorded a refresh (None: never
+    refreshed); read from the table's metadata, without a Spark job."""
+    from datetime import UTC, datetime
+
     if not table_exists(spark, target):
         return None
-    row = spark.sql(
-        f"""
-        SELECT s.snapshot_id, CAST(s.committed_at AS STRING) AS committed_at, s.summary
-        FROM {target.metadata("snapshots")} s JOIN {target.metadata("history")} h ON s.snapshot_id = h.snapshot_id
-        WHERE h.is_current_ancestor AND s.summary['{SOURCES_PROPERTY}'] IS NOT NULL
-        ORDER BY h.made_current_at DESC LIMIT 1
-        """
-    ).first()
-    if row is None:
+    found = iceberg_table(spark, target.identifier)
+    found.refresh()
+    snapshot = found.currentSnapshot()
+    while snapshot is not None and snapshot.summary().get(SOURCES_PROPERTY) is None:
+        parent = snapshot.parentId()
+        snapshot = None if parent is None else found.snapshot(parent)
+    if snapshot is None:
         return None
-    summary = dict(row["summary"])
+    summary = {str(k): str(v) for k, v in dict(snapshot.summary()).items()}
+    committed = datetime.fromtimestamp(int(snapshot.timestampMillis()) / 1000, UTC)
     return LastRefresh(
-        snapshot_id=int(row["snapshot_id"]),
-        committed_at=row["committed_at"],
+        snapshot_id=int(snapshot.snapshotId()),
+        committed_at=committed.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
         sources={k: int(v) for k, v in json.loads(summary[SOURCES_PROPERTY]).items()},
         definition=summary.get(DEFINITION_PROPERTY),
         path=summary.get(PATH_PROPERTY),
@@ -131,12 +141,20 @@ def last_refresh(spark: SparkSession, target: SilverTable) -> LastRefresh | None
 
 
 def mart_sources(engine: Engine, mart: MartConfig) -> list[tuple[str, SilverTable]]:
-    """The silver tables a mart's SQL reads: (``database.table`` as written, the table)."""
+    """The tables a mart's SQL reads: (``database.table`` as written, the table): silver tables,
+    then other marts (``<gold database>.<mart>``), which are pinned and recorded the same way."""
     known = readable_tables(engine.config.database, engine.config.tables)
-    return [
+    found = [
         (name, SilverTable(engine.catalog, engine.config.database, known[name]))
         for name in referenced_tables(mart.sql, known, engine.catalog)
     ]
+    gold_db = gold_database(engine.config)
+    marts = {f"{gold_db}.{m.name}": m.name for m in engine.config.gold.marts if m.name != mart.name}
+    found += [
+        (name, SilverTable(engine.catalog, gold_db, marts[name]))
+        for name in referenced_tables(mart.sql, marts, engine.catalog)
+    ]
+    return found
 
 
 def _first_line(exc: BaseException) -> str:
@@ -144,21 +162,32 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:500]
 
 
+class _Views:
+    """The temporary views of one refresh: session-wide names, so each refresh gets its own
+    (``cdclake_gold_<random>_<role>``) and marts refreshing at once in one session never see
+    each other's pinned snapshots; all dropped when the refresh ends."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+        self.prefix = f"cdclake_gold_{uuid.uuid4().hex[:12]}_"
+        self.registered: list[str] = []
+
+    def register(self, role: str, frame: DataFrame) -> str:
+        name = self.prefix + role
+        frame.createOrReplaceTempView(name)
+        self.registered.append(name)
+        return name
+
+
 @contextmanager
-def _views(spark: SparkSession) -> Iterator[dict[str, DataFrame]]:
-    """Temporary views registered during one refresh (name -> frame), dropped afterwards."""
-    registered: dict[str, DataFrame] = {}
+def _views(spark: SparkSession) -> Iterator[_Views]:
+    """Temporary views registered during one refresh, dropped afterwards."""
+    views = _Views(spark)
     try:
-        yield registered
+        yield views
     finally:
-        for name in registered:
+        for name in views.registered:
             spark.catalog.dropTempView(name)
-
-
-def _register(spark: SparkSession, views: dict[str, DataFrame], name: str, frame: DataFrame) -> str:
-    frame.createOrReplaceTempView(name)
-    views[name] = frame
-    return name
 
 
 def _pinned_read(spark: SparkSession, table: SilverTable, snapshot_id: int) -> DataFrame:
@@ -263,7 +292,7 @@ def _affected_groups(
     pinned: Sequence[PinnedSource],
     previous: dict[str, int],
     new_views: dict[str, str],
-    registered: dict[str, DataFrame],
+    registered: _Views,
 ) -> DataFrame:
     """The keys of the groups whose source rows changed between ``previous`` and ``pinned`` snapshots.
 
@@ -271,16 +300,17 @@ def _affected_groups(
     previous snapshots, and over its after-images with the others at their pinned snapshots.
     """
     spark = engine.spark
-    old_views = {p.name: f"cdclake_gold_old_{i}" for i, p in enumerate(pinned)}
-    for source in pinned:
-        _register(spark, registered, old_views[source.name], _pinned_read(spark, source.table, previous[source.name]))
+    old_views = {
+        p.name: registered.register(f"old_{i}", _pinned_read(spark, p.table, previous[p.name]))
+        for i, p in enumerate(pinned)
+    }
     keys: DataFrame | None = None
     for i, source in enumerate(pinned):
         if previous[source.name] == source.snapshot_id:
             continue
         delta = changed_rows(spark, source.table, previous[source.name], source.snapshot_id)
-        before = _register(spark, registered, f"cdclake_gold_before_{i}", delta.before)
-        after = _register(spark, registered, f"cdclake_gold_after_{i}", delta.after)
+        before = registered.register(f"before_{i}", delta.before)
+        after = registered.register(f"after_{i}", delta.after)
         for side in (old_views | {source.name: before}, new_views | {source.name: after}):
             found = evaluate(spark, mart, side, engine.catalog).select(*[quote(k) for k in mart.keys])
             keys = found if keys is None else keys.unionByName(found)
@@ -296,7 +326,7 @@ def _refresh_incremental(
     previous: dict[str, int],
     current: DataFrame,
     views: dict[str, str],
-    registered: dict[str, DataFrame],
+    registered: _Views,
     source_commit_ts: str | None,
 ) -> int:
     """Recompute the affected groups and MERGE them; return how many groups."""
@@ -319,7 +349,7 @@ def _refresh_incremental(
     source = keyed.join(recomputed, condition, "left").select(
         *[quote(_KEY_PREFIX + k) for k in mart.keys], _PRESENT, *[quote(c) for c in current.columns]
     )
-    view = _register(spark, registered, "cdclake_gold_merge", source)
+    view = registered.register("merge", source)
     statement = group_merge_statement(target.identifier, view, current.columns, mart.keys)
     commit_with_properties(spark, props, lambda: spark.sql(statement))
     return groups
@@ -346,7 +376,7 @@ def refresh_mart(engine: Engine, mart: MartConfig) -> MartRefresh:
         return MartRefresh(label, UP_TO_DATE, sources=sources_now, seconds=time.monotonic() - started)
     with _views(spark) as registered:
         views = {
-            p.name: _register(spark, registered, f"cdclake_gold_pin_{i}", _pinned_read(spark, p.table, p.snapshot_id))
+            p.name: registered.register(f"pin_{i}", _pinned_read(spark, p.table, p.snapshot_id))
             for i, p in enumerate(pinned)
         }
         try:
