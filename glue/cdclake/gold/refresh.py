@@ -1,16 +1,19 @@
 """Refresh gold marts from pinned silver snapshots: one Iceberg commit per mart.
 
-A refresh pins the current snapshot of every silver table a mart reads and evaluates the mart's SQL
-against those snapshots only (temporary views of ``VERSION AS OF`` reads), so a mart reflects one
-cut of silver. The commit records the snapshot ids in its summary (``cdclake.gold.sources``); when
-none changed since, and the definition did not either, the refresh is a no-op.
+A refresh pins the current snapshot of every table a mart reads (silver tables, and marts it reads)
+and evaluates the mart's SQL against those snapshots only (temporary views of ``VERSION AS OF``
+reads, named for this refresh alone, so marts refresh concurrently in one session), so a mart
+reflects one cut of silver. The commit records the snapshot ids in its summary
+(``cdclake.gold.sources``); when none changed since, and the definition did not either, the refresh
+is a no-op, decided from Iceberg metadata without a Spark job.
 
 * **Full**: ``createOrReplace`` of the mart with the SQL's result (an atomic replace, one commit).
 * **Incremental** (marts with ``keys`` whose SQL is a GROUP BY of those keys): the groups whose
   source rows changed since the snapshots last reflected are found by evaluating the SQL over the
-  changed rows only (before-images against the old snapshots, after-images against the new), the
-  SQL is evaluated again for those groups only, and one MERGE replaces them (groups that no longer
-  exist are deleted).
+  changed rows only (``snapshots.changed_rows``: before-images against the old snapshots,
+  after-images against the new), the SQL is evaluated again for those groups only (a semi-join on
+  the keys, which Spark pushes below the aggregation), and one MERGE replaces them (groups that no
+  longer exist are deleted).
 
 A mart whose SQL does not compile, or whose refresh fails, is reported with the reason and keeps
 its previous content; the other marts refresh.

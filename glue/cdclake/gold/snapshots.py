@@ -142,8 +142,10 @@ def changed_rows(spark: SparkSession, table: SilverTable, older: int, newer: int
     if files.removed_data:
         before = before.unionByName(old.where(F.col("_file").isin(files.removed_data)))
     if files.added_position_deletes:
-        positions = spark.read.parquet(*files.added_position_deletes).select(
-            F.col("file_path").alias("_cdc_deleted_file"), F.col("pos").alias("_cdc_deleted_pos")
+        positions = (
+            spark.read.schema("file_path string, pos bigint")
+            .parquet(*files.added_position_deletes)
+            .select(F.col("file_path").alias("_cdc_deleted_file"), F.col("pos").alias("_cdc_deleted_pos"))
         )
         condition = (old["_file"] == positions["_cdc_deleted_file"]) & (old["_pos"] == positions["_cdc_deleted_pos"])
         before = before.unionByName(old.join(positions, condition, "left_semi"))
