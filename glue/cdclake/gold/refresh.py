@@ -349,8 +349,12 @@ def _refresh_incremental(
     for extra in match[1:]:
         condition = condition & extra
     recomputed = current.join(F.broadcast(keyed), condition, "left_semi").withColumn(_PRESENT, F.lit(True))
-    source = keyed.join(recomputed, condition, "left").select(
-        *[quote(_KEY_PREFIX + k) for k in mart.keys], _PRESENT, *[quote(c) for c in current.columns]
+    # Computed once, here: the MERGE would evaluate its source twice (its runtime filter on the
+    # mart's files, then the join), each time a scan of the silver tables.
+    source = (
+        keyed.join(recomputed, condition, "left")
+        .select(*[quote(_KEY_PREFIX + k) for k in mart.keys], _PRESENT, *[quote(c) for c in current.columns])
+        .localCheckpoint()
     )
     view = registered.register("merge", source)
     statement = group_merge_statement(target.identifier, view, current.columns, mart.keys)

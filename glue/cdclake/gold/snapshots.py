@@ -64,16 +64,19 @@ def current_snapshot(spark: SparkSession, table: SilverTable) -> int | None:
 
 
 def latest_commit_ts_at(spark: SparkSession, table: SilverTable, snapshot_id: int) -> str | None:
-    """The newest source commit time applied up to ``snapshot_id`` (``cdclake.latest-commit-ts``)."""
-    row = spark.sql(
-        f"""
-        SELECT max(s.summary['{LATEST_COMMIT_TS_PROPERTY}']) AS latest
-        FROM {table.metadata("snapshots")} s
-        WHERE s.committed_at <= (SELECT committed_at FROM {table.metadata("snapshots")}
-                                 WHERE snapshot_id = {int(snapshot_id)})
-        """
-    ).first()
-    return row["latest"] if row else None
+    """The newest source commit time applied up to ``snapshot_id``: the largest
+    ``cdclake.latest-commit-ts`` of it and its ancestors (the lineage's running maximum), read from
+    the table's metadata like the ledger is, without a Spark job."""
+    found = _table(spark, table)
+    newest: str | None = None
+    snapshot = found.snapshot(int(snapshot_id))
+    while snapshot is not None:
+        value = snapshot.summary().get(LATEST_COMMIT_TS_PROPERTY)
+        if value is not None and (newest is None or str(value) > newest):
+            newest = str(value)
+        parent = snapshot.parentId()
+        snapshot = None if parent is None else found.snapshot(parent)
+    return newest
 
 
 def snapshots_after(spark: SparkSession, table: SilverTable, snapshot_id: int) -> list[Any]:
