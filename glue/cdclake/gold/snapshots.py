@@ -30,6 +30,11 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
+# Up to this many deleted positions (a data file's path and a position each, ~200 bytes), they are
+# broadcast to the scan of the older snapshot instead of shuffling it.
+BROADCAST_POSITIONS = 200_000
+
+
 class IncrementalUnavailable(Exception):
     """The change between two snapshots cannot be read as rows; the caller recomputes in full."""
 
@@ -47,6 +52,7 @@ class ChangedFiles:
     added_data: list[str]
     removed_data: list[str]
     added_position_deletes: list[str]
+    deleted_positions: int = 0  # rows of the added position delete files
 
 
 def _table(spark: SparkSession, table: SilverTable) -> Any:
@@ -112,6 +118,7 @@ def changed_files(spark: SparkSession, table: SilverTable, older: int, newer: in
         raise IncrementalUnavailable(f"{table.name}: the snapshot last reflected is no longer in its lineage")
     io = found.io()
     added: dict[str, int] = {}  # path -> content (0 data, 1 position deletes, 2 equality deletes)
+    records: dict[str, int] = {}
     removed_data: set[str] = set()
     for snap in reversed(between):  # oldest first
         for files, is_data in ((snap.removedDataFiles(io), True), (snap.removedDeleteFiles(io), False)):
@@ -122,12 +129,14 @@ def changed_files(spark: SparkSession, table: SilverTable, older: int, newer: in
         for files in (snap.addedDataFiles(io), snap.addedDeleteFiles(io)):
             for file in files:
                 added[str(file.location())] = int(file.content().id())
+                records[str(file.location())] = int(file.recordCount())
     if 2 in added.values():
         raise IncrementalUnavailable(f"{table.name} has equality delete files")
     return ChangedFiles(
         added_data=sorted(p for p, content in added.items() if content == 0),
         removed_data=sorted(removed_data),
         added_position_deletes=sorted(p for p, content in added.items() if content == 1),
+        deleted_positions=sum(records[p] for p, content in added.items() if content == 1),
     )
 
 
@@ -150,6 +159,8 @@ def changed_rows(spark: SparkSession, table: SilverTable, older: int, newer: int
             .parquet(*files.added_position_deletes)
             .select(F.col("file_path").alias("_cdc_deleted_file"), F.col("pos").alias("_cdc_deleted_pos"))
         )
+        if files.deleted_positions <= BROADCAST_POSITIONS:  # else a shuffle: the driver's memory is shared
+            positions = F.broadcast(positions)
         condition = (old["_file"] == positions["_cdc_deleted_file"]) & (old["_pos"] == positions["_cdc_deleted_pos"])
         before = before.unionByName(old.join(positions, condition, "left_semi"))
     after = new.where(F.col("_file").isin(files.added_data)) if files.added_data else new.where(F.lit(False))
