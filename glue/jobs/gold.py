@@ -1,10 +1,11 @@
 """AWS Glue job: refresh every gold mart of the configuration from the silver tables it reads.
 
-Each mart is refreshed on its own (one Iceberg commit per mart; a mart with nothing new is a no-op),
-and each gets one log line. A mart that fails (its SQL no longer compiles, its write failed) keeps
-its previous content and does not stop the others; once all were tried, the job fails naming the
-failed marts, so the state machine's Catch alerts (SNS) and the Glue job-failure rule fires. The
-state machine then goes on applying CDC batches: a broken mart never holds up silver.
+Each mart is refreshed on its own (one Iceberg commit per mart; a mart with nothing new is a no-op,
+decided without a Spark job), independent marts at the same time in the job's one Spark session
+(``cdclake.gold.run``), and each gets one log line. A mart that fails (its SQL no longer compiles,
+its write failed) keeps its previous content and does not stop the others; once all were tried,
+the job fails naming the failed marts, so the state machine's Catch alerts (SNS) and the Glue
+job-failure rule fires. The state machine then goes on applying CDC batches: a broken mart never holds up silver.
 
 Arguments: --config, --bronze, --warehouse; optional --catalog, --database (the silver database)
 and --gold_database (where the marts live; absent: the configuration's gold.database, by default

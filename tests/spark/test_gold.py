@@ -8,6 +8,7 @@ evaluated from scratch over silver and a plain-Python aggregation of the rows th
 from __future__ import annotations
 
 import random
+import threading
 import uuid
 from collections import defaultdict
 from dataclasses import replace
@@ -178,10 +179,13 @@ def test_refresh_with_nothing_new_is_a_no_op(gold_engine: Engine) -> None:
     _merge_hosts(spark, db, [("I", (1, "DE", "Berlin", 90))])
     refresh_marts(gold_engine)
     snapshots = spark.sql(f"SELECT count(*) FROM silver.{db}_gold.hosts_per_city.snapshots").first()
+    tracker = spark.sparkContext.statusTracker()
+    jobs_before = set(tracker.getJobIdsForGroup(None))
     # WHEN they are refreshed again without any silver commit
     results = refresh_marts(gold_engine)
-    # THEN every mart is up to date and no commit was made
+    # THEN every mart is up to date, without a single Spark job (metadata reads only) and no commit
     assert [r.outcome for r in results] == [UP_TO_DATE] * 3
+    assert set(tracker.getJobIdsForGroup(None)) - jobs_before == set()
     assert spark.sql(f"SELECT count(*) FROM silver.{db}_gold.hosts_per_city.snapshots").first() == snapshots
 
 
@@ -301,6 +305,54 @@ def test_status_shows_rows_path_snapshots_and_lag(gold_engine: Engine) -> None:
     # AND after a refresh the marts are current again
     refresh_marts(gold_engine)
     assert {s.silver_commits_behind for s in mart_statuses(gold_engine)} == {0}
+
+
+def test_independent_marts_refresh_at_once_and_a_mart_reading_a_mart_waits_for_it(
+    gold_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cdclake.gold import refresh as gold_refresh
+    from cdclake.mart_config import MartConfig
+
+    # GIVEN the per-city and well-rated marts, a broken mart, and a mart over the per-city mart; two
+    # refreshes at a time, the per-city and well-rated ones each waiting until the other one runs too
+    spark, db = gold_engine.spark, gold_engine.config.database
+    per_city, _, well_rated = gold_engine.config.gold.marts
+    broken = replace(well_rated, name="broken", sql=f"SELECT nope FROM {db}.hosts")
+    per_country = MartConfig(
+        name="per_country", sql=f"SELECT country, sum(hosts) AS hosts FROM {db}_gold.hosts_per_city GROUP BY country"
+    )
+    marts = (per_country, per_city, well_rated, broken)
+    config = replace(gold_engine.config, parallel_tables=2, gold=replace(gold_engine.config.gold, marts=marts))
+    engine = replace(gold_engine, config=config)
+    together = threading.Barrier(2, timeout=60)
+    finished: list[str] = []
+    real_refresh = gold_refresh.refresh_mart
+
+    def refresh_one(engine: Engine, mart: MartConfig) -> Any:
+        if mart.name in (per_city.name, well_rated.name):
+            together.wait()  # broken (BrokenBarrierError: the mart fails) unless both are in flight at once
+        result = real_refresh(engine, mart)
+        finished.append(mart.name)
+        return result
+
+    monkeypatch.setattr(gold_refresh, "refresh_mart", refresh_one)
+    _merge_hosts(spark, db, [("I", (1, "DE", "Berlin", 90)), ("I", (2, "FR", "Paris", 80))])
+    for change in ([], [("I", (3, "DE", "Hamburg", 70))]):
+        # WHEN the marts refresh (a second time after a silver change)
+        if change:
+            _merge_hosts(spark, db, change)
+        results = {r.mart.split(".")[1]: r for r in refresh_marts(engine)}
+        # THEN the independent marts refreshed together, the broken one failed alone, and the mart
+        # over the per-city mart was refreshed after it, from its new content
+        assert {n: r.outcome for n, r in results.items()} == {
+            "per_country": REFRESHED, "hosts_per_city": REFRESHED, "well_rated": REFRESHED, "broken": FAILED,
+        }, results  # fmt: skip
+        assert "`nope`" in results["broken"].reason
+        assert finished.index("per_country") > finished.index("hosts_per_city")
+        assert _rows(spark, f"silver.{db}_gold.per_country") == _rows(spark, per_country.sql, sql=True)
+        assert f"{db}_gold.hosts_per_city" in results["per_country"].sources
+        finished.clear()
+    assert _rows(spark, f"silver.{db}_gold.per_country") == [("DE", 2), ("FR", 1)]
 
 
 # --------------------------------------------------------------------------- history (SCD type 2)

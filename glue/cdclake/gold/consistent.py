@@ -119,7 +119,7 @@ def refresh_consistent(engine: Engine, mart: MartConfig, label: str, started: fl
         views = {}
         for i, t in enumerate(timelines):
             frame = _as_of(spark, t.history, cut) if t.history else gold._pinned_read(spark, t.table, chosen[t.name])
-            views[t.name] = gold._register(spark, registered, f"cdclake_gold_cut_{i}", frame)
+            views[t.name] = registered.register(f"cut_{i}", frame)
         try:
             current = gold.evaluate(spark, mart, views, engine.catalog)
         except Exception as exc:

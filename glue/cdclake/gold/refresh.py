@@ -1,16 +1,19 @@
 """Refresh gold marts from pinned silver snapshots: one Iceberg commit per mart.
 
-A refresh pins the current snapshot of every silver table a mart reads and evaluates the mart's SQL
-against those snapshots only (temporary views of ``VERSION AS OF`` reads), so a mart reflects one
-cut of silver. The commit records the snapshot ids in its summary (``cdclake.gold.sources``); when
-none changed since, and the definition did not either, the refresh is a no-op.
+A refresh pins the current snapshot of every table a mart reads (silver tables, and marts it reads)
+and evaluates the mart's SQL against those snapshots only (temporary views of ``VERSION AS OF``
+reads, named for this refresh alone, so marts refresh concurrently in one session), so a mart
+reflects one cut of silver. The commit records the snapshot ids in its summary
+(``cdclake.gold.sources``); when none changed since, and the definition did not either, the refresh
+is a no-op, decided from Iceberg metadata without a Spark job.
 
 * **Full**: ``createOrReplace`` of the mart with the SQL's result (an atomic replace, one commit).
 * **Incremental** (marts with ``keys`` whose SQL is a GROUP BY of those keys): the groups whose
   source rows changed since the snapshots last reflected are found by evaluating the SQL over the
-  changed rows only (before-images against the old snapshots, after-images against the new), the
-  SQL is evaluated again for those groups only, and one MERGE replaces them (groups that no longer
-  exist are deleted).
+  changed rows only (``snapshots.changed_rows``: before-images against the old snapshots,
+  after-images against the new), the SQL is evaluated again for those groups only (a semi-join on
+  the keys, which Spark pushes below the aggregation), and one MERGE replaces them (groups that no
+  longer exist are deleted).
 
 A mart whose SQL does not compile, or whose refresh fails, is reported with the reason and keeps
 its previous content; the other marts refresh.
@@ -21,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,7 +39,14 @@ from cdclake.gold.snapshots import (
 )
 from cdclake.identifiers import quote
 from cdclake.lake.ledger import KIND_PROPERTY
-from cdclake.lake.tables import TABLE_PROPERTIES, SilverTable, commit_with_properties, ensure_database, table_exists
+from cdclake.lake.tables import (
+    TABLE_PROPERTIES,
+    SilverTable,
+    commit_with_properties,
+    ensure_database,
+    iceberg_table,
+    table_exists,
+)
 from cdclake.mart_config import MartConfig
 from cdclake.mart_sql import definition_id, group_merge_statement, referenced_tables, substitute_tables
 
@@ -105,23 +116,25 @@ def mart_table(engine: Engine, mart: MartConfig) -> SilverTable:
 
 
 def last_refresh(spark: SparkSession, target: SilverTable) -> LastRefresh | None:
-    """The newest commit on the mart's current lineage that recorded a refresh (None: never refreshed)."""
+    """The newest commit on the mart's current lineage that recorded a refresh (None: never
+    refreshed); read from the table's metadata, without a Spark job."""
+    from datetime import UTC, datetime
+
     if not table_exists(spark, target):
         return None
-    row = spark.sql(
-        f"""
-        SELECT s.snapshot_id, CAST(s.committed_at AS STRING) AS committed_at, s.summary
-        FROM {target.metadata("snapshots")} s JOIN {target.metadata("history")} h ON s.snapshot_id = h.snapshot_id
-        WHERE h.is_current_ancestor AND s.summary['{SOURCES_PROPERTY}'] IS NOT NULL
-        ORDER BY h.made_current_at DESC LIMIT 1
-        """
-    ).first()
-    if row is None:
+    found = iceberg_table(spark, target.identifier)
+    found.refresh()
+    snapshot = found.currentSnapshot()
+    while snapshot is not None and snapshot.summary().get(SOURCES_PROPERTY) is None:
+        parent = snapshot.parentId()
+        snapshot = None if parent is None else found.snapshot(parent)
+    if snapshot is None:
         return None
-    summary = dict(row["summary"])
+    summary = {str(k): str(v) for k, v in dict(snapshot.summary()).items()}
+    committed = datetime.fromtimestamp(int(snapshot.timestampMillis()) / 1000, UTC)
     return LastRefresh(
-        snapshot_id=int(row["snapshot_id"]),
-        committed_at=row["committed_at"],
+        snapshot_id=int(snapshot.snapshotId()),
+        committed_at=committed.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
         sources={k: int(v) for k, v in json.loads(summary[SOURCES_PROPERTY]).items()},
         definition=summary.get(DEFINITION_PROPERTY),
         path=summary.get(PATH_PROPERTY),
@@ -131,12 +144,20 @@ def last_refresh(spark: SparkSession, target: SilverTable) -> LastRefresh | None
 
 
 def mart_sources(engine: Engine, mart: MartConfig) -> list[tuple[str, SilverTable]]:
-    """The silver tables a mart's SQL reads: (``database.table`` as written, the table)."""
+    """The tables a mart's SQL reads: (``database.table`` as written, the table): silver tables,
+    then other marts (``<gold database>.<mart>``), which are pinned and recorded the same way."""
     known = readable_tables(engine.config.database, engine.config.tables)
-    return [
+    found = [
         (name, SilverTable(engine.catalog, engine.config.database, known[name]))
         for name in referenced_tables(mart.sql, known, engine.catalog)
     ]
+    gold_db = gold_database(engine.config)
+    marts = {f"{gold_db}.{m.name}": m.name for m in engine.config.gold.marts if m.name != mart.name}
+    found += [
+        (name, SilverTable(engine.catalog, gold_db, marts[name]))
+        for name in referenced_tables(mart.sql, marts, engine.catalog)
+    ]
+    return found
 
 
 def _first_line(exc: BaseException) -> str:
@@ -144,21 +165,32 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:500]
 
 
+class _Views:
+    """The temporary views of one refresh: session-wide names, so each refresh gets its own
+    (``cdclake_gold_<random>_<role>``) and marts refreshing at once in one session never see
+    each other's pinned snapshots; all dropped when the refresh ends."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+        self.prefix = f"cdclake_gold_{uuid.uuid4().hex[:12]}_"
+        self.registered: list[str] = []
+
+    def register(self, role: str, frame: DataFrame) -> str:
+        name = self.prefix + role
+        frame.createOrReplaceTempView(name)
+        self.registered.append(name)
+        return name
+
+
 @contextmanager
-def _views(spark: SparkSession) -> Iterator[dict[str, DataFrame]]:
-    """Temporary views registered during one refresh (name -> frame), dropped afterwards."""
-    registered: dict[str, DataFrame] = {}
+def _views(spark: SparkSession) -> Iterator[_Views]:
+    """Temporary views registered during one refresh, dropped afterwards."""
+    views = _Views(spark)
     try:
-        yield registered
+        yield views
     finally:
-        for name in registered:
+        for name in views.registered:
             spark.catalog.dropTempView(name)
-
-
-def _register(spark: SparkSession, views: dict[str, DataFrame], name: str, frame: DataFrame) -> str:
-    frame.createOrReplaceTempView(name)
-    views[name] = frame
-    return name
 
 
 def _pinned_read(spark: SparkSession, table: SilverTable, snapshot_id: int) -> DataFrame:
@@ -297,7 +329,7 @@ def _affected_groups(
     pinned: Sequence[PinnedSource],
     previous: dict[str, int],
     new_views: dict[str, str],
-    registered: dict[str, DataFrame],
+    registered: _Views,
 ) -> DataFrame:
     """The keys of the groups whose source rows changed between ``previous`` and ``pinned`` snapshots.
 
@@ -305,16 +337,17 @@ def _affected_groups(
     previous snapshots, and over its after-images with the others at their pinned snapshots.
     """
     spark = engine.spark
-    old_views = {p.name: f"cdclake_gold_old_{i}" for i, p in enumerate(pinned)}
-    for source in pinned:
-        _register(spark, registered, old_views[source.name], _pinned_read(spark, source.table, previous[source.name]))
+    old_views = {
+        p.name: registered.register(f"old_{i}", _pinned_read(spark, p.table, previous[p.name]))
+        for i, p in enumerate(pinned)
+    }
     keys: DataFrame | None = None
     for i, source in enumerate(pinned):
         if previous[source.name] == source.snapshot_id:
             continue
         delta = changed_rows(spark, source.table, previous[source.name], source.snapshot_id)
-        before = _register(spark, registered, f"cdclake_gold_before_{i}", delta.before)
-        after = _register(spark, registered, f"cdclake_gold_after_{i}", delta.after)
+        before = registered.register(f"before_{i}", delta.before)
+        after = registered.register(f"after_{i}", delta.after)
         for side in (old_views | {source.name: before}, new_views | {source.name: after}):
             found = evaluate(spark, mart, side, engine.catalog).select(*[quote(k) for k in mart.keys])
             keys = found if keys is None else keys.unionByName(found)
@@ -330,7 +363,7 @@ def _refresh_incremental(
     previous: dict[str, int],
     current: DataFrame,
     views: dict[str, str],
-    registered: dict[str, DataFrame],
+    registered: _Views,
     source_commit_ts: str | None,
 ) -> int:
     """Recompute the affected groups and MERGE them; return how many groups."""
@@ -350,10 +383,14 @@ def _refresh_incremental(
     for extra in match[1:]:
         condition = condition & extra
     recomputed = current.join(F.broadcast(keyed), condition, "left_semi").withColumn(_PRESENT, F.lit(True))
-    source = keyed.join(recomputed, condition, "left").select(
-        *[quote(_KEY_PREFIX + k) for k in mart.keys], _PRESENT, *[quote(c) for c in current.columns]
+    # Computed once, here: the MERGE would evaluate its source twice (its runtime filter on the
+    # mart's files, then the join), each time a scan of the silver tables.
+    source = (
+        keyed.join(recomputed, condition, "left")
+        .select(*[quote(_KEY_PREFIX + k) for k in mart.keys], _PRESENT, *[quote(c) for c in current.columns])
+        .localCheckpoint()
     )
-    view = _register(spark, registered, "cdclake_gold_merge", source)
+    view = registered.register("merge", source)
     statement = group_merge_statement(target.identifier, view, current.columns, mart.keys)
     commit_with_properties(spark, props, lambda: spark.sql(statement))
     return groups
@@ -380,7 +417,7 @@ def refresh_mart(engine: Engine, mart: MartConfig) -> MartRefresh:
         return MartRefresh(label, UP_TO_DATE, sources=sources_now, seconds=time.monotonic() - started)
     with _views(spark) as registered:
         views = {
-            p.name: _register(spark, registered, f"cdclake_gold_pin_{i}", _pinned_read(spark, p.table, p.snapshot_id))
+            p.name: registered.register(f"pin_{i}", _pinned_read(spark, p.table, p.snapshot_id))
             for i, p in enumerate(pinned)
         }
         try:
