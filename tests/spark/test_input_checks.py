@@ -3,10 +3,12 @@ and a value that cannot be stored exactly, or a change without its operation, is
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -321,3 +323,29 @@ def test_a_header_that_contradicts_the_declared_columns_is_held_before_anything_
     statuses = {s.source: s for s in table_statuses(engine)}
     assert (statuses["s.orders"].undeclared_columns, statuses["s.other"].undeclared_columns) == ("quantity", "")
     assert statuses["s.orders"].quarantined_files == 1
+
+
+def test_a_wide_full_load_with_a_bad_row_is_planned_in_seconds(make_engine: EngineFactory, tmp_path: Path) -> None:
+    # GIVEN a LOAD file of a 60-column table with one value that is not an int: the careful path
+    # filters the typed and checked rows, and Spark's constraint inference over that projection
+    # planned for minutes before it was switched off
+    columns = [f"c{i}" for i in range(60)]
+    engine = make_engine(
+        "bronze: {timestamp_column: ts}\ntables:\n  s.wide:\n    primary_key: [id]\n    columns: {id: int, "
+        + ", ".join(f"{c}: int" for c in columns)
+        + "}\n"
+    )
+    rows = [["2024-01-01 00:00:00.000000", str(r), *[str(r + i) for i in range(60)]] for r in range(200)]
+    rows[20][31] = "x"
+    write_csv(tmp_path / "bronze" / "s" / "wide" / "LOAD00000001.csv", rows)
+    # WHEN the full load runs, watched by a clock (planning cannot be cancelled: the thread is a daemon)
+    done: list[Any] = []
+    worker = threading.Thread(target=lambda: done.append(run(engine)), daemon=True)
+    worker.start()
+    worker.join(timeout=240)
+    # THEN it finished, the bad row is held with its reason and the other 199 rows are loaded
+    assert done, "the full load of a wide table was still planning after 240 s"
+    assert done[0].failures == []
+    held = ("s/wide/LOAD00000001.csv", 21, "value 'x' of column c29 is not a valid int")
+    assert _rows_in_quarantine(engine) == [held]
+    assert engine.spark.table(f"silver.{engine.config.database}.wide").count() == 199

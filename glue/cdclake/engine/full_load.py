@@ -14,7 +14,14 @@ from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind
 from cdclake.engine.changes import has_error
 from cdclake.engine.commit import finish_full_load, quarantine_rows, stage_full_load
-from cdclake.engine.read import bad_rows, empty_changes, first_line, read_and_count, read_changes, stored_rows
+from cdclake.engine.read import (
+    bad_rows,
+    empty_changes,
+    read_and_count,
+    read_changes,
+    root_cause,
+    stored_rows,
+)
 from cdclake.engine.select import TableState, load_again, superseded_cdc_files
 from cdclake.errors import ConfigError
 from cdclake.lake.ledger import KIND_FULL_LOAD, KIND_FULL_LOAD_STAGED
@@ -102,7 +109,7 @@ def _load_in_one_scan(
     except Exception as failure:
         if engine.stopping.is_set():
             raise  # the scan was cancelled by a stop (Ctrl-C), not failed by the data
-        log.info("full load table=%s takes the careful path: %s", table.source, first_line(failure))
+        log.info("full load table=%s takes the careful path: %s", table.source, root_cause(failure))
         return []
     stats = observation.get
     if not table.append_only and _has_repeated_keys(engine.spark, silver, table.silver_key()):

@@ -67,6 +67,11 @@ def spark_conf(settings: SessionSettings) -> dict[str, str]:
         # (``engine.parallel``): FAIR shares the executors between the pools, so a small table's
         # jobs are not queued behind a big table's stages.
         "spark.scheduler.mode": "FAIR",
+        # Constraint inference walks every alias of a projection against every other: over the
+        # typing and checks of a wide table (60 columns) with a filter above it, planning ran for
+        # minutes (SPARK-19846 and kin). The filters it would infer (IS NOT NULL for joins) are
+        # worth nothing to cdclake's plans.
+        "spark.sql.constraintPropagation.enabled": "false",
     }
     catalog = settings.catalog
     if isinstance(catalog, GlueCatalog):
