@@ -23,6 +23,7 @@ COMMON = {
     "spark.sql.iceberg.handle-timestamp-without-timezone": "true",
     "spark.sql.limit.initialNumPartitions": "100000",
     "spark.scheduler.mode": "FAIR",
+    "spark.sql.constraintPropagation.enabled": "false",
 }
 
 
