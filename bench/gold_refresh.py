@@ -108,25 +108,15 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import json
 
-    from bench.paths import CACHE_DIR, ROOT
-    from cdclake.runtime.session import LocalCatalog, SessionSettings, build_spark_session
+    from bench.paths import ROOT, scratch_session
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--workdir", type=Path, default=ROOT / ".cdclake" / "bench-gold")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    for noisy in ("cdclake", "py4j"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    shutil.rmtree(args.workdir, ignore_errors=True)
-    catalog = LocalCatalog(warehouse=args.workdir / "warehouse", cache_dir=CACHE_DIR)
-    spark = build_spark_session(SessionSettings(catalog=catalog))
-    try:
+    with scratch_session(args.workdir) as spark:
         result = measure(spark, args.workdir, args.rows, args.reps)
-    finally:
-        spark.stop()
-        shutil.rmtree(args.workdir, ignore_errors=True)
     print(json.dumps(result, indent=2))
     return 0
 

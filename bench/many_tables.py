@@ -73,7 +73,7 @@ tables:
 """
 
 
-def _copy_table(template: Path, root: Path, name: str) -> None:
+def copy_table(template: Path, root: Path, name: str) -> None:
     """The template table's files under ``root/public/<name>`` (hard links: no bytes copied)."""
     target = root / gen.SCHEMA / name
     target.mkdir(parents=True, exist_ok=True)
@@ -92,13 +92,14 @@ def generate(spark: SparkSession, data: Path, sizes: ManyTables) -> tuple[Path, 
     per_table = gen.ChangeSet(per_rows, per_changes, sizes.files_per_table)
     gen.changes(spark, data / "tpl_many_cdc", per_table, start)
     for kind in ("load", "cdc"):
-        _copy_table(data / f"tpl_one_{kind}", one, table_name(0))
+        copy_table(data / f"tpl_one_{kind}", one, table_name(0))
         for index in range(sizes.tables):
-            _copy_table(data / f"tpl_many_{kind}", many, table_name(index))
+            copy_table(data / f"tpl_many_{kind}", many, table_name(index))
     return one, many
 
 
-def _engine(spark: SparkSession, bronze: Path, tables: int, database: str, parallel: int | None = None) -> Engine:
+def table_engine(spark: SparkSession, bronze: Path, tables: int, database: str, parallel: int | None = None) -> Engine:
+    """An engine over ``bronze`` with the first ``tables`` benchmark tables configured."""
     from cdclake.config import parse_config
     from cdclake.context import Engine
     from cdclake.dms.store import LocalBronze
@@ -142,7 +143,7 @@ def measure(spark: SparkSession, work: Path, sizes: ManyTables, reps: int = 2) -
     for rep in range(reps):
         for side, bronze, tables in (("1 table", one, 1), (f"{sizes.tables} tables", many, sizes.tables)):
             database = f"many_{tables}_{rep}"
-            engine = _engine(spark, bronze, tables, database, sizes.parallel_tables)
+            engine = table_engine(spark, bronze, tables, database, sizes.parallel_tables)
             _check(timed(f"full load {side}", lambda engine=engine: full_load(engine)), tables)
             files = [f for f in list_bronze(engine.store).files if f.kind is FileKind.CDC]
             _check(timed(f"CDC {side}", lambda engine=engine, files=files: apply_cdc_files(engine, files)), tables)
@@ -166,8 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import json
 
-    from bench.paths import CACHE_DIR, ROOT
-    from cdclake.runtime.session import LocalCatalog, SessionSettings, build_spark_session
+    from bench.paths import ROOT, scratch_session
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tables", type=int, default=100)
@@ -177,22 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parallel", type=int, default=None, help="cdc.parallel_tables (default: the engine's)")
     parser.add_argument("--workdir", type=Path, default=ROOT / ".cdclake" / "bench-many")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("cdclake").setLevel(logging.WARNING)
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    shutil.rmtree(args.workdir, ignore_errors=True)
-    catalog = LocalCatalog(warehouse=args.workdir / "warehouse", cache_dir=CACHE_DIR)
-    spark = build_spark_session(SessionSettings(catalog=catalog))
-    try:
-        result = measure(
-            spark,
-            args.workdir,
-            ManyTables(args.tables, args.rows, args.changes, parallel_tables=args.parallel),
-            args.reps,
-        )
-    finally:
-        spark.stop()
-        shutil.rmtree(args.workdir, ignore_errors=True)
+    with scratch_session(args.workdir) as spark:
+        sizes = ManyTables(args.tables, args.rows, args.changes, parallel_tables=args.parallel)
+        result = measure(spark, args.workdir, sizes, args.reps)
     print(json.dumps(result, indent=2))
     return 0
 

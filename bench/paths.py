@@ -2,7 +2,35 @@
 
 from __future__ import annotations
 
+import logging
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE_DIR = Path.home() / ".cache" / "cdclake"
+
+
+@contextmanager
+def scratch_session(workdir: Path) -> Iterator[SparkSession]:
+    """A standalone bench's Spark session with a warehouse of its own under ``workdir`` (emptied
+    before and removed after), logging the bench's lines and not the engine's."""
+    from cdclake.runtime.session import LocalCatalog, SessionSettings, build_spark_session
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    for noisy in ("cdclake", "py4j"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    shutil.rmtree(workdir, ignore_errors=True)
+    spark = build_spark_session(
+        SessionSettings(catalog=LocalCatalog(warehouse=workdir / "warehouse", cache_dir=CACHE_DIR))
+    )
+    try:
+        yield spark
+    finally:
+        spark.stop()
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -47,19 +47,37 @@ class TablesFailedError(CdclakeError):
     """Several tables of one run failed (each named in the message); the others were applied."""
 
 
+def java_cause(exc: BaseException) -> tuple[str, str] | None:
+    """The innermost Java cause of a failed Spark call: the first line of its message ("" if it
+    has none) and its class's simple name; None when ``exc`` carries no Java exception or the
+    gateway is gone. A failure's outer layers only name the py4j call (``An error occurred while
+    calling o1170.collectToPython``) or the task; the cause at the bottom says what is wrong."""
+    throwable = getattr(exc, "java_exception", None)
+    if throwable is None:
+        return None
+    try:
+        for _ in range(50):  # a cause chain is finite, but a cycle must not hang the report
+            cause = throwable.getCause()
+            if cause is None:
+                break
+            throwable = cause
+        message = throwable.getMessage()
+        kind = str(throwable.getClass().getSimpleName())
+    except Exception:  # the gateway is gone: the Python-side text is all there is
+        return None
+    lines = [line.strip() for line in str(message or "").splitlines() if line.strip()]
+    return (lines[0] if lines else "", kind)
+
+
 def spark_error_sentence(exc: BaseException) -> str:
     """Spark's reason for an error in one line, without the plan or stack trace it carries.
 
     ``[PARSE_SYNTAX_ERROR] Syntax error at or near 'SELEC' (line 1, position 0)`` for a
     ParseException (whose text starts with a blank line), the first line of an AnalysisException,
     the deepest cause's message for a failed Spark job (a ``Py4JJavaError``)."""
-    java = getattr(exc, "java_exception", None)
     text = str(exc)
-    if java is not None and type(exc).__name__ == "Py4JJavaError":
-        cause = java
-        while cause.getCause() is not None:
-            cause = cause.getCause()
-        text = str(cause.getMessage() or cause.toString())
+    if type(exc).__name__ == "Py4JJavaError" and (cause := java_cause(exc)) is not None:
+        text = cause[0] or cause[1]
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     sentence = lines[0] if lines else type(exc).__name__
     sentence = re.sub(r"\.?\s*\(line (\d+), pos (\d+)\)$", r" (line \1, position \2)", sentence)

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # bench.generate, the benchmark tables' generator and its Python twins
 
 from bench import generate as gen  # noqa: E402
-from bench.many_tables import config_yaml, table_name  # noqa: E402
+from bench.many_tables import copy_table, table_engine, table_name  # noqa: E402
 from bench.paths import CACHE_DIR  # noqa: E402
 
 
@@ -60,9 +60,6 @@ def expected_rows(rows: int, changes: int) -> dict[int, tuple[str, str]]:
 def main(argv: list[str] | None = None) -> int:
     from dataclasses import replace
 
-    from cdclake.config import parse_config
-    from cdclake.context import Engine
-    from cdclake.dms.store import LocalBronze
     from cdclake.engine.run import run
     from cdclake.runtime.session import LocalCatalog, SessionSettings, build_spark_session
 
@@ -89,13 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         gen.changes(spark, template, gen.ChangeSet(args.rows, args.rows, files=1), datetime(2024, 1, 2))
         names = [table_name(i) for i in range(args.tables)]
         for name in names:
-            target = bronze / gen.SCHEMA / name
-            target.mkdir(parents=True)
-            for file in sorted(gen.table_dir(template).iterdir()):
-                (target / file.name).hardlink_to(file)
-        config = parse_config(config_yaml(names, "small_driver", args.tables), "small-driver.yaml")
-        config = replace(config, bronze=replace(config.bronze, path=str(bronze)))
-        engine = Engine(spark=spark, config=config, store=LocalBronze(bronze))
+            copy_table(template, bronze, name)
+        engine = table_engine(spark, bronze, args.tables, "small_driver", args.tables)
         if args.heap_share is not None:
             engine = replace(engine, broadcast_heap_share=args.heap_share)
         report = run(engine)

@@ -31,6 +31,7 @@ from cdclake.columns import (
 from cdclake.config import BronzeSettings, CleaningRules, TableConfig, fraction_digits
 from cdclake.dms.layout import DMS_OP_COLUMN
 from cdclake.errors import ConfigError
+from cdclake.identifiers import quote, sql_string
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -75,16 +76,10 @@ def error_text() -> Column:
     return F.concat_ws("; ", F.col(ERROR))
 
 
-def _sql_text(value: str) -> str:
-    """A Spark SQL string literal of ``value`` (backslash escapes: the parser's default)."""
-    escaped = value.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n").replace("\r", "\\r")
-    return f"'{escaped}'"
-
-
 def _sql_reason(template: str, value: str) -> str:
     """SQL text of ``template`` (its ``%s`` in the words of a reason) with ``value``'s excerpt."""
     parts = template.split("%s")
-    return f"format_string({_sql_text('%s'.join(p.replace('%', '%%') for p in parts))}, {_excerpt(value)})"
+    return f"format_string({sql_string('%s'.join(p.replace('%', '%%') for p in parts))}, {_excerpt(value)})"
 
 
 def _excerpt(value: str, length: int = 40) -> str:
@@ -144,7 +139,7 @@ def _loses_digits(value: str, source: str, type_name: str, scale: int) -> str:
     if source == "string":
         text = f"trim({value})"
         # A nonzero digit after the first ``scale`` fraction digits (plain notation, as DMS writes).
-        digits = _sql_text(rf"^[+-]?[0-9]*\.[0-9]{{{scale}}}[0-9]*[1-9][0-9]*$")
+        digits = sql_string(rf"^[+-]?[0-9]*\.[0-9]{{{scale}}}[0-9]*[1-9][0-9]*$")
         plain = f"{text} RLIKE {digits}"
         scientific = f"{text} RLIKE '[eE]' AND CAST(CAST({value} AS {type_name}) AS DOUBLE) != CAST({value} AS DOUBLE)"
         return f"coalesce(({plain}) OR ({scientific}), false)"
@@ -172,7 +167,7 @@ def commit_instant(text: str) -> str:
     that text as written) stay comparable with new ones. Text without a zone is UTC, as DMS writes
     it. The parse does not depend on the session's time zone (timestamps without a zone).
     """
-    pattern = _sql_text(_COMMIT_TS_PATTERN)
+    pattern = sql_string(_COMMIT_TS_PATTERN)
 
     def part(group: int) -> str:
         return f"regexp_extract({text}, {pattern}, {group})"
@@ -220,7 +215,7 @@ def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig, ful
             f"CASE WHEN {ts_text} IS NOT NULL AND ({instant}) IS NULL THEN {_sql_reason(invalid, ts_text)} END"
         )
         if not full_load:
-            missing = _sql_text(f"commit timestamp column {ts_name} is NULL")
+            missing = sql_string(f"commit timestamp column {ts_name} is NULL")
             reasons.append(f"CASE WHEN {ts_text} IS NULL THEN {missing} END")
     sources = {f.name: f.dataType.simpleString() for f in raw.schema.fields}
     typed = {c: type_name for c, type_name in table.columns.items() if c in columns and c != seq_name}
@@ -262,8 +257,8 @@ def _mark_unchanged(df: DataFrame, marker: str, exclude: set[str]) -> DataFrame:
 
     text_columns = [f.name for f in df.schema.fields if f.dataType.simpleString() == "string"]
     marked = [c for c in data_columns(df) if c not in exclude and c in text_columns]
-    unchanged = {UNCHANGED_PREFIX + c: F.expr(f"coalesce({quote(c)} = {_sql_text(marker)}, false)") for c in marked}
-    values = {c: F.expr(f"CASE WHEN {quote(c)} = {_sql_text(marker)} THEN NULL ELSE {quote(c)} END") for c in marked}
+    unchanged = {UNCHANGED_PREFIX + c: F.expr(f"coalesce({quote(c)} = {sql_string(marker)}, false)") for c in marked}
+    values = {c: F.expr(f"CASE WHEN {quote(c)} = {sql_string(marker)} THEN NULL ELSE {quote(c)} END") for c in marked}
     return df.withColumns({**unchanged, **values}) if marked else df
 
 
@@ -415,7 +410,3 @@ def classify_effects(latest: DataFrame, stored: DataFrame, tombstones: DataFrame
         .otherwise(F.lit(EFFECT_INSERT))
     )
     return joined.withColumn(EFFECT, effect).drop(stored_order, tomb_order)
-
-
-def quote(identifier: str) -> str:
-    return "`" + identifier.replace("`", "``") + "`"

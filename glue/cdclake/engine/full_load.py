@@ -82,7 +82,7 @@ def full_load_table(
         report.inserted = engine.spark.table(silver.identifier).count()
     report.seconds = time.monotonic() - started
     log.info("full load done table=%s rows=%d seconds=%.1f", table.source, report.inserted, report.seconds)
-    sizes = {f.key: f.size for f in files}
+    sizes = _sizes(files)
     return report, TableState(True, frozenset(loaded), state.held, {key: sizes.get(key) for key in loaded})
 
 

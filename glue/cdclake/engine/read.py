@@ -36,7 +36,7 @@ from cdclake.engine.changes import (
     to_changes,
     with_silver_order,
 )
-from cdclake.errors import BadInputError, ConfigError
+from cdclake.errors import BadInputError, ConfigError, java_cause
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -105,23 +105,12 @@ def first_line(exc: BaseException) -> str:
 
 
 def root_cause(exc: BaseException) -> str:
-    """Why a Spark action failed, in the words of the innermost cause: a Java failure's outer
-    layers only name the py4j call (``An error occurred while calling o1170.collectToPython``)
-    or the task that failed; the cause at the bottom says what is wrong with the input."""
-    throwable = getattr(exc, "java_exception", None)
-    if throwable is None:
+    """Why a Spark action failed, in the words of its innermost cause and that cause's kind
+    (``errors.java_cause``); a Python failure: its first line."""
+    cause = java_cause(exc)
+    if cause is None:
         return first_line(exc)
-    try:
-        for _ in range(50):  # a cause chain is finite, but a cycle must not hang the report
-            cause = throwable.getCause()
-            if cause is None:
-                break
-            throwable = cause
-        message = throwable.getMessage()
-        kind = str(throwable.getClass().getSimpleName())
-    except Exception:  # the gateway is gone: the Python-side text is all there is
-        return first_line(exc)
-    text = str(message).strip().splitlines()[0] if message and str(message).strip() else ""
+    text, kind = cause
     return (f"{text} ({kind})" if text else kind)[:500]
 
 
