@@ -42,6 +42,10 @@ class Engine:
     # all, is read, de-duplicated and classified in one task: no shuffle (a single file is read by
     # one task anyway; a few small ones read in about a second).
     single_task_batch_bytes: int = 8 * 1024 * 1024
+    # A batch that takes the RowDelta path with files up to this many bytes in all is collected
+    # into the driver once and its files are written there (``lake.driver_write``): no Spark job
+    # for its new images, position deletes and tombstones. 0: Spark writes every batch's files.
+    driver_write_bytes: int = 8 * 1024 * 1024
     # How a keyed batch is committed: "auto" writes its files and commits one RowDelta
     # (``lake.row_delta``: no scan of the table) where the table allows it, else takes the MERGE
     # or the branch-staged path by size; "row-delta", "merge" and "publish" pin a path (tests,

@@ -17,6 +17,7 @@ from cdclake.columns import EFFECT, OP, SILVER_ORDER, STORED_FILE, STORED_POS
 from cdclake.engine.changes import classify_effects
 from cdclake.engine.statements import merge_statement
 from cdclake.lake.committer import IcebergCommitter, KeyedBatch
+from cdclake.lake.driver_write import apply_collected_row_delta, collect_rows
 from cdclake.lake.ledger import KIND_CDC, ledger_properties
 from cdclake.lake.row_delta import apply_row_delta, blocker
 from cdclake.lake.tables import SilverTable, current_snapshot_id, iceberg_table, is_commit_conflict
@@ -116,8 +117,12 @@ def database(spark: SparkSession) -> Iterator[str]:
 
 
 @pytest.mark.parametrize("sorted_layout", [False, True], ids=["unsorted", "sorted"])
-def test_same_table_as_merge_one_snapshot_per_batch(spark: SparkSession, database: str, sorted_layout: bool) -> None:
-    # GIVEN two identical merge-on-read tables, one of them ordered by its key
+@pytest.mark.parametrize("writer", ["spark", "driver"])
+def test_same_table_as_merge_one_snapshot_per_batch(
+    spark: SparkSession, database: str, sorted_layout: bool, writer: str
+) -> None:
+    # GIVEN two identical merge-on-read tables, one of them ordered by its key; the files of the
+    # RowDelta written by Spark, or by the driver from the changes collected as Arrow
     rng = random.Random(11 + sorted_layout)
     merged, written = f"{database}.merged", f"{database}.written"
     initial = _initial_rows(rng, 300)
@@ -137,7 +142,11 @@ def test_same_table_as_merge_one_snapshot_per_batch(spark: SparkSession, databas
             _merge(spark, merged, classified, ["id"])
             before = _history(spark, written)
             properties = ledger_properties(KIND_CDC, [f"batch-{step}"], "2024-01-01 00:00:00")
-            snapshot = apply_row_delta(spark, written, classified, ["id"], COLUMNS, properties, base, ABSENT)
+            if writer == "spark":
+                snapshot = apply_row_delta(spark, written, classified, ["id"], COLUMNS, properties, base, ABSENT)
+            else:
+                collected = collect_rows(classified)
+                snapshot = apply_collected_row_delta(spark, written, collected, COLUMNS, properties, base, ABSENT)
             boundaries.add(snapshot)
             # THEN the tables are equal, main gained one snapshot carrying the ledger, with delete files
             assert _rows(spark, written) == _rows(spark, merged)

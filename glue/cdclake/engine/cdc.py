@@ -15,6 +15,7 @@ from cdclake.engine.commit import commit_batch
 from cdclake.engine.prepare import BatchPlan, Hold, prepare_batch
 from cdclake.engine.select import TableState
 from cdclake.errors import FullLoadPendingError
+from cdclake.lake.driver_write import is_collected
 from cdclake.lake.journals import tombstones_of
 from cdclake.report import TableReport
 
@@ -70,7 +71,7 @@ def apply_cdc_batch(
     try:
         commit_batch(engine, table, plan, force)
     finally:
-        if plan.changes is not None:
+        if plan.changes is not None and not is_collected(plan.changes.rows):
             plan.changes.rows.unpersist()
     report = batch_report(table, plan, skipped, held_before, time.monotonic() - started)
     log.info("cdc batch done %s", report.summary())

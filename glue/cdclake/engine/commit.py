@@ -13,13 +13,14 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from cdclake.columns import COMMIT_TS, EFFECT, EFFECT_DELETE, EFFECT_DELETE_MISSING, OP
+from cdclake.columns import COMMIT_TS, EFFECT_DELETE, EFFECT_DELETE_MISSING, OP
 from cdclake.config import TableConfig
 from cdclake.context import Engine
-from cdclake.engine.prepare import BatchPlan, ChangeSet, Hold, silver_shape, tombstone_rows
+from cdclake.engine.prepare import BatchPlan, ChangeSet, Hold, silver_shape, tombstone_rows, with_effects
 from cdclake.engine.read import BadRows
 from cdclake.engine.statements import merge_statement
 from cdclake.lake.committer import KeyedBatch
+from cdclake.lake.driver_write import is_collected
 from cdclake.lake.history import apply_history, history_of
 from cdclake.lake.journals import (
     record_quarantine,
@@ -60,6 +61,7 @@ def commit_batch(engine: Engine, table: TableConfig, plan: BatchPlan, force: boo
         apply_layout(engine.spark, silver.identifier, table.silver_key(), table.layout)
     _evolve(engine, silver, changes)
     if changes.keyed is None:
+        assert not is_collected(changes.rows), "append-only batches are appended by Spark"
         engine.committer.append(engine.spark, silver, silver_shape(changes.rows), changes.properties)
     else:
         _apply_keyed(engine, silver, changes, changes.keyed)
@@ -110,11 +112,9 @@ def _no_tombstones() -> None:
 
 
 def _append_tombstones(engine: Engine, silver: SilverTable, changes: ChangeSet, key: Sequence[str]) -> None:
-    from pyspark.sql import functions as F
-
     tombstones = tombstones_of(silver)
     ensure_table(engine.spark, tombstones, tombstone_rows(changes.shape, key))
-    deletes = changes.rows.where(F.col(EFFECT).isin(EFFECT_DELETE, EFFECT_DELETE_MISSING))
+    deletes = with_effects(changes.rows, (EFFECT_DELETE, EFFECT_DELETE_MISSING))
     engine.committer.append_tombstones(engine.spark, tombstones, tombstone_rows(deletes, key))
 
 

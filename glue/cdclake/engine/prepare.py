@@ -11,7 +11,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, overload
 
 from cdclake.columns import (
     APPEND_ONLY_OP_COLUMN,
@@ -38,12 +38,14 @@ from cdclake.engine.schema import SchemaPlan, plan_schema_change
 from cdclake.errors import CdclakeError, ConfigError
 from cdclake.identifiers import quote
 from cdclake.lake.committer import KeyedBatch
+from cdclake.lake.driver_write import collect_rows, collectable, is_collected
 from cdclake.lake.journals import tombstones_of
 from cdclake.lake.ledger import KIND_CDC, ledger_properties
 from cdclake.lake.row_delta import blocker as row_delta_blocker
 from cdclake.lake.tables import SilverTable, current_snapshot_id, silver_columns, stored_records, table_exists
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame
 
 log = logging.getLogger("cdclake")
@@ -66,7 +68,9 @@ class ChangeSet:
     """A batch's rows to apply, read, classified and materialised once."""
 
     files: list[BronzeFile]  # the readable files, in apply order (file indexes point into this list)
-    rows: DataFrame  # classified latest changes (keyed tables), or the rows to append
+    rows: (
+        DataFrame | pa.Table
+    )  # classified latest changes (keyed; collected: ``lake.driver_write``), or the rows to append
     columns: list[str]  # their data columns
     unchanged: dict[str, str]  # column -> flag of values a change did not capture (CsvNoSupValue)
     shape: DataFrame  # no rows: the columns of the latest changes (silver's and the tombstones' shape)
@@ -176,9 +180,15 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
         log.debug("classify table=%s keys=%d heap=%d broadcast=%s", table.source, keys, heap, small)
         classified = _classify(engine, table, rows, shape, base, small)
         observed = classified.observe(applied, *[F.count_if(F.col(EFFECT) == e).alias(e) for e in EFFECTS], latest)
-    # A local checkpoint, not a cache: it also cuts the lineage back to the reader's row ids
-    # (monotonically_increasing_id), which a copy-on-write MERGE refuses as non-deterministic.
-    materialized = observed.localCheckpoint()
+    columns, unchanged = data_columns(rows), unchanged_flags(rows)
+    way = choose_commit_path(engine, table, silver, base, columns, schema.absent, unchanged)
+    materialized: DataFrame | pa.Table
+    if way == "row-delta" and _in_driver(engine, files) and collectable(observed):
+        materialized = collect_rows(observed)  # its files are written by the driver, no Spark job
+    else:
+        # A local checkpoint, not a cache: it also cuts the lineage back to the reader's row ids
+        # (monotonically_increasing_id), which a copy-on-write MERGE refuses as non-deterministic.
+        materialized = observed.localCheckpoint()
     rows.unpersist()  # a checkpoint of its own above, if any; the materialised rows no longer need it
     stats = applied.get
     counts = RowCounts.of(read.get)
@@ -189,17 +199,15 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
             f"than once ({sum(effects.values()) - keys} extra rows); a mirror holds each key "
             "once. Reload the table (`cdclake full-load --reload`) to rebuild it from bronze."
         )
-    columns, unchanged = data_columns(rows), unchanged_flags(rows)
     bad = bad_rows(engine, table, changes, files, counts)
     if bad is not None:  # a few rows: read from bronze once, here, not again by the commit
         bad = replace(bad, rows=bad.rows.localCheckpoint())
-    way = choose_commit_path(engine, table, silver, base, columns, schema.absent, unchanged)
     properties = ledger_properties(KIND_CDC, [f.key for f in files], stats["_cdc_latest"])
     keyed = None
     if not table.append_only:
         keyed = KeyedBatch(
             table=silver,
-            changes=materialized.where(F.col(EFFECT).isin(EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE)),
+            changes=with_effects(materialized, (EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE)),
             key=table.silver_key(),
             columns=columns,
             properties=properties,
@@ -257,6 +265,18 @@ def choose_commit_path(
     return "merge" if stored_records(engine.spark, silver.identifier) < engine.merge_below_records else "publish"
 
 
+def with_effects(rows: DataFrame | pa.Table, effects: Sequence[str]) -> DataFrame | pa.Table:
+    """The classified ``rows`` (materialised or collected) whose effect is one of ``effects``."""
+    if is_collected(rows):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        return rows.filter(pc.is_in(rows.column(EFFECT), value_set=pa.array(list(effects))))
+    from pyspark.sql import functions as F
+
+    return rows.where(F.col(EFFECT).isin(*effects))
+
+
 # What one touched stored row costs in a broadcast: its key, ``_cdc_order`` (35 characters), its
 # data file's path (about 150 characters) and position, as an UnsafeRow in a hashed relation, built
 # once in the driver and once more while it is serialised: twice what such a row takes, on purpose.
@@ -276,6 +296,11 @@ def driver_heap_bytes(engine: Engine) -> int:
     jvm = engine.spark.sparkContext._jvm
     assert jvm is not None
     return int(jvm.java.lang.Runtime.getRuntime().maxMemory())
+
+
+def _in_driver(engine: Engine, files: Sequence[BronzeFile]) -> bool:
+    """Whether the batch is small enough to collect into the driver (``Engine.driver_write_bytes``)."""
+    return sum(f.size for f in files) <= engine.driver_write_bytes
 
 
 def _one_task(engine: Engine, files: Sequence[BronzeFile]) -> bool:
@@ -351,8 +376,15 @@ def silver_shape(rows: DataFrame) -> DataFrame:
     return rows.select(*data_columns(rows), *([SILVER_ORDER] if SILVER_ORDER in rows.columns else []))
 
 
-def tombstone_rows(changes: DataFrame, key: Sequence[str]) -> DataFrame:
+@overload
+def tombstone_rows(changes: DataFrame, key: Sequence[str]) -> DataFrame: ...
+@overload
+def tombstone_rows(changes: DataFrame | pa.Table, key: Sequence[str]) -> DataFrame | pa.Table: ...
+def tombstone_rows(changes: DataFrame | pa.Table, key: Sequence[str]) -> DataFrame | pa.Table:
     """What a tombstone holds: the deleted key, the delete's order and its commit time."""
+    if is_collected(changes):
+        kept = [*key, SILVER_ORDER, COMMIT_TS]
+        return changes.select(kept).rename_columns([*key, SILVER_ORDER, TOMBSTONE_DELETED_AT])
     from pyspark.sql import functions as F
 
     return changes.select(*key, SILVER_ORDER, F.col(COMMIT_TS).alias(TOMBSTONE_DELETED_AT))

@@ -44,6 +44,7 @@ log = logging.getLogger("cdclake")
 
 # Iceberg's reserved field ids of a position delete file's columns (MetadataColumns.DELETE_FILE_*).
 _DELETE_PATH_ID, _DELETE_POS_ID = 2147483546, 2147483545
+DELETE_FILE_COLUMNS = (_DELETE_PATH_ID, _DELETE_POS_ID)  # file_path, pos
 # Iceberg types whose Parquet form Spark writes exactly as Iceberg's writer does (timestamps as
 # INT64 microseconds: the write sets Spark's outputTimestampType).
 # Iceberg's JSON names of them (``iceberg_fields``): timestamps with and without a zone, not nanoseconds.
@@ -123,7 +124,7 @@ def _written(spark: SparkSession, location: str) -> list[tuple[str, int]]:
     return found
 
 
-class _Files:
+class WrittenFiles:
     """The files one batch writes, turned into Iceberg content files; removed again on failure."""
 
     def __init__(self, spark: SparkSession, table: Any) -> None:
@@ -194,6 +195,13 @@ class _Files:
 
 def _with_field_ids(columns: Sequence[tuple[Column, str]], ids: Mapping[str, int]) -> list[Column]:
     return [value.alias(name, metadata={_FIELD_ID: ids[name]}) for value, name in columns]
+
+
+def sort_order_columns(table: Any) -> list[str]:
+    """The source columns of the Iceberg Java ``table``'s sort order, in order (the order a
+    written data file is sorted by)."""
+    schema, order = table.schema(), table.sortOrder()
+    return [str(schema.findColumnName(order.fields().get(i).sourceId())) for i in range(order.fields().size())]
 
 
 def commit_row_delta(
@@ -281,7 +289,6 @@ def apply_row_delta(
 
     table = iceberg_table(spark, table_identifier)
     table.refresh()
-    schema = table.schema()
     ids = {f.name: f.id for f in iceberg_fields(spark, table)}
     types = {f.name: f.dataType for f in spark.table(table_identifier).schema.fields}
     present = {*columns, SILVER_ORDER}
@@ -291,8 +298,7 @@ def apply_row_delta(
             ids,
         )
     )
-    order = table.sortOrder()
-    sort_columns = [str(schema.findColumnName(order.fields().get(i).sourceId())) for i in range(order.fields().size())]
+    sort_columns = sort_order_columns(table)
     if image_count is not None:
         images = images.coalesce(_image_files(spark, table, base_snapshot_id, image_count))
     if sort_columns:
@@ -317,7 +323,7 @@ def apply_row_delta(
     replaced = replaced.withColumn(_DATA_FILE, F.xxhash64("file_path")).sortWithinPartitions(
         _DATA_FILE, "file_path", "pos"
     )
-    files = _Files(spark, table)
+    files = WrittenFiles(spark, table)
     try:
         delete_files, data_files = files.write_both(replaced, images)
         referenced = spark.sparkContext._jvm.java.util.ArrayList()  # type: ignore[union-attr]

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from cdclake.identifiers import quote
+from cdclake.identifiers import quote, sql_string
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -132,12 +132,15 @@ def create_or_replace(spark: SparkSession, table: SilverTable, rows: DataFrame, 
 
 
 def ensure_table(spark: SparkSession, table: SilverTable, empty: DataFrame) -> None:
-    """Create ``table`` with ``empty``'s schema unless it exists (no ledger entry)."""
+    """Create ``table`` with ``empty``'s schema (every column nullable) unless it exists (no ledger
+    entry): a catalog operation, no Spark job."""
     if table_exists(spark, table):
         return
+    columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in empty.schema.fields)
+    properties = ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in TABLE_PROPERTIES.items())
     with _CREATING:
         if not table_exists(spark, table):
-            _iceberg_writer(empty.limit(0), table).create()
+            spark.sql(f"CREATE TABLE {table.identifier} ({columns}) USING iceberg TBLPROPERTIES ({properties})")
 
 
 def silver_columns(spark: SparkSession, table: SilverTable) -> list[tuple[str, str]]:

@@ -1,0 +1,231 @@
+"""A small batch's files written by the driver: its rows collected once, no Spark job to write them.
+
+A whole database's batch holds a few changes of each of many tables. Every Spark job a table's
+batch runs costs the driver a fixed fraction of a second of planning and scheduling, whatever its
+size, and Spark writes a table's new images, its position deletes and its tombstones as three
+jobs. A batch small enough for the driver (``Engine.driver_write_bytes``) is instead collected once
+as Arrow (the same one job that would have materialised it) and its Parquet files are written here
+with pyarrow, through the table's own ``FileIO`` (a local path or S3 alike), as Iceberg's writer
+makes them: the schema's field ids, INT64 microsecond timestamps, the table's codec. The commits
+(``lake.row_delta``, ``append_files``) then add them to the table.
+"""
+
+from __future__ import annotations
+
+import io
+import uuid
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeGuard
+
+from cdclake.columns import OP, SILVER_ORDER, STORED_FILE, STORED_POS
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import DataType
+
+# Spark types whose Arrow form converts both ways without loss (what ``collect_rows`` accepts).
+_ARROW_TYPES = {
+    *("boolean", "tinyint", "smallint", "int", "bigint", "float", "double", "decimal", "date", "timestamp"),
+    *("timestamp_ntz", "string", "binary"),
+}
+# Iceberg's codec names (``write.parquet.compression-codec``) as pyarrow spells them.
+_CODECS = {"uncompressed": "none", "zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "brotli": "brotli"}
+_FIELD_ID = b"PARQUET:field_id"
+
+
+def is_collected(rows: object) -> TypeGuard[pa.Table]:
+    """Whether ``rows`` were collected into the driver (an Arrow table, not a DataFrame)."""
+    import pyarrow as pa
+
+    return isinstance(rows, pa.Table)
+
+
+def collectable(frame: DataFrame) -> bool:
+    """Whether every column of ``frame`` has a type ``collect_rows`` carries exactly."""
+    return all(f.dataType.simpleString().split("(")[0] in _ARROW_TYPES for f in frame.schema)
+
+
+def collect_rows(frame: DataFrame) -> pa.Table:
+    """``frame``'s rows in the driver as one Arrow table: one Spark job, observations included.
+
+    PySpark 3.5 (AWS Glue 5.1) has no public ``toArrow`` yet (it arrives in 4.0); its
+    ``toPandas`` uses this same call, which keeps each column's Arrow type (no pandas round trip).
+    """
+    import pyarrow as pa
+
+    to_arrow = getattr(frame, "toArrow", None)
+    if to_arrow is not None:
+        return to_arrow()
+    batches = frame._collect_as_arrow()
+    if batches:
+        return pa.Table.from_batches(batches)
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(frame.schema).empty_table()
+
+
+def arrow_type(data_type: DataType) -> pa.DataType:
+    """The Arrow type Spark gives ``data_type`` (timestamps in UTC microseconds)."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    return to_arrow_type(data_type)
+
+
+def shape(
+    rows: pa.Table,
+    columns: Sequence[tuple[str, int, DataType]],
+    renamed: Mapping[str, str] | None = None,
+    nulls: Collection[str] = (),
+    required: bool = False,
+) -> pa.Table:
+    """``rows`` as a file of ``columns`` (name, Iceberg field id, Spark type) holds them: each
+    column is ``rows``' column of that name (or of the name ``renamed`` gives it) cast to its
+    type, or NULL (in ``nulls``, or not in ``rows``), with the field id in the field's metadata.
+    ``required``: the fields are not nullable (a position delete file's)."""
+    import pyarrow as pa
+
+    fields, arrays = [], []
+    for name, field_id, data_type in columns:
+        target = arrow_type(data_type)
+        source = (renamed or {}).get(name, name)
+        if name not in nulls and source in rows.column_names:
+            arrays.append(rows.column(source).cast(target))
+        else:
+            arrays.append(pa.nulls(rows.num_rows, target))
+        fields.append(pa.field(name, target, nullable=not required, metadata={_FIELD_ID: str(field_id).encode()}))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def write_parquet(spark: SparkSession, table: Any, rows: pa.Table, kind: str) -> tuple[str, int]:
+    """Write ``rows`` as one Parquet file in the Iceberg Java ``table``'s data location through its
+    ``FileIO``, with the table's codec; the file's (path, size)."""
+    import pyarrow.parquet as pq
+
+    codec = str(table.properties().getOrDefault("write.parquet.compression-codec", "zstd")).lower()
+    buffer = io.BytesIO()
+    pq.write_table(
+        rows, buffer, compression=_CODECS.get(codec, "zstd"), coerce_timestamps="us", allow_truncated_timestamps=False
+    )
+    data = buffer.getvalue()
+    path = str(table.locationProvider().newDataLocation(f"cdclake-{kind}-{uuid.uuid4().hex}.parquet"))
+    stream = table.io().newOutputFile(path).create()
+    try:
+        stream.write(bytearray(data))
+    finally:
+        stream.close()
+    return path, len(data)
+
+
+def append_files(spark: SparkSession, table: Any, data_files: Sequence[Any]) -> None:
+    """Commit ``data_files`` to the Iceberg Java ``table`` as one append."""
+    append = table.newAppend()
+    for file in data_files:
+        append = append.appendFile(file)
+    append.commit()
+
+
+def _columns(spark: SparkSession, table: Any, identifier: str) -> list[tuple[str, int, DataType]]:
+    """(name, field id, Spark type) of each column of the Iceberg Java ``table`` (``identifier``)."""
+    from cdclake.lake.tables import iceberg_fields
+
+    ids = {f.name: f.id for f in iceberg_fields(spark, table)}
+    return [(f.name, ids[f.name], f.dataType) for f in spark.table(identifier).schema.fields]
+
+
+def _sorted(rows: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """``rows`` in ascending order of ``columns``, NULLs first (Spark's ``sortWithinPartitions``)."""
+    import pyarrow.compute as pc
+
+    if not columns or rows.num_rows < 2:
+        return rows
+    import pyarrow as pa
+
+    if int(pa.__version__.split(".")[0]) >= 25:  # NULL placement per key since pyarrow 25
+        return rows.take(pc.sort_indices(rows, sort_keys=[(c, "ascending", "at_start") for c in columns]))
+    return rows.take(pc.sort_indices(rows, sort_keys=[(c, "ascending") for c in columns], null_placement="at_start"))
+
+
+def apply_collected_row_delta(
+    spark: SparkSession,
+    table_identifier: str,
+    changes: pa.Table,
+    columns: Sequence[str],
+    properties: Mapping[str, str],
+    base_snapshot_id: int,
+    absent: Sequence[str] = (),
+    before_commit: Callable[[], None] | None = None,
+) -> int:
+    """``lake.row_delta.apply_row_delta`` for changes collected in the driver: the same new images
+    (one data file, in the table's sort order), the same position deletes (one file per data file
+    they delete from, sorted by position) and the same one RowDelta on ``main`` carrying
+    ``properties`` and validated against ``base_snapshot_id``, written without a Spark job.
+    Returns the new snapshot's id."""
+    import pyarrow.compute as pc
+    from pyspark.sql.types import LongType, StringType
+
+    from cdclake.lake.row_delta import DELETE_FILE_COLUMNS, WrittenFiles, commit_row_delta, sort_order_columns
+    from cdclake.lake.tables import iceberg_table
+
+    table = iceberg_table(spark, table_identifier)
+    table.refresh()
+    silver = _columns(spark, table, table_identifier)
+    present = {*columns, SILVER_ORDER}
+    images = shape(
+        changes.filter(pc.not_equal(changes.column(OP), "D")),
+        silver,
+        nulls={name for name, _, _ in silver if name not in present or name in absent},
+    )
+    images = _sorted(images, sort_order_columns(table))
+    replaced = changes.filter(pc.is_valid(changes.column(STORED_FILE)))
+    path_id, pos_id = DELETE_FILE_COLUMNS
+    deletes = _sorted(
+        shape(
+            replaced,
+            [("file_path", path_id, StringType()), ("pos", pos_id, LongType())],
+            renamed={"file_path": STORED_FILE, "pos": STORED_POS},
+            required=True,
+        ),
+        ["file_path", "pos"],
+    )
+    referenced = spark.sparkContext._jvm.java.util.ArrayList()  # type: ignore[union-attr]
+    files = WrittenFiles(spark, table)
+    try:
+        written_deletes = []
+        # One delete file per data file, as Iceberg's own writer makes them (file-scoped deletes).
+        for data_file in pc.unique(deletes.column("file_path")).to_pylist():
+            referenced.add(data_file)
+            written_deletes.append(
+                write_parquet(spark, table, deletes.filter(pc.equal(deletes.column("file_path"), data_file)), "deletes")
+            )
+        written_images = [write_parquet(spark, table, images, "data")] if images.num_rows else []
+        files.paths += [path for path, _ in (*written_deletes, *written_images)]
+        delete_files = files.content_files(written_deletes, deletes=True)
+        data_files = files.content_files(written_images, deletes=False)
+        if before_commit is not None:
+            before_commit()
+        commit_row_delta(spark, table, base_snapshot_id, properties, data_files, delete_files, referenced=referenced)
+    except BaseException:
+        files.remove()
+        raise
+    return int(table.currentSnapshot().snapshotId())
+
+
+def append_collected(spark: SparkSession, table_identifier: str, rows: pa.Table) -> None:
+    """Append ``rows`` (collected in the driver, columns named as the table's) to
+    ``table_identifier`` as one data file and one commit, without a Spark job."""
+    from cdclake.lake.row_delta import WrittenFiles
+    from cdclake.lake.tables import iceberg_table
+
+    if not rows.num_rows:
+        return
+    table = iceberg_table(spark, table_identifier)
+    table.refresh()
+    files = WrittenFiles(spark, table)
+    try:
+        written = [write_parquet(spark, table, shape(rows, _columns(spark, table, table_identifier)), "data")]
+        files.paths += [path for path, _ in written]
+        append_files(spark, table, files.content_files(written, deletes=False))
+    except BaseException:
+        files.remove()
+        raise
