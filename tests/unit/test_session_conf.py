@@ -12,6 +12,7 @@ from cdclake.runtime.session import (
     GlueCatalog,
     LocalCatalog,
     SessionSettings,
+    pin_jvm_names,
     spark_conf,
 )
 
@@ -90,3 +91,34 @@ def test_extra_conf_wins() -> None:
     # WHEN / THEN the extra settings are applied last
     conf = spark_conf(settings)
     assert (conf["spark.sql.session.timeZone"], conf["spark.custom"]) == ("Europe/Paris", "1")
+
+
+class _View:
+    """A stand-in for py4j's JVM view and packages: every name not set on it is a lookup (counted)."""
+
+    def __init__(self, fqn: str, lookups: list[str]) -> None:
+        self._fqn = fqn
+        self._lookups = lookups
+
+    def __getattr__(self, name: str) -> _View:
+        fqn = f"{self._fqn}.{name}".lstrip(".")
+        self._lookups.append(fqn)
+        return _View(fqn, self._lookups)
+
+
+def test_pinned_jvm_names_are_looked_up_once() -> None:
+    # GIVEN a JVM view whose every name costs a lookup
+    lookups: list[str] = []
+    jvm = _View("", lookups)
+    # WHEN names are pinned, then used again and again
+    pin_jvm_names(jvm, ("functions", "org.apache.iceberg.SchemaParser", "org.apache.iceberg.DataFiles"))
+    for _ in range(3):
+        assert jvm.functions._fqn == "functions"
+        assert jvm.org.apache.iceberg.SchemaParser._fqn == "org.apache.iceberg.SchemaParser"
+        assert jvm.org.apache.iceberg.DataFiles._fqn == "org.apache.iceberg.DataFiles"
+    # THEN each hop was looked up once, shared hops included
+    assert lookups == ["functions", "org", "org.apache", "org.apache.iceberg", "org.apache.iceberg.SchemaParser",
+                       "org.apache.iceberg.DataFiles"]  # fmt: skip
+    # AND a name not pinned is still looked up
+    assert jvm.org.apache.spark._fqn == "org.apache.spark"
+    assert lookups[-1] == "org.apache.spark"

@@ -133,7 +133,7 @@ def _columns(spark: SparkSession, table: Any, identifier: str) -> list[tuple[str
     return [(f.name, ids[f.name], f.dataType) for f in spark.table(identifier).schema.fields]
 
 
-def _sorted(rows: pa.Table, columns: Sequence[str]) -> pa.Table:
+def sorted_ascending(rows: pa.Table, columns: Sequence[str]) -> pa.Table:
     """``rows`` in ascending order of ``columns``, NULLs first (Spark's ``sortWithinPartitions``)."""
     import pyarrow.compute as pc
 
@@ -176,10 +176,10 @@ def apply_collected_row_delta(
         silver,
         nulls={name for name, _, _ in silver if name not in present or name in absent},
     )
-    images = _sorted(images, sort_order_columns(table))
+    images = sorted_ascending(images, sort_order_columns(table))
     replaced = changes.filter(pc.is_valid(changes.column(STORED_FILE)))
     path_id, pos_id = DELETE_FILE_COLUMNS
-    deletes = _sorted(
+    deletes = sorted_ascending(
         shape(
             replaced,
             [("file_path", path_id, StringType()), ("pos", pos_id, LongType())],
