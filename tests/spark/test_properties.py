@@ -53,10 +53,12 @@ def scenarios(draw: st.DrawFn) -> dict:
     # Which commit path applies the batches: written files and a RowDelta (auto), one MERGE, or
     # the branch-staged RowDelta.
     commit_path = draw(st.sampled_from(["auto", "merge", "publish"]))
+    # Who writes a RowDelta batch's files: the driver (a small batch collected as Arrow), or Spark.
+    driver_writes = draw(st.booleans())
     return {
         "initial": initial, "steps": steps, "extra_from": extra_from, "cuts": cuts, "order": order,
         "duplicates": duplicates, "batch_sizes": batch_sizes, "crash_at": crash_at,
-        "commit_path": commit_path,
+        "commit_path": commit_path, "driver_writes": driver_writes,
     }  # fmt: skip
 
 
@@ -136,6 +138,7 @@ def test_any_delivery_converges_to_the_source(spark: SparkSession, tmp_path: Pat
         replace(config, database=f"p_{uuid.uuid4().hex[:10]}"),
         LocalBronze(bronze),
         commit_path=scenario["commit_path"],
+        driver_write_bytes=Engine.driver_write_bytes if scenario["driver_writes"] else 0,
     )
     full_load(engine).checked()
     # WHEN the CDC files are delivered shuffled, some twice, in random batches, one batch crashing once

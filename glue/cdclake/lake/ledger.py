@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from cdclake.identifiers import sql_string
 from cdclake.lake.tables import (
     SilverTable,
-    commit_with_properties,
     create_or_replace,
     ensure_table,
     iceberg_table,
@@ -193,10 +192,15 @@ def forget_archived_ledger(spark: SparkSession, table: SilverTable) -> None:
 def record_full_load(
     spark: SparkSession, table: SilverTable, files: Sequence[str], load_sizes: Mapping[str, int]
 ) -> None:
-    """Record a staged full load as done: a commit that adds no data, only the ledger entry."""
-    empty = spark.table(table.identifier).limit(0)
-    properties = ledger_properties(KIND_FULL_LOAD, files, load_sizes=load_sizes)
-    commit_with_properties(spark, properties, empty.writeTo(table.identifier).append)
+    """Record a staged full load as done: a commit that adds no data, only the ledger entry (an
+    append of no files through the Iceberg Java API, what an empty Spark append commits, without
+    its Spark job)."""
+    iceberg = iceberg_table(spark, table.identifier)
+    iceberg.refresh()
+    append = iceberg.newAppend()
+    for name, value in ledger_properties(KIND_FULL_LOAD, files, load_sizes=load_sizes).items():
+        append = append.set(name, value)
+    append.commit()
 
 
 def replace_table(
