@@ -12,6 +12,7 @@ makes them: the schema's field ids, INT64 microsecond timestamps, the table's co
 
 from __future__ import annotations
 
+import functools
 import io
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -65,8 +66,10 @@ def collect_rows(frame: DataFrame) -> pa.Table:
     return to_arrow_schema(frame.schema).empty_table()
 
 
+@functools.lru_cache(maxsize=256)
 def arrow_type(data_type: DataType) -> pa.DataType:
-    """The Arrow type Spark gives ``data_type`` (timestamps in UTC microseconds)."""
+    """The Arrow type Spark gives ``data_type`` (timestamps in UTC microseconds); remembered, as
+    PySpark checks the pyarrow version on every call."""
     from pyspark.sql.pandas.types import to_arrow_type
 
     return to_arrow_type(data_type)
