@@ -25,10 +25,14 @@ ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExt
 # hop of ``jvm.a.b.C`` with a round trip in which the JVM tries the name against every imported
 # package, each miss a class-loader search through every jar: about 400 such lookups per table and
 # batch, a millisecond each on 2 busy cores. Resolved once and kept on the session's JVM view
-# (``pin_jvm_names``), they cost nothing after.
+# (``pin_jvm_names``), they cost nothing after. py4j's class and member handles keep no state
+# between calls, so one handle serves every thread.
 JVM_NAMES = (
     "functions",  # every pyspark.sql.functions call
-    "PythonUtils",
+    # ... and the functions called most (a static method is one more round trip to look up)
+    *(f"functions.{name}" for name in ("col", "lit", "expr", "when", "coalesce", "count_if", "struct", "max")),
+    "PythonUtils.toSeq",
+    "py4j.reflection.TypeUtil.isInstanceOf",
     "PythonSQLUtils",
     "SparkSession",
     "py4j.reflection.TypeUtil",
