@@ -19,6 +19,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from cdclake.columns import OP, SILVER_ORDER, STORED_FILE, STORED_POS
+from cdclake.lake.row_delta import DELETE_FILE_COLUMNS, WrittenFiles, commit_row_delta, sort_order_columns
+from cdclake.lake.tables import iceberg_fields, iceberg_table
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -100,7 +102,7 @@ def shape(
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
-def write_parquet(spark: SparkSession, table: Any, rows: pa.Table, kind: str) -> tuple[str, int]:
+def write_parquet(table: Any, rows: pa.Table, kind: str) -> tuple[str, int]:
     """Write ``rows`` as one Parquet file in the Iceberg Java ``table``'s data location through its
     ``FileIO``, with the table's codec; the file's (path, size)."""
     import pyarrow.parquet as pq
@@ -120,7 +122,7 @@ def write_parquet(spark: SparkSession, table: Any, rows: pa.Table, kind: str) ->
     return path, len(data)
 
 
-def append_files(spark: SparkSession, table: Any, data_files: Sequence[Any]) -> None:
+def append_files(table: Any, data_files: Sequence[Any]) -> None:
     """Commit ``data_files`` to the Iceberg Java ``table`` as one append."""
     append = table.newAppend()
     for file in data_files:
@@ -130,8 +132,6 @@ def append_files(spark: SparkSession, table: Any, data_files: Sequence[Any]) -> 
 
 def _columns(spark: SparkSession, table: Any, identifier: str) -> list[tuple[str, int, DataType]]:
     """(name, field id, Spark type) of each column of the Iceberg Java ``table`` (``identifier``)."""
-    from cdclake.lake.tables import iceberg_fields
-
     ids = {f.name: f.id for f in iceberg_fields(spark, table)}
     return [(f.name, ids[f.name], f.dataType) for f in spark.table(identifier).schema.fields]
 
@@ -167,9 +167,6 @@ def apply_collected_row_delta(
     import pyarrow.compute as pc
     from pyspark.sql.types import LongType, StringType
 
-    from cdclake.lake.row_delta import DELETE_FILE_COLUMNS, WrittenFiles, commit_row_delta, sort_order_columns
-    from cdclake.lake.tables import iceberg_table
-
     table = iceberg_table(spark, table_identifier)
     table.refresh()
     silver = _columns(spark, table, table_identifier)
@@ -194,15 +191,17 @@ def apply_collected_row_delta(
     referenced = spark.sparkContext._jvm.java.util.ArrayList()  # type: ignore[union-attr]
     files = WrittenFiles(spark, table)
     try:
-        written_deletes = []
+        written_deletes, written_images = [], []
         # One delete file per data file, as Iceberg's own writer makes them (file-scoped deletes).
         for data_file in pc.unique(deletes.column("file_path")).to_pylist():
             referenced.add(data_file)
             written_deletes.append(
-                write_parquet(spark, table, deletes.filter(pc.equal(deletes.column("file_path"), data_file)), "deletes")
+                files.track(
+                    write_parquet(table, deletes.filter(pc.equal(deletes.column("file_path"), data_file)), "deletes")
+                )
             )
-        written_images = [write_parquet(spark, table, images, "data")] if images.num_rows else []
-        files.paths += [path for path, _ in (*written_deletes, *written_images)]
+        if images.num_rows:
+            written_images.append(files.track(write_parquet(table, images, "data")))
         delete_files = files.content_files(written_deletes, deletes=True)
         data_files = files.content_files(written_images, deletes=False)
         if before_commit is not None:
@@ -217,18 +216,14 @@ def apply_collected_row_delta(
 def append_collected(spark: SparkSession, table_identifier: str, rows: pa.Table) -> None:
     """Append ``rows`` (collected in the driver, columns named as the table's) to
     ``table_identifier`` as one data file and one commit, without a Spark job."""
-    from cdclake.lake.row_delta import WrittenFiles
-    from cdclake.lake.tables import iceberg_table
-
     if not rows.num_rows:
         return
     table = iceberg_table(spark, table_identifier)
     table.refresh()
     files = WrittenFiles(spark, table)
     try:
-        written = [write_parquet(spark, table, shape(rows, _columns(spark, table, table_identifier)), "data")]
-        files.paths += [path for path, _ in written]
-        append_files(spark, table, files.content_files(written, deletes=False))
+        written = [files.track(write_parquet(table, shape(rows, _columns(spark, table, table_identifier)), "data"))]
+        append_files(table, files.content_files(written, deletes=False))
     except BaseException:
         files.remove()
         raise

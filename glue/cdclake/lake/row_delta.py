@@ -184,6 +184,11 @@ class WrittenFiles:
             )
         return entries
 
+    def track(self, written: tuple[str, int]) -> tuple[str, int]:
+        """Count a file written elsewhere (``lake.driver_write``) as this batch's: removed on failure."""
+        self.paths.append(written[0])
+        return written
+
     def remove(self) -> None:
         io = self.table.io()
         for path in self.paths:
