@@ -47,8 +47,9 @@ class GoldSettings:
     # aggregation and write it saves (``gold.cost``; docs/benchmarks.md, "Gold").
     full_refresh_share: float = 1 / 3
     # ... and when the tables it reads hold less than this: the incremental path's fixed work
-    # (about ten Spark jobs and a MERGE) costs more than a full refresh of them (docs/benchmarks.md).
-    full_refresh_below_bytes: int = 32 * 1024 * 1024
+    # (about ten Spark jobs and a MERGE, ~3-4 s on 2 cores) costs more than a full refresh of them
+    # (1-3 s for 5-28 MB there; docs/benchmarks.md, "Gold").
+    full_refresh_below_bytes: int = 64 * 1024 * 1024
 
     def mart(self, name: str) -> MartConfig:
         from cdclake.errors import UnknownTableError

@@ -80,8 +80,8 @@ def test_full_refresh_settings_have_defaults_and_may_be_set() -> None:
     # GIVEN a configuration without the settings, and one with them
     default = parse_config(BASE, "t.yaml")
     chosen = parse_config(BASE + "gold:\n  full_refresh_share: 0.5\n  full_refresh_below_mb: 1.5\n", "t.yaml")
-    # WHEN parsed / THEN the defaults are a third and 32 MiB; the settings keep the gold database's default
-    assert (default.gold.full_refresh_share, default.gold.full_refresh_below_bytes) == (pytest.approx(1 / 3), 32 << 20)
+    # WHEN parsed / THEN the defaults are a third and 64 MiB; the settings keep the gold database's default
+    assert (default.gold.full_refresh_share, default.gold.full_refresh_below_bytes) == (pytest.approx(1 / 3), 64 << 20)
     assert (chosen.gold.full_refresh_share, chosen.gold.full_refresh_below_bytes) == (0.5, 3 << 19)
     assert gold_database(chosen) == "airbnb_gold"
 

@@ -31,7 +31,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from cdclake.config import PipelineConfig, readable_tables
@@ -486,8 +486,7 @@ def refresh_mart(engine: Engine, mart: MartConfig) -> MartRefresh:
             reason = _full_reason(spark, mart, target, previous, definition, current, sources_now)
             if reason is None and previous is not None:
                 try:
-                    scopes = _change_scopes(spark, pinned, previous.sources)
-                    reason = _costlier_reason(engine, label, pinned, scopes)
+                    scopes, reason = _weigh_paths(engine, label, pinned, previous.sources)
                     if reason is None:
                         groups = _refresh_incremental(
                             engine, mart, target, pinned, previous.sources, scopes, current, views, registered,
@@ -508,42 +507,37 @@ def refresh_mart(engine: Engine, mart: MartConfig) -> MartRefresh:
             return _timed(MartRefresh(label, FAILED, reason=_first_line(exc)), started)
 
 
-def _change_scopes(
-    spark: SparkSession, pinned: Sequence[PinnedSource], previous: dict[str, int]
-) -> dict[str, ChangeScope]:
-    """What changed in each source table since the snapshot last reflected (the tables that did)."""
-    return {
-        p.name: change_scope(spark, p.table, previous[p.name], p.snapshot_id)
+def _weigh_paths(
+    engine: Engine, label: str, pinned: Sequence[PinnedSource], previous: dict[str, int]
+) -> tuple[dict[str, ChangeScope], str | None]:
+    """What changed in each source table since the snapshot last reflected (the tables that did),
+    and why the incremental refresh would cost more than a full one (None: it would not); from
+    the tables' metadata. The changes are not planned when the tables' size alone decides."""
+    gold = engine.config.gold
+    totals = [SourceReads(p.name, table_bytes(engine.spark, p.table, p.snapshot_id)) for p in pinned]
+    reason = full_refresh_reason(totals, gold.full_refresh_share, gold.full_refresh_below_bytes)
+    if reason is not None:
+        return {}, reason
+    scopes = {
+        p.name: change_scope(engine.spark, p.table, previous[p.name], p.snapshot_id)
         for p in pinned
         if previous[p.name] != p.snapshot_id
     }
-
-
-def _costlier_reason(
-    engine: Engine, label: str, pinned: Sequence[PinnedSource], scopes: dict[str, ChangeScope]
-) -> str | None:
-    """Why the incremental refresh would cost more than a full one (None: it would not)."""
     reads = [
-        SourceReads(
-            p.name,
-            table_bytes(engine.spark, p.table, p.snapshot_id),
-            changed=p.name in scopes,
-            changed_bytes=scopes[p.name].changed_bytes if p.name in scopes else 0,
-        )
-        for p in pinned
+        replace(total, changed=True, changed_bytes=scopes[total.table].changed_bytes)
+        if total.table in scopes
+        else total
+        for total in totals
     ]
     for read in reads:
         log.info(
             "gold mart reads mart=%s table=%s total_bytes=%d changed=%s changed_bytes=%d",
             label, read.table, read.total_bytes, read.changed, read.changed_bytes,
         )  # fmt: skip
-    gold = engine.config.gold
-    return full_refresh_reason(reads, gold.full_refresh_share, gold.full_refresh_below_bytes)
+    return scopes, full_refresh_reason(reads, gold.full_refresh_share, gold.full_refresh_below_bytes)
 
 
 def _timed(outcome: MartRefresh, started: float) -> MartRefresh:
-    from dataclasses import replace
-
     return replace(outcome, seconds=time.monotonic() - started)
 
 
