@@ -476,6 +476,27 @@ def test_changes_in_a_small_part_of_the_table_refresh_incrementally(
     assert _rows(spark, f"silver.{db}_gold.per_customer") == _per_customer_oracle(spark, db)
 
 
+def test_the_affected_key_range_reaches_the_iceberg_scan(spark: SparkSession) -> None:
+    from cdclake.gold.refresh import _groups_and_key_ranges
+
+    # GIVEN a per-customer aggregation over an Iceberg table, and affected groups 5, 17 and NULL
+    db = f"r_{uuid.uuid4().hex[:10]}"
+    spark.sql(f"CREATE NAMESPACE silver.{db}")
+    _create(spark, f"silver.{db}.orders", "order_id int, customer int, amount int")
+    spark.sql(f"INSERT INTO silver.{db}.orders VALUES (1, 5, 1), (2, 9, 2), (3, 30, 3), (4, NULL, 4)")
+    current = spark.sql(f"SELECT customer, sum(amount) AS amount FROM silver.{db}.orders GROUP BY customer")
+    affected = spark.createDataFrame([(5,), (17,), (None,)], "customer int")
+    # WHEN their count and key ranges are taken and the aggregation filtered by them
+    groups, ranges = _groups_and_key_ranges(affected, ["customer"])
+    assert ranges is not None
+    scoped = current.where(ranges)
+    # THEN the filter is pushed below the aggregation into the Iceberg scan, where files are pruned
+    plan = scoped._jdf.queryExecution().executedPlan().toString()
+    assert "filters=((customer >= 5 AND customer <= 17) OR customer IS NULL)" in plan, plan
+    assert groups == 3
+    assert sorted((tuple(r) for r in scoped.collect()), key=repr) == [(5, 1), (9, 2), (None, 4)]
+
+
 # --------------------------------------------------------------------------- history (SCD type 2)
 
 Change = tuple[int, str | None, str, str]  # id, name, op, commit time (text)
