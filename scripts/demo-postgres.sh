@@ -44,6 +44,11 @@ sed -i 's/^  public\.pgbench_tellers:$/&\n    history: true  # shop.pgbench_tell
 grep -q "^    history: true" "$WORK/cdclake.yaml"
 # The mart's SQL (Spark SQL over silver, named as shop.<table>) and MART_PG_SQL (the same on PostgreSQL).
 cat >> "$WORK/cdclake.yaml" <<'YAML'
+gold:
+  # At pgbench's scale (a few MB) a full refresh costs less, and the defaults take it; the demo
+  # takes the incremental path whatever the tables' size and the changes, to check it against PostgreSQL.
+  full_refresh_below_mb: 0
+  full_refresh_share: 1000
 marts:
   - name: branch_balances  # each branch row with the sum and count of its accounts' balances
     sql: >-

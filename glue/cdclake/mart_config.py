@@ -41,6 +41,15 @@ class MartConfig:
 class GoldSettings:
     database: str | None = None  # None: "<silver database>_gold"
     marts: tuple[MartConfig, ...] = ()
+    # A keyed mart refreshes in full when finding the groups its changes affect reads this share
+    # of what a full refresh reads or more (the files the changes touch, the tables joined to a
+    # changed one twice): on top of the recomputation, that costs more than the full refresh's
+    # aggregation and write it saves (``gold.cost``; docs/benchmarks.md, "Gold").
+    full_refresh_share: float = 1 / 3
+    # ... and when the tables it reads hold less than this: the incremental path's fixed work
+    # (about ten Spark jobs and a MERGE, ~3-4 s on 2 cores) costs more than a full refresh of them
+    # (1-3 s for 5-28 MB there; docs/benchmarks.md, "Gold").
+    full_refresh_below_bytes: int = 64 * 1024 * 1024
 
     def mart(self, name: str) -> MartConfig:
         from cdclake.errors import UnknownTableError
@@ -83,16 +92,31 @@ def _parse_mart(doc: YamlDoc, node: Node, known: dict[str, str]) -> tuple[MartCo
 def parse_gold(
     doc: YamlDoc, gold_node: Node | None, marts_node: Node | None, database: str, known: dict[str, str]
 ) -> GoldSettings:
-    """The ``gold:`` section (``database``) and the ``marts:`` list; raise ``ConfigError`` naming the line."""
-    gold_db: str | None = None
+    """The ``gold:`` section (``database``, ``full_refresh_share``, ``full_refresh_below_mb``) and the
+    ``marts:`` list; raise ``ConfigError`` naming the line."""
+    settings = GoldSettings()
     if gold_node is not None:
-        gold = doc.mapping(gold_node, "gold", {"database"})
+        gold = doc.mapping(gold_node, "gold", {"database", "full_refresh_share", "full_refresh_below_mb"})
         if "database" in gold:
             gold_db = doc.identifier(gold["database"], "gold.database", plain=True)
             if gold_db == database:
                 raise doc.fail(gold["database"], "gold.database must differ from silver.database")
+            settings = replace(settings, database=gold_db)
+        if "full_refresh_share" in gold:
+            share = doc.number(
+                gold["full_refresh_share"], "gold.full_refresh_share", lambda v: v > 0, "a number above 0"
+            )
+            settings = replace(settings, full_refresh_share=share)
+        if "full_refresh_below_mb" in gold:
+            mib = doc.number(
+                gold["full_refresh_below_mb"],
+                "gold.full_refresh_below_mb",
+                lambda v: v >= 0,
+                "a number of MiB, 0 or more",
+            )
+            settings = replace(settings, full_refresh_below_bytes=round(mib * (1 << 20)))
     if marts_node is None:
-        return GoldSettings(database=gold_db)
+        return settings
     from yaml.nodes import SequenceNode
 
     if not isinstance(marts_node, SequenceNode):
@@ -103,7 +127,7 @@ def parse_gold(
         if any(m.name == mart.name for m in marts):
             raise doc.fail(name_node, f"duplicate mart '{mart.name}'")
         marts.append(mart)
-    return GoldSettings(database=gold_db, marts=tuple(marts))
+    return replace(settings, marts=tuple(marts))
 
 
 def with_silver_database(settings: GoldSettings, known: Mapping[str, str], database: str) -> GoldSettings:

@@ -8,6 +8,7 @@ evaluated from scratch over silver and a plain-Python aggregation of the rows th
 from __future__ import annotations
 
 import random
+import re
 import threading
 import uuid
 from collections import defaultdict
@@ -39,6 +40,9 @@ CITIES = {"DE": ["Berlin", "Hamburg"], "FR": ["Paris", None], "JP": ["Kyoto"], "
 
 CONFIG = """
 silver: {{database: {db}}}
+# These tests check the incremental path's result: taken whatever the tables' size and the share
+# of them the changes touch.
+gold: {{full_refresh_share: 1000, full_refresh_below_mb: 0}}
 tables:
   s.hosts: {{primary_key: [id], columns: {{id: int}}}}
   s.countries: {{primary_key: [country], columns: {{country: string}}}}
@@ -353,6 +357,144 @@ def test_independent_marts_refresh_at_once_and_a_mart_reading_a_mart_waits_for_i
         assert f"{db}_gold.hosts_per_city" in results["per_country"].sources
         finished.clear()
     assert _rows(spark, f"silver.{db}_gold.per_country") == [("DE", 2), ("FR", 1)]
+
+
+# --------------------------------------------------------------------------- incremental or full: the cost
+
+ORDER_FILES, ORDERS_PER_FILE, ORDERS_PER_CUSTOMER = 12, 50, 5
+OrderRow = tuple[int, int, int]  # order_id, customer, amount
+
+
+@pytest.fixture
+def orders_engine(spark: SparkSession, tmp_path: Path) -> Engine:
+    """Silver orders written as ``ORDER_FILES`` data files, each holding its own range of customers,
+    and a keyed per-customer mart refreshed once; the default ``gold.full_refresh_share``, and no
+    size below which marts refresh in full (the table is a few KB)."""
+    db = f"k_{uuid.uuid4().hex[:10]}"
+    spark.sql(f"CREATE NAMESPACE silver.{db}")
+    _create(spark, f"silver.{db}.orders", "order_id int, customer int, amount int")
+    rows = [(i, i // ORDERS_PER_CUSTOMER, i % 7) for i in range(ORDER_FILES * ORDERS_PER_FILE)]
+    frame = spark.createDataFrame(rows, "order_id int, customer int, amount int")
+    frame.repartitionByRange(ORDER_FILES, "order_id").sortWithinPartitions("order_id").writeTo(
+        f"silver.{db}.orders"
+    ).append()
+    config = parse_config(
+        f"""
+silver: {{database: {db}}}
+gold: {{full_refresh_below_mb: 0}}
+tables:
+  s.orders: {{primary_key: [order_id], columns: {{order_id: int}}}}
+marts:
+  - name: per_customer
+    sql: >-
+      SELECT customer, count(*) AS orders, sum(amount) AS amount, max(amount) AS top
+      FROM {db}.orders GROUP BY customer
+    keys: [customer]
+""",
+        "cost.yaml",
+    )
+    engine = Engine(spark, config, LocalBronze(tmp_path))
+    assert refresh_marts(engine)[0].path == PATH_FULL
+    return engine
+
+
+def _merge_orders(spark: SparkSession, db: str, changes: list[tuple[str, OrderRow]]) -> None:
+    """One MERGE like a CDC batch: (op, row) with op I / U / D."""
+    values = ", ".join(f"('{op}', {order}, {customer}, {amount})" for op, (order, customer, amount) in changes)
+    spark.sql(
+        f"CREATE OR REPLACE TEMPORARY VIEW test_order_changes AS SELECT * FROM VALUES {values} "
+        "AS s(op, order_id, customer, amount)"
+    )
+    spark.sql(
+        f"""
+        MERGE INTO silver.{db}.orders t USING test_order_changes s ON t.order_id = s.order_id
+        WHEN MATCHED AND s.op = 'D' THEN DELETE
+        WHEN MATCHED THEN UPDATE SET t.customer = s.customer, t.amount = s.amount
+        WHEN NOT MATCHED AND s.op <> 'D' THEN INSERT (order_id, customer, amount)
+            VALUES (s.order_id, s.customer, s.amount)
+        """
+    )
+
+
+def _per_customer_oracle(spark: SparkSession, db: str) -> list[tuple[Any, ...]]:
+    """per_customer in plain Python over the orders silver holds."""
+    groups: dict[int, list[int]] = defaultdict(list)
+    for _, customer, amount in spark.table(f"silver.{db}.orders").collect():
+        groups[customer].append(amount)
+    return sorted(((c, len(a), sum(a), max(a)) for c, a in groups.items()), key=repr)
+
+
+def test_changes_in_every_file_refresh_in_full_saying_why(orders_engine: Engine) -> None:
+    # GIVEN a mart refreshed once, then one order of every data file updated (a deletion and an
+    # insert too): the changes touch every file of the table
+    spark, db = orders_engine.spark, orders_engine.config.database
+    changes = [("U", (f * ORDERS_PER_FILE + 3, f * 10, 100 + f)) for f in range(ORDER_FILES)]
+    _merge_orders(spark, db, [*changes, ("D", (7, 0, 0)), ("I", (10_000, 3, 9))])
+    # WHEN the mart refreshes
+    result = refresh_marts(orders_engine)[0]
+    # THEN it was refreshed in full, saying in plain words that a full refresh reads less
+    assert result.path == PATH_FULL, result
+    pattern = rf"the changes touch (\d+)% of the data files of {db}\.orders \([\d.]+ KB of [\d.]+ KB\): "
+    found = re.fullmatch(pattern + "a full refresh reads less", result.reason)
+    assert found is not None and int(found[1]) > 33, result.reason  # over the default share, a third
+    # AND the reason is recorded with the commit, for status
+    status = mart_statuses(orders_engine)[0]
+    assert (status.path, status.full_reason) == (PATH_FULL, result.reason)
+    # AND the mart equals its SQL from scratch and the plain-Python aggregation
+    mart = orders_engine.config.gold.marts[0]
+    assert _rows(spark, f"silver.{db}_gold.per_customer") == _rows(spark, mart.sql, sql=True)
+    assert _rows(spark, f"silver.{db}_gold.per_customer") == _per_customer_oracle(spark, db)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        # updates (one moving an order to another customer) and a deletion, all in the third file
+        [("U", (101, 20, 50)), ("U", (120, 99, 60)), ("D", (133, 0, 0)), ("U", (149, 29, 0))],
+        # new orders only, of existing and new customers
+        [("I", (10_000, 3, 9)), ("I", (10_001, 3, 1)), ("I", (10_002, 500, 4))],
+    ],
+    ids=["one file", "inserts only"],
+)
+def test_changes_in_a_small_part_of_the_table_refresh_incrementally(
+    orders_engine: Engine, changes: list[tuple[str, OrderRow]]
+) -> None:
+    # GIVEN a mart refreshed once, then changes confined to one of the table's files, or new rows
+    spark, db = orders_engine.spark, orders_engine.config.database
+    _merge_orders(spark, db, changes)
+    # WHEN the mart refreshes
+    result = refresh_marts(orders_engine)[0]
+    # THEN it took the incremental path, recomputing the groups the changes touch only
+    assert (result.path, result.reason) == (PATH_INCREMENTAL, ""), result
+    loaded = ORDER_FILES * ORDERS_PER_FILE
+    customers = {customer for op, (_, customer, _) in changes if op != "D"}
+    customers |= {order // ORDERS_PER_CUSTOMER for _, (order, _, _) in changes if order < loaded}
+    assert result.groups == len(customers)
+    # AND the mart equals its SQL from scratch and the plain-Python aggregation
+    mart = orders_engine.config.gold.marts[0]
+    assert _rows(spark, f"silver.{db}_gold.per_customer") == _rows(spark, mart.sql, sql=True)
+    assert _rows(spark, f"silver.{db}_gold.per_customer") == _per_customer_oracle(spark, db)
+
+
+def test_the_affected_key_range_reaches_the_iceberg_scan(spark: SparkSession) -> None:
+    from cdclake.gold.refresh import _groups_and_key_ranges
+
+    # GIVEN a per-customer aggregation over an Iceberg table, and affected groups 5, 17 and NULL
+    db = f"r_{uuid.uuid4().hex[:10]}"
+    spark.sql(f"CREATE NAMESPACE silver.{db}")
+    _create(spark, f"silver.{db}.orders", "order_id int, customer int, amount int")
+    spark.sql(f"INSERT INTO silver.{db}.orders VALUES (1, 5, 1), (2, 9, 2), (3, 30, 3), (4, NULL, 4)")
+    current = spark.sql(f"SELECT customer, sum(amount) AS amount FROM silver.{db}.orders GROUP BY customer")
+    affected = spark.createDataFrame([(5,), (17,), (None,)], "customer int")
+    # WHEN their count and key ranges are taken and the aggregation filtered by them
+    groups, ranges = _groups_and_key_ranges(affected, ["customer"])
+    assert ranges is not None
+    scoped = current.where(ranges)
+    # THEN the filter is pushed below the aggregation into the Iceberg scan, where files are pruned
+    plan = scoped._jdf.queryExecution().executedPlan().toString()
+    assert "filters=((customer >= 5 AND customer <= 17) OR customer IS NULL)" in plan, plan
+    assert groups == 3
+    assert sorted((tuple(r) for r in scoped.collect()), key=repr) == [(5, 1), (9, 2), (None, 4)]
 
 
 # --------------------------------------------------------------------------- history (SCD type 2)

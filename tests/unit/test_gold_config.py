@@ -76,6 +76,16 @@ def test_gold_database_defaults_to_the_silver_database_with_suffix() -> None:
     assert config.gold.marts == ()
 
 
+def test_full_refresh_settings_have_defaults_and_may_be_set() -> None:
+    # GIVEN a configuration without the settings, and one with them
+    default = parse_config(BASE, "t.yaml")
+    chosen = parse_config(BASE + "gold:\n  full_refresh_share: 0.5\n  full_refresh_below_mb: 1.5\n", "t.yaml")
+    # WHEN parsed / THEN the defaults are a third and 64 MiB; the settings keep the gold database's default
+    assert (default.gold.full_refresh_share, default.gold.full_refresh_below_bytes) == (pytest.approx(1 / 3), 64 << 20)
+    assert (chosen.gold.full_refresh_share, chosen.gold.full_refresh_below_bytes) == (0.5, 3 << 19)
+    assert gold_database(chosen) == "airbnb_gold"
+
+
 def test_mart_lookup_by_name_and_unknown_mart() -> None:
     config = parse_config(BASE + "marts:\n  - name: m\n    sql: SELECT * FROM airbnb.hosts_silver\n", "t.yaml")
     assert config.gold.mart("m").keys == ()
@@ -114,6 +124,9 @@ def test_sql_trailing_semicolon_is_dropped() -> None:
         ("marts:\n  name: m\n", "line 10: 'marts' must be a list"),
         ("gold:\n  database: airbnb\n", "line 10: gold.database must differ from silver.database"),
         ("gold:\n  schema: x\n", "line 10: unknown key 'schema' in gold"),
+        ("gold:\n  full_refresh_share: 0\n", "line 10: gold.full_refresh_share must be a number above 0, not '0'"),
+        ("gold:\n  full_refresh_share: most\n", "line 10: gold.full_refresh_share must be a number above 0"),
+        ("gold:\n  full_refresh_below_mb: -1\n", "line 10: gold.full_refresh_below_mb must be a number of MiB"),
     ],
 )
 def test_mart_mistakes_name_their_line(marts: str, message: str) -> None:

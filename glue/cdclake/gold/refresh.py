@@ -11,9 +11,13 @@ is a no-op, decided from Iceberg metadata without a Spark job.
 * **Incremental** (marts with ``keys`` whose SQL is a GROUP BY of those keys): the groups whose
   source rows changed since the snapshots last reflected are found by evaluating the SQL over the
   changed rows only (``snapshots.changed_rows``: before-images against the old snapshots,
-  after-images against the new), the SQL is evaluated again for those groups only (a semi-join on
-  the keys, which Spark pushes below the aggregation), and one MERGE replaces them (groups that no
-  longer exist are deleted).
+  after-images against the new, read from the data files the changes touch), the SQL is evaluated
+  again for those groups only (a semi-join on the keys, which Spark pushes below the aggregation,
+  and a filter on the keys' ranges, which reaches the scan), and one MERGE replaces them (groups
+  that no longer exist are deleted). It is taken only while it costs less than a full refresh
+  (``gold.cost``, from the tables' metadata): not when finding the affected groups reads
+  ``gold.full_refresh_share`` of what a full refresh reads or more, nor when the tables are smaller
+  than ``gold.full_refresh_below_mb``; then the mart is refreshed in full, saying why.
 
 A mart whose SQL does not compile, or whose refresh fails, is reported with the reason and keeps
 its previous content; the other marts refresh.
@@ -27,15 +31,21 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from cdclake.config import PipelineConfig, readable_tables
+from cdclake.gold.cost import SourceReads, full_refresh_reason
 from cdclake.gold.snapshots import (
+    ChangeScope,
     IncrementalUnavailable,
+    StagedScans,
+    change_scope,
     changed_rows,
     current_snapshot,
     latest_commit_ts_at,
+    staged_scans,
+    table_bytes,
 )
 from cdclake.identifiers import quote
 from cdclake.lake.ledger import KIND_PROPERTY
@@ -51,7 +61,7 @@ from cdclake.mart_config import MartConfig
 from cdclake.mart_sql import definition_id, group_merge_statement, referenced_tables, substitute_tables
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from cdclake.context import Engine
 
@@ -328,13 +338,16 @@ def _affected_groups(
     mart: MartConfig,
     pinned: Sequence[PinnedSource],
     previous: dict[str, int],
+    scopes: dict[str, ChangeScope],
     new_views: dict[str, str],
     registered: _Views,
+    scans: StagedScans,
 ) -> DataFrame:
     """The keys of the groups whose source rows changed between ``previous`` and ``pinned`` snapshots.
 
-    For each changed table, the SQL runs over its before-images with the other tables at their
-    previous snapshots, and over its after-images with the others at their pinned snapshots.
+    For each changed table (``scopes``: what changed in it), the SQL runs over its before-images
+    with the other tables at their previous snapshots, and over its after-images with the others
+    at their pinned snapshots.
     """
     spark = engine.spark
     old_views = {
@@ -343,9 +356,9 @@ def _affected_groups(
     }
     keys: DataFrame | None = None
     for i, source in enumerate(pinned):
-        if previous[source.name] == source.snapshot_id:
+        if source.name not in scopes:
             continue
-        delta = changed_rows(spark, source.table, previous[source.name], source.snapshot_id)
+        delta = changed_rows(spark, source.table, scopes[source.name], source.snapshot_id, scans)
         before = registered.register(f"before_{i}", delta.before)
         after = registered.register(f"after_{i}", delta.after)
         for side in (old_views | {source.name: before}, new_views | {source.name: after}):
@@ -361,6 +374,7 @@ def _refresh_incremental(
     target: SilverTable,
     pinned: Sequence[PinnedSource],
     previous: dict[str, int],
+    scopes: dict[str, ChangeScope],
     current: DataFrame,
     views: dict[str, str],
     registered: _Views,
@@ -370,8 +384,9 @@ def _refresh_incremental(
     from pyspark.sql import functions as F
 
     spark = engine.spark
-    affected = _affected_groups(engine, mart, pinned, previous, views, registered).localCheckpoint()
-    groups = affected.count()
+    with staged_scans(spark) as scans:
+        affected = _affected_groups(engine, mart, pinned, previous, scopes, views, registered, scans).localCheckpoint()
+    groups, ranges = _groups_and_key_ranges(affected, mart.keys)
     props = _properties(mart, pinned, PATH_INCREMENTAL, source_commit_ts, groups=groups)
     if groups == 0:  # nothing the mart reads changed: record the new cut, add no data
         empty = spark.table(target.identifier).limit(0)
@@ -382,7 +397,8 @@ def _refresh_incremental(
     condition = match[0]
     for extra in match[1:]:
         condition = condition & extra
-    recomputed = current.join(F.broadcast(keyed), condition, "left_semi").withColumn(_PRESENT, F.lit(True))
+    scoped = current if ranges is None else current.where(ranges)
+    recomputed = scoped.join(F.broadcast(keyed), condition, "left_semi").withColumn(_PRESENT, F.lit(True))
     # Computed once, here: the MERGE would evaluate its source twice (its runtime filter on the
     # mart's files, then the join), each time a scan of the silver tables.
     source = (
@@ -394,6 +410,45 @@ def _refresh_incremental(
     statement = group_merge_statement(target.identifier, view, current.columns, mart.keys)
     commit_with_properties(spark, props, lambda: spark.sql(statement))
     return groups
+
+
+def _groups_and_key_ranges(affected: DataFrame, keys: Sequence[str]) -> tuple[int, Column | None]:
+    """How many groups are affected, and a filter on each key's range over them (None: no key has
+    an orderable type), from one Spark job over the affected groups.
+
+    The recomputation's semi-join on the keys prunes no data file (Iceberg filters at run time on
+    partition columns only); a filter of literals on the keys is pushed below the aggregation to
+    the scan, where Iceberg skips the files whose min/max statistics lie outside: when silver is
+    clustered by the mart's keys and the changes by key, the recomputation reads few files. The
+    bounds travel as text cast back to the key's type, which Spark folds into a literal.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DateType, DecimalType, IntegralType, StringType, TimestampNTZType, TimestampType
+
+    types = {f.name.lower(): f.dataType for f in affected.schema.fields}
+    ranged = (IntegralType, StringType, DateType, TimestampType, TimestampNTZType, DecimalType)
+    orderable = [k for k in keys if isinstance(types[k.lower()], ranged)]
+    measures = [F.count(F.lit(1)).alias("groups")]
+    for i, key in enumerate(orderable):
+        column = F.col(quote(key))
+        measures += [
+            F.min(column).cast("string").alias(f"lo_{i}"),
+            F.max(column).cast("string").alias(f"hi_{i}"),
+            F.count(column).alias(f"known_{i}"),
+        ]
+    bounds = affected.agg(*measures).first()
+    assert bounds is not None, "an aggregate without grouping returns one row"
+    condition: Column | None = None
+    for i, key in enumerate(orderable):
+        column, key_type = F.col(quote(key)), types[key.lower()]
+        low, high = bounds[f"lo_{i}"], bounds[f"hi_{i}"]
+        in_range = (
+            column.isNull() if low is None else column.between(F.lit(low).cast(key_type), F.lit(high).cast(key_type))
+        )
+        if low is not None and bounds[f"known_{i}"] < bounds["groups"]:  # a NULL key among them
+            in_range = in_range | column.isNull()
+        condition = in_range if condition is None else condition & in_range
+    return int(bounds["groups"]), condition
 
 
 def refresh_mart(engine: Engine, mart: MartConfig) -> MartRefresh:
@@ -431,12 +486,15 @@ def refresh_mart(engine: Engine, mart: MartConfig) -> MartRefresh:
             reason = _full_reason(spark, mart, target, previous, definition, current, sources_now)
             if reason is None and previous is not None:
                 try:
-                    groups = _refresh_incremental(
-                        engine, mart, target, pinned, previous.sources, current, views, registered, commit_ts
-                    )
-                    outcome = MartRefresh(label, REFRESHED, PATH_INCREMENTAL, groups=groups, sources=sources_now)
-                    log.info("gold mart refreshed mart=%s path=incremental groups=%d", label, groups)
-                    return _timed(outcome, started)
+                    scopes, reason = _weigh_paths(engine, label, pinned, previous.sources)
+                    if reason is None:
+                        groups = _refresh_incremental(
+                            engine, mart, target, pinned, previous.sources, scopes, current, views, registered,
+                            commit_ts,
+                        )  # fmt: skip
+                        outcome = MartRefresh(label, REFRESHED, PATH_INCREMENTAL, groups=groups, sources=sources_now)
+                        log.info("gold mart refreshed mart=%s path=incremental groups=%d", label, groups)
+                        return _timed(outcome, started)
                 except IncrementalUnavailable as exc:
                     reason = str(exc)
             ensure_database(spark, target.catalog, target.database)
@@ -449,9 +507,37 @@ def refresh_mart(engine: Engine, mart: MartConfig) -> MartRefresh:
             return _timed(MartRefresh(label, FAILED, reason=_first_line(exc)), started)
 
 
-def _timed(outcome: MartRefresh, started: float) -> MartRefresh:
-    from dataclasses import replace
+def _weigh_paths(
+    engine: Engine, label: str, pinned: Sequence[PinnedSource], previous: dict[str, int]
+) -> tuple[dict[str, ChangeScope], str | None]:
+    """What changed in each source table since the snapshot last reflected (the tables that did),
+    and why the incremental refresh would cost more than a full one (None: it would not); from
+    the tables' metadata. The changes are not planned when the tables' size alone decides."""
+    gold = engine.config.gold
+    totals = [SourceReads(p.name, table_bytes(engine.spark, p.table, p.snapshot_id)) for p in pinned]
+    reason = full_refresh_reason(totals, gold.full_refresh_share, gold.full_refresh_below_bytes)
+    if reason is not None:
+        return {}, reason
+    scopes = {
+        p.name: change_scope(engine.spark, p.table, previous[p.name], p.snapshot_id)
+        for p in pinned
+        if previous[p.name] != p.snapshot_id
+    }
+    reads = [
+        replace(total, changed=True, changed_bytes=scopes[total.table].changed_bytes)
+        if total.table in scopes
+        else total
+        for total in totals
+    ]
+    for read in reads:
+        log.info(
+            "gold mart reads mart=%s table=%s total_bytes=%d changed=%s changed_bytes=%d",
+            label, read.table, read.total_bytes, read.changed, read.changed_bytes,
+        )  # fmt: skip
+    return scopes, full_refresh_reason(reads, gold.full_refresh_share, gold.full_refresh_below_bytes)
 
+
+def _timed(outcome: MartRefresh, started: float) -> MartRefresh:
     return replace(outcome, seconds=time.monotonic() - started)
 
 

@@ -13,6 +13,10 @@ removed (each snapshot's own manifests, netted):
 * before-images: the rows of the older snapshot in data files removed since, and at the positions
   the delete files added since name (read from those delete files, ``file_path`` and ``pos``).
 
+Both read only those data files (``change_scope`` plans them from the manifests; ``StagedScans``
+reads them as Iceberg's compaction does): Iceberg prunes no file by a filter on ``_file``. Their
+bytes, against the table's, are what ``gold.cost`` weighs against a full refresh.
+
 Compaction between the two shows up as the same rows on both sides: more groups recomputed, same
 result. A position named again by a rewritten delete file was already deleted at the older
 snapshot, so the older snapshot's read does not return it.
@@ -20,6 +24,9 @@ snapshot, so the older snapshot's read does not return it.
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +60,21 @@ class ChangedFiles:
     removed_data: list[str]
     added_position_deletes: list[str]
     deleted_positions: int = 0  # rows of the added position delete files
+    added_bytes: int = 0  # of the added data files
+    added_delete_bytes: int = 0  # of the added position delete files
+    removed_bytes: int = 0  # of the removed data files
+    # The data files the added position deletes point into (a file-scoped delete file names its
+    # data file by its bounds); None: a delete file does not say (partition-scoped deletes).
+    deleted_from: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class ChangeScope:
+    """What an incremental refresh reads of one table between two snapshots, planned from metadata."""
+
+    files: ChangedFiles
+    before_files: list[Any]  # the older snapshot's FileScanTasks of the data files removed or deleted from since
+    changed_bytes: int  # those files', the added data and delete files': what the before- and after-images read
 
 
 def _table(spark: SparkSession, table: SilverTable) -> Any:
@@ -117,8 +139,11 @@ def changed_files(spark: SparkSession, table: SilverTable, older: int, newer: in
     if snapshot is None:
         raise IncrementalUnavailable(f"{table.name}: the snapshot last reflected is no longer in its lineage")
     io = found.io()
+    content_files = spark.sparkContext._jvm.org.apache.iceberg.util.ContentFileUtil  # type: ignore[union-attr]
     added: dict[str, int] = {}  # path -> content (0 data, 1 position deletes, 2 equality deletes)
     records: dict[str, int] = {}
+    sizes: dict[str, int] = {}
+    referenced: dict[str, str | None] = {}  # position delete file -> the data file it points into
     removed_data: set[str] = set()
     for snap in reversed(between):  # oldest first
         for files, is_data in ((snap.removedDataFiles(io), True), (snap.removedDeleteFiles(io), False)):
@@ -126,30 +151,126 @@ def changed_files(spark: SparkSession, table: SilverTable, older: int, newer: in
                 path = str(file.location())
                 if added.pop(path, None) is None and is_data:
                     removed_data.add(path)
+                    sizes[path] = int(file.fileSizeInBytes())
         for files in (snap.addedDataFiles(io), snap.addedDeleteFiles(io)):
             for file in files:
-                added[str(file.location())] = int(file.content().id())
-                records[str(file.location())] = int(file.recordCount())
+                path = str(file.location())
+                added[path] = int(file.content().id())
+                records[path] = int(file.recordCount())
+                sizes[path] = int(file.fileSizeInBytes())
+                if added[path] == 1:
+                    data_file = content_files.referencedDataFileLocation(file)
+                    referenced[path] = None if data_file is None else str(data_file)
     if 2 in added.values():
         raise IncrementalUnavailable(f"{table.name} has equality delete files")
+    added_data = sorted(p for p, content in added.items() if content == 0)
+    deletes = sorted(p for p, content in added.items() if content == 1)
+    pointed = [referenced[p] for p in deletes]
     return ChangedFiles(
-        added_data=sorted(p for p, content in added.items() if content == 0),
+        added_data=added_data,
         removed_data=sorted(removed_data),
-        added_position_deletes=sorted(p for p, content in added.items() if content == 1),
-        deleted_positions=sum(records[p] for p, content in added.items() if content == 1),
+        added_position_deletes=deletes,
+        deleted_positions=sum(records[p] for p in deletes),
+        added_bytes=sum(sizes[p] for p in added_data),
+        added_delete_bytes=sum(sizes[p] for p in deletes),
+        removed_bytes=sum(sizes[p] for p in removed_data),
+        deleted_from=None if None in pointed else sorted({p for p in pointed if p is not None}),
     )
 
 
-def changed_rows(spark: SparkSession, table: SilverTable, older: int, newer: int) -> ChangedRows:
-    """The rows that changed in ``table`` between snapshots ``older`` and ``newer``; columns: the
-    table's own. Raises ``IncrementalUnavailable`` as ``changed_files`` does."""
+def change_scope(spark: SparkSession, table: SilverTable, older: int, newer: int) -> ChangeScope:
+    """What an incremental refresh of ``table`` from ``older`` to ``newer`` reads to find the changed
+    rows, from the table's metadata only (its manifests; no Spark job). Raises
+    ``IncrementalUnavailable`` as ``changed_files`` does."""
+    files = changed_files(spark, table, older, newer)
+    wanted = None if files.deleted_from is None else {*files.deleted_from, *files.removed_data}
+    before_files: list[Any] = []
+    before_bytes = 0
+    for task, path, size in _planned_files(_table(spark, table), older):
+        if wanted is None or path in wanted:
+            before_files.append(task)
+            before_bytes += size
+    changed = before_bytes + files.added_bytes + files.added_delete_bytes
+    return ChangeScope(files=files, before_files=before_files, changed_bytes=changed)
+
+
+def table_bytes(spark: SparkSession, table: SilverTable, snapshot_id: int) -> int:
+    """The bytes of the data and delete files of ``table`` at ``snapshot_id``: what a scan of it
+    reads. From the snapshot's summary (``total-files-size``), else its manifests; no Spark job."""
+    found = _table(spark, table)
+    total = found.snapshot(int(snapshot_id)).summary().get("total-files-size")
+    if total is not None:
+        return int(total)
+    return sum(size for _, _, size in _planned_files(found, snapshot_id))
+
+
+def _planned_files(found: Any, snapshot_id: int) -> Iterator[tuple[Any, str, int]]:
+    """Each data file of a snapshot as Iceberg plans its scan: (FileScanTask with the snapshot's
+    delete files, path, bytes)."""
+    tasks = found.newScan().useSnapshot(int(snapshot_id)).planFiles()
+    try:
+        iterator = tasks.iterator()
+        while iterator.hasNext():
+            task = iterator.next()
+            data_file = task.file()
+            yield task, str(data_file.location()), int(data_file.fileSizeInBytes())
+    finally:
+        tasks.close()
+
+
+class StagedScans:
+    """Reads of chosen data files of a table (Iceberg FileScanTasks, their delete files applied),
+    through Iceberg's staged scan task sets (what its compaction reads with): a filter on ``_file``
+    would scan every file, Iceberg prunes none by it. Each set is dropped when the refresh ends."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+        self.staged: list[tuple[Any, str]] = []
+
+    def read(self, table: SilverTable, tasks: Sequence[Any]) -> DataFrame:
+        """The rows of ``tasks`` with the table's current columns, ``_file`` and ``_pos``."""
+        from pyspark.sql import functions as F
+
+        if not tasks:
+            return self.spark.table(table.identifier).select("*", "_file", "_pos").where(F.lit(False))
+        jvm: Any = self.spark.sparkContext._jvm
+        found = _table(self.spark, table)
+        listed = jvm.java.util.ArrayList()
+        for task in tasks:
+            listed.add(task)
+        set_id = f"cdclake-gold-{uuid.uuid4().hex}"
+        jvm.org.apache.iceberg.spark.ScanTaskSetManager.get().stageTasks(found, set_id, listed)
+        self.staged.append((found, set_id))
+        frame = self.spark.read.format("iceberg").option("scan-task-set-id", set_id).load(table.identifier)
+        return frame.select("*", "_file", "_pos")
+
+    def close(self) -> None:
+        manager = self.spark.sparkContext._jvm.org.apache.iceberg.spark.ScanTaskSetManager.get()  # type: ignore[union-attr]
+        for found, set_id in self.staged:
+            manager.removeTasks(found, set_id)
+        self.staged.clear()
+
+
+@contextmanager
+def staged_scans(spark: SparkSession) -> Iterator[StagedScans]:
+    """Staged reads for one refresh, dropped afterwards."""
+    scans = StagedScans(spark)
+    try:
+        yield scans
+    finally:
+        scans.close()
+
+
+def changed_rows(
+    spark: SparkSession, table: SilverTable, scope: ChangeScope, newer: int, scans: StagedScans
+) -> ChangedRows:
+    """The rows that changed in ``table`` between the snapshots ``scope`` was planned for (the
+    newer one: ``newer``), reading only the data files the changes touch; columns: the table's."""
     from pyspark.sql import functions as F
 
-    files = changed_files(spark, table, older, newer)
-    old = spark.sql(f"SELECT *, _file, _pos FROM {table.identifier} VERSION AS OF {int(older)}")
-    new = spark.sql(f"SELECT *, _file FROM {table.identifier} VERSION AS OF {int(newer)}")
-    old_columns = [c for c in old.columns if c not in ("_file", "_pos")]
-    new_columns = [c for c in new.columns if c != "_file"]
+    files = scope.files
+    old = scans.read(table, scope.before_files)
+    columns = [c for c in old.columns if c not in ("_file", "_pos")]
     before = old.where(F.lit(False))
     if files.removed_data:
         before = before.unionByName(old.where(F.col("_file").isin(files.removed_data)))
@@ -163,5 +284,7 @@ def changed_rows(spark: SparkSession, table: SilverTable, older: int, newer: int
             positions = F.broadcast(positions)
         condition = (old["_file"] == positions["_cdc_deleted_file"]) & (old["_pos"] == positions["_cdc_deleted_pos"])
         before = before.unionByName(old.join(positions, condition, "left_semi"))
-    after = new.where(F.col("_file").isin(files.added_data)) if files.added_data else new.where(F.lit(False))
-    return ChangedRows(before=before.select(*old_columns), after=after.select(*new_columns))
+    added = set(files.added_data)
+    after_files = [task for task, path, _ in _planned_files(_table(spark, table), newer) if path in added]
+    after = scans.read(table, after_files)
+    return ChangedRows(before=before.select(*columns), after=after.select(*columns))

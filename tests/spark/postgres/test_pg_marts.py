@@ -38,6 +38,9 @@ def _add_gold(config: Path, database: str, broken: bool = False) -> None:
         text = text.replace("  public.pgbench_tellers:\n", "  public.pgbench_tellers:\n    history: true\n", 1)
         assert "history: true" in text, text
         sql = MART_SQL.format(database=database)
+        # The incremental path whatever the tables' size and the share of them the changes touch
+        # (at pgbench's scale the defaults refresh in full): this test checks its result.
+        text += "gold:\n  full_refresh_share: 1000\n  full_refresh_below_mb: 0\n"
         text += f"marts:\n  - name: branch_balances\n    sql: >-\n      {sql}\n    keys: [bid]\n"
     if broken:  # a column the table does not have: the configuration parses, the SQL no longer compiles
         text += f"  - name: broken\n    sql: SELECT bid, no_such_column FROM {database}.pgbench_branches\n"
