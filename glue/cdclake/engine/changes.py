@@ -41,6 +41,9 @@ VALID_OPS = ("I", "U", "D")
 UNKNOWN_OP = "unknown Op '%s'"
 # The commit timestamp forms DMS writes: its default ``yyyy-MM-dd HH:mm:ss.SSSSSS`` (UTC) and
 # ISO-8601 with ``T``, ``Z`` or an offset; up to nanoseconds.
+# DMS's default timestamp text, the form ``commit_instant`` normalises every other form to.
+_DMS_TS = sql_string(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{6}$")
+_DMS_TS_FORMAT = sql_string("yyyy-MM-dd HH:mm:ss.SSSSSS")
 _COMMIT_TS_PATTERN = (
     r"^\s*(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,9}))?\s*(Z|[+-]\d{2}(?::?\d{2})?)?\s*$"
 )
@@ -180,7 +183,11 @@ def commit_instant(text: str) -> str:
     utc = f"({local} - make_dt_interval(0, 0, {offset}, 0))"
     fraction = f"CASE WHEN length({part(3)}) > 6 THEN {part(3)} ELSE rpad({part(3)}, 6, '0') END"
     text_ok = f"coalesce({text} RLIKE {pattern}, false)"
-    return f"CASE WHEN {text_ok} THEN concat(date_format({utc}, 'yyyy-MM-dd HH:mm:ss'), '.', {fraction}) END"
+    # DMS's own form (nearly every row) is already the instant's text: one match and one parse
+    # that rejects days that do not exist, instead of the general path's dozen regex evaluations.
+    canonical = f"coalesce({text} RLIKE {_DMS_TS} AND to_timestamp_ntz({text}, {_DMS_TS_FORMAT}) IS NOT NULL, false)"
+    general = f"concat(date_format({utc}, 'yyyy-MM-dd HH:mm:ss'), '.', {fraction})"
+    return f"CASE WHEN {canonical} THEN {text} WHEN {text_ok} THEN {general} END"
 
 
 def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig, full_load: bool = False) -> DataFrame:
