@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from cdclake.columns import OP, SILVER_ORDER, STORED_FILE, STORED_POS
-from cdclake.lake.row_delta import DELETE_FILE_COLUMNS, WrittenFiles, commit_row_delta, sort_order_columns
+from cdclake.lake.row_delta import DELETE_FILE_COLUMNS, WrittenFiles, sort_order_columns
 from cdclake.lake.tables import iceberg_fields, iceberg_table
 
 if TYPE_CHECKING:
@@ -188,29 +188,21 @@ def apply_collected_row_delta(
         ),
         ["file_path", "pos"],
     )
-    referenced = spark.sparkContext._jvm.java.util.ArrayList()  # type: ignore[union-attr]
     files = WrittenFiles(spark, table)
-    try:
+
+    def write() -> tuple[list[Any], list[Any], list[str]]:
         written_deletes, written_images = [], []
+        deleted_from = pc.unique(deletes.column("file_path")).to_pylist()
         # One delete file per data file, as Iceberg's own writer makes them (file-scoped deletes).
-        for data_file in pc.unique(deletes.column("file_path")).to_pylist():
-            referenced.add(data_file)
-            written_deletes.append(
-                files.track(
-                    write_parquet(table, deletes.filter(pc.equal(deletes.column("file_path"), data_file)), "deletes")
-                )
-            )
+        for data_file in deleted_from:
+            rows = deletes.filter(pc.equal(deletes.column("file_path"), data_file))
+            written_deletes.append(files.track(write_parquet(table, rows, "deletes")))
         if images.num_rows:
             written_images.append(files.track(write_parquet(table, images, "data")))
-        delete_files = files.content_files(written_deletes, deletes=True)
         data_files = files.content_files(written_images, deletes=False)
-        if before_commit is not None:
-            before_commit()
-        commit_row_delta(spark, table, base_snapshot_id, properties, data_files, delete_files, referenced=referenced)
-    except BaseException:
-        files.remove()
-        raise
-    return int(table.currentSnapshot().snapshotId())
+        return data_files, files.content_files(written_deletes, deletes=True), deleted_from
+
+    return files.commit_row_delta(write, base_snapshot_id, properties, before_commit)
 
 
 def append_collected(spark: SparkSession, table_identifier: str, rows: pa.Table) -> None:

@@ -189,6 +189,32 @@ class WrittenFiles:
         self.paths.append(written[0])
         return written
 
+    def commit_row_delta(
+        self,
+        write: Callable[[], tuple[list[Any], list[Any], list[str]]],
+        base_snapshot_id: int,
+        properties: Mapping[str, str],
+        before_commit: Callable[[], None] | None = None,
+    ) -> int:
+        """Write a batch's files (``write``: its data files, its delete files and the paths of the
+        data files those delete from), call ``before_commit``, then commit them as one RowDelta
+        (``commit_row_delta``); every written file is removed if anything fails. Returns the new
+        snapshot's id."""
+        try:
+            data_files, delete_files, deleted_from = write()
+            referenced = self.jvm.java.util.ArrayList()
+            for path in deleted_from:
+                referenced.add(path)
+            if before_commit is not None:
+                before_commit()
+            commit_row_delta(
+                self.spark, self.table, base_snapshot_id, properties, data_files, delete_files, referenced=referenced
+            )
+        except BaseException:
+            self.remove()
+            raise
+        return int(self.table.currentSnapshot().snapshotId())
+
     def remove(self) -> None:
         io = self.table.io()
         for path in self.paths:
@@ -329,16 +355,10 @@ def apply_row_delta(
         _DATA_FILE, "file_path", "pos"
     )
     files = WrittenFiles(spark, table)
-    try:
+
+    def write() -> tuple[list[Any], list[Any], list[str]]:
         delete_files, data_files = files.write_both(replaced, images)
-        referenced = spark.sparkContext._jvm.java.util.ArrayList()  # type: ignore[union-attr]
         # Data file paths hold no newline. No metrics at all: Spark found nothing to delete.
-        for path in filter(None, str(deleted.get.get("files") or "").split("\n")):
-            referenced.add(path)
-        if before_commit is not None:
-            before_commit()
-        commit_row_delta(spark, table, base_snapshot_id, properties, data_files, delete_files, referenced=referenced)
-    except BaseException:
-        files.remove()
-        raise
-    return int(table.currentSnapshot().snapshotId())
+        return data_files, delete_files, list(filter(None, str(deleted.get.get("files") or "").split("\n")))
+
+    return files.commit_row_delta(write, base_snapshot_id, properties, before_commit)
