@@ -9,6 +9,7 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -17,10 +18,10 @@ from cdclake.columns import EFFECT, OP, SILVER_ORDER, STORED_FILE, STORED_POS
 from cdclake.engine.changes import classify_effects
 from cdclake.engine.statements import merge_statement
 from cdclake.lake.committer import IcebergCommitter, KeyedBatch
-from cdclake.lake.driver_write import apply_collected_row_delta, collect_rows
+from cdclake.lake.driver_write import apply_collected_row_delta, collect_rows, shape, write_parquet
 from cdclake.lake.ledger import KIND_CDC, ledger_properties
-from cdclake.lake.row_delta import apply_row_delta, blocker
-from cdclake.lake.tables import SilverTable, current_snapshot_id, iceberg_table, is_commit_conflict
+from cdclake.lake.row_delta import WrittenFile, WrittenFiles, apply_row_delta, blocker
+from cdclake.lake.tables import SilverTable, current_snapshot_id, iceberg_fields, iceberg_table, is_commit_conflict
 from readers import MainPoller
 
 # Every plain type the path writes itself, and `gone` (dropped at the source: absent from batches).
@@ -180,6 +181,29 @@ def test_same_table_as_merge_one_snapshot_per_batch(
     # AND maintenance applies the delete files: compacted, the rows are the same
     _compact(spark, written)
     assert _rows(spark, written) == _rows(spark, merged)
+
+
+def test_metrics_parsed_from_a_kept_footer_are_those_read_back_from_the_file(
+    spark: SparkSession, database: str
+) -> None:
+    # GIVEN a file the driver wrote for a table of every plain type, NULLs and a dropped column included
+    written = f"{database}.footers"
+    _create(spark, written, _initial_rows(random.Random(3), 50))
+    table = iceberg_table(spark, written)
+    rows = pa.Table.from_batches(spark.table(written)._collect_as_arrow())
+    ids = {f.name: f.id for f in iceberg_fields(spark, table)}
+    columns = [(f.name, ids[f.name], f.dataType) for f in spark.table(written).schema.fields]
+    file = write_parquet(table, shape(rows, columns, nulls={"gone"}), "data")
+    files = WrittenFiles(spark, table)
+    config = spark.sparkContext._jvm.org.apache.iceberg.MetricsConfig.forTable(table)
+    # WHEN its metrics are parsed from the footer kept in memory and read back from storage
+    kept = files._metrics(file, config)
+    read = files._metrics(WrittenFile(file.path, file.size), config)
+    # THEN they are the same: counts, sizes, NULL counts and every column's bounds
+    assert file.footer is not None and int(kept.recordCount()) == int(read.recordCount()) == 50
+    for name in ("columnSizes", "valueCounts", "nullValueCounts", "lowerBounds", "upperBounds"):
+        assert getattr(kept, name)().equals(getattr(read, name)()), name
+    assert kept.lowerBounds().size() >= len(COLUMNS)
 
 
 def _compact(spark: SparkSession, identifier: str) -> None:

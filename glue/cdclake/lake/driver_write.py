@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from cdclake.columns import OP, SILVER_ORDER, STORED_FILE, STORED_POS
-from cdclake.lake.row_delta import DELETE_FILE_COLUMNS, WrittenFiles, sort_order_columns
+from cdclake.lake.row_delta import DELETE_FILE_COLUMNS, WrittenFile, WrittenFiles, sort_order_columns
 from cdclake.lake.tables import iceberg_fields, iceberg_table
 
 if TYPE_CHECKING:
@@ -102,9 +102,9 @@ def shape(
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
-def write_parquet(table: Any, rows: pa.Table, kind: str) -> tuple[str, int]:
+def write_parquet(table: Any, rows: pa.Table, kind: str) -> WrittenFile:
     """Write ``rows`` as one Parquet file in the Iceberg Java ``table``'s data location through its
-    ``FileIO``, with the table's codec; the file's (path, size)."""
+    ``FileIO``, with the table's codec; the file, its footer kept."""
     import pyarrow.parquet as pq
 
     codec = str(table.properties().getOrDefault("write.parquet.compression-codec", "zstd")).lower()
@@ -119,7 +119,16 @@ def write_parquet(table: Any, rows: pa.Table, kind: str) -> tuple[str, int]:
         stream.write(bytearray(data))
     finally:
         stream.close()
-    return path, len(data)
+    return WrittenFile(path, len(data), footer_of(data))
+
+
+def footer_of(parquet: bytes) -> bytes:
+    """The Thrift ``FileMetaData`` of a whole Parquet file's bytes: the ``length`` bytes before its
+    last eight (``length`` as 4 bytes little-endian, then the magic ``PAR1``)."""
+    if parquet[-4:] != b"PAR1":
+        raise ValueError("not a Parquet file: no PAR1 magic at its end")
+    length = int.from_bytes(parquet[-8:-4], "little")
+    return parquet[-8 - length : -8]
 
 
 def append_files(table: Any, data_files: Sequence[Any]) -> None:

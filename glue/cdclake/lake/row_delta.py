@@ -9,8 +9,9 @@ branch:
    by Spark as Parquet under Iceberg's reserved field ids (what Iceberg's own writer produces).
 2. *Data files*: the new images (inserts and updates) in the table's current schema, written by
    Spark as Parquet with the schema's field ids, in the table's sort order.
-3. *One RowDelta* adds both, with metrics read from the files' footers (``ParquetUtil.fileMetrics``,
-   what ``add_files`` uses), carrying the ledger properties, validated against the base snapshot:
+3. *One RowDelta* adds both, with metrics read from the files' footers (``ParquetUtil``, what
+   ``add_files`` uses; a footer the writer kept is parsed as it is, not read back), carrying the
+   ledger properties, validated against the base snapshot:
    a concurrent commit that added data or delete files, or removed a data file this batch deletes
    from, makes it fail (the engine retries the batch); nothing is half-applied.
 
@@ -32,6 +33,7 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cdclake.columns import OP, SILVER_ORDER, STORED_FILE, STORED_POS
@@ -56,6 +58,16 @@ _ROWS_PER_WRITER = 500_000
 # Beside a position delete: a number standing for its data file, so each data file's deletes are
 # written to a delete file of their own.
 _DATA_FILE = "_cdc_data_file"
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """A Parquet file a batch wrote: where, how many bytes, and its footer when the writer kept it
+    (the Thrift ``FileMetaData``): its metrics are then parsed from it instead of read back."""
+
+    path: str
+    size: int
+    footer: bytes | None = None
 
 
 def blocker(
@@ -103,7 +115,7 @@ def _ensure_iceberg_parquet(spark: SparkSession) -> None:
                 spark.conf.set(name, value)
 
 
-def _written(spark: SparkSession, location: str) -> list[tuple[str, int]]:
+def _written(spark: SparkSession, location: str) -> list[WrittenFile]:
     """(path, size) of the Parquet files Spark wrote under ``location`` (in partition folders
     too); the marker file removed."""
     jvm: Any = spark.sparkContext._jvm
@@ -118,7 +130,7 @@ def _written(spark: SparkSession, location: str) -> list[tuple[str, int]]:
         if name.endswith(".parquet"):
             folder = str(path.getParent().getName())  # "<column>=<value>" when written per value
             relative = f"{folder}/{name}" if "=" in folder else name
-            found.append((f"{location.rstrip('/')}/{relative}", int(status.getLen())))
+            found.append(WrittenFile(f"{location.rstrip('/')}/{relative}", int(status.getLen())))
         elif name == "_SUCCESS":
             fs.delete(path, False)
     return found
@@ -133,7 +145,7 @@ class WrittenFiles:
         self.jvm: Any = spark.sparkContext._jvm
         self.paths: list[str] = []
 
-    def write(self, frame: DataFrame, kind: str, file_per: str | None = None) -> list[tuple[str, int]]:
+    def write(self, frame: DataFrame, kind: str, file_per: str | None = None) -> list[WrittenFile]:
         """Write ``frame`` as Parquet files of their own (Iceberg's Parquet settings on); ``file_per``:
         a column whose every value gets files of its own (in a folder named after it; the column
         itself is not written)."""
@@ -144,7 +156,7 @@ class WrittenFiles:
             writer = writer.partitionBy(file_per)
         writer.parquet(location)
         files = _written(self.spark, location)
-        self.paths += [path for path, _ in files]
+        self.paths += [file.path for file in files]
         return files
 
     def write_both(self, deletes: DataFrame, images: DataFrame) -> tuple[list[Any], list[Any]]:
@@ -161,7 +173,7 @@ class WrittenFiles:
             deletes_written, data_written = (future.result() for future in written)
         return self.content_files(deletes_written, deletes=True), self.content_files(data_written, deletes=False)
 
-    def content_files(self, files: list[tuple[str, int]], deletes: bool) -> list[Any]:
+    def content_files(self, files: list[WrittenFile], deletes: bool) -> list[Any]:
         """Iceberg ``DataFile``/``DeleteFile`` entries for written files, metrics from their footers;
         files without rows are deleted instead."""
         iceberg = self.jvm.org.apache.iceberg
@@ -170,23 +182,40 @@ class WrittenFiles:
         config = metrics_config.forPositionDelete(self.table) if deletes else metrics_config.forTable(self.table)
         parquet = iceberg.FileFormat.PARQUET
         entries = []
-        for path, size in files:
-            metrics = iceberg.parquet.ParquetUtil.fileMetrics(io.newInputFile(path), config)
+        for file in files:
+            metrics = self._metrics(file, config)
             if int(metrics.recordCount()) == 0:
-                io.deleteFile(path)
+                io.deleteFile(file.path)
                 continue
             if deletes:
                 builder = iceberg.FileMetadata.deleteFileBuilder(self.table.spec()).ofPositionDeletes()
             else:
                 builder = iceberg.DataFiles.builder(self.table.spec()).withSortOrder(self.table.sortOrder())
             entries.append(
-                builder.withPath(path).withFormat(parquet).withFileSizeInBytes(size).withMetrics(metrics).build()
+                builder.withPath(file.path)
+                .withFormat(parquet)
+                .withFileSizeInBytes(file.size)
+                .withMetrics(metrics)
+                .build()
             )
         return entries
 
-    def track(self, written: tuple[str, int]) -> tuple[str, int]:
+    def _metrics(self, file: WrittenFile, config: Any) -> Any:
+        """Iceberg ``Metrics`` of ``file``: from the footer it kept, else read from storage. Reading
+        opens Parquet with default options, and those load Hadoop's XML configuration anew each
+        time (about 20 ms); parsing a kept footer costs one call."""
+        iceberg = self.jvm.org.apache.iceberg
+        if file.footer is None:
+            return iceberg.parquet.ParquetUtil.fileMetrics(self.table.io().newInputFile(file.path), config)
+        converter = self.jvm.org.apache.iceberg.shaded.org.apache.parquet.format.converter.ParquetMetadataConverter
+        footer = converter().readParquetMetadata(
+            self.jvm.java.io.ByteArrayInputStream(bytearray(file.footer)), converter.NO_FILTER
+        )
+        return iceberg.parquet.ParquetUtil.footerMetrics(footer, self.jvm.java.util.stream.Stream.empty(), config)
+
+    def track(self, written: WrittenFile) -> WrittenFile:
         """Count a file written elsewhere (``lake.driver_write``) as this batch's: removed on failure."""
-        self.paths.append(written[0])
+        self.paths.append(written.path)
         return written
 
     def commit_row_delta(
