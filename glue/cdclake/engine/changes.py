@@ -185,6 +185,8 @@ def commit_instant(text: str) -> str:
     text_ok = f"coalesce({text} RLIKE {pattern}, false)"
     # DMS's own form (nearly every row) is already the instant's text: one match and one parse
     # that rejects days that do not exist, instead of the general path's dozen regex evaluations.
+    # The match comes first: text the pattern does not parse whole would raise Spark's
+    # "legacy parser" upgrade error where the old parser accepts it, instead of giving NULL.
     canonical = f"coalesce({text} RLIKE {_DMS_TS} AND to_timestamp_ntz({text}, {_DMS_TS_FORMAT}) IS NOT NULL, false)"
     general = f"concat(date_format({utc}, 'yyyy-MM-dd HH:mm:ss'), '.', {fraction})"
     return f"CASE WHEN {canonical} THEN {text} WHEN {text_ok} THEN {general} END"
@@ -215,11 +217,10 @@ def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig, ful
         replaced = " OR ".join(f"coalesce(instr({quote(c)}, '\ufffd') > 0, false)" for c in text)
         reasons.insert(1, f"CASE WHEN {replaced} THEN 'bytes that are not valid UTF-8' END")
     ts_text = f"CAST({quote(ts_name)} AS STRING)" if ts_name in columns else "CAST(NULL AS STRING)"
-    instant = commit_instant(ts_text)
     if ts_name:
         invalid = f"value '%s' of column {ts_name} is not a valid commit timestamp"
         reasons.append(
-            f"CASE WHEN {ts_text} IS NOT NULL AND ({instant}) IS NULL THEN {_sql_reason(invalid, ts_text)} END"
+            f"CASE WHEN {ts_text} IS NOT NULL AND {COMMIT_TS} IS NULL THEN {_sql_reason(invalid, ts_text)} END"
         )
         if not full_load:
             missing = sql_string(f"commit timestamp column {ts_name} is NULL")
@@ -244,11 +245,14 @@ def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig, ful
     seq = f"CAST({quote(seq_name)} AS STRING)" if seq_name in columns else "CAST(NULL AS STRING)"
     projection += [
         f"{op} AS {OP}",
-        f"{instant} AS {COMMIT_TS}",
+        COMMIT_TS,
         f"{seq} AS {CHANGE_SEQ}",
         f"array({', '.join(reasons)}) AS {ERROR}",
     ]
-    df = raw.selectExpr(*projection)
+    # The instant in a projection of its own: its check and its value read it, so Spark keeps the
+    # two projections apart (CollapseProject inlines no costly expression used twice) and
+    # evaluates, and analyses, the parse once per row instead of twice.
+    df = raw.selectExpr("*", f"{commit_instant(ts_text)} AS {COMMIT_TS}").selectExpr(*projection)
     if settings.csv_no_sup_value is not None:
         df = _mark_unchanged(df, settings.csv_no_sup_value, exclude={ts_name or "", *table.primary_key})
     return df
