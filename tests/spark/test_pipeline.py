@@ -304,8 +304,13 @@ def test_a_clean_full_load_is_staged_then_recorded(make_engine: EngineFactory, t
     assert {k: v["status"] for k, v in _silver(engine).items()} == {("eu", 1): "s", ("us", 2): "t"}
 
 
-def test_a_full_load_with_a_repeated_key_keeps_its_last_row(make_engine: EngineFactory, tmp_path: Path) -> None:
-    # GIVEN a key loaded twice (a LOAD file written again after a restarted load)
+@pytest.mark.parametrize("keys_per_task", [500_000, 0], ids=["one-task-check", "shuffled-check"])
+def test_a_full_load_with_a_repeated_key_keeps_its_last_row(
+    make_engine: EngineFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keys_per_task: int
+) -> None:
+    # GIVEN a key loaded twice (a LOAD file written again after a restarted load); the check for
+    # repeated keys reading every key in one task, or shuffling them (tables over its limit)
+    monkeypatch.setattr("cdclake.engine.full_load._ONE_TASK_KEYS", keys_per_task)
     engine = make_engine(ORDERS)
     table_dir = tmp_path / "bronze" / "sales" / "orders"
     ts = "2024-01-01 00:00:00.000000"
