@@ -47,6 +47,12 @@ class TablesFailedError(CdclakeError):
     """Several tables of one run failed (each named in the message); the others were applied."""
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's text (Java errors carry whole stack traces), at most 500 characters."""
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:500]
+
+
 def java_cause(exc: BaseException) -> tuple[str, str] | None:
     """The innermost Java cause of a failed Spark call: the first line of its message ("" if it
     has none) and its class's simple name; None when ``exc`` carries no Java exception or the

@@ -22,13 +22,13 @@ from pyspark.sql import SparkSession
 from cdclake.config import parse_config
 from cdclake.context import Engine
 from cdclake.dms.store import LocalBronze
+from cdclake.gold.groups import groups_and_key_ranges, incremental_shape_problem
 from cdclake.gold.refresh import (
     FAILED,
     PATH_FULL,
     PATH_INCREMENTAL,
     REFRESHED,
     UP_TO_DATE,
-    incremental_shape_problem,
 )
 from cdclake.gold.run import refresh_marts
 from cdclake.gold.status import mart_statuses
@@ -330,7 +330,7 @@ def test_independent_marts_refresh_at_once_and_a_mart_reading_a_mart_waits_for_i
     engine = replace(gold_engine, config=config)
     together = threading.Barrier(2, timeout=60)
     finished: list[str] = []
-    real_refresh = gold_refresh.refresh_mart
+    real_refresh = gold_refresh.refresh_pinned
 
     def refresh_one(engine: Engine, mart: MartConfig) -> Any:
         if mart.name in (per_city.name, well_rated.name):
@@ -339,7 +339,7 @@ def test_independent_marts_refresh_at_once_and_a_mart_reading_a_mart_waits_for_i
         finished.append(mart.name)
         return result
 
-    monkeypatch.setattr(gold_refresh, "refresh_mart", refresh_one)
+    monkeypatch.setattr(gold_refresh, "refresh_pinned", refresh_one)
     _merge_hosts(spark, db, [("I", (1, "DE", "Berlin", 90)), ("I", (2, "FR", "Paris", 80))])
     for change in ([], [("I", (3, "DE", "Hamburg", 70))]):
         # WHEN the marts refresh (a second time after a silver change)
@@ -477,7 +477,6 @@ def test_changes_in_a_small_part_of_the_table_refresh_incrementally(
 
 
 def test_the_affected_key_range_reaches_the_iceberg_scan(spark: SparkSession) -> None:
-    from cdclake.gold.refresh import _groups_and_key_ranges
 
     # GIVEN a per-customer aggregation over an Iceberg table, and affected groups 5, 17 and NULL
     db = f"r_{uuid.uuid4().hex[:10]}"
@@ -487,7 +486,7 @@ def test_the_affected_key_range_reaches_the_iceberg_scan(spark: SparkSession) ->
     current = spark.sql(f"SELECT customer, sum(amount) AS amount FROM silver.{db}.orders GROUP BY customer")
     affected = spark.createDataFrame([(5,), (17,), (None,)], "customer int")
     # WHEN their count and key ranges are taken and the aggregation filtered by them
-    groups, ranges = _groups_and_key_ranges(affected, ["customer"])
+    groups, ranges = groups_and_key_ranges(affected, ["customer"])
     assert ranges is not None
     scoped = current.where(ranges)
     # THEN the filter is pushed below the aggregation into the Iceberg scan, where files are pruned

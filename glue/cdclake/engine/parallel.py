@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 
 from cdclake.config import TableConfig
 from cdclake.context import Engine
-from cdclake.engine.read import first_line
 from cdclake.engine.select import TableState
-from cdclake.errors import CdclakeError
+from cdclake.errors import CdclakeError, first_line
 from cdclake.report import TableFailure, TableReport
 
 log = logging.getLogger("cdclake")

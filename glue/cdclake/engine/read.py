@@ -36,7 +36,7 @@ from cdclake.engine.changes import (
     to_changes,
     with_silver_order,
 )
-from cdclake.errors import BadInputError, ConfigError, java_cause
+from cdclake.errors import BadInputError, ConfigError, first_line, java_cause
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -96,12 +96,6 @@ class RowCounts:
 def count_rows(changes: DataFrame) -> RowCounts:
     """Count a read in one scan; the scan also surfaces files Spark cannot read."""
     return RowCounts.of(changes.agg(*RowCounts.columns()).collect()[0])
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an error's text (Java errors carry whole stack traces)."""
-    text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:500]
 
 
 def root_cause(exc: BaseException) -> str:

@@ -21,9 +21,8 @@ from cdclake.dms.store import list_bronze
 from cdclake.engine.cdc import apply_cdc_batch
 from cdclake.engine.full_load import full_load_table
 from cdclake.engine.parallel import TableRun, for_each_table
-from cdclake.engine.read import first_line
 from cdclake.engine.select import ReplaySelection, TableState, batches, group_by_table, skip_reason
-from cdclake.errors import ConcurrentWriterError
+from cdclake.errors import ConcurrentWriterError, first_line
 from cdclake.lake.journals import files_with_quarantined_rows, quarantined_files_by_table
 from cdclake.lake.ledger import read_ledger
 from cdclake.lake.tables import is_commit_conflict

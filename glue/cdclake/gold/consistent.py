@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from cdclake.errors import first_line
+from cdclake.gold import refresh as gold
 from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY
 from cdclake.lake.tables import SilverTable, ensure_database, table_exists
 from cdclake.mart_config import MartConfig
@@ -29,7 +31,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from cdclake.context import Engine
-    from cdclake.gold.refresh import MartRefresh
 
 
 @dataclass(frozen=True)
@@ -84,9 +85,8 @@ def _as_of(spark: SparkSession, history: SilverTable, cut: str) -> DataFrame:
     ).select(*columns)
 
 
-def refresh_consistent(engine: Engine, mart: MartConfig, label: str, started: float) -> MartRefresh:
+def refresh_consistent(engine: Engine, mart: MartConfig, label: str, started: float) -> gold.MartRefresh:
     """Refresh ``mart`` as of the latest source commit time every table it reads has reached."""
-    from cdclake.gold import refresh as gold
     from cdclake.lake.history import history_of
 
     spark = engine.spark
@@ -115,22 +115,22 @@ def refresh_consistent(engine: Engine, mart: MartConfig, label: str, started: fl
     definition = definition_id(mart.sql, mart.keys, mart.partition_by, mart.consistent)
     if previous and previous.cut == cut and previous.sources == chosen and previous.definition == definition:
         return gold.MartRefresh(label, gold.UP_TO_DATE, sources=chosen, seconds=time.monotonic() - started)
-    with gold._views(spark) as registered:
+    with gold.pinned_views(spark) as registered:
         views = {}
         for i, t in enumerate(timelines):
-            frame = _as_of(spark, t.history, cut) if t.history else gold._pinned_read(spark, t.table, chosen[t.name])
+            frame = _as_of(spark, t.history, cut) if t.history else gold.pinned_read(spark, t.table, chosen[t.name])
             views[t.name] = registered.register(f"cut_{i}", frame)
         try:
             current = gold.evaluate(spark, mart, views, engine.catalog)
         except Exception as exc:
-            reason = f"its SQL does not compile: {gold._first_line(exc)}"
+            reason = f"its SQL does not compile: {first_line(exc)}"
             return gold.MartRefresh(label, gold.FAILED, reason=reason, seconds=time.monotonic() - started)
         try:
             ensure_database(spark, target.catalog, target.database)
-            props = gold._properties(mart, pinned, gold.PATH_FULL, cut, reason="consistent cut", cut=cut)
-            gold._replace(spark, target, current, mart, props)
+            props = gold.mart_properties(mart, pinned, gold.PATH_FULL, cut, reason="consistent cut", cut=cut)
+            gold.replace_mart(spark, target, current, mart, props)
         except Exception as exc:
-            reason = gold._first_line(exc)
+            reason = first_line(exc)
             return gold.MartRefresh(label, gold.FAILED, reason=reason, seconds=time.monotonic() - started)
     outcome = gold.MartRefresh(label, gold.REFRESHED, gold.PATH_FULL, reason=f"consistent cut at {cut}", sources=chosen)
-    return gold._timed(outcome, started)
+    return gold.timed(outcome, started)

@@ -32,10 +32,12 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cdclake.config import PipelineConfig, readable_tables
+from cdclake.errors import first_line
 from cdclake.gold.cost import SourceReads, full_refresh_reason
+from cdclake.gold.groups import groups_and_key_ranges, incremental_shape_problem
 from cdclake.gold.snapshots import (
     ChangeScope,
     IncrementalUnavailable,
@@ -61,7 +63,7 @@ from cdclake.mart_config import MartConfig
 from cdclake.mart_sql import definition_id, group_merge_statement, referenced_tables, substitute_tables
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from cdclake.context import Engine
 
@@ -170,12 +172,7 @@ def mart_sources(engine: Engine, mart: MartConfig) -> list[tuple[str, SilverTabl
     return found
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:500]
-
-
-class _Views:
+class PinnedViews:
     """The temporary views of one refresh: session-wide names, so each refresh gets its own
     (``cdclake_gold_<random>_<role>``) and marts refreshing at once in one session never see
     each other's pinned snapshots; all dropped when the refresh ends."""
@@ -193,9 +190,9 @@ class _Views:
 
 
 @contextmanager
-def _views(spark: SparkSession) -> Iterator[_Views]:
+def pinned_views(spark: SparkSession) -> Iterator[PinnedViews]:
     """Temporary views registered during one refresh, dropped afterwards."""
-    views = _Views(spark)
+    views = PinnedViews(spark)
     try:
         yield views
     finally:
@@ -203,85 +200,11 @@ def _views(spark: SparkSession) -> Iterator[_Views]:
             spark.catalog.dropTempView(name)
 
 
-def _pinned_read(spark: SparkSession, table: SilverTable, snapshot_id: int) -> DataFrame:
+def pinned_read(spark: SparkSession, table: SilverTable, snapshot_id: int) -> DataFrame:
     return spark.sql(f"SELECT * FROM {table.identifier} VERSION AS OF {int(snapshot_id)}")
 
 
-def incremental_shape_problem(frame: DataFrame, keys: Sequence[str]) -> str | None:
-    """Why a mart's SQL cannot be refreshed group by group (None: it can).
-
-    It can when its result is a GROUP BY whose grouping expressions produce the ``keys`` columns,
-    with only projections passing the keys through (or an ORDER BY) above it: then every result
-    row depends on the source rows of its own group only. HAVING, LIMIT, DISTINCT, window
-    functions above the aggregate and grouping sets need a full recompute.
-    """
-    node: Any = frame._jdf.queryExecution().analyzed()
-    wanted = {k.lower() for k in keys}
-    while node.nodeName() in ("Project", "SubqueryAlias", "Sort"):
-        if node.nodeName() == "Project":
-            passed = {
-                _seq(node.projectList())[i].name().lower()
-                for i in range(node.projectList().size())
-                if _seq(node.projectList())[i].nodeName() == "AttributeReference"
-            }
-            if not wanted <= passed:
-                return "a key column is computed above the GROUP BY"
-        node = node.child()
-    if node.nodeName() != "Aggregate":
-        return f"its SQL is not a GROUP BY of its keys ({_above_group_by(node)})"
-    if node.child().nodeName() == "Expand":
-        return "its SQL uses GROUPING SETS, ROLLUP or CUBE"
-    grouping = _seq(node.groupingExpressions())
-    outputs = {e.name().lower(): e for e in _seq(node.aggregateExpressions())}
-    for key in keys:
-        expression = outputs.get(key.lower())
-        if expression is None:
-            return f"key {key} is not a column of the GROUP BY's result"
-        produced = expression.child() if expression.nodeName() == "Alias" else expression
-        if not any(produced.semanticEquals(g) for g in grouping):
-            return f"key {key} is not one of the GROUP BY expressions"
-    return None
-
-
-# Spark plan nodes that can stand above a GROUP BY, in the words of the SQL that makes them.
-_SQL_WORDS = {
-    "Filter": "WHERE",
-    "GlobalLimit": "LIMIT",
-    "LocalLimit": "LIMIT",
-    "Offset": "OFFSET",
-    "Distinct": "DISTINCT",
-    "Deduplicate": "DISTINCT",
-    "Window": "a window function (OVER)",
-    "Union": "UNION",
-    "Intersect": "INTERSECT",
-    "Except": "EXCEPT",
-    "Join": "a JOIN",
-    "Generate": "LATERAL VIEW or explode",
-    "Sample": "TABLESAMPLE",
-    "RepartitionByExpression": "DISTRIBUTE BY or CLUSTER BY",
-    "Repartition": "a REPARTITION hint",
-}
-
-
-def _above_group_by(node: Any) -> str:
-    """What a mart's SQL does above its GROUP BY (or that it has none), as SQL says it."""
-    if not _has_aggregate(node):
-        return "it has no GROUP BY"
-    name = node.nodeName()
-    if name == "Filter" and node.child().nodeName() == "Aggregate":
-        return "HAVING filters its groups"
-    return f"{_SQL_WORDS.get(name, name)} above the GROUP BY"
-
-
-def _has_aggregate(node: Any) -> bool:
-    return node.nodeName() == "Aggregate" or any(_has_aggregate(c) for c in _seq(node.children()))
-
-
-def _seq(scala_seq: Any) -> list[Any]:
-    return [scala_seq.apply(i) for i in range(scala_seq.size())]
-
-
-def _properties(
+def mart_properties(
     mart: MartConfig,
     pinned: Sequence[PinnedSource],
     path: str,
@@ -307,7 +230,7 @@ def _properties(
     return properties
 
 
-def _replace(
+def replace_mart(
     spark: SparkSession, target: SilverTable, frame: DataFrame, mart: MartConfig, props: dict[str, str]
 ) -> None:
     """Create or atomically replace the mart with ``frame``: one commit carrying ``props``."""
@@ -340,7 +263,7 @@ def _affected_groups(
     previous: dict[str, int],
     scopes: dict[str, ChangeScope],
     new_views: dict[str, str],
-    registered: _Views,
+    registered: PinnedViews,
     scans: StagedScans,
 ) -> DataFrame:
     """The keys of the groups whose source rows changed between ``previous`` and ``pinned`` snapshots.
@@ -351,7 +274,7 @@ def _affected_groups(
     """
     spark = engine.spark
     old_views = {
-        p.name: registered.register(f"old_{i}", _pinned_read(spark, p.table, previous[p.name]))
+        p.name: registered.register(f"old_{i}", pinned_read(spark, p.table, previous[p.name]))
         for i, p in enumerate(pinned)
     }
     keys: DataFrame | None = None
@@ -377,7 +300,7 @@ def _refresh_incremental(
     scopes: dict[str, ChangeScope],
     current: DataFrame,
     views: dict[str, str],
-    registered: _Views,
+    registered: PinnedViews,
     source_commit_ts: str | None,
 ) -> int:
     """Recompute the affected groups and MERGE them; return how many groups."""
@@ -386,8 +309,8 @@ def _refresh_incremental(
     spark = engine.spark
     with staged_scans(spark) as scans:
         affected = _affected_groups(engine, mart, pinned, previous, scopes, views, registered, scans).localCheckpoint()
-    groups, ranges = _groups_and_key_ranges(affected, mart.keys)
-    props = _properties(mart, pinned, PATH_INCREMENTAL, source_commit_ts, groups=groups)
+    groups, ranges = groups_and_key_ranges(affected, mart.keys)
+    props = mart_properties(mart, pinned, PATH_INCREMENTAL, source_commit_ts, groups=groups)
     if groups == 0:  # nothing the mart reads changed: record the new cut, add no data
         empty = spark.table(target.identifier).limit(0)
         commit_with_properties(spark, props, empty.writeTo(target.identifier).append)
@@ -412,48 +335,9 @@ def _refresh_incremental(
     return groups
 
 
-def _groups_and_key_ranges(affected: DataFrame, keys: Sequence[str]) -> tuple[int, Column | None]:
-    """How many groups are affected, and a filter on each key's range over them (None: no key has
-    an orderable type), from one Spark job over the affected groups.
-
-    The recomputation's semi-join on the keys prunes no data file (Iceberg filters at run time on
-    partition columns only); a filter of literals on the keys is pushed below the aggregation to
-    the scan, where Iceberg skips the files whose min/max statistics lie outside: when silver is
-    clustered by the mart's keys and the changes by key, the recomputation reads few files. The
-    bounds travel as text cast back to the key's type, which Spark folds into a literal.
-    """
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import DateType, DecimalType, IntegralType, StringType, TimestampNTZType, TimestampType
-
-    types = {f.name.lower(): f.dataType for f in affected.schema.fields}
-    ranged = (IntegralType, StringType, DateType, TimestampType, TimestampNTZType, DecimalType)
-    orderable = [k for k in keys if isinstance(types[k.lower()], ranged)]
-    measures = [F.count(F.lit(1)).alias("groups")]
-    for i, key in enumerate(orderable):
-        column = F.col(quote(key))
-        measures += [
-            F.min(column).cast("string").alias(f"lo_{i}"),
-            F.max(column).cast("string").alias(f"hi_{i}"),
-            F.count(column).alias(f"known_{i}"),
-        ]
-    bounds = affected.agg(*measures).first()
-    assert bounds is not None, "an aggregate without grouping returns one row"
-    condition: Column | None = None
-    for i, key in enumerate(orderable):
-        column, key_type = F.col(quote(key)), types[key.lower()]
-        low, high = bounds[f"lo_{i}"], bounds[f"hi_{i}"]
-        in_range = (
-            column.isNull() if low is None else column.between(F.lit(low).cast(key_type), F.lit(high).cast(key_type))
-        )
-        if low is not None and bounds[f"known_{i}"] < bounds["groups"]:  # a NULL key among them
-            in_range = in_range | column.isNull()
-        condition = in_range if condition is None else condition & in_range
-    return int(bounds["groups"]), condition
-
-
-def refresh_mart(engine: Engine, mart: MartConfig) -> MartRefresh:
-    """Refresh one mart that is not ``consistent`` (see the module docstring); never raises for
-    the mart's own problems."""
+def refresh_pinned(engine: Engine, mart: MartConfig) -> MartRefresh:
+    """Refresh one mart that is not ``consistent`` at the current snapshots of what it reads (see
+    the module docstring); never raises for the mart's own problems."""
     started = time.monotonic()
     spark = engine.spark
     target = mart_table(engine, mart)
@@ -470,15 +354,15 @@ def refresh_mart(engine: Engine, mart: MartConfig) -> MartRefresh:
     previous = last_refresh(spark, target)
     if previous and previous.sources == sources_now and previous.definition == definition:
         return MartRefresh(label, UP_TO_DATE, sources=sources_now, seconds=time.monotonic() - started)
-    with _views(spark) as registered:
+    with pinned_views(spark) as registered:
         views = {
-            p.name: registered.register(f"pin_{i}", _pinned_read(spark, p.table, p.snapshot_id))
+            p.name: registered.register(f"pin_{i}", pinned_read(spark, p.table, p.snapshot_id))
             for i, p in enumerate(pinned)
         }
         try:
             current = evaluate(spark, mart, views, engine.catalog)
         except Exception as exc:  # AnalysisException / ParseException: the SQL no longer compiles
-            failure = f"its SQL does not compile: {_first_line(exc)}"
+            failure = f"its SQL does not compile: {first_line(exc)}"
             log.error("gold mart skipped mart=%s reason=%s", label, failure)
             return MartRefresh(label, FAILED, reason=failure, seconds=time.monotonic() - started)
         commit_ts = _source_commit_ts(spark, pinned)
@@ -494,17 +378,17 @@ def refresh_mart(engine: Engine, mart: MartConfig) -> MartRefresh:
                         )  # fmt: skip
                         outcome = MartRefresh(label, REFRESHED, PATH_INCREMENTAL, groups=groups, sources=sources_now)
                         log.info("gold mart refreshed mart=%s path=incremental groups=%d", label, groups)
-                        return _timed(outcome, started)
+                        return timed(outcome, started)
                 except IncrementalUnavailable as exc:
                     reason = str(exc)
             ensure_database(spark, target.catalog, target.database)
-            props = _properties(mart, pinned, PATH_FULL, commit_ts, reason=reason or "")
-            _replace(spark, target, current, mart, props)
+            props = mart_properties(mart, pinned, PATH_FULL, commit_ts, reason=reason or "")
+            replace_mart(spark, target, current, mart, props)
             log.info("gold mart refreshed mart=%s path=full reason=%s", label, reason)
-            return _timed(MartRefresh(label, REFRESHED, PATH_FULL, reason=reason or "", sources=sources_now), started)
+            return timed(MartRefresh(label, REFRESHED, PATH_FULL, reason=reason or "", sources=sources_now), started)
         except Exception as exc:
-            log.error("gold mart failed mart=%s reason=%s", label, _first_line(exc))
-            return _timed(MartRefresh(label, FAILED, reason=_first_line(exc)), started)
+            log.error("gold mart failed mart=%s reason=%s", label, first_line(exc))
+            return timed(MartRefresh(label, FAILED, reason=first_line(exc)), started)
 
 
 def _weigh_paths(
@@ -537,7 +421,7 @@ def _weigh_paths(
     return scopes, full_refresh_reason(reads, gold.full_refresh_share, gold.full_refresh_below_bytes)
 
 
-def _timed(outcome: MartRefresh, started: float) -> MartRefresh:
+def timed(outcome: MartRefresh, started: float) -> MartRefresh:
     return replace(outcome, seconds=time.monotonic() - started)
 
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from cdclake.errors import first_line
 from cdclake.gold import refresh
 from cdclake.gold.consistent import refresh_consistent
 from cdclake.gold.refresh import FAILED, MartRefresh, gold_database, mart_table
@@ -36,10 +37,10 @@ def refresh_mart(engine: Engine, mart: MartConfig) -> MartRefresh:
     try:
         if mart.consistent:
             return refresh_consistent(engine, mart, label, started)
-        return refresh.refresh_mart(engine, mart)
+        return refresh.refresh_pinned(engine, mart)
     except Exception as exc:  # anything the refresh did not foresee: this mart failed, the others go on
         log.exception("gold mart failed mart=%s", label)
-        return MartRefresh(label, FAILED, reason=refresh._first_line(exc), seconds=time.monotonic() - started)
+        return MartRefresh(label, FAILED, reason=first_line(exc), seconds=time.monotonic() - started)
 
 
 def mart_waves(engine: Engine, marts: Sequence[MartConfig]) -> tuple[list[list[int]], list[int]]:
