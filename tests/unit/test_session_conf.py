@@ -25,6 +25,7 @@ COMMON = {
     "spark.sql.limit.initialNumPartitions": "100000",
     "spark.scheduler.mode": "FAIR",
     "spark.sql.constraintPropagation.enabled": "false",
+    "spark.sql.codegen.hugeMethodLimit": "8000",
 }
 
 

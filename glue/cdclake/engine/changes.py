@@ -43,7 +43,6 @@ UNKNOWN_OP = "unknown Op '%s'"
 # ISO-8601 with ``T``, ``Z`` or an offset; up to nanoseconds.
 # DMS's default timestamp text, the form ``commit_instant`` normalises every other form to.
 _DMS_TS = sql_string(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{6}$")
-_DMS_TS_FORMAT = sql_string("yyyy-MM-dd HH:mm:ss.SSSSSS")
 _COMMIT_TS_PATTERN = (
     r"^\s*(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,9}))?\s*(Z|[+-]\d{2}(?::?\d{2})?)?\s*$"
 )
@@ -142,9 +141,14 @@ def _loses_digits(value: str, source: str, type_name: str, scale: int) -> str:
     if source == "string":
         text = f"trim({value})"
         # A nonzero digit after the first ``scale`` fraction digits (plain notation, as DMS writes).
+        # Tested only where more than ``scale`` characters follow a '.': integers as DMS writes
+        # them, and decimals within their scale, skip the match (a regular expression a row and
+        # column is what made these checks cost as much as the rest of the parse).
         digits = sql_string(rf"^[+-]?[0-9]*\.[0-9]{{{scale}}}[0-9]*[1-9][0-9]*$")
-        plain = f"{text} RLIKE {digits}"
-        scientific = f"{text} RLIKE '[eE]' AND CAST(CAST({value} AS {type_name}) AS DOUBLE) != CAST({value} AS DOUBLE)"
+        point = f"instr({text}, '.')"
+        plain = f"{point} > 0 AND length({text}) - {point} > {scale} AND {text} RLIKE {digits}"
+        exponent = f"(instr({text}, 'e') > 0 OR instr({text}, 'E') > 0)"
+        scientific = f"{exponent} AND CAST(CAST({value} AS {type_name}) AS DOUBLE) != CAST({value} AS DOUBLE)"
         return f"coalesce(({plain}) OR ({scientific}), false)"
     if source.startswith(_NUMERIC_SOURCE):
         return f"coalesce(CAST({value} AS {type_name}) != {value}, false)"
@@ -185,9 +189,9 @@ def commit_instant(text: str) -> str:
     text_ok = f"coalesce({text} RLIKE {pattern}, false)"
     # DMS's own form (nearly every row) is already the instant's text: one match and one parse
     # that rejects days that do not exist, instead of the general path's dozen regex evaluations.
-    # The match comes first: text the pattern does not parse whole would raise Spark's
-    # "legacy parser" upgrade error where the old parser accepts it, instead of giving NULL.
-    canonical = f"coalesce({text} RLIKE {_DMS_TS} AND to_timestamp_ntz({text}, {_DMS_TS_FORMAT}) IS NOT NULL, false)"
+    # The match fixes every digit's place; the cast (Spark's own parser, not a pattern's
+    # formatter: several times cheaper) then refuses days and times that do not exist.
+    canonical = f"coalesce({text} RLIKE {_DMS_TS} AND CAST({text} AS TIMESTAMP_NTZ) IS NOT NULL, false)"
     general = f"concat(date_format({utc}, 'yyyy-MM-dd HH:mm:ss'), '.', {fraction})"
     return f"CASE WHEN {canonical} THEN {text} WHEN {text_ok} THEN {general} END"
 

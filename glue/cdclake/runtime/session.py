@@ -116,6 +116,13 @@ def spark_conf(settings: SessionSettings) -> dict[str, str]:
         # minutes (SPARK-19846 and kin). The filters it would infer (IS NOT NULL for joins) are
         # worth nothing to cdclake's plans.
         "spark.sql.constraintPropagation.enabled": "false",
+        # HotSpot never compiles a method over 8,000 bytes of bytecode: it stays interpreted. The
+        # typing and checks of a change row (casts, lossy-digit and commit-instant checks, their
+        # reasons) make whole-stage code far larger than that, and a 1M-row load ran 2x slower.
+        # Over this size Spark drops whole-stage code for the subtree and evaluates its
+        # expressions in split methods the JIT compiles (the value Spark's documentation gives
+        # for HotSpot).
+        "spark.sql.codegen.hugeMethodLimit": "8000",
     }
     catalog = settings.catalog
     if isinstance(catalog, GlueCatalog):
