@@ -14,11 +14,13 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from cdclake.columns import COMMIT_TS, CORRUPT_RECORD
+from cdclake.config import parse_config
 from cdclake.context import Engine
 from cdclake.dms.files import FileKind
 from cdclake.dms.store import list_bronze
 from cdclake.dms.writer import write_csv
-from cdclake.engine.changes import commit_instant
+from cdclake.engine.changes import commit_instant, to_changes
 from cdclake.engine.read import bad_rows, read_and_count
 from cdclake.engine.run import run
 from cdclake.errors import BadInputError
@@ -354,3 +356,20 @@ def test_a_wide_full_load_with_a_bad_row_is_planned_in_seconds(make_engine: Engi
     held = ("s/wide/LOAD00000001.csv", 21, "value 'x' of column c29 is not a valid int")
     assert _rows_in_quarantine(engine) == [held]
     assert engine.spark.table(f"silver.{engine.config.database}.wide").count() == 199
+
+
+def test_a_commit_timestamp_typed_as_a_timestamp_gives_the_instant_its_text_would(spark: SparkSession) -> None:
+    # GIVEN the same commit timestamps as DMS text and as Parquet timestamps (microseconds, UTC),
+    # a fraction with trailing zeros and none among them
+    texts = ["2024-05-02 20:00:00.000000", "2024-05-02 20:00:00.500000", "2024-12-31 23:59:59.999999"]
+    config = parse_config("bronze: {format: parquet, timestamp_column: ts}\ntables:\n  s.t: {primary_key: [id]}\n")
+    typed = spark.createDataFrame([("U", t, 1) for t in texts], "Op string, ts string, id int").withColumn(
+        CORRUPT_RECORD, F.lit(None).cast("string")
+    )  # as the reader gives them
+    # WHEN each becomes changes
+    instants = {
+        kind: [r[COMMIT_TS] for r in to_changes(frame, config.bronze, config.tables[0]).collect()]
+        for kind, frame in {"text": typed, "timestamp": typed.withColumn("ts", F.col("ts").cast("timestamp"))}.items()
+    }
+    # THEN both carry DMS's text of the instant
+    assert instants["timestamp"] == instants["text"] == texts

@@ -41,7 +41,9 @@ VALID_OPS = ("I", "U", "D")
 UNKNOWN_OP = "unknown Op '%s'"
 # The commit timestamp forms DMS writes: its default ``yyyy-MM-dd HH:mm:ss.SSSSSS`` (UTC) and
 # ISO-8601 with ``T``, ``Z`` or an offset; up to nanoseconds.
-# DMS's default timestamp text, the form ``commit_instant`` normalises every other form to.
+# DMS's default timestamp text, the form ``commit_instant`` normalises every other form to: its
+# date-time pattern and a regular expression that matches it alone.
+_DMS_TS_TEXT = sql_string("yyyy-MM-dd HH:mm:ss.SSSSSS")
 _DMS_TS = sql_string(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{6}$")
 _COMMIT_TS_PATTERN = (
     r"^\s*(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,9}))?\s*(Z|[+-]\d{2}(?::?\d{2})?)?\s*$"
@@ -256,7 +258,13 @@ def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig, ful
     # The instant in a projection of its own: its check and its value read it, so Spark keeps the
     # two projections apart (CollapseProject inlines no costly expression used twice) and
     # evaluates, and analyses, the parse once per row instead of twice.
-    df = raw.selectExpr("*", f"{commit_instant(ts_text)} AS {COMMIT_TS}").selectExpr(*projection)
+    if ts_name and sources.get(ts_name) in ("timestamp", "timestamp_ntz"):
+        # Already a timestamp (Parquet): its text in the normalised form, nothing to parse. The
+        # session's time zone is UTC (``runtime.session``), as for the text cast it replaces.
+        instant = f"date_format({quote(ts_name)}, {_DMS_TS_TEXT})"
+    else:
+        instant = commit_instant(ts_text)
+    df = raw.selectExpr("*", f"{instant} AS {COMMIT_TS}").selectExpr(*projection)
     if settings.csv_no_sup_value is not None:
         df = _mark_unchanged(df, settings.csv_no_sup_value, exclude={ts_name or "", *table.primary_key})
     return df
