@@ -143,9 +143,8 @@ def _loses_digits(value: str, source: str, type_name: str, scale: int) -> str:
     if source == "string":
         text = f"trim({value})"
         # A nonzero digit after the first ``scale`` fraction digits (plain notation, as DMS writes).
-        # Tested only where more than ``scale`` characters follow a '.': integers as DMS writes
-        # them, and decimals within their scale, skip the match (a regular expression a row and
-        # column is what made these checks cost as much as the rest of the parse).
+        # Matched only where more than ``scale`` characters follow a '.': integers as DMS writes
+        # them, and decimals within their scale, skip the regular expression.
         digits = sql_string(rf"^[+-]?[0-9]*\.[0-9]{{{scale}}}[0-9]*[1-9][0-9]*$")
         point = f"instr({text}, '.')"
         plain = f"{point} > 0 AND length({text}) - {point} > {scale} AND {text} RLIKE {digits}"
@@ -189,10 +188,9 @@ def commit_instant(text: str) -> str:
     utc = f"({local} - make_dt_interval(0, 0, {offset}, 0))"
     fraction = f"CASE WHEN length({part(3)}) > 6 THEN {part(3)} ELSE rpad({part(3)}, 6, '0') END"
     text_ok = f"coalesce({text} RLIKE {pattern}, false)"
-    # DMS's own form (nearly every row) is already the instant's text: one match and one parse
-    # that rejects days that do not exist, instead of the general path's dozen regex evaluations.
-    # The match fixes every digit's place; the cast (Spark's own parser, not a pattern's
-    # formatter: several times cheaper) then refuses days and times that do not exist.
+    # DMS's own form (nearly every row) is already the instant's text: one match that fixes every
+    # digit's place, then Spark's cast parser refuses days and times that do not exist; the
+    # general path's dozen regex evaluations run for the other forms only.
     canonical = f"coalesce({text} RLIKE {_DMS_TS} AND CAST({text} AS TIMESTAMP_NTZ) IS NOT NULL, false)"
     general = f"concat(date_format({utc}, 'yyyy-MM-dd HH:mm:ss'), '.', {fraction})"
     return f"CASE WHEN {canonical} THEN {text} WHEN {text_ok} THEN {general} END"

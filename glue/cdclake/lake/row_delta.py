@@ -116,8 +116,8 @@ def _ensure_iceberg_parquet(spark: SparkSession) -> None:
 
 
 def _written(spark: SparkSession, location: str) -> list[WrittenFile]:
-    """(path, size) of the Parquet files Spark wrote under ``location`` (in partition folders
-    too); the marker file removed."""
+    """The Parquet files Spark wrote under ``location`` (in partition folders too), their footers
+    left on storage; the marker file removed."""
     jvm: Any = spark.sparkContext._jvm
     directory = jvm.org.apache.hadoop.fs.Path(location)
     fs = directory.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
