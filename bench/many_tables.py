@@ -8,6 +8,11 @@ figures here are ratios within one run: ``tables`` tables of ``rows / tables`` r
 slope is what one more table adds to a batch when the total work stays the same.
 Both sides go through the engine's real entry points (``engine.run.full_load`` and
 ``engine.run.apply_cdc_files``, the AWS path, with every table of the batch in one call).
+
+Beside them, the baseline a user would write without cdclake: the first seed's apply (read a
+table's CDC files, keep each key's last change, one Iceberg MERGE) for every table, as many tables
+at once as cdclake works on, into copies of the same full-loaded tables. It carries none of
+cdclake's checks, ledger or tombstones; it says what a table costs Spark and Iceberg alone.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from cdclake.context import Engine
+    from cdclake.dms.files import BronzeFile
     from cdclake.report import RunReport
 
 log = logging.getLogger("bench")
@@ -122,8 +128,50 @@ def _check(report: RunReport, tables: int) -> None:
         raise AssertionError(f"{len(applied)} tables applied files, expected {tables}")
 
 
+def _plain_copies(spark: SparkSession, engine: Engine, database: str) -> dict[str, str]:
+    """Each full-loaded silver table copied for the plain MERGE baseline: source table -> copy."""
+    copies = {}
+    for table in engine.config.tables:
+        silver, copy = engine.silver_table(table).identifier, f"silver.{database}.plain_{table.target}"
+        spark.sql(
+            f"CREATE TABLE {copy} TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read', "
+            f"'write.update.mode'='merge-on-read', 'write.merge.mode'='merge-on-read') AS SELECT * FROM {silver}"
+        )
+        copies[table.source_table] = copy
+    return copies
+
+
+def plain_merges(
+    spark: SparkSession, bronze: Path, files: list[BronzeFile], copies: dict[str, str], threads: int
+) -> None:
+    """The first seed's MERGE of each table's CDC files into its copy, ``threads`` tables at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from bench.run import seed_merge
+
+    by_table: dict[str, list[Path]] = {}
+    for file in files:
+        by_table.setdefault(file.table, []).append(bronze / file.key)
+
+    def merge(table: str) -> None:
+        seed_merge(spark, by_table[table], copies[table], view=f"seed_changes_{table}")
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(merge, sorted(by_table)))
+
+
+def _same_rows(spark: SparkSession, engine: Engine, copies: dict[str, str]) -> None:
+    """The plain MERGE left each copy with as many rows as cdclake's table (the baseline did the work)."""
+    for table in engine.config.tables:
+        ours = spark.table(engine.silver_table(table).identifier).count()
+        plain = spark.table(copies[table.source_table]).count()
+        if ours != plain:
+            raise AssertionError(f"{table.source}: cdclake holds {ours} rows, the plain MERGE {plain}")
+
+
 def measure(spark: SparkSession, work: Path, sizes: ManyTables, reps: int = 2) -> dict[str, Any]:
-    """Full load then CDC of each side, best of ``reps`` (each rep in fresh databases)."""
+    """Full load then CDC of each side, best of ``reps`` (each rep in fresh databases), and the
+    plain MERGE per table of the same CDC files."""
     from cdclake.dms.files import FileKind
     from cdclake.dms.store import list_bronze
     from cdclake.engine.run import apply_cdc_files, full_load
@@ -145,8 +193,16 @@ def measure(spark: SparkSession, work: Path, sizes: ManyTables, reps: int = 2) -
             database = f"many_{tables}_{rep}"
             engine = table_engine(spark, bronze, tables, database, sizes.parallel_tables)
             _check(timed(f"full load {side}", lambda engine=engine: full_load(engine)), tables)
+            copies = _plain_copies(spark, engine, database)
             files = [f for f in list_bronze(engine.store).files if f.kind is FileKind.CDC]
             _check(timed(f"CDC {side}", lambda engine=engine, files=files: apply_cdc_files(engine, files)), tables)
+            timed(
+                f"plain MERGE per table {side}",
+                lambda bronze=bronze, files=files, copies=copies, threads=engine.parallel_tables: plain_merges(
+                    spark, bronze, files, copies, threads
+                ),
+            )
+            _same_rows(spark, engine, copies)
             _drop_database(spark, database)
     shutil.rmtree(data, ignore_errors=True)
     best = {name: min(runs) for name, runs in timings.items()}
@@ -158,6 +214,9 @@ def measure(spark: SparkSession, work: Path, sizes: ManyTables, reps: int = 2) -
         "timings": best,
         "full_load_ratio": best[f"full load {many_side}"] / best["full load 1 table"],
         "cdc_ratio": best[f"CDC {many_side}"] / best["CDC 1 table"],
+        "plain_ratio": best[f"plain MERGE per table {many_side}"] / best["plain MERGE per table 1 table"],
+        "plain_slope_seconds": (best[f"plain MERGE per table {many_side}"] - best["plain MERGE per table 1 table"])
+        / (sizes.tables - 1),
         "cdc_slope_seconds": (best[f"CDC {many_side}"] - best["CDC 1 table"]) / (sizes.tables - 1),
         "full_load_slope_seconds": (best[f"full load {many_side}"] - best["full load 1 table"]) / (sizes.tables - 1),
     }
