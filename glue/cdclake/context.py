@@ -46,6 +46,10 @@ class Engine:
     # into the driver once and its files are written there (``lake.driver_write``): no Spark job
     # for its new images, position deletes and tombstones. 0: Spark writes every batch's files.
     driver_write_bytes: int = 8 * 1024 * 1024
+    # A CDC batch of files up to this many bytes in all is prepared with Spark's interpreted
+    # expressions (``runtime.session.interpreted_expressions``): up to about ten thousand changes,
+    # generating code for the typing and checks costs more than it saves. 0: generated code always.
+    interpreted_batch_bytes: int = 1024 * 1024
     # How a keyed batch is committed: "auto" writes its files and commits one RowDelta
     # (``lake.row_delta``: no scan of the table) where the table allows it, else takes the MERGE
     # or the branch-staged path by size; "row-delta", "merge" and "publish" pin a path (tests,

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -20,12 +23,14 @@ from cdclake.context import Engine
 from cdclake.dms.files import FileKind
 from cdclake.dms.store import list_bronze
 from cdclake.dms.writer import write_csv
+from cdclake.engine import prepare
 from cdclake.engine.changes import commit_instant, to_changes
 from cdclake.engine.read import bad_rows, read_and_count
 from cdclake.engine.run import run
 from cdclake.errors import BadInputError
 from cdclake.lake.journals import QUARANTINE_ROWS_TABLE, QUARANTINE_TABLE
 from cdclake.ops.status import table_statuses
+from cdclake.runtime.session import CODEGEN_FACTORY_MODE, interpreted_expressions
 
 EngineFactory = Callable[..., Engine]
 
@@ -36,6 +41,28 @@ quarantine: {max_bad_row_ratio: 0.9}
 tables:
   s.people: {primary_key: [id], columns: {id: int, name: string}}
 """
+
+
+# A small batch is prepared with Spark's interpreted expressions (``Engine.interpreted_batch_bytes``),
+# a larger one with generated code: the checks below hold for both.
+EVALUATION = pytest.mark.parametrize("evaluation", ["interpreted", "generated code"])
+
+
+def _evaluated(engine: Engine, evaluation: str) -> Engine:
+    return engine if evaluation == "interpreted" else replace(engine, interpreted_batch_bytes=0)
+
+
+def test_interpreted_expressions_reach_the_tasks_of_the_calling_thread_only(spark: SparkSession) -> None:
+    def in_task() -> str | None:
+        return spark.range(1).rdd.map(lambda _: TaskContext.get().getLocalProperty(CODEGEN_FACTORY_MODE)).first()  # type: ignore[union-attr]
+
+    other: list[str | None] = []
+    with interpreted_expressions(spark):
+        inside = in_task()
+        thread = threading.Thread(target=lambda: other.append(in_task()))
+        thread.start()
+        thread.join()
+    assert (inside, other, in_task()) == ("NO_CODEGEN", [None], None)
 
 
 def _names(engine: Engine) -> dict[int, str]:
@@ -83,14 +110,25 @@ def test_commit_instants_of_every_form_dms_writes(spark: SparkSession) -> None:
     assert got == INSTANTS
 
 
+@EVALUATION
 @pytest.mark.parametrize("files_per_batch", [1, 3])
 def test_changes_are_ordered_by_the_instant_of_their_commit_timestamp(
-    make_engine: EngineFactory, tmp_path: Path, files_per_batch: int
+    make_engine: EngineFactory, tmp_path: Path, files_per_batch: int, evaluation: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    interpreted: list[int] = []
+    real = prepare.interpreted_expressions
+
+    @contextmanager
+    def counted(spark: SparkSession) -> Iterator[None]:
+        interpreted.append(1)
+        with real(spark):
+            yield
+
+    monkeypatch.setattr(prepare, "interpreted_expressions", counted)
     # GIVEN three CDC files in write order whose commit timestamps use DMS's ISO-8601 forms:
     # 19:00:03Z, then 21:30+02:00 (19:30Z), then 20:00 UTC without a zone. As text, the last
     # sorts first ('2024-05-02 2' < '2024-05-02T1'); as instants it is the newest.
-    engine = make_engine(PEOPLE % files_per_batch)
+    engine = _evaluated(make_engine(PEOPLE % files_per_batch), evaluation)
     table_dir = tmp_path / "bronze" / "s" / "people"
     write_csv(table_dir / "LOAD00000001.csv", [["2024-05-01 00:00:00.000000", "1", "loaded"]])
     write_csv(table_dir / "20240502-1900030000.csv", [["U", "2024-05-02T19:00:03Z", "1", "first"]])
@@ -99,7 +137,9 @@ def test_changes_are_ordered_by_the_instant_of_their_commit_timestamp(
     # WHEN run (one file per batch: each change meets the stored row of the one before; three:
     # the three compete inside one batch)
     report = run(engine).checked()
-    # THEN the change committed last wins and none is counted late
+    # THEN the change committed last wins and none is counted late, whichever way the batches
+    # were evaluated (every batch of a few bytes interpreted, unless the engine says otherwise)
+    assert len(interpreted) == (3 // files_per_batch if evaluation == "interpreted" else 0)
     assert _names(engine) == {1: "third"}
     assert sum(t.ignored_late for t in report.tables) == 0
     assert _rows_in_quarantine(engine) == []
@@ -120,12 +160,13 @@ def test_an_older_instant_written_with_an_offset_is_late(make_engine: EngineFact
     assert sum(t.ignored_late for t in report.tables) == 1
 
 
+@EVALUATION
 def test_a_commit_timestamp_that_is_null_or_does_not_parse_is_a_bad_row(
-    make_engine: EngineFactory, tmp_path: Path
+    make_engine: EngineFactory, tmp_path: Path, evaluation: str
 ) -> None:
     # GIVEN a CDC file with a good change, then a NULL commit timestamp, a text that is no
     # timestamp, and a day that does not exist
-    engine = make_engine(PEOPLE % 3)
+    engine = _evaluated(make_engine(PEOPLE % 3), evaluation)
     table_dir = tmp_path / "bronze" / "s" / "people"
     write_csv(table_dir / "LOAD00000001.csv", [["2024-05-01 00:00:00.000000", str(i), "loaded"] for i in (1, 2, 3, 4)])
     key = "s/people/20240502-2000000000.csv"
@@ -161,12 +202,13 @@ tables:
 """
 
 
+@EVALUATION
 def test_a_value_that_cannot_be_stored_exactly_is_a_bad_row_unless_rounding_is_chosen(
-    make_engine: EngineFactory, tmp_path: Path
+    make_engine: EngineFactory, tmp_path: Path, evaluation: str
 ) -> None:
     # GIVEN a fraction into an int column and more fraction digits than a decimal's scale, beside
     # exact values with trailing zeros and columns that opt into rounding
-    engine = make_engine(PRICES)
+    engine = _evaluated(make_engine(PRICES), evaluation)
     key = "s/items/20240502-2000000000.csv"
     ts = "2024-05-02 20:00:00.000000"
     write_csv(

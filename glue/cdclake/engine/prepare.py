@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, overload
 
@@ -43,6 +44,7 @@ from cdclake.lake.journals import tombstones_of
 from cdclake.lake.ledger import KIND_CDC, ledger_properties
 from cdclake.lake.row_delta import blocker as row_delta_blocker
 from cdclake.lake.tables import SilverTable, current_snapshot_id, silver_columns, stored_records, table_exists
+from cdclake.runtime.session import interpreted_expressions
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -103,6 +105,12 @@ class BatchPlan:
 def prepare_batch(engine: Engine, table: TableConfig, files: Sequence[BronzeFile]) -> BatchPlan:
     """Plan a batch; if Spark cannot read it, find the unreadable files one by one, plan to hold
     them and prepare the rest. Empty files are held without reading them."""
+    small = 0 < sum(f.size for f in files) <= engine.interpreted_batch_bytes
+    with interpreted_expressions(engine.spark) if small else nullcontext():
+        return _prepare(engine, table, files)
+
+
+def _prepare(engine: Engine, table: TableConfig, files: Sequence[BronzeFile]) -> BatchPlan:
     plan = BatchPlan()
     remaining = [f for f in files if f.size != 0]
     if empty := [f for f in files if f.size == 0]:

@@ -6,6 +6,8 @@ Only the catalog differs between the two; everything downstream addresses tables
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -91,6 +93,32 @@ class SessionSettings:
     catalog_name: str = DEFAULT_CATALOG
     app_name: str = "cdclake"
     extra_conf: dict[str, str] = field(default_factory=dict)
+
+
+# Spark's setting for how its expression evaluators are made: generated code (falling back to the
+# interpreter when code does not compile) or, with NO_CODEGEN, always the interpreter.
+CODEGEN_FACTORY_MODE = "spark.sql.codegen.factoryMode"
+
+
+@contextmanager
+def interpreted_expressions(spark: SparkSession) -> Iterator[None]:
+    """Spark jobs started by this thread inside the block evaluate expressions with the
+    interpreter, not generated code (restored on leaving).
+
+    For a few thousand rows, generating and compiling the code of a change row's typing and checks
+    costs more than interpreting them: half the CPU of a small batch's tasks (docs/benchmarks.md).
+    It is a local property of the calling thread, like a job group: tasks read it from their job
+    (executors included), other threads' tables keep generated code. Query plans are unchanged
+    (whole-stage code is chosen when planning, from the session's settings); the interpreter is
+    Spark's reference evaluation, so results do not change either.
+    """
+    context = spark.sparkContext
+    previous = context.getLocalProperty(CODEGEN_FACTORY_MODE)
+    context.setLocalProperty(CODEGEN_FACTORY_MODE, "NO_CODEGEN")
+    try:
+        yield
+    finally:
+        context.setLocalProperty(CODEGEN_FACTORY_MODE, previous)  # type: ignore[arg-type]
 
 
 def spark_conf(settings: SessionSettings) -> dict[str, str]:
