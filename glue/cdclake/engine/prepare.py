@@ -104,7 +104,8 @@ class BatchPlan:
 
 def prepare_batch(engine: Engine, table: TableConfig, files: Sequence[BronzeFile]) -> BatchPlan:
     """Plan a batch; if Spark cannot read it, find the unreadable files one by one, plan to hold
-    them and prepare the rest. Empty files are held without reading them."""
+    them and prepare the rest. Empty files are held without reading them. A batch of at most
+    ``Engine.interpreted_batch_bytes`` is evaluated by Spark's interpreter (``interpreted_expressions``)."""
     small = 0 < sum(f.size for f in files) <= engine.interpreted_batch_bytes
     with interpreted_expressions(engine.spark) if small else nullcontext():
         return _prepare(engine, table, files)

@@ -102,15 +102,16 @@ CODEGEN_FACTORY_MODE = "spark.sql.codegen.factoryMode"
 
 @contextmanager
 def interpreted_expressions(spark: SparkSession) -> Iterator[None]:
-    """Spark jobs started by this thread inside the block evaluate expressions with the
-    interpreter, not generated code (restored on leaving).
+    """Spark jobs started by this thread inside the block evaluate the expressions outside
+    whole-stage code with the interpreter, not generated code (restored on leaving).
 
-    For a few thousand rows, generating and compiling the code of a change row's typing and checks
-    costs more than interpreting them: half the CPU of a small batch's tasks (docs/benchmarks.md).
-    It is a local property of the calling thread, like a job group: tasks read it from their job
-    (executors included), other threads' tables keep generated code. Query plans are unchanged
-    (whole-stage code is chosen when planning, from the session's settings); the interpreter is
-    Spark's reference evaluation, so results do not change either.
+    A change row's typing and checks are too big for whole-stage code (``hugeMethodLimit``), so
+    each task generates a projection per step; for a few hundred rows that took half the CPU of a
+    small batch's tasks (docs/benchmarks.md). The mode is a local property of the calling thread,
+    like a job group: tasks read it from their job (executors included), other threads' tables
+    keep generated code. Query plans are unchanged (whole-stage code is chosen when planning,
+    from the session's settings); the interpreter is Spark's reference evaluation, so results do
+    not change either.
     """
     context = spark.sparkContext
     previous = context.getLocalProperty(CODEGEN_FACTORY_MODE)
