@@ -147,7 +147,7 @@ def plain_merges(
     """The first seed's MERGE of each table's CDC files into its copy, ``threads`` tables at once."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from bench.run import seed_merge
+    from bench.seed import seed_merge
 
     by_table: dict[str, list[Path]] = {}
     for file in files:

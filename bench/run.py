@@ -32,6 +32,7 @@ from bench import generate as gen
 from bench.memory import find_jvm, python_peak_kib, reset_peak, status_kib
 from bench.paths import CACHE_DIR, ROOT
 from bench.report import Comparison, comparison_table, splice, timings_table
+from bench.seed import seed_merge
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -438,40 +439,6 @@ def run_peer(
         "updated": updated,
         "inserted": inserted,
     }
-
-
-def seed_merge(spark: SparkSession, path: Path | list[Path], target: str, view: str = "seed_changes") -> None:
-    """The first seed's apply: read one CDC file (or several), keep the last change per key, one MERGE
-    (``view``: the changes' temporary view, one per thread when tables are merged at once)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType, StructField, StructType
-
-    columns = ["Op", gen.TIMESTAMP_COLUMN, *gen.COLUMNS, gen.SEQ_COLUMN]
-    schema = StructType([StructField(c, StringType()) for c in columns])
-    paths = [str(p) for p in path] if isinstance(path, list) else [str(path)]
-    frame = spark.read.schema(schema).option("escape", '"').option("multiLine", "true").csv(paths)
-    frame = frame.select(
-        "Op",
-        F.col(gen.TIMESTAMP_COLUMN).cast("timestamp").alias(gen.TIMESTAMP_COLUMN),
-        *[F.col(c).cast(t).alias(c) for c, t in gen.COLUMNS.items()],
-        gen.SEQ_COLUMN,
-    )
-    latest = (
-        frame.withColumn("_rn", F.row_number().over(Window.partitionBy("id").orderBy(F.desc(gen.SEQ_COLUMN))))
-        .where("_rn = 1")
-        .drop("_rn")
-    )
-    latest.createOrReplaceTempView(view)
-    sets = ", ".join(f"t.{c} = s.{c}" for c in (gen.TIMESTAMP_COLUMN, *gen.COLUMNS) if c != "id")
-    cols = ", ".join((gen.TIMESTAMP_COLUMN, *gen.COLUMNS))
-    values = ", ".join(f"s.{c}" for c in (gen.TIMESTAMP_COLUMN, *gen.COLUMNS))
-    spark.sql(
-        f"MERGE INTO {target} t USING {view} s ON t.id = s.id "
-        "WHEN MATCHED AND s.Op = 'D' THEN DELETE "
-        f"WHEN MATCHED THEN UPDATE SET {sets}, t._cdc_order = s.{gen.SEQ_COLUMN} "
-        f"WHEN NOT MATCHED AND s.Op <> 'D' THEN INSERT ({cols}, _cdc_order) VALUES ({values}, s.{gen.SEQ_COLUMN})"
-    )
 
 
 def run_scale(spark: SparkSession, sp: ScaleProfile, work: Path) -> dict[str, Any]:
