@@ -141,7 +141,7 @@ def _plain_copies(spark: SparkSession, engine: Engine, database: str) -> dict[st
     return copies
 
 
-def plain_merges(
+def _plain_merges(
     spark: SparkSession, bronze: Path, files: list[BronzeFile], copies: dict[str, str], threads: int
 ) -> None:
     """The first seed's MERGE of each table's CDC files into its copy, ``threads`` tables at once."""
@@ -198,7 +198,7 @@ def measure(spark: SparkSession, work: Path, sizes: ManyTables, reps: int = 2) -
             _check(timed(f"CDC {side}", lambda engine=engine, files=files: apply_cdc_files(engine, files)), tables)
             timed(
                 f"plain MERGE per table {side}",
-                lambda bronze=bronze, files=files, copies=copies, threads=engine.parallel_tables: plain_merges(
+                lambda bronze=bronze, files=files, copies=copies, threads=engine.parallel_tables: _plain_merges(
                     spark, bronze, files, copies, threads
                 ),
             )

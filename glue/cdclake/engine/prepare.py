@@ -147,8 +147,9 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
     from pyspark.sql import functions as F
 
     silver = engine.silver_table(table)
+    batch_bytes = sum(f.size for f in files)
     changes = read_changes(engine, table, files)
-    if _one_task(engine, files):
+    if _one_task(engine, len(files), batch_bytes):
         # One partition: Spark plans the latest-per-key aggregate and the classification's joins
         # (their other side broadcast) without a shuffle.
         changes = changes.coalesce(1)
@@ -183,7 +184,7 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
         # Materialised once (the classification reads it two or three times), counted on the way.
         rows = rows.observe(keys_seen, F.count(F.lit(1)).alias("keys")).localCheckpoint()
         keys, heap = int(keys_seen.get["keys"]), driver_heap_bytes(engine)
-        small = sum(f.size for f in files) <= engine.broadcast_batch_bytes and broadcast_fits(
+        small = batch_bytes <= engine.broadcast_batch_bytes and broadcast_fits(
             keys, heap, engine.parallel_tables, engine.broadcast_heap_share
         )
         log.debug("classify table=%s keys=%d heap=%d broadcast=%s", table.source, keys, heap, small)
@@ -192,7 +193,8 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
     columns, unchanged = data_columns(rows), unchanged_flags(rows)
     way = choose_commit_path(engine, table, silver, base, columns, schema.absent, unchanged)
     materialized: DataFrame | pa.Table
-    if way == "row-delta" and _in_driver(engine, files) and collectable(observed):
+    # Small enough to collect into the driver (``Engine.driver_write_bytes``)?
+    if way == "row-delta" and batch_bytes <= engine.driver_write_bytes and collectable(observed):
         materialized = collect_rows(observed)  # its files are written by the driver, no Spark job
     else:
         # A local checkpoint, not a cache: it also cuts the lineage back to the reader's row ids
@@ -307,15 +309,10 @@ def driver_heap_bytes(engine: Engine) -> int:
     return int(jvm.java.lang.Runtime.getRuntime().maxMemory())
 
 
-def _in_driver(engine: Engine, files: Sequence[BronzeFile]) -> bool:
-    """Whether the batch is small enough to collect into the driver (``Engine.driver_write_bytes``)."""
-    return sum(f.size for f in files) <= engine.driver_write_bytes
-
-
-def _one_task(engine: Engine, files: Sequence[BronzeFile]) -> bool:
-    """Whether the batch is small enough to prepare in one task (``Engine.single_task_batch_bytes``)."""
-    total = sum(f.size for f in files)
-    return total <= engine.single_task_batch_bytes or (len(files) == 1 and total <= engine.broadcast_batch_bytes)
+def _one_task(engine: Engine, files: int, batch_bytes: int) -> bool:
+    """Whether a batch of ``files`` files and ``batch_bytes`` bytes is small enough to prepare in
+    one task (``Engine.single_task_batch_bytes``)."""
+    return batch_bytes <= engine.single_task_batch_bytes or (files == 1 and batch_bytes <= engine.broadcast_batch_bytes)
 
 
 def _cast(rows: DataFrame, casts: dict[str, str]) -> DataFrame:
