@@ -9,6 +9,21 @@ from cdclake.lake.committer import IcebergCommitter, KeyedBatch
 from cdclake.lake.publish import abandon_staged, commit_staged, stage_changes
 
 
+def iceberg_failure(kind: str, message: str, wrapped_in: str | None = None) -> Exception:
+    """What PySpark raises when an Iceberg call fails with ``org.apache.iceberg.exceptions.<kind>``
+    (optionally wrapped, as Spark does, in a ``wrapped_in`` Java exception): a ``Py4JJavaError``
+    carrying the real Java exception, made in the running JVM."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark import SparkContext
+
+    jvm, gateway = SparkContext._jvm, SparkContext._gateway
+    assert jvm is not None and gateway is not None, "a Spark session is running"
+    java = getattr(jvm.org.apache.iceberg.exceptions, kind)(message, gateway.new_array(jvm.java.lang.Object, 0))
+    if wrapped_in is not None:
+        java = jvm.org.apache.spark.SparkException(wrapped_in, java)
+    return Py4JJavaError("An error occurred while calling o0.commit.\n", java)
+
+
 class CrashingCommitter(IcebergCommitter):
     """A committer whose data commits never happen: the job is killed just before each one."""
 
@@ -71,9 +86,8 @@ class RacingCommitter(IcebergCommitter):
         if self.attempts <= self.losses:
             if self.rival is not None:
                 self.rival()
-            raise RuntimeError(
-                "org.apache.iceberg.exceptions.CommitFailedException: Cannot commit: base metadata location "
-                "is not the table's current one (another writer committed first)"
+            raise iceberg_failure(
+                "CommitFailedException", "Cannot commit: base metadata location is not the table's current one"
             )
 
     def merge(self, *args: Any) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 
 class CdclakeError(Exception):
@@ -53,22 +54,44 @@ def first_line(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__)[:500]
 
 
+def _java_chain(exc: BaseException) -> list[Any]:
+    """The Java exceptions of a failed Spark or Iceberg call, outermost first: its
+    ``java_exception`` and that one's causes (empty when ``exc`` carries none, or the gateway is
+    gone and the chain cannot be read further)."""
+    chain: list[Any] = []
+    throwable = getattr(exc, "java_exception", None)
+    try:
+        while throwable is not None and len(chain) < 50:  # finite, but a cycle must not hang
+            chain.append(throwable)
+            throwable = throwable.getCause()
+    except Exception:  # the gateway is gone: what was read so far is all there is
+        pass
+    return chain
+
+
+def java_classes(exc: BaseException) -> list[str]:
+    """The class names of the Java exceptions a failed Spark or Iceberg call carries, outermost
+    first (``org.apache.spark.SparkException``, then its causes); empty for a Python error."""
+    names: list[str] = []
+    for throwable in _java_chain(exc):
+        try:
+            names.append(str(throwable.getClass().getName()))
+        except Exception:  # the gateway is gone
+            break
+    return names
+
+
 def java_cause(exc: BaseException) -> tuple[str, str] | None:
     """The innermost Java cause of a failed Spark call: the first line of its message ("" if it
     has none) and its class's simple name; None when ``exc`` carries no Java exception or the
     gateway is gone. A failure's outer layers only name the py4j call (``An error occurred while
     calling o1170.collectToPython``) or the task; the cause at the bottom says what is wrong."""
-    throwable = getattr(exc, "java_exception", None)
-    if throwable is None:
+    chain = _java_chain(exc)
+    if not chain:
         return None
     try:
-        for _ in range(50):  # a cause chain is finite, but a cycle must not hang the report
-            cause = throwable.getCause()
-            if cause is None:
-                break
-            throwable = cause
-        message = throwable.getMessage()
-        kind = str(throwable.getClass().getSimpleName())
+        message = chain[-1].getMessage()
+        kind = str(chain[-1].getClass().getSimpleName())
     except Exception:  # the gateway is gone: the Python-side text is all there is
         return None
     lines = [line.strip() for line in str(message or "").splitlines() if line.strip()]

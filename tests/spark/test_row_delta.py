@@ -22,6 +22,7 @@ from cdclake.lake.driver_write import apply_collected_row_delta, collect_rows, s
 from cdclake.lake.ledger import KIND_CDC, ledger_properties
 from cdclake.lake.row_delta import WrittenFile, WrittenFiles, apply_row_delta, blocker
 from cdclake.lake.tables import SilverTable, current_snapshot_id, iceberg_fields, iceberg_table, is_commit_conflict
+from faults import iceberg_failure
 from readers import MainPoller
 
 # Every plain type the path writes itself, and `gone` (dropped at the source: absent from batches).
@@ -245,6 +246,22 @@ def test_a_compaction_since_the_classification_makes_it_fail(spark: SparkSession
         apply_row_delta(spark, written, classified, ["id"], COLUMNS, {}, base, ABSENT)
     assert is_commit_conflict(failure.value)
     assert _rows(spark, written) == before
+
+
+def test_a_commit_conflict_is_told_by_its_class_not_by_its_text(spark: SparkSession) -> None:
+    # GIVEN Iceberg's conflict exceptions as PySpark raises them (bare, or wrapped by Spark), one
+    # raised from a Python error, and failures that merely mention a conflict in their text
+    stale = iceberg_failure("CommitFailedException", "Cannot commit changes based on stale table metadata")
+    wrapped = iceberg_failure("ValidationException", "Found conflicting files", wrapped_in="Writing job aborted")
+    try:
+        raise RuntimeError("the batch's commit failed") from stale
+    except RuntimeError as error:
+        raised_from = error
+    unrelated = iceberg_failure("NoSuchTableException", "Table does not exist: Cannot commit")
+    # WHEN they are classified THEN only the conflicts are, whatever the messages say
+    assert [is_commit_conflict(e) for e in (stale, wrapped, raised_from)] == [True, True, True]
+    assert not is_commit_conflict(unrelated)
+    assert not is_commit_conflict(RuntimeError("org.apache.iceberg.exceptions.CommitFailedException: Cannot commit"))
 
 
 def _files_under(directory: str) -> Iterator[str]:

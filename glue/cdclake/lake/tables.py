@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from cdclake.errors import java_classes
 from cdclake.identifiers import quote, sql_string
 
 if TYPE_CHECKING:
@@ -84,25 +85,27 @@ def commit_with_properties(spark: SparkSession, properties: dict[str, str], acti
     return results[0]
 
 
-# What Iceberg raises when another writer committed first: the commit's base is stale
-# (CommitFailedException, "not an ancestor"), or its validation found the other writer's files.
-_CONFLICT_MARKERS = (
-    "CommitFailedException",
-    "ValidationException",
-    "is not an ancestor",
-    "Cannot commit",
-    "Found conflicting files",
-    "Found new conflicting",
-    "Missing required files to delete",
-    "conflicting files",
-    "Requirement failed",
+# What Iceberg raises when another writer committed first, by class: the commit's base is stale
+# (CommitFailedException: the Hadoop catalog's stale metadata, Glue's concurrent update, a REST
+# catalog's failed requirement), or its validation found the other writer's files or missed the
+# files it deletes from (ValidationException). Spark may wrap either, so the cause chain counts.
+_CONFLICT_CLASSES = frozenset(
+    {"org.apache.iceberg.exceptions.CommitFailedException", "org.apache.iceberg.exceptions.ValidationException"}
 )
 
 
 def is_commit_conflict(failure: BaseException) -> bool:
-    """Whether ``failure`` means another writer committed to the table first (safe to retry)."""
-    text = f"{type(failure).__name__}: {failure}"
-    return any(marker in text for marker in _CONFLICT_MARKERS)
+    """Whether ``failure`` means another writer committed to the table first (safe to retry):
+    an Iceberg commit conflict among the Java exceptions it carries, or carried by the Python
+    exceptions it was raised from. Decided by class, never by message text."""
+    seen: set[int] = set()
+    current: BaseException | None = failure
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if _CONFLICT_CLASSES.intersection(java_classes(current)):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def table_exists(spark: SparkSession, table: SilverTable) -> bool:
