@@ -258,9 +258,17 @@ def test_a_commit_conflict_is_told_by_its_class_not_by_its_text(spark: SparkSess
     except RuntimeError as error:
         raised_from = error
     unrelated = iceberg_failure("NoSuchTableException", "Table does not exist: Cannot commit")
+    try:
+        try:
+            raise stale
+        except Exception:
+            raise ValueError("a cleanup failed while the conflict was handled") from None
+    except ValueError as error:
+        during_handling = error
     # WHEN they are classified THEN only the conflicts are, whatever the messages say
     assert [is_commit_conflict(e) for e in (stale, wrapped, raised_from)] == [True, True, True]
     assert not is_commit_conflict(unrelated)
+    assert not is_commit_conflict(during_handling)
     assert not is_commit_conflict(RuntimeError("org.apache.iceberg.exceptions.CommitFailedException: Cannot commit"))
 
 

@@ -96,15 +96,16 @@ _CONFLICT_CLASSES = frozenset(
 
 def is_commit_conflict(failure: BaseException) -> bool:
     """Whether ``failure`` means another writer committed to the table first (safe to retry):
-    an Iceberg commit conflict among the Java exceptions it carries, or carried by the Python
-    exceptions it was raised from. Decided by class, never by message text."""
+    an Iceberg commit conflict among the Java exceptions it carries, or carried by an exception it
+    was raised from (``raise ... from``; an error raised while handling another is its own).
+    Decided by class, never by message text."""
     seen: set[int] = set()
     current: BaseException | None = failure
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if _CONFLICT_CLASSES.intersection(java_classes(current)):
             return True
-        current = current.__cause__ or current.__context__
+        current = current.__cause__
     return False
 
 
