@@ -127,6 +127,7 @@ class BronzeSettings:
 
 
 DEFAULT_MAX_FILES_PER_BATCH = 500
+DEFAULT_MAX_BATCH_BYTES = 1 << 30  # 1 GiB of change files: one commit's worth on a 2-worker Glue job
 DEFAULT_MAX_BAD_ROW_RATIO = 0.01
 
 
@@ -136,6 +137,8 @@ class PipelineConfig:
     database: str
     tables: tuple[TableConfig, ...]
     max_files_per_batch: int = DEFAULT_MAX_FILES_PER_BATCH
+    # A table's batch (one commit) takes files up to this many bytes in all; a larger file is a batch alone.
+    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
     max_bad_row_ratio: float = DEFAULT_MAX_BAD_ROW_RATIO  # above this share of bad rows a batch fails
     # Tables of a run worked on at once (``engine.parallel``); None: ``Engine.parallel_tables`` decides.
     parallel_tables: int | None = None
@@ -375,11 +378,14 @@ def parse_config(text: str, source: str = "<config>") -> PipelineConfig:
         if "database" in silver:
             database = doc.identifier(silver["database"], "silver.database")
     max_files = DEFAULT_MAX_FILES_PER_BATCH
+    max_batch_bytes = DEFAULT_MAX_BATCH_BYTES
     parallel_tables = None
     if "cdc" in top:
-        cdc = doc.mapping(top["cdc"], "cdc", {"max_files_per_batch", "parallel_tables"})
+        cdc = doc.mapping(top["cdc"], "cdc", {"max_files_per_batch", "max_batch_mb", "parallel_tables"})
         if "max_files_per_batch" in cdc:
             max_files = doc.integer(cdc["max_files_per_batch"], "cdc.max_files_per_batch")
+        if "max_batch_mb" in cdc:
+            max_batch_bytes = doc.integer(cdc["max_batch_mb"], "cdc.max_batch_mb") << 20
         if "parallel_tables" in cdc:
             parallel_tables = doc.integer(cdc["parallel_tables"], "cdc.parallel_tables")
     max_bad_row_ratio = DEFAULT_MAX_BAD_ROW_RATIO
@@ -413,6 +419,7 @@ def parse_config(text: str, source: str = "<config>") -> PipelineConfig:
         database=database,
         tables=tables,
         max_files_per_batch=max_files,
+        max_batch_bytes=max_batch_bytes,
         parallel_tables=parallel_tables,
         max_bad_row_ratio=max_bad_row_ratio,
         gold=parse_gold(doc, top.get("gold"), top.get("marts"), database, readable_tables(database, tables)),

@@ -1,9 +1,15 @@
-"""AWS Glue job: apply one CDC batch. Each table's changes land in one Iceberg commit.
+"""AWS Glue job: apply CDC files. Each table's changes land in one Iceberg commit per batch.
 
-Arguments: --config, --bronze, --warehouse; optional --catalog, --manifest (the batch the state
-machine dequeued; without it every pending CDC file in bronze is applied), --replay true (apply
-the manifest's files again even if applied or quarantined; without a manifest, the quarantine),
---environment and --metrics_namespace (publish CloudWatch metrics).
+Arguments: --config, --bronze, --warehouse; optional --catalog, --environment and
+--metrics_namespace (publish CloudWatch metrics), and one of:
+- --queue_url (what the state machine starts): apply everything pending in bronze, then keep
+  applying files as their S3 events arrive in that queue, in rounds at most --poll_seconds apart,
+  until nothing new came for --idle_seconds or the run reached --max_run_seconds
+  (``engine.follow``). An event is deleted once its file is applied.
+- --manifest (a manual run): apply exactly the files it names; --replay true applies them again
+  even if applied or quarantined (without a manifest: the quarantine).
+- neither: apply every pending CDC file once.
+The run fails when a table is still failing at its end (the state machine retries, then alerts).
 """
 
 from __future__ import annotations
@@ -12,16 +18,30 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from cdclake.context import Engine
 from cdclake.dms.manifest import read_manifest
+from cdclake.engine.follow import FollowReport, FollowSettings, Round, follow
 from cdclake.engine.run import apply_cdc_files, replay, run
 from cdclake.engine.select import ReplaySelection, files_from_keys
 from cdclake.report import RunReport
-from cdclake.shells.glue_job import build_engine, log_report, parse_arguments, publish_metrics, read_text
+from cdclake.shells.glue_job import (
+    JobArguments,
+    build_engine,
+    log_report,
+    parse_arguments,
+    publish_metrics,
+    queue_notices,
+    read_text,
+)
+
+log = logging.getLogger("cdclake")
 
 
-def main(argv: Sequence[str]) -> RunReport:
+def main(argv: Sequence[str]) -> RunReport | FollowReport:
     args = parse_arguments(argv)
     engine = build_engine(args)
+    if args.queue_url and not args.manifest and not args.replay:
+        return _follow(args, engine)
     files = []
     if args.manifest:
         keys = [e.key for e in read_manifest(read_text(args.manifest), args.manifest)]
@@ -36,6 +56,38 @@ def main(argv: Sequence[str]) -> RunReport:
     publish_metrics(args, report)
     report.checked()  # after the other tables' outcomes are logged and published
     return report
+
+
+def _follow(args: JobArguments, engine: Engine) -> FollowReport:
+    settings = FollowSettings(
+        poll_seconds=args.poll_seconds,
+        idle_seconds=args.idle_seconds,
+        max_run_seconds=args.max_run_seconds,
+    )
+
+    def each_round(done: Round) -> None:
+        log_report(done.report)
+        log.info(
+            "round %d: files=%d backlog_files=%d backlog_bytes=%d seconds=%.1f",
+            done.number,
+            sum(t.files_applied for t in done.report.tables),
+            done.backlog.files,
+            done.backlog.bytes,
+            done.seconds,
+        )
+        publish_metrics(args, done.report)
+
+    outcome = follow(engine, settings, queue_notices(args), on_round=each_round)
+    log.info(
+        "follow ended: %s after %d rounds; files=%d bytes=%d listings=%d",
+        outcome.stopped_by,
+        outcome.rounds,
+        outcome.files_applied,
+        outcome.bytes_applied,
+        outcome.listings,
+    )
+    RunReport(failures=list(outcome.failures.values())).checked()  # a table still failing fails the run
+    return outcome
 
 
 if __name__ == "__main__":

@@ -30,8 +30,10 @@ from cdclake.errors import BronzeError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
+    from mypy_boto3_s3.type_defs import ListObjectsV2RequestPaginateTypeDef
 else:
     S3Client = Any
+    ListObjectsV2RequestPaginateTypeDef = dict
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +48,10 @@ class BronzeStore(Protocol):
     @property
     def root(self) -> str: ...
 
-    def list_keys(self, under: str = "") -> Iterator[tuple[str, int]]: ...
+    def list_keys(self, under: str = "", start_after: str | None = None) -> Iterator[tuple[str, int]]:
+        """Every key under ``under`` with its size; with ``start_after`` (a key under ``under``) only
+        the keys that sort after it, as S3's ListObjectsV2 ``StartAfter`` gives them."""
+        ...
 
     def read_head(self, key: str, max_bytes: int) -> bytes: ...
 
@@ -91,7 +96,7 @@ class LocalBronze:
     def root(self) -> str:
         return str(self.directory)
 
-    def list_keys(self, under: str = "") -> Iterator[tuple[str, int]]:
+    def list_keys(self, under: str = "", start_after: str | None = None) -> Iterator[tuple[str, int]]:
         base = self.directory / under if under else self.directory
         if not self.directory.is_dir():
             raise BronzeError(f"The bronze directory {self.directory} does not exist.")
@@ -104,11 +109,14 @@ class LocalBronze:
         for dirpath, _dirs, names in os.walk(base, onerror=unreadable):
             for name in names:
                 path = Path(dirpath) / name
+                key = path.relative_to(self.directory).as_posix()
+                if start_after is not None and key <= start_after:
+                    continue
                 try:
                     size = path.stat().st_size
                 except OSError as exc:
                     raise BronzeError(f"The bronze file {path} cannot be read: {exc.strerror}.") from None
-                yield path.relative_to(self.directory).as_posix(), size
+                yield key, size
 
     def read_head(self, key: str, max_bytes: int) -> bytes:
         try:
@@ -183,14 +191,18 @@ class S3Bronze:
         tries = f" after {attempts} attempt(s)" if attempts else ""
         return BronzeError(f"{what} failed{tries}: {_describe(exc)}.")
 
-    def list_keys(self, under: str = "") -> Iterator[tuple[str, int]]:
-        """Every object under ``under`` with its size, page after page (1,000 keys a page)."""
+    def list_keys(self, under: str = "", start_after: str | None = None) -> Iterator[tuple[str, int]]:
+        """Every object under ``under`` with its size, page after page (1,000 keys a page); with
+        ``start_after``, S3 starts the listing after that key: a request per 1,000 new keys."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         start = self._object_key(under).rstrip("/") + "/" if (self.prefix or under) else ""
         paginator = self.client.get_paginator("list_objects_v2")
         try:
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=start):
+            request: ListObjectsV2RequestPaginateTypeDef = {"Bucket": self.bucket, "Prefix": start}
+            if start_after:
+                request["StartAfter"] = self._object_key(start_after)
+            for page in paginator.paginate(**request):
                 for obj in page.get("Contents", []):
                     yield obj["Key"][len(self.prefix) :].lstrip("/"), obj["Size"]
         except ClientError as exc:

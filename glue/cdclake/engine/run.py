@@ -55,9 +55,19 @@ def run(engine: Engine, tables: Sequence[TableConfig] | None = None) -> RunRepor
     """Full load where a table has none yet, then every pending CDC file, in batches; tables
     concurrently."""
     listing = list_all(engine)
+    report, _ = apply_pending(engine, listing, tables)
+    warn(report)
+    return report
+
+
+def apply_pending(
+    engine: Engine, listing: BronzeListing, tables: Sequence[TableConfig] | None = None
+) -> tuple[RunReport, dict[str, TableState]]:
+    """What ``run`` does with a listing it is given: the report, and the state each table was left
+    in (by source name; a table that failed before its state was read is absent)."""
     report = RunReport(unrecognised=list(listing.unrecognised))
     selected = []
-    for table in tables or engine.config.tables:
+    for table in engine.config.tables if tables is None else tables:
         if reason := skip_reason(table):
             report.skipped_tables.append(reason)
         else:
@@ -83,16 +93,19 @@ def run(engine: Engine, tables: Sequence[TableConfig] | None = None) -> RunRepor
 
     def apply(table_run: TableRun) -> None:
         table = table_run.table
-        state = states[table.source]
-        _apply_in_batches(engine, table_run, files_of[table.source], listing, state, progress=(progress, lock))
+        table_run.state = states[table.source]
+        _apply_in_batches(
+            engine, table_run, files_of[table.source], listing, table_run.state, progress=(progress, lock)
+        )
         with lock:
             progress.tables += 1
 
-    _collect(report, for_each_table(engine, [t for t, _ in grouped], "cdc", apply))
+    applied = for_each_table(engine, [t for t, _ in grouped], "cdc", apply)
+    _collect(report, applied)
+    states |= {r.table.source: r.state for r in applied if r.state is not None}
     unconfigured = {f"{s}.{t}" for s, t in listing.sources() if engine.config.table_for_source(s, t) is None}
     report.unconfigured = sorted(set(report.unconfigured) | unconfigured)
-    warn(report)
-    return report
+    return report, states
 
 
 def full_load(engine: Engine, tables: Sequence[TableConfig] | None = None, reload: bool = False) -> RunReport:
@@ -253,7 +266,7 @@ def _apply_in_batches(
     table = table_run.table
     pending = state.pending(files, force)
     loads_pending = _loads_pending(table, listing)
-    for batch in batches(pending, engine.config.max_files_per_batch):
+    for batch in batches(pending, engine.config.max_files_per_batch, engine.config.max_batch_bytes):
         if table_run.stopping.is_set():
             return
         applied, state = apply_batch(engine, table, batch, state, loads_pending, force)

@@ -192,6 +192,15 @@ def file_name_stamp(moment: str | None) -> str | None:
     return parsed.strftime("%Y%m%d-%H%M%S")
 
 
-def batches(files: Sequence[BronzeFile], size: int) -> list[list[BronzeFile]]:
-    """``files`` cut into consecutive batches of at most ``size``, in apply order."""
-    return [list(files[start : start + size]) for start in range(0, len(files), size)]
+def batches(files: Sequence[BronzeFile], size: int, max_bytes: int | None = None) -> list[list[BronzeFile]]:
+    """``files`` cut into consecutive batches of at most ``size`` files and ``max_bytes`` bytes, in
+    apply order; a file larger than ``max_bytes`` is a batch of its own."""
+    cut: list[list[BronzeFile]] = []
+    total = 0
+    for file in files:
+        if not cut or len(cut[-1]) >= size or (max_bytes is not None and total + file.size > max_bytes):
+            cut.append([])
+            total = 0
+        cut[-1].append(file)
+        total += file.size
+    return cut

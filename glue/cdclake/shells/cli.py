@@ -118,7 +118,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--workdir", type=Path, default=DEFAULT_HOME / "demo", help="recreated for the demo (default: %(default)s)"
     )
 
-    tables_option(command("run", "full load where a table has none yet, then all pending CDC"))
+    run = command("run", "full load where a table has none yet, then all pending CDC")
+    tables_option(run)
+    run.add_argument(
+        "--follow", action="store_true", help="then keep applying files as they arrive, until Ctrl-C (or --idle-exit)"
+    )
+    run.add_argument(
+        "--poll-interval",
+        type=float,
+        default=5.0,
+        help="with --follow: seconds between looks at bronze (default: %(default)s)",
+    )
+    run.add_argument(
+        "--idle-exit",
+        type=float,
+        metavar="SECONDS",
+        help="with --follow: end after this many seconds without a new file (default: never)",
+    )
+    run.add_argument(
+        "--max-run", type=float, metavar="SECONDS", help="with --follow: end after this many seconds (default: never)"
+    )
 
     full = command("full-load", "load LOAD files into tables that have no full load yet")
     tables_option(full)
@@ -396,7 +415,32 @@ def _tables(engine: Engine, args: argparse.Namespace) -> list[TableConfig] | Non
 def _run(engine: Engine, args: argparse.Namespace) -> int:
     from cdclake.engine.run import run
 
+    if args.follow:
+        return _follow(engine, args)
     return _print_report(run(engine, _tables(engine, args)))
+
+
+def _follow(engine: Engine, args: argparse.Namespace) -> int:
+    """``run --follow``: the loop the Glue CDC job runs, polling a local (or S3) bronze."""
+    from cdclake.engine.follow import FollowSettings, Polling, Round, follow
+
+    settings = FollowSettings(
+        poll_seconds=args.poll_interval, idle_seconds=args.idle_exit, max_run_seconds=args.max_run
+    )
+
+    def each_round(done: Round) -> None:
+        for table in done.report.tables:
+            print(table.summary(), flush=True)
+        for line in done.report.problems():
+            print(f"cdclake: {line}", file=sys.stderr, flush=True)
+
+    outcome = follow(engine, settings, Polling(), _tables(engine, args), on_round=each_round)
+    if outcome.stopped_by == "interrupted":
+        raise KeyboardInterrupt
+    print(f"follow ended ({outcome.stopped_by}): {outcome.rounds} rounds, {outcome.files_applied} files applied")
+    for failure in outcome.failures.values():
+        print(f"cdclake: {failure.summary()}", file=sys.stderr)
+    return outcome.exit_code
 
 
 def _full_load(engine: Engine, args: argparse.Namespace) -> int:

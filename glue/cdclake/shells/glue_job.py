@@ -14,6 +14,7 @@ from pathlib import Path
 
 from cdclake.config import DEFAULT_CATALOG, PipelineConfig, load_config, parse_config
 from cdclake.context import Engine, open_engine
+from cdclake.dms.notices import QueueNotices
 from cdclake.errors import ConfigError
 from cdclake.report import RunReport
 from cdclake.runtime.session import GlueCatalog, LocalCatalog
@@ -30,6 +31,10 @@ OPTIONAL_ARGUMENTS = (
     "metrics_namespace",
     "database",
     "gold_database",
+    "queue_url",
+    "poll_seconds",
+    "idle_seconds",
+    "max_run_seconds",
 )
 
 
@@ -46,6 +51,12 @@ class JobArguments:
     metrics_namespace: str | None = None  # publish CloudWatch metrics under this namespace when set
     database: str | None = None  # the stack's Glue database; replaces the configuration's silver.database
     gold_database: str | None = None  # the stack's gold Glue database; replaces the configuration's gold.database
+    # CDC job: follow the file queue (S3 events) and apply files as they arrive, in rounds at most
+    # poll_seconds apart, until idle for idle_seconds or running for max_run_seconds.
+    queue_url: str | None = None
+    poll_seconds: float = 30.0
+    idle_seconds: float = 300.0
+    max_run_seconds: float = 3600.0
 
 
 def parse_arguments(argv: Sequence[str], extra: Sequence[str] = ()) -> JobArguments:
@@ -76,7 +87,24 @@ def parse_arguments(argv: Sequence[str], extra: Sequence[str] = ()) -> JobArgume
         metrics_namespace=values.get("metrics_namespace") or None,
         database=values.get("database") or None,
         gold_database=values.get("gold_database") or None,
+        queue_url=values.get("queue_url") or None,
+        poll_seconds=_seconds(values, "poll_seconds", JobArguments.poll_seconds),
+        idle_seconds=_seconds(values, "idle_seconds", JobArguments.idle_seconds),
+        max_run_seconds=_seconds(values, "max_run_seconds", JobArguments.max_run_seconds),
     )
+
+
+def _seconds(values: dict[str, str], name: str, default: float) -> float:
+    text = values.get(name)
+    if not text:
+        return default
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise ConfigError(f"--{name} must be a number of seconds, not '{text}'.") from None
+    if seconds < 0:
+        raise ConfigError(f"--{name} must not be negative, not '{text}'.")
+    return seconds
 
 
 def read_text(uri: str) -> str:
@@ -121,6 +149,18 @@ def build_engine(args: JobArguments) -> Engine:
         catalog = LocalCatalog(warehouse=warehouse, cache_dir=warehouse.parent / "cache")
         staging = warehouse.parent / "staging"
     return open_engine(config, catalog, args.catalog, staging)
+
+
+def queue_notices(args: JobArguments) -> QueueNotices:
+    """The file queue as the follow loop reads it; bronze must be on S3 (the events name its keys)."""
+    import boto3
+
+    if not args.queue_url:
+        raise ConfigError("--queue_url is not set.")
+    if not args.bronze.startswith("s3://"):
+        raise ConfigError(f"--queue_url needs bronze on S3 (its events name S3 keys), not {args.bronze}.")
+    bucket, _, prefix = args.bronze[len("s3://") :].partition("/")
+    return QueueNotices(boto3.client("sqs"), args.queue_url, bucket, prefix.strip("/"))
 
 
 def publish_metrics(args: JobArguments, report: RunReport) -> None:

@@ -1,0 +1,264 @@
+"""Follow bronze: apply everything pending, then keep applying files as they arrive.
+
+One loop for both shells: ``cdclake run --follow`` on a laptop and the Glue CDC job on AWS. A round
+is ``apply_pending`` over the tables that have something new (or left pending, or failed and due
+again), with a listing the loop keeps current (``dms.index``): bronze is listed whole at the start
+and every ``relist_seconds``; between, a table folder is listed after its newest key. Each round's
+tables keep their states, so a key's fate (applied, held, pending) is known without reading again.
+
+Where files come from is a ``Notices``: locally nothing announces them (``Polling``: every round
+looks at every table folder); on AWS the S3 events in the SQS queue announce them
+(``dms.notices.QueueNotices``): a round looks at bronze only when events arrived or the last round
+found work, and an event is deleted only once its file is applied (or held, or not ours).
+
+Exactly once holds as in a single run: every commit records its files in the table's ledger in the
+same Iceberg commit, and a file is pending only while the ledger lacks it. A loop that dies leaves
+committed batches committed and the rest pending; the next run (its first round lists all of
+bronze) applies the rest. Two loops on one table race as two runs do: the loser's commit conflicts,
+it reads the ledger again and skips what the other applied (``run.apply_batch``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from cdclake.config import TableConfig
+from cdclake.context import Engine
+from cdclake.dms.files import FileKind, parse_key
+from cdclake.dms.index import BronzeIndex
+from cdclake.engine.run import apply_pending, warn
+from cdclake.engine.select import TableState, skip_reason
+from cdclake.report import RunReport, TableFailure
+
+log = logging.getLogger("cdclake")
+
+
+@dataclass(frozen=True)
+class FollowSettings:
+    """How the loop paces itself; every figure in seconds."""
+
+    poll_seconds: float = 5.0  # a round starts at most this often (bronze looked at, events read)
+    idle_seconds: float | None = None  # end after this long without a new file; None: until stopped
+    max_run_seconds: float | None = None  # end after this long even while busy (a Glue run's length)
+    relist_seconds: float = 3600.0  # list all of bronze this often: new tables, events that never came
+    retry_cap_seconds: float = 600.0  # a failed table is tried again after poll x 2^n, up to this
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """CDC files seen in bronze and not yet applied (nor held in quarantine), after a round."""
+
+    files: int
+    bytes: int
+
+
+class Notices(Protocol):
+    """Where new bronze keys are announced."""
+
+    @property
+    def announces(self) -> bool:
+        """True when new files are announced (a round may skip looking at bronze without news)."""
+        ...
+
+    def wait(self, until: float, stopping: threading.Event, done: Callable[[str], bool]) -> set[str]:
+        """The keys (relative to the bronze root) announced until ``until`` (``time.monotonic``);
+        announcements of keys already ``done`` are acknowledged at once."""
+        ...
+
+    def settle(self, done: Callable[[str], bool]) -> int:
+        """Acknowledge the announcements whose key is ``done``; the others come back later. Returns
+        how many were acknowledged."""
+        ...
+
+
+@dataclass
+class Polling:
+    """No announcements: every round looks at every table folder (a local bronze directory)."""
+
+    @property
+    def announces(self) -> bool:
+        return False
+
+    def wait(self, until: float, stopping: threading.Event, done: Callable[[str], bool]) -> set[str]:
+        stopping.wait(max(0.0, until - time.monotonic()))
+        return set()
+
+    def settle(self, done: Callable[[str], bool]) -> int:
+        return 0
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round's outcome, as the shells report it."""
+
+    number: int
+    report: RunReport
+    backlog: Backlog
+    seconds: float
+
+
+@dataclass
+class FollowReport:
+    """What a follow did in all: its rounds, why it ended, the tables still failing at the end."""
+
+    rounds: int = 0
+    files_applied: int = 0
+    bytes_applied: int = 0
+    listings: int = 0
+    stopped_by: str = ""  # "idle", "max run time", "interrupted"
+    failures: dict[str, TableFailure] = field(default_factory=dict)  # by source, as of the last round
+
+    @property
+    def exit_code(self) -> int:
+        if self.stopped_by == "interrupted":
+            return 130
+        return max((f.exit_code for f in self.failures.values()), default=0)
+
+
+def follow(
+    engine: Engine,
+    settings: FollowSettings,
+    notices: Notices,
+    tables: Sequence[TableConfig] | None = None,
+    on_round: Callable[[Round], None] | None = None,
+) -> FollowReport:
+    """Apply every pending file of ``tables`` (default: every configured one), then keep applying
+    new files round after round until stopped (``engine.stopping``), idle or at the maximum run time.
+    """
+    config = engine.config
+    selected = [t for t in (config.tables if tables is None else tables) if skip_reason(t) is None]
+    by_source = {t.source: t for t in selected}
+    transaction_path = config.bronze.transaction_path
+    folders = {f"{t.source_schema}/{t.source_table}" for t in selected} | (
+        {transaction_path.strip("/")} if transaction_path else set()
+    )
+    index = BronzeIndex(engine.store, transaction_path)
+    states: dict[str, TableState] = {}
+    gone: set[str] = set()
+    retry_at: dict[str, tuple[float, int]] = {}  # source -> (when it is tried again, failures in a row)
+    outcome = FollowReport()
+
+    def done(key: str) -> bool:
+        """Whether an announcement of ``key`` needs nothing more: applied, held, gone or not ours."""
+        try:
+            file = parse_key(key, 0, transaction_path)
+        except ValueError:
+            return True
+        if key in gone or file.kind is FileKind.FULL_LOAD:
+            return True  # LOAD files are listed by every round that looks at their folder
+        readers = list(by_source) if file.is_multi_table else [file.source]
+        if not file.is_multi_table and file.source not in by_source:
+            return True  # not a table this loop applies (unconfigured, keyless, or not selected)
+        return all(r in states and (key in states[r].applied or key in states[r].held) for r in readers)
+
+    started = time.monotonic()
+    index.relist()
+    last_relist = last_news = started
+    due: Sequence[TableConfig] = selected
+    first = True
+    while True:
+        round_started = time.monotonic()
+        report, touched = apply_pending(engine, index.listing(), due)
+        states |= touched
+        if first:
+            warn(report)
+            first = False
+        _record(outcome, report, {t.source for t in due}, retry_at, settings, round_started)
+        backlog = _backlog(index, states, by_source)
+        if on_round is not None:
+            on_round(Round(outcome.rounds, report, backlog, time.monotonic() - round_started))
+        if any(t.files_applied for t in report.tables):
+            last_news = time.monotonic()
+        notices.settle(done)
+        if engine.stopping.is_set():
+            outcome.stopped_by = "interrupted"
+            break
+        if settings.max_run_seconds is not None and time.monotonic() - started >= settings.max_run_seconds:
+            outcome.stopped_by = "max run time"
+            break
+        busy = backlog.files > 0 or last_news >= round_started
+        announced = notices.wait(round_started + settings.poll_seconds, engine.stopping, done)
+        if engine.stopping.is_set():
+            outcome.stopped_by = "interrupted"
+            break
+        new, missing = index.announce(announced)
+        gone |= missing
+        if time.monotonic() - last_relist >= settings.relist_seconds:
+            new |= index.relist()
+            last_relist = time.monotonic()
+        elif announced or busy or not notices.announces:
+            new |= index.look(folders)
+        outcome.listings = index.requests
+        if new:
+            last_news = time.monotonic()
+        elif settings.idle_seconds is not None and time.monotonic() - last_news >= settings.idle_seconds:
+            outcome.stopped_by = "idle"
+            break
+        due = _due(selected, index, states, new, retry_at)
+    outcome.listings = index.requests
+    return outcome
+
+
+def _record(
+    outcome: FollowReport,
+    report: RunReport,
+    worked_on: set[str],
+    retry_at: dict[str, tuple[float, int]],
+    settings: FollowSettings,
+    now: float,
+) -> None:
+    """Add a round to the totals; a table's failure stands until a later round applies it."""
+    outcome.rounds += 1
+    outcome.files_applied += sum(t.files_applied for t in report.tables)
+    outcome.bytes_applied += sum(t.bytes_applied for t in report.tables)
+    failed = {f.table: f for f in report.failures}
+    for table in worked_on - failed.keys():
+        outcome.failures.pop(table, None)
+        retry_at.pop(table, None)
+    for source, failure in failed.items():
+        outcome.failures[source] = failure
+        count = retry_at.get(source, (0.0, 0))[1] + 1
+        wait = min(settings.retry_cap_seconds, settings.poll_seconds * 2 ** (count - 1))
+        retry_at[source] = (now + wait, count)
+
+
+def _unapplied(index: BronzeIndex, states: dict[str, TableState]) -> dict[str, list[int]]:
+    """The sizes of each loaded table's CDC files that are neither applied nor held, by source."""
+    done = {source: state.applied | state.held for source, state in states.items()}
+    found: dict[str, list[int]] = {}
+    for file in index.files.values():
+        if file.kind is FileKind.CDC and file.source in done and file.key not in done[file.source]:
+            found.setdefault(file.source, []).append(file.size)
+    return found
+
+
+def _backlog(index: BronzeIndex, states: dict[str, TableState], by_source: dict[str, TableConfig]) -> Backlog:
+    sizes = [size for source, found in _unapplied(index, states).items() if source in by_source for size in found]
+    return Backlog(len(sizes), sum(sizes))
+
+
+def _due(
+    selected: Sequence[TableConfig],
+    index: BronzeIndex,
+    states: dict[str, TableState],
+    new: set[str],
+    retry_at: dict[str, tuple[float, int]],
+) -> list[TableConfig]:
+    """The tables the next round works on: new files, files left pending, failures due again."""
+    now = time.monotonic()
+    news = {index.files[k].source for k in new if k in index.files}
+    multi = any(index.files[k].is_multi_table for k in new if k in index.files)
+    pending = set(_unapplied(index, states))
+    chosen = []
+    for table in selected:
+        if table.source in retry_at:
+            if retry_at[table.source][0] <= now:
+                chosen.append(table)
+        elif multi or table.source in news or table.source in pending or table.source not in states:
+            chosen.append(table)
+    return chosen

@@ -1,0 +1,185 @@
+"""The follow loop (``run --follow``, the Glue CDC job): files applied as they arrive, each once,
+checked against a plain-Python replay of the change log."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from cdclake.context import Engine
+from cdclake.dms.writer import SourceChange, cdc_file_name, cdc_records, write_csv
+from cdclake.engine.follow import FollowSettings, Polling, Round, follow
+from cdclake.lake.committer import IcebergCommitter
+from cdclake.lake.ledger import read_ledger
+from oracle import replay_change_log
+
+EngineFactory = Callable[..., Engine]
+TABLES = ("alpha", "beta", "gamma")
+CONFIG = """
+bronze: {timestamp_column: ts}
+cdc: {parallel_tables: 3}
+tables:
+""" + "".join(f"  s.{t}: {{primary_key: [id], columns: {{id: int, name: string}}}}\n" for t in TABLES)
+LOAD_TS = "2024-01-01 00:00:00.000000"
+INITIAL = [{"id": str(i), "name": f"n{i}", "ts": LOAD_TS} for i in range(1, 4)]
+
+
+class Source:
+    """Writes DMS files for the tables and keeps each table's change log for the oracle."""
+
+    def __init__(self, bronze: Path) -> None:
+        self.bronze = bronze
+        self.log: dict[str, list[SourceChange]] = {t: [] for t in TABLES}
+        self.second = 0
+        for table in TABLES:
+            rows = [[LOAD_TS, r["id"], r["name"]] for r in INITIAL]
+            write_csv(bronze / "s" / table / "LOAD00000001.csv", rows)
+
+    def cdc_file(self, table: str, changes: list[tuple[str, int, str]]) -> Path:
+        written = []
+        for op, ident, name in changes:
+            self.second += 1
+            ts = f"2024-01-02 00:{self.second // 60:02d}:{self.second % 60:02d}.000000"
+            written.append(SourceChange(op, {"id": str(ident), "name": name, "ts": ts}, ts, ""))
+        self.log[table] += written
+        path = self.bronze / "s" / table / cdc_file_name(written[-1].commit_ts)
+        records = cdc_records(written, ["id", "name"], with_timestamp=True, with_seq=False)
+        part = path.with_name(path.name + ".part")  # written whole, then renamed: DMS's upload is atomic too
+        write_csv(part, records)
+        part.rename(path)
+        return path
+
+    def expected(self, table: str) -> dict[tuple[str, ...], dict[str, Any]]:
+        return replay_change_log(INITIAL, self.log[table], ["id"])
+
+
+def silver(engine: Engine, table: str) -> dict[tuple[str, ...], dict[str, Any]]:
+    rows = engine.spark.table(f"silver.{engine.config.database}.{table}").collect()
+    return {(str(r["id"]),): {"id": str(r["id"]), "name": r["name"], "ts": r["ts"]} for r in rows}
+
+
+def test_files_that_arrive_while_following_are_applied_once_each_then_the_loop_ends_idle(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # GIVEN three tables' full loads and a first CDC file in bronze
+    engine = make_engine(CONFIG)
+    source = Source(tmp_path / "bronze")
+    source.cdc_file("alpha", [("U", 1, "a1"), ("I", 9, "a9")])
+    rounds: list[Round] = []
+    applied_rounds = threading.Semaphore(0)
+
+    def each_round(done: Round) -> None:
+        rounds.append(done)
+        if any(t.files_applied for t in done.report.tables):
+            applied_rounds.release()
+
+    # WHEN the loop follows bronze while files keep arriving, each after the last was applied
+    def arrive() -> None:
+        for step in range(4):
+            assert applied_rounds.acquire(timeout=60)
+            source.cdc_file(TABLES[step % 3], [("U", 2, f"x{step}"), ("D", 3, "")])
+            source.cdc_file("beta", [("I", 10 + step, f"b{step}")])
+
+    writer = threading.Thread(target=arrive)
+    writer.start()
+    outcome = follow(engine, FollowSettings(poll_seconds=0.3, idle_seconds=4.0), Polling(), on_round=each_round)
+    writer.join()
+    # THEN it ended idle, having applied every file in several rounds, and each table equals the replay
+    assert outcome.stopped_by == "idle" and outcome.failures == {}
+    assert sum(1 for r in rounds if any(t.files_applied for t in r.report.tables)) == 5
+    for table in TABLES:
+        assert silver(engine, table) == source.expected(table), table
+    # AND each CDC file is in the ledger once (the load's file too), with no backlog left
+    files = sorted((tmp_path / "bronze").rglob("*.csv"))
+    applied = set()
+    for table in TABLES:
+        applied |= read_ledger(engine.spark, engine.silver_table(engine.config.table(table))).applied
+    assert applied == {f.relative_to(tmp_path / "bronze").as_posix() for f in files}
+    assert outcome.files_applied == len(files) and rounds[-1].backlog.files == 0
+
+
+class FailingFor(IcebergCommitter):
+    """Fails every data commit of one table until ``healed`` is set."""
+
+    def __init__(self, table: str) -> None:
+        self.table = table
+        self.healed = threading.Event()
+        self.failures = 0
+
+    def _fault(self, batch: Any) -> None:
+        if batch.table.name == self.table and not self.healed.is_set():
+            self.failures += 1
+            raise RuntimeError(f"simulated fault in {self.table}")
+
+    def merge(self, spark: Any, batch: Any, statement: Any) -> None:
+        self._fault(batch)
+        super().merge(spark, batch, statement)
+
+    def publish(self, spark: Any, batch: Any) -> None:
+        self._fault(batch)
+        super().publish(spark, batch)
+
+    def row_delta(self, spark: Any, batch: Any, before_commit: Any = None) -> None:
+        self._fault(batch)
+        super().row_delta(spark, batch, before_commit)
+
+
+def test_a_failing_table_is_tried_again_with_backoff_while_the_others_go_on(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # GIVEN a table whose commits fail until healed, and files for every table
+    committer = FailingFor("gamma")
+    engine = replace(make_engine(CONFIG), committer=committer)
+    source = Source(tmp_path / "bronze")
+    for table in TABLES:
+        source.cdc_file(table, [("U", 1, f"{table}-1")])
+    failing_rounds: list[int] = []
+
+    def each_round(done: Round) -> None:
+        if any(f.table == "s.gamma" for f in done.report.failures):
+            failing_rounds.append(done.number)
+        if len(failing_rounds) == 3:
+            committer.healed.set()  # fixed after its third failure
+        if done.number == 2:
+            source.cdc_file("alpha", [("U", 2, "alpha-2")])
+
+    # WHEN the loop follows until idle
+    outcome = follow(engine, FollowSettings(poll_seconds=0.2, idle_seconds=5.0), Polling(), on_round=each_round)
+    # THEN the others went on at once; gamma was tried again after growing pauses, then applied
+    assert outcome.failures == {} and committer.failures == 3
+    assert failing_rounds[0] == 1 and failing_rounds[2] - failing_rounds[1] >= failing_rounds[1] - failing_rounds[0]
+    for table in TABLES:
+        assert silver(engine, table) == source.expected(table), table
+
+
+def test_run_follow_applies_files_as_they_arrive_and_ctrl_c_ends_it_with_130(tmp_path: Path) -> None:
+    # GIVEN a configuration and a full load in bronze
+    (tmp_path / "cdclake.yaml").write_text(CONFIG.replace("bronze: {", "bronze: {path: bronze, "))
+    source = Source(tmp_path / "bronze")
+    command = [sys.executable, "-m", "cdclake.shells.cli", "--config", str(tmp_path / "cdclake.yaml"), "-q"]
+    command += ["run", "--follow", "--poll-interval", "0.5"]
+    follower = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        # WHEN files arrive after the full loads, and the user presses Ctrl-C once they are applied
+        out: list[str] = []
+        assert follower.stdout is not None
+        while sum("full-load" in line for line in out) != 3:
+            out.append(follower.stdout.readline())
+            assert follower.poll() is None, follower.stderr.read() if follower.stderr else ""
+        source.cdc_file("beta", [("U", 1, "b1"), ("I", 7, "b7")])
+        while not any(line.startswith("cdc       s.beta: files=1") for line in out):
+            out.append(follower.stdout.readline())
+        follower.send_signal(signal.SIGINT)
+        _, stderr = follower.communicate(timeout=120)
+    finally:
+        follower.kill()
+    # THEN it stopped with 130 and the promise that nothing is lost
+    assert follower.returncode == 130, stderr
+    assert "cdclake: interrupted; nothing is lost, run it again" in stderr
+    assert "inserted=1 updated=1" in "".join(out)

@@ -1,0 +1,169 @@
+"""The follow loop's edges: bronze listed after each folder's newest key, batches bounded by bytes,
+and S3 events in an SQS FIFO queue read as announcements (moto)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from cdclake.dms.files import parse_key
+from cdclake.dms.index import BronzeIndex, in_time_order
+from cdclake.dms.notices import QueueNotices, announced_key
+from cdclake.dms.store import LocalBronze, S3Bronze
+from cdclake.engine.select import batches
+
+from .conftest import BUCKET
+
+
+class CountingS3:
+    """An S3 client that records the ListObjectsV2 requests it sends (with their StartAfter)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.listed: list[str | None] = []
+        client.meta.events.register("before-call.s3.ListObjectsV2", self._seen)
+
+    def _seen(self, params: dict[str, Any], **_: Any) -> None:
+        self.listed.append(params.get("query_string", {}).get("start-after"))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+
+def put(client: Any, key: str, body: bytes = b"x") -> None:
+    client.put_object(Bucket=BUCKET, Key=f"dms/{key}", Body=body)
+
+
+def test_a_folder_is_listed_after_its_newest_cdc_key_and_still_shows_its_load_files(s3_client: Any) -> None:
+    # GIVEN a table folder with a LOAD file and two CDC files, indexed by a full listing
+    counting = CountingS3(s3_client)
+    for key in ("s/t/LOAD00000001.csv", "s/t/20240301-1200000000.csv", "s/t/20240301-1201000000.csv"):
+        put(s3_client, key)
+    index = BronzeIndex(S3Bronze(counting, BUCKET, "dms"))
+    assert index.relist() == {"s/t/LOAD00000001.csv", "s/t/20240301-1200000000.csv", "s/t/20240301-1201000000.csv"}
+    # WHEN a CDC file and a second LOAD file arrive and the folder is looked at
+    put(s3_client, "s/t/20240301-1202000000.csv")
+    put(s3_client, "s/t/LOAD00000002.csv", b"xyz")
+    new = index.look(["s/t"])
+    # THEN S3 was asked for what sorts after the newest CDC key only, and both new files are indexed
+    assert counting.listed[-1] == "dms/s/t/20240301-1201000000.csv"
+    assert new == {"s/t/20240301-1202000000.csv", "s/t/LOAD00000002.csv"}
+    assert [f.name for f in index.listing().files] == [
+        "LOAD00000001.csv",
+        "LOAD00000002.csv",
+        "20240301-1200000000.csv",
+        "20240301-1201000000.csv",
+        "20240301-1202000000.csv",
+    ]
+    # AND a look that finds nothing new reports nothing, and a LOAD file removed from bronze leaves the index
+    s3_client.delete_object(Bucket=BUCKET, Key="dms/s/t/LOAD00000002.csv")
+    assert index.look(["s/t"]) == set()
+    assert "s/t/LOAD00000002.csv" not in index.files
+
+
+def test_date_folders_that_do_not_start_with_the_year_are_listed_whole(tmp_path: Path) -> None:
+    # GIVEN DDMMYYYY date folders: a newer day's folder sorts before an older one
+    keys = ["s/t/28022024/20240228-2359000000.csv", "s/t/01032024/20240301-0001000000.csv"]
+    assert not in_time_order(parse_key(keys[0]), "s/t")
+    assert in_time_order(parse_key("s/t/2024/02/28/20240228-2359000000.csv"), "s/t")
+    for key in keys[:1]:
+        (tmp_path / key).parent.mkdir(parents=True)
+        (tmp_path / key).write_bytes(b"x")
+    index = BronzeIndex(LocalBronze(tmp_path))
+    index.relist()
+    # WHEN the next day's file arrives in a folder that sorts before the known one
+    (tmp_path / keys[1]).parent.mkdir(parents=True)
+    (tmp_path / keys[1]).write_bytes(b"x")
+    # THEN the folder is listed whole and the file is found (listing after the newest key would miss it)
+    assert index.newest_in_order("s/t") is None
+    assert index.look(["s/t"]) == {keys[1]}
+
+
+def test_an_announced_key_no_listing_showed_is_added_with_its_size_and_a_missing_one_is_named(
+    tmp_path: Path,
+) -> None:
+    # GIVEN an index of a folder, and a file that arrived with an older name than the newest known key
+    (tmp_path / "s/t").mkdir(parents=True)
+    (tmp_path / "s/t/20240301-1205000000.csv").write_bytes(b"x")
+    index = BronzeIndex(LocalBronze(tmp_path))
+    index.relist()
+    (tmp_path / "s/t/20240301-1200000000.csv").write_bytes(b"late")
+    assert index.look(["s/t"]) == set()  # listing after the newest key cannot see it
+    # WHEN its event names it (and another event names a file deleted since, and one a stray key)
+    new, missing = index.announce(["s/t/20240301-1200000000.csv", "s/t/20240301-1100000000.csv", "s/t/x.txt"])
+    # THEN the late file is in the index with its size; the deleted one is named missing
+    assert new == {"s/t/20240301-1200000000.csv"}
+    assert index.files["s/t/20240301-1200000000.csv"].size == 4
+    assert missing == {"s/t/20240301-1100000000.csv"}
+
+
+def test_batches_are_bounded_by_files_and_bytes_and_a_large_file_goes_alone() -> None:
+    files = [parse_key(f"s/t/20240301-12000{i:05d}.csv", size) for i, size in enumerate([40, 40, 40, 200, 10, 10])]
+    cut = batches(files, 3, max_bytes=100)
+    assert [[f.size for f in batch] for batch in cut] == [[40, 40], [40], [200], [10, 10]]
+    assert [len(b) for b in batches(files, 2)] == [2, 2, 2]
+
+
+# --------------------------------------------------------------------------- the file queue
+
+
+def event(key: str, bucket: str = BUCKET) -> str:
+    return json.dumps(
+        {
+            "detail-type": "Object Created",
+            "source": "aws.s3",
+            "detail": {"bucket": {"name": bucket}, "object": {"key": key, "size": 1}},
+        }
+    )
+
+
+def test_an_event_names_a_key_relative_to_the_bronze_prefix_or_nothing() -> None:
+    assert announced_key(event("dms/s/t/20240301-1200000000.csv"), BUCKET, "dms") == "s/t/20240301-1200000000.csv"
+    assert (
+        announced_key(event("dms/s/my%20t/20240301-1200000000.csv"), BUCKET, "dms") == "s/my t/20240301-1200000000.csv"
+    )
+    assert announced_key(event("other/s/t/x.csv"), BUCKET, "dms") is None
+    assert announced_key(event("dms/s/t/x.csv", "another-bucket"), BUCKET, "dms") is None
+    assert announced_key("not json", BUCKET, "dms") is None
+
+
+@pytest.fixture
+def fifo(aws_credentials: None) -> Any:
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        url = sqs.create_queue(
+            QueueName="files.fifo", Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"}
+        )["QueueUrl"]
+        yield sqs, url
+
+
+def counts(sqs: Any, url: str) -> tuple[int, int]:
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    return int(attributes["ApproximateNumberOfMessages"]), int(attributes["ApproximateNumberOfMessagesNotVisible"])
+
+
+def test_events_of_applied_files_are_deleted_as_they_come_and_the_rest_after_their_round(fifo: Any) -> None:
+    # GIVEN 25 events in one message group: 22 of files already applied, then 3 of pending files
+    sqs, url = fifo
+    keys = [f"s/t/20240301-12{i:08d}.csv" for i in range(25)]
+    for key in keys:
+        sqs.send_message(QueueUrl=url, MessageBody=event(f"dms/{key}"), MessageGroupId="dms")
+    notices = QueueNotices(sqs, url, BUCKET, "dms")
+    applied = set(keys[:22])
+    # WHEN the loop waits for announcements
+    announced = notices.wait(time.monotonic() + 2, threading.Event(), lambda k: k in applied)
+    # THEN the applied ones were deleted on receipt, so the FIFO window moved past them to the pending ones
+    assert announced == set(keys[22:])
+    assert notices.deleted == 22 and counts(sqs, url) == (0, 3)
+    # WHEN the round applied one of the three and the loop settles
+    applied.add(keys[22])
+    assert notices.settle(lambda k: k in applied) == 1
+    # THEN that event is gone and the other two are visible again, for the next round
+    assert counts(sqs, url) == (2, 0)
