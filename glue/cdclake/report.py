@@ -62,6 +62,18 @@ class TableFailure:
         return f"{self.kind:9} {self.table}: failed: {lines[0]}"
 
 
+@dataclass(frozen=True)
+class Backlog:
+    """What bronze holds that silver has not applied yet after a round (the follow loop counts it)."""
+
+    files: int
+    bytes: int
+
+    def __post_init__(self) -> None:
+        if self.files < 0 or self.bytes < 0:
+            raise ValueError(f"a backlog cannot be negative: files={self.files} bytes={self.bytes}")
+
+
 @dataclass
 class RunReport:
     """Every table report of one run, the tables that failed, and what the run found in bronze but

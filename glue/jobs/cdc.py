@@ -53,7 +53,7 @@ def main(argv: Sequence[str]) -> RunReport | FollowReport:
     else:
         report = run(engine)
     log_report(report)
-    publish_metrics(args, report)
+    publish_metrics(args, engine.config, report)
     report.checked()  # after the other tables' outcomes are logged and published
     return report
 
@@ -75,7 +75,7 @@ def _follow(args: JobArguments, engine: Engine) -> FollowReport:
             done.backlog.bytes,
             done.seconds,
         )
-        publish_metrics(args, done.report)
+        publish_metrics(args, engine.config, done.report, done.backlog)
 
     outcome = follow(engine, settings, queue_notices(args), on_round=each_round)
     log.info(

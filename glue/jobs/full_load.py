@@ -24,7 +24,7 @@ def main(argv: Sequence[str]) -> RunReport:
     engine = build_engine(args)
     report = full_load(engine, reload=args.reload)
     log_report(report)
-    publish_metrics(args, report)
+    publish_metrics(args, engine.config, report)
     report.checked()  # after the other tables' outcomes are logged and published
     return report
 

@@ -33,7 +33,7 @@ from cdclake.dms.files import FileKind, parse_key
 from cdclake.dms.index import BronzeIndex
 from cdclake.engine.run import apply_pending, warn
 from cdclake.engine.select import TableState, skip_reason
-from cdclake.report import RunReport, TableFailure
+from cdclake.report import Backlog, RunReport, TableFailure
 
 log = logging.getLogger("cdclake")
 
@@ -47,14 +47,6 @@ class FollowSettings:
     max_run_seconds: float | None = None  # end after this long even while busy (a Glue run's length)
     relist_seconds: float = 3600.0  # list all of bronze this often: new tables, events that never came
     retry_cap_seconds: float = 600.0  # a failed table is tried again after poll x 2^n, up to this
-
-
-@dataclass(frozen=True)
-class Backlog:
-    """CDC files seen in bronze and not yet applied (nor held in quarantine), after a round."""
-
-    files: int
-    bytes: int
 
 
 class Notices(Protocol):

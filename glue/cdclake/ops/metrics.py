@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
-from cdclake.report import RunReport, TableFailure, TableReport
+from cdclake.report import Backlog, RunReport, TableFailure, TableReport
 
 if TYPE_CHECKING:
     from mypy_boto3_cloudwatch import CloudWatchClient
@@ -66,18 +66,6 @@ class MetricsTarget:
     # per-table metrics (dimensions Table and Environment), at about $3 a table-month;
     # ``table_metrics_for`` accepts silver names too. Every table gets its log line either way.
     table_metrics: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True)
-class Backlog:
-    """What bronze holds that silver has not applied yet when the run ends (the caller counts it)."""
-
-    files: int
-    bytes: int
-
-    def __post_init__(self) -> None:
-        if self.files < 0 or self.bytes < 0:
-            raise ValueError(f"a backlog cannot be negative: files={self.files} bytes={self.bytes}")
 
 
 @dataclass(frozen=True)

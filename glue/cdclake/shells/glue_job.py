@@ -16,7 +16,7 @@ from cdclake.config import DEFAULT_CATALOG, PipelineConfig, load_config, parse_c
 from cdclake.context import Engine, open_engine
 from cdclake.dms.notices import QueueNotices
 from cdclake.errors import ConfigError
-from cdclake.report import RunReport
+from cdclake.report import Backlog, RunReport
 from cdclake.runtime.session import GlueCatalog, LocalCatalog
 
 log = logging.getLogger("cdclake")
@@ -35,6 +35,7 @@ OPTIONAL_ARGUMENTS = (
     "poll_seconds",
     "idle_seconds",
     "max_run_seconds",
+    "table_metrics",
 )
 
 
@@ -57,6 +58,7 @@ class JobArguments:
     poll_seconds: float = 30.0
     idle_seconds: float = 300.0
     max_run_seconds: float = 3600.0
+    table_metrics: str = ""  # comma-separated tables that get CloudWatch metrics of their own (others: log lines)
 
 
 def parse_arguments(argv: Sequence[str], extra: Sequence[str] = ()) -> JobArguments:
@@ -91,6 +93,7 @@ def parse_arguments(argv: Sequence[str], extra: Sequence[str] = ()) -> JobArgume
         poll_seconds=_seconds(values, "poll_seconds", JobArguments.poll_seconds),
         idle_seconds=_seconds(values, "idle_seconds", JobArguments.idle_seconds),
         max_run_seconds=_seconds(values, "max_run_seconds", JobArguments.max_run_seconds),
+        table_metrics=values.get("table_metrics") or "",
     )
 
 
@@ -163,16 +166,24 @@ def queue_notices(args: JobArguments) -> QueueNotices:
     return QueueNotices(boto3.client("sqs"), args.queue_url, bucket, prefix.strip("/"))
 
 
-def publish_metrics(args: JobArguments, report: RunReport) -> None:
-    """Send the run's business metrics to CloudWatch when the job was given a namespace."""
+def publish_metrics(
+    args: JobArguments, config: PipelineConfig, report: RunReport, backlog: Backlog | None = None
+) -> None:
+    """Send the run's (or round's) pipeline metrics to CloudWatch and log a JSON line per table
+    batch, when the job was given a namespace; tables in --table_metrics get metrics of their own."""
     if args.metrics_namespace is None:
         return
     import boto3
 
-    from cdclake.ops.metrics import MetricsTarget, publish
+    from cdclake.ops.metrics import MetricsTarget, publish, table_metrics_for
 
-    sent = publish(boto3.client("cloudwatch"), MetricsTarget(args.metrics_namespace, args.environment), report)
-    log.info("metrics published namespace=%s entries=%d", args.metrics_namespace, sent)
+    target = MetricsTarget(
+        args.metrics_namespace, args.environment, table_metrics_for(args.table_metrics.split(","), config)
+    )
+    sent = publish(boto3.client("cloudwatch"), target, report, backlog)
+    log.info(
+        "metrics published namespace=%s entries=%d table_lines=%d", args.metrics_namespace, sent.entries, sent.lines
+    )
 
 
 def log_report(report: RunReport) -> None:
