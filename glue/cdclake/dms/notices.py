@@ -68,20 +68,20 @@ class QueueNotices:
         return True
 
     def wait(self, until: float, stopping: threading.Event, done: Callable[[str], bool]) -> set[str]:
+        """Receive until ``until``, and at least once (a round that overran its interval still
+        reads what arrived); go on receiving while messages come, so done ones are cleared."""
         keys: set[str] = set()
         while not stopping.is_set():
             remaining = until - time.monotonic()
-            if remaining < 1:
-                stopping.wait(max(0.0, remaining))
-                break
             answer = self.sqs.receive_message(
                 QueueUrl=self.queue_url,
                 MaxNumberOfMessages=_MAX_PER_CALL,
-                WaitTimeSeconds=min(_MAX_WAIT_SECONDS, int(remaining)),
+                WaitTimeSeconds=max(0, min(_MAX_WAIT_SECONDS, int(remaining))),
                 VisibilityTimeout=self.visibility_seconds,
             )
+            messages = answer.get("Messages", [])
             finished: list[str] = []
-            for message in answer.get("Messages", []):
+            for message in messages:
                 key = self._key(message["Body"])
                 if key is None or done(key):
                     finished.append(message["ReceiptHandle"])
@@ -89,6 +89,9 @@ class QueueNotices:
                     self.held.setdefault(key, []).append(message["ReceiptHandle"])
                     keys.add(key)
             self._delete(finished)
+            if not messages and time.monotonic() >= until - 1:
+                stopping.wait(max(0.0, until - time.monotonic()))
+                break
         return keys
 
     def settle(self, done: Callable[[str], bool]) -> int:

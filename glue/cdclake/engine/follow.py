@@ -30,7 +30,7 @@ from typing import Protocol
 from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import FileKind, parse_key
-from cdclake.dms.index import BronzeIndex
+from cdclake.dms.index import BronzeIndex, folder_of
 from cdclake.engine.run import apply_pending, warn
 from cdclake.engine.select import TableState, skip_reason
 from cdclake.report import Backlog, RunReport, TableFailure
@@ -46,6 +46,9 @@ class FollowSettings:
     idle_seconds: float | None = None  # end after this long without a new file; None: until stopped
     max_run_seconds: float | None = None  # end after this long even while busy (a Glue run's length)
     relist_seconds: float = 3600.0  # list all of bronze this often: new tables, events that never came
+    # With announcements, a round looks only at folders that were announced or had a new file this
+    # recently (so a request finds about one new file); other folders wait for an event or the relist.
+    active_seconds: float = 600.0
     retry_cap_seconds: float = 600.0  # a failed table is tried again after poll x 2^n, up to this
 
 
@@ -149,7 +152,8 @@ def follow(
         return all(r in states and (key in states[r].applied or key in states[r].held) for r in readers)
 
     started = time.monotonic()
-    index.relist()
+    # folder -> when a new file was last found in it (all of them at the start: the run has work)
+    active = dict.fromkeys({folder_of(index.files[k]) for k in index.relist()}, started)
     last_relist = last_news = started
     due: Sequence[TableConfig] = selected
     first = True
@@ -173,19 +177,26 @@ def follow(
         if settings.max_run_seconds is not None and time.monotonic() - started >= settings.max_run_seconds:
             outcome.stopped_by = "max run time"
             break
-        busy = backlog.files > 0 or last_news >= round_started
         announced = notices.wait(round_started + settings.poll_seconds, engine.stopping, done)
         if engine.stopping.is_set():
             outcome.stopped_by = "interrupted"
             break
         new, missing = index.announce(announced)
         gone |= missing
-        if time.monotonic() - last_relist >= settings.relist_seconds:
+        now = time.monotonic()
+        if now - last_relist >= settings.relist_seconds:
             new |= index.relist()
-            last_relist = time.monotonic()
-        elif announced or busy or not notices.announces:
+            last_relist = now
+        elif not notices.announces:
             new |= index.look(folders)
+        else:
+            recent = {f for f, at in active.items() if now - at <= settings.active_seconds}
+            announced_folders = {folder_of(index.files[k]) for k in announced if k in index.files}
+            new |= index.look((recent | announced_folders | _pending_folders(index, states)) & folders)
         outcome.listings = index.requests
+        for key in new:
+            if key in index.files:
+                active[folder_of(index.files[key])] = time.monotonic()
         if new:
             last_news = time.monotonic()
         elif settings.idle_seconds is not None and time.monotonic() - last_news >= settings.idle_seconds:
@@ -227,6 +238,12 @@ def _unapplied(index: BronzeIndex, states: dict[str, TableState]) -> dict[str, l
         if file.kind is FileKind.CDC and file.source in done and file.key not in done[file.source]:
             found.setdefault(file.source, []).append(file.size)
     return found
+
+
+def _pending_folders(index: BronzeIndex, states: dict[str, TableState]) -> set[str]:
+    """The folders of tables with files still to apply (a batch bound, a failure)."""
+    sources = set(_unapplied(index, states))
+    return {folder_of(f) for f in index.files.values() if f.source in sources}
 
 
 def _backlog(index: BronzeIndex, states: dict[str, TableState], by_source: dict[str, TableConfig]) -> Backlog:
