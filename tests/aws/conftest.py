@@ -39,11 +39,9 @@ def _template_max_receive_count() -> int:
 
 
 MAX_RECEIVE_COUNT = _template_max_receive_count()
-# The fixture's DequeueBatch receive visibility (the stack's ReceiveVisibilitySeconds), short for the tests.
-RECEIVE_VISIBILITY_SECONDS = 2
 
 # In Lambda, a function's code directory is on sys.path: app.py imports its logic module by its bare name.
-# The logic modules have unique names (batch_manifest, batch_ack) so both directories can be on the path.
+# The logic modules have unique names (work, ...) so every function's directory can be on the path.
 for _function_dir in sorted(p for p in FUNCTIONS.iterdir() if p.is_dir()):
     if str(_function_dir) not in sys.path:
         sys.path.insert(0, str(_function_dir))
@@ -121,6 +119,8 @@ class MotoStepFunctionsGaps:
     # Runs a Glue job for real (job name, its arguments: default then run's); an exception fails the run.
     glue_runner: Callable[[str, dict[str, str]], None] | None = None
     failed_runs: dict[str, str] = field(default_factory=dict)  # run id -> error message
+    # Not a gap: a list makes Retry waits instant and records each interval moto would have slept (None: sleep).
+    retry_waits: list[float] | None = None
 
 
 @pytest.fixture
@@ -333,8 +333,8 @@ def patch_moto_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctionsGaps:
     monkeypatch.setattr(IsTimestamp, "string_to_timestamp", staticmethod(rfc3339))
 
     # GAP 12: moto caps a message's total visibility at 12 hours from when it was *sent*; SQS counts the 12 hours
-    # from the receive (the ChangeMessageVisibility reference), so a batch that waited in the queue can still be
-    # held for its CDC job (HoldBatch). Count from the latest receive, as SQS does.
+    # from the receive (the ChangeMessageVisibility reference), so a message that waited in the queue can still be
+    # extended while the CDC job applies its file. Count from the latest receive, as SQS does.
     from moto.core.utils import unix_time_millis
     from moto.sqs.exceptions import InvalidParameterValue, ReceiptHandleIsInvalid
     from moto.sqs.models import Message, SQSBackend
@@ -378,6 +378,19 @@ def patch_moto_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctionsGaps:
 
     monkeypatch.setattr(SQSBackend, "receive_message", receive_message)
 
+    # Not a gap: the test clock for Retry intervals (RunCdcJob waits 60, 120, 240 s between failed runs).
+    from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+
+    class RetryClock:
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            if knobs.retry_waits is None:
+                time.sleep(seconds)
+            else:
+                knobs.retry_waits.append(seconds)
+
+    monkeypatch.setattr(retrier_decl, "time", RetryClock)
+
     # GAP 8 (no patch): a JSONPath such as `$.ReplicationTasks[0].Status` yields a one-element list in moto.
     # The definition avoids indexed paths: a Map state classifies every task and States.ArrayContains decides.
     return knobs
@@ -408,6 +421,9 @@ class Pipeline:
     gold_job: str
     gaps: MotoStepFunctionsGaps
     started: int = 0
+    # What the fake CDC job (fake_cdc_job) did: the bronze keys of the messages each run consumed, per run.
+    cdc_runs: list[list[str]] = field(default_factory=list)
+    cdc_failures_left: int = 0  # the next runs of the CDC job that fail (before consuming anything)
 
     def send_file(self, key: str, size: int) -> None:
         """Announce a bronze file of ``size`` bytes (the event carries the size; the object itself is a stand-in)."""
@@ -497,6 +513,28 @@ class Pipeline:
         return [json.loads(m["Body"]) for m in got]
 
 
+def fake_cdc_job(pipeline: Pipeline) -> Callable[[str, dict[str, str]], None]:
+    """A stand-in for the CDC Glue job's queue contract (moto runs no job): given ``--queue_url`` it receives every
+    message and deletes each one, as the job does after its file's commit; a failing run consumes nothing."""
+
+    def run(job_name: str, arguments: dict[str, str]) -> None:
+        if job_name != pipeline.cdc_job:
+            return
+        if pipeline.cdc_failures_left > 0:
+            pipeline.cdc_failures_left -= 1
+            raise RuntimeError("simulated failure of cdclake-cdc")
+        consumed = []
+        while messages := pipeline.sqs.receive_message(
+            QueueUrl=arguments["--queue_url"], MaxNumberOfMessages=10, VisibilityTimeout=30
+        ).get("Messages", []):
+            for message in messages:
+                consumed.append(json.loads(message["Body"])["detail"]["object"]["key"])
+                pipeline.sqs.delete_message(QueueUrl=arguments["--queue_url"], ReceiptHandle=message["ReceiptHandle"])
+        pipeline.cdc_runs.append(consumed)
+
+    return run
+
+
 def render_definition(substitutions: dict[str, str]) -> str:
     """What CloudFormation does with DefinitionSubstitutions: replace each ${Name} in the definition text."""
     text = DEFINITION.read_text(encoding="utf-8")
@@ -506,13 +544,15 @@ def render_definition(substitutions: dict[str, str]) -> str:
 
 
 @pytest.fixture
-def pipeline(
-    moto_step_functions_gaps: MotoStepFunctionsGaps, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
-) -> Iterator[Pipeline]:
+def pipeline(moto_step_functions_gaps: MotoStepFunctionsGaps, request: pytest.FixtureRequest) -> Iterator[Pipeline]:
     """The stack's resources in moto, the state machine created from the real definition file.
 
-    Settings substitutions can be overridden per test: ``@pytest.mark.parametrize("pipeline", [{...}], indirect=True)``.
+    Settings substitutions can be overridden per test: ``@pytest.mark.parametrize("pipeline", [{...}], indirect=True)``;
+    ``SweepEveryIterations`` there sets the CheckWork function's environment (0 here unless a test sets it).
+    The CDC job's runs are ``fake_cdc_job``.
     """
+    settings = dict(getattr(request, "param", {}))
+    sweep_every = settings.pop("SweepEveryIterations", "0")
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         iam = boto3.client("iam", region_name=REGION)
         role = iam.create_role(
@@ -550,6 +590,8 @@ def pipeline(
                 Role=role,
                 Command={"Name": "glueetl", "ScriptLocation": f"s3://{artifacts}/glue/{job}.py"},
                 ExecutionProperty={"MaxConcurrentRuns": 1},
+                # As template.yaml: the CDC job follows the file queue (the state machine passes no arguments).
+                DefaultArguments={"--queue_url": queue_url} if job == "cdclake-cdc" else {},
             )
         dms = boto3.client("dms", region_name=REGION)
         task_arn = dms.create_replication_task(
@@ -563,24 +605,22 @@ def pipeline(
         dms.start_replication_task(ReplicationTaskArn=task_arn, StartReplicationTaskType="start-replication")
 
         lam = boto3.client("lambda", region_name=REGION)
-        function_arns = {}
-        for function in ("dequeue_batch", "ack_batch"):
-            function_arns[function] = lam.create_function(
-                FunctionName=f"cdclake-{function}",
-                Runtime="python3.11",
-                Role=role,
-                Handler="app.handler",
-                Code={"ZipFile": b"in-process (see moto_step_functions_gaps)"},
-            )["FunctionArn"]
-            handler = load_handler_module(function).handler
-            moto_step_functions_gaps.lambda_handlers[f"cdclake-{function}"] = handler
-        monkeypatch.setenv("QUEUE_URL", queue_url)
-        monkeypatch.setenv("MANIFEST_BUCKET", artifacts)
-        monkeypatch.setenv("MANIFEST_PREFIX", "manifests")
-        monkeypatch.setenv("MAX_FILES_PER_BATCH", "3")
-        monkeypatch.setenv("MAX_BYTES_PER_BATCH", "1000")
-        monkeypatch.setenv("RECEIVE_WAIT_SECONDS", "1")  # long polling, shortened for tests
-        monkeypatch.setenv("RECEIVE_VISIBILITY_SECONDS", str(RECEIVE_VISIBILITY_SECONDS))
+        work_check_arn = lam.create_function(
+            FunctionName="cdclake-work_check",
+            Runtime="python3.11",
+            Role=role,
+            Handler="app.handler",
+            Code={"ZipFile": b"in-process (see moto_step_functions_gaps)"},
+            # The environment template.yaml gives it (QUEUE_URL from the Globals).
+            Environment={
+                "Variables": {
+                    "QUEUE_URL": queue_url,
+                    "CDC_JOB_NAME": "cdclake-cdc",
+                    "SWEEP_EVERY_ITERATIONS": sweep_every,
+                }
+            },
+        )["FunctionArn"]
+        moto_step_functions_gaps.lambda_handlers["cdclake-work_check"] = load_handler_module("work_check").handler
 
         sfn = boto3.client("stepfunctions", region_name=REGION)
         name = "cdclake-pipeline"
@@ -593,9 +633,7 @@ def pipeline(
                 "AlertTopicArn": topic,
                 "FullLoadJobName": "cdclake-full-load",
                 "CdcJobName": "cdclake-cdc",
-                "QueueUrl": queue_url,
-                "DequeueBatchFunctionArn": function_arns["dequeue_batch"],
-                "AckBatchFunctionArn": function_arns["ack_batch"],
+                "WorkCheckFunctionArn": work_check_arn,
                 "MaintenanceJobName": "cdclake-maintenance",
                 "PollSeconds": "1",
                 "MaxIterations": "3",
@@ -603,19 +641,20 @@ def pipeline(
                 "MaintenanceEveryIterations": "2",
                 "GoldJobName": "cdclake-gold",
                 "GoldEveryIterations": "0",  # off unless a test turns it on: the gold tests below
-                "ReceiveVisibilitySeconds": str(RECEIVE_VISIBILITY_SECONDS),
-                **getattr(request, "param", {}),
+                **settings,
             }
         )
         created = sfn.create_state_machine(name=name, definition=definition, roleArn=role)["stateMachineArn"]
         assert created == state_machine_arn
-        yield Pipeline(
+        pipeline = Pipeline(
             sfn=sfn, sqs=sqs, s3=s3, glue=glue, dms=dms, state_machine_arn=state_machine_arn,
             queue_url=queue_url, dlq_url=dlq_url, alerts_url=alerts_url, bronze_bucket=bronze,
             artifacts_bucket=artifacts, task_arn=task_arn, full_load_job="cdclake-full-load",
             cdc_job="cdclake-cdc", maintenance_job="cdclake-maintenance", gold_job="cdclake-gold",
             gaps=moto_step_functions_gaps,
         )  # fmt: skip
+        moto_step_functions_gaps.glue_runner = fake_cdc_job(pipeline)
+        yield pipeline
         # Stop every execution before moto's backends go away; repeat while a hand-over starts a new
         # one, or it would run on into the next test's fresh backends (and alert there).
         deadline = time.monotonic() + 15

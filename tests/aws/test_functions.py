@@ -1,4 +1,4 @@
-"""The Lambda handlers against moto SQS/S3, with a fake Lambda context."""
+"""The CheckWork Lambda handler against moto SQS and Glue, with a fake Lambda context."""
 
 from __future__ import annotations
 
@@ -6,236 +6,163 @@ import io
 import json
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import boto3
 import pytest
-from batch_manifest import BronzeObject, QueuedObject, take_batch
-from conftest import FakeLambdaContext, load_handler_module
+from conftest import FakeLambdaContext, MotoStepFunctionsGaps, load_handler_module, patch_moto_gaps
 from moto import mock_aws
+from work import QueueDepth, WorkCheckSettings, decide
 
-from cdclake.dms.manifest import read_manifest
 from s3_events import object_created_event
 
-BRONZE = "bronze"
+CDC_JOB = "cdclake-test-cdc"
+
+
+@dataclass
+class Stack:
+    sqs: Any
+    glue: Any
+    queue_url: str
+    gaps: MotoStepFunctionsGaps
+
+    def queue_file(self, key: str) -> None:
+        body = object_created_event("bronze", key, 100)
+        self.sqs.send_message(QueueUrl=self.queue_url, MessageBody=body, MessageGroupId="dms")
+
+    def start_cdc_run(self) -> str:
+        return str(self.glue.start_job_run(JobName=CDC_JOB)["JobRunId"])
 
 
 @pytest.fixture
-def queue(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any, str]]:
+def stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
+    """The file queue and the CDC job in moto, and the function's environment as template.yaml sets it."""
+    gaps = patch_moto_gaps(monkeypatch)  # Glue runs that stay RUNNING (moto ends them at once)
+    gaps.running_seconds[CDC_JOB] = 60
     with mock_aws():
         sqs = boto3.client("sqs", region_name="us-east-1")
-        s3 = boto3.client("s3", region_name="us-east-1")
-        s3.create_bucket(Bucket="artifacts")
+        glue = boto3.client("glue", region_name="us-east-1")
         url = sqs.create_queue(
             QueueName="files.fifo", Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"}
         )["QueueUrl"]
+        glue.create_job(Name=CDC_JOB, Role="arn:aws:iam::123456789012:role/glue", Command={"Name": "glueetl"})
         monkeypatch.setenv("QUEUE_URL", url)
-        monkeypatch.setenv("MANIFEST_BUCKET", "artifacts")
-        monkeypatch.setenv("MAX_FILES_PER_BATCH", "10")
-        monkeypatch.setenv("MAX_BYTES_PER_BATCH", "250")
-        monkeypatch.setenv("RECEIVE_WAIT_SECONDS", "1")
-        yield sqs, s3, url
+        monkeypatch.setenv("CDC_JOB_NAME", CDC_JOB)
+        monkeypatch.setenv("SWEEP_EVERY_ITERATIONS", "3")
+        yield Stack(sqs, glue, url, gaps)
 
 
-def send(sqs: Any, url: str, key: str, size: int) -> None:
-    sqs.send_message(QueueUrl=url, MessageBody=object_created_event(BRONZE, key, size), MessageGroupId="dms")
+def check_work(since_sweep: int = 0, execution_id: str = "") -> dict[str, Any]:
+    event = {"sinceSweep": since_sweep, "executionId": execution_id}
+    result: dict[str, Any] = load_handler_module("work_check").handler(event, FakeLambdaContext())
+    return result
 
 
-def test_dequeue_writes_an_ordered_manifest_cdclake_reads(
-    queue: tuple[Any, Any, str], lambda_context: FakeLambdaContext
+def test_queued_files_start_a_run(stack: Stack) -> None:
+    # GIVEN two files queued and no CDC run
+    stack.queue_file("dms/s/orders/20240301-120000100.csv")
+    stack.queue_file("dms/s/orders/20240301-120000200.csv")
+    # WHEN the state machine checks for work THEN a run may start
+    assert check_work() == {
+        "start": True, "reason": "files queued", "visible": 2, "inFlight": 0, "jobRunning": False, "sweep": False,
+    }  # fmt: skip
+
+
+def test_messages_in_flight_without_a_run_start_one(stack: Stack) -> None:
+    # GIVEN a message received by a run that ended before deleting it (still in flight, nothing visible)
+    stack.queue_file("dms/s/orders/20240301-120000100.csv")
+    stack.sqs.receive_message(QueueUrl=stack.queue_url, VisibilityTimeout=600)
+    # WHEN the state machine checks THEN a run starts: it lists bronze and applies the file whatever the queue holds
+    result = check_work()
+    assert (result["start"], result["visible"], result["inFlight"]) == (True, 0, 1)
+    assert result["reason"] == "messages in flight with no active run"
+
+
+def test_no_run_starts_while_one_is_active(stack: Stack) -> None:
+    # GIVEN files queued and a CDC run still RUNNING (the previous iteration's, or one started by hand)
+    stack.queue_file("dms/s/orders/20240301-120000100.csv")
+    stack.start_cdc_run()
+    # WHEN the state machine checks THEN no second run starts, even with a sweep due
+    result = check_work(since_sweep=99)
+    assert (result["start"], result["jobRunning"], result["reason"]) == (False, True, "a CDC job run is active")
+    assert result["visible"] == 1
+
+
+def test_an_ended_run_does_not_block(stack: Stack) -> None:
+    # GIVEN an earlier run that has ended (SUCCEEDED) and a queued file
+    stack.gaps.running_seconds.clear()
+    stack.start_cdc_run()
+    assert [r["JobRunState"] for r in stack.glue.get_job_runs(JobName=CDC_JOB)["JobRuns"]] == ["SUCCEEDED"]
+    stack.queue_file("dms/s/orders/20240301-120000100.csv")
+    # WHEN the state machine checks THEN a new run may start
+    result = check_work()
+    assert (result["start"], result["jobRunning"]) == (True, False)
+
+
+@pytest.mark.parametrize(
+    ("since_sweep", "start", "reason"), [(2, False, "no work"), (3, True, "sweep due"), (40, True, "sweep due")]
+)
+def test_an_empty_queue_starts_a_sweep_run_every_n_iterations(
+    stack: Stack, since_sweep: int, start: bool, reason: str
 ) -> None:
-    sqs, s3, url = queue
-    send(sqs, url, "dms/s/orders/20240301-120000200.csv", 100)
-    send(sqs, url, "dms/s/orders/LOAD00000001.csv", 5000)  # full-load file: acknowledged, not applied
-    send(sqs, url, "dms/s/orders/20240301-120000100.csv", 100)
-    send(sqs, url, "dms/s/orders/20240301-120000300.csv", 100)  # over the 250-byte limit: next batch
-
-    result = load_handler_module("dequeue_batch").handler({"executionName": "run-1", "iteration": 7}, lambda_context)
-
-    assert result["manifestUri"] == "s3://artifacts/manifests/run-1/000007.json"
-    assert (result["fileCount"], result["byteCount"]) == (2, 200)
-    assert len(result["receiptHandles"]) == 3
-    assert result["skipped"] == [f"s3://{BRONZE}/dms/s/orders/LOAD00000001.csv"]
-    # The entries HoldBatch sends: the batch's messages, held for the rest of the 12 hours SQS allows from the
-    # receive (the default receive visibility is 180 s)
-    assert result["holdEntries"] == [
-        {"Id": f"m{i}", "ReceiptHandle": handle, "VisibilityTimeout": 43200 - 180}
-        for i, handle in enumerate(result["receiptHandles"])
-    ]
-    text = s3.get_object(Bucket="artifacts", Key="manifests/run-1/000007.json")["Body"].read().decode()
-    entries = read_manifest(text, "test")  # the CDC job's own reader
-    assert [(e.key, e.size) for e in entries] == [
-        (f"s3://{BRONZE}/dms/s/orders/20240301-120000100.csv", 100),
-        (f"s3://{BRONZE}/dms/s/orders/20240301-120000200.csv", 100),
-    ]
-    # The file that did not fit was handed back at once: visible again, and next once the batch is deleted.
-    counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
-    assert (counts["ApproximateNumberOfMessages"], counts["ApproximateNumberOfMessagesNotVisible"]) == ("1", "3")
-    load_handler_module("ack_batch").handler({"receiptHandles": result["receiptHandles"]}, lambda_context)
-    [left] = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
-    assert json.loads(left["Body"])["detail"]["object"]["key"] == "dms/s/orders/20240301-120000300.csv"
+    # GIVEN an empty queue, no active run, and SWEEP_EVERY_ITERATIONS 3
+    # WHEN the state machine checks after since_sweep iterations without a run
+    result = check_work(since_sweep=since_sweep)
+    # THEN a run starts once the sweep is due (it lists bronze: files whose S3 event never reached the queue)
+    assert (result["start"], result["reason"], result["sweep"]) == (start, reason, start)
+    assert (result["visible"], result["inFlight"], result["jobRunning"]) == (0, 0, False)
 
 
-def test_dequeue_of_an_empty_queue_writes_nothing(
-    queue: tuple[Any, Any, str], lambda_context: FakeLambdaContext
+def test_a_sweep_every_zero_iterations_never_sweeps(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWEEP_EVERY_ITERATIONS", "0")
+    assert check_work(since_sweep=10_000)["start"] is False
+
+
+def test_the_decision_from_the_counts_alone() -> None:
+    # GIVEN the counts WHEN decided THEN start = not running and (visible or in flight or sweep due)
+    idle = QueueDepth(visible=0, in_flight=0)
+    assert decide(idle, job_running=False, since_sweep=0, sweep_every=1).start is False
+    assert decide(idle, job_running=False, since_sweep=1, sweep_every=1).start is True
+    assert decide(QueueDepth(5, 0), job_running=True, since_sweep=0, sweep_every=0).start is False
+    assert decide(QueueDepth(0, 3), job_running=False, since_sweep=0, sweep_every=0).start is True
+
+
+def test_settings_are_validated_once_with_a_clear_message() -> None:
+    assert WorkCheckSettings.from_environment({"QUEUE_URL": "q", "CDC_JOB_NAME": "j"}).sweep_every_iterations == 60
+    with pytest.raises(ValueError, match="CDC_JOB_NAME"):
+        WorkCheckSettings.from_environment({"QUEUE_URL": "q"})
+    with pytest.raises(ValueError, match="SWEEP_EVERY_ITERATIONS must be 0"):
+        WorkCheckSettings.from_environment({"QUEUE_URL": "q", "CDC_JOB_NAME": "j", "SWEEP_EVERY_ITERATIONS": "-1"})
+
+
+def test_a_payload_without_since_sweep_is_rejected(stack: Stack) -> None:
+    with pytest.raises(ValueError, match="sinceSweep"):
+        load_handler_module("work_check").handler({"executionId": "x"}, FakeLambdaContext())
+    with pytest.raises(ValueError, match="sinceSweep"):
+        load_handler_module("work_check").handler({"sinceSweep": -1}, FakeLambdaContext())
+
+
+def test_queue_depth_is_published_as_metrics_and_logged_with_the_execution(
+    stack: Stack, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _, s3, _ = queue
-    result = load_handler_module("dequeue_batch").handler({"executionName": "run-1"}, lambda_context)
-    assert result == {
-        "manifestUri": "",
-        "receiptHandles": [],
-        "messageCount": 0,
-        "fileCount": 0,
-        "byteCount": 0,
-        "skipped": [],
-        "holdEntries": [],
-    }
-    assert s3.list_objects_v2(Bucket="artifacts")["KeyCount"] == 0
-
-
-def visible_and_in_flight(sqs: Any, url: str) -> tuple[str, str]:
-    counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
-    return counts["ApproximateNumberOfMessages"], counts["ApproximateNumberOfMessagesNotVisible"]
-
-
-def test_dequeue_rejects_a_message_that_is_not_an_s3_event_and_releases_what_it_received(
-    queue: tuple[Any, Any, str], lambda_context: FakeLambdaContext
-) -> None:
-    # GIVEN a good file announcement followed by a message of another kind
-    sqs, _, url = queue
-    send(sqs, url, "dms/s/orders/20240301-120000100.csv", 100)
-    sqs.send_message(QueueUrl=url, MessageBody='{"detail-type": "Object Deleted"}', MessageGroupId="dms")
-    # WHEN the batch is dequeued THEN the invocation fails, naming the problem
-    with pytest.raises(ValueError, match="not an 'Object Created' event"):
-        load_handler_module("dequeue_batch").handler({"executionName": "run-1"}, lambda_context)
-    # AND both messages are visible again at once: the message group is not held for the visibility timeout
-    assert visible_and_in_flight(sqs, url) == ("2", "0")
-
-
-def test_dequeue_rejects_an_s3_event_without_a_bucket(
-    queue: tuple[Any, Any, str], lambda_context: FakeLambdaContext
-) -> None:
-    sqs, _, url = queue
-    event = json.loads(object_created_event(BRONZE, "dms/s/orders/20240301-120000100.csv", 5))
-    del event["detail"]["bucket"]
-    sqs.send_message(QueueUrl=url, MessageBody=json.dumps(event), MessageGroupId="dms")
-    with pytest.raises(ValueError, match="not an EventBridge S3 event"):
-        load_handler_module("dequeue_batch").handler({"executionName": "run-1"}, lambda_context)
-    assert visible_and_in_flight(sqs, url) == ("1", "0")
-
-
-def test_a_payload_without_the_execution_name_is_rejected(
-    queue: tuple[Any, Any, str], lambda_context: FakeLambdaContext
-) -> None:
-    sqs, _, url = queue
-    send(sqs, url, "dms/s/orders/20240301-120000100.csv", 100)
-    with pytest.raises(ValueError, match="executionName"):
-        load_handler_module("dequeue_batch").handler({"iteration": 1}, lambda_context)
-    assert visible_and_in_flight(sqs, url) == ("1", "0")  # rejected before receiving anything
-
-
-def test_log_lines_carry_the_execution_as_correlation_id(
-    queue: tuple[Any, Any, str], lambda_context: FakeLambdaContext
-) -> None:
-    # The Powertools loggers write JSON through their own formatter; read it from an extra stream handler
-    # (both functions' Loggers are the service's one logging.Logger here, "cdclake", so one handler sees both).
-    stream = io.StringIO()
-    modules = [load_handler_module("dequeue_batch"), load_handler_module("ack_batch")]
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(modules[0].logger.registered_formatter)
-    modules[0].logger.addHandler(handler)
-    execution = "arn:aws:states:us-east-1:123456789012:execution:cdclake-dev-pipeline:run-9"
-    try:
-        modules[0].handler({"executionName": "run-9", "executionId": execution, "iteration": 0}, lambda_context)
-        modules[1].handler({"receiptHandles": [], "executionId": execution}, lambda_context)
-    finally:
-        modules[0].logger.removeHandler(handler)
-    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
-    assert [(line["message"], line["correlation_id"]) for line in lines] == [
-        ("batch dequeued", execution),
-        ("batch acknowledged", execution),
-    ]
-
-
-def test_stops_receiving_once_the_byte_budget_is_reached(queue: tuple[Any, Any, str]) -> None:
-    # GIVEN a stub queue that would hand out one 300-byte message per receive (as with several message groups)
-    from batch_manifest import receive_in_order
-
-    class OneAtATime:
-        def __init__(self) -> None:
-            self.calls = 0
-            self.visibilities: list[int] = []
-
-        def receive_message(self, **kwargs: Any) -> dict[str, Any]:
-            self.calls += 1
-            self.visibilities.append(kwargs["VisibilityTimeout"])
-            body = object_created_event(BRONZE, f"dms/s/t/20240301-12000000{self.calls}.csv", 300)
-            return {"Messages": [{"Body": body, "ReceiptHandle": f"h{self.calls}"}]}
-
-    stub = OneAtATime()
-    # WHEN a batch of at most 10 files and 512 bytes is received
-    received = receive_in_order(stub, "url", max_files=10, max_bytes=512, wait_seconds=0, visibility_seconds=180)  # type: ignore[arg-type]
-    # THEN receiving stopped at the second message, whose bytes reach the budget
-    assert [m.receipt_handle for m in received] == ["h1", "h2"]
-    # AND every receive asked for the short receive visibility, never the queue's 12-hour default
-    assert stub.visibilities == [180, 180]
-
-
-def test_ack_deletes_exactly_the_batch(queue: tuple[Any, Any, str], lambda_context: FakeLambdaContext) -> None:
-    sqs, _, url = queue
-    for n in range(12):
-        send(sqs, url, f"dms/s/t/20240301-1200000{n:02d}.csv", 1)
-    handles = [m["ReceiptHandle"] for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]]
-
-    result = load_handler_module("ack_batch").handler({"receiptHandles": handles}, lambda_context)
-
-    assert result == {"deleted": 10, "expired": 0}
-    remaining = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
-    assert remaining["Attributes"]["ApproximateNumberOfMessages"] == "2"
-
-
-def test_a_single_file_over_the_byte_limit_still_forms_a_batch() -> None:
-    big = QueuedObject(BronzeObject("b", "p/s/t/20240301-1.csv", 10_000), "h1")
-    small = QueuedObject(BronzeObject("b", "p/s/t/20240301-2.csv", 1), "h2")
-    batch, rest = take_batch([big, small], max_files=10, max_bytes=100)
-    assert [f.key for f in batch.files] == ["p/s/t/20240301-1.csv"]
-    assert batch.receipt_handles == ["h1"]
-    assert rest == [small]
-
-
-def test_a_file_announced_twice_is_listed_once_and_acknowledged_twice() -> None:
-    first = QueuedObject(BronzeObject("b", "p/s/t/20240301-1.csv", 5), "h1")
-    again = QueuedObject(BronzeObject("b", "p/s/t/20240301-1.csv", 5), "h2")
-    batch, rest = take_batch([first, again], max_files=10, max_bytes=100)
-    assert len(batch.files) == 1 and batch.byte_count == 5
-    assert batch.receipt_handles == ["h1", "h2"] and rest == []
-
-
-def test_messages_for_objects_that_are_not_cdc_files_are_counted_and_logged(
-    queue: tuple[Any, Any, str], lambda_context: FakeLambdaContext, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # GIVEN a CDC file and two objects that are not DMS CDC files (the rule's filter lets a "2*" name through)
-    sqs, _, url = queue
-    send(sqs, url, "dms/s/orders/20240301-120000100.csv", 10)
-    send(sqs, url, "dms/s/orders/2024-notes.txt", 10)
-    send(sqs, url, "dms/s/orders/LOAD00000001.csv", 10)
+    # GIVEN two queued files
+    stack.queue_file("dms/s/orders/20240301-120000100.csv")
+    stack.queue_file("dms/s/items/20240301-120000100.csv")
     capsys.readouterr()
-    module = load_handler_module("dequeue_batch")
+    module = load_handler_module("work_check")
     stream = io.StringIO()  # the Logger's own handler holds the stdout of its first import: read an extra one
     handler = logging.StreamHandler(stream)
     handler.setFormatter(module.logger.registered_formatter)
     module.logger.addHandler(handler)
-    # WHEN the batch is dequeued
+    execution = "arn:aws:states:us-east-1:123456789012:execution:cdclake-dev-pipeline:run-9"
+    # WHEN the state machine checks
     try:
-        result = module.handler({"executionName": "run-1"}, lambda_context)
+        check_work(execution_id=execution)
     finally:
         module.logger.removeHandler(handler)
-    # THEN they are acknowledged with the batch, and a metric and a warning say how many and which
-    assert result["messageCount"] == 3 and result["fileCount"] == 1
-    metrics = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith('{"_aws"')]
-    [emf] = metrics
-    assert emf["NonCdcMessagesSkipped"] == [2.0]
-    logged = [json.loads(line) for line in stream.getvalue().splitlines()]
-    [warning] = [line for line in logged if line.get("level") == "WARNING"]
-    assert warning["message"] == "messages for objects that are not DMS CDC files acknowledged without applying"
-    assert warning["skipped"] == result["skipped"] and len(result["skipped"]) == 2
+    # THEN the counts are metrics (EMF on stdout) and the log line carries the execution as correlation id
+    [emf] = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith('{"_aws"')]
+    assert (emf["QueueVisibleMessages"], emf["QueueInFlightMessages"]) == ([2.0], [0.0])
+    [line] = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert (line["message"], line["correlation_id"], line["reason"]) == ("work checked", execution, "files queued")

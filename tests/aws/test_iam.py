@@ -183,8 +183,7 @@ def environment_target(function: str, variable: str) -> str:
 # ---------------------------------------------------------------------------------------------- Lambdas
 # Which environment variable names the resource each service's calls reach, per function directory.
 FUNCTIONS = {
-    "dequeue_batch": ("DequeueBatchFunction", {"sqs": "QUEUE_URL", "s3": "MANIFEST_BUCKET"}),
-    "ack_batch": ("AckBatchFunction", {"sqs": "QUEUE_URL"}),
+    "work_check": ("WorkCheckFunction", {"sqs": "QUEUE_URL", "glue": "CDC_JOB_NAME"}),
 }
 
 
@@ -207,10 +206,18 @@ def test_every_boto3_call_of_a_function_is_allowed_by_its_role(function: str) ->
 
 
 def test_the_checks_find_the_calls_the_functions_make() -> None:
-    dequeue = {iam_action(s, o) for s, o, _ in boto3_calls(sorted((ROOT / "functions" / "dequeue_batch").glob("*.py")))}
-    assert dequeue == {"sqs:ReceiveMessage", "sqs:ChangeMessageVisibility", "s3:PutObject"}
-    ack = {iam_action(s, o) for s, o, _ in boto3_calls(sorted((ROOT / "functions" / "ack_batch").glob("*.py")))}
-    assert ack == {"sqs:DeleteMessage"}
+    work = {iam_action(s, o) for s, o, _ in boto3_calls(sorted((ROOT / "functions" / "work_check").glob("*.py")))}
+    assert work == {"sqs:GetQueueAttributes", "glue:GetJobRuns"}  # the paginator's operation counts
+
+
+def test_the_work_check_function_may_do_nothing_else() -> None:
+    # Least privilege: the depth of this queue and the runs of this job, nothing more (no message is read).
+    statements = role_statements("WorkCheckFunction")
+    job = "arn:${AWS::Partition}:glue:${AWS::Region}:${AWS::AccountId}:job/${CdcJob}"
+    assert [(s["Action"], s["Resource"]) for s in statements] == [
+        ("sqs:GetQueueAttributes", {"GetAtt": "FileQueue.Arn"}),
+        ("glue:GetJobRuns", {"Sub": job}),
+    ]
 
 
 def test_a_missing_permission_is_found() -> None:
@@ -244,19 +251,39 @@ ICEBERG_NEEDS = [
 ]
 
 
-def test_every_boto3_call_of_the_glue_jobs_is_allowed_by_the_glue_role() -> None:
+# The CDC job's interface (--queue_url): it follows the encrypted file queue. Declared here as well as read from
+# the code, so the role is checked even before the job's code calls SQS.
+CDC_QUEUE_NEEDS = [
+    *(Need(f"sqs:{a}", "FileQueue", "CDC job --queue_url")
+      for a in ("ReceiveMessage", "DeleteMessage", "ChangeMessageVisibility", "GetQueueAttributes")),
+    Need("kms:Decrypt", "QueueKey", "CDC job --queue_url"),
+    Need("kms:GenerateDataKey", "QueueKey", "CDC job --queue_url"),
+]  # fmt: skip
+
+
+def test_every_boto3_call_of_the_glue_jobs_is_allowed_by_the_glue_roles() -> None:
     paths = sorted((ROOT / "glue").rglob("*.py"))
     calls = boto3_calls(paths)
     needs = list(ICEBERG_NEEDS)
+    queue_needs = list(CDC_QUEUE_NEEDS)
     for service, operation, where in calls:
         action = iam_action(service, operation)
         if service == "cloudwatch":
             needs.append(Need(action, "*", where))  # PutMetricData has no resource type (narrowed by namespace)
             continue
+        if service == "sqs":  # only the CDC job follows the queue (its own role)
+            queue_needs.append(Need(action, "FileQueue", where))
+            queue_needs.extend(kms_needs(action, "FileQueue", where))
+            continue
         needs.extend(Need(action, bucket, where) for bucket in GLUE_BUCKETS[action])
-    found = {iam_action(s, o) for s, o, _ in calls}
+    found = {iam_action(s, o) for s, o, _ in calls if s != "sqs"}
     assert found == {"cloudwatch:PutMetricData", *GLUE_BUCKETS}, found
     assert missing("GlueJobRole", needs) == []
+    assert missing("CdcJobRole", [*needs, *queue_needs]) == []
+    # and the queue is the CDC job's alone: the full-load, maintenance and gold jobs' role may not consume it
+    assert missing("GlueJobRole", [n for n in queue_needs if n.action.startswith("sqs:")]) == [
+        n for n in queue_needs if n.action.startswith("sqs:")
+    ]
 
 
 # ---------------------------------------------------------------------------------------- state machine
@@ -317,7 +344,7 @@ def task_needs() -> list[Need]:
 def test_every_task_of_the_state_machine_is_allowed_by_its_role() -> None:
     needs = task_needs()
     actions = {n.action for n in needs}
-    assert {"lambda:InvokeFunction", "glue:StartJobRun", "sqs:ChangeMessageVisibility", "states:StartExecution",
-            "states:ListExecutions", "dms:DescribeReplicationTasks", "sns:Publish", "sqs:GetQueueAttributes",
-            "kms:GenerateDataKey"} <= actions  # fmt: skip
+    assert {"lambda:InvokeFunction", "glue:StartJobRun", "states:StartExecution", "states:ListExecutions",
+            "dms:DescribeReplicationTasks", "sns:Publish", "kms:GenerateDataKey"} <= actions  # fmt: skip
+    assert not any(a.startswith("sqs:") for a in actions)  # the CDC job and CheckWork reach the queue, not the ASL
     assert missing("PipelineStateMachine", needs) == []

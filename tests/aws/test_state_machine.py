@@ -8,20 +8,29 @@ from __future__ import annotations
 
 import datetime
 import json
-import time
 from typing import Any
 
 import pytest
-from conftest import RECEIVE_VISIBILITY_SECONDS, Pipeline
+from conftest import Pipeline
 
 
 def cdc_key(table: str, stamp: str) -> str:
     return f"dms/sales/{table}/20240301-{stamp}.csv"
 
 
-def manifest_of(pipeline: Pipeline, run: dict[str, Any]) -> dict[str, Any]:
-    bucket, _, key = run["Arguments"]["--manifest"][len("s3://") :].partition("/")
-    return dict(json.loads(pipeline.s3.get_object(Bucket=bucket, Key=key)["Body"].read()))
+def work_checks(pipeline: Pipeline, execution: str) -> list[dict[str, Any]]:
+    """What each CheckWork of the execution answered, in order."""
+    return [
+        json.loads(e["stateExitedEventDetails"]["output"])["work"]
+        for e in pipeline.history(execution)
+        if e.get("stateExitedEventDetails", {}).get("name") == "CheckWork"
+    ]
+
+
+def queue_counts(pipeline: Pipeline) -> tuple[int, int]:
+    """(visible, in flight) messages of the file queue."""
+    counts = pipeline.sqs.get_queue_attributes(QueueUrl=pipeline.queue_url, AttributeNames=["All"])["Attributes"]
+    return int(counts["ApproximateNumberOfMessages"]), int(counts["ApproximateNumberOfMessagesNotVisible"])
 
 
 def test_full_load_in_progress_waits_and_checks_again(pipeline: Pipeline) -> None:
@@ -46,7 +55,7 @@ def test_full_load_complete_runs_the_full_load_job_once_then_cdc_starts_in_a_fre
 ) -> None:
     execution = pipeline.start({})
     assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
-    assert "ReadQueueDepth" not in pipeline.states_entered(execution)
+    assert "CheckWork" not in pipeline.states_entered(execution)
     # The successor starts with the whole history budget, knows the full load ran, and polls the empty queue.
     successor = pipeline.successor_of(execution)
     assert pipeline.input_of(successor)["fullLoadDone"] is True
@@ -62,6 +71,7 @@ def test_full_load_skipped_when_the_input_says_it_ran(pipeline: Pipeline) -> Non
     entered = pipeline.states_entered(execution)
     assert "DescribeReplicationTasks" not in entered
     assert pipeline.job_runs(pipeline.full_load_job) == []
+    assert pipeline.job_runs(pipeline.cdc_job) == []
 
 
 def test_stopped_replication_task_alerts_and_fails(pipeline: Pipeline) -> None:
@@ -93,131 +103,123 @@ def test_a_replication_task_that_was_never_started_alerts_instead_of_waiting_for
     assert pipeline.job_runs(pipeline.full_load_job) == []
 
 
-def test_queued_files_run_the_cdc_job_with_their_manifest_then_are_deleted(pipeline: Pipeline) -> None:
-    # GIVEN four CDC files queued (the batch limit is 3 files) - the last one arrives first for its table
+# ------------------------------------------------------------------------------------------ the CDC loop
+# The CDC job follows the queue itself: the fixture's fake_cdc_job consumes every message of a run, as the job does.
+
+
+def test_queued_files_start_one_run_that_consumes_them(pipeline: Pipeline) -> None:
+    # GIVEN four CDC files queued
     keys = [cdc_key("orders", "120000200"), cdc_key("orders", "120000100"), cdc_key("items", "120000300")]
+    keys.append(cdc_key("orders", "120000400"))
     for key in keys:
         pipeline.send_file(key, 100)
-    pipeline.send_file(cdc_key("orders", "120000400"), 100)
     # WHEN the pipeline runs
     execution = pipeline.start({"fullLoadDone": True})
     pipeline.wait_for_state(execution, "WaitForFiles")
-    # THEN two CDC job runs applied the files: 3 then 1, each with its manifest, in key order
-    runs = sorted(pipeline.job_runs(pipeline.cdc_job), key=lambda r: r["StartedOn"])
-    assert len(runs) == 2
-    manifests = []
-    for run in runs:
-        uri = run["Arguments"]["--manifest"]
-        bucket, _, key = uri[len("s3://") :].partition("/")
-        manifests.append(json.loads(pipeline.s3.get_object(Bucket=bucket, Key=key)["Body"].read()))
-    bronze = f"s3://{pipeline.bronze_bucket}/"
-    assert manifests[0] == {
-        "files": [
-            {"key": bronze + cdc_key("items", "120000300"), "size": 100},
-            {"key": bronze + cdc_key("orders", "120000100"), "size": 100},
-            {"key": bronze + cdc_key("orders", "120000200"), "size": 100},
-        ]
-    }
-    assert manifests[1] == {"files": [{"key": bronze + cdc_key("orders", "120000400"), "size": 100}]}
-    # AND the queue is empty, and acknowledging came after each job (never before)
-    assert pipeline.queue_bodies() == []
+    # THEN CheckWork saw them and one CDC run started, by name only (its default arguments name the queue)
+    first, after = work_checks(pipeline, execution)[:2]
+    assert first == {"start": True, "reason": "files queued", "visible": 4, "inFlight": 0, "jobRunning": False,
+                     "sweep": False}  # fmt: skip
+    [scheduled] = [e["taskScheduledEventDetails"] for e in pipeline.history(execution) if e["type"] == "TaskScheduled"
+                   and e["taskScheduledEventDetails"]["resource"] == "startJobRun.sync"]  # fmt: skip
+    assert json.loads(scheduled["parameters"]) == {"JobName": pipeline.cdc_job}
+    [run] = pipeline.job_runs(pipeline.cdc_job)
+    assert run["Arguments"] == {"--queue_url": pipeline.queue_url} and run["JobRunState"] == "SUCCEEDED"
+    # AND that run consumed every message, so the next check found no work and waited
+    assert pipeline.cdc_runs == [keys]
+    assert queue_counts(pipeline) == (0, 0)
+    assert (after["start"], after["reason"]) == (False, "no work")
     entered = pipeline.states_entered(execution)
-    assert entered.count("AcknowledgeBatch") == 2
-    assert entered.index("RunCdcJob") < entered.index("AcknowledgeBatch")
-
-
-def test_failed_cdc_job_releases_its_batch_at_once_and_alerts(pipeline: Pipeline) -> None:
-    # GIVEN a queued file and a CDC job that fails
-    pipeline.gaps.failing_jobs.add(pipeline.cdc_job)
-    key = cdc_key("orders", "120000100")
-    pipeline.send_file(key, 100)
-    execution = pipeline.start({"fullLoadDone": True})
-    result = pipeline.wait_until_done(execution)
-    # THEN the execution fails and alerts, without acknowledging the batch
-    assert result["status"] == "FAILED"
-    entered = pipeline.states_entered(execution)
-    assert "AcknowledgeBatch" not in entered
-    assert entered[entered.index("RunCdcJob") :] == [
-        "RunCdcJob", "ReleaseBatch", "ReleaseEntry", "ReleaseBatchMessages", "CountReleaseFailures",
-        "WasBatchReleased", "NotifyBatchFailed", "PipelineFailed",
+    assert entered[entered.index("CheckWork") :][:7] == [
+        "CheckWork", "ShouldRunCdcJob", "RunCdcJob", "CdcRunDone", "NextIteration", "IsGoldDue", "IsMaintenanceDue",
     ]  # fmt: skip
-    [alert] = pipeline.alerts()
-    assert alert["Subject"] == "cdclake: the pipeline stopped"
-    assert "States.TaskFailed" in alert["Message"]
-    assert "simulated failure of cdclake-cdc" in alert["Message"]
-    assert "The failed batch (1 messages) was made visible again in the queue at once" in alert["Message"]
-    # AND the batch is visible again at once, not held in flight for the 12-hour visibility timeout
-    counts = pipeline.sqs.get_queue_attributes(QueueUrl=pipeline.queue_url, AttributeNames=["All"])["Attributes"]
-    assert (counts["ApproximateNumberOfMessages"], counts["ApproximateNumberOfMessagesNotVisible"]) == ("1", "0")
-    # WHEN the job is repaired and the pipeline restarted THEN the same file is applied and acknowledged
-    pipeline.gaps.failing_jobs.clear()
-    restarted = pipeline.start({"fullLoadDone": True})
-    pipeline.wait_for_state(restarted, "AcknowledgeBatch")
-    runs = sorted(pipeline.job_runs(pipeline.cdc_job), key=lambda r: r["StartedOn"])
-    assert len(runs) == 2
-    assert [f["key"] for f in manifest_of(pipeline, runs[1])["files"]] == [f"s3://{pipeline.bronze_bucket}/{key}"]
-    pipeline.wait_for_state(restarted, "WaitForFiles")
-    assert pipeline.queue_bodies() == []
+    assert pipeline.state_input(execution, "NextIteration")["silver"] == {"changed": True}
 
 
-def test_an_empty_receive_waits_instead_of_spinning(pipeline: Pipeline) -> None:
-    # GIVEN two queued files whose message group is held by a batch in flight elsewhere (another consumer,
-    # or a crashed execution): the queue reports a visible message, but a receive returns nothing
+def test_no_run_starts_while_a_cdc_run_is_active(pipeline: Pipeline) -> None:
+    # GIVEN a CDC run started by hand that is still RUNNING, and then two files queued
+    pipeline.gaps.running_seconds[pipeline.cdc_job] = 60
+    pipeline.glue.start_job_run(JobName=pipeline.cdc_job)
     pipeline.send_file(cdc_key("orders", "120000100"), 100)
     pipeline.send_file(cdc_key("orders", "120000200"), 100)
-    held = pipeline.sqs.receive_message(QueueUrl=pipeline.queue_url, MaxNumberOfMessages=1, VisibilityTimeout=600)
-    assert len(held["Messages"]) == 1
     # WHEN the pipeline runs its three iterations
     execution = pipeline.start({"fullLoadDone": True})
     assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
-    # THEN every iteration that received nothing waited PollSeconds before asking again, and nothing ran
+    # THEN every iteration waited PollSeconds instead of starting a second run, and the files stay queued
+    checks = work_checks(pipeline, execution)
+    assert [(c["start"], c["jobRunning"], c["visible"], c["reason"]) for c in checks] == [
+        (False, True, 2, "a CDC job run is active")
+    ] * 3
     entered = pipeline.states_entered(execution)
-    loop = entered[entered.index("ReadQueueDepth") :]
-    assert loop.count("DequeueBatch") == 3
-    for i, name in enumerate(loop):
-        if name == "DequeueBatch":
-            assert loop[i + 1 : i + 4] == ["HasFiles", "WaitForFiles", "NextIteration"], loop
-    assert "RunCdcJob" not in entered and "AcknowledgeBatch" not in entered
-    assert [payload for _, payload in pipeline.gaps.lambda_calls if "receiptHandles" in payload] == []
+    assert "RunCdcJob" not in entered and entered.count("WaitForFiles") == 3
+    assert len(pipeline.job_runs(pipeline.cdc_job)) == 1
+    assert queue_counts(pipeline) == (2, 0)
 
 
-@pytest.mark.parametrize("pipeline", [{"MaxIterations": "12"}], indirect=True)
-def test_large_files_are_all_applied_and_never_dead_lettered(
-    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # GIVEN the default batch limits (10 files, 512 MB) and ten queued 300 MB files: only one fits a batch,
-    # so every receive hands the other nine back to the queue
-    monkeypatch.setenv("MAX_FILES_PER_BATCH", "10")
-    monkeypatch.setenv("MAX_BYTES_PER_BATCH", str(512 * 1024 * 1024))
-    keys = [cdc_key("orders", f"1200{n:02d}000") for n in range(10)]
-    for key in keys:
-        pipeline.send_file(key, 300 * 1024 * 1024)
-    # WHEN the pipeline runs
+@pytest.mark.parametrize("pipeline", [{"SweepEveryIterations": "2", "MaintenanceEveryIterations": "0"}], indirect=True)
+def test_an_idle_queue_starts_a_sweep_run_every_sweep_every_iterations(pipeline: Pipeline) -> None:
+    # GIVEN an empty queue (a file whose S3 event never reached it would be found only by a run listing bronze)
+    # WHEN the pipeline runs its three iterations
     execution = pipeline.start({"fullLoadDone": True})
-    assert pipeline.wait_until_done(execution, timeout=60)["status"] == "SUCCEEDED"
-    # THEN ten CDC runs applied the ten files, one each, in order, and none reached the dead-letter queue
+    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    # THEN the first two iterations waited and the third, 2 iterations without a run, started a sweep run
+    assert [payload["sinceSweep"] for _, payload in pipeline.gaps.lambda_calls] == [0, 1, 2]
+    checks = work_checks(pipeline, execution)
+    assert [(c["start"], c["sweep"], c["reason"]) for c in checks] == [
+        (False, False, "no work"), (False, False, "no work"), (True, True, "sweep due"),
+    ]  # fmt: skip
+    assert len(pipeline.job_runs(pipeline.cdc_job)) == 1 and pipeline.cdc_runs == [[]]
+    # AND the count restarted with the run and goes on in the successor: 1 iteration (the run's) since the sweep
+    assert pipeline.input_of(pipeline.successor_of(execution))["sinceSweep"] == 1
+
+
+def test_a_failed_run_is_retried_then_alerts_and_the_loop_goes_on(pipeline: Pipeline) -> None:
+    # GIVEN a queued file and a CDC job whose next 4 runs fail (Retry intervals recorded instead of waited)
+    pipeline.gaps.retry_waits = []
+    pipeline.cdc_failures_left = 4
+    key = cdc_key("orders", "120000100")
+    pipeline.send_file(key, 100)
+    # WHEN the pipeline runs its three iterations
+    execution = pipeline.start({"fullLoadDone": True})
+    result = pipeline.wait_until_done(execution)
+    # THEN the execution did not fail: the run was tried 4 times (3 retries, 60 s, 120 s, 240 s apart), alerted,
+    # and the next iteration started a new run that applied the file
+    assert result["status"] == "SUCCEEDED"
     runs = sorted(pipeline.job_runs(pipeline.cdc_job), key=lambda r: r["StartedOn"])
-    applied = [f["key"] for run in runs for f in manifest_of(pipeline, run)["files"]]
-    assert applied == [f"s3://{pipeline.bronze_bucket}/{key}" for key in keys]
-    assert pipeline.queue_bodies(pipeline.dlq_url) == []
-    assert pipeline.queue_bodies() == []
+    assert [r["JobRunState"] for r in runs] == ["FAILED"] * 4 + ["SUCCEEDED"]
+    assert pipeline.gaps.retry_waits == [60, 120, 240]
+    failed = [e for e in pipeline.history(execution) if e["type"] == "TaskFailed"]
+    assert len(failed) == 4 and all("simulated failure of cdclake-cdc" in e["taskFailedEventDetails"]["cause"]
+                                    for e in failed)  # fmt: skip
+    [alert] = pipeline.alerts()
+    assert alert["Subject"] == "cdclake: a CDC run failed"
+    assert "States.TaskFailed" in alert["Message"] and "simulated failure of cdclake-cdc" in alert["Message"]
+    assert "the next loop iteration starts a new run" in alert["Message"]
+    entered = pipeline.states_entered(execution)
+    assert entered.count("RunCdcJob") == 2 and entered.count("NotifyCdcRunFailed") == 1
+    assert entered.index("NotifyCdcRunFailed") < entered.index("CdcRunDone") < entered.index("NextIteration")
+    assert "NotifyFailure" not in entered and entered[-2:] == ["StartSuccessor", "HandedOver"]
+    assert pipeline.cdc_runs == [[key]] and queue_counts(pipeline) == (0, 0)
+    # AND the events it counted (2 runs with every retry counted, maintenance in the second iteration) cover its
+    # real history
+    assert assert_counter_covers_history(pipeline, execution) == 30 + 3 * 32 + 2 * 52 + 40
 
 
 def test_empty_queue_waits_and_polls_again(pipeline: Pipeline) -> None:
     execution = pipeline.start({"fullLoadDone": True})
-    pipeline.wait_for_state(execution, "ReadQueueDepth", times=2)
+    pipeline.wait_for_state(execution, "CheckWork", times=2)
     entered = pipeline.states_entered(execution)
-    assert entered.index("WaitForFiles") < len(entered) - entered[::-1].index("ReadQueueDepth") - 1
-    assert "DequeueBatch" not in entered
-    assert pipeline.gaps.lambda_calls == []
+    assert entered.index("WaitForFiles") < len(entered) - entered[::-1].index("CheckWork") - 1
+    assert "RunCdcJob" not in entered
+    assert [name for name, _ in pipeline.gaps.lambda_calls] == ["cdclake-work_check"] * len(pipeline.gaps.lambda_calls)
 
 
 def test_loop_threshold_hands_over_to_a_new_execution(pipeline: Pipeline) -> None:
     # MaxIterations is 3 in the fixture: after 3 loop iterations the execution starts its successor.
-    execution = pipeline.start({"fullLoadDone": True, "generation": 4})
+    execution = pipeline.start({"fullLoadDone": True, "generation": 4, "sinceSweep": 7})
     result = pipeline.wait_until_done(execution)
     assert result["status"] == "SUCCEEDED"
-    assert pipeline.states_entered(execution).count("ReadQueueDepth") == 3
+    assert pipeline.states_entered(execution).count("CheckWork") == 3
     executions = pipeline.sfn.list_executions(stateMachineArn=pipeline.state_machine_arn)["executions"]
     successors = [e for e in executions if e["executionArn"] != execution]
     assert len(successors) == 1
@@ -225,14 +227,15 @@ def test_loop_threshold_hands_over_to_a_new_execution(pipeline: Pipeline) -> Non
     assert successor_input["fullLoadDone"] is True
     assert successor_input["generation"] == 5
     assert successor_input["predecessor"] == execution
-    # The successor skips the full load and goes straight to the queue.
-    pipeline.wait_for_state(successors[0]["executionArn"], "ReadQueueDepth")
+    assert successor_input["sinceSweep"] == 10  # 7 + 3 iterations without a run
+    # The successor skips the full load and goes straight to the loop.
+    pipeline.wait_for_state(successors[0]["executionArn"], "CheckWork")
     assert "DescribeReplicationTasks" not in pipeline.states_entered(successors[0]["executionArn"])
 
 
 def test_a_second_execution_is_refused(pipeline: Pipeline) -> None:
     first = pipeline.start({"fullLoadDone": True})
-    pipeline.wait_for_state(first, "ReadQueueDepth")
+    pipeline.wait_for_state(first, "CheckWork")
     second = pipeline.start({"fullLoadDone": True})
     result = pipeline.wait_until_done(second)
     assert result["status"] == "FAILED"
@@ -246,7 +249,9 @@ def test_a_second_execution_is_refused(pipeline: Pipeline) -> None:
 
 def job_runs_in_order(pipeline: Pipeline) -> list[str]:
     """The Glue jobs that ran, in order - after proving that each run ended before the next one started."""
-    timeline = pipeline.gaps.glue_timeline
+    timeline = list(pipeline.gaps.glue_timeline)
+    if len(timeline) % 2:  # a run still under way (a successor goes on while the test reads): not yet in order
+        timeline.pop()
     starts, ends = timeline[0::2], timeline[1::2]
     assert [event for event, _, _ in starts] == ["start"] * len(starts), timeline
     assert [event for event, _, _ in ends] == ["end"] * len(ends), timeline
@@ -255,14 +260,15 @@ def job_runs_in_order(pipeline: Pipeline) -> list[str]:
     return [job for _, job, _ in starts]
 
 
+@pytest.mark.parametrize("pipeline", [{"SweepEveryIterations": "1"}], indirect=True)
 def test_maintenance_runs_on_every_second_iteration_between_cdc_jobs(pipeline: Pipeline) -> None:
-    # GIVEN seven queued CDC files: three batches of at most 3 files, one per loop iteration
+    # GIVEN queued CDC files, and a sweep due after every iteration without a run: a CDC run in every iteration
     for stamp in range(7):
         pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
     # WHEN one execution runs its 3 iterations and hands over
     execution = pipeline.start({"fullLoadDone": True})
     assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
-    # THEN maintenance ran once, after the second batch was applied and acknowledged, and before the third began
+    # THEN maintenance ran once, after the second CDC run ended, and before the third began
     assert job_runs_in_order(pipeline) == [
         pipeline.cdc_job,
         pipeline.cdc_job,
@@ -271,52 +277,50 @@ def test_maintenance_runs_on_every_second_iteration_between_cdc_jobs(pipeline: P
     ]
     entered = pipeline.states_entered(execution)
     assert entered.count("RunMaintenanceJob") == 1
-    acknowledged = [i for i, name in enumerate(entered) if name == "AcknowledgeBatch"]
+    done = [i for i, name in enumerate(entered) if name == "CdcRunDone"]
     cdc_runs = [i for i, name in enumerate(entered) if name == "RunCdcJob"]
-    assert acknowledged[1] < entered.index("RunMaintenanceJob") < cdc_runs[2]
-    assert pipeline.queue_bodies() == []
+    assert done[1] < entered.index("RunMaintenanceJob") < cdc_runs[2]
+    assert queue_counts(pipeline) == (0, 0)
     # AND the count goes on in the successor: one iteration since maintenance was handed over, so the
-    # successor's first iteration (an empty poll) is the second one and runs maintenance again
-    [successor] = [
-        e["executionArn"]
-        for e in pipeline.sfn.list_executions(stateMachineArn=pipeline.state_machine_arn)["executions"]
-        if e["executionArn"] != execution
-    ]
-    assert json.loads(pipeline.sfn.describe_execution(executionArn=successor)["input"])["sinceMaintenance"] == 1
+    # successor's first iteration (a sweep run) is the second one and runs maintenance again, after that run
+    successor = pipeline.successor_of(execution)
+    assert pipeline.input_of(successor)["sinceMaintenance"] == 1
     pipeline.wait_for_state(successor, "MaintenanceDone")
     entered = pipeline.states_entered(successor)
-    first_poll, maintenance = entered.index("ReadQueueDepth"), entered.index("RunMaintenanceJob")
-    assert "WaitForFiles" in entered[first_poll:maintenance]
-    assert "ReadQueueDepth" not in entered[first_poll + 1 : maintenance]
-    assert job_runs_in_order(pipeline)[4:] == [pipeline.maintenance_job]
+    assert entered.index("CheckWork") < entered.index("CdcRunDone") < entered.index("RunMaintenanceJob")
+    assert entered[: entered.index("MaintenanceDone")].count("CheckWork") == 1
+    assert job_runs_in_order(pipeline)[4:6] == [pipeline.cdc_job, pipeline.maintenance_job]
 
 
+@pytest.mark.parametrize("pipeline", [{"SweepEveryIterations": "1"}], indirect=True)
 def test_failed_maintenance_alerts_and_the_pipeline_keeps_applying_cdc(pipeline: Pipeline) -> None:
-    # GIVEN a maintenance job that fails, and four queued files (two batches, then an empty poll)
+    # GIVEN a maintenance job that fails, queued files and a CDC run in every iteration
     pipeline.gaps.failing_jobs.add(pipeline.maintenance_job)
     for stamp in range(4):
         pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
     # WHEN the execution runs its 3 iterations
     execution = pipeline.start({"fullLoadDone": True})
     result = pipeline.wait_until_done(execution)
-    # THEN it did not stop: it alerted once, went on to the third iteration and handed over as usual
+    # THEN it did not stop: it alerted once, went on to the third iteration's CDC run and handed over as usual
     assert result["status"] == "SUCCEEDED"
     [alert] = pipeline.alerts()
     assert alert["Subject"] == "cdclake: table maintenance failed"
     assert "simulated failure of cdclake-maintenance" in alert["Message"]
     entered = pipeline.states_entered(execution)
     assert entered.count("RunMaintenanceJob") == 1  # the count restarted: not tried again at once
-    assert entered.index("NotifyMaintenanceFailed") < len(entered) - entered[::-1].index("ReadQueueDepth") - 1
+    assert entered.index("NotifyMaintenanceFailed") < len(entered) - entered[::-1].index("CheckWork") - 1
     assert "NotifyFailure" not in entered
-    assert job_runs_in_order(pipeline) == [pipeline.cdc_job, pipeline.cdc_job, pipeline.maintenance_job]
-    assert pipeline.queue_bodies() == []
+    assert job_runs_in_order(pipeline) == [
+        pipeline.cdc_job, pipeline.cdc_job, pipeline.maintenance_job, pipeline.cdc_job,
+    ]  # fmt: skip
+    assert queue_counts(pipeline) == (0, 0)
 
 
 @pytest.mark.parametrize("pipeline", [{"MaintenanceEveryIterations": "0"}], indirect=True)
 def test_maintenance_every_zero_iterations_never_runs_it(pipeline: Pipeline) -> None:
     execution = pipeline.start({"fullLoadDone": True})
     assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
-    assert pipeline.states_entered(execution).count("ReadQueueDepth") == 3
+    assert pipeline.states_entered(execution).count("CheckWork") == 3
     assert "RunMaintenanceJob" not in pipeline.states_entered(execution)
     assert pipeline.gaps.glue_timeline == []
 
@@ -325,15 +329,15 @@ def test_maintenance_every_zero_iterations_never_runs_it(pipeline: Pipeline) -> 
 # GoldEveryIterations is 0 in the fixture; these tests turn it on. Maintenance still runs every 2 iterations.
 
 
-@pytest.mark.parametrize("pipeline", [{"GoldEveryIterations": "2"}], indirect=True)
+@pytest.mark.parametrize("pipeline", [{"GoldEveryIterations": "2", "SweepEveryIterations": "1"}], indirect=True)
 def test_gold_runs_every_second_iteration_after_cdc_and_before_maintenance(pipeline: Pipeline) -> None:
-    # GIVEN seven queued CDC files: three batches of at most 3 files, one per loop iteration
+    # GIVEN queued CDC files, and a sweep due after every iteration without a run: a CDC run in every iteration
     for stamp in range(7):
         pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
     # WHEN one execution runs its 3 iterations and hands over
     execution = pipeline.start({"fullLoadDone": True})
     assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
-    # THEN the gold job ran once, after the second batch was applied and acknowledged, in the serial lane:
+    # THEN the gold job ran once, after the second CDC run ended, in the serial lane:
     # no two Glue jobs overlapped, gold before maintenance (it reads silver before files are rewritten)
     assert job_runs_in_order(pipeline) == [
         pipeline.cdc_job,
@@ -343,25 +347,25 @@ def test_gold_runs_every_second_iteration_after_cdc_and_before_maintenance(pipel
         pipeline.cdc_job,
     ]
     entered = pipeline.states_entered(execution)
-    acknowledged = [i for i, name in enumerate(entered) if name == "AcknowledgeBatch"]
-    assert acknowledged[1] < entered.index("RunGoldJob") < entered.index("RunMaintenanceJob")
+    done = [i for i, name in enumerate(entered) if name == "CdcRunDone"]
+    assert done[1] < entered.index("RunGoldJob") < entered.index("RunMaintenanceJob")
     assert entered.count("RunGoldJob") == 1 and "NotifyGoldFailed" not in entered
     [run] = pipeline.job_runs(pipeline.gold_job)
     assert run["JobRunState"] == "SUCCEEDED"
-    # AND the successor carries the count on: one iteration since gold, and silver changed (the third batch)
+    # AND the successor carries the count on: one iteration since gold, and silver changed (the third run)
     successor = pipeline.successor_of(execution)
     handed_over = pipeline.input_of(successor)
     assert (handed_over["sinceGold"], handed_over["silver"]) == (1, {"changed": True})
-    # AND so its first iteration (an empty poll) is the second one since gold and refreshes the third batch
-    pipeline.wait_for_state(successor, "GoldDone")
+    # AND so its first iteration (a sweep run) is the second one since gold: gold refreshes after that run
+    pipeline.wait_for_state(successor, "MaintenanceDone")
     entered = pipeline.states_entered(successor)
-    assert entered.index("WaitForFiles") < entered.index("RunGoldJob")
-    assert job_runs_in_order(pipeline)[5:] == [pipeline.gold_job, pipeline.maintenance_job]
+    assert entered.index("CdcRunDone") < entered.index("RunGoldJob")
+    assert job_runs_in_order(pipeline)[5:8] == [pipeline.cdc_job, pipeline.gold_job, pipeline.maintenance_job]
 
 
 @pytest.mark.parametrize("pipeline", [{"GoldEveryIterations": "1", "MaintenanceEveryIterations": "0"}], indirect=True)
-def test_gold_waits_for_a_cdc_batch_when_silver_did_not_change(pipeline: Pipeline) -> None:
-    # GIVEN gold due every iteration, and an execution handed over with no batch applied since the last gold run
+def test_gold_waits_for_a_cdc_run_when_silver_did_not_change(pipeline: Pipeline) -> None:
+    # GIVEN gold due every iteration, and an execution handed over with no CDC run since the last gold run
     execution = pipeline.start({"fullLoadDone": True, "sinceGold": 5, "silver": {"changed": False}})
     # WHEN its first two iterations find the queue empty
     pipeline.wait_for_state(execution, "WaitForFiles", times=2)
@@ -369,7 +373,7 @@ def test_gold_waits_for_a_cdc_batch_when_silver_did_not_change(pipeline: Pipelin
     # AND then a file arrives
     pipeline.send_file(cdc_key("orders", "120000000"), 100)
     assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
-    # THEN gold ran once, right after that batch, and not after the empty polls
+    # THEN gold ran once, right after the run that file started, and not after the empty polls
     assert job_runs_in_order(pipeline) == [pipeline.cdc_job, pipeline.gold_job]
     entered = pipeline.states_entered(execution)
     assert entered.index("RunCdcJob") < entered.index("RunGoldJob")
@@ -382,17 +386,18 @@ def test_a_fresh_start_refreshes_the_marts_once_without_waiting_for_cdc(pipeline
     execution = pipeline.start({"fullLoadDone": True})
     assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
     # THEN gold ran once, in the first iteration (the marts may lag silver after a stop or a redeploy), then not again
-    assert pipeline.states_entered(execution).count("ReadQueueDepth") == 3
+    assert pipeline.states_entered(execution).count("CheckWork") == 3
     assert job_runs_in_order(pipeline) == [pipeline.gold_job]
 
 
+@pytest.mark.parametrize("pipeline", [{"SweepEveryIterations": "1"}], indirect=True)
 def test_gold_every_zero_iterations_never_runs_it(pipeline: Pipeline) -> None:
-    # GIVEN the fixture's GoldEveryIterations 0, seven files (three batches) and maintenance every 2 iterations
+    # GIVEN the fixture's GoldEveryIterations 0, a CDC run in every iteration and maintenance every 2 iterations
     for stamp in range(7):
         pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
     execution = pipeline.start({"fullLoadDone": True})
     assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
-    # THEN every batch was applied, maintenance ran, and gold never did
+    # THEN every run happened, maintenance ran, and gold never did
     assert "RunGoldJob" not in pipeline.states_entered(execution)
     assert job_runs_in_order(pipeline) == [
         pipeline.cdc_job,
@@ -403,28 +408,32 @@ def test_gold_every_zero_iterations_never_runs_it(pipeline: Pipeline) -> None:
     assert pipeline.job_runs(pipeline.gold_job) == []
 
 
-@pytest.mark.parametrize("pipeline", [{"GoldEveryIterations": "1", "MaintenanceEveryIterations": "0"}], indirect=True)
+@pytest.mark.parametrize(
+    "pipeline",
+    [{"GoldEveryIterations": "1", "MaintenanceEveryIterations": "0", "SweepEveryIterations": "2"}],
+    indirect=True,
+)
 def test_failed_gold_alerts_and_the_pipeline_keeps_applying_cdc(pipeline: Pipeline) -> None:
-    # GIVEN a gold job that fails (a broken mart) and four queued files (two batches, then an empty poll)
+    # GIVEN a gold job that fails (a broken mart), queued files (a run in the first iteration), an empty poll in
+    # the second, and a sweep run in the third
     pipeline.gaps.failing_jobs.add(pipeline.gold_job)
     for stamp in range(4):
         pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
     # WHEN the execution runs its 3 iterations
     execution = pipeline.start({"fullLoadDone": True})
     result = pipeline.wait_until_done(execution)
-    # THEN it did not stop: each failure was caught and alerted, every batch was applied and acknowledged,
-    # and it handed over as usual
+    # THEN it did not stop: each failure was caught and alerted, and it handed over as usual
     assert result["status"] == "SUCCEEDED"
     alerts = pipeline.alerts()
     assert [a["Subject"] for a in alerts] == ["cdclake: gold mart refresh failed"] * 2
     assert all("simulated failure of cdclake-gold" in a["Message"] for a in alerts)
     entered = pipeline.states_entered(execution)
-    assert "NotifyFailure" not in entered and "ReleaseBatch" not in entered
+    assert "NotifyFailure" not in entered and "NotifyCdcRunFailed" not in entered
     assert entered.count("NotifyGoldFailed") == 2 and entered[-2:] == ["StartSuccessor", "HandedOver"]
-    # gold after each batch, not after the empty poll (silver.changed was cleared by the failed run too)
+    # gold after each run, not after the empty poll (silver.changed was cleared by the failed gold run too)
     assert job_runs_in_order(pipeline) == [pipeline.cdc_job, pipeline.gold_job] * 2
     assert [r["JobRunState"] for r in pipeline.job_runs(pipeline.gold_job)] == ["FAILED", "FAILED"]
-    assert pipeline.queue_bodies() == []
+    assert queue_counts(pipeline) == (0, 0)
 
 
 # ------------------------------------------------------------------------------ history and duration limits
@@ -453,41 +462,52 @@ def test_a_long_full_load_hands_over_from_the_wait_loop(pipeline: Pipeline) -> N
     successor = pipeline.successor_of(execution)
     assert pipeline.input_of(successor) == {
         "fullLoadDone": False, "generation": 3, "predecessor": execution, "sinceMaintenance": 0,
-        "sinceGold": 0, "silver": {"changed": True}, "AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID": execution,
+        "sinceGold": 0, "sinceSweep": 0, "silver": {"changed": True},
+        "AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID": execution,
     }  # fmt: skip
     pipeline.wait_for_state(successor, "DescribeReplicationTasks")
 
 
 @pytest.mark.parametrize("pipeline", [{"MaxHistoryEvents": "130", "MaxIterations": "50"}], indirect=True)
-def test_the_cdc_loop_hands_over_on_the_events_it_spent(pipeline: Pipeline) -> None:
-    # GIVEN files for two batches (3 files each at most) and maintenance every 2 iterations
+def test_the_cdc_loop_hands_over_on_the_events_it_spent_with_its_counters(pipeline: Pipeline) -> None:
+    # GIVEN queued files, maintenance every 2 iterations, and counters carried in from a predecessor
     for stamp in range(5):
         pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
-    execution = pipeline.start({"fullLoadDone": True})
+    execution = pipeline.start({"fullLoadDone": True, "sinceGold": 3, "sinceSweep": 7})
     assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
-    # THEN it handed over after 3 iterations (30 + 3 x 39 + 14 for maintenance = 161 >= 130), not after 50
+    # THEN it handed over after 2 iterations, not after 50: 30 + a run 52 + 2 iterations x 32 + maintenance 40
+    # = 186 >= 130 (after the first iteration 114 < 130), and the events it counted cover its real history
     entered = pipeline.states_entered(execution)
-    assert entered.count("ReadQueueDepth") == 3
-    assert entered.count("RunCdcJob") == 2 and entered.count("RunMaintenanceJob") == 1
-    assert assert_counter_covers_history(pipeline, execution) == 161
+    assert entered.count("CheckWork") == 2
+    assert entered.count("RunCdcJob") == 1 and entered.count("RunMaintenanceJob") == 1
+    assert assert_counter_covers_history(pipeline, execution) == 186
+    # AND the successor goes on with every counter: maintenance just ran, gold 3 + 2 iterations ago (never due:
+    # GoldEveryIterations 0), the sweep count restarted by the run (1 iteration since it, and the idle one)
+    successor = pipeline.successor_of(execution)
+    handed_over = pipeline.input_of(successor)
+    assert (handed_over["sinceMaintenance"], handed_over["sinceGold"], handed_over["sinceSweep"]) == (0, 5, 2)
+    assert handed_over["silver"] == {"changed": True}
+    pipeline.wait_for_state(successor, "CheckWork")
+    assert pipeline.state_input(successor, "CheckWork")["sinceSweep"] == 2
 
 
 @pytest.mark.parametrize(
-    "pipeline", [{"MaxHistoryEvents": "130", "MaxIterations": "50", "GoldEveryIterations": "1"}], indirect=True
+    "pipeline", [{"MaxHistoryEvents": "200", "MaxIterations": "50", "GoldEveryIterations": "1"}], indirect=True
 )
 def test_gold_runs_are_counted_in_the_history_budget(pipeline: Pipeline) -> None:
-    # GIVEN a failing gold job run after every batch (the longest gold path: job, alert, Pass), and two batches
+    # GIVEN a failing gold job run after the CDC run (the longest gold path: job, alert, Pass), and queued files
     pipeline.gaps.failing_jobs.add(pipeline.gold_job)
     for stamp in range(5):
         pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
     execution = pipeline.start({"fullLoadDone": True})
     assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
-    # THEN 30 + 2 x (39 + 14) + 14 for maintenance = 150 >= 130: it handed over after 2 iterations,
-    # and the events it counted cover its real history
+    # THEN 30 + a run 52 + 2 iterations x 32 + gold 40 + maintenance 40 = 226 >= 200: it handed over after
+    # 2 iterations (154 after the first), and the events it counted cover its real history
     entered = pipeline.states_entered(execution)
-    assert entered.count("ReadQueueDepth") == 2
-    assert entered.count("RunGoldJob") == 2 and entered.count("NotifyGoldFailed") == 2
-    assert assert_counter_covers_history(pipeline, execution) == 150
+    assert entered.count("CheckWork") == 2
+    assert entered.count("RunGoldJob") == 1 and entered.count("NotifyGoldFailed") == 1
+    assert entered.count("RunMaintenanceJob") == 1
+    assert assert_counter_covers_history(pipeline, execution) == 226
 
 
 @pytest.mark.parametrize(
@@ -513,100 +533,8 @@ def test_an_execution_hands_over_months_before_the_one_year_limit(
     assert 5 <= months <= 11
     # AND it hands over after its first iteration, well below MaxIterations
     assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
-    assert pipeline.states_entered(execution).count("ReadQueueDepth") == 1
+    assert pipeline.states_entered(execution).count("CheckWork") == 1
     assert pipeline.states_entered(execution)[-2:] == ["StartSuccessor", "HandedOver"]
-
-
-# ------------------------------------------------------------------ issue 25: batches never held too long
-
-
-def failing_after_its_work(pipeline: Pipeline, error_type: str, times: int = 1) -> list[dict[str, Any]]:
-    """Make DequeueBatch do its whole work (receive, manifest) and then fail ``times`` times with ``error_type``.
-
-    As a Lambda that times out after its work, a Powertools failure on the way out, or a `Lambda.*` error
-    Step Functions sees after a successful run. The results it would have returned are collected.
-    """
-    name = "cdclake-dequeue_batch"
-    real = pipeline.gaps.lambda_handlers[name]
-    failure = type(error_type, (Exception,), {})
-    returned: list[dict[str, Any]] = []
-
-    def handler(event: dict[str, Any], context: Any) -> Any:
-        result = real(event, context)
-        returned.append(result)
-        if len(returned) <= times:
-            raise failure("failed after its work")
-        return result
-
-    pipeline.gaps.lambda_handlers[name] = handler
-    return returned
-
-
-def queue_counts(pipeline: Pipeline) -> tuple[int, int]:
-    """(visible, in flight) messages of the file queue."""
-    counts = pipeline.sqs.get_queue_attributes(QueueUrl=pipeline.queue_url, AttributeNames=["All"])["Attributes"]
-    return int(counts["ApproximateNumberOfMessages"]), int(counts["ApproximateNumberOfMessagesNotVisible"])
-
-
-def test_a_dequeue_that_times_out_after_receiving_holds_the_batch_only_briefly_and_says_so(
-    pipeline: Pipeline,
-) -> None:
-    # GIVEN three queued files and a DequeueBatch that times out after receiving them and writing the manifest
-    for stamp in range(3):
-        pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
-    returned = failing_after_its_work(pipeline, "Sandbox.Timedout")
-    # WHEN the pipeline runs
-    execution = pipeline.start({"fullLoadDone": True})
-    result = pipeline.wait_until_done(execution)
-    # THEN it fails and alerts, and the alert says what really happens to the received messages
-    assert result["status"] == "FAILED"
-    assert len(returned[0]["receiptHandles"]) == 3
-    [alert] = pipeline.alerts()
-    assert alert["Subject"] == "cdclake: the pipeline stopped"
-    assert "Sandbox.Timedout" in alert["Message"]
-    assert f"visible again in the queue within {RECEIVE_VISIBILITY_SECONDS} seconds" in alert["Message"]
-    assert "was made visible again" not in alert["Message"]
-    # AND the three messages come back after the short receive visibility, not the queue's long one
-    assert queue_counts(pipeline) == (0, 3)
-    time.sleep(RECEIVE_VISIBILITY_SECONDS + 0.5)
-    assert queue_counts(pipeline) == (3, 0)
-
-
-@pytest.mark.parametrize("pipeline", [{"MaxIterations": "6"}], indirect=True)
-def test_a_dequeue_retried_after_a_successful_run_does_not_stall_the_queue(pipeline: Pipeline) -> None:
-    # GIVEN three queued files and a DequeueBatch whose successful run Step Functions sees as Lambda.ServiceException:
-    # the state's Retry invokes it again while the first run's messages are in flight (their group is held)
-    keys = [cdc_key("orders", f"12000{stamp}000") for stamp in range(3)]
-    for key in keys:
-        pipeline.send_file(key, 100)
-    failing_after_its_work(pipeline, "Lambda.ServiceException")
-    # WHEN the pipeline runs its iterations
-    execution = pipeline.start({"fullLoadDone": True})
-    assert pipeline.wait_until_done(execution, timeout=40)["status"] == "SUCCEEDED"
-    # THEN the files were applied in order by this execution (after the short receive visibility), and the queue drained
-    runs = sorted(pipeline.job_runs(pipeline.cdc_job), key=lambda r: r["StartedOn"])
-    applied = [f["key"] for run in runs for f in manifest_of(pipeline, run)["files"]]
-    assert applied == [f"s3://{pipeline.bronze_bucket}/{key}" for key in keys]
-    assert pipeline.queue_bodies() == []
-    assert pipeline.alerts() == []
-
-
-def test_a_batch_is_held_for_its_whole_cdc_job_once_the_job_starts(pipeline: Pipeline) -> None:
-    # GIVEN a CDC job that runs longer than the receive visibility
-    pipeline.gaps.running_seconds[pipeline.cdc_job] = RECEIVE_VISIBILITY_SECONDS + 1.5
-    for stamp in range(2):
-        pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
-    execution = pipeline.start({"fullLoadDone": True})
-    pipeline.wait_for_state(execution, "RunCdcJob")
-    # WHEN the receive visibility has passed while the job still runs
-    time.sleep(RECEIVE_VISIBILITY_SECONDS + 0.5)
-    # THEN the batch is still in flight (extended just before the job started), and acknowledged after it
-    assert queue_counts(pipeline) == (0, 2)
-    pipeline.wait_for_state(execution, "AcknowledgeBatch")
-    pipeline.wait_for_state(execution, "NextIteration")
-    assert queue_counts(pipeline) == (0, 0)
-    entered = pipeline.states_entered(execution)
-    assert entered.index("DequeueBatch") < entered.index("HoldBatch") < entered.index("RunCdcJob")
 
 
 # --------------------------------------------------------------------- issue 25: the successor's start
@@ -619,13 +547,13 @@ def test_a_successor_start_delivered_twice_starts_one_successor(pipeline: Pipeli
     execution = pipeline.start({"fullLoadDone": True, "generation": 4})
     # WHEN the execution hands over
     assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
-    # THEN exactly one successor runs, named after its predecessor and generation, and it consumes the queue
+    # THEN exactly one successor runs, named after its predecessor and generation, and it runs the CDC loop
     assert pipeline.gaps.successor_starts == 2
     executions = pipeline.sfn.list_executions(stateMachineArn=pipeline.state_machine_arn)["executions"]
     successors = [e for e in executions if e["executionArn"] != execution]
     assert len(successors) == 1, successors
     assert successors[0]["name"].startswith("g5-")
-    pipeline.wait_for_state(successors[0]["executionArn"], "ReadQueueDepth")
+    pipeline.wait_for_state(successors[0]["executionArn"], "CheckWork")
     assert "WaitForPredecessor" not in pipeline.states_entered(successors[0]["executionArn"])[:3]
     assert pipeline.alerts() == []
 

@@ -91,8 +91,7 @@ def test_sam_build_succeeds(tmp_path: Path) -> None:
         cwd=ROOT, capture_output=True, text=True, env=OFFLINE, check=False,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
-    assert (tmp_path / "build" / "DequeueBatchFunction" / "batch_manifest.py").exists()
-    assert (tmp_path / "build" / "AckBatchFunction" / "batch_ack.py").exists()
+    assert (tmp_path / "build" / "WorkCheckFunction" / "work.py").exists()
 
 
 def test_checkov_has_no_failed_checks() -> None:
@@ -113,7 +112,7 @@ def test_every_checkov_suppression_is_justified() -> None:
             assert len(skip.get("comment", "")) > 20, f"{name} {skip['id']} has no reason"
 
 
-@pytest.mark.parametrize("function", ["dequeue_batch", "ack_batch"])
+@pytest.mark.parametrize("function", ["work_check"])
 def test_function_code_is_strictly_typed(function: str) -> None:
     # Each function directory is its own import root (as in Lambda), so mypy checks them one at a time.
     run = subprocess.run(
@@ -140,6 +139,9 @@ def test_table_metrics_jobs_name_their_environment_and_namespace_and_may_publish
         if "cloudwatch:PutMetricData" in s.get("Action", [])  # conditional (!If) statements have no Action
     ]
     assert statement["Condition"] == {"StringEquals": {"cloudwatch:namespace": ["Glue", {"Ref": "MetricsNamespace"}]}}
+    # the CDC job's own role carries the same policy (a YAML alias of it), so the same statement
+    assert resources["CdcJob"]["Properties"]["Role"] == {"GetAtt": "CdcJobRole.Arn"}
+    assert resources["CdcJobRole"]["Properties"]["Policies"][0] == resources["GlueJobRole"]["Properties"]["Policies"][0]
 
 
 def test_dashboard_is_valid_json_showing_every_table_metric_the_queues_and_the_executions() -> None:

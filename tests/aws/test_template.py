@@ -148,16 +148,21 @@ def test_service_principals_in_the_key_policy_are_bound_to_this_account_or_log_g
             assert "aws:SourceAccount" in condition or "kms:EncryptionContext:aws:logs:arn" in condition
 
 
-def test_lake_formation_grants_are_optional_and_for_the_glue_role() -> None:
+def test_lake_formation_grants_are_optional_and_for_the_glue_roles() -> None:
     granted = {n: r for n, r in RESOURCES.items() if r["Type"] == "AWS::LakeFormation::Permissions"}
     assert set(granted) == {
         "LakeFormationDatabasePermissions", "LakeFormationTablePermissions",
         "LakeFormationGoldDatabasePermissions", "LakeFormationGoldTablePermissions",
+        "LakeFormationCdcDatabasePermissions", "LakeFormationCdcTablePermissions",
     }  # fmt: skip
-    for resource in granted.values():
+    for name, resource in granted.items():
         assert resource["Condition"] == "UseLakeFormation"
         principal = resource["Properties"]["DataLakePrincipal"]["DataLakePrincipalIdentifier"]
-        assert principal == {"GetAtt": "GlueJobRole.Arn"}
+        # the CDC job's role on the silver database only (it writes no mart)
+        assert principal == {"GetAtt": "CdcJobRole.Arn" if "Cdc" in name else "GlueJobRole.Arn"}, name
+    cdc = [granted[f"LakeFormationCdc{kind}Permissions"]["Properties"] for kind in ("Database", "Table")]
+    silver = [granted[f"LakeFormation{kind}Permissions"]["Properties"] for kind in ("Database", "Table")]
+    assert [(c["Resource"], c["Permissions"]) for c in cdc] == [(s["Resource"], s["Permissions"]) for s in silver]
     assert PARAMETERS["GrantLakeFormationPermissions"]["Default"] == "false"
 
 
@@ -240,11 +245,54 @@ def test_undeliverable_new_file_events_are_retried_a_day_then_kept() -> None:
     assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": {"GetAtt": "NewFileEventDeadLetterQueue.QueueName"}}]
 
 
-def test_byte_budget_releases_can_never_dead_letter_a_file() -> None:
-    # A message handed back for the byte budget is received at most MaxFilesPerBatch times before it is applied
-    # (every batch takes at least the head of the group); failures need receives of their own on top.
-    redrive = RESOURCES["FileQueue"]["Properties"]["RedrivePolicy"]
-    assert redrive["maxReceiveCount"] >= PARAMETERS["MaxFilesPerBatch"]["MaxValue"] + 3
+def test_a_receive_without_its_own_visibility_holds_the_message_group_minutes_not_hours() -> None:
+    # The CDC job sets its visibility per receive; the queue's default is for anyone else (a look in the console).
+    queue = RESOURCES["FileQueue"]["Properties"]
+    assert queue["VisibilityTimeout"] <= 900
+    # A failing iteration runs the job 4 times (1 + 3 retries): the dead-letter queue is several iterations away.
+    assert queue["RedrivePolicy"]["maxReceiveCount"] >= 3 * 4
+
+
+# ------------------------------------------------------------------------------------- the CDC job
+
+
+def test_the_cdc_job_follows_the_file_queue_with_the_stacks_settings() -> None:
+    arguments = RESOURCES["CdcJob"]["Properties"]["DefaultArguments"]
+    assert arguments["--queue_url"] == {"Ref": "FileQueue"}
+    for argument, parameter in (("--poll_seconds", "CdcPollSeconds"), ("--idle_seconds", "CdcIdleSeconds"),
+                                ("--max_run_seconds", "CdcMaxRunSeconds")):  # fmt: skip
+        assert arguments[argument] == {"Ref": parameter}
+        assert len(PARAMETERS[parameter]["Description"]) > 60, parameter
+    assert (PARAMETERS["CdcPollSeconds"]["Default"], PARAMETERS["CdcIdleSeconds"]["Default"]) == (30, 300)
+    assert PARAMETERS["CdcMaxRunSeconds"]["Default"] == 3600
+    # The other jobs do not follow the queue, and the CDC job keeps every argument the full-load job has.
+    full_load = RESOURCES["FullLoadJob"]["Properties"]["DefaultArguments"]
+    assert {name: arguments[name] for name in full_load} == full_load
+    for job in ("FullLoadJob", "MaintenanceJob", "GoldJob"):
+        assert "--queue_url" not in RESOURCES[job]["Properties"]["DefaultArguments"], job
+
+
+def test_the_cdc_job_timeout_exceeds_its_longest_run_plus_one_round_for_any_accepted_setting() -> None:
+    # A run ends after CdcMaxRunSeconds plus the round under way (a round includes its CdcPollSeconds wait).
+    assert RESOURCES["CdcJob"]["Properties"]["Timeout"] == {"Ref": "CdcJobTimeoutMinutes"}
+    shortest_timeout = PARAMETERS["CdcJobTimeoutMinutes"]["MinValue"] * 60
+    longest_run = PARAMETERS["CdcMaxRunSeconds"]["MaxValue"] + PARAMETERS["CdcPollSeconds"]["MaxValue"]
+    assert shortest_timeout >= longest_run + 20 * 60  # 20 minutes at least for the last round's work
+    assert PARAMETERS["CdcJobTimeoutMinutes"]["Default"] * 60 > PARAMETERS["CdcMaxRunSeconds"]["Default"]
+
+
+def test_only_the_cdc_job_may_consume_the_file_queue() -> None:
+    def queue_actions(role: str) -> set[str]:
+        statements = [s for p in RESOURCES[role]["Properties"]["Policies"] for s in p["PolicyDocument"]["Statement"]]
+        return {a for s in statements if "Action" in s for a in s["Action"] if str(a).startswith("sqs:")}
+
+    assert queue_actions("CdcJobRole") == {
+        "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes",
+    }  # fmt: skip
+    assert queue_actions("GlueJobRole") == set()
+    [queue] = [s for s in RESOURCES["CdcJobRole"]["Properties"]["Policies"][1]["PolicyDocument"]["Statement"]
+               if s["Sid"] == "FollowFileQueue"]  # fmt: skip
+    assert queue["Resource"] == {"GetAtt": "FileQueue.Arn"}
 
 
 # ------------------------------------------------------------------------------------------ functions
@@ -253,15 +301,17 @@ def test_byte_budget_releases_can_never_dead_letter_a_file() -> None:
 def test_function_metrics_use_the_stack_namespace_and_no_reserved_concurrency() -> None:
     variables = template()["Globals"]["Function"]["Environment"]["Variables"]
     assert variables["POWERTOOLS_METRICS_NAMESPACE"] == {"Ref": "MetricsNamespace"}
-    dequeue = RESOURCES["DequeueBatchFunction"]["Properties"]["Environment"]["Variables"]
-    assert dequeue["RECEIVE_WAIT_SECONDS"] == {"Ref": "ReceiveWaitSeconds"}
-    assert PARAMETERS["ReceiveWaitSeconds"]["MinValue"] >= 1 and PARAMETERS["ReceiveWaitSeconds"]["MaxValue"] <= 20
+    work_check = RESOURCES["WorkCheckFunction"]["Properties"]["Environment"]["Variables"]
+    assert work_check == {"CDC_JOB_NAME": {"Ref": "CdcJob"}, "SWEEP_EVERY_ITERATIONS": {"Ref": "SweepEveryIterations"}}
+    assert (PARAMETERS["SweepEveryIterations"]["Default"], PARAMETERS["SweepEveryIterations"]["MinValue"]) == (60, 0)
 
 
-def test_the_state_machine_may_release_a_failed_batch() -> None:
+def test_the_state_machine_no_longer_touches_the_queue() -> None:
+    # The CDC job consumes it and CheckWork reads its depth: the state machine has no SQS permission left.
     statements = RESOURCES["PipelineStateMachine"]["Properties"]["Policies"][-1]["Statement"]
-    [queue] = [s for s in statements if "sqs:ChangeMessageVisibility" in s["Action"]]
-    assert queue["Resource"] == {"GetAtt": "FileQueue.Arn"}
+    assert [s for s in statements if any(str(a).startswith("sqs:") for a in s["Action"])] == []
+    for removed in ("MaxFilesPerBatch", "MaxBytesPerBatch", "ReceiveWaitSeconds", "ReceiveVisibilitySeconds"):
+        assert removed not in PARAMETERS, removed
 
 
 def test_history_budget_stays_below_the_step_functions_limit() -> None:

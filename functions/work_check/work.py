@@ -1,0 +1,127 @@
+"""Is there CDC work, and may a CDC run start? The state machine's CheckWork step.
+
+The CDC Glue job consumes the file queue itself and applies everything pending in bronze, so the queue is only
+the wake-up signal: a run is worth starting when the queue holds messages (visible, or in flight from a run that
+ended before deleting them), or when a sweep is due (a run lists bronze at its start and finds files whose
+S3 event never reached the queue). It may start only when no run of the CDC job is active.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+# A run in one of these states holds the job (MaxConcurrentRuns 1) or may still commit: never start beside it.
+ACTIVE_RUN_STATES = frozenset({"STARTING", "RUNNING", "STOPPING", "WAITING"})
+
+
+class JobRunPages(Protocol):
+    def paginate(self, **kwargs: Any) -> Any: ...
+
+
+class GlueJobRuns(Protocol):
+    """The part of a boto3 Glue client this module uses (no Glue type stubs are pinned)."""
+
+    def get_paginator(self, operation_name: str) -> JobRunPages: ...
+
+
+@dataclass(frozen=True)
+class WorkCheckSettings:
+    """What the function reads from its environment, once per invocation."""
+
+    queue_url: str
+    cdc_job_name: str
+    # Start a run every N loop iterations since the last run even when the queue is empty. 0 = never.
+    sweep_every_iterations: int = 60
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str]) -> WorkCheckSettings:
+        try:
+            settings = cls(
+                queue_url=environ["QUEUE_URL"],
+                cdc_job_name=environ["CDC_JOB_NAME"],
+                sweep_every_iterations=int(environ.get("SWEEP_EVERY_ITERATIONS", "60")),
+            )
+        except KeyError as missing:
+            raise ValueError(f"The environment variable {missing} is not set.") from None
+        if settings.sweep_every_iterations < 0:
+            raise ValueError("SWEEP_EVERY_ITERATIONS must be 0 (never) or more.")
+        return settings
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    """The file queue's approximate message counts (SQS gives no exact ones)."""
+
+    visible: int
+    in_flight: int
+
+
+@dataclass(frozen=True)
+class WorkDecision:
+    start: bool
+    reason: str
+    depth: QueueDepth
+    job_running: bool
+    sweep: bool
+
+    def as_payload(self) -> dict[str, Any]:
+        """The state machine's field names (CheckWork's ResultSelector reads them)."""
+        return {
+            "start": self.start,
+            "reason": self.reason,
+            "visible": self.depth.visible,
+            "inFlight": self.depth.in_flight,
+            "jobRunning": self.job_running,
+            "sweep": self.sweep,
+        }
+
+
+def read_queue_depth(sqs: SQSClient, queue_url: str) -> QueueDepth:
+    attributes = sqs.get_queue_attributes(
+        QueueUrl=queue_url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    return QueueDepth(
+        visible=int(attributes.get("ApproximateNumberOfMessages", "0")),
+        in_flight=int(attributes.get("ApproximateNumberOfMessagesNotVisible", "0")),
+    )
+
+
+def cdc_job_running(glue: GlueJobRuns, job_name: str) -> bool:
+    """Whether the job has a run in STARTING, RUNNING, STOPPING or WAITING state.
+
+    Only the first page is read: Glue lists a job's runs newest first, and the CDC job allows one concurrent run,
+    so an active run is among the newest ones.
+    """
+    pages = glue.get_paginator("get_job_runs").paginate(JobName=job_name)
+    first: Mapping[str, Any] = next(iter(pages), {})
+    return any(run.get("JobRunState") in ACTIVE_RUN_STATES for run in first.get("JobRuns", []))
+
+
+def decide(depth: QueueDepth, job_running: bool, since_sweep: int, sweep_every: int) -> WorkDecision:
+    """start = no active run and (messages visible or in flight, or a sweep due); ``sweep_every`` 0 = never."""
+    sweep_due = sweep_every > 0 and since_sweep >= sweep_every
+    if job_running:
+        reason = "a CDC job run is active"
+    elif depth.visible > 0:
+        reason = "files queued"
+    elif depth.in_flight > 0:
+        reason = "messages in flight with no active run"
+    elif sweep_due:
+        reason = "sweep due"
+    else:
+        reason = "no work"
+    start = not job_running and (depth.visible > 0 or depth.in_flight > 0 or sweep_due)
+    return WorkDecision(start=start, reason=reason, depth=depth, job_running=job_running, sweep=sweep_due)
+
+
+def check_work(sqs: SQSClient, glue: GlueJobRuns, settings: WorkCheckSettings, since_sweep: int) -> WorkDecision:
+    """Reads the queue's depth and the CDC job's runs, then decides (see ``decide``)."""
+    depth = read_queue_depth(sqs, settings.queue_url)
+    running = cdc_job_running(glue, settings.cdc_job_name)
+    return decide(depth, running, since_sweep, settings.sweep_every_iterations)
