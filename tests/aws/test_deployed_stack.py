@@ -53,7 +53,7 @@ bronze: {format: csv, csv_header: false, timestamp_column: ts}
 silver: {database: people_db}
 tables:
   s.people: {primary_key: [id], columns: {id: int, name: string, city: string}}
-"""
+""" + "".join(f"  s.t{n:02d}: {{primary_key: [id], columns: {{id: int, v: string}}}}\n" for n in range(1, 31))
 COLUMNS = ["id", "name", "city"]
 INITIAL = [{"id": str(i), "name": f"person {i}", "city": "Oslo"} for i in range(1, 7)]
 LOADED_AT = "2024-03-01 11:00:00.000000"
@@ -73,6 +73,7 @@ class Deployed:
     sfn: Any
     broken_jobs: set[str]  # Glue jobs whose next runs fail before applying anything (a broken script, a bad role)
     root: Path  # what the deploy uploads from: glue/jobs and dist/ with the built wheel
+    runs: list[tuple[str, Any]]  # each Glue job run in order: its job name and what its main() returned or raised
 
     @property
     def bronze(self) -> str:
@@ -112,7 +113,10 @@ class Deployed:
             time.sleep(0.2)
 
     def alerts(self) -> list[dict[str, Any]]:
+        """The alerts received since the last call (read and deleted)."""
         got = self.sqs.receive_message(QueueUrl=self.alerts_url, MaxNumberOfMessages=10).get("Messages", [])
+        for message in got:
+            self.sqs.delete_message(QueueUrl=self.alerts_url, ReceiptHandle=message["ReceiptHandle"])
         return [json.loads(m["Body"]) for m in got]
 
     def silver(self) -> dict[tuple[str, ...], dict[str, str | None]]:
@@ -133,7 +137,11 @@ class Deployed:
             time.sleep(0.2)
 
 
-def run_glue_entry_point(s3: Any, work: Path, warehouse: Path, broken: set[str]) -> Any:
+class Killed(BaseException):
+    """The Glue worker was lost mid-run: not an error any code of the job catches."""
+
+
+def run_glue_entry_point(s3: Any, work: Path, warehouse: Path, broken: set[str], runs: list[tuple[str, Any]]) -> Any:
     """What a Glue job run does with its script: fetch it from the job's ScriptLocation and run its main()."""
     glue = boto3.client("glue", region_name=REGION)
 
@@ -151,7 +159,14 @@ def run_glue_entry_point(s3: Any, work: Path, warehouse: Path, broken: set[str])
         spec.loader.exec_module(module)
         # Ours, not moto's: local Spark cannot write to S3 (no hadoop-aws), so the warehouse is local.
         given = {**arguments, "--warehouse": str(warehouse)}
-        module.main([str(script), *(item for pair in given.items() for item in pair)])
+        try:
+            runs.append((job_name, module.main([str(script), *(item for pair in given.items() for item in pair)])))
+        except Killed as killed:  # the run ends FAILED, as Glue reports a lost worker
+            runs.append((job_name, killed))
+            raise RuntimeError(f"{job_name}: {killed}") from None
+        except Exception as error:
+            runs.append((job_name, error))
+            raise
 
     return run
 
@@ -202,7 +217,8 @@ def deploy(work: Path, endpoint: str, gaps: MotoStepFunctionsGaps, config_text: 
     config = work / "cdclake.yaml"
     config.write_text(config_text, encoding="utf-8")
     given = {"EnvironmentName": "dev", "ReplicationTaskArns": task, "AlertEmail": "ops@example.com",
-             "PollSeconds": "1", "ReceiveWaitSeconds": "1", "MaintenanceEveryIterations": "0"}  # fmt: skip
+             "PollSeconds": "1", "CdcPollSeconds": "1", "CdcIdleSeconds": "2", "SweepEveryIterations": "4",
+             "MaintenanceEveryIterations": "0"}  # fmt: skip
     # The deploy's own preflight: the wheel's key, and no retained database to adopt on a first deploy.
     overrides = stack_artifacts.preflight(
         boto3.client("cloudformation", region_name=REGION), boto3.client("glue", region_name=REGION), s3,
@@ -219,15 +235,17 @@ def deploy(work: Path, endpoint: str, gaps: MotoStepFunctionsGaps, config_text: 
     # The handlers the functions' Handler names (app.handler in their CodeUri), run in-process (GAP 5) and
     # imported as Lambda imports them: with the function's environment already set (Powertools reads it then).
     lam = boto3.client("lambda", region_name=REGION)
-    for logical, function in (("DequeueBatchFunction", "dequeue_batch"), ("AckBatchFunction", "ack_batch")):
+    for logical, function in (("WorkCheckFunction", "work_check"),):
         name = stack.physical(logical)
         environment = lam.get_function_configuration(FunctionName=name)["Environment"]["Variables"]
         gaps.lambda_handlers[name] = handler_imported_with(function, {k: str(v) for k, v in environment.items()})
     warehouse = work / "lake" / "warehouse"
     broken: set[str] = set()
-    gaps.glue_runner = run_glue_entry_point(s3, work, warehouse, broken)
+    runs: list[tuple[str, Any]] = []
+    gaps.glue_runner = run_glue_entry_point(s3, work, warehouse, broken, runs)
+    gaps.retry_waits = []  # the state machine's Retry pauses (60 s and more) are recorded, not slept
     sfn = boto3.client("stepfunctions", region_name=REGION)
-    return Deployed(stack, gaps, warehouse, alerts_url, s3, sqs, sfn, broken, root)
+    return Deployed(stack, gaps, warehouse, alerts_url, s3, sqs, sfn, broken, root, runs)
 
 
 def handler_imported_with(function: str, environment: dict[str, str]) -> Any:
@@ -289,7 +307,7 @@ def test_dms_files_put_in_bronze_reach_silver_through_the_deployed_pipeline(depl
     assert deployed.states_entered(first["executionArn"])[-3:] == ["MarkFullLoadDone", "StartSuccessor", "HandedOver"]
     assert successor["name"].startswith("g1-") and successor["status"] == "RUNNING"
     path = deployed.states_entered(successor["executionArn"])
-    assert path.count("HoldBatch") == path.count("RunCdcJob") == path.count("AcknowledgeBatch") >= 1
+    assert path.count("RunCdcJob") == path.count("CdcRunDone") >= 1
     assert deployed.alerts() == []
     print_summary(deployed)
 
@@ -307,70 +325,162 @@ def running_execution(deployed: Deployed) -> str:
     return running
 
 
-def test_a_failed_cdc_job_releases_its_batch_alerts_and_a_restart_applies_it(deployed: Deployed) -> None:
-    # GIVEN the pipeline running and a CDC job that fails
+def stop_the_pipeline(deployed: Deployed) -> None:
+    """Stop the executions, then wait for a CDC run under way (it follows the queue until idle) to end."""
+    deployed.stop_all()
+    cdc_job = deployed.stack.outputs["CdcJobName"]
+
+    def no_run_under_way() -> bool:
+        started = sum(1 for event, job, _ in deployed.gaps.glue_timeline if event == "start" and job == cdc_job)
+        return started == sum(1 for job, _ in deployed.runs if job == cdc_job)
+
+    deployed.wait(no_run_under_way, "the CDC run under way ended")
+
+
+def restart(deployed: Deployed, name: str) -> str:
+    """Start the pipeline again (the CDC loop)."""
+    arn: str = deployed.sfn.start_execution(
+        stateMachineArn=deployed.stack.outputs["StateMachineArn"], name=name, input='{"fullLoadDone": true}'
+    )["executionArn"]
+    return arn
+
+
+def test_a_failing_cdc_run_is_retried_then_alerts_and_the_loop_goes_on(deployed: Deployed) -> None:
+    # GIVEN the pipeline running and a CDC job whose runs fail
     cdc_job = deployed.stack.outputs["CdcJobName"]
     execution = running_execution(deployed)
     deployed.broken_jobs.add(cdc_job)
+    failed_before = sum(1 for job, outcome in deployed.runs if job == cdc_job and isinstance(outcome, Exception))
     # WHEN DMS writes a file
     deployed.put_cdc_file([change("U", 4, "person 4", "Narvik", 10)])
-    deployed.wait(lambda: deployed.sfn.describe_execution(executionArn=execution)["status"] == "FAILED", "failed")
-    # THEN the batch is visible again at once and the alert says so, with the job's error
-    assert deployed.queue_counts() == (1, 0)
-    [alert] = deployed.alerts()
-    assert "simulated failure of cdclake-dev-cdc" in alert["Message"]
-    assert "The failed batch (1 messages) was made visible again in the queue at once" in alert["Message"]
-    assert deployed.states_entered(execution)[-3:] == ["WasBatchReleased", "NotifyBatchFailed", "PipelineFailed"]
-    # WHEN the job is repaired and the pipeline started again as the alert says
+    # THEN the run is tried four times (three retries after growing pauses), then the alert says so
+    alerts: list[dict[str, Any]] = []
+    deployed.wait(lambda: alerts.extend(deployed.alerts()) or bool(alerts), "the alert")
+    assert alerts[0]["Subject"] == "cdclake: a CDC run failed"
+    assert "simulated failure of cdclake-dev-cdc" in alerts[0]["Message"]
+    assert deployed.gaps.retry_waits is not None and deployed.gaps.retry_waits[-3:] == [60, 120, 240]
+    assert sum(1 for job, outcome in deployed.runs if job == cdc_job and isinstance(outcome, Exception)) >= (
+        failed_before + 4
+    )
+    # AND the loop goes on: the execution still runs, and once the job is repaired the file is applied
+    assert deployed.sfn.describe_execution(executionArn=execution)["status"] == "RUNNING"
     deployed.broken_jobs.clear()
-    deployed.sfn.start_execution(
-        stateMachineArn=deployed.stack.outputs["StateMachineArn"], name="restart", input='{"fullLoadDone": true}'
-    )
-    # THEN the file is applied and silver equals the change log again
-    deployed.wait(lambda: deployed.queue_counts() == (0, 0), "the released file applied")
+    deployed.wait(lambda: deployed.queue_counts() == (0, 0), "the file applied and its event deleted")
     deployed.wait(lambda: deployed.silver() == replay_change_log(INITIAL, CHANGE_LOG, ["id"]), "silver converged")
+    assert deployed.sfn.describe_execution(executionArn=execution)["status"] == "RUNNING"
+    time.sleep(2)
+    while deployed.alerts():  # sweep runs that failed while the job was broken alerted too
+        pass
 
 
-def test_a_dequeue_that_times_out_after_receiving_holds_the_batch_for_the_receive_visibility_only(
-    deployed: Deployed,
-) -> None:
-    # GIVEN the pipeline running and a DequeueBatch that times out after its work (its result never arrives)
-    execution = running_execution(deployed)
-    name = deployed.stack.physical("DequeueBatchFunction")
-    real = deployed.gaps.lambda_handlers[name]
-    timed_out = type("Sandbox.Timedout", (Exception,), {})
-
-    def times_out_after_its_work(event: dict[str, Any], context: Any) -> Any:
-        real(event, context)
-        raise timed_out("Task timed out after 60.00 seconds")
-
-    deployed.gaps.lambda_handlers[name] = times_out_after_its_work
+def test_a_file_whose_event_never_came_is_applied_by_a_sweep_run(deployed: Deployed) -> None:
+    # GIVEN the pipeline running, and the rule that queues S3 events disabled (an operator's mistake)
+    events = boto3.client("events", region_name=REGION)
+    rule = deployed.stack.physical("NewFileRule")
+    events.disable_rule(Name=rule)
     try:
-        deployed.put_cdc_file([change("U", 5, "person 5", "Bodø", 20)])
-        deployed.wait(lambda: deployed.sfn.describe_execution(executionArn=execution)["status"] == "FAILED", "failed")
+        # WHEN DMS writes a file meanwhile
+        deployed.put_cdc_file([change("U", 5, "person 5", "Bodø", 20), change("I", 8, "person 8", "Alta", 21)])
+        time.sleep(1)
+        assert deployed.queue_counts() == (0, 0)  # no event reached the queue
     finally:
-        deployed.gaps.lambda_handlers[name] = real
-    # THEN the alert tells the truth: back within the stack's receive visibility (180 s), not 12 hours
-    [alert] = deployed.alerts()
-    assert "Sandbox.Timedout" in alert["Message"]
-    assert "visible again in the queue within 180 seconds" in alert["Message"]
-    [message] = in_flight(deployed)
-    assert 0 < message.visible_at / 1000 - time.time() <= 180
-    # AND (the visibility ended, here by hand) a restart applies it
-    message.change_visibility(0)
-    deployed.sfn.start_execution(
-        stateMachineArn=deployed.stack.outputs["StateMachineArn"], name="after-timeout", input='{"fullLoadDone": true}'
-    )
-    deployed.wait(lambda: deployed.queue_counts() == (0, 0), "the file applied")
-    deployed.wait(lambda: deployed.silver() == replay_change_log(INITIAL, CHANGE_LOG, ["id"]), "silver converged")
+        events.enable_rule(Name=rule)
+    # THEN a sweep run (every SweepEveryIterations idle iterations) lists bronze and applies it
+    deployed.wait(lambda: deployed.silver() == replay_change_log(INITIAL, CHANGE_LOG, ["id"]), "the file applied")
+    assert deployed.alerts() == []
 
 
-def in_flight(deployed: Deployed) -> list[Any]:
-    """The file queue's messages in flight, from moto's backend (SQS reports no per-message visibility)."""
-    from moto.sqs.models import sqs_backends
+BACKLOG_TABLES = [f"t{n:02d}" for n in range(1, 31)]
+TABLE_LOG: dict[str, list[SourceChange]] = {}  # every change written to the 30 tables' folders, per table
 
-    queue = sqs_backends[ACCOUNT][REGION].get_queue(deployed.stack.outputs["FileQueueUrl"].rsplit("/", 1)[-1])
-    return [m for m in queue._messages if not m.visible]
+
+def table_file(deployed: Deployed, table: str, changes: list[SourceChange]) -> None:
+    TABLE_LOG.setdefault(table, []).extend(changes)
+    body = csv_text(cdc_records(changes, ["id", "v"], with_timestamp=True, with_seq=False))
+    key = f"dms/s/{table}/{cdc_file_name(changes[-1].commit_ts)}"
+    deployed.s3.put_object(Bucket=deployed.bronze, Key=key, Body=body.encode())
+
+
+def table_change(op: str, ident: int, value: str, second: int) -> SourceChange:
+    ts = f"2024-03-02 10:{second // 60:02d}:{second % 60:02d}.000000"
+    return SourceChange(op, {"id": str(ident), "v": value}, ts, "")
+
+
+def silver_table(deployed: Deployed, table: str) -> dict[tuple[str, ...], dict[str, str | None]]:
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.getOrCreate()
+    rows = spark.table(f"silver.{deployed.stack.outputs['GlueDatabaseName']}.{table}").collect()
+    return {(str(r["id"]),): {"id": str(r["id"]), "v": r["v"]} for r in rows}
+
+
+def applied_per_file(deployed: Deployed, table: str) -> dict[str, int]:
+    """How many commits of the table's snapshot history record each bronze key (Iceberg's snapshots table)."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.getOrCreate()
+    snapshots = spark.sql(
+        f"SELECT summary['cdclake.files'] AS files FROM silver.{deployed.stack.outputs['GlueDatabaseName']}.{table}"
+        ".snapshots WHERE summary['cdclake.kind'] = 'cdc'"
+    ).collect()
+    counts: dict[str, int] = {}
+    for row in snapshots:
+        for key in json.loads(row["files"]):
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def test_a_backlog_of_30_tables_is_applied_by_one_cdc_run_and_every_event_deleted(deployed: Deployed) -> None:
+    # GIVEN the pipeline stopped while DMS wrote two files for each of 30 tables (60 events queued)
+    stop_the_pipeline(deployed)
+    for number, table in enumerate(BACKLOG_TABLES):
+        table_file(deployed, table, [table_change("I", 1, "a", number), table_change("I", 2, "b", number)])
+        table_file(deployed, table, [table_change("U", 1, "a2", 60 + number), table_change("D", 2, "", 60 + number)])
+    deployed.wait(lambda: deployed.queue_counts() == (60, 0), "60 events queued")
+    before = len(deployed.runs)
+    # WHEN the pipeline starts again
+    restart(deployed, "backlog")
+    # THEN ONE CDC run applies all 60 files (it lists bronze; the queue only woke it) and deletes every event
+    deployed.wait(lambda: deployed.queue_counts() == (0, 0), "every event deleted", timeout=300)
+    cdc_runs = [o for job, o in deployed.runs[before:] if job == deployed.stack.outputs["CdcJobName"]]
+    assert cdc_runs and cdc_runs[0].files_applied == 60 and cdc_runs[0].failures == {}
+    for table in BACKLOG_TABLES:
+        assert silver_table(deployed, table) == replay_change_log([], TABLE_LOG[table], ["id"]), table
+
+
+def test_a_cdc_run_that_dies_mid_round_is_finished_by_the_next_with_nothing_lost_or_applied_twice(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cdclake.lake.committer import IcebergCommitter
+
+    # GIVEN the pipeline stopped while DMS wrote a file for each of 30 tables, and a Glue worker that is lost
+    # after the run's 10th data commit
+    stop_the_pipeline(deployed)
+    for number, table in enumerate(BACKLOG_TABLES):
+        table_file(deployed, table, [table_change("U", 1, f"c{number}", 200 + number)])
+    commits = {"count": 0, "died": 0}
+    for method in ("merge", "publish", "row_delta"):
+        real = getattr(IcebergCommitter, method)
+
+        def dies_after_ten(self: Any, *args: Any, _real: Any = real, **kwargs: Any) -> None:
+            if commits["count"] >= 10 and not commits["died"]:
+                commits["died"] = 1
+                raise Killed("the Glue worker was lost")
+            _real(self, *args, **kwargs)
+            commits["count"] += 1
+
+        monkeypatch.setattr(IcebergCommitter, method, dies_after_ten)
+    before = {t: applied_per_file(deployed, t) for t in BACKLOG_TABLES}
+    # WHEN the pipeline starts: its first run dies after 10 commits; the state machine tries again
+    restart(deployed, "dies")
+    deployed.wait(lambda: deployed.queue_counts() == (0, 0), "every event deleted", timeout=300)
+    assert commits["died"] and 10 <= commits["count"] < 10 + len(BACKLOG_TABLES)  # the next run did the rest
+    # THEN every table equals the replay, and every file was recorded by exactly one commit
+    for table in BACKLOG_TABLES:
+        assert silver_table(deployed, table) == replay_change_log([], TABLE_LOG[table], ["id"]), table
+        counts = applied_per_file(deployed, table)
+        assert all(n == 1 for n in counts.values()) and len(counts) == len(before[table]) + 1, table
+    assert deployed.alerts() == []
 
 
 def test_a_redeploy_after_destroy_uses_the_retained_databases(deployed: Deployed, tmp_path: Path) -> None:
