@@ -46,7 +46,7 @@ wheel: setup ## the cdclake wheel AWS Glue installs (--additional-python-modules
 # Writes docs/benchmarks.md, docs/benchmarks-<profile>.json and docs/benchmarks.png.
 PROFILE ?= quick
 
-.PHONY: bench bench-full bench-profile bench-big-csv
+.PHONY: bench bench-full bench-profile bench-big-csv bench-throughput
 
 bench: setup ## benchmarks: ratios against baselines measured in the same run (docs/benchmarks.md)
 	$(BIN)/python -m bench.run --profile $(PROFILE)
@@ -56,6 +56,10 @@ bench-full: setup ## the larger profile: 10M rows, 1M changes (about 15 minutes 
 
 bench-profile: setup ## every Spark job of a full load and a CDC apply, with its time (ROWS=1000000)
 	$(BIN)/python -m bench.profile --rows $(or $(ROWS),1000000)
+
+bench-throughput: setup ## keeping up on AWS, simulated: 10/100/300 tables x a file a minute, warm loop vs a run per 10 files
+	$(BIN)/python -m bench.throughput --tables $(or $(TABLES),10 100 300) --minutes $(or $(MINUTES),15) \
+		--out docs/benchmarks-throughput.json
 
 bench-big-csv: setup ## one big CSV LOAD file loaded whole vs in parallel splits (ROWS=8000000, about 1 GB)
 	$(BIN)/python -m bench.big_csv --rows $(or $(ROWS),8000000)

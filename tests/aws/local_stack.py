@@ -270,12 +270,15 @@ def complete_what_moto_skips(template: dict[str, Any], resolver: Resolver, endpo
     - DefinitionS3Location / DefinitionSubstitutions are ignored: the definition the package step uploaded is
       read back from S3 and rendered with the resolved substitutions, as Step Functions would receive it.
     - S3 NotificationConfiguration is ignored: EventBridge delivery is switched on through the API.
+    - A Lambda function's environment that names a Glue job got "None" (moto leaves the variable out):
+      set again once the jobs exist.
     Bucket and queue policies, the SNS topic policy, alarms and the Glue security configuration stay
     placeholders: docs/deploy.md says how each is checked instead.
     """
     glue = boto3.client("glue", endpoint_url=endpoint, region_name=REGION)
     s3 = boto3.client("s3", endpoint_url=endpoint, region_name=REGION)
     sfn = boto3.client("stepfunctions", endpoint_url=endpoint, region_name=REGION)
+    lam = boto3.client("lambda", endpoint_url=endpoint, region_name=REGION)
     resources = template["Resources"]
     for logical, resource in resources.items():
         if "Condition" in resource and not resolver.condition(resource["Condition"]):
@@ -307,6 +310,11 @@ def complete_what_moto_skips(template: dict[str, Any], resolver: Resolver, endpo
             else:
                 created = sfn.create_state_machine(name=name, definition=text, roleArn=role, type="STANDARD")
                 resolver.physical[logical] = created["stateMachineArn"]
+        elif resource["Type"] == "AWS::Lambda::Function" and "Environment" in properties:
+            variables = {k: str(resolver.value(v)) for k, v in properties["Environment"]["Variables"].items()}
+            lam.update_function_configuration(
+                FunctionName=resolver.physical[logical], Environment={"Variables": variables}
+            )
         elif resource["Type"] == "AWS::S3::Bucket" and "EventBridgeConfiguration" in properties.get(
             "NotificationConfiguration", {}
         ):

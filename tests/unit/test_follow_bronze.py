@@ -167,3 +167,21 @@ def test_events_of_applied_files_are_deleted_as_they_come_and_the_rest_after_the
     assert notices.settle(lambda k: k in applied) == 1
     # THEN that event is gone and the other two are visible again, for the next round
     assert counts(sqs, url) == (2, 0)
+
+
+def test_applied_files_are_forgotten_but_each_folders_newest_stays_so_the_next_look_starts_after_it(
+    tmp_path: Path,
+) -> None:
+    # GIVEN a folder with three CDC files, the first two applied, and a LOAD file
+    keys = [f"s/t/20240301-120{i}000000.csv" for i in range(3)]
+    for key in [*keys, "s/t/LOAD00000001.csv"]:
+        (tmp_path / key).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / key).write_bytes(b"x")
+    index = BronzeIndex(LocalBronze(tmp_path))
+    index.relist()
+    # WHEN the applied ones are forgotten (all three count as applied here)
+    assert index.forget_applied(lambda f: True) == 2
+    # THEN the newest CDC key and the LOAD file stay, and a look still starts after the newest
+    assert sorted(index.files) == ["s/t/20240301-1202000000.csv", "s/t/LOAD00000001.csv"]
+    assert index.newest_in_order("s/t") == keys[2]
+    assert index.look(["s/t"]) == set()

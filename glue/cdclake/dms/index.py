@@ -11,7 +11,7 @@ when its S3 event names it (``announce``), or by the next full listing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind, classify, parse_key
@@ -97,6 +97,20 @@ class BronzeIndex:
             self.files[file.key] = file
             new.add(file.key)
         return new, missing
+
+    def forget_applied(self, applied: Callable[[BronzeFile], bool]) -> int:
+        """Drop the CDC files ``applied`` says are done, except each folder's newest (the next look
+        starts after it): a long follow keeps what is pending in memory, not all of bronze.
+        Returns how many were dropped; the next ``relist`` reads them again (and drops them again)."""
+        newest: dict[str, str] = {}
+        for file in self.files.values():
+            if file.kind is FileKind.CDC:
+                folder = folder_of(file)
+                newest[folder] = max(newest.get(folder, file.key), file.key)
+        done = [k for k, f in self.files.items() if f.kind is FileKind.CDC and k != newest[folder_of(f)] and applied(f)]
+        for key in done:
+            del self.files[key]
+        return len(done)
 
     def listing(self) -> BronzeListing:
         return BronzeListing(files=tuple(sorted(self.files.values())), unrecognised=self.unrecognised)

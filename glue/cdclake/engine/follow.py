@@ -29,7 +29,7 @@ from typing import Protocol
 
 from cdclake.config import TableConfig
 from cdclake.context import Engine
-from cdclake.dms.files import FileKind, parse_key
+from cdclake.dms.files import BronzeFile, FileKind, parse_key
 from cdclake.dms.index import BronzeIndex, folder_of
 from cdclake.engine.run import apply_pending, warn
 from cdclake.engine.select import TableState, skip_reason
@@ -138,6 +138,9 @@ def follow(
     retry_at: dict[str, tuple[float, int]] = {}  # source -> (when it is tried again, failures in a row)
     outcome = FollowReport()
 
+    def applied(file: BronzeFile) -> bool:
+        return file.source in states and file.key in states[file.source].applied
+
     def done(key: str) -> bool:
         """Whether an announcement of ``key`` needs nothing more: applied, held, gone or not ours."""
         try:
@@ -160,7 +163,8 @@ def follow(
     while True:
         round_started = time.monotonic()
         report, touched = apply_pending(engine, index.listing(), due)
-        states |= touched
+        states.update(touched)
+        index.forget_applied(applied)
         if first:
             warn(report)
             first = False
@@ -193,6 +197,10 @@ def follow(
             recent = {f for f, at in active.items() if now - at <= settings.active_seconds}
             announced_folders = {folder_of(index.files[k]) for k in announced if k in index.files}
             new |= index.look((recent | announced_folders | _pending_folders(index, states)) & folders)
+        if any(index.files[k].kind is FileKind.FULL_LOAD for k in new if k in index.files):
+            # A reload: its full load records the CDC files it supersedes, so it needs them all listed.
+            new |= index.relist()
+            last_relist = time.monotonic()
         outcome.listings = index.requests
         for key in new:
             if key in index.files:
