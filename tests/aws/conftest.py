@@ -12,6 +12,7 @@ import json
 import os
 import re
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -118,6 +119,10 @@ class MotoStepFunctionsGaps:
     successor_starts: int = 0  # states:startExecution calls delivered to moto
     # Runs a Glue job for real (job name, its arguments: default then run's); an exception fails the run.
     glue_runner: Callable[[str, dict[str, str]], None] | None = None
+    # Run it in a thread of its own, the run RUNNING until it returns (a Glue run is asynchronous; a run
+    # inside the StartJobRun request outlives the client's read timeout and is started again by its retry).
+    glue_runner_in_background: bool = False
+    runner_threads: dict[str, threading.Thread] = field(default_factory=dict)  # run id -> its runner
     failed_runs: dict[str, str] = field(default_factory=dict)  # run id -> error message
     # Not a gap: a list makes Retry waits instant and records each interval moto would have slept (None: sleep).
     retry_waits: list[float] | None = None
@@ -185,14 +190,28 @@ def patch_moto_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctionsGaps:
         if knobs.glue_runner is not None:
             # GAP 3b: moto runs no job. Run its entry point here, synchronously: the run is terminal before
             # the state machine's first GetJobRun, as a finished Glue run would be.
-            try:
-                knobs.glue_runner(self.name, {**self.default_arguments, **(kwargs.get("arguments") or {})})
-            except Exception as exc:
-                knobs.failed_runs[run_id] = f"{type(exc).__name__}: {exc}"
+            runner, arguments = knobs.glue_runner, {**self.default_arguments, **(kwargs.get("arguments") or {})}
+
+            def run() -> None:
+                try:
+                    runner(self.name, arguments)
+                except Exception as exc:
+                    knobs.failed_runs[run_id] = f"{type(exc).__name__}: {exc}"
+
+            if knobs.glue_runner_in_background:
+                thread = threading.Thread(target=run, name=f"glue-run-{run_id}", daemon=True)
+                knobs.runner_threads[run_id] = thread
+                thread.start()
+            else:
+                run()
         return run_id
 
     def job_run_as_dict(self: Any) -> dict[str, Any]:
         run = original_job_run(self)
+        runner = knobs.runner_threads.get(self.job_run_id)
+        if runner is not None and runner.is_alive():
+            run["JobRunState"] = "RUNNING"
+            return run
         running_for = knobs.running_seconds.get(self.job_name, 0.0)
         if running_for and (utcnow() - self.started_on).total_seconds() < running_for:
             run["JobRunState"] = "RUNNING"

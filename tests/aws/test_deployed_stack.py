@@ -147,7 +147,9 @@ def run_glue_entry_point(s3: Any, work: Path, warehouse: Path, broken: set[str],
 
     def run(job_name: str, arguments: dict[str, str]) -> None:
         if job_name in broken:
-            raise RuntimeError(f"simulated failure of {job_name}")
+            broken_run = RuntimeError(f"simulated failure of {job_name}")
+            runs.append((job_name, broken_run))
+            raise broken_run
         location = glue.get_job(JobName=job_name)["Job"]["Command"]["ScriptLocation"]
         bucket, _, key = location[len("s3://") :].partition("/")
         script = work / "scripts" / key
@@ -243,6 +245,7 @@ def deploy(work: Path, endpoint: str, gaps: MotoStepFunctionsGaps, config_text: 
     broken: set[str] = set()
     runs: list[tuple[str, Any]] = []
     gaps.glue_runner = run_glue_entry_point(s3, work, warehouse, broken, runs)
+    gaps.glue_runner_in_background = True
     gaps.retry_waits = []  # the state machine's Retry pauses (60 s and more) are recorded, not slept
     sfn = boto3.client("stepfunctions", region_name=REGION)
     return Deployed(stack, gaps, warehouse, alerts_url, s3, sqs, sfn, broken, root, runs)
@@ -307,7 +310,7 @@ def test_dms_files_put_in_bronze_reach_silver_through_the_deployed_pipeline(depl
     assert deployed.states_entered(first["executionArn"])[-3:] == ["MarkFullLoadDone", "StartSuccessor", "HandedOver"]
     assert successor["name"].startswith("g1-") and successor["status"] == "RUNNING"
     path = deployed.states_entered(successor["executionArn"])
-    assert path.count("RunCdcJob") == path.count("CdcRunDone") >= 1
+    assert path.count("RunCdcJob") >= 1 and path.count("CdcRunDone") >= path.count("RunCdcJob") - 1  # one may run
     assert deployed.alerts() == []
     print_summary(deployed)
 
@@ -374,20 +377,21 @@ def test_a_failing_cdc_run_is_retried_then_alerts_and_the_loop_goes_on(deployed:
 
 
 def test_a_file_whose_event_never_came_is_applied_by_a_sweep_run(deployed: Deployed) -> None:
-    # GIVEN the pipeline running, and the rule that queues S3 events disabled (an operator's mistake)
-    events = boto3.client("events", region_name=REGION)
-    rule = deployed.stack.physical("NewFileRule")
-    events.disable_rule(Name=rule)
-    try:
-        # WHEN DMS writes a file meanwhile
-        deployed.put_cdc_file([change("U", 5, "person 5", "Bodø", 20), change("I", 8, "person 8", "Alta", 21)])
-        time.sleep(1)
-        assert deployed.queue_counts() == (0, 0)  # no event reached the queue
-    finally:
-        events.enable_rule(Name=rule)
-    # THEN a sweep run (every SweepEveryIterations idle iterations) lists bronze and applies it
+    # GIVEN a file DMS wrote whose S3 event never reached the queue (dropped here from the queue, with the
+    # pipeline stopped: moto delivers events even for a disabled rule)
+    stop_the_pipeline(deployed)
+    deployed.put_cdc_file([change("U", 5, "person 5", "Bodø", 20), change("I", 8, "person 8", "Alta", 21)])
+    deployed.wait(lambda: deployed.queue_counts() == (1, 0), "the event queued")
+    queue = deployed.stack.outputs["FileQueueUrl"]
+    [event] = deployed.sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10)["Messages"]
+    deployed.sqs.delete_message(QueueUrl=queue, ReceiptHandle=event["ReceiptHandle"])
+    # WHEN the pipeline runs with an empty queue
+    execution = restart(deployed, "lost-event")
+    # THEN a sweep run (after SweepEveryIterations idle iterations) lists bronze and applies the file
     deployed.wait(lambda: deployed.silver() == replay_change_log(INITIAL, CHANGE_LOG, ["id"]), "the file applied")
-    assert deployed.alerts() == []
+    path = deployed.states_entered(execution)
+    assert path.count("WaitForFiles") >= 3 and "RunCdcJob" in path
+    assert deployed.queue_counts() == (0, 0) and deployed.alerts() == []
 
 
 BACKLOG_TABLES = [f"t{n:02d}" for n in range(1, 31)]
