@@ -100,11 +100,15 @@ def blocker(
 
 
 # What Spark's Parquet writer must do for the files to be Iceberg's: field ids, INT64 microsecond
-# timestamps. Set on the session at the first write and never unset (the tables of a run write
-# concurrently; no other write of cdclake's depends on Spark's defaults for them).
+# timestamps, dates and timestamps before 1582-10-15 stored as they are (proleptic Gregorian, as
+# Iceberg's own writer stores them; Spark's default refuses them, LEGACY would shift them). Set on
+# the session at the first write and never unset (the tables of a run write concurrently; no other
+# write of cdclake's depends on Spark's defaults for them). ``runtime.session`` sets the same
+# rebase mode from the start; this covers a session built elsewhere.
 ICEBERG_PARQUET_CONF = {
     "spark.sql.parquet.fieldId.write.enabled": "true",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
 }
 _CONF_LOCK = threading.Lock()
 
