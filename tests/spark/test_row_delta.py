@@ -23,7 +23,7 @@ from cdclake.lake.ledger import KIND_CDC, ledger_properties
 from cdclake.lake.row_delta import WrittenFile, WrittenFiles, apply_row_delta, blocker
 from cdclake.lake.tables import SilverTable, current_snapshot_id, iceberg_fields, iceberg_table, is_commit_conflict
 from faults import iceberg_failure
-from readers import MainPoller
+from readers import MainPoller, delete_file_schemas
 
 # Every plain type the path writes itself, and `gone` (dropped at the source: absent from batches).
 TABLE_SCHEMA = (
@@ -205,6 +205,35 @@ def test_metrics_parsed_from_a_kept_footer_are_those_read_back_from_the_file(
     for name in ("columnSizes", "valueCounts", "nullValueCounts", "lowerBounds", "upperBounds"):
         assert getattr(kept, name)().equals(getattr(read, name)()), name
     assert kept.lowerBounds().size() >= len(COLUMNS)
+
+
+@pytest.mark.parametrize("writer", ["spark", "driver", "iceberg"])
+def test_delete_files_declare_their_columns_required_under_the_reserved_field_ids(
+    spark: SparkSession, database: str, writer: str
+) -> None:
+    # GIVEN a batch that updates and deletes stored rows
+    identifier = f"{database}.deletes"
+    rng = random.Random(21)
+    _create(spark, identifier, _initial_rows(rng, 60))
+    changes = spark.createDataFrame(_random_batch(rng, 60, 30, 1), CHANGE_SCHEMA)
+    classified, base = _classified(spark, identifier, changes, ["id"])
+    # WHEN its position deletes are written by Spark's Parquet writer, by the driver's pyarrow, or
+    # by Iceberg's own writer (a MERGE)
+    if writer == "spark":
+        apply_row_delta(spark, identifier, classified, ["id"], COLUMNS, {}, base, ABSENT)
+    elif writer == "driver":
+        apply_collected_row_delta(spark, identifier, collect_rows(classified), COLUMNS, {}, base, ABSENT)
+    else:
+        _merge(spark, identifier, classified, ["id"])
+    # THEN every delete file's footer declares file_path and pos required, with the field ids the
+    # Iceberg spec reserves for them (other engines look columns up by id)
+    schemas = delete_file_schemas(spark, identifier)
+    assert schemas
+    for path, schema in schemas.items():
+        assert [(f.name, str(f.type), f.nullable, f.metadata) for f in schema] == [
+            ("file_path", "string", False, {b"PARQUET:field_id": b"2147483546"}),
+            ("pos", "int64", False, {b"PARQUET:field_id": b"2147483545"}),
+        ], path
 
 
 def _compact(spark: SparkSession, identifier: str) -> None:

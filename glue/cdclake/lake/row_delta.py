@@ -6,7 +6,8 @@ metadata columns). The commit therefore needs no second look at the table, no ME
 branch:
 
 1. *Position deletes*: ``(file_path, pos)`` of each stored row the batch replaces, sorted, written
-   by Spark as Parquet under Iceberg's reserved field ids (what Iceberg's own writer produces).
+   by Spark as Parquet under Iceberg's reserved field ids, both columns required (what Iceberg's
+   own writer produces).
 2. *Data files*: the new images (inserts and updates) in the table's current schema, written by
    Spark as Parquet with the schema's field ids, in the table's sort order.
 3. *One RowDelta* adds both, with metrics read from the files' footers (``ParquetUtil``, what
@@ -99,11 +100,15 @@ def blocker(
 
 
 # What Spark's Parquet writer must do for the files to be Iceberg's: field ids, INT64 microsecond
-# timestamps. Set on the session at the first write and never unset (the tables of a run write
-# concurrently; no other write of cdclake's depends on Spark's defaults for them).
+# timestamps, dates and timestamps before 1582-10-15 stored as they are (proleptic Gregorian, as
+# Iceberg's own writer stores them; Spark's default refuses them, LEGACY would shift them). Set on
+# the session at the first write and never unset (the tables of a run write concurrently; no other
+# write of cdclake's depends on Spark's defaults for them). ``runtime.session`` sets the same
+# rebase mode from the start; this covers a session built elsewhere.
 ICEBERG_PARQUET_CONF = {
     "spark.sql.parquet.fieldId.write.enabled": "true",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
 }
 _CONF_LOCK = threading.Lock()
 
@@ -364,11 +369,17 @@ def apply_row_delta(
     if sort_columns:
         images = images.sortWithinPartitions(*sort_columns)
     deleted = Observation(f"cdclake_deleted_from_{uuid.uuid4().hex}")
+    # The Iceberg spec has a delete file's columns required, and Spark's writer declares a nullable
+    # column optional: coalesced with a literal, each is non-nullable. Rows lacking either are
+    # filtered out first, so the literals are never written.
     replaced = (
-        changes.where(F.col(STORED_FILE).isNotNull())
+        changes.where(F.col(STORED_FILE).isNotNull() & F.col(STORED_POS).isNotNull())
         .select(
             *_with_field_ids(
-                [(F.col(STORED_FILE), "file_path"), (F.col(STORED_POS), "pos")],
+                [
+                    (F.coalesce(F.col(STORED_FILE), F.lit("")), "file_path"),
+                    (F.coalesce(F.col(STORED_POS).cast("bigint"), F.lit(0).cast("bigint")), "pos"),
+                ],
                 {"file_path": _DELETE_PATH_ID, "pos": _DELETE_POS_ID},
             )
         )

@@ -152,6 +152,16 @@ def spark_conf(settings: SessionSettings) -> dict[str, str]:
         # expressions in split methods the JIT compiles (the value Spark's documentation gives
         # for HotSpot).
         "spark.sql.codegen.hugeMethodLimit": "8000",
+        # Dates and timestamps of any year (0001-9999 and beyond) as the Iceberg spec, pyiceberg,
+        # Athena and the driver's pyarrow store them: proleptic Gregorian, unshifted. Spark's
+        # default refuses to write values before 1582-10-15 (WRITE_ANCIENT_DATETIME) and to read
+        # them from files other writers made (DMS's Parquet); LEGACY would shift them into Spark's
+        # old hybrid calendar, which only Spark shifts back.
+        **{
+            f"spark.sql.parquet.{kind}RebaseModeIn{way}": "CORRECTED"
+            for kind in ("datetime", "int96")
+            for way in ("Read", "Write")
+        },
     }
     catalog = settings.catalog
     if isinstance(catalog, GlueCatalog):
