@@ -458,8 +458,37 @@ def render(result: dict[str, Any], command: str) -> str:
         f"{result['round_table_seconds_mean']:.1f} s a round (tables run concurrently). Its first round "
         f"(a new JVM, {s['tables']} full loads) ended {result['first_round_seconds']:.0f} s after it started. "
         f"Exit codes after SIGINT: {result['exit_codes']}.",
+        "",
+        where_the_time_goes(result),
     ]
     return "\n".join(lines)
+
+
+def where_the_time_goes(result: dict[str, Any]) -> str:
+    """The lag taken apart from the same run's figures: capture, the round, the per-table cost."""
+    s, cap, app = result["settings"], result["capture_lag"], result["apply_lag"]
+    round_p50 = result["round_interval"].get("p50", float("nan"))
+    tables = result["round_tables_mean"] or float("nan")
+    verdict = "Met" if result.get("met") else "Missed"
+    return (
+        f"{verdict}; where the time goes: capture {cap['p50']:.1f} s at the median (a change waits for its "
+        f"batch's {s['batch_interval']:g} s interval, counted from the batch's first change, plus a poll of up to "
+        f"1 s), apply {app['p50']:.1f} s: about one round of `run --follow` ({round_p50:.1f} s for "
+        f"{tables:.0f} tables, {round_p50 / tables:.2f} s a table; a file that lands during a round waits for "
+        "the next one, whose tables commit one after another as the round goes on). The sampler's own pyiceberg "
+        f"reads took {result['silver_scan_seconds']:.0f} s of the run ({result['silver_scans']} table reads), "
+        "on the same 2 cores."
+    )
+
+
+def _command(s: dict[str, Any]) -> str:
+    """How to run it again: the make target at its defaults, else the module with the options."""
+    if (s["tables"], s["background_rate"], s["warmup_seconds"]) == (30, 10, 30.0):
+        return f"make bench-freshness MINUTES={s['minutes']:g}"
+    return (
+        f"PYTHONPATH=glue .venv/bin/python -m bench.freshness --minutes {s['minutes']:g} --tables {s['tables']} "
+        f"--rate {s['background_rate']} --warmup {s['warmup_seconds']:g}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -475,7 +504,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=int, default=10, help="background pgbench transactions a second (0: none)")
     parser.add_argument("--workdir", type=Path, default=ROOT / ".cdclake" / "bench-freshness")
     parser.add_argument("--docs", type=Path, default=None, help="write the section into DOCS/benchmarks.md")
+    parser.add_argument("--render-only", action="store_true", help="rewrite the section from DOCS' stored results")
     args = parser.parse_args(argv)
+    if args.render_only:
+        stored = json.loads((args.docs / "benchmarks-freshness.json").read_text())
+        document = args.docs / "benchmarks.md"
+        document.write_text(splice(document.read_text(), "freshness", render(stored, _command(stored["settings"]))))
+        return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("pyiceberg").setLevel(logging.WARNING)  # a line per table read
     settings = FreshnessSettings(
@@ -489,8 +524,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Load for {settings.warmup_seconds:g} s (not counted: the new JVM's first rounds) then "
         f"{settings.minutes:g} min measured."
     )
-    command = f"make bench-freshness MINUTES={args.minutes:g}"
-    section = render(result, command) if result.get("lag") else json.dumps(result, indent=2)
+    section = render(result, _command(result["settings"])) if result.get("lag") else json.dumps(result, indent=2)
     print(section)
     if args.docs:
         (args.docs / "benchmarks-freshness.json").write_text(json.dumps(result, indent=2) + "\n")
