@@ -470,12 +470,15 @@ def where_the_time_goes(result: dict[str, Any]) -> str:
     round_p50 = result["round_interval"].get("p50", float("nan"))
     tables = result["round_tables_mean"] or float("nan")
     verdict = "Met" if result.get("met") else "Missed"
+    per_table = result["round_table_seconds_mean"] / tables  # each table's own seconds, as run --follow prints them
     return (
         f"{verdict}; where the time goes: capture {cap['p50']:.1f} s at the median (a change waits for its "
         f"batch's {s['batch_interval']:g} s interval, counted from the batch's first change, plus a poll of up to "
         f"1 s), apply {app['p50']:.1f} s: about one round of `run --follow` ({round_p50:.1f} s for "
         f"{tables:.0f} tables, {round_p50 / tables:.2f} s a table; a file that lands during a round waits for "
-        "the next one, whose tables commit one after another as the round goes on). The sampler's own pyiceberg "
+        "the next one, whose tables commit one after another as the round goes on). A table's batch took "
+        f"{per_table:.1f} s from start to commit, about {result['round_table_seconds_mean'] / round_p50:.1f} "
+        "tables at once. The sampler's own pyiceberg "
         f"reads took {result['silver_scan_seconds']:.0f} s of the run ({result['silver_scans']} table reads), "
         "on the same 2 cores."
     )
