@@ -433,14 +433,18 @@ def render(result: dict[str, Any], command: str) -> str:
     lag, cap, app = result["lag"], result["capture_lag"], result["apply_lag"]
     met = "**met**" if result.get("met") else "**missed**"
     interval = result["round_interval"]
+    background = (
+        f"background load `pgbench -R {s['background_rate']}` (one random row of a random table per transaction)"
+        if s["background_rate"]
+        else "no background load"
+    )
     lines = [
         f"#### Freshness — measured {result['finished']}",
         "",
         f"Command: `{command}` (wall time {result['wall_seconds'] / 60:.1f} min; load average "
         f"{result['load_average']} when it ended).",
         "",
-        f"PostgreSQL 15 on loopback, {s['tables']} tables of {s['rows']} rows; background load `pgbench -R "
-        f"{s['background_rate']}` (one random row of a random table per transaction); a marker update every "
+        f"PostgreSQL 15 on loopback, {s['tables']} tables of {s['rows']} rows; {background}; a marker update every "
         f"{s['interval']} s; `cdclake capture --follow --max-batch-interval {s['batch_interval']:g}` and "
         f"`cdclake run --follow --poll-interval {s['poll_seconds']:g}` as two processes. {result['minutes_text']}",
         "",
