@@ -422,6 +422,8 @@ def measure(settings: FreshnessSettings, work: Path) -> dict[str, Any]:
         shutil.rmtree(home, ignore_errors=True)
     if codes.get("run") != 130:
         raise AssertionError(f"run --follow ended with {codes.get('run')} on SIGINT, expected 130")
+    if result.get("never_visible"):  # a fast wrong answer fails the benchmark
+        raise AssertionError(f"{result['never_visible']} markers never reached silver: see {work}")
     return result
 
 

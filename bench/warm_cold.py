@@ -160,6 +160,16 @@ def render(result: dict[str, Any], command: str) -> str:
     return "\n".join(lines)
 
 
+def _command(s: dict[str, Any]) -> str:
+    """How to run it again: the make target at its defaults, else the module with the options."""
+    if (s["tables"], s["rows"], s["changes_per_file"], s["rounds"]) == (30, 5_000, 100, 10):
+        return f"make bench-warm PROCESSES={s['processes']}"
+    return (
+        f"PYTHONPATH=glue .venv/bin/python -m bench.warm_cold --processes {s['processes']} --tables {s['tables']} "
+        f"--rows {s['rows']} --changes {s['changes_per_file']} --rounds {s['rounds']}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
     import shutil
@@ -183,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         stored["summary"] = summarise(stored["runs"], stored["settings"]["tables"])
         (args.docs / "benchmarks-warm.json").write_text(json.dumps(stored, indent=2) + "\n")
         document = args.docs / "benchmarks.md"
-        command = f"make bench-warm PROCESSES={stored['settings']['processes']}"
+        command = _command(stored["settings"])
         document.write_text(splice(document.read_text(), "warm", render(stored, command)))
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
@@ -221,8 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         "finished": datetime.now().strftime("%Y-%m-%d %H:%M"),
         "load_average": ", ".join(f"{x:.1f}" for x in os.getloadavg()),
     }
-    command = f"make bench-warm PROCESSES={args.processes}"
-    section = render(result, command)
+    section = render(result, _command(result["settings"]))
     print(section)
     if args.docs:
         (args.docs / "benchmarks-warm.json").write_text(json.dumps(result, indent=2) + "\n")
