@@ -216,14 +216,15 @@ def main(argv: list[str] | None = None) -> int:
     log.info("prepared: %s", prepared)
     runs = [child("measure", *sizes, "--first-file", str(process * args.rounds)) for process in range(args.processes)]
     shutil.rmtree(args.workdir, ignore_errors=True)
-    result = {
-        "settings": {
-            "tables": args.tables,
-            "rows": args.rows,
-            "changes_per_file": args.changes,
-            "rounds": args.rounds,
-            "processes": args.processes,
-        },
+    settings = {
+        "tables": args.tables,
+        "rows": args.rows,
+        "changes_per_file": args.changes,
+        "rounds": args.rounds,
+        "processes": args.processes,
+    }
+    result: dict[str, Any] = {
+        "settings": settings,
         "prepare": prepared,
         "runs": runs,
         "summary": summarise(runs, args.tables),
@@ -231,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         "finished": datetime.now().strftime("%Y-%m-%d %H:%M"),
         "load_average": ", ".join(f"{x:.1f}" for x in os.getloadavg()),
     }
-    section = render(result, _command(result["settings"]))
+    section = render(result, _command(settings))
     print(section)
     if args.docs:
         (args.docs / "benchmarks-warm.json").write_text(json.dumps(result, indent=2) + "\n")
