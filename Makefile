@@ -40,16 +40,17 @@ wheel: setup ## the cdclake wheel AWS Glue installs (--additional-python-modules
 	$(BIN)/python -m pip wheel --no-deps --wheel-dir dist .
 
 # ------------------------------------------------------------------------------ benchmarks
-# Not part of `make test`. PROFILE=quick (< 10 min on 2 cores; with the pyiceberg peer), full (the issue's
-# 10M-row sizes), scale (the same 100k changes into fresh 1M, 10M and 50M-row tables, beside a plain MERGE;
+# Not part of `make test`. PROFILE=quick (< 10 min on 2 cores; with the pyiceberg peer; then about 6 min of
+# follow benchmarks, freshness for 1 min and warm vs cold in one new JVM: ARGS=--no-follow skips them), full (the
+# issue's 10M-row sizes), scale (the same 100k changes into fresh 1M, 10M and 50M-row tables, beside a plain MERGE;
 # writes docs/benchmarks-scale.png instead of docs/benchmarks.png) or smoke (a harness check in 2-4 minutes).
 # Writes docs/benchmarks.md, docs/benchmarks-<profile>.json and docs/benchmarks.png.
 PROFILE ?= quick
 
-.PHONY: bench bench-full bench-profile bench-big-csv bench-throughput
+.PHONY: bench bench-full bench-profile bench-big-csv bench-throughput bench-freshness bench-warm
 
 bench: setup ## benchmarks: ratios against baselines measured in the same run (docs/benchmarks.md)
-	$(BIN)/python -m bench.run --profile $(PROFILE)
+	$(BIN)/python -m bench.run --profile $(PROFILE) $(ARGS)
 
 bench-full: setup ## the larger profile: 10M rows, 1M changes (about 15 minutes on 2 cores)
 	$(BIN)/python -m bench.run --profile full
@@ -63,6 +64,12 @@ bench-throughput: setup ## keeping up on AWS, simulated: 10/100/300 tables x a f
 
 bench-big-csv: setup ## one big CSV LOAD file loaded whole vs in parallel splits (ROWS=8000000, about 1 GB)
 	$(BIN)/python -m bench.big_csv --rows $(or $(ROWS),8000000)
+
+bench-freshness: setup ## lag from a PostgreSQL commit to silver: capture --follow + run --follow (MINUTES=3)
+	$(BIN)/python -m bench.freshness --minutes $(or $(MINUTES),3) --docs docs
+
+bench-warm: setup ## the same 30-table batch as a new JVM's first and tenth batch (PROCESSES=2)
+	$(BIN)/python -m bench.warm_cold --processes $(or $(PROCESSES),2) --docs docs
 
 clean:
 	rm -rf $(VENV) .cdclake dist build glue/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,6 +1,6 @@
 """cdclake benchmarks: every figure is a ratio against a baseline measured in the same run.
 
-    .venv/bin/python -m bench.run --profile quick     # make bench            (< 10 min on 2 cores)
+    .venv/bin/python -m bench.run --profile quick     # make bench            (< 10 min on 2 cores, + ~6 min follow)
     .venv/bin/python -m bench.run --profile full      # make bench PROFILE=full (the issue's sizes)
 
 cdclake's numbers come from its real code path (``cdclake.engine.run.full_load`` and
@@ -18,6 +18,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
@@ -63,6 +64,10 @@ class Profile:
     many_tables: int = 100
     many_rows: int = 1_000_000
     many_changes: int = 100_000
+    # Follow (bench/freshness.py, bench/warm_cold.py), each in processes of its own after the rest:
+    freshness_minutes: float = 0.0  # measured load of capture --follow + run --follow (0: not run)
+    follow_tables: int = 30  # source tables of the freshness run, tables of the warm/cold batch
+    warm_processes: int = 0  # new JVMs whose first and tenth 30-table batches are timed (0: not run)
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,8 @@ PROFILES = {
         batches=5,
         batch_changes=10_000,
         peer=True,
+        freshness_minutes=1.0,
+        warm_processes=1,
     ),
     # A harness check in 2-4 minutes (figures are meaningless at this size).
     "smoke": Profile(
@@ -109,6 +116,9 @@ PROFILES = {
         many_tables=5,
         many_rows=20_000,
         many_changes=2_000,
+        freshness_minutes=0.5,
+        follow_tables=5,
+        warm_processes=1,
     ),
     "full": Profile(
         rows=10_000_000,
@@ -974,6 +984,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", type=Path, default=ROOT / "docs")
     parser.add_argument("--driver-memory", default=None)
     parser.add_argument("--conf", action="append", default=[], help="extra Spark setting key=value (experiments)")
+    parser.add_argument(
+        "--no-follow", action="store_true", help="skip the follow benchmarks (freshness, warm vs cold) of the profile"
+    )
     parser.add_argument("--chart-only", action="store_true", help="redraw the chart from the stored results")
     parser.add_argument(
         "--render-only", action="store_true", help="rewrite the profile's section and chart from its stored results"
@@ -1040,7 +1053,23 @@ def main(argv: list[str] | None = None) -> int:
     document_path.write_text(splice(document, args.profile, section))
     print(section)
     shutil.rmtree(work, ignore_errors=True)
+    if isinstance(profile, Profile) and not args.no_follow:
+        follow_benches(profile, args.docs if args.profile != "smoke" else None)
     return 0
+
+
+def follow_benches(p: Profile, docs: Path | None) -> None:
+    """Freshness and warm vs cold, each a process of its own (they start their own JVMs: the
+    cold figure needs a new one); each writes its own section of ``docs``/benchmarks.md."""
+    written = ["--docs", str(docs)] if docs else []
+    tables = ["--tables", str(p.follow_tables)]
+    if p.freshness_minutes:
+        warmup = "30" if p.follow_tables >= 30 else "10"
+        freshness = ["--minutes", f"{p.freshness_minutes:g}", "--warmup", warmup, *tables, *written]
+        subprocess.run([sys.executable, "-m", "bench.freshness", *freshness], check=True)
+    if p.warm_processes:
+        warm = ["--processes", str(p.warm_processes), *tables, *written]
+        subprocess.run([sys.executable, "-m", "bench.warm_cold", *warm], check=True)
 
 
 def _render_stored(name: str, docs: Path) -> int:
