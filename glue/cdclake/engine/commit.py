@@ -166,6 +166,10 @@ def _history_of_full_load(engine: Engine, table: TableConfig, silver: SilverTabl
     apply_history(engine.spark, history_of(silver), rows, table.silver_key())
 
 
+# The steps that finish a staged full load, in the order they are taken.
+FULL_LOAD_STEPS = ("record", "layout", "history", "forget-ledger-archive", "forget-tombstones")
+
+
 def finish_full_load(
     engine: Engine,
     table: TableConfig,
@@ -175,13 +179,29 @@ def finish_full_load(
 ) -> None:
     """Record a staged load as done (``files``: what it holds, ``load_sizes``: its LOAD files'
     sizes), give the table its layout for the writes to come (the replace reset it), then forget
-    what the old load left: the archived ledger and the tombstones (the new load is the truth now)."""
-    if files is not None:
-        record_full_load(engine.spark, silver, files, load_sizes or {})
-    apply_layout(engine.spark, silver.identifier, table.silver_key(), table.layout)
-    if table.history:
-        _history_of_full_load(engine, table, silver)
-    forget_archived_ledger(engine.spark, silver)
-    tombstones = tombstones_of(silver)
-    if table_exists(engine.spark, tombstones):
-        engine.spark.sql(f"DELETE FROM {tombstones.identifier}")
+    what the old load left: the archived ledger and the tombstones (the new load is the truth now).
+
+    Each step (``FULL_LOAD_STEPS``) is taken through ``engine.committer.full_load_step``."""
+
+    def record() -> None:
+        if files is not None:
+            record_full_load(engine.spark, silver, files, load_sizes or {})
+
+    def history() -> None:
+        if table.history:
+            _history_of_full_load(engine, table, silver)
+
+    def forget_tombstones() -> None:
+        tombstones = tombstones_of(silver)
+        if table_exists(engine.spark, tombstones):
+            engine.spark.sql(f"DELETE FROM {tombstones.identifier}")
+
+    steps: dict[str, Callable[[], None]] = {
+        "record": record,
+        "layout": lambda: apply_layout(engine.spark, silver.identifier, table.silver_key(), table.layout),
+        "history": history,
+        "forget-ledger-archive": lambda: forget_archived_ledger(engine.spark, silver),
+        "forget-tombstones": forget_tombstones,
+    }
+    for step in FULL_LOAD_STEPS:
+        engine.committer.full_load_step(step, steps[step])
