@@ -35,8 +35,9 @@ LATEST_COMMIT_TS_PROPERTY = "cdclake.latest-commit-ts"
 # name (a reload restarts the counter) is told from the one loaded by its size.
 LOAD_SIZES_PROPERTY = "cdclake.load-sizes"
 KIND_FULL_LOAD = "full-load"
-# A full load's data commit, before the checks that follow it: the lineage says "not loaded"
-# until the full-load commit after it, so a crash in between makes the next run load again.
+# A full load's data commit, before the checks and steps that follow it (its layout, history, the
+# old load's archived ledger and tombstones forgotten): the lineage says "not loaded" until the
+# full-load commit after them, so a crash in between makes the next run load again.
 KIND_FULL_LOAD_STAGED = "full-load-staged"
 KIND_CDC = "cdc"
 LEDGER_ARCHIVE_TABLE = "cdclake_ledger"
