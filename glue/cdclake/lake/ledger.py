@@ -139,6 +139,17 @@ def read_ledger(spark: SparkSession, table: SilverTable) -> LedgerState:
     return LedgerState(full_load_done, frozenset(applied), last_file, loaded)
 
 
+def full_load_unfinished(spark: SparkSession, table: SilverTable) -> bool:
+    """Whether the current lineage ends in a staged full load that was never recorded as done (a
+    load that crashed before its record): the next run loads the table again."""
+    for row in _lineage(spark, table):
+        if row["kind"] == KIND_FULL_LOAD:
+            return False
+        if row["kind"] == KIND_FULL_LOAD_STAGED:
+            return True
+    return False
+
+
 def expiring_snapshots(spark: SparkSession, table: SilverTable, older_than: datetime, retain_last: int) -> list[Any]:
     """The lineage snapshots (back to the last full load) that expiry at ``older_than`` removes."""
     lineage = []
