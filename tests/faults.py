@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from cdclake.lake.committer import IcebergCommitter, KeyedBatch
@@ -133,3 +134,19 @@ class MaintenanceRacingCommitter(IcebergCommitter):
         if self.attempts == 1:
             self.rival()
         super().row_delta(*args, **kwargs)
+
+
+class FullLoadCrash(IcebergCommitter):
+    """A committer whose job is killed at one step of finishing a full load (``step``, one of
+    ``engine.commit.FULL_LOAD_STEPS``): just before the step, or with ``after``, just after it."""
+
+    def __init__(self, step: str, after: bool = False) -> None:
+        self.step = step
+        self.after = after
+
+    def full_load_step(self, step: str, take: Callable[[], None]) -> None:
+        if step == self.step and not self.after:
+            raise RuntimeError(f"the job was killed before the full load's {step} step")
+        super().full_load_step(step, take)
+        if step == self.step:
+            raise RuntimeError(f"the job was killed after the full load's {step} step")

@@ -1,8 +1,8 @@
 """Commit: every write the engine makes to the lake, from a plan that is already complete.
 
 CDC: quarantine, bad rows, table creation, schema evolution, tombstones, then the one data commit
-that also records the batch's files in the ledger. Full load: the staged or careful replace, its
-ledger record, and the reset of what the old load left behind. Nothing here reads bronze.
+that also records the batch's files in the ledger. Full load: the staged replace, the reset of what
+the old load left behind, then the ledger record that says it is done. Nothing here reads bronze.
 """
 
 from __future__ import annotations
@@ -31,7 +31,13 @@ from cdclake.lake.journals import (
     tombstones_of,
 )
 from cdclake.lake.layout import apply_layout
-from cdclake.lake.ledger import KIND_FULL_LOAD, forget_archived_ledger, record_full_load, replace_table
+from cdclake.lake.ledger import (
+    KIND_FULL_LOAD,
+    KIND_FULL_LOAD_STAGED,
+    forget_archived_ledger,
+    record_full_load,
+    replace_table,
+)
 from cdclake.lake.tables import SilverTable, ensure_database, ensure_table, evolve_schema, table_exists
 
 if TYPE_CHECKING:
@@ -147,12 +153,13 @@ def _commit_keyed(
 
 
 def stage_full_load(
-    engine: Engine, silver: SilverTable, rows: DataFrame, files: Sequence[str], kind: str, load_sizes: Mapping[str, int]
+    engine: Engine, silver: SilverTable, rows: DataFrame, files: Sequence[str], load_sizes: Mapping[str, int]
 ) -> None:
-    """Create or atomically replace the silver table with a full load's rows, recorded as ``kind``
-    with the sizes of its LOAD files (``load_sizes``)."""
+    """Create or atomically replace the silver table with a full load's rows, recorded as a staged
+    load (``files``, with the sizes of its LOAD files: ``load_sizes``): the ledger says "not loaded"
+    until ``finish_full_load`` records it done."""
     ensure_database(engine.spark, engine.catalog, engine.config.database)
-    replace_table(engine.spark, silver, rows, files, kind=kind, load_sizes=load_sizes)
+    replace_table(engine.spark, silver, rows, files, kind=KIND_FULL_LOAD_STAGED, load_sizes=load_sizes)
 
 
 def _history_of_full_load(engine: Engine, table: TableConfig, silver: SilverTable) -> None:
@@ -166,22 +173,40 @@ def _history_of_full_load(engine: Engine, table: TableConfig, silver: SilverTabl
     apply_history(engine.spark, history_of(silver), rows, table.silver_key())
 
 
+# The steps that finish a staged full load, in the order they are taken: everything the load
+# leaves behind, then the record that says it is done, last.
+FULL_LOAD_STEPS = ("layout", "history", "forget-ledger-archive", "forget-tombstones", "record")
+
+
 def finish_full_load(
-    engine: Engine,
-    table: TableConfig,
-    silver: SilverTable,
-    files: Sequence[str] | None = None,
-    load_sizes: Mapping[str, int] | None = None,
+    engine: Engine, table: TableConfig, silver: SilverTable, files: Sequence[str], load_sizes: Mapping[str, int]
 ) -> None:
-    """Record a staged load as done (``files``: what it holds, ``load_sizes``: its LOAD files'
-    sizes), give the table its layout for the writes to come (the replace reset it), then forget
-    what the old load left: the archived ledger and the tombstones (the new load is the truth now)."""
-    if files is not None:
-        record_full_load(engine.spark, silver, files, load_sizes or {})
-    apply_layout(engine.spark, silver.identifier, table.silver_key(), table.layout)
-    if table.history:
-        _history_of_full_load(engine, table, silver)
-    forget_archived_ledger(engine.spark, silver)
-    tombstones = tombstones_of(silver)
-    if table_exists(engine.spark, tombstones):
-        engine.spark.sql(f"DELETE FROM {tombstones.identifier}")
+    """Finish a staged load: give the table its layout for the writes to come (the replace reset
+    it), write every loaded row's first version to history, forget what the old load left (its
+    archived ledger and its tombstones: the new load is the truth now), and only then record the
+    load as done (``files``: what it holds, ``load_sizes``: its LOAD files' sizes).
+
+    One step or none: until the record, the ledger says "not loaded" (the staged commit), so a
+    crash at any step makes the next run load the table again and take every step again; each
+    is idempotent (a layout the table has is kept, history adds a version once, the forgetting
+    deletes what is there). Each step (``FULL_LOAD_STEPS``) is taken through
+    ``engine.committer.full_load_step``."""
+
+    def history() -> None:
+        if table.history:
+            _history_of_full_load(engine, table, silver)
+
+    def forget_tombstones() -> None:
+        tombstones = tombstones_of(silver)
+        if table_exists(engine.spark, tombstones):
+            engine.spark.sql(f"DELETE FROM {tombstones.identifier}")
+
+    steps: dict[str, Callable[[], None]] = {
+        "layout": lambda: apply_layout(engine.spark, silver.identifier, table.silver_key(), table.layout),
+        "history": history,
+        "forget-ledger-archive": lambda: forget_archived_ledger(engine.spark, silver),
+        "forget-tombstones": forget_tombstones,
+        "record": lambda: record_full_load(engine.spark, silver, files, load_sizes),
+    }
+    for step in FULL_LOAD_STEPS:
+        engine.committer.full_load_step(step, steps[step])

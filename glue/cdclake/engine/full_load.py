@@ -24,7 +24,6 @@ from cdclake.engine.read import (
 )
 from cdclake.engine.select import TableState, load_again, superseded_cdc_files
 from cdclake.errors import ConfigError
-from cdclake.lake.ledger import KIND_FULL_LOAD, KIND_FULL_LOAD_STAGED
 from cdclake.lake.tables import parallel_scan
 from cdclake.report import TableReport
 from cdclake.runtime.progress import watch_stages
@@ -56,6 +55,8 @@ def full_load_table(
     columns back. A bad row or an unreadable file fails the scan before anything is committed; a
     repeated key is found after the staged commit (readers may see that key twice until the next
     commit). Either sends the load down the careful path: count, quarantine, de-duplicate, replace.
+    Either path's replace is staged, and recorded as done only after everything the load leaves
+    behind (``engine.commit.finish_full_load``): a crash at any step makes the next run load again.
     """
     started = time.monotonic()
     report = TableReport(table=table.source, kind="full-load")
@@ -103,7 +104,7 @@ def _load_in_one_scan(
     valid = changes.where(F.when(has_error(), F.raise_error(F.lit(_NEEDS_SCREENING))).otherwise(F.lit(True)))
     rows = stored_rows(valid, table, deduplicate=False)
     try:
-        stage_full_load(engine, silver, rows, [f.key for f in files], KIND_FULL_LOAD_STAGED, _sizes(files))
+        stage_full_load(engine, silver, rows, [f.key for f in files], _sizes(files))
     except ConfigError:
         raise
     except Exception as failure:
@@ -147,7 +148,8 @@ def _has_repeated_keys(spark: SparkSession, silver: SilverTable, key: Sequence[s
 def _load_carefully(
     engine: Engine, table: TableConfig, files: Sequence[BronzeFile], listing: BronzeListing, report: TableReport
 ) -> list[str]:
-    """Count and screen the rows (bad ones to quarantine), keep each key's last row, one replace."""
+    """Count and screen the rows (bad ones to quarantine), keep each key's last row, one staged
+    replace, finished like the one-scan load's (``finish_full_load``)."""
     silver = engine.silver_table(table)
     superseded: list[BronzeFile] = []
     if files:
@@ -162,8 +164,8 @@ def _load_carefully(
     else:
         changes = empty_changes(engine, table)
     loaded = [f.key for f in (*files, *superseded)]
-    stage_full_load(engine, silver, stored_rows(changes, table), loaded, KIND_FULL_LOAD, _sizes(files))
-    finish_full_load(engine, table, silver)
+    stage_full_load(engine, silver, stored_rows(changes, table), loaded, _sizes(files))
+    finish_full_load(engine, table, silver, loaded, _sizes(files))
     report.files_skipped = len(superseded)
     return loaded
 

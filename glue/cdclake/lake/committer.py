@@ -41,8 +41,8 @@ class KeyedBatch:
 class IcebergCommitter:
     """Makes the commits that change a silver table's data, each carrying the batch's ledger properties.
 
-    The engine calls only these; a test passes a subclass that fails at a chosen commit to show
-    that a crash between any two steps loses nothing.
+    The engine calls only these; a test passes a subclass that fails at a chosen commit (or step
+    of a full load) to show that a crash between any two steps loses nothing.
     """
 
     def merge(self, spark: SparkSession, batch: KeyedBatch, statement: Callable[[str], str]) -> None:
@@ -90,3 +90,8 @@ class IcebergCommitter:
     def append(self, spark: SparkSession, table: SilverTable, rows: DataFrame, properties: dict[str, str]) -> None:
         """Append ``rows`` as one commit carrying ``properties`` (append-only tables)."""
         commit_with_properties(spark, properties, rows.writeTo(table.identifier).append)
+
+    def full_load_step(self, step: str, take: Callable[[], None]) -> None:
+        """Take one step of finishing a staged full load (``engine.commit.FULL_LOAD_STEPS``: each a
+        commit or a metadata change), in the engine's order."""
+        take()

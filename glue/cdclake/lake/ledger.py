@@ -35,8 +35,9 @@ LATEST_COMMIT_TS_PROPERTY = "cdclake.latest-commit-ts"
 # name (a reload restarts the counter) is told from the one loaded by its size.
 LOAD_SIZES_PROPERTY = "cdclake.load-sizes"
 KIND_FULL_LOAD = "full-load"
-# A full load's data commit, before the checks that follow it: the lineage says "not loaded"
-# until the full-load commit after it, so a crash in between makes the next run load again.
+# A full load's data commit, before the checks and steps that follow it (its layout, history, the
+# old load's archived ledger and tombstones forgotten): the lineage says "not loaded" until the
+# full-load commit after them, so a crash in between makes the next run load again.
 KIND_FULL_LOAD_STAGED = "full-load-staged"
 KIND_CDC = "cdc"
 LEDGER_ARCHIVE_TABLE = "cdclake_ledger"
@@ -136,6 +137,17 @@ def read_ledger(spark: SparkSession, table: SilverTable) -> LedgerState:
                 if entry["kind"] == KIND_FULL_LOAD:
                     loaded[entry["file_key"]] = entry.asDict().get("file_size")
     return LedgerState(full_load_done, frozenset(applied), last_file, loaded)
+
+
+def full_load_unfinished(spark: SparkSession, table: SilverTable) -> bool:
+    """Whether the current lineage ends in a staged full load that was never recorded as done (a
+    load that crashed before its record): the next run loads the table again."""
+    for row in _lineage(spark, table):
+        if row["kind"] == KIND_FULL_LOAD:
+            return False
+        if row["kind"] == KIND_FULL_LOAD_STAGED:
+            return True
+    return False
 
 
 def expiring_snapshots(spark: SparkSession, table: SilverTable, older_than: datetime, retain_last: int) -> list[Any]:

@@ -3,7 +3,8 @@ files and tombstone retention. Run it between CDC batches, never beside one (the
 maintenance step, or ``cdclake maintain`` locally).
 
 Expiring snapshots would forget the applied-files ledger kept in their summaries, so the entries
-of the snapshots about to expire are archived first into ``cdclake_ledger``.
+of the snapshots about to expire are archived first into ``cdclake_ledger``; a table whose full
+load was staged and never recorded as done (a crash) keeps its snapshots until a run loads it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from cdclake.dms.horizon import PRUNED_BEFORE_PROPERTY, pruned_before_after, tom
 from cdclake.identifiers import procedure_table
 from cdclake.lake.journals import tombstones_of
 from cdclake.lake.layout import apply_layout
-from cdclake.lake.ledger import archive_ledger, expiring_snapshots
+from cdclake.lake.ledger import archive_ledger, expiring_snapshots, full_load_unfinished
 from cdclake.lake.tables import SilverTable, table_exists
 
 if TYPE_CHECKING:
@@ -81,6 +82,25 @@ def _record_pruned_before(engine: Engine, tombstones: SilverTable, now: datetime
     )
 
 
+def _expire_snapshots(
+    engine: Engine,
+    silver: SilverTable,
+    name: str,
+    now: datetime,
+    settings: MaintenanceSettings,
+    report: MaintenanceReport,
+) -> None:
+    """Archive the ledger entries of the snapshots about to expire, then expire them."""
+    cutoff = now - timedelta(hours=settings.snapshot_retention_hours)
+    expiring = expiring_snapshots(engine.spark, silver, cutoff, settings.retain_last_snapshots)
+    report.ledger_entries_archived = archive_ledger(engine.spark, silver, expiring)
+    stamp = cutoff.strftime("%Y-%m-%d %H:%M:%S")
+    before = _snapshot_count(engine, silver)
+    retain = settings.retain_last_snapshots
+    _call(engine, "expire_snapshots", f"table => {name}, older_than => TIMESTAMP '{stamp}', retain_last => {retain}")
+    report.snapshots_expired = before - _snapshot_count(engine, silver)
+
+
 def maintain_table(
     engine: Engine, table: TableConfig, settings: MaintenanceSettings, now: datetime | None = None
 ) -> MaintenanceReport | None:
@@ -100,14 +120,12 @@ def maintain_table(
     strategy = "strategy => 'sort', " if table.layout == "sorted" else ""
     _call(engine, "rewrite_data_files", f"table => {name}, {strategy}options => {compaction}")
     _call(engine, "rewrite_position_delete_files", f"table => {name}, options => map('rewrite-all', 'true')")
-    cutoff = now - timedelta(hours=settings.snapshot_retention_hours)
-    expiring = expiring_snapshots(engine.spark, silver, cutoff, settings.retain_last_snapshots)
-    report.ledger_entries_archived = archive_ledger(engine.spark, silver, expiring)
-    stamp = cutoff.strftime("%Y-%m-%d %H:%M:%S")
-    before = _snapshot_count(engine, silver)
-    retain = settings.retain_last_snapshots
-    _call(engine, "expire_snapshots", f"table => {name}, older_than => TIMESTAMP '{stamp}', retain_last => {retain}")
-    report.snapshots_expired = before - _snapshot_count(engine, silver)
+    if full_load_unfinished(engine.spark, silver):
+        # Expiring the staged load's snapshot would archive the old load's ledger past it, and
+        # the archive would then call the half-finished load done.
+        log.warning("snapshots kept table=%s: its full load is unfinished; the next run loads it again", table.source)
+    else:
+        _expire_snapshots(engine, silver, name, now, settings, report)
     # Iceberg refuses an orphan cut-off under 24 hours before its own clock: a file that young may
     # belong to a commit in flight.
     orphan_cutoff = min(now - timedelta(hours=settings.orphan_file_age_hours), datetime.now(UTC) - timedelta(days=1))
