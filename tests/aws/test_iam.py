@@ -161,14 +161,15 @@ def missing(role: str, needs: list[Need]) -> list[Need]:
 
 
 def kms_needs(action: str, target: str, where: str) -> list[Need]:
-    """SQS and SNS calls on a resource encrypted with the stack's key need that key too."""
-    encrypted = RESOURCES[target]["Properties"].get("KmsMasterKeyId") == {"Ref": "QueueKey"}
-    if not encrypted:
+    """SQS and SNS calls on a resource encrypted with one of the stack's keys need that key too."""
+    key = RESOURCES[target]["Properties"].get("KmsMasterKeyId")
+    if key is None:
         return []
+    assert set(key) == {"Ref"}, f"{target}: encrypted with a key this check does not know: {key}"
     if action in ("sqs:ReceiveMessage",):
-        return [Need("kms:Decrypt", "QueueKey", where)]
+        return [Need("kms:Decrypt", key["Ref"], where)]
     if action in ("sqs:SendMessage", "sns:Publish"):
-        return [Need("kms:GenerateDataKey", "QueueKey", where), Need("kms:Decrypt", "QueueKey", where)]
+        return [Need("kms:GenerateDataKey", key["Ref"], where), Need("kms:Decrypt", key["Ref"], where)]
     return []
 
 
