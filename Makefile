@@ -125,7 +125,8 @@ deploy: $(SAM) deploy-wheel sam-build ## build and deploy everything: stack, Glu
 	$(SAM) deploy --config-env $(SAM_ENV) --config-file $(CURDIR)/samconfig.toml --template-file build/sam/template.yaml \
 		--parameter-overrides $(ENV_PARAMS) $$(cat build/deploy-overrides.txt) $(PARAMS)
 	$(SAM) list stack-outputs --config-env $(SAM_ENV) --output json > build/stack-outputs.json
-	$(DEPLOY_PY) scripts/stack_artifacts.py upload --outputs build/stack-outputs.json $(if $(CONFIG),--config $(CONFIG))
+	$(DEPLOY_PY) scripts/stack_artifacts.py upload --region $(call SAM_GLOBAL,region) \
+		--outputs build/stack-outputs.json $(if $(CONFIG),--config $(CONFIG))
 
 # Stops the running executions and deletes the stack. Kept (DeletionPolicy Retain): the silver and bronze
 # buckets, the Glue database and the access-log bucket. The artifacts bucket (scripts, wheel, configuration,
@@ -134,7 +135,8 @@ deploy: $(SAM) deploy-wheel sam-build ## build and deploy everything: stack, Glu
 destroy: $(SAM) ## delete the stack, keep the lake: make destroy [SAM_ENV=prod]
 	mkdir -p build
 	$(SAM) list stack-outputs --config-env $(SAM_ENV) --output json > build/stack-outputs.json
-	$(DEPLOY_PY) scripts/stack_artifacts.py stop-executions --outputs build/stack-outputs.json
+	$(DEPLOY_PY) scripts/stack_artifacts.py stop-executions --region $(call SAM_GLOBAL,region) --outputs build/stack-outputs.json
 	$(SAM) delete --config-env $(SAM_ENV) --no-prompts
-	$(DEPLOY_PY) scripts/stack_artifacts.py delete-bucket --outputs build/stack-outputs.json --output-key ArtifactsBucketName
+	$(DEPLOY_PY) scripts/stack_artifacts.py delete-bucket --region $(call SAM_GLOBAL,region) \
+		--outputs build/stack-outputs.json --output-key ArtifactsBucketName
 	$(DEPLOY_PY) scripts/stack_artifacts.py retained --outputs build/stack-outputs.json

@@ -212,12 +212,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("action", choices=["preflight", "upload", "stop-executions", "delete-bucket", "retained"])
     parser.add_argument("--outputs", type=Path, help="sam list stack-outputs --output json")
     parser.add_argument("--stack-name", help="preflight: the stack (samconfig.toml's stack_name)")
-    parser.add_argument("--region", help="preflight: the stack's region (samconfig.toml's region)")
+    parser.add_argument(
+        "--region", help="the stack's region (samconfig.toml's region); every action that calls AWS needs it"
+    )
     parser.add_argument("--parameters", default="", help="preflight: the Key=Value overrides sam deploy is given")
     parser.add_argument("--config", type=Path, help="upload: the table configuration (cdclake.yaml)")
     parser.add_argument("--output-key", help="delete-bucket: the stack output naming the bucket")
     args = parser.parse_args(argv)
     try:
+        if args.action != "retained" and not args.region:
+            # Never the shell's default region: a stack in another region is "not found" there, and make destroy
+            # would stop before sam delete (which reads samconfig.toml's region) with nothing said about why.
+            raise DeployError(f"{args.action} needs --region (samconfig.toml's region of the stack).")
         if args.action == "preflight":
             import boto3
 
@@ -238,7 +244,8 @@ def main(argv: list[str]) -> int:
             return 0
         import boto3
 
-        s3 = boto3.client("s3")
+        session = boto3.Session(region_name=args.region)
+        s3 = session.client("s3")
         if args.action == "upload":
             for uri in upload(s3, outputs, ROOT, args.config):
                 print(f"uploaded {uri}")
@@ -247,7 +254,7 @@ def main(argv: list[str]) -> int:
                     f"no CONFIG given: the jobs read s3://{outputs['ArtifactsBucketName']}/{outputs['TableConfigKey']}"
                 )
         elif args.action == "stop-executions":
-            for arn in stop_executions(boto3.client("stepfunctions"), outputs["StateMachineArn"]):
+            for arn in stop_executions(session.client("stepfunctions"), outputs["StateMachineArn"]):
                 print(f"stopped {arn}")
         else:
             bucket = outputs[args.output_key]

@@ -103,9 +103,8 @@ def test_make_deploy_needs_no_setup_and_uploads_the_config() -> None:
     text = "\n".join(lines)
     assert "install-system-deps" not in text and "apt-get" not in text
     assert ".venv/bin/" not in text  # the project environment (Spark, Java) is not needed, only .venv/tools/sam
-    assert lines[-1].endswith(
-        "scripts/stack_artifacts.py upload --outputs build/stack-outputs.json --config my/cdclake.yaml"
-    )
+    assert lines[-1].endswith("--outputs build/stack-outputs.json --config my/cdclake.yaml")
+    assert "scripts/stack_artifacts.py upload --region" in lines[-1]
     assert any(" -m pip wheel " in line for line in lines)
 
 
@@ -339,3 +338,38 @@ def test_make_deploy_runs_the_preflight_before_the_stack_and_passes_its_override
     assert preflight_at < deploy_at
     assert "--config cdclake.yaml" in lines[preflight_at]
     assert any("rm -f dist/cdclake-*.whl" in line for line in lines[:preflight_at])
+
+
+# ------------------------------------------------------------------------- issue 34.5: the stack's region
+
+
+@pytest.mark.parametrize(("target", "environment"), [("deploy", "default"), ("destroy", "prod")])
+def test_every_step_that_calls_aws_is_given_the_region_of_samconfig(target: str, environment: str) -> None:
+    needs(SAM)  # the Makefile reads samconfig.toml with the SAM CLI's own Python
+    region = SAMCONFIG[environment]["global"]["parameters"]["region"]
+    lines = make_dry_run(target, f"SAM_ENV={environment}", "CONFIG=cdclake.yaml")
+    steps = [shlex.split(line) for line in lines if "scripts/stack_artifacts.py" in line]
+    calling_aws = [s for s in steps if s[s.index("scripts/stack_artifacts.py") + 1] != "retained"]
+    assert len(calling_aws) == (2 if target == "deploy" else 2)  # preflight, upload | stop-executions, delete-bucket
+    for step in calling_aws:
+        assert step[step.index("--region") + 1] == region, step
+
+
+def test_the_region_given_wins_over_the_shells_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a running pipeline in us-east-1 and a shell whose default region is another one
+    with mock_aws():
+        sfn = boto3.client("stepfunctions", region_name=REGION)
+        arn = sfn.create_state_machine(
+            name="cdclake-dev-pipeline",
+            definition=json.dumps({"StartAt": "W", "States": {"W": {"Type": "Wait", "Seconds": 600, "End": True}}}),
+            roleArn="arn:aws:iam::123456789012:role/x",
+        )["stateMachineArn"]
+        running = sfn.start_execution(stateMachineArn=arn)["executionArn"]
+        monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+        monkeypatch.setenv("AWS_REGION", "eu-west-1")
+        path = outputs_file(tmp_path, {"StateMachineArn": arn})
+        # WHEN make destroy stops it, THEN it is found in the stack's region and stopped
+        assert stack_artifacts.main(["stop-executions", "--region", REGION, "--outputs", str(path)]) == 0
+        assert sfn.describe_execution(executionArn=running)["status"] == "ABORTED"
+        # AND without a region the step refuses to guess (one sentence, no traceback)
+        assert stack_artifacts.main(["stop-executions", "--outputs", str(path)]) == 1
