@@ -19,7 +19,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 RETAINED = {
@@ -67,10 +67,15 @@ def wheel_override(root: Path) -> str:
     return f"LibraryWheelKey=glue/{built_wheel(root).name}"
 
 
+def parameter(overrides: list[str], name: str) -> str | None:
+    """The value of ``name`` in ``Key=Value`` parameter overrides (the last one wins, as in `sam deploy`)."""
+    values = [o.split("=", 1)[1] for o in overrides if o.startswith(f"{name}=")]
+    return values[-1] if values else None
+
+
 def environment_name(overrides: list[str]) -> str:
     """EnvironmentName from ``Key=Value`` parameter overrides (the last one wins, as in `sam deploy`)."""
-    names = [o.split("=", 1)[1] for o in overrides if o.startswith("EnvironmentName=")]
-    return names[-1] if names else DEFAULT_ENVIRONMENT
+    return parameter(overrides, "EnvironmentName") or DEFAULT_ENVIRONMENT
 
 
 def database_overrides(existing: set[str], owned: set[str], environment: str) -> list[str]:
@@ -86,8 +91,14 @@ def database_overrides(existing: set[str], owned: set[str], environment: str) ->
     return overrides
 
 
-def _stack(cfn: Any, stack_name: str) -> tuple[dict[str, str], set[str]] | None:
-    """The stack's outputs and the logical ids of its resources; None when there is no such stack."""
+class DeployedStack(NamedTuple):
+    outputs: dict[str, str]
+    owned: set[str]  # the logical ids of its resources
+    parameters: dict[str, str]
+
+
+def _stack(cfn: Any, stack_name: str) -> DeployedStack | None:
+    """The stack's outputs, resources and parameter values; None when there is no such stack."""
     try:
         [stack] = cfn.describe_stacks(StackName=stack_name)["Stacks"]
     except cfn.exceptions.ClientError as exc:
@@ -95,10 +106,20 @@ def _stack(cfn: Any, stack_name: str) -> tuple[dict[str, str], set[str]] | None:
             return None
         raise
     outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+    parameters = {p["ParameterKey"]: p.get("ParameterValue", "") for p in stack.get("Parameters", [])}
     owned = set()
     for page in cfn.get_paginator("list_stack_resources").paginate(StackName=stack_name):
         owned |= {r["LogicalResourceId"] for r in page["StackResourceSummaries"]}
-    return outputs, owned
+    return DeployedStack(outputs, owned, parameters)
+
+
+def source_secret(overrides: list[str], stack: DeployedStack | None) -> str:
+    """SourceSecretId as the deploy will set it: the overrides', else the stack's (sam deploy keeps a deployed
+    stack's value for a parameter it is not given), else the template's default (empty)."""
+    given = parameter(overrides, "SourceSecretId")
+    if given is not None:
+        return given
+    return stack.parameters.get("SourceSecretId", "") if stack else ""
 
 
 def _existing_databases(glue: Any, names: list[str]) -> set[str]:
@@ -117,30 +138,33 @@ def preflight(
 ) -> list[str]:
     """Check a deploy can finish with a table configuration; the parameter overrides it needs.
 
-    Without ``config`` the configuration must already be in the deployed stack's artifacts bucket: a first
-    deploy without one would only fail at the first job run (NoSuchKey).
+    Without ``config`` the configuration must already be in the deployed stack's artifacts bucket, or the
+    full-load job must be able to write it from the source catalog (SourceSecretId set, docs/deploy.md): else
+    the first job run would fail (NoSuchKey).
     """
     if config is not None and not config.is_file():
         raise DeployError(f"CONFIG={config}: no such file.")
     wheel = wheel_override(root)
     stack = _stack(cfn, stack_name)
-    if config is None:
+    if config is None and not source_secret(overrides, stack):
         if stack is None:
             raise DeployError(
-                f"the first deploy needs the table configuration: make deploy CONFIG=cdclake.yaml (stack {stack_name} "
-                "does not exist yet, so there is no configuration to keep)."
+                f"the first deploy needs the table configuration: make deploy CONFIG=cdclake.yaml, or let the "
+                f"full-load job write it from the source catalog with PARAMS=\"SourceSecretId=...\" (stack "
+                f"{stack_name} does not exist yet, so there is no configuration to keep)."
             )
-        outputs = stack[0]
+        outputs = stack.outputs
         bucket, key = outputs["ArtifactsBucketName"], outputs["TableConfigKey"]
         try:
             s3.head_object(Bucket=bucket, Key=key)
         except s3.exceptions.ClientError:
             raise DeployError(
-                f"s3://{bucket}/{key} does not exist: give the table configuration, make deploy CONFIG=cdclake.yaml."
+                f"s3://{bucket}/{key} does not exist: give the table configuration, make deploy CONFIG=cdclake.yaml "
+                "(or SourceSecretId, for the full-load job to write it)."
             ) from None
     environment = environment_name(overrides)
     names = [pattern.format(environment=environment) for _, pattern in DATABASES.values()]
-    owned = stack[1] if stack else set()
+    owned = stack.owned if stack else set()
     return [wheel, *database_overrides(_existing_databases(glue, names), owned, environment)]
 
 

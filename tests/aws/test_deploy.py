@@ -373,3 +373,38 @@ def test_the_region_given_wins_over_the_shells_default(tmp_path: Path, monkeypat
         assert sfn.describe_execution(executionArn=running)["status"] == "ABORTED"
         # AND without a region the step refuses to guess (one sentence, no traceback)
         assert stack_artifacts.main(["stop-executions", "--outputs", str(path)]) == 1
+
+
+# ------------------------------------- issue 34.6: a first deploy whose full-load job writes the configuration
+
+
+def test_a_first_deploy_with_a_source_secret_needs_no_configuration(tmp_path: Path) -> None:
+    # GIVEN no stack, no CONFIG, and the source credentials: the full-load job writes the configuration from the
+    # source catalog (docs/deploy.md, "The source catalog in the full-load job")
+    a_wheel(tmp_path)
+    with mock_aws():
+        # WHEN the deploy is prepared THEN it goes on
+        overrides = preflight(tmp_path, None, ("EnvironmentName=dev", "SourceSecretId=cdclake/source"))
+        assert "LibraryWheelKey=glue/cdclake-0.1.0-py3-none-any.whl" in overrides
+        # AND an empty value given later (the last one wins) is no secret
+        with pytest.raises(stack_artifacts.DeployError, match=r"first deploy needs .*CONFIG=.*SourceSecretId"):
+            preflight(tmp_path, None, ("SourceSecretId=cdclake/source", "SourceSecretId="))
+
+
+def test_a_redeploy_keeps_the_stacks_source_secret_when_not_given_again(tmp_path: Path) -> None:
+    a_wheel(tmp_path)
+    with mock_aws():
+        body = {
+            "Parameters": {"SourceSecretId": {"Type": "String", "Default": ""}},
+            "Resources": {"ArtifactsBucket": {"Type": "AWS::S3::Bucket", "Properties": {"BucketName": "artifacts"}}},
+            "Outputs": {
+                "ArtifactsBucketName": {"Value": {"Ref": "ArtifactsBucket"}},
+                "TableConfigKey": {"Value": "config/cdclake.yaml"},
+            },
+        }
+        boto3.client("cloudformation", region_name=REGION).create_stack(
+            StackName="cdclake-dev", TemplateBody=json.dumps(body),
+            Parameters=[{"ParameterKey": "SourceSecretId", "ParameterValue": "cdclake/source"}],
+        )  # fmt: skip
+        # sam deploy keeps a deployed stack's value for a parameter it is not given: the job still writes it
+        assert preflight(tmp_path, None)[0].startswith("LibraryWheelKey=")
