@@ -28,8 +28,8 @@ unit: setup ## the fast tests only (no Spark)
 	$(BIN)/pytest -m "not spark"
 
 lint: setup
-	$(BIN)/ruff check glue tests functions
-	$(BIN)/ruff format --check glue tests functions
+	$(BIN)/ruff check glue tests functions scripts
+	$(BIN)/ruff format --check glue tests functions scripts
 	$(BIN)/mypy
 
 format: setup

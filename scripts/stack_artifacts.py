@@ -2,7 +2,8 @@
 
     preflight      before `sam deploy`: refuse a deploy that would leave the jobs without a table configuration,
                    and print the parameter overrides the deploy needs (the built wheel's key; the retained Glue
-                   databases of a destroyed stack, which the new stack must use instead of creating them again)
+                   databases of a destroyed stack, which the new stack must use instead of creating them again,
+                   and the retained silver bucket their tables live in)
     upload         the Glue entry points (glue/jobs/*.py) and the cdclake wheel (dist/) to s3://<artifacts>/glue/,
                    and with --config the table configuration to s3://<artifacts>/<TableConfigKey>
     stop-executions  stop the state machine's running executions (before the stack is deleted)
@@ -122,15 +123,29 @@ def source_secret(overrides: list[str], stack: DeployedStack | None) -> str:
     return stack.parameters.get("SourceSecretId", "") if stack else ""
 
 
-def _existing_databases(glue: Any, names: list[str]) -> set[str]:
-    existing = set()
+def _existing_databases(glue: Any, names: list[str]) -> dict[str, str]:
+    """{name: LocationUri} of the databases in ``names`` that exist ("" for one without a location)."""
+    existing = {}
     for name in names:
         try:
-            glue.get_database(Name=name)
+            database = glue.get_database(Name=name)["Database"]
         except glue.exceptions.EntityNotFoundException:
             continue
-        existing.add(name)
+        existing[name] = database.get("LocationUri", "")
     return existing
+
+
+def silver_bucket_override(existing: dict[str, str], owned: set[str], environment: str) -> str:
+    """``ExistingSilverBucket=<bucket>``: the bucket a retained silver database keeps its tables in.
+
+    Its LocationUri (s3://<bucket>/warehouse) is where Iceberg's GlueCatalog puts new tables, and its tables'
+    metadata names their files by absolute path: the new stack must use that bucket, not a new one. Empty when
+    the stack creates (or already owns) its bucket.
+    """
+    location = existing.get(DATABASES["GlueDatabase"][1].format(environment=environment), "")
+    if "SilverBucket" in owned or not location.startswith("s3://"):
+        return "ExistingSilverBucket="
+    return f"ExistingSilverBucket={location[len('s3://') :].split('/', 1)[0]}"
 
 
 def preflight(
@@ -150,7 +165,7 @@ def preflight(
         if stack is None:
             raise DeployError(
                 f"the first deploy needs the table configuration: make deploy CONFIG=cdclake.yaml, or let the "
-                f"full-load job write it from the source catalog with PARAMS=\"SourceSecretId=...\" (stack "
+                f'full-load job write it from the source catalog with PARAMS="SourceSecretId=..." (stack '
                 f"{stack_name} does not exist yet, so there is no configuration to keep)."
             )
         outputs = stack.outputs
@@ -165,7 +180,12 @@ def preflight(
     environment = environment_name(overrides)
     names = [pattern.format(environment=environment) for _, pattern in DATABASES.values()]
     owned = stack.owned if stack else set()
-    return [wheel, *database_overrides(_existing_databases(glue, names), owned, environment)]
+    existing = _existing_databases(glue, names)
+    return [
+        wheel,
+        *database_overrides(set(existing), owned, environment),
+        silver_bucket_override(existing, owned, environment),
+    ]
 
 
 def upload(s3: Any, outputs: dict[str, str], root: Path, config: Path | None) -> list[str]:

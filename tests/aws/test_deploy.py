@@ -350,7 +350,7 @@ def test_every_step_that_calls_aws_is_given_the_region_of_samconfig(target: str,
     lines = make_dry_run(target, f"SAM_ENV={environment}", "CONFIG=cdclake.yaml")
     steps = [shlex.split(line) for line in lines if "scripts/stack_artifacts.py" in line]
     calling_aws = [s for s in steps if s[s.index("scripts/stack_artifacts.py") + 1] != "retained"]
-    assert len(calling_aws) == (2 if target == "deploy" else 2)  # preflight, upload | stop-executions, delete-bucket
+    assert len(calling_aws) == 2  # preflight and upload, or stop-executions and delete-bucket
     for step in calling_aws:
         assert step[step.index("--region") + 1] == region, step
 

@@ -112,7 +112,7 @@ def test_every_checkov_suppression_is_justified() -> None:
             assert len(skip.get("comment", "")) > 20, f"{name} {skip['id']} has no reason"
 
 
-@pytest.mark.parametrize("function", ["work_check"])
+@pytest.mark.parametrize("function", ["work_check", "deploy_guard"])
 def test_function_code_is_strictly_typed(function: str) -> None:
     # Each function directory is its own import root (as in Lambda), so mypy checks them one at a time.
     run = subprocess.run(

@@ -200,9 +200,12 @@ def test_every_encrypted_eventbridge_target_admits_only_its_rule() -> None:
             [(function, value)] = target["Arn"].items()
             logical = value.split(".")[0] if function == "GetAtt" else value
             assert RESOURCES[logical]["Properties"].get("KmsMasterKeyId"), f"{rule} -> {logical} is encrypted"
-            [policy] = [r["Properties"] for r in RESOURCES.values()
-                        if r["Type"] in ("AWS::SQS::QueuePolicy", "AWS::SNS::TopicPolicy")
-                        and {"Ref": logical} in r["Properties"].get("Queues", r["Properties"].get("Topics", []))]  # fmt: skip
+            [policy] = [
+                r["Properties"]
+                for r in RESOURCES.values()
+                if r["Type"] in ("AWS::SQS::QueuePolicy", "AWS::SNS::TopicPolicy")
+                and {"Ref": logical} in r["Properties"].get("Queues", r["Properties"].get("Topics", []))
+            ]
             [grant] = [s for s in policy["PolicyDocument"]["Statement"]
                        if s["Principal"] == {"Service": "events.amazonaws.com"}]  # fmt: skip
             assert grant["Condition"] == {"ArnEquals": {"aws:SourceArn": {"GetAtt": f"{rule}.Arn"}}}
@@ -226,7 +229,9 @@ def test_every_rule_alarms_on_failed_deliveries_through_a_path_without_its_targe
             assert alarms[name]["AlarmActions"] == [{"Ref": "AlertTopic"}]
             [result] = [q for q in alarms[name]["Metrics"] if q["ReturnData"]]
             # the metrics exist only when not zero: a missing one must not hide the others
-            assert all(f"FILL({q['Id']}, 0)" in result["Expression"] for q in alarms[name]["Metrics"] if "MetricStat" in q)
+            assert all(
+                f"FILL({q['Id']}, 0)" in result["Expression"] for q in alarms[name]["Metrics"] if "MetricStat" in q
+            )
         # the alarm's way to the topic (CloudWatch, the topic's key) shares no key with the rule's targets
         for target in RESOURCES[rule]["Properties"]["Targets"]:
             [(_, value)] = target["Arn"].items()
