@@ -108,9 +108,10 @@ aws-test: aws-tools ## the AWS stack tests, static checks included
 sam-build: $(SAM) ## Lambda code -> build/sam
 	$(SAM) build --config-env $(SAM_ENV) --build-dir build/sam
 
-deploy-wheel: $(SAM) ## the cdclake wheel for the Glue jobs, without `make setup`
-	rm -f dist/cdclake-*.whl  # one wheel: the one the stack's LibraryWheelKey names
+deploy-wheel: $(SAM) ## the cdclake wheel and its zip of wheels for the Glue jobs, without `make setup`
+	rm -f dist/cdclake-*.whl dist/cdclake-*.gluewheels.zip  # one wheel: the one the stack's LibraryWheelKey names
 	$(DEPLOY_PY) -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir dist .
+	$(DEPLOY_PY) scripts/stack_artifacts.py glue-wheels
 
 # make deploy [SAM_ENV=prod] [CONFIG=cdclake.yaml] PARAMS="ReplicationTaskArns=arn:... AlertEmail=ops@example.com"
 # --config-file: with --template-file build/sam/template.yaml, sam looks for samconfig.toml next to that template.

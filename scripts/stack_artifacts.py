@@ -4,8 +4,10 @@
                    and print the parameter overrides the deploy needs (the built wheel's key; the retained Glue
                    databases of a destroyed stack, which the new stack must use instead of creating them again,
                    and the retained silver bucket their tables live in)
-    upload         the Glue entry points (glue/jobs/*.py) and the cdclake wheel (dist/) to s3://<artifacts>/glue/,
-                   and with --config the table configuration to s3://<artifacts>/<TableConfigKey>
+    glue-wheels    dist/cdclake-<version>.gluewheels.zip: the cdclake wheel and the wheels of every dependency
+                   (glue/requirements-glue.txt), which the jobs install with --no-index (no PyPI at job start)
+    upload         the Glue entry points (glue/jobs/*.py), the cdclake wheel and its zip of wheels (dist/) to
+                   s3://<artifacts>/glue/, and with --config the table configuration to s3://<artifacts>/<TableConfigKey>
     stop-executions  stop the state machine's running executions (before the stack is deleted)
     delete-bucket  empty a versioned bucket (every version and delete marker) and delete it
     retained       list what deleting the stack kept
@@ -18,7 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
+import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -61,6 +66,45 @@ def built_wheel(root: Path) -> Path:
         names = ", ".join(w.name for w in wheels)
         raise DeployError(f"{len(wheels)} wheels in dist/ ({names}): remove the old ones or run make deploy-wheel.")
     return wheels[0]
+
+
+GLUE_REQUIREMENTS = Path("glue") / "requirements-glue.txt"
+# Glue 5.1 runs Python 3.11 on x86_64 Linux (Amazon Linux 2023, glibc 2.34): wheels for these platforms.
+GLUE_PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_28_x86_64")
+
+
+def glue_wheels_name(wheel: Path) -> str:
+    """``cdclake-0.1.0-py3-none-any.whl`` -> ``cdclake-0.1.0.gluewheels.zip`` (template.yaml derives the same key
+    from LibraryWheelKey, so the two always agree)."""
+    return wheel.name.removesuffix("-py3-none-any.whl") + ".gluewheels.zip"
+
+
+def build_glue_wheels(root: Path, python: str = sys.executable) -> Path:
+    """Write ``dist/<cdclake>.gluewheels.zip``: ``wheels/requirements.txt`` (the cdclake wheel's exact version and
+    glue/requirements-glue.txt's pins) and ``wheels/*.whl`` for Glue 5.1's platform, the "zip of wheels" layout
+    the AWS Glue guide describes (Using Python libraries with AWS Glue, Appendix A). Downloads from the package
+    index the deploying machine uses; the Glue job then installs from the zip alone (--no-index).
+    """
+    wheel = built_wheel(root)
+    pins = (root / GLUE_REQUIREMENTS).read_text(encoding="utf-8")
+    version = wheel.name.split("-")[1]
+    target = root / "dist" / glue_wheels_name(wheel)
+    with tempfile.TemporaryDirectory() as tmp:
+        wheels = Path(tmp) / "wheels"
+        wheels.mkdir()
+        (wheels / "requirements.txt").write_text(f"cdclake=={version}\n{pins}", encoding="utf-8")
+        platforms = [a for p in GLUE_PLATFORMS for a in ("--platform", p)]
+        download = [python, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--only-binary=:all:",
+                    *platforms, "--python-version", "3.11", "--implementation", "cp", "--dest", str(wheels),
+                    "-r", str(root / GLUE_REQUIREMENTS)]  # fmt: skip
+        run = subprocess.run(download, capture_output=True, text=True, check=False)
+        if run.returncode != 0:
+            raise DeployError(f"could not download the Glue job's wheels: {run.stderr.strip().splitlines()[-1:]}")
+        (wheels / wheel.name).write_bytes(wheel.read_bytes())
+        with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            for path in sorted(wheels.iterdir()):
+                archive.write(path, arcname=f"wheels/{path.name}")
+    return target
 
 
 def wheel_override(root: Path) -> str:
@@ -188,7 +232,9 @@ def preflight(
     ]
 
 
-def upload(s3: Any, outputs: dict[str, str], root: Path, config: Path | None) -> list[str]:
+def upload(
+    s3: Any, outputs: dict[str, str], root: Path, config: Path | None, glue_wheels_required: bool = False
+) -> list[str]:
     """Upload the Glue entry points, the wheel and (optionally) the table configuration; the s3:// URIs written.
 
     The wheel goes where the stack's jobs install it from (output LibraryWheelKey): a wheel of another version
@@ -202,11 +248,16 @@ def upload(s3: Any, outputs: dict[str, str], root: Path, config: Path | None) ->
             f"the stack was deployed with LibraryWheelKey={wheel_key} but dist/ holds {wheel.name}: "
             "deploy again with make deploy (it passes the built wheel's key)."
         )
+    # The jobs install the zip of wheels, not the wheel alone: `make deploy` (main) requires it. A caller that runs
+    # the entry points without Glue's installer (tests/aws/test_deployed_stack.py, on local Spark) may go without.
+    glue_wheels = root / "dist" / glue_wheels_name(wheel)
+    if glue_wheels_required and not glue_wheels.is_file():
+        raise DeployError(f"no dist/{glue_wheels.name}: build it first (make deploy-wheel).")
+    uploads = [*((p, f"glue/{p.name}") for p in sorted((root / "glue" / "jobs").glob("*.py"))), (wheel, wheel_key)]
+    if glue_wheels.is_file():
+        uploads.append((glue_wheels, f"{wheel_key.rsplit('/', 1)[0]}/{glue_wheels.name}"))
     written = []
-    for path, key in [
-        *((p, f"glue/{p.name}") for p in sorted((root / "glue" / "jobs").glob("*.py"))),
-        (wheel, wheel_key),
-    ]:
+    for path, key in uploads:
         s3.upload_file(str(path), bucket, key)
         written.append(f"s3://{bucket}/{key}")
     if config is not None:
@@ -253,7 +304,9 @@ def stop_executions(sfn: Any, state_machine_arn: str) -> list[str]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=["preflight", "upload", "stop-executions", "delete-bucket", "retained"])
+    parser.add_argument(
+        "action", choices=["preflight", "glue-wheels", "upload", "stop-executions", "delete-bucket", "retained"]
+    )
     parser.add_argument("--outputs", type=Path, help="sam list stack-outputs --output json")
     parser.add_argument("--stack-name", help="preflight: the stack (samconfig.toml's stack_name)")
     parser.add_argument(
@@ -264,6 +317,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--output-key", help="delete-bucket: the stack output naming the bucket")
     args = parser.parse_args(argv)
     try:
+        if args.action == "glue-wheels":
+            print(f"built {build_glue_wheels(ROOT).relative_to(ROOT)}")
+            return 0
         if args.action != "retained" and not args.region:
             # Never the shell's default region: a stack in another region is "not found" there, and make destroy
             # would stop before sam delete (which reads samconfig.toml's region) with nothing said about why.
@@ -291,7 +347,7 @@ def main(argv: list[str]) -> int:
         session = boto3.Session(region_name=args.region)
         s3 = session.client("s3")
         if args.action == "upload":
-            for uri in upload(s3, outputs, ROOT, args.config):
+            for uri in upload(s3, outputs, ROOT, args.config, glue_wheels_required=True):
                 print(f"uploaded {uri}")
             if args.config is None:
                 print(

@@ -132,6 +132,7 @@ def test_upload_writes_the_entry_points_the_wheel_and_the_config(tmp_path: Path)
     for name in ("cdc.py", "full_load.py", "maintain.py"):
         (tmp_path / "glue" / "jobs" / name).write_text("# job")
     (tmp_path / "dist" / "cdclake-0.1.0-py3-none-any.whl").write_bytes(b"wheel")
+    (tmp_path / "dist" / "cdclake-0.1.0.gluewheels.zip").write_bytes(b"zip of wheels")
     config = tmp_path / "cdclake.yaml"
     config.write_text("silver: {database: x}\n")
     with mock_aws():
@@ -144,8 +145,8 @@ def test_upload_writes_the_entry_points_the_wheel_and_the_config(tmp_path: Path)
         keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="artifacts")["Contents"])
         body = s3.get_object(Bucket="artifacts", Key="config/cdclake.yaml")["Body"].read()
     assert keys == [
-        "config/cdclake.yaml", "glue/cdc.py", "glue/cdclake-0.1.0-py3-none-any.whl", "glue/full_load.py",
-        "glue/maintain.py",
+        "config/cdclake.yaml", "glue/cdc.py", "glue/cdclake-0.1.0-py3-none-any.whl",
+        "glue/cdclake-0.1.0.gluewheels.zip", "glue/full_load.py", "glue/maintain.py",
     ]  # fmt: skip
     assert body == config.read_bytes()
 
@@ -156,6 +157,7 @@ def test_upload_without_a_wheel_or_with_a_missing_config_says_what_to_do(tmp_pat
         stack_artifacts.upload(None, outputs, tmp_path, None)
     (tmp_path / "dist").mkdir()
     (tmp_path / "dist" / "cdclake-0.1.0-py3-none-any.whl").write_bytes(b"wheel")
+    (tmp_path / "dist" / "cdclake-0.1.0.gluewheels.zip").write_bytes(b"zip of wheels")
     with mock_aws():
         s3 = boto3.client("s3", region_name=REGION)
         s3.create_bucket(Bucket="artifacts")
@@ -219,6 +221,7 @@ def test_env_json_points_every_function_at_a_scratch_queue_and_sets_what_it_read
 def a_wheel(root: Path, name: str = "cdclake-0.1.0-py3-none-any.whl") -> None:
     (root / "dist").mkdir(exist_ok=True)
     (root / "dist" / name).write_bytes(b"wheel")
+    (root / "dist" / stack_artifacts.glue_wheels_name(root / "dist" / name)).write_bytes(b"zip of wheels")
 
 
 def deployed_stack(stack_name: str = "cdclake-dev") -> None:
@@ -349,7 +352,7 @@ def test_every_step_that_calls_aws_is_given_the_region_of_samconfig(target: str,
     region = SAMCONFIG[environment]["global"]["parameters"]["region"]
     lines = make_dry_run(target, f"SAM_ENV={environment}", "CONFIG=cdclake.yaml")
     steps = [shlex.split(line) for line in lines if "scripts/stack_artifacts.py" in line]
-    calling_aws = [s for s in steps if s[s.index("scripts/stack_artifacts.py") + 1] != "retained"]
+    calling_aws = [s for s in steps if s[s.index("scripts/stack_artifacts.py") + 1] not in ("retained", "glue-wheels")]
     assert len(calling_aws) == 2  # preflight and upload, or stop-executions and delete-bucket
     for step in calling_aws:
         assert step[step.index("--region") + 1] == region, step
