@@ -85,7 +85,7 @@ ENV_PARAMS = $(shell $(DEPLOY_PY) -c "import tomlkit; c = tomlkit.parse(open('sa
 SAM_GLOBAL = $(shell $(DEPLOY_PY) -c "import tomlkit; c = tomlkit.parse(open('samconfig.toml').read()); \
 	print(c['$(SAM_ENV)']['global']['parameters']['$(1)'])")
 
-.PHONY: aws-tools aws-test sam-build deploy-wheel deploy destroy try-aws
+.PHONY: aws-tools aws-test sam-build deploy-wheel deploy verify-deploy destroy try-aws
 
 $(SAM):
 	$(PYTHON) -m venv $(TOOLS)/sam
@@ -128,6 +128,13 @@ deploy: $(SAM) deploy-wheel sam-build ## build and deploy everything: stack, Glu
 	$(SAM) list stack-outputs --config-env $(SAM_ENV) --output json > build/stack-outputs.json
 	$(DEPLOY_PY) scripts/stack_artifacts.py upload --region $(call SAM_GLOBAL,region) \
 		--outputs build/stack-outputs.json $(if $(CONFIG),--config $(CONFIG))
+
+# What only the real account can show, checked once after the first deploy (docs/deploy.md, "What a real account
+# still has to prove"): a test file in bronze reaches the file queue, and a test alarm reaches the alert topic.
+verify-deploy: $(SAM) ## after make deploy: S3 -> EventBridge -> queue, and alarm -> alert topic, in the real account
+	mkdir -p build
+	$(SAM) list stack-outputs --config-env $(SAM_ENV) --output json > build/stack-outputs.json
+	$(DEPLOY_PY) scripts/stack_artifacts.py verify --region $(call SAM_GLOBAL,region) --outputs build/stack-outputs.json
 
 # Stops the running executions and deletes the stack. Kept (DeletionPolicy Retain): the silver and bronze
 # buckets, the Glue database and the access-log bucket. The artifacts bucket (scripts, wheel, configuration,

@@ -8,6 +8,9 @@
                    (glue/requirements-glue.txt), which the jobs install with --no-index (no PyPI at job start)
     upload         the Glue entry points (glue/jobs/*.py), the cdclake wheel and its zip of wheels (dist/) to
                    s3://<artifacts>/glue/, and with --config the table configuration to s3://<artifacts>/<TableConfigKey>
+    verify         after a deploy (make verify-deploy): a test file put into bronze must reach the file queue
+                   (EventBridge, the queue's key), and the delivery alarm is set to ALARM so the alert topic
+                   e-mails (CloudWatch, the alert topic's key); what only a real account can show
     stop-executions  stop the state machine's running executions (before the stack is deleted)
     delete-bucket  empty a versioned bucket (every version and delete marker) and delete it
     retained       list what deleting the stack kept
@@ -290,6 +293,45 @@ def empty_and_delete_bucket(s3: Any, bucket: str) -> int:
     return removed
 
 
+# A CDC file name (so the new-file rule queues it) of a table no configuration has: the CDC job deletes its message
+# and logs it as unconfigured (engine/follow.py), and it never reaches silver.
+VERIFY_KEY = "{prefix}/cdclake_verify/deploy_check/20000101-000000000.csv"
+
+
+def verify(s3: Any, sqs: Any, cloudwatch: Any, outputs: dict[str, str], wait_seconds: float = 120) -> list[str]:
+    """Put a test file into bronze and wait for its event in the file queue; then set the new-file delivery alarm
+    to ALARM (its action publishes to the alert topic: check the e-mail). The lines to print; raises DeployError
+    when the event does not arrive.
+
+    The message is looked at with a zero visibility timeout (it stays available); a CDC run that takes it first
+    deletes it, so a miss while the pipeline runs is reported with where to look, not as proof of a failure.
+    """
+    import time
+
+    key = VERIFY_KEY.format(prefix=outputs["BronzePrefix"])
+    s3.put_object(Bucket=outputs["BronzeBucketName"], Key=key, Body=b"cdclake make verify-deploy\n")
+    lines = [f"put s3://{outputs['BronzeBucketName']}/{key}"]
+    deadline = time.monotonic() + wait_seconds
+    seen = False
+    while not seen and time.monotonic() < deadline:
+        answer = sqs.receive_message(
+            QueueUrl=outputs["FileQueueUrl"], MaxNumberOfMessages=10, VisibilityTimeout=0, WaitTimeSeconds=5
+        )
+        seen = any(key in m["Body"] for m in answer.get("Messages", []))
+    if not seen:
+        raise DeployError(
+            f"no message for {key} in the file queue after {wait_seconds:.0f} s: look at the new-file rule's "
+            "FailedInvocations (alarm NewFileRuleDeliveryAlarm), the new-file-events dead-letter queue and the "
+            "file queue's key policy; if a CDC run was active, it may have taken the message (its log names the "
+            "file as unconfigured)."
+        )
+    lines.append("the file queue received its S3 event (EventBridge -> encrypted FIFO queue works)")
+    alarm = outputs["NewFileRuleDeliveryAlarmName"]
+    cloudwatch.set_alarm_state(AlarmName=alarm, StateValue="ALARM", StateReason="make verify-deploy: a test alarm")
+    lines.append(f"set {alarm} to ALARM: the alert topic's subscribers get an e-mail within minutes")
+    return lines
+
+
 def stop_executions(sfn: Any, state_machine_arn: str) -> list[str]:
     """Stop every running execution of the pipeline (its loop never ends by itself); the ARNs stopped."""
     stopped = []
@@ -305,7 +347,8 @@ def stop_executions(sfn: Any, state_machine_arn: str) -> list[str]:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "action", choices=["preflight", "glue-wheels", "upload", "stop-executions", "delete-bucket", "retained"]
+        "action",
+        choices=["preflight", "glue-wheels", "upload", "verify", "stop-executions", "delete-bucket", "retained"],
     )
     parser.add_argument("--outputs", type=Path, help="sam list stack-outputs --output json")
     parser.add_argument("--stack-name", help="preflight: the stack (samconfig.toml's stack_name)")
@@ -353,6 +396,10 @@ def main(argv: list[str]) -> int:
                 print(
                     f"no CONFIG given: the jobs read s3://{outputs['ArtifactsBucketName']}/{outputs['TableConfigKey']}"
                 )
+        elif args.action == "verify":
+            clients = session.client("sqs"), session.client("cloudwatch")
+            for line in verify(s3, *clients, outputs):
+                print(line)
         elif args.action == "stop-executions":
             for arn in stop_executions(session.client("stepfunctions"), outputs["StateMachineArn"]):
                 print(f"stopped {arn}")

@@ -411,3 +411,37 @@ def test_a_redeploy_keeps_the_stacks_source_secret_when_not_given_again(tmp_path
         )  # fmt: skip
         # sam deploy keeps a deployed stack's value for a parameter it is not given: the job still writes it
         assert preflight(tmp_path, None)[0].startswith("LibraryWheelKey=")
+
+
+# ----------------------------------------------------------- issue 34.8: what only a real account can show
+
+
+def test_verify_deploy_sees_the_test_files_event_and_sets_the_test_alarm(tmp_path: Path) -> None:
+    with mock_aws():
+        s3, sqs, cloudwatch = (boto3.client(s, region_name=REGION) for s in ("s3", "sqs", "cloudwatch"))
+        s3.create_bucket(Bucket="bronze")
+        queue = sqs.create_queue(QueueName="files.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+        cloudwatch.put_metric_alarm(
+            AlarmName="delivery", Namespace="AWS/Events", MetricName="FailedInvocations", Statistic="Sum",
+            Period=300, EvaluationPeriods=1, Threshold=1, ComparisonOperator="GreaterThanOrEqualToThreshold",
+        )  # fmt: skip
+        outputs = {"BronzeBucketName": "bronze", "BronzePrefix": "dms", "FileQueueUrl": queue,
+                   "NewFileRuleDeliveryAlarmName": "delivery"}  # fmt: skip
+        # GIVEN no delivery (moto's S3 sends no EventBridge events): verify says where to look
+        with pytest.raises(stack_artifacts.DeployError, match="FailedInvocations"):
+            stack_artifacts.verify(s3, sqs, cloudwatch, outputs, wait_seconds=0.1)
+        # GIVEN the event EventBridge would queue for the test file
+        key = stack_artifacts.VERIFY_KEY.format(prefix="dms")
+        assert re.fullmatch(r"dms/[^/]+/[^/]+/2\d{7}-\d+\.csv", key)  # a CDC name: the rule's pattern queues it
+        sqs.send_message(QueueUrl=queue, MessageBody=json.dumps({"detail": {"object": {"key": key}}}),
+                         MessageGroupId="dms", MessageDeduplicationId="1")  # fmt: skip
+        # WHEN verify runs THEN it sees it and sets the alarm, whose action reaches the alert topic
+        lines = stack_artifacts.verify(s3, sqs, cloudwatch, outputs, wait_seconds=5)
+        assert lines[1].startswith("the file queue received")
+        [alarm] = cloudwatch.describe_alarms(AlarmNames=["delivery"])["MetricAlarms"]
+        assert alarm["StateValue"] == "ALARM"
+        # AND the message stays for the pipeline (received with no visibility timeout)
+        assert sqs.receive_message(QueueUrl=queue)["Messages"]
+    template_outputs = template()["Outputs"]
+    assert template_outputs["NewFileRuleDeliveryAlarmName"]["Value"] == {"Ref": "NewFileRuleDeliveryAlarm"}
+    assert template_outputs["BronzePrefix"]["Value"] == {"Ref": "BronzePrefix"}

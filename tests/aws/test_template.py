@@ -35,6 +35,14 @@ def test_every_glue_job_runs_glue_5_1() -> None:
     assert [job["Properties"]["GlueVersion"] for job in jobs] == ["5.1"] * 4
 
 
+def test_no_job_argument_glue_5_ignores() -> None:
+    # Glue 4.0 and later log continuously on their own; --enable-continuous-cloudwatch-log does nothing there
+    # (issue 34.7), so setting it only suggests a choice that is not one.
+    for name, resource in RESOURCES.items():
+        if resource["Type"] == "AWS::Glue::Job":
+            assert "--enable-continuous-cloudwatch-log" not in resource["Properties"]["DefaultArguments"], name
+
+
 def test_no_reserved_concurrency_and_no_streaming_worker_type() -> None:
     assert "ReservedConcurrentExecutions" not in (ROOT / "template.yaml").read_text()
     for name in ("FullLoadWorkerType", "CdcWorkerType", "MaintenanceWorkerType", "GoldWorkerType"):
