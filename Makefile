@@ -28,8 +28,8 @@ unit: setup ## the fast tests only (no Spark)
 	$(BIN)/pytest -m "not spark"
 
 lint: setup
-	$(BIN)/ruff check glue tests functions
-	$(BIN)/ruff format --check glue tests functions
+	$(BIN)/ruff check glue tests functions scripts
+	$(BIN)/ruff format --check glue tests functions scripts
 	$(BIN)/mypy
 
 format: setup
@@ -96,7 +96,7 @@ ENV_PARAMS = $(shell $(DEPLOY_PY) -c "import tomlkit; c = tomlkit.parse(open('sa
 SAM_GLOBAL = $(shell $(DEPLOY_PY) -c "import tomlkit; c = tomlkit.parse(open('samconfig.toml').read()); \
 	print(c['$(SAM_ENV)']['global']['parameters']['$(1)'])")
 
-.PHONY: aws-tools aws-test sam-build deploy-wheel deploy destroy try-aws
+.PHONY: aws-tools aws-test sam-build deploy-wheel deploy verify-deploy destroy try-aws
 
 $(SAM):
 	$(PYTHON) -m venv $(TOOLS)/sam
@@ -119,9 +119,10 @@ aws-test: aws-tools ## the AWS stack tests, static checks included
 sam-build: $(SAM) ## Lambda code -> build/sam
 	$(SAM) build --config-env $(SAM_ENV) --build-dir build/sam
 
-deploy-wheel: $(SAM) ## the cdclake wheel for the Glue jobs, without `make setup`
-	rm -f dist/cdclake-*.whl  # one wheel: the one the stack's LibraryWheelKey names
+deploy-wheel: $(SAM) ## the cdclake wheel and its zip of wheels for the Glue jobs, without `make setup`
+	rm -f dist/cdclake-*.whl dist/cdclake-*.gluewheels.zip  # one wheel: the one the stack's LibraryWheelKey names
 	$(DEPLOY_PY) -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir dist .
+	$(DEPLOY_PY) scripts/stack_artifacts.py glue-wheels
 
 # make deploy [SAM_ENV=prod] [CONFIG=cdclake.yaml] PARAMS="ReplicationTaskArns=arn:... AlertEmail=ops@example.com"
 # --config-file: with --template-file build/sam/template.yaml, sam looks for samconfig.toml next to that template.
@@ -136,7 +137,15 @@ deploy: $(SAM) deploy-wheel sam-build ## build and deploy everything: stack, Glu
 	$(SAM) deploy --config-env $(SAM_ENV) --config-file $(CURDIR)/samconfig.toml --template-file build/sam/template.yaml \
 		--parameter-overrides $(ENV_PARAMS) $$(cat build/deploy-overrides.txt) $(PARAMS)
 	$(SAM) list stack-outputs --config-env $(SAM_ENV) --output json > build/stack-outputs.json
-	$(DEPLOY_PY) scripts/stack_artifacts.py upload --outputs build/stack-outputs.json $(if $(CONFIG),--config $(CONFIG))
+	$(DEPLOY_PY) scripts/stack_artifacts.py upload --region $(call SAM_GLOBAL,region) \
+		--outputs build/stack-outputs.json $(if $(CONFIG),--config $(CONFIG))
+
+# What only the real account can show, checked once after the first deploy (docs/deploy.md, "What a real account
+# still has to prove"): a test file in bronze reaches the file queue, and a test alarm reaches the alert topic.
+verify-deploy: $(SAM) ## after make deploy: S3 -> EventBridge -> queue, and alarm -> alert topic, in the real account
+	mkdir -p build
+	$(SAM) list stack-outputs --config-env $(SAM_ENV) --output json > build/stack-outputs.json
+	$(DEPLOY_PY) scripts/stack_artifacts.py verify --region $(call SAM_GLOBAL,region) --outputs build/stack-outputs.json
 
 # Stops the running executions and deletes the stack. Kept (DeletionPolicy Retain): the silver and bronze
 # buckets, the Glue database and the access-log bucket. The artifacts bucket (scripts, wheel, configuration,
@@ -145,7 +154,8 @@ deploy: $(SAM) deploy-wheel sam-build ## build and deploy everything: stack, Glu
 destroy: $(SAM) ## delete the stack, keep the lake: make destroy [SAM_ENV=prod]
 	mkdir -p build
 	$(SAM) list stack-outputs --config-env $(SAM_ENV) --output json > build/stack-outputs.json
-	$(DEPLOY_PY) scripts/stack_artifacts.py stop-executions --outputs build/stack-outputs.json
+	$(DEPLOY_PY) scripts/stack_artifacts.py stop-executions --region $(call SAM_GLOBAL,region) --outputs build/stack-outputs.json
 	$(SAM) delete --config-env $(SAM_ENV) --no-prompts
-	$(DEPLOY_PY) scripts/stack_artifacts.py delete-bucket --outputs build/stack-outputs.json --output-key ArtifactsBucketName
+	$(DEPLOY_PY) scripts/stack_artifacts.py delete-bucket --region $(call SAM_GLOBAL,region) \
+		--outputs build/stack-outputs.json --output-key ArtifactsBucketName
 	$(DEPLOY_PY) scripts/stack_artifacts.py retained --outputs build/stack-outputs.json

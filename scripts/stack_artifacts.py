@@ -2,9 +2,15 @@
 
     preflight      before `sam deploy`: refuse a deploy that would leave the jobs without a table configuration,
                    and print the parameter overrides the deploy needs (the built wheel's key; the retained Glue
-                   databases of a destroyed stack, which the new stack must use instead of creating them again)
-    upload         the Glue entry points (glue/jobs/*.py) and the cdclake wheel (dist/) to s3://<artifacts>/glue/,
-                   and with --config the table configuration to s3://<artifacts>/<TableConfigKey>
+                   databases of a destroyed stack, which the new stack must use instead of creating them again,
+                   and the retained silver bucket their tables live in)
+    glue-wheels    dist/cdclake-<version>.gluewheels.zip: the cdclake wheel and the wheels of every dependency
+                   (glue/requirements-glue.txt), which the jobs install with --no-index (no PyPI at job start)
+    upload         the Glue entry points (glue/jobs/*.py), the cdclake wheel and its zip of wheels (dist/) to
+                   s3://<artifacts>/glue/, and with --config the table configuration to s3://<artifacts>/<TableConfigKey>
+    verify         after a deploy (make verify-deploy): a test file put into bronze must reach the file queue
+                   (EventBridge, the queue's key), and the delivery alarm is set to ALARM so the alert topic
+                   e-mails (CloudWatch, the alert topic's key); what only a real account can show
     stop-executions  stop the state machine's running executions (before the stack is deleted)
     delete-bucket  empty a versioned bucket (every version and delete marker) and delete it
     retained       list what deleting the stack kept
@@ -17,9 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
+import tempfile
+import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 RETAINED = {
@@ -62,15 +71,59 @@ def built_wheel(root: Path) -> Path:
     return wheels[0]
 
 
+GLUE_REQUIREMENTS = Path("glue") / "requirements-glue.txt"
+# Glue 5.1 runs Python 3.11 on x86_64 Linux (Amazon Linux 2023, glibc 2.34): wheels for these platforms.
+GLUE_PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_28_x86_64")
+
+
+def glue_wheels_name(wheel: Path) -> str:
+    """``cdclake-0.1.0-py3-none-any.whl`` -> ``cdclake-0.1.0.gluewheels.zip`` (template.yaml derives the same key
+    from LibraryWheelKey, so the two always agree)."""
+    return wheel.name.removesuffix("-py3-none-any.whl") + ".gluewheels.zip"
+
+
+def build_glue_wheels(root: Path, python: str = sys.executable) -> Path:
+    """Write ``dist/<cdclake>.gluewheels.zip``: ``wheels/requirements.txt`` (the cdclake wheel's exact version and
+    glue/requirements-glue.txt's pins) and ``wheels/*.whl`` for Glue 5.1's platform, the "zip of wheels" layout
+    the AWS Glue guide describes (Using Python libraries with AWS Glue, Appendix A). Downloads from the package
+    index the deploying machine uses; the Glue job then installs from the zip alone (--no-index).
+    """
+    wheel = built_wheel(root)
+    pins = (root / GLUE_REQUIREMENTS).read_text(encoding="utf-8")
+    version = wheel.name.split("-")[1]
+    target = root / "dist" / glue_wheels_name(wheel)
+    with tempfile.TemporaryDirectory() as tmp:
+        wheels = Path(tmp) / "wheels"
+        wheels.mkdir()
+        (wheels / "requirements.txt").write_text(f"cdclake=={version}\n{pins}", encoding="utf-8")
+        platforms = [a for p in GLUE_PLATFORMS for a in ("--platform", p)]
+        download = [python, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--only-binary=:all:",
+                    *platforms, "--python-version", "3.11", "--implementation", "cp", "--dest", str(wheels),
+                    "-r", str(root / GLUE_REQUIREMENTS)]  # fmt: skip
+        run = subprocess.run(download, capture_output=True, text=True, check=False)
+        if run.returncode != 0:
+            raise DeployError(f"could not download the Glue job's wheels: {run.stderr.strip().splitlines()[-1:]}")
+        (wheels / wheel.name).write_bytes(wheel.read_bytes())
+        with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            for path in sorted(wheels.iterdir()):
+                archive.write(path, arcname=f"wheels/{path.name}")
+    return target
+
+
 def wheel_override(root: Path) -> str:
     """The LibraryWheelKey the jobs must install: the built wheel's own name (pip checks name against version)."""
     return f"LibraryWheelKey=glue/{built_wheel(root).name}"
 
 
+def parameter(overrides: list[str], name: str) -> str | None:
+    """The value of ``name`` in ``Key=Value`` parameter overrides (the last one wins, as in `sam deploy`)."""
+    values = [o.split("=", 1)[1] for o in overrides if o.startswith(f"{name}=")]
+    return values[-1] if values else None
+
+
 def environment_name(overrides: list[str]) -> str:
     """EnvironmentName from ``Key=Value`` parameter overrides (the last one wins, as in `sam deploy`)."""
-    names = [o.split("=", 1)[1] for o in overrides if o.startswith("EnvironmentName=")]
-    return names[-1] if names else DEFAULT_ENVIRONMENT
+    return parameter(overrides, "EnvironmentName") or DEFAULT_ENVIRONMENT
 
 
 def database_overrides(existing: set[str], owned: set[str], environment: str) -> list[str]:
@@ -86,8 +139,14 @@ def database_overrides(existing: set[str], owned: set[str], environment: str) ->
     return overrides
 
 
-def _stack(cfn: Any, stack_name: str) -> tuple[dict[str, str], set[str]] | None:
-    """The stack's outputs and the logical ids of its resources; None when there is no such stack."""
+class DeployedStack(NamedTuple):
+    outputs: dict[str, str]
+    owned: set[str]  # the logical ids of its resources
+    parameters: dict[str, str]
+
+
+def _stack(cfn: Any, stack_name: str) -> DeployedStack | None:
+    """The stack's outputs, resources and parameter values; None when there is no such stack."""
     try:
         [stack] = cfn.describe_stacks(StackName=stack_name)["Stacks"]
     except cfn.exceptions.ClientError as exc:
@@ -95,21 +154,45 @@ def _stack(cfn: Any, stack_name: str) -> tuple[dict[str, str], set[str]] | None:
             return None
         raise
     outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+    parameters = {p["ParameterKey"]: p.get("ParameterValue", "") for p in stack.get("Parameters", [])}
     owned = set()
     for page in cfn.get_paginator("list_stack_resources").paginate(StackName=stack_name):
         owned |= {r["LogicalResourceId"] for r in page["StackResourceSummaries"]}
-    return outputs, owned
+    return DeployedStack(outputs, owned, parameters)
 
 
-def _existing_databases(glue: Any, names: list[str]) -> set[str]:
-    existing = set()
+def source_secret(overrides: list[str], stack: DeployedStack | None) -> str:
+    """SourceSecretId as the deploy will set it: the overrides', else the stack's (sam deploy keeps a deployed
+    stack's value for a parameter it is not given), else the template's default (empty)."""
+    given = parameter(overrides, "SourceSecretId")
+    if given is not None:
+        return given
+    return stack.parameters.get("SourceSecretId", "") if stack else ""
+
+
+def _existing_databases(glue: Any, names: list[str]) -> dict[str, str]:
+    """{name: LocationUri} of the databases in ``names`` that exist ("" for one without a location)."""
+    existing = {}
     for name in names:
         try:
-            glue.get_database(Name=name)
+            database = glue.get_database(Name=name)["Database"]
         except glue.exceptions.EntityNotFoundException:
             continue
-        existing.add(name)
+        existing[name] = database.get("LocationUri", "")
     return existing
+
+
+def silver_bucket_override(existing: dict[str, str], owned: set[str], environment: str) -> str:
+    """``ExistingSilverBucket=<bucket>``: the bucket a retained silver database keeps its tables in.
+
+    Its LocationUri (s3://<bucket>/warehouse) is where Iceberg's GlueCatalog puts new tables, and its tables'
+    metadata names their files by absolute path: the new stack must use that bucket, not a new one. Empty when
+    the stack creates (or already owns) its bucket.
+    """
+    location = existing.get(DATABASES["GlueDatabase"][1].format(environment=environment), "")
+    if "SilverBucket" in owned or not location.startswith("s3://"):
+        return "ExistingSilverBucket="
+    return f"ExistingSilverBucket={location[len('s3://') :].split('/', 1)[0]}"
 
 
 def preflight(
@@ -117,34 +200,44 @@ def preflight(
 ) -> list[str]:
     """Check a deploy can finish with a table configuration; the parameter overrides it needs.
 
-    Without ``config`` the configuration must already be in the deployed stack's artifacts bucket: a first
-    deploy without one would only fail at the first job run (NoSuchKey).
+    Without ``config`` the configuration must already be in the deployed stack's artifacts bucket, or the
+    full-load job must be able to write it from the source catalog (SourceSecretId set, docs/deploy.md): else
+    the first job run would fail (NoSuchKey).
     """
     if config is not None and not config.is_file():
         raise DeployError(f"CONFIG={config}: no such file.")
     wheel = wheel_override(root)
     stack = _stack(cfn, stack_name)
-    if config is None:
+    if config is None and not source_secret(overrides, stack):
         if stack is None:
             raise DeployError(
-                f"the first deploy needs the table configuration: make deploy CONFIG=cdclake.yaml (stack {stack_name} "
-                "does not exist yet, so there is no configuration to keep)."
+                f"the first deploy needs the table configuration: make deploy CONFIG=cdclake.yaml, or let the "
+                f'full-load job write it from the source catalog with PARAMS="SourceSecretId=..." (stack '
+                f"{stack_name} does not exist yet, so there is no configuration to keep)."
             )
-        outputs = stack[0]
+        outputs = stack.outputs
         bucket, key = outputs["ArtifactsBucketName"], outputs["TableConfigKey"]
         try:
             s3.head_object(Bucket=bucket, Key=key)
         except s3.exceptions.ClientError:
             raise DeployError(
-                f"s3://{bucket}/{key} does not exist: give the table configuration, make deploy CONFIG=cdclake.yaml."
+                f"s3://{bucket}/{key} does not exist: give the table configuration, make deploy CONFIG=cdclake.yaml "
+                "(or SourceSecretId, for the full-load job to write it)."
             ) from None
     environment = environment_name(overrides)
     names = [pattern.format(environment=environment) for _, pattern in DATABASES.values()]
-    owned = stack[1] if stack else set()
-    return [wheel, *database_overrides(_existing_databases(glue, names), owned, environment)]
+    owned = stack.owned if stack else set()
+    existing = _existing_databases(glue, names)
+    return [
+        wheel,
+        *database_overrides(set(existing), owned, environment),
+        silver_bucket_override(existing, owned, environment),
+    ]
 
 
-def upload(s3: Any, outputs: dict[str, str], root: Path, config: Path | None) -> list[str]:
+def upload(
+    s3: Any, outputs: dict[str, str], root: Path, config: Path | None, glue_wheels_required: bool = False
+) -> list[str]:
     """Upload the Glue entry points, the wheel and (optionally) the table configuration; the s3:// URIs written.
 
     The wheel goes where the stack's jobs install it from (output LibraryWheelKey): a wheel of another version
@@ -158,11 +251,16 @@ def upload(s3: Any, outputs: dict[str, str], root: Path, config: Path | None) ->
             f"the stack was deployed with LibraryWheelKey={wheel_key} but dist/ holds {wheel.name}: "
             "deploy again with make deploy (it passes the built wheel's key)."
         )
+    # The jobs install the zip of wheels, not the wheel alone: `make deploy` (main) requires it. A caller that runs
+    # the entry points without Glue's installer (tests/aws/test_deployed_stack.py, on local Spark) may go without.
+    glue_wheels = root / "dist" / glue_wheels_name(wheel)
+    if glue_wheels_required and not glue_wheels.is_file():
+        raise DeployError(f"no dist/{glue_wheels.name}: build it first (make deploy-wheel).")
+    uploads = [*((p, f"glue/{p.name}") for p in sorted((root / "glue" / "jobs").glob("*.py"))), (wheel, wheel_key)]
+    if glue_wheels.is_file():
+        uploads.append((glue_wheels, f"{wheel_key.rsplit('/', 1)[0]}/{glue_wheels.name}"))
     written = []
-    for path, key in [
-        *((p, f"glue/{p.name}") for p in sorted((root / "glue" / "jobs").glob("*.py"))),
-        (wheel, wheel_key),
-    ]:
+    for path, key in uploads:
         s3.upload_file(str(path), bucket, key)
         written.append(f"s3://{bucket}/{key}")
     if config is not None:
@@ -195,6 +293,45 @@ def empty_and_delete_bucket(s3: Any, bucket: str) -> int:
     return removed
 
 
+# A CDC file name (so the new-file rule queues it) of a table no configuration has: the CDC job deletes its message
+# and logs it as unconfigured (engine/follow.py), and it never reaches silver.
+VERIFY_KEY = "{prefix}/cdclake_verify/deploy_check/20000101-000000000.csv"
+
+
+def verify(s3: Any, sqs: Any, cloudwatch: Any, outputs: dict[str, str], wait_seconds: float = 120) -> list[str]:
+    """Put a test file into bronze and wait for its event in the file queue; then set the new-file delivery alarm
+    to ALARM (its action publishes to the alert topic: check the e-mail). The lines to print; raises DeployError
+    when the event does not arrive.
+
+    The message is looked at with a zero visibility timeout (it stays available); a CDC run that takes it first
+    deletes it, so a miss while the pipeline runs is reported with where to look, not as proof of a failure.
+    """
+    import time
+
+    key = VERIFY_KEY.format(prefix=outputs["BronzePrefix"])
+    s3.put_object(Bucket=outputs["BronzeBucketName"], Key=key, Body=b"cdclake make verify-deploy\n")
+    lines = [f"put s3://{outputs['BronzeBucketName']}/{key}"]
+    deadline = time.monotonic() + wait_seconds
+    seen = False
+    while not seen and time.monotonic() < deadline:
+        answer = sqs.receive_message(
+            QueueUrl=outputs["FileQueueUrl"], MaxNumberOfMessages=10, VisibilityTimeout=0, WaitTimeSeconds=5
+        )
+        seen = any(key in m["Body"] for m in answer.get("Messages", []))
+    if not seen:
+        raise DeployError(
+            f"no message for {key} in the file queue after {wait_seconds:.0f} s: look at the new-file rule's "
+            "FailedInvocations (alarm NewFileRuleDeliveryAlarm), the new-file-events dead-letter queue and the "
+            "file queue's key policy; if a CDC run was active, it may have taken the message (its log names the "
+            "file as unconfigured)."
+        )
+    lines.append("the file queue received its S3 event (EventBridge -> encrypted FIFO queue works)")
+    alarm = outputs["NewFileRuleDeliveryAlarmName"]
+    cloudwatch.set_alarm_state(AlarmName=alarm, StateValue="ALARM", StateReason="make verify-deploy: a test alarm")
+    lines.append(f"set {alarm} to ALARM: the alert topic's subscribers get an e-mail within minutes")
+    return lines
+
+
 def stop_executions(sfn: Any, state_machine_arn: str) -> list[str]:
     """Stop every running execution of the pipeline (its loop never ends by itself); the ARNs stopped."""
     stopped = []
@@ -209,15 +346,27 @@ def stop_executions(sfn: Any, state_machine_arn: str) -> list[str]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=["preflight", "upload", "stop-executions", "delete-bucket", "retained"])
+    parser.add_argument(
+        "action",
+        choices=["preflight", "glue-wheels", "upload", "verify", "stop-executions", "delete-bucket", "retained"],
+    )
     parser.add_argument("--outputs", type=Path, help="sam list stack-outputs --output json")
     parser.add_argument("--stack-name", help="preflight: the stack (samconfig.toml's stack_name)")
-    parser.add_argument("--region", help="preflight: the stack's region (samconfig.toml's region)")
+    parser.add_argument(
+        "--region", help="the stack's region (samconfig.toml's region); every action that calls AWS needs it"
+    )
     parser.add_argument("--parameters", default="", help="preflight: the Key=Value overrides sam deploy is given")
     parser.add_argument("--config", type=Path, help="upload: the table configuration (cdclake.yaml)")
     parser.add_argument("--output-key", help="delete-bucket: the stack output naming the bucket")
     args = parser.parse_args(argv)
     try:
+        if args.action == "glue-wheels":
+            print(f"built {build_glue_wheels(ROOT).relative_to(ROOT)}")
+            return 0
+        if args.action != "retained" and not args.region:
+            # Never the shell's default region: a stack in another region is "not found" there, and make destroy
+            # would stop before sam delete (which reads samconfig.toml's region) with nothing said about why.
+            raise DeployError(f"{args.action} needs --region (samconfig.toml's region of the stack).")
         if args.action == "preflight":
             import boto3
 
@@ -238,16 +387,21 @@ def main(argv: list[str]) -> int:
             return 0
         import boto3
 
-        s3 = boto3.client("s3")
+        session = boto3.Session(region_name=args.region)
+        s3 = session.client("s3")
         if args.action == "upload":
-            for uri in upload(s3, outputs, ROOT, args.config):
+            for uri in upload(s3, outputs, ROOT, args.config, glue_wheels_required=True):
                 print(f"uploaded {uri}")
             if args.config is None:
                 print(
                     f"no CONFIG given: the jobs read s3://{outputs['ArtifactsBucketName']}/{outputs['TableConfigKey']}"
                 )
+        elif args.action == "verify":
+            clients = session.client("sqs"), session.client("cloudwatch")
+            for line in verify(s3, *clients, outputs):
+                print(line)
         elif args.action == "stop-executions":
-            for arn in stop_executions(boto3.client("stepfunctions"), outputs["StateMachineArn"]):
+            for arn in stop_executions(session.client("stepfunctions"), outputs["StateMachineArn"]):
                 print(f"stopped {arn}")
         else:
             bucket = outputs[args.output_key]

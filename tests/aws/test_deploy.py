@@ -103,9 +103,8 @@ def test_make_deploy_needs_no_setup_and_uploads_the_config() -> None:
     text = "\n".join(lines)
     assert "install-system-deps" not in text and "apt-get" not in text
     assert ".venv/bin/" not in text  # the project environment (Spark, Java) is not needed, only .venv/tools/sam
-    assert lines[-1].endswith(
-        "scripts/stack_artifacts.py upload --outputs build/stack-outputs.json --config my/cdclake.yaml"
-    )
+    assert lines[-1].endswith("--outputs build/stack-outputs.json --config my/cdclake.yaml")
+    assert "scripts/stack_artifacts.py upload --region" in lines[-1]
     assert any(" -m pip wheel " in line for line in lines)
 
 
@@ -133,6 +132,7 @@ def test_upload_writes_the_entry_points_the_wheel_and_the_config(tmp_path: Path)
     for name in ("cdc.py", "full_load.py", "maintain.py"):
         (tmp_path / "glue" / "jobs" / name).write_text("# job")
     (tmp_path / "dist" / "cdclake-0.1.0-py3-none-any.whl").write_bytes(b"wheel")
+    (tmp_path / "dist" / "cdclake-0.1.0.gluewheels.zip").write_bytes(b"zip of wheels")
     config = tmp_path / "cdclake.yaml"
     config.write_text("silver: {database: x}\n")
     with mock_aws():
@@ -145,8 +145,8 @@ def test_upload_writes_the_entry_points_the_wheel_and_the_config(tmp_path: Path)
         keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="artifacts")["Contents"])
         body = s3.get_object(Bucket="artifacts", Key="config/cdclake.yaml")["Body"].read()
     assert keys == [
-        "config/cdclake.yaml", "glue/cdc.py", "glue/cdclake-0.1.0-py3-none-any.whl", "glue/full_load.py",
-        "glue/maintain.py",
+        "config/cdclake.yaml", "glue/cdc.py", "glue/cdclake-0.1.0-py3-none-any.whl",
+        "glue/cdclake-0.1.0.gluewheels.zip", "glue/full_load.py", "glue/maintain.py",
     ]  # fmt: skip
     assert body == config.read_bytes()
 
@@ -157,6 +157,7 @@ def test_upload_without_a_wheel_or_with_a_missing_config_says_what_to_do(tmp_pat
         stack_artifacts.upload(None, outputs, tmp_path, None)
     (tmp_path / "dist").mkdir()
     (tmp_path / "dist" / "cdclake-0.1.0-py3-none-any.whl").write_bytes(b"wheel")
+    (tmp_path / "dist" / "cdclake-0.1.0.gluewheels.zip").write_bytes(b"zip of wheels")
     with mock_aws():
         s3 = boto3.client("s3", region_name=REGION)
         s3.create_bucket(Bucket="artifacts")
@@ -220,6 +221,7 @@ def test_env_json_points_every_function_at_a_scratch_queue_and_sets_what_it_read
 def a_wheel(root: Path, name: str = "cdclake-0.1.0-py3-none-any.whl") -> None:
     (root / "dist").mkdir(exist_ok=True)
     (root / "dist" / name).write_bytes(b"wheel")
+    (root / "dist" / stack_artifacts.glue_wheels_name(root / "dist" / name)).write_bytes(b"zip of wheels")
 
 
 def deployed_stack(stack_name: str = "cdclake-dev") -> None:
@@ -339,3 +341,107 @@ def test_make_deploy_runs_the_preflight_before_the_stack_and_passes_its_override
     assert preflight_at < deploy_at
     assert "--config cdclake.yaml" in lines[preflight_at]
     assert any("rm -f dist/cdclake-*.whl" in line for line in lines[:preflight_at])
+
+
+# ------------------------------------------------------------------------- issue 34.5: the stack's region
+
+
+@pytest.mark.parametrize(("target", "environment"), [("deploy", "default"), ("destroy", "prod")])
+def test_every_step_that_calls_aws_is_given_the_region_of_samconfig(target: str, environment: str) -> None:
+    needs(SAM)  # the Makefile reads samconfig.toml with the SAM CLI's own Python
+    region = SAMCONFIG[environment]["global"]["parameters"]["region"]
+    lines = make_dry_run(target, f"SAM_ENV={environment}", "CONFIG=cdclake.yaml")
+    steps = [shlex.split(line) for line in lines if "scripts/stack_artifacts.py" in line]
+    calling_aws = [s for s in steps if s[s.index("scripts/stack_artifacts.py") + 1] not in ("retained", "glue-wheels")]
+    assert len(calling_aws) == 2  # preflight and upload, or stop-executions and delete-bucket
+    for step in calling_aws:
+        assert step[step.index("--region") + 1] == region, step
+
+
+def test_the_region_given_wins_over_the_shells_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a running pipeline in us-east-1 and a shell whose default region is another one
+    with mock_aws():
+        sfn = boto3.client("stepfunctions", region_name=REGION)
+        arn = sfn.create_state_machine(
+            name="cdclake-dev-pipeline",
+            definition=json.dumps({"StartAt": "W", "States": {"W": {"Type": "Wait", "Seconds": 600, "End": True}}}),
+            roleArn="arn:aws:iam::123456789012:role/x",
+        )["stateMachineArn"]
+        running = sfn.start_execution(stateMachineArn=arn)["executionArn"]
+        monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+        monkeypatch.setenv("AWS_REGION", "eu-west-1")
+        path = outputs_file(tmp_path, {"StateMachineArn": arn})
+        # WHEN make destroy stops it, THEN it is found in the stack's region and stopped
+        assert stack_artifacts.main(["stop-executions", "--region", REGION, "--outputs", str(path)]) == 0
+        assert sfn.describe_execution(executionArn=running)["status"] == "ABORTED"
+        # AND without a region the step refuses to guess (one sentence, no traceback)
+        assert stack_artifacts.main(["stop-executions", "--outputs", str(path)]) == 1
+
+
+# ------------------------------------- issue 34.6: a first deploy whose full-load job writes the configuration
+
+
+def test_a_first_deploy_with_a_source_secret_needs_no_configuration(tmp_path: Path) -> None:
+    # GIVEN no stack, no CONFIG, and the source credentials: the full-load job writes the configuration from the
+    # source catalog (docs/deploy.md, "The source catalog in the full-load job")
+    a_wheel(tmp_path)
+    with mock_aws():
+        # WHEN the deploy is prepared THEN it goes on
+        overrides = preflight(tmp_path, None, ("EnvironmentName=dev", "SourceSecretId=cdclake/source"))
+        assert "LibraryWheelKey=glue/cdclake-0.1.0-py3-none-any.whl" in overrides
+        # AND an empty value given later (the last one wins) is no secret
+        with pytest.raises(stack_artifacts.DeployError, match=r"first deploy needs .*CONFIG=.*SourceSecretId"):
+            preflight(tmp_path, None, ("SourceSecretId=cdclake/source", "SourceSecretId="))
+
+
+def test_a_redeploy_keeps_the_stacks_source_secret_when_not_given_again(tmp_path: Path) -> None:
+    a_wheel(tmp_path)
+    with mock_aws():
+        body = {
+            "Parameters": {"SourceSecretId": {"Type": "String", "Default": ""}},
+            "Resources": {"ArtifactsBucket": {"Type": "AWS::S3::Bucket", "Properties": {"BucketName": "artifacts"}}},
+            "Outputs": {
+                "ArtifactsBucketName": {"Value": {"Ref": "ArtifactsBucket"}},
+                "TableConfigKey": {"Value": "config/cdclake.yaml"},
+            },
+        }
+        boto3.client("cloudformation", region_name=REGION).create_stack(
+            StackName="cdclake-dev", TemplateBody=json.dumps(body),
+            Parameters=[{"ParameterKey": "SourceSecretId", "ParameterValue": "cdclake/source"}],
+        )  # fmt: skip
+        # sam deploy keeps a deployed stack's value for a parameter it is not given: the job still writes it
+        assert preflight(tmp_path, None)[0].startswith("LibraryWheelKey=")
+
+
+# ----------------------------------------------------------- issue 34.8: what only a real account can show
+
+
+def test_verify_deploy_sees_the_test_files_event_and_sets_the_test_alarm(tmp_path: Path) -> None:
+    with mock_aws():
+        s3, sqs, cloudwatch = (boto3.client(s, region_name=REGION) for s in ("s3", "sqs", "cloudwatch"))
+        s3.create_bucket(Bucket="bronze")
+        queue = sqs.create_queue(QueueName="files.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+        cloudwatch.put_metric_alarm(
+            AlarmName="delivery", Namespace="AWS/Events", MetricName="FailedInvocations", Statistic="Sum",
+            Period=300, EvaluationPeriods=1, Threshold=1, ComparisonOperator="GreaterThanOrEqualToThreshold",
+        )  # fmt: skip
+        outputs = {"BronzeBucketName": "bronze", "BronzePrefix": "dms", "FileQueueUrl": queue,
+                   "NewFileRuleDeliveryAlarmName": "delivery"}  # fmt: skip
+        # GIVEN no delivery (moto's S3 sends no EventBridge events): verify says where to look
+        with pytest.raises(stack_artifacts.DeployError, match="FailedInvocations"):
+            stack_artifacts.verify(s3, sqs, cloudwatch, outputs, wait_seconds=0.1)
+        # GIVEN the event EventBridge would queue for the test file
+        key = stack_artifacts.VERIFY_KEY.format(prefix="dms")
+        assert re.fullmatch(r"dms/[^/]+/[^/]+/2\d{7}-\d+\.csv", key)  # a CDC name: the rule's pattern queues it
+        sqs.send_message(QueueUrl=queue, MessageBody=json.dumps({"detail": {"object": {"key": key}}}),
+                         MessageGroupId="dms", MessageDeduplicationId="1")  # fmt: skip
+        # WHEN verify runs THEN it sees it and sets the alarm, whose action reaches the alert topic
+        lines = stack_artifacts.verify(s3, sqs, cloudwatch, outputs, wait_seconds=5)
+        assert lines[1].startswith("the file queue received")
+        [alarm] = cloudwatch.describe_alarms(AlarmNames=["delivery"])["MetricAlarms"]
+        assert alarm["StateValue"] == "ALARM"
+        # AND the message stays for the pipeline (received with no visibility timeout)
+        assert sqs.receive_message(QueueUrl=queue)["Messages"]
+    template_outputs = template()["Outputs"]
+    assert template_outputs["NewFileRuleDeliveryAlarmName"]["Value"] == {"Ref": "NewFileRuleDeliveryAlarm"}
+    assert template_outputs["BronzePrefix"]["Value"] == {"Ref": "BronzePrefix"}

@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +113,7 @@ def test_every_checkov_suppression_is_justified() -> None:
             assert len(skip.get("comment", "")) > 20, f"{name} {skip['id']} has no reason"
 
 
-@pytest.mark.parametrize("function", ["work_check"])
+@pytest.mark.parametrize("function", ["work_check", "deploy_guard"])
 def test_function_code_is_strictly_typed(function: str) -> None:
     # Each function directory is its own import root (as in Lambda), so mypy checks them one at a time.
     run = subprocess.run(
@@ -123,16 +124,21 @@ def test_function_code_is_strictly_typed(function: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------ observability
-TABLE_METRICS = ["RowsInserted", "RowsUpdated", "RowsDeleted", "RowsIgnoredLate", "RowsQuarantined",
-                 "FilesQuarantined", "FilesApplied", "BytesApplied", "BatchSeconds", "FreshnessLagSeconds"]  # fmt: skip
+PIPELINE_METRICS = ["FilesApplied", "BytesApplied", "RowsInserted", "RowsUpdated", "RowsDeleted", "TablesFailed",
+                    "FilesQuarantined", "FreshnessLagSeconds", "BacklogFiles", "BacklogBytes"]  # fmt: skip
 
 
-def test_table_metrics_jobs_name_their_environment_and_namespace_and_may_publish_only_there() -> None:
+def test_the_jobs_name_their_environment_and_namespace_and_may_publish_only_there() -> None:
     resources = template()["Resources"]
     for job in ("CdcJob", "FullLoadJob"):
         arguments = resources[job]["Properties"]["DefaultArguments"]
         assert arguments["--environment"] == {"Ref": "EnvironmentName"}, job
         assert arguments["--metrics_namespace"] == {"Ref": "MetricsNamespace"}, job
+        # per-table CloudWatch metrics only for the tables the deployment names (none by default)
+        assert arguments["--table_metrics"] == {
+            "If": ["HasTableMetrics", {"Ref": "TableMetrics"}, {"Ref": "AWS::NoValue"}]
+        }
+    assert template()["Parameters"]["TableMetrics"]["Default"] == ""
     [statement] = [
         s
         for s in resources["GlueJobRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
@@ -144,37 +150,66 @@ def test_table_metrics_jobs_name_their_environment_and_namespace_and_may_publish
     assert resources["CdcJobRole"]["Properties"]["Policies"][0] == resources["GlueJobRole"]["Properties"]["Policies"][0]
 
 
-def test_dashboard_is_valid_json_showing_every_table_metric_the_queues_and_the_executions() -> None:
-    body = template()["Resources"]["PipelineDashboard"]["Properties"]["DashboardBody"]["Sub"]
-    # What CloudFormation's !Sub would do, with stand-in values.
+def dashboard() -> tuple[str, list[dict[str, Any]]]:
+    """The dashboard body and its widgets, rendered as CloudFormation's !Sub would with stand-in values."""
+    body, variables = template()["Resources"]["PipelineDashboard"]["Properties"]["DashboardBody"]["Sub"]
+    assert set(variables) == {"SecurityConfiguration", "CdcRole", "JobRole"}
     rendered = re.sub(r"\$\{[A-Za-z0-9:.]+\}", "x", body)
-    widgets = json.loads(rendered)["widgets"]
-    expressions = [m["expression"] for w in widgets for row in w["properties"].get("metrics", []) for m in row
-                   if isinstance(m, dict) and "expression" in m]  # fmt: skip
-    for metric in TABLE_METRICS:
-        [expression] = [e for e in expressions if f'MetricName="{metric}"' in e]
-        assert expression.startswith("SEARCH('{x,Environment,Table} ") and 'Environment="x"' in expression
-    plain = {row[1] for w in widgets for row in w["properties"].get("metrics", []) if isinstance(row[0], str)}
+    return body, json.loads(rendered)["widgets"]
+
+
+def test_the_dashboard_shows_every_pipeline_metric_of_this_environment_and_no_per_table_search() -> None:
+    body, widgets = dashboard()
+    assert "SEARCH(" not in body and "SCHEMA(" not in body
+    rows = [row for w in widgets for row in w["properties"].get("metrics", [])]
+    ours = {row[1]: row for row in rows if row[0] == "x"}  # the namespace, rendered
+    assert sorted(ours) == sorted(PIPELINE_METRICS)
+    assert all(row[2:4] == ["Environment", "x"] for row in ours.values())
+    assert body.count('["${MetricsNamespace}", ') == len(PIPELINE_METRICS)
+    plain = {row[1] for row in rows if isinstance(row[0], str)}
     assert {"ApproximateNumberOfMessagesVisible", "ApproximateAgeOfOldestMessage", "ExecutionsFailed"} <= plain
     assert "${FileDeadLetterQueue.QueueName}" in body and "${PipelineStateMachine}" in body
     for widget in widgets:  # the grid is 24 wide; overlapping widgets are silently moved by CloudWatch
         assert widget["x"] + widget["width"] <= 24
+    cells = [(w["x"] + dx, w["y"] + dy) for w in widgets for dx in range(w["width"]) for dy in range(w["height"])]
+    assert len(cells) == len(set(cells)), "overlapping widgets"
+
+
+def test_the_dashboard_queries_the_per_table_log_lines_of_both_job_roles() -> None:
+    body, widgets = dashboard()
+    [log] = [w for w in widgets if w["type"] == "log"]
+    query = log["properties"]["query"]
+    assert 'filter cdclake = "table_batch"' in query and query.split("|")[-2].strip().endswith("by table")
+    # the Glue log groups of a job with a security configuration: /aws-glue/jobs/<configuration>-role/<role>/error
+    for role in ("CdcRole", "JobRole"):
+        assert f"SOURCE '/aws-glue/jobs/${{SecurityConfiguration}}-role/${{{role}}}/error'" in body
+    # every field it reads is one the jobs write (glue/cdclake/ops/metrics.py)
+    from cdclake.ops.metrics import TABLE_BATCH, _batch_record
+    from cdclake.report import TableReport
+
+    assert TABLE_BATCH == "table_batch"
+    fields = set(re.findall(r"\((\w+)\)", query))
+    record = _batch_record(TableReport(table="s.t", kind="cdc"), "dev", datetime.now(UTC))
+    assert fields <= set(record), fields - set(record)
 
 
 @pytest.mark.parametrize(
-    ("alarm", "metric"),
-    [("FreshnessLagAlarm", "MAX(FreshnessLagSeconds)"), ("RowsQuarantinedAlarm", "SUM(RowsQuarantined)"),
-     ("FilesQuarantinedAlarm", "SUM(FilesQuarantined)")],
+    ("alarm", "metric", "statistic"),
+    [("FreshnessLagAlarm", "FreshnessLagSeconds", "Maximum"), ("FilesQuarantinedAlarm", "FilesQuarantined", "Sum"),
+     ("TablesFailedAlarm", "TablesFailed", "Sum")],
 )  # fmt: skip
-def test_table_metric_alarms_cover_every_table_of_this_environment_and_alert(alarm: str, metric: str) -> None:
+def test_pipeline_metric_alarms_watch_this_environment_and_alert(alarm: str, metric: str, statistic: str) -> None:
     properties = template()["Resources"][alarm]["Properties"]
-    [query] = properties["Metrics"]
-    assert query["Expression"]["Sub"] == (
-        f'SELECT {metric} FROM SCHEMA("${{MetricsNamespace}}", Environment, "Table") '
-        "WHERE Environment = '${EnvironmentName}'"
-    )
+    assert properties["Namespace"] == {"Ref": "MetricsNamespace"}
+    assert (properties["MetricName"], properties["Statistic"]) == (metric, statistic)
+    assert properties["Dimensions"] == [{"Name": "Environment", "Value": {"Ref": "EnvironmentName"}}]
     assert properties["AlarmActions"] == [{"Ref": "AlertTopic"}]
     assert properties["TreatMissingData"] == "notBreaching"  # an idle source publishes nothing
+
+
+def test_no_alarm_or_widget_needs_a_per_table_metric() -> None:
+    text = (ROOT / "template.yaml").read_text()
+    assert "SCHEMA(" not in text and "SEARCH(" not in text and "RowsQuarantinedAlarm" not in text
 
 
 def test_every_glue_job_failure_alerts_and_the_state_machine_may_run_every_job() -> None:

@@ -35,6 +35,14 @@ def test_every_glue_job_runs_glue_5_1() -> None:
     assert [job["Properties"]["GlueVersion"] for job in jobs] == ["5.1"] * 4
 
 
+def test_no_job_argument_glue_5_ignores() -> None:
+    # Glue 4.0 and later log continuously on their own; --enable-continuous-cloudwatch-log does nothing there
+    # (issue 34.7), so setting it only suggests a choice that is not one.
+    for name, resource in RESOURCES.items():
+        if resource["Type"] == "AWS::Glue::Job":
+            assert "--enable-continuous-cloudwatch-log" not in resource["Properties"]["DefaultArguments"], name
+
+
 def test_no_reserved_concurrency_and_no_streaming_worker_type() -> None:
     assert "ReservedConcurrentExecutions" not in (ROOT / "template.yaml").read_text()
     for name in ("FullLoadWorkerType", "CdcWorkerType", "MaintenanceWorkerType", "GoldWorkerType"):
@@ -141,11 +149,108 @@ def test_no_kms_grant_on_keys_the_buckets_do_not_use() -> None:
     assert [s["Resource"] for s in kms] == [{"GetAtt": "QueueKey.Arn"}]
 
 
-def test_service_principals_in_the_key_policy_are_bound_to_this_account_or_log_group() -> None:
-    for statement in RESOURCES["QueueKey"]["Properties"]["KeyPolicy"]["Statement"]:
-        if "Service" in statement["Principal"]:
-            condition = json.dumps(statement["Condition"])
-            assert "aws:SourceAccount" in condition or "kms:EncryptionContext:aws:logs:arn" in condition
+# ----------------------------------------------------------------- issue 34.1: keys EventBridge can use
+KEYS = [name for name, r in RESOURCES.items() if r["Type"] == "AWS::KMS::Key"]
+# The SNS developer guide ("Key management"): in a KMS key policy these condition keys are not supported for
+# EventBridge deliveries to an encrypted topic (the deliveries fail). The EventBridge user guide's key policy
+# for encrypted SQS targets has no condition either.
+UNSUPPORTED_FOR_EVENTBRIDGE = {"aws:sourceaccount", "aws:sourcearn", "aws:sourceorgid"}
+
+
+def service_statements(key: str) -> list[tuple[list[str], dict[str, Any]]]:
+    """(service principals, statement) of each statement of ``key``'s policy that names a service."""
+    found = []
+    for statement in RESOURCES[key]["Properties"]["KeyPolicy"]["Statement"]:
+        services = statement["Principal"].get("Service") if isinstance(statement["Principal"], dict) else None
+        if services is not None:
+            found.append((services if isinstance(services, list) else [services], statement))
+    return found
+
+
+def condition_keys(statement: dict[str, Any]) -> set[str]:
+    return {key.lower() for test in statement.get("Condition", {}).values() for key in test}
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_no_key_grants_eventbridge_under_a_condition_aws_documents_as_unsupported(key: str) -> None:
+    for services, statement in service_statements(key):
+        if "events.amazonaws.com" in services:
+            assert services == ["events.amazonaws.com"], f"{key} {statement['Sid']}: one statement per service"
+            assert not condition_keys(statement) & UNSUPPORTED_FOR_EVENTBRIDGE, f"{key} {statement['Sid']}"
+            assert set(statement["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey"}
+
+
+def test_the_unsupported_condition_check_fails_on_the_policy_issue_34_found() -> None:
+    # GIVEN the statement the template had: EventBridge and CloudWatch together, under aws:SourceAccount
+    before = {"Principal": {"Service": ["events.amazonaws.com", "cloudwatch.amazonaws.com"]},
+              "Condition": {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}}  # fmt: skip
+    # THEN the check above refuses it
+    assert condition_keys(before) & UNSUPPORTED_FOR_EVENTBRIDGE == {"aws:sourceaccount"}
+
+
+def test_every_service_principal_in_a_key_policy_is_bound_where_aws_supports_a_binding() -> None:
+    for key in KEYS:
+        for services, statement in service_statements(key):
+            [service] = services
+            conditions = condition_keys(statement)
+            if service == "events.amazonaws.com":
+                continue  # bound by the queue and topic policies instead (checked above and below)
+            if service == {"Sub": "logs.${AWS::Region}.amazonaws.com"}:
+                assert conditions == {"kms:encryptioncontext:aws:logs:arn"}, key
+            else:
+                assert conditions == {"aws:sourceaccount"}, f"{key}: {service}"
+
+
+def test_every_encrypted_eventbridge_target_admits_only_its_rule() -> None:
+    # With no condition in the key policy, the target's own policy is what keeps other senders out.
+    for rule in ("NewFileRule", "GlueJobFailedRule"):
+        for target in RESOURCES[rule]["Properties"]["Targets"]:
+            [(function, value)] = target["Arn"].items()
+            logical = value.split(".")[0] if function == "GetAtt" else value
+            assert RESOURCES[logical]["Properties"].get("KmsMasterKeyId"), f"{rule} -> {logical} is encrypted"
+            [policy] = [
+                r["Properties"]
+                for r in RESOURCES.values()
+                if r["Type"] in ("AWS::SQS::QueuePolicy", "AWS::SNS::TopicPolicy")
+                and {"Ref": logical} in r["Properties"].get("Queues", r["Properties"].get("Topics", []))
+            ]
+            [grant] = [s for s in policy["PolicyDocument"]["Statement"]
+                       if s["Principal"] == {"Service": "events.amazonaws.com"}]  # fmt: skip
+            assert grant["Condition"] == {"ArnEquals": {"aws:SourceArn": {"GetAtt": f"{rule}.Arn"}}}
+
+
+def test_every_rule_alarms_on_failed_deliveries_through_a_path_without_its_targets_key() -> None:
+    rules = [name for name, r in RESOURCES.items() if r["Type"] == "AWS::Events::Rule"]
+    alarms = {name: r["Properties"] for name, r in RESOURCES.items() if r["Type"] == "AWS::CloudWatch::Alarm"}
+    alert_key = RESOURCES["AlertTopic"]["Properties"]["KmsMasterKeyId"]
+    for rule in rules:
+        watching = [
+            (name, query["MetricStat"]["Metric"]["MetricName"])
+            for name, alarm in alarms.items()
+            for query in alarm.get("Metrics", [])
+            if "MetricStat" in query
+            and query["MetricStat"]["Metric"]["Namespace"] == "AWS/Events"
+            and query["MetricStat"]["Metric"]["Dimensions"] == [{"Name": "RuleName", "Value": {"Ref": rule}}]
+        ]
+        assert {metric for _, metric in watching} >= {"FailedInvocations", "InvocationsFailedToBeSentToDlq"}, rule
+        for name in {name for name, _ in watching}:
+            assert alarms[name]["AlarmActions"] == [{"Ref": "AlertTopic"}]
+            [result] = [q for q in alarms[name]["Metrics"] if q["ReturnData"]]
+            # the metrics exist only when not zero: a missing one must not hide the others
+            assert all(
+                f"FILL({q['Id']}, 0)" in result["Expression"] for q in alarms[name]["Metrics"] if "MetricStat" in q
+            )
+        # the alarm's way to the topic (CloudWatch, the topic's key) shares no key with the rule's targets
+        for target in RESOURCES[rule]["Properties"]["Targets"]:
+            [(_, value)] = target["Arn"].items()
+            logical = value.split(".")[0]
+            if logical != "AlertTopic":
+                assert RESOURCES[logical]["Properties"].get("KmsMasterKeyId") != alert_key, rule
+    services = [s for listed, _ in service_statements(alert_key["Ref"]) for s in listed]
+    assert "cloudwatch.amazonaws.com" in services
+    # and the new-file rule's dead letters do not depend on the file queue's key either
+    dlq = RESOURCES["NewFileEventDeadLetterQueue"]["Properties"]
+    assert dlq.get("SqsManagedSseEnabled") is True and "KmsMasterKeyId" not in dlq
 
 
 def test_lake_formation_grants_are_optional_and_for_the_glue_roles() -> None:
@@ -174,11 +279,11 @@ def test_without_a_source_connection_the_jobs_run_outside_any_vpc() -> None:
     assert template()["Conditions"]["HasSourceConnection"] == {
         "Not": [{"Equals": [{"Ref": "SourceConnectionName"}, ""]}]
     }
-    for job in ("FullLoadJob", "CdcJob"):
-        connections = RESOURCES[job]["Properties"]["Connections"]
-        assert connections["If"][0] == "HasSourceConnection" and connections["If"][2] == {"Ref": "AWS::NoValue"}
-    assert "Connections" not in RESOURCES["MaintenanceJob"]["Properties"]
-    assert "Connections" not in RESOURCES["GoldJob"]["Properties"]
+    connections = RESOURCES["FullLoadJob"]["Properties"]["Connections"]
+    assert connections["If"][0] == "HasSourceConnection" and connections["If"][2] == {"Ref": "AWS::NoValue"}
+    # issue 34.2: the jobs that never talk to the source database are never put into its VPC
+    for job in ("CdcJob", "MaintenanceJob", "GoldJob"):
+        assert "Connections" not in RESOURCES[job]["Properties"], job
 
 
 def test_the_optional_dms_endpoint_writes_what_cdclake_reads_to_bronze() -> None:
