@@ -139,6 +139,8 @@ class Resolver:
             return argument[0].join(str(v) for v in self.value(argument[1]))
         if function == "Fn::Split":
             return str(self.value(argument[1])).split(argument[0])
+        if function == "Fn::Select":
+            return self.value(argument[1])[int(self.value(argument[0]))]
         if function == "Fn::If":
             return self.value(argument[1] if self.condition(argument[0]) else argument[2])
         if function == "Fn::Equals":
@@ -171,6 +173,15 @@ class Resolver:
 
 
 _NO_VALUE: Any = object()
+
+
+def _numbers(node: Any, keys: set[str]) -> Any:
+    """``node`` with the values of ``keys`` as numbers, as CloudFormation converts a parameter's text."""
+    if isinstance(node, list):
+        return [_numbers(n, keys) for n in node]
+    if isinstance(node, dict):
+        return {k: float(v) if k in keys and isinstance(v, str) else _numbers(v, keys) for k, v in node.items()}
+    return node
 
 
 def parameter_values(template: dict[str, Any], given: dict[str, str]) -> dict[str, str]:
@@ -292,6 +303,7 @@ def complete_what_moto_skips(template: dict[str, Any], resolver: Resolver, endpo
     - S3 NotificationConfiguration is ignored: EventBridge delivery is switched on through the API.
     - A Lambda function's environment that names a Glue job got "None" (moto leaves the variable out):
       set again once the jobs exist.
+    - CloudWatch alarms are placeholders: created with the template's resolved properties (an output names one).
     Bucket and queue policies, the SNS topic policy, alarms and the Glue security configuration stay
     placeholders: docs/deploy.md says how each is checked instead.
     """
@@ -299,6 +311,7 @@ def complete_what_moto_skips(template: dict[str, Any], resolver: Resolver, endpo
     s3 = boto3.client("s3", endpoint_url=endpoint, region_name=REGION)
     sfn = boto3.client("stepfunctions", endpoint_url=endpoint, region_name=REGION)
     lam = boto3.client("lambda", endpoint_url=endpoint, region_name=REGION)
+    cloudwatch = boto3.client("cloudwatch", endpoint_url=endpoint, region_name=REGION)
     resources = template["Resources"]
     for logical, resource in resources.items():
         if "Condition" in resource and not resolver.condition(resource["Condition"]):
@@ -330,6 +343,13 @@ def complete_what_moto_skips(template: dict[str, Any], resolver: Resolver, endpo
             else:
                 created = sfn.create_state_machine(name=name, definition=text, roleArn=role, type="STANDARD")
                 resolver.physical[logical] = created["stateMachineArn"]
+        elif resource["Type"] == "AWS::CloudWatch::Alarm" and logical not in resolver.physical:
+            alarm = _numbers(
+                resolver.value(properties), {"Threshold", "EvaluationPeriods", "DatapointsToAlarm", "Period"}
+            )
+            alarm.setdefault("AlarmName", f"{logical}-{resolver.ref('AWS::AccountId')}")
+            cloudwatch.put_metric_alarm(**alarm)
+            resolver.physical[logical] = alarm["AlarmName"]
         elif resource["Type"] == "AWS::Lambda::Function" and "Environment" in properties:
             variables = {k: str(resolver.value(v)) for k, v in properties["Environment"]["Variables"].items()}
             lam.update_function_configuration(

@@ -353,6 +353,8 @@ def test_a_failing_cdc_run_is_retried_then_alerts_and_the_loop_goes_on(deployed:
     cdc_job = deployed.stack.outputs["CdcJobName"]
     execution = running_execution(deployed)
     deployed.broken_jobs.add(cdc_job)
+    assert deployed.gaps.retry_waits is not None
+    waits_before = len(deployed.gaps.retry_waits)
     failed_before = sum(1 for job, outcome in deployed.runs if job == cdc_job and isinstance(outcome, Exception))
     # WHEN DMS writes a file
     deployed.put_cdc_file([change("U", 4, "person 4", "Narvik", 10)])
@@ -361,7 +363,7 @@ def test_a_failing_cdc_run_is_retried_then_alerts_and_the_loop_goes_on(deployed:
     deployed.wait(lambda: alerts.extend(deployed.alerts()) or bool(alerts), "the alert")
     assert alerts[0]["Subject"] == "cdclake: a CDC run failed"
     assert "simulated failure of cdclake-dev-cdc" in alerts[0]["Message"]
-    assert deployed.gaps.retry_waits is not None and deployed.gaps.retry_waits[-3:] == [60, 120, 240]
+    assert deployed.gaps.retry_waits[waits_before : waits_before + 3] == [60, 120, 240]
     assert sum(1 for job, outcome in deployed.runs if job == cdc_job and isinstance(outcome, Exception)) >= (
         failed_before + 4
     )
@@ -446,7 +448,9 @@ def test_a_backlog_of_30_tables_is_applied_by_one_cdc_run_and_every_event_delete
     restart(deployed, "backlog")
     # THEN ONE CDC run applies all 60 files (it lists bronze; the queue only woke it) and deletes every event
     deployed.wait(lambda: deployed.queue_counts() == (0, 0), "every event deleted", timeout=300)
-    cdc_runs = [o for job, o in deployed.runs[before:] if job == deployed.stack.outputs["CdcJobName"]]
+    cdc_job = deployed.stack.outputs["CdcJobName"]
+    deployed.wait(lambda: any(job == cdc_job for job, _ in deployed.runs[before:]), "the run ended (idle)")
+    cdc_runs = [o for job, o in deployed.runs[before:] if job == cdc_job]
     assert cdc_runs and cdc_runs[0].files_applied == 60 and cdc_runs[0].failures == {}
     for table in BACKLOG_TABLES:
         assert silver_table(deployed, table) == replay_change_log([], TABLE_LOG[table], ["id"]), table
