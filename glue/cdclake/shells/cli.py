@@ -340,6 +340,8 @@ def _print_report(report: RunReport) -> int:
         print(table.summary())
     if not report.tables and not report.failures:
         print("nothing to apply")
+    if line := report.no_files_line():
+        print(line)
     for line in report.problems():
         print(f"cdclake: {line}", file=sys.stderr)
     return report.exit_code
