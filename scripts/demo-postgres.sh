@@ -21,7 +21,7 @@ scripts/postgres-local.sh start "$WORK/data" "$PORT"
 trap 'scripts/postgres-local.sh stop "$WORK/data"' EXIT
 
 export PGHOST=127.0.0.1 PGPORT=$PORT PGUSER=postgres PGDATABASE=shop
-export CDCLAKE_PG_DSN="host=127.0.0.1 port=$PORT user=postgres dbname=shop"
+export CDCLAKE_SOURCE="host=127.0.0.1 port=$PORT user=postgres dbname=shop"
 "$BIN/createdb" shop
 echo "demo-postgres: pgbench -i -s 1 and a table of awkward values"
 "$BIN/pgbench" -i -s 1 -q 2>&1 | tail -1

@@ -84,6 +84,18 @@ class RunReport:
     skipped_tables: list[str] = field(default_factory=list)  # reasons
     unconfigured: list[str] = field(default_factory=list)  # bronze sources with no configuration
     unrecognised: list[str] = field(default_factory=list)  # bronze keys that are not DMS files
+    no_files: list[str] = field(default_factory=list)  # configured tables bronze holds no file of
+
+    def no_files_line(self) -> str | None:
+        """What the CLI says about tables nothing has arrived for (or None): silver holds nothing of
+        them, and an empty table there is no evidence that the source table is empty."""
+        if not self.no_files:
+            return None
+        return (
+            f"no files yet for {', '.join(self.no_files)}: bronze holds no LOAD or CDC file of "
+            f"{'it' if len(self.no_files) == 1 else 'them'}, so nothing was loaded (a table empty at the source "
+            "gets none; otherwise check that `cdclake capture` or the DMS task includes it)"
+        )
 
     @property
     def quarantined(self) -> list[TableReport]:

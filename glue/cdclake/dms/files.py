@@ -113,6 +113,11 @@ class BronzeListing:
     def for_table(self, schema: str, table: str, kind: FileKind) -> list[BronzeFile]:
         return sorted(f for f in self.files if f.schema == schema and f.table == table and f.kind == kind)
 
+    def may_hold(self, schema: str, table: str) -> bool:
+        """Whether any file here may hold rows of the table: its own, or a multi-table
+        (transaction) file, which holds rows of any table."""
+        return any(f.is_multi_table or (f.schema == schema and f.table == table) for f in self.files)
+
     def sources(self) -> set[tuple[str, str]]:
         return {(f.schema, f.table) for f in self.files if not f.is_multi_table}
 

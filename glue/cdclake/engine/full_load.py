@@ -69,8 +69,10 @@ def full_load_table(
         log.warning("full load again table=%s: %s", table.source, why)
         report.note = why
     if not files and not table.columns:
-        report.note = "no LOAD files and no declared columns: the table is created by its first CDC batch"
+        report.note = f"{nothing_loaded(table)}; without declared columns the table is created by its first CDC batch"
         return report, state
+    if not files:
+        report.note = f"{nothing_loaded(table)}; created empty, its CDC files apply to it"
     log.info("full load table=%s files=%d", table.source, len(files))
     with watch_stages(engine.spark, f"full load {table.source}", engine.progress_seconds):
         loaded = (files and _load_in_one_scan(engine, table, files, listing, report)) or _load_carefully(
@@ -85,6 +87,14 @@ def full_load_table(
     log.info("full load done table=%s rows=%d seconds=%.1f", table.source, report.inserted, report.seconds)
     sizes = _sizes(files)
     return report, TableState(True, frozenset(loaded), state.held, {key: sizes.get(key) for key in loaded})
+
+
+def nothing_loaded(table: TableConfig) -> str:
+    """What a full load without LOAD files says: it loaded nothing, and why."""
+    return (
+        f"nothing loaded: bronze has no LOAD file under {table.source_schema}/{table.source_table}/ "
+        "(a table empty at the source gets none)"
+    )
 
 
 def _load_in_one_scan(

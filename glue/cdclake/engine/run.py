@@ -72,6 +72,7 @@ def apply_pending(
             report.skipped_tables.append(reason)
         else:
             selected.append(table)
+    report.no_files = [t.source for t in selected if not listing.may_hold(t.source_schema, t.source_table)]
     held = held_files(engine)
 
     def load(table_run: TableRun) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from cdclake.config import load_config, parse_config
 from cdclake.errors import CdclakeError
 from cdclake.ops.drift import drift, drift_report
-from cdclake.sources.catalog.connect import SourceAddress, parse_source_url, read_catalog
+from cdclake.sources.catalog.connect import SourceAddress, parse_source, read_catalog
 from cdclake.sources.catalog.model import CatalogTable
 from cdclake.sources.catalog.plan import (
     BronzeDefaults,
@@ -34,7 +34,7 @@ CatalogReader = Callable[[SourceAddress], list[CatalogTable]]
 class InitSettings:
     """Everything ``cdclake init`` is given; every knob has a default."""
 
-    source_url: str  # postgresql://user:password@host:5432/db, mysql://..., sqlserver://...
+    source_url: str  # postgresql://user:password@host:5432/db, mysql://..., sqlserver://..., or host=... dbname=...
     config_path: Path = Path("cdclake.yaml")
     include: tuple[str, ...] = ()  # schema.table globs; none: every table (MySQL: the URL's database)
     exclude: tuple[str, ...] = ()
@@ -67,7 +67,7 @@ def selected_tables(
 
 def init(settings: InitSettings, read: CatalogReader = read_catalog, out: Callable[[str], None] = print) -> int:
     """Run ``cdclake init``; the exit code (0, or 1 for drift with ``check``)."""
-    address = parse_source_url(settings.source_url)
+    address = parse_source(settings.source_url)
     catalog = read(address)
     selection = selected_tables(address, catalog, settings.include, settings.exclude)
     path = settings.config_path

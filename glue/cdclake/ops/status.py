@@ -50,6 +50,22 @@ class TableStatus:
     behind: str = ""  # why silver is not up to date with bronze, or "up to date"
 
 
+NO_FILES = "no files yet"
+
+
+def no_files_yet(table: TableConfig, in_bronze: bool, files_applied: int) -> str | None:
+    """Why a configured table has nothing to show, or None once a file arrived: bronze holds no
+    file that may hold its rows now, and none was ever applied. Never "up to date": an empty silver table
+    is then no evidence that the source is empty."""
+    if in_bronze or files_applied:
+        return None
+    return (
+        f"{NO_FILES}: bronze has no LOAD or CDC file under {table.source_schema}/{table.source_table}/ "
+        "(a table empty at the source gets none; otherwise check that `cdclake capture` or the DMS task "
+        "includes it)"
+    )
+
+
 def _lag(latest: str | None, now: datetime) -> float | None:
     """Freshness lag in seconds, to a tenth (None when the newest commit time is unknown)."""
     seconds = freshness_lag(latest, now)
@@ -82,8 +98,11 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
         name = f"{engine.config.database}.{table.target}"
         loads = listing.for_table(table.source_schema, table.source_table, FileKind.FULL_LOAD)
         cdc = listing.for_table(table.source_schema, table.source_table, FileKind.CDC)
+        arrived = listing.may_hold(table.source_schema, table.source_table)
         if not table_exists(engine.spark, silver):
-            reason = f"not loaded: {len(loads)} full-load and {len(cdc)} CDC files in bronze" if loads or cdc else ""
+            reason = no_files_yet(table, arrived, 0) or (
+                f"not loaded: {len(loads)} full-load and {len(cdc)} CDC files in bronze"
+            )
             statuses.append(TableStatus(table.source, name, exists=False, pending_files=len(cdc), behind=reason))
             continue
         ledger = read_ledger(engine.spark, silver)
@@ -126,7 +145,8 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
                 undeclared_columns=_undeclared_columns(
                     engine, table, [f for f in cdc if f.key in held_keys.get(table.target, ())]
                 ),
-                behind=_behind(
+                behind=no_files_yet(table, arrived, len(ledger.applied))
+                or _behind(
                     ledger.full_load_done,
                     bool(loads),
                     max(waiting, 0),

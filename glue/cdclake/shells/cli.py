@@ -110,6 +110,19 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, description: str) -> argparse.ArgumentParser:
         return commands.add_parser(name, help=description, description=description, parents=[shared])
 
+    def source_option(sub: argparse.ArgumentParser, note: str) -> None:
+        # One option and one variable for init, capture and verify; --dsn and CDCLAKE_PG_DSN are
+        # the names capture and verify had before.
+        sub.add_argument(
+            "--source",
+            "--dsn",
+            dest="source",
+            default=os.environ.get("CDCLAKE_SOURCE") or os.environ.get("CDCLAKE_PG_DSN", ""),
+            help="the source database: a URL (postgresql://user:password@host:5432/db) or a libpq string "
+            f"(host=... port=... dbname=... user=...); {note} (env CDCLAKE_SOURCE; the old names "
+            "--dsn and CDCLAKE_PG_DSN work too)",
+        )
+
     def tables_option(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--table", action="append", help="only this table (repeatable; default: every table)")
 
@@ -204,11 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--wide", action="store_true", help="the table format with every field")
 
     capture = command("capture", "PostgreSQL logical decoding -> DMS-format full-load and CDC files in --bronze")
-    capture.add_argument(
-        "--dsn",
-        default=os.environ.get("CDCLAKE_PG_DSN", ""),
-        help="libpq connection string (env CDCLAKE_PG_DSN; empty: PG* variables)",
-    )
+    source_option(capture, "empty: the PG* variables")
     capture.add_argument(
         "--slot", default="cdclake", help="replication slot, created with the full load (default: %(default)s)"
     )
@@ -250,20 +259,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     verify = command("verify", "compare every silver table with its PostgreSQL source table")
-    verify.add_argument(
-        "--dsn", default=os.environ.get("CDCLAKE_PG_DSN", ""), help="libpq connection string (env CDCLAKE_PG_DSN)"
-    )
+    source_option(verify, "empty: the PG* variables")
     tables_option(verify)
     verify.add_argument(
         "--show", type=int, default=20, help="differing keys printed per table and kind (default: %(default)s)"
     )
 
     init = command("init", "write --config from a source database's catalog (or --check drift)")
-    init.add_argument(
-        "--source",
-        default=os.environ.get("CDCLAKE_SOURCE", ""),
-        help="postgresql://, mysql:// or sqlserver:// URL (env CDCLAKE_SOURCE)",
-    )
+    source_option(init, "also mysql:// and sqlserver:// URLs")
     init.add_argument(
         "--include", action="append", default=[], help="schema.table glob to take (repeatable; default: all)"
     )
@@ -337,6 +340,8 @@ def _print_report(report: RunReport) -> int:
         print(table.summary())
     if not report.tables and not report.failures:
         print("nothing to apply")
+    if line := report.no_files_line():
+        print(line)
     for line in report.problems():
         print(f"cdclake: {line}", file=sys.stderr)
     return report.exit_code
@@ -517,10 +522,11 @@ def _query(engine: Engine, args: argparse.Namespace) -> int:
 
 
 def _verify(engine: Engine, args: argparse.Namespace) -> int:
+    from cdclake.sources.catalog.connect import libpq_dsn
     from cdclake.sources.postgres.settings import connect
     from cdclake.sources.postgres.verify import format_comparisons, verify
 
-    conn = connect(args.dsn)
+    conn = connect(libpq_dsn(args.source))
     try:
         results = verify(engine, conn, _tables(engine, args))
     finally:
@@ -569,6 +575,7 @@ _COMMANDS: dict[str, Callable[[Engine, argparse.Namespace], int]] = {
 def _capture(args: argparse.Namespace) -> int:
     import signal
 
+    from cdclake.sources.catalog.connect import libpq_dsn
     from cdclake.sources.postgres.capture import capture
     from cdclake.sources.postgres.settings import CaptureSettings
 
@@ -577,7 +584,7 @@ def _capture(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, stop)  # a stop between polls: buffered changes are re-read next time
     settings = CaptureSettings(
-        dsn=args.dsn,
+        dsn=libpq_dsn(args.source),
         bronze=Path(args.bronze) if args.bronze else DEFAULT_HOME / "bronze",
         state_dir=args.state_dir,
         slot=args.slot,

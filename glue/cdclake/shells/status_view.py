@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from cdclake.gold.status import mart_statuses_as_rows
-from cdclake.ops.status import TableStatus, attention, statuses_as_rows
+from cdclake.ops.status import NO_FILES, TableStatus, attention, statuses_as_rows
 from cdclake.shells.output import aligned_table, format_rows, text_of
 
 if TYPE_CHECKING:
@@ -64,9 +64,11 @@ def _number(value: int | None) -> str:
 
 
 def table_state(status: TableStatus) -> str:
-    """The STATE cell: the attention markers, "not loaded", "no files yet" or "up to date"."""
+    """The STATE cell: "no files yet", "not loaded", the attention markers or "up to date"."""
+    if status.behind.startswith(NO_FILES) or not (status.exists or status.behind):
+        return NO_FILES
     if not status.exists:
-        return "not loaded" if status.behind else "no files yet"
+        return "not loaded"
     markers = attention(status)
     if not markers and status.behind != "up to date":
         markers = ["behind"]

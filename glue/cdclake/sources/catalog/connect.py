@@ -7,6 +7,7 @@ MariaDB), python-tds (SQL Server). Every failure to reach or log in becomes one 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,7 +59,8 @@ def parse_source_url(url: str) -> SourceAddress:
     ``sqlserver://...`` (or ``mssql://``); ``jdbc:`` URLs of those engines are accepted too."""
     if not url:
         raise SourceCatalogError(
-            "No source database given: pass --source postgresql://user@host:5432/db (or mysql://, sqlserver://)."
+            "No source database given: pass --source postgresql://user@host:5432/db (or mysql://, sqlserver://, "
+            "or a libpq string: host=... dbname=...), or set CDCLAKE_SOURCE."
         )
     text = url[len("jdbc:") :] if url.startswith("jdbc:") else url
     # SQL Server's JDBC form puts properties after semicolons: sqlserver://host:1433;databaseName=db
@@ -87,6 +89,69 @@ def parse_source_url(url: str) -> SourceAddress:
         password=unquote(parts.password or ""),
         options=options,
     )
+
+
+# libpq's key=value connection string: ``host=db port=5432 dbname=shop user=reader password='a b'``.
+_CONNINFO_PAIR = re.compile(r"\s*([A-Za-z_]+)\s*=\s*('(?:[^'\\]|\\.)*'|[^\s']*)")
+
+
+def is_conninfo(text: str) -> bool:
+    """A libpq key=value string rather than a URL."""
+    return "://" not in text and "=" in text
+
+
+def parse_source(text: str) -> SourceAddress:
+    """Where the source is, in either form ``init``, ``capture`` and ``verify`` accept: a URL (see
+    ``parse_source_url``) or a libpq key=value connection string (PostgreSQL; a missing host is
+    ``localhost``, a host that starts with ``/`` is a Unix-socket directory)."""
+    if not is_conninfo(text):
+        return parse_source_url(text)
+    pairs: dict[str, str] = {}
+    position = 0
+    while position < len(text.rstrip()):
+        match = _CONNINFO_PAIR.match(text, position)
+        if match is None:
+            # Nothing of the text is quoted back: it may hold a password.
+            raise SourceCatalogError(
+                f"The connection string is not valid after its first {position} characters: write key=value "
+                "pairs (host=db port=5432 dbname=shop user=reader; a quoted value ends with a quote)."
+            )
+        value = match.group(2)
+        if value.startswith("'"):
+            value = re.sub(r"\\(.)", r"\1", value[1:-1])
+        pairs[match.group(1).lower()] = value
+        position = match.end()
+    try:
+        port = int(pairs.pop("port", "") or _DEFAULT_PORTS["postgres"])
+    except ValueError:
+        raise SourceCatalogError("The connection string's port is not a number.") from None
+    host = pairs.pop("host", "") or pairs.pop("hostaddr", "") or "localhost"
+    return SourceAddress(
+        engine="postgres",
+        host=host,
+        port=port,
+        database=pairs.pop("dbname", ""),
+        user=pairs.pop("user", ""),
+        password=pairs.pop("password", ""),
+        options=tuple(sorted(pairs.items())),
+    )
+
+
+def libpq_dsn(text: str) -> str:
+    """The source as libpq (psycopg2, for ``capture`` and ``verify``) takes it: empty (the PG*
+    environment variables), a key=value string, or a ``postgresql://`` URL (a ``jdbc:`` prefix is
+    dropped). Another engine's URL is refused with one sentence."""
+    if not text or is_conninfo(text):
+        return text
+    url = text[len("jdbc:") :] if text.startswith("jdbc:") else text
+    engine = _SCHEMES.get(urlsplit(url).scheme.lower())
+    if engine is None:
+        parse_source_url(text)  # raises its sentence on what a source URL looks like
+    if engine != "postgres":
+        raise SourceCatalogError(
+            f"capture and verify read PostgreSQL only; the source is {engine} ({_without_password(text)})."
+        )
+    return url  # libpq reads the URL itself: postgresql:///db (a Unix socket) is fine there
 
 
 def _without_password(url: str) -> str:
@@ -141,10 +206,12 @@ def connect(address: SourceAddress, timeout: float = CONNECT_TIMEOUT_SECONDS) ->
                 if options["sslmode"] == "require":
                     ssl_context.check_hostname = False
                     ssl_context.verify_mode = ssl.CERT_NONE
+            socket_dir = address.host if address.host.startswith("/") else None
             conn = pg8000.dbapi.connect(
                 user=address.user or "postgres",
                 password=address.password or None,
-                host=address.host,
+                host=address.host if socket_dir is None else "localhost",
+                unix_sock=f"{socket_dir}/.s.PGSQL.{address.port}" if socket_dir else None,
                 port=address.port,
                 database=address.database or None,
                 timeout=timeout,

@@ -26,7 +26,7 @@ class CaptureError(CdclakeError):
 class CaptureSettings:
     """Everything ``capture`` needs; every knob has a default."""
 
-    dsn: str  # libpq connection string; empty: the PG* environment variables
+    dsn: str  # libpq key=value string or postgresql:// URL; empty: the PG* environment variables
     bronze: Path  # the bronze root: files go to <bronze>/<schema>/<table>/
     state_dir: Path  # where the capture keeps its slot name, tables and full-load status
     slot: str = "cdclake"
@@ -60,7 +60,8 @@ class CaptureReport:
 
 
 def connect(dsn: str, replication: bool = False) -> Any:
-    """A psycopg2 connection with the output settings values are read with."""
+    """A psycopg2 connection with the output settings values are read with. ``dsn``: what libpq
+    reads, a key=value string or a ``postgresql://`` URL, or empty for the PG* variables."""
     import psycopg2
     import psycopg2.extras
 
@@ -73,6 +74,14 @@ def connect(dsn: str, replication: bool = False) -> Any:
         conn = psycopg2.connect(dsn, options=options)
         conn.autocommit = True  # transactions are opened explicitly where they matter
     except psycopg2.OperationalError as exc:
-        raise CaptureError(f"Cannot connect to PostgreSQL ({dsn or 'PG* environment'}): {exc}".strip()) from None
+        raise CaptureError(f"Cannot connect to PostgreSQL ({without_password(dsn)}): {exc}".strip()) from None
     conn.set_client_encoding("UTF8")
     return conn
+
+
+def without_password(dsn: str) -> str:
+    """For messages: the connection string with its password (key=value or URL form) as ***."""
+    if not dsn:
+        return "PG* environment"
+    dsn = re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]*)", r"\1***", dsn)
+    return re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", dsn)
