@@ -209,3 +209,18 @@ def test_listing_for_table_and_kind() -> None:
 def test_listing_sources() -> None:
     # GIVEN / WHEN a listing is classified / THEN its sources are the tables with DMS files
     assert classify(LISTING).sources() == {("public", "hosts"), ("sales", "orders")}
+
+
+def test_a_parallel_loads_segment_files_are_full_load_files_in_segment_then_counter_order() -> None:
+    # GIVEN the names a parallel load writes (LOAD_<segment>_<counter>) beside a plain load's
+    names = ["LOAD_2_00000001.csv", "LOAD_1_00000002.csv", "LOAD_1_00000001.csv", "LOAD_10_00000001.csv.gz"]
+    files = sorted(parse_key(f"s/t/{name}") for name in names)
+    # THEN each is a full-load file, in segment order, then counter order
+    assert all(f.kind is FileKind.FULL_LOAD for f in files)
+    assert [f.name for f in files] == [
+        "LOAD_1_00000001.csv",
+        "LOAD_1_00000002.csv",
+        "LOAD_2_00000001.csv",
+        "LOAD_10_00000001.csv.gz",
+    ]
+    assert files[-1].compressed and sorted([parse_key("s/t/LOAD00000002.csv"), *files])[0].name == "LOAD00000002.csv"

@@ -20,7 +20,9 @@ class FileKind(Enum):
     CDC = "cdc"
 
 
-_LOAD_NAME = re.compile(r"^LOAD([0-9A-Fa-f]{8})\.(csv|parquet)(\.gz)?$")
+# A parallel load (a table-mapping rule "parallel-load") names each segment's files LOAD_<segment>_<counter>,
+# as Qlik Replicate, which DMS descends from, documents ("Amazon S3 target overview"): LOAD_1_00000001.
+_LOAD_NAME = re.compile(r"^LOAD(?:_(\d+)_)?([0-9A-Fa-f]{8})\.(csv|parquet)(\.gz)?$")
 _CDC_NAME = re.compile(r"^(\d{8})-(\d+)\.(csv|parquet)(\.gz)?$")
 # DatePartitionSequence with DatePartitionDelimiter: SLASH gives one folder per part; UNDERSCORE,
 # DASH and NONE give one folder such as 2024_03_01, 2024-03-01-12 or 2024030112.
@@ -42,7 +44,10 @@ class BronzeFile:
 
     @property
     def position(self) -> str:
-        """A fixed-width text that sorts like ``sort_key`` across batches (LOAD files first)."""
+        """A fixed-width text that sorts like ``sort_key`` across batches (LOAD files first).
+
+        Only CDC files' positions are stored (in silver's order keys; a full load's rows order
+        first with an empty one), so a parallel load's wider LOAD ordinal changes nothing stored."""
         kind, ordinal, stamp, _ = self.sort_key
         return f"{kind}{ordinal:08x}{stamp:<24}"
 
@@ -83,7 +88,10 @@ def parse_key(key: str, size: int = 0, transaction_path: str | None = None) -> B
     if any(not _DATE_FOLDER.match(folder) for folder in folders):
         raise UnrecognisedKey(f"{key}: folders between the table and the file must be date partitions")
     if match := _LOAD_NAME.match(name):
-        kind, ordinal, fmt, gz = FileKind.FULL_LOAD, int(match.group(1), 16), match.group(2), match.group(3)
+        segment = int(match.group(1) or 0)
+        # Segments in order, each segment's files by their counter (a plain load is segment 0).
+        ordinal = (segment << 32) | int(match.group(2), 16)
+        kind, fmt, gz = FileKind.FULL_LOAD, match.group(3), match.group(4)
         # Full-load files sort by their hexadecimal counter; the name breaks ties across folders.
         sort_key = ("0", ordinal, "", "/".join(parts))
     elif match := _CDC_NAME.match(name):
