@@ -134,9 +134,8 @@ def test_pyiceberg_reads_every_table_as_spark_does(
     assert {f"silver.{db}.orders", f"silver.{db}.orders__history", f"silver.{gold}.orders_per_customer"} <= set(
         tables
     ), tables
-    # AND pyiceberg reads each table, from its newest metadata file, as Spark reads it. (Each table
-    # as it is: orders__history does not follow the widening yet and holds qty as int, the big
-    # values wrapped, a separate item of issue 37; both engines read the same stored values.)
+    # AND pyiceberg reads each table, from its newest metadata file, as Spark reads it (orders__history
+    # included, widened with silver: tests/spark/test_history_schema.py)
     differ = {}
     for identifier in tables:
         ours, theirs = spark_read(spark, identifier), pyiceberg_read(spark, identifier)

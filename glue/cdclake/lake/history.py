@@ -27,8 +27,17 @@ from operator import and_
 from typing import TYPE_CHECKING
 
 from cdclake.columns import COMMIT_TS, OP, SILVER_ORDER
+from cdclake.engine.schema import plan_schema_change
+from cdclake.errors import CdclakeError
 from cdclake.identifiers import quote
-from cdclake.lake.tables import TABLE_PROPERTIES, SilverTable, commit_with_properties, table_exists
+from cdclake.lake.tables import (
+    TABLE_PROPERTIES,
+    SilverTable,
+    commit_with_properties,
+    evolve_schema,
+    silver_columns,
+    table_exists,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -74,19 +83,24 @@ def with_validity(versions: DataFrame, key: Sequence[str]) -> DataFrame:
 
 
 def _ensure_history(spark: SparkSession, history: SilverTable, shape: DataFrame) -> None:
-    """Create the history table with ``shape``'s columns, or add the ones it lacks (a silver column added)."""
+    """Create the history table with ``shape``'s columns, or evolve it as silver evolves: the same
+    plan (``engine.schema``) and the same Iceberg changes (``evolve_schema``), so a column added
+    to silver is added here and a widened one (int -> bigint, ...) widened here, and a dropped one
+    kept. Without the widening the new values would be cast to the stored type and wrap."""
     if not table_exists(spark, history):
         writer = shape.limit(0).writeTo(history.identifier).using("iceberg")
         for name, value in TABLE_PROPERTIES.items():
             writer = writer.tableProperty(name, value)
         writer.create()
         return
-    stored = set(spark.table(history.identifier).columns)
-    for field in shape.schema.fields:
-        if field.name not in stored:
-            spark.sql(
-                f"ALTER TABLE {history.identifier} ADD COLUMN {quote(field.name)} {field.dataType.simpleString()}"
-            )
+    incoming = [(f.name, f.dataType.simpleString()) for f in shape.schema.fields]
+    plan = plan_schema_change(silver_columns(spark, history), incoming, bookkeeping=(SILVER_ORDER, *HISTORY_COLUMNS))
+    if plan.incompatible:
+        raise CdclakeError(
+            f"History table {history.identifier} cannot take these changes: {'; '.join(plan.incompatible)} "
+            "(rename or drop the history table to start it again from silver)."
+        )
+    evolve_schema(spark, history, plan.add, plan.widen)
 
 
 def apply_history(
@@ -103,7 +117,7 @@ def apply_history(
     ``_cdc_op`` (I, U or D) and ``_cdc_ts`` (the source commit time, text or timestamp). Other
     ``_cdc_*`` columns are ignored. ``properties`` go into the commit's snapshot summary (the
     engine records the batch's files there, like silver's ledger). The history table is created
-    on first use; silver columns added later are added to it.
+    on first use and follows silver's schema changes (``_ensure_history``).
     """
     from pyspark.sql import functions as F
 
