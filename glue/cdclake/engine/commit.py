@@ -21,7 +21,7 @@ from cdclake.engine.read import BadRows
 from cdclake.engine.statements import merge_statement
 from cdclake.lake.committer import KeyedBatch
 from cdclake.lake.driver_write import is_collected
-from cdclake.lake.history import apply_history, history_of
+from cdclake.lake.history import apply_history, history_of, start_history
 from cdclake.lake.journals import (
     record_quarantine,
     record_quarantined_rows,
@@ -113,6 +113,19 @@ def _apply_keyed(engine: Engine, silver: SilverTable, changes: ChangeSet, batch:
         _commit_keyed(engine, changes, batch, waited)
 
 
+def _start_history(engine: Engine, batch: KeyedBatch, base: int) -> None:
+    """``history: true`` turned on after the table was loaded: start its history from silver's rows
+    as the batch found them (snapshot ``base``), valid from now, before the batch's changes."""
+    stored = engine.spark.sql(f"SELECT * FROM {batch.table.identifier} VERSION AS OF {base}")
+    since = datetime.now(UTC)
+    if start_history(engine.spark, history_of(batch.table), stored, batch.key, since):
+        log.warning(
+            "history started from silver's rows table=%s since=%s (no versions before)",
+            batch.table.name,
+            since.isoformat(),
+        )
+
+
 def _no_tombstones() -> None:
     """A batch without deletes: nothing for its data commit to wait for."""
 
@@ -129,6 +142,8 @@ def _commit_keyed(
 ) -> None:
     """History, then the data commit the plan chose, which waits for ``tombstones_committed`` first."""
     if changes.history is not None:
+        if changes.base_snapshot_id is not None:
+            _start_history(engine, batch, changes.base_snapshot_id)
         # Before the data commit, like the tombstones: history adds each change once, so a re-run
         # after a crash adds nothing; its commit carries the batch's files as well.
         apply_history(engine.spark, history_of(batch.table), changes.history, batch.key, dict(batch.properties))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from functools import reduce
 from operator import and_
 from typing import TYPE_CHECKING
@@ -34,6 +35,7 @@ from cdclake.lake.tables import (
     TABLE_PROPERTIES,
     SilverTable,
     commit_with_properties,
+    current_snapshot_id,
     evolve_schema,
     silver_columns,
     table_exists,
@@ -45,6 +47,9 @@ if TYPE_CHECKING:
 HISTORY_SUFFIX = "__history"
 VALID_FROM, VALID_TO, IS_CURRENT, OPERATION = "valid_from", "valid_to", "is_current", "operation"
 HISTORY_COLUMNS = (VALID_FROM, VALID_TO, IS_CURRENT, OPERATION)
+# Set on a history started from silver's rows (``start_history``): when it was turned on. Versions
+# before that moment are unknown; ``cdclake status`` says so.
+HISTORY_SINCE_PROPERTY = "cdclake.history-since"
 
 
 @dataclass(frozen=True)
@@ -121,7 +126,7 @@ def apply_history(
     """
     from pyspark.sql import functions as F
 
-    data = [c for c in changes.columns if not c.startswith("_cdc_")]
+    data = _data_columns(changes)
     missing = [k for k in key if k not in data]
     if missing:
         raise ValueError(f"the changes lack the key column(s) {', '.join(missing)}")
@@ -160,3 +165,38 @@ def apply_history(
     finally:
         spark.catalog.dropTempView(view)
     return HistoryReport(versions_added=added, versions_closed=closed)
+
+
+def history_started(spark: SparkSession, history: SilverTable) -> bool:
+    """Whether ``history`` holds anything yet: it exists and has a snapshot (a table created but
+    never written, as a crash between the two leaves it, has not started)."""
+    return table_exists(spark, history) and current_snapshot_id(spark, history.identifier) is not None
+
+
+def start_history(
+    spark: SparkSession, history: SilverTable, stored: DataFrame, key: Sequence[str], since: datetime
+) -> bool:
+    """Start ``history`` from silver's ``stored`` rows, when ``history: true`` was turned on after
+    the table was loaded: one version per row (``operation = 'I'``, ``valid_from = since``: what
+    came before is unknown), and ``HISTORY_SINCE_PROPERTY`` set to ``since``. Without it, history
+    would hold only the keys changed from then on, silently partial.
+
+    Nothing happens (False) when history has started already or silver holds no rows (a table
+    loaded empty: its history is complete from its first change). The property is set before the
+    rows are written; a crash in between leaves a history without a snapshot, started again.
+    """
+    from pyspark.sql import functions as F
+
+    if history_started(spark, history) or stored.isEmpty():
+        return False
+    rows = stored.withColumn(OP, F.lit("I")).withColumn(COMMIT_TS, F.lit(since).cast("string"))
+    _ensure_history(spark, history, with_validity(_versions(rows, _data_columns(rows)), key))
+    spark.sql(
+        f"ALTER TABLE {history.identifier} SET TBLPROPERTIES ('{HISTORY_SINCE_PROPERTY}' = '{since.isoformat()}')"
+    )
+    apply_history(spark, history, rows, key)
+    return True
+
+
+def _data_columns(rows: DataFrame) -> list[str]:
+    return [c for c in rows.columns if not c.startswith("_cdc_")]

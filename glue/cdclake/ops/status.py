@@ -13,6 +13,7 @@ from cdclake.dms.layout import parse_header, undeclared_header_columns
 from cdclake.dms.store import head_text, list_bronze
 from cdclake.engine.select import TableState, load_again, unloaded_load_files
 from cdclake.errors import BadInputError, LoadFilesConflictError
+from cdclake.lake.history import HISTORY_SINCE_PROPERTY, history_of, history_started
 from cdclake.lake.journals import (
     QUARANTINE_ROWS_TABLE,
     QUARANTINE_TABLE,
@@ -21,7 +22,7 @@ from cdclake.lake.journals import (
     tombstones_of,
 )
 from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY, read_ledger
-from cdclake.lake.tables import SilverTable, table_exists
+from cdclake.lake.tables import SilverTable, table_exists, table_property
 from cdclake.ops.metrics import freshness_lag
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ class TableStatus:
     unloaded_load_files: str = ""  # LOAD files in bronze the table's full load does not hold (names)
     undeclared_columns: str = ""  # header columns of held files that the declared columns lack
     behind: str = ""  # why silver is not up to date with bronze, or "up to date"
+    history_note: str = ""  # a history that does not reach back to the load: since when, or not started
 
 
 NO_FILES = "no files yet"
@@ -145,6 +147,7 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
                 undeclared_columns=_undeclared_columns(
                     engine, table, [f for f in cdc if f.key in held_keys.get(table.target, ())]
                 ),
+                history_note=history_note(engine, table, silver, rows),
                 behind=no_files_yet(table, arrived, len(ledger.applied))
                 or _behind(
                     ledger.full_load_done,
@@ -157,6 +160,19 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
             )
         )
     return statuses
+
+
+def history_note(engine: Engine, table: TableConfig, silver: SilverTable, rows: int) -> str:
+    """Empty for a table without history or with a history that reaches back to its load; else since
+    when it reaches back (``history: true`` turned on after the load, ``lake.history.start_history``),
+    or that it starts with the next batch."""
+    if not table.history:
+        return ""
+    history = history_of(silver)
+    if not history_started(engine.spark, history):
+        return "history not started: starts from silver's rows with the next batch" if rows else ""
+    since = table_property(engine.spark, history, HISTORY_SINCE_PROPERTY)
+    return f"history since {since} (started from silver's rows; no versions before)" if since else ""
 
 
 def _undeclared_columns(engine: Engine, table: TableConfig, held: Sequence[BronzeFile]) -> str:
@@ -234,6 +250,7 @@ ATTENTION_MARKERS: tuple[tuple[str, Callable[[Any], str]], ...] = (
     ("quarantined_rows", lambda n: f"{n} rows held"),
     ("unloaded_load_files", lambda names: f"LOAD files not loaded: {names}"),
     ("undeclared_columns", lambda names: f"undeclared header columns: {names}"),
+    ("history_note", lambda note: note),
 )
 
 
