@@ -205,8 +205,9 @@ def simulate_warm(spark: SparkSession, work: Path, scenario: Scenario) -> Outcom
         clock += max(0.0, scenario.poll - took)
         log.info("warm %d tables: clock %.0f s, round %.1f s, backlog %d", scenario.tables, clock, took,
                  sum(len(w) for w in waiting.values()))  # fmt: skip
-    outcome.files_arrived = next_arrival
-    outcome.backlog_end = sum(len(w) for w in waiting.values())
+    # Arrived within the simulated period, applied or not (the last round may end after it).
+    outcome.files_arrived = sum(1 for a in arrivals if a[0] < end)
+    outcome.backlog_end = outcome.files_arrived - outcome.files_applied
     outcome.simulated_seconds = end
     # One run per CdcMaxRunSeconds (3,600 s by default) while busy: a start-up an hour at most.
     outcome.glue_runs = end / 3600
