@@ -57,27 +57,28 @@ def test_history_turned_on_after_the_load_starts_from_silver(spark: SparkSession
     engine = Engine(spark, parse_config(CONFIG.format(db=db, history=", history: true")), LocalBronze(bronze))
     (waiting,) = table_statuses(engine)
     _write(bronze, "s/items/20240102-0000000002.parquet", [("U", 2, 21), ("I", 4, 40)], 2)
-    before = datetime.now(UTC)
     run(engine).checked()
-    after = datetime.now(UTC)
     # THEN history holds a version of every row silver held (1, 2 and 3: 1 and 3 never change
-    # again), valid from when it started, then the batch's changes
+    # again), valid from the batch's first source commit (on the source's clock, as every version),
+    # then the batch's changes
     history = f"silver.{db}.items__history"
     (status,) = table_statuses(engine)
     prefix = "history since "
     assert status.history_note.startswith(prefix), status.history_note
     since = status.history_note[len(prefix) :].split(" ")[0]
-    assert before <= datetime.fromisoformat(since) <= after
+    assert datetime.fromisoformat(since) == datetime(2024, 1, 2, 0, 0, 2, tzinfo=UTC)
     versions = spark.sql(
         f"SELECT id, qty, operation, valid_from = CAST('{since}' AS TIMESTAMP) AS from_start, is_current FROM {history}"
     ).collect()
     assert sorted(tuple(v) for v in versions) == [
         (1, 11, "I", True, True),
         (2, 20, "I", True, False),
-        (2, 21, "U", False, True),
+        (2, 21, "U", True, True),
         (3, 30, "I", True, True),
-        (4, 40, "I", False, True),
+        (4, 40, "I", True, True),
     ]
+    # AND no version ends before it starts (a start on the wall clock would end key 2's first one so)
+    assert spark.sql(f"SELECT count(*) FROM {history} WHERE valid_to < valid_from").first()[0] == 0
     # AND history's current rows equal silver
     silver = spark.table(f"silver.{db}.items").drop("_cdc_order")
     current = spark.table(history).where("is_current").select(*silver.columns)

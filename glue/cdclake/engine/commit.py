@@ -113,11 +113,22 @@ def _apply_keyed(engine: Engine, silver: SilverTable, changes: ChangeSet, batch:
         _commit_keyed(engine, changes, batch, waited)
 
 
-def _start_history(engine: Engine, batch: KeyedBatch, base: int) -> None:
+def _start_history(engine: Engine, batch: KeyedBatch, base: int, changes: DataFrame) -> None:
     """``history: true`` turned on after the table was loaded: start its history from silver's rows
-    as the batch found them (snapshot ``base``), valid from now, before the batch's changes."""
+    as the batch found them (snapshot ``base``), before the batch's ``changes``.
+
+    The start is the batch's first source commit (now, if that is later): on the source's clock,
+    as every version is, so a key the batch changes ends its first version where its change
+    begins, never before that version started."""
+    from pyspark.sql import functions as F
+
     stored = engine.spark.sql(f"SELECT * FROM {batch.table.identifier} VERSION AS OF {base}")
-    since = datetime.now(UTC)
+    # The commit instant in DMS's text (UTC), which sorts as time does.
+    first = changes.select(F.min(F.col(COMMIT_TS))).first()
+    now = datetime.now(UTC)
+    since = now
+    if first is not None and first[0]:
+        since = min(now, datetime.fromisoformat(str(first[0])).replace(tzinfo=UTC))
     if start_history(engine.spark, history_of(batch.table), stored, batch.key, since):
         log.warning(
             "history started from silver's rows table=%s since=%s (no versions before)",
@@ -143,7 +154,7 @@ def _commit_keyed(
     """History, then the data commit the plan chose, which waits for ``tombstones_committed`` first."""
     if changes.history is not None:
         if changes.base_snapshot_id is not None:
-            _start_history(engine, batch, changes.base_snapshot_id)
+            _start_history(engine, batch, changes.base_snapshot_id, changes.history)
         # Before the data commit, like the tombstones: history adds each change once, so a re-run
         # after a crash adds nothing; its commit carries the batch's files as well.
         apply_history(engine.spark, history_of(batch.table), changes.history, batch.key, dict(batch.properties))
