@@ -99,7 +99,9 @@ def test_files_that_arrive_while_following_are_applied_once_each_then_the_loop_e
     writer.join()
     # THEN it ended idle, having applied every file in several rounds, and each table equals the replay
     assert outcome.stopped_by == "idle" and outcome.failures == {}
-    assert sum(1 for r in rounds if any(t.files_applied for t in r.report.tables)) == 5
+    # the first files, then each of the writer's four steps after an applied round (a step's two files
+    # may land in two rounds)
+    assert sum(1 for r in rounds if any(t.files_applied for t in r.report.tables)) >= 5
     for table in TABLES:
         assert silver(engine, table) == source.expected(table), table
     # AND each CDC file is in the ledger once (the load's file too), with no backlog left
@@ -172,6 +174,8 @@ def test_run_follow_applies_files_as_they_arrive_and_ctrl_c_ends_it_with_130(tmp
     command = [sys.executable, "-m", "cdclake.shells.cli", "--config", str(tmp_path / "cdclake.yaml"), "-q"]
     command += ["run", "--follow", "--poll-interval", "0.5"]
     follower = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    watchdog = threading.Timer(240, follower.kill)  # a follower that never prints what is awaited fails, not hangs
+    watchdog.start()
     try:
         # WHEN files arrive after the full loads, and the user presses Ctrl-C once they are applied
         out: list[str] = []
@@ -185,6 +189,7 @@ def test_run_follow_applies_files_as_they_arrive_and_ctrl_c_ends_it_with_130(tmp
         follower.send_signal(signal.SIGINT)
         _, stderr = follower.communicate(timeout=120)
     finally:
+        watchdog.cancel()
         follower.kill()
     # THEN it stopped with 130 and the promise that nothing is lost
     assert follower.returncode == 130, stderr
