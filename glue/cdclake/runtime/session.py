@@ -6,7 +6,9 @@ Only the catalog differs between the two; everything downstream addresses tables
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import shutil
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,6 +192,29 @@ def spark_conf(settings: SessionSettings) -> dict[str, str]:
     return conf | settings.extra_conf
 
 
+def process_alive(pid: int) -> bool:
+    """Whether a process with this id runs on this machine (another user's counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clear_dead_scratch(root: Path, alive: Callable[[int], bool] = process_alive) -> list[Path]:
+    """Remove the scratch folders (``root/<pid>``) of cdclake processes that no longer run: Spark
+    leaves its shuffle and broadcast files there, and a killed process never removes them. A
+    folder of a live process, or one not named by a process id, is left alone. Returns what went."""
+    removed = []
+    for folder in sorted(root.iterdir()) if root.is_dir() else []:
+        if folder.is_dir() and folder.name.isdigit() and not alive(int(folder.name)):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
 def build_spark_session(settings: SessionSettings) -> SparkSession:
     """Create (or reuse) the Spark session with the Iceberg catalog ``settings`` describes."""
     from pyspark.sql import SparkSession
@@ -204,6 +229,11 @@ def build_spark_session(settings: SessionSettings) -> SparkSession:
             conf["spark.jars"] = ",".join(str(j) for j in runtime.jars)
         if runtime.packages:
             conf["spark.jars.packages"] = ",".join(runtime.packages)
+        # Spark's scratch (shuffle, broadcast and block files) in a folder of this process's own,
+        # so that the next run can tell a killed process's leftovers from a live one's.
+        scratch = settings.catalog.cache_dir / "scratch"
+        clear_dead_scratch(scratch)
+        conf.setdefault("spark.local.dir", str(scratch / str(os.getpid())))
     builder = SparkSession.builder.appName(settings.app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)
