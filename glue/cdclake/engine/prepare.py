@@ -35,7 +35,6 @@ from cdclake.dms.files import BronzeFile
 from cdclake.dms.reader import HeldFileError
 from cdclake.engine.changes import classify_effects, data_columns, has_error, latest_change_per_key, unchanged_flags
 from cdclake.engine.read import BadRows, RowCounts, bad_rows, read_changes, unreadable_files
-from cdclake.engine.schema import SchemaPlan, plan_schema_change
 from cdclake.errors import CdclakeError, ConfigError
 from cdclake.identifiers import quote
 from cdclake.lake.committer import KeyedBatch
@@ -45,6 +44,7 @@ from cdclake.lake.ledger import KIND_CDC, ledger_properties
 from cdclake.lake.row_delta import blocker as row_delta_blocker
 from cdclake.lake.tables import SilverTable, current_snapshot_id, silver_columns, stored_records, table_exists
 from cdclake.runtime.session import interpreted_expressions
+from cdclake.schema import SchemaPlan, plan_schema_change
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -28,7 +28,6 @@ from operator import and_
 from typing import TYPE_CHECKING
 
 from cdclake.columns import COMMIT_TS, OP, SILVER_ORDER
-from cdclake.engine.schema import plan_schema_change
 from cdclake.errors import CdclakeError
 from cdclake.identifiers import quote
 from cdclake.lake.tables import (
@@ -40,6 +39,7 @@ from cdclake.lake.tables import (
     silver_columns,
     table_exists,
 )
+from cdclake.schema import plan_schema_change
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -89,7 +89,7 @@ def with_validity(versions: DataFrame, key: Sequence[str]) -> DataFrame:
 
 def _ensure_history(spark: SparkSession, history: SilverTable, shape: DataFrame) -> None:
     """Create the history table with ``shape``'s columns, or evolve it as silver evolves: the same
-    plan (``engine.schema``) and the same Iceberg changes (``evolve_schema``), so a column added
+    plan (``cdclake.schema``) and the same Iceberg changes (``evolve_schema``), so a column added
     to silver is added here and a widened one (int -> bigint, ...) widened here, and a dropped one
     kept. Without the widening the new values would be cast to the stored type and wrap."""
     if not table_exists(spark, history):

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cdclake.config import PipelineConfig
-from cdclake.engine.schema import compare_types
+from cdclake.schema import compare_types
 from cdclake.sources.catalog.model import CatalogTable
 
 DriftKind = Literal["new table", "dropped table", "added column", "dropped column", "retyped column", "changed key"]
