@@ -95,8 +95,10 @@ class QueueNotices:
         return keys
 
     def settle(self, done: Callable[[str], bool]) -> int:
-        finished = [h for key, handles in self.held.items() if done(key) for h in handles]
-        again = [h for key, handles in self.held.items() if not done(key) for h in handles]
+        finished: list[str] = []
+        again: list[str] = []
+        for key, handles in self.held.items():
+            (finished if done(key) else again).extend(handles)
         self.held = {}
         self._delete(finished)
         self._release(again)

@@ -169,7 +169,11 @@ def follow(
             warn(report)
             first = False
         _record(outcome, report, {t.source for t in due}, retry_at, settings, round_started)
-        backlog = _backlog(index, states, by_source)
+        unapplied = _unapplied(index, states)  # after the round: what is pending, once per round
+        backlog = Backlog(
+            sum(len(sizes) for source, sizes in unapplied.items() if source in by_source),
+            sum(sum(sizes) for source, sizes in unapplied.items() if source in by_source),
+        )
         if on_round is not None:
             on_round(Round(outcome.rounds, report, backlog, time.monotonic() - round_started))
         if any(t.files_applied for t in report.tables):
@@ -196,12 +200,11 @@ def follow(
         else:
             recent = {f for f, at in active.items() if now - at <= settings.active_seconds}
             announced_folders = {folder_of(index.files[k]) for k in announced if k in index.files}
-            new |= index.look((recent | announced_folders | _pending_folders(index, states)) & folders)
+            new |= index.look((recent | announced_folders | _folders_of(index, set(unapplied))) & folders)
         if any(index.files[k].kind is FileKind.FULL_LOAD for k in new if k in index.files):
             # A reload: its full load records the CDC files it supersedes, so it needs them all listed.
             new |= index.relist()
             last_relist = time.monotonic()
-        outcome.listings = index.requests
         for key in new:
             if key in index.files:
                 active[folder_of(index.files[key])] = time.monotonic()
@@ -210,7 +213,7 @@ def follow(
         elif settings.idle_seconds is not None and time.monotonic() - last_news >= settings.idle_seconds:
             outcome.stopped_by = "idle"
             break
-        due = _due(selected, index, states, new, retry_at)
+        due = _due(selected, index, states, new, set(unapplied), retry_at)
     outcome.listings = index.requests
     return outcome
 
@@ -248,15 +251,9 @@ def _unapplied(index: BronzeIndex, states: dict[str, TableState]) -> dict[str, l
     return found
 
 
-def _pending_folders(index: BronzeIndex, states: dict[str, TableState]) -> set[str]:
-    """The folders of tables with files still to apply (a batch bound, a failure)."""
-    sources = set(_unapplied(index, states))
+def _folders_of(index: BronzeIndex, sources: set[str]) -> set[str]:
+    """The folders of these tables' files (tables with files still to apply: a batch bound, a failure)."""
     return {folder_of(f) for f in index.files.values() if f.source in sources}
-
-
-def _backlog(index: BronzeIndex, states: dict[str, TableState], by_source: dict[str, TableConfig]) -> Backlog:
-    sizes = [size for source, found in _unapplied(index, states).items() if source in by_source for size in found]
-    return Backlog(len(sizes), sum(sizes))
 
 
 def _due(
@@ -264,13 +261,13 @@ def _due(
     index: BronzeIndex,
     states: dict[str, TableState],
     new: set[str],
+    pending: set[str],
     retry_at: dict[str, tuple[float, int]],
 ) -> list[TableConfig]:
     """The tables the next round works on: new files, files left pending, failures due again."""
     now = time.monotonic()
     news = {index.files[k].source for k in new if k in index.files}
     multi = any(index.files[k].is_multi_table for k in new if k in index.files)
-    pending = set(_unapplied(index, states))
     chosen = []
     for table in selected:
         if table.source in retry_at:
