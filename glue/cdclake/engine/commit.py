@@ -1,7 +1,8 @@
 """Commit: every write the engine makes to the lake, from a plan that is already complete.
 
 CDC: quarantine, bad rows, table creation, schema evolution, tombstones, then the one data commit
-that also records the batch's files in the ledger. Full load: the staged replace, the reset of what
+that also records the batch's files in the ledger, then history (which records the silver snapshot
+it reflects). Full load: the staged replace, the reset of what
 the old load left behind, then the ledger record that says it is done. Nothing here reads bronze.
 """
 
@@ -21,7 +22,7 @@ from cdclake.engine.read import BadRows
 from cdclake.engine.statements import merge_statement
 from cdclake.lake.committer import KeyedBatch
 from cdclake.lake.driver_write import is_collected
-from cdclake.lake.history import apply_history, history_of, start_history
+from cdclake.lake.history import apply_history, history_of, reflecting, start_history
 from cdclake.lake.journals import (
     record_quarantine,
     record_quarantined_rows,
@@ -34,9 +35,12 @@ from cdclake.lake.layout import apply_layout
 from cdclake.lake.ledger import (
     KIND_FULL_LOAD,
     KIND_FULL_LOAD_STAGED,
+    committed_snapshot,
     forget_archived_ledger,
+    ledger_properties,
     record_full_load,
     replace_table,
+    snapshot_ref,
 )
 from cdclake.lake.tables import SilverTable, ensure_database, ensure_table, evolve_schema, table_exists
 
@@ -102,7 +106,7 @@ def _evolve(engine: Engine, silver: SilverTable, changes: ChangeSet) -> None:
 
 
 def _apply_keyed(engine: Engine, silver: SilverTable, changes: ChangeSet, batch: KeyedBatch) -> None:
-    """Tombstones (and history) for the deletes, then one commit of the rest that records the batch's files."""
+    """Tombstones for the deletes, then one commit of the rest that records the batch's files, then history."""
     with ThreadPoolExecutor(1, thread_name_prefix="cdclake-tombstones") as pool:
         # Tombstones before the data commit: if it never happens, the re-run appends them again
         # harmlessly. Appended, never upserted (one write whose cost follows the deletes): a key
@@ -129,7 +133,8 @@ def _start_history(engine: Engine, batch: KeyedBatch, base: int, changes: DataFr
     since = now
     if first is not None and first[0]:
         since = min(now, datetime.fromisoformat(str(first[0])).replace(tzinfo=UTC))
-    if start_history(engine.spark, history_of(batch.table), stored, batch.key, since):
+    found = reflecting(snapshot_ref(engine.spark, batch.table, base))
+    if start_history(engine.spark, history_of(batch.table), stored, batch.key, since, found):
         log.warning(
             "history started from silver's rows table=%s since=%s (no versions before)",
             batch.table.name,
@@ -151,28 +156,36 @@ def _append_tombstones(engine: Engine, silver: SilverTable, changes: ChangeSet, 
 def _commit_keyed(
     engine: Engine, changes: ChangeSet, batch: KeyedBatch, tombstones_committed: Callable[[], None]
 ) -> None:
-    """History, then the data commit the plan chose, which waits for ``tombstones_committed`` first."""
-    if changes.history is not None:
-        if changes.base_snapshot_id is not None:
-            _start_history(engine, batch, changes.base_snapshot_id, changes.history)
-        # Before the data commit, like the tombstones: history adds each change once, so a re-run
-        # after a crash adds nothing; its commit carries the batch's files as well.
-        apply_history(engine.spark, history_of(batch.table), changes.history, batch.key, dict(batch.properties))
+    """The data commit the plan chose, which waits for ``tombstones_committed`` first, then history.
+
+    Silver first, history after it: a crash in between leaves history behind silver, never ahead
+    (its versions never show a change silver does not hold), and the next run catches it up from
+    the batch's files (``engine.history_sync``). A history started from silver's rows is started
+    before the data commit: from the rows the batch found."""
+    if changes.history is not None and changes.base_snapshot_id is not None:
+        _start_history(engine, batch, changes.base_snapshot_id, changes.history)
     log.debug("commit table=%s path=%s", batch.table.name, changes.commit_way)
     if changes.commit_way == "row-delta":
         engine.committer.row_delta(engine.spark, batch, before_commit=tombstones_committed)
-        return
-    tombstones_committed()
-    if changes.commit_way == "merge":
-        # The same semantics as the other paths (tests/spark/test_publish.py).
-        def statement(view: str) -> str:
-            return merge_statement(
-                batch.table.identifier, view, batch.key, batch.columns, batch.absent, list(batch.unchanged)
-            )
-
-        engine.committer.merge(engine.spark, batch, statement)
     else:
-        engine.committer.publish(engine.spark, batch)
+        tombstones_committed()
+        if changes.commit_way == "merge":
+            # The same semantics as the other paths (tests/spark/test_publish.py).
+            def statement(view: str) -> str:
+                return merge_statement(
+                    batch.table.identifier, view, batch.key, batch.columns, batch.absent, list(batch.unchanged)
+                )
+
+            engine.committer.merge(engine.spark, batch, statement)
+        else:
+            engine.committer.publish(engine.spark, batch)
+    if changes.history is not None:
+        history = changes.history
+        committed = committed_snapshot(engine.spark, batch.table, batch.properties)
+        properties = {**batch.properties, **reflecting(committed)}
+        engine.committer.append_history(
+            lambda: apply_history(engine.spark, history_of(batch.table), history, batch.key, properties)
+        )
 
 
 # ------------------------------------------------------------------------------- full load
@@ -188,15 +201,17 @@ def stage_full_load(
     replace_table(engine.spark, silver, rows, files, kind=KIND_FULL_LOAD_STAGED, load_sizes=load_sizes)
 
 
-def _history_of_full_load(engine: Engine, table: TableConfig, silver: SilverTable) -> None:
-    """Every loaded row's first version: an insert, valid from its timestamp (or the load time)."""
+def _history_of_full_load(engine: Engine, table: TableConfig, silver: SilverTable, files: Sequence[str]) -> None:
+    """Every loaded row's first version: an insert, valid from its timestamp (or the load time),
+    in a commit that reflects the staged load (of ``files``)."""
     from pyspark.sql import functions as F
 
-    loaded = engine.spark.table(silver.identifier)
+    staged = committed_snapshot(engine.spark, silver, ledger_properties(KIND_FULL_LOAD_STAGED, files))
+    loaded = engine.spark.sql(f"SELECT * FROM {silver.identifier} VERSION AS OF {staged.snapshot_id}")
     stamp = engine.config.bronze.timestamp_column
     valid_from = F.col(stamp) if stamp and stamp in loaded.columns else F.current_timestamp()
     rows = loaded.withColumn(OP, F.lit("I")).withColumn(COMMIT_TS, valid_from.cast("string"))
-    apply_history(engine.spark, history_of(silver), rows, table.silver_key())
+    apply_history(engine.spark, history_of(silver), rows, table.silver_key(), reflecting(staged))
 
 
 # The steps that finish a staged full load, in the order they are taken: everything the load
@@ -220,7 +235,7 @@ def finish_full_load(
 
     def history() -> None:
         if table.history:
-            _history_of_full_load(engine, table, silver)
+            _history_of_full_load(engine, table, silver, files)
 
     def forget_tombstones() -> None:
         tombstones = tombstones_of(silver)

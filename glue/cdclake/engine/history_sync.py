@@ -1,0 +1,112 @@
+"""History in step with silver: a history behind silver is caught up before a table's run.
+
+Silver commits first and history after it (``engine.commit``), and every history commit records
+the silver snapshot it reflects (``lake.history.SILVER_SEQUENCE_PROPERTY``). A crash between the
+two (or a history commit that failed) leaves silver with batches history lacks: the CDC files of
+silver's snapshots after the one history reflects (``lake.ledger.batches_after``: the lineage,
+and the ledger archive for what maintenance expired). The next run, before anything else, reads
+those files from bronze again and adds their changes to history, exactly once as always.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from cdclake.config import TableConfig
+from cdclake.context import Engine
+from cdclake.dms.files import parse_key
+from cdclake.engine.prepare import history_changes
+from cdclake.errors import HistoryBehindError
+from cdclake.lake.history import apply_history, history_of, history_started, reflected_sequence, reflecting
+from cdclake.lake.ledger import (
+    KIND_CDC,
+    SnapshotRef,
+    batches_after,
+    full_load_unfinished,
+    ledger_properties,
+    newest_load,
+)
+from cdclake.lake.tables import table_exists
+
+log = logging.getLogger("cdclake")
+
+
+@dataclass(frozen=True)
+class HistoryLag:
+    """What a table's history lacks of silver."""
+
+    files: tuple[str, ...]  # CDC files silver applied whose changes history lacks, in commit order
+    newest: SnapshotRef | None  # the silver snapshot that committed the last of them
+    load: bool = False  # history lacks silver's newest full load as well (history was off then)
+
+    def describe(self) -> str:
+        """One phrase for ``status`` and the log."""
+        if self.load:
+            return "history lacks silver's last full load: reload the table or start its history again"
+        return f"history behind silver by {len(self.files)} CDC file(s); the next run catches it up"
+
+
+def history_lag(engine: Engine, table: TableConfig) -> HistoryLag | None:
+    """What ``table``'s history lacks of silver, from table metadata (and the ledger archive for
+    expired snapshots); None when it lacks nothing, or when there is nothing to compare: no history,
+    a history written before it recorded silver's snapshot, a history not started after a load
+    with rows (``lake.history.start_history`` starts it), a full load not finished (the next run
+    loads the table again, and its history with it)."""
+    if not table.history:
+        return None
+    silver = engine.silver_table(table)
+    if not table_exists(engine.spark, silver):
+        return None
+    history = history_of(silver)
+    reflected = reflected_sequence(engine.spark, history)
+    if reflected is None:
+        if history_started(engine.spark, history):
+            return None  # written before history recorded silver's snapshot: nothing to compare
+        load = newest_load(engine.spark, silver)
+        if load is None or load[1] > 0:
+            return None  # a load with rows: history starts from silver's rows (start_history)
+        reflected = load[0].sequence_number  # an empty load: history is complete from its first change
+    after = batches_after(engine.spark, silver, reflected)
+    if after.load_after:
+        if full_load_unfinished(engine.spark, silver):
+            return None
+        return HistoryLag(after.files, after.newest, load=True)
+    return HistoryLag(after.files, after.newest) if after.files else None
+
+
+def catch_up_history(engine: Engine, table: TableConfig) -> int:
+    """Bring ``table``'s history up to silver before anything else is done to the table: read the
+    CDC files silver applied after the snapshot history reflects from bronze again and add their
+    changes to history in one commit that reflects silver's newest batch. Returns how many files
+    were read (0: history was not behind). HistoryBehindError when it cannot: a file gone from
+    bronze, or a full load history never had."""
+    lag = history_lag(engine, table)
+    if lag is None:
+        return 0
+    silver = engine.silver_table(table)
+    history = history_of(silver)
+    log.warning("history behind silver table=%s files=%d: %s", table.source, len(lag.files), lag.describe())
+    if lag.load:
+        raise HistoryBehindError(
+            f"Table {table.source}: history {history.identifier} lacks silver's last full load (history was "
+            "turned off then): reload the table (`cdclake full-load --reload`), or drop the history table to "
+            "start it again from silver's rows."
+        )
+    sizes = {key: engine.store.size(key) for key in lag.files}
+    gone = [key for key, size in sizes.items() if size is None]
+    if gone:
+        raise HistoryBehindError(
+            f"Table {table.source}: history {history.identifier} lacks the changes of {len(gone)} file(s) silver "
+            f"holds, and bronze no longer has them ({', '.join(gone[:3])}{' ...' if len(gone) > 3 else ''}): "
+            "restore them to bronze and run again, or drop the history table to start it again from silver's rows."
+        )
+    transaction_path = engine.config.bronze.transaction_path
+    files = [parse_key(key, size or 0, transaction_path) for key, size in sizes.items()]
+    rows = history_changes(engine, table, files)
+    assert lag.newest is not None, "a lag of CDC files names the snapshot that committed them"
+    properties = {**ledger_properties(KIND_CDC, lag.files), **reflecting(lag.newest)}
+    engine.committer.append_history(lambda: apply_history(engine.spark, history, rows, table.silver_key(), properties))
+    log.warning("history caught up table=%s files=%d silver_snapshot=%d", table.source, len(files),
+                lag.newest.snapshot_id)  # fmt: skip
+    return len(files)
