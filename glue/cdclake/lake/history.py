@@ -36,10 +36,10 @@ from cdclake.errors import CdclakeError
 from cdclake.identifiers import quote
 from cdclake.lake.ledger import SnapshotRef
 from cdclake.lake.tables import (
-    TABLE_PROPERTIES,
     SilverTable,
     commit_with_properties,
     current_snapshot_id,
+    ensure_table,
     evolve_schema,
     iceberg_table,
     silver_columns,
@@ -121,10 +121,9 @@ def _ensure_history(spark: SparkSession, history: SilverTable, shape: DataFrame)
     to silver is added here and a widened one (int -> bigint, ...) widened here, and a dropped one
     kept. Without the widening the new values would be cast to the stored type and wrap."""
     if not table_exists(spark, history):
-        writer = shape.limit(0).writeTo(history.identifier).using("iceberg")
-        for name, value in TABLE_PROPERTIES.items():
-            writer = writer.tableProperty(name, value)
-        writer.create()
+        # Created without a snapshot (a CREATE TABLE, not an empty CTAS, which commits one): a
+        # crash before its first write leaves a history that has not started (``history_started``).
+        ensure_table(spark, history, shape)
         return
     incoming = [(f.name, f.dataType.simpleString()) for f in shape.schema.fields]
     plan = plan_schema_change(silver_columns(spark, history), incoming, bookkeeping=(SILVER_ORDER, *HISTORY_COLUMNS))
