@@ -10,7 +10,7 @@ leave their entries in the ``cdclake_ledger`` archive first.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -71,33 +71,30 @@ def ledger_properties(
     return properties
 
 
-def _lineage(spark: SparkSession, table: SilverTable) -> list[dict[str, Any]]:
+def _lineage(spark: SparkSession, table: SilverTable) -> Iterator[dict[str, Any]]:
     """Ancestors of the current snapshot, newest first, with their ledger properties.
 
     Read through the Iceberg Java API (parent pointers from the current snapshot back to the
-    first one maintenance has not expired): table metadata only, no Spark job.
+    first one maintenance has not expired): table metadata only, no Spark job. Lazily: a reader
+    that stops early (at a full load, at the snapshot it looks for) walks no further.
     """
     iceberg = iceberg_table(spark, table.identifier)
     iceberg.refresh()
-    lineage: list[dict[str, Any]] = []
     snapshot = iceberg.currentSnapshot()
     while snapshot is not None:
         summary = snapshot.summary()
         parent = snapshot.parentId()
-        lineage.append(
-            {
-                "snapshot_id": int(snapshot.snapshotId()),
-                "sequence_number": int(snapshot.sequenceNumber()),
-                "parent_id": None if parent is None else int(parent),
-                "committed_at": datetime.fromtimestamp(snapshot.timestampMillis() / 1000, UTC).replace(tzinfo=None),
-                "kind": summary.get(KIND_PROPERTY),
-                "files": summary.get(FILES_PROPERTY),
-                "sizes": summary.get(LOAD_SIZES_PROPERTY),
-                "records": summary.get("total-records"),
-            }
-        )
+        yield {
+            "snapshot_id": int(snapshot.snapshotId()),
+            "sequence_number": int(snapshot.sequenceNumber()),
+            "parent_id": None if parent is None else int(parent),
+            "committed_at": datetime.fromtimestamp(snapshot.timestampMillis() / 1000, UTC).replace(tzinfo=None),
+            "kind": summary.get(KIND_PROPERTY),
+            "files": summary.get(FILES_PROPERTY),
+            "sizes": summary.get(LOAD_SIZES_PROPERTY),
+            "records": summary.get("total-records"),
+        }
         snapshot = iceberg.snapshot(parent) if parent is not None else None
-    return lineage
 
 
 @dataclass(frozen=True)
@@ -141,16 +138,20 @@ def batches_after(spark: SparkSession, table: SilverTable, sequence_number: int)
     (the empty commit after its staged replace) is not a load of its own."""
     files: list[str] = []
     newest: SnapshotRef | None = None
-    lineage = _lineage(spark, table)
     reached = False
-    for at, row in enumerate(lineage):
+    newer: dict[str, Any] | None = None  # a load's kind, held until its parent says whether it was a record
+    for row in _lineage(spark, table):
+        if newer is not None and row["kind"] != KIND_FULL_LOAD_STAGED:
+            return BatchesAfter(tuple(_unique(files)), newest, load_after=True)  # a load of its own
+        newer = None
         if row["sequence_number"] <= sequence_number:
             reached = True
             break
-        parent = lineage[at + 1] if at + 1 < len(lineage) else None
-        is_record = row["kind"] == KIND_FULL_LOAD and parent is not None and parent["kind"] == KIND_FULL_LOAD_STAGED
-        if row["kind"] in (KIND_FULL_LOAD, KIND_FULL_LOAD_STAGED) and not is_record:
+        if row["kind"] == KIND_FULL_LOAD_STAGED:
             return BatchesAfter(tuple(_unique(files)), newest, load_after=True)
+        if row["kind"] == KIND_FULL_LOAD:
+            newer = row  # the record of a staged load (its parent), or a load of its own
+            continue
         if row["kind"] == KIND_CDC and row["files"]:
             files[:0] = json.loads(row["files"])
             newest = newest or SnapshotRef(row["snapshot_id"], row["sequence_number"])
