@@ -167,3 +167,18 @@ class HistoryCrash(IcebergCommitter):
         if self.at <= self.appends < self.at + self.times:
             raise RuntimeError("the job was killed between the silver commit and the history append")
         super().append_history(take)
+
+
+class RivalBeforeHistory(IcebergCommitter):
+    """A committer whose first history append is overtaken: between the batch's silver commit and
+    its history, another writer (``rival``, called with no arguments) commits to the table."""
+
+    def __init__(self, rival: Callable[[], None]) -> None:
+        self.rival = rival
+        self.appends = 0
+
+    def append_history(self, take: Callable[[], object]) -> None:
+        self.appends += 1
+        if self.appends == 1:
+            self.rival()
+        super().append_history(take)

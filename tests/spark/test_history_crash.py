@@ -22,7 +22,7 @@ from cdclake.lake.history import SILVER_SNAPSHOT_PROPERTY, history_of
 from cdclake.lake.tables import current_snapshot_id
 from cdclake.ops.maintenance import MaintenanceSettings, maintain
 from cdclake.ops.status import table_statuses
-from faults import HistoryCrash
+from faults import HistoryCrash, RivalBeforeHistory
 from oracle import replay_change_log, replay_versions
 
 EngineFactory = Callable[..., Engine]
@@ -222,4 +222,27 @@ def test_a_table_loaded_empty_killed_before_its_first_history_is_caught_up(
     # THEN the next run catches history up from its first change (not started from silver's rows)
     source.write_cdc([_change("U", 1, "c1", T2, 1)])
     run(engine).checked()
+    _caught_up(engine, source)
+
+
+def test_another_writers_batch_between_a_batch_and_its_history_is_added_with_it(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # GIVEN a loaded table with history and a CDC file
+    engine = make_engine(WITH_HISTORY)
+    source = Source(tmp_path / "bronze" / "s" / "items")
+    source.write_load([_row(i, f"a{i}") for i in (1, 2)])
+    run(engine).checked()
+    source.write_cdc([_change("U", 1, "b1", T1, 1)])
+
+    def rival() -> None:
+        # another writer: its run catches history up with the first writer's batch, applies a
+        # newer file and is killed before that file's history
+        source.write_cdc([_change("U", 1, "c1", T2, 1), _change("I", 3, "c3", T2, 2)])
+        with pytest.raises(RuntimeError, match=KILLED):
+            run(replace(engine, committer=HistoryCrash(at=2))).checked()
+
+    # WHEN the other writer commits between this run's silver commit and its history
+    run(replace(engine, committer=RivalBeforeHistory(rival))).checked()
+    # THEN this run's history commit adds the other writer's batch too: nothing is left behind
     _caught_up(engine, source)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from cdclake.columns import COMMIT_TS, EFFECT_DELETE, EFFECT_DELETE_MISSING, OP
 from cdclake.config import TableConfig
 from cdclake.context import Engine
+from cdclake.engine.history_sync import BatchHistory, append_batch_history
 from cdclake.engine.prepare import BatchPlan, ChangeSet, Hold, silver_shape, tombstone_rows, with_effects
 from cdclake.engine.read import BadRows
 from cdclake.engine.statements import merge_statement
@@ -74,7 +75,7 @@ def commit_batch(engine: Engine, table: TableConfig, plan: BatchPlan, force: boo
         assert not is_collected(changes.rows), "append-only batches are appended by Spark"
         engine.committer.append(engine.spark, silver, silver_shape(changes.rows), changes.properties)
     else:
-        _apply_keyed(engine, silver, changes, changes.keyed)
+        _apply_keyed(engine, table, silver, changes, changes.keyed)
     if force:  # after the data commit: a replay that never commits leaves the quarantine as it was
         replayed = [f.key for f in changes.files]
         release_quarantine(engine.spark, silver, replayed)
@@ -105,7 +106,9 @@ def _evolve(engine: Engine, silver: SilverTable, changes: ChangeSet) -> None:
             log.warning("schema change table=%s %s", silver.name, change)
 
 
-def _apply_keyed(engine: Engine, silver: SilverTable, changes: ChangeSet, batch: KeyedBatch) -> None:
+def _apply_keyed(
+    engine: Engine, table: TableConfig, silver: SilverTable, changes: ChangeSet, batch: KeyedBatch
+) -> None:
     """Tombstones for the deletes, then one commit of the rest that records the batch's files, then history."""
     with ThreadPoolExecutor(1, thread_name_prefix="cdclake-tombstones") as pool:
         # Tombstones before the data commit: if it never happens, the re-run appends them again
@@ -114,7 +117,7 @@ def _apply_keyed(engine: Engine, silver: SilverTable, changes: ChangeSet, batch:
         # Their job runs while the data files are written; the data commit waits for their commit.
         tombstoned = pool.submit(_append_tombstones, engine, silver, changes, batch.key) if changes.deletes else None
         waited = tombstoned.result if tombstoned else _no_tombstones
-        _commit_keyed(engine, changes, batch, waited)
+        _commit_keyed(engine, table, changes, batch, waited)
 
 
 def _start_history(engine: Engine, batch: KeyedBatch, base: int, changes: DataFrame) -> None:
@@ -154,7 +157,11 @@ def _append_tombstones(engine: Engine, silver: SilverTable, changes: ChangeSet, 
 
 
 def _commit_keyed(
-    engine: Engine, changes: ChangeSet, batch: KeyedBatch, tombstones_committed: Callable[[], None]
+    engine: Engine,
+    table: TableConfig,
+    changes: ChangeSet,
+    batch: KeyedBatch,
+    tombstones_committed: Callable[[], None],
 ) -> None:
     """The data commit the plan chose, which waits for ``tombstones_committed`` first, then history.
 
@@ -180,12 +187,9 @@ def _commit_keyed(
         else:
             engine.committer.publish(engine.spark, batch)
     if changes.history is not None:
-        history = changes.history
         committed = committed_snapshot(engine.spark, batch.table, batch.properties)
-        properties = {**batch.properties, **reflecting(committed)}
-        engine.committer.append_history(
-            lambda: apply_history(engine.spark, history_of(batch.table), history, batch.key, properties)
-        )
+        files = tuple(f.key for f in changes.files)
+        append_batch_history(engine, table, BatchHistory(files, changes.history, batch.properties, committed))
 
 
 # ------------------------------------------------------------------------------- full load

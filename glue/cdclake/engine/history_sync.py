@@ -11,7 +11,9 @@ those files from bronze again and adds their changes to history, exactly once as
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cdclake.config import TableConfig
 from cdclake.context import Engine
@@ -28,6 +30,9 @@ from cdclake.lake.ledger import (
     newest_load,
 )
 from cdclake.lake.tables import table_exists
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger("cdclake")
 
@@ -75,38 +80,87 @@ def history_lag(engine: Engine, table: TableConfig) -> HistoryLag | None:
     return HistoryLag(after.files, after.newest) if after.files else None
 
 
+@dataclass(frozen=True)
+class BatchHistory:
+    """A batch just committed to silver, with its history rows in hand (``ChangeSet.history``)."""
+
+    files: tuple[str, ...]  # its bronze files
+    rows: DataFrame  # every valid change of them
+    properties: Mapping[str, str]  # its ledger record
+    committed: SnapshotRef  # the silver snapshot that committed it
+
+
 def catch_up_history(engine: Engine, table: TableConfig) -> int:
     """Bring ``table``'s history up to silver before anything else is done to the table: read the
     CDC files silver applied after the snapshot history reflects from bronze again and add their
     changes to history in one commit that reflects silver's newest batch. Returns how many files
     were read (0: history was not behind). HistoryBehindError when it cannot: a file gone from
     bronze, or a full load history never had."""
+    return _bring_up(engine, table, None)
+
+
+def append_batch_history(engine: Engine, table: TableConfig, batch: BatchHistory) -> None:
+    """After a batch's silver commit: add its changes to history, with whatever else silver holds
+    that history lacks (another writer's batch committed between this one and the snapshot history
+    reflects: without it, this commit would say history reflects that batch too)."""
+    _bring_up(engine, table, batch)
+
+
+def _bring_up(engine: Engine, table: TableConfig, batch: BatchHistory | None) -> int:
+    """Through the committer's seam (``append_history``), which also covers finding what history
+    lacks: a writer that commits to silver meanwhile is seen."""
+    if batch is None and history_lag(engine, table) is None:
+        return 0  # in step: the common case, from table metadata
+    read: list[int] = []
+    engine.committer.append_history(lambda: read.append(_append(engine, table, batch)))
+    return read[0] if read else 0
+
+
+def _append(engine: Engine, table: TableConfig, batch: BatchHistory | None) -> int:
+    """One history commit: the ``batch`` in hand (if any) and the files silver holds that history
+    lacks besides, read from bronze again, reflecting the newest silver snapshot among them.
+    Returns how many files were read from bronze."""
     lag = history_lag(engine, table)
-    if lag is None:
-        return 0
-    silver = engine.silver_table(table)
-    history = history_of(silver)
-    log.warning("history behind silver table=%s files=%d: %s", table.source, len(lag.files), lag.describe())
-    if lag.load:
+    history = history_of(engine.silver_table(table))
+    in_hand = set(batch.files) if batch else set()
+    behind = [key for key in lag.files if key not in in_hand] if lag else []
+    if lag is not None and (lag.load or behind):
+        log.warning("history behind silver table=%s files=%d: %s", table.source, len(behind), lag.describe())
+    if lag is not None and lag.load:
         raise HistoryBehindError(
             f"Table {table.source}: history {history.identifier} lacks silver's last full load (history was "
             "turned off then): reload the table (`cdclake full-load --reload`), or drop the history table to "
             "start it again from silver's rows."
         )
-    sizes = {key: engine.store.size(key) for key in lag.files}
+    if not behind and batch is None:
+        return 0
+    rows = _history_rows(engine, table, behind) if behind else None
+    if batch is not None:
+        rows = batch.rows if rows is None else batch.rows.unionByName(rows, allowMissingColumns=True)
+    assert rows is not None
+    newest = max(
+        [r for r in (lag.newest if lag else None, batch.committed if batch else None) if r is not None],
+        key=lambda r: r.sequence_number,
+    )
+    recorded = [*behind, *(batch.files if batch else ())]
+    properties = {**(batch.properties if batch else {}), **ledger_properties(KIND_CDC, recorded), **reflecting(newest)}
+    apply_history(engine.spark, history, rows, table.silver_key(), properties)
+    if behind:
+        log.warning("history caught up table=%s files=%d silver_snapshot=%d", table.source, len(behind),
+                    newest.snapshot_id)  # fmt: skip
+    return len(behind)
+
+
+def _history_rows(engine: Engine, table: TableConfig, keys: Sequence[str]) -> DataFrame:
+    """The history rows of CDC files silver applied, read from bronze again."""
+    sizes = {key: engine.store.size(key) for key in keys}
     gone = [key for key, size in sizes.items() if size is None]
     if gone:
+        history = history_of(engine.silver_table(table))
         raise HistoryBehindError(
             f"Table {table.source}: history {history.identifier} lacks the changes of {len(gone)} file(s) silver "
             f"holds, and bronze no longer has them ({', '.join(gone[:3])}{' ...' if len(gone) > 3 else ''}): "
             "restore them to bronze and run again, or drop the history table to start it again from silver's rows."
         )
     transaction_path = engine.config.bronze.transaction_path
-    files = [parse_key(key, size or 0, transaction_path) for key, size in sizes.items()]
-    rows = history_changes(engine, table, files)
-    assert lag.newest is not None, "a lag of CDC files names the snapshot that committed them"
-    properties = {**ledger_properties(KIND_CDC, lag.files), **reflecting(lag.newest)}
-    engine.committer.append_history(lambda: apply_history(engine.spark, history, rows, table.silver_key(), properties))
-    log.warning("history caught up table=%s files=%d silver_snapshot=%d", table.source, len(files),
-                lag.newest.snapshot_id)  # fmt: skip
-    return len(files)
+    return history_changes(engine, table, [parse_key(key, size or 0, transaction_path) for key, size in sizes.items()])
