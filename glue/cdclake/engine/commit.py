@@ -38,10 +38,10 @@ from cdclake.lake.ledger import (
     KIND_FULL_LOAD_STAGED,
     committed_snapshot,
     forget_archived_ledger,
-    ledger_properties,
     record_full_load,
     replace_table,
     snapshot_ref,
+    staged_load,
 )
 from cdclake.lake.tables import SilverTable, ensure_database, ensure_table, evolve_schema, table_exists
 
@@ -205,12 +205,12 @@ def stage_full_load(
     replace_table(engine.spark, silver, rows, files, kind=KIND_FULL_LOAD_STAGED, load_sizes=load_sizes)
 
 
-def _history_of_full_load(engine: Engine, table: TableConfig, silver: SilverTable, files: Sequence[str]) -> None:
+def _history_of_full_load(engine: Engine, table: TableConfig, silver: SilverTable) -> None:
     """Every loaded row's first version: an insert, valid from its timestamp (or the load time),
-    in a commit that reflects the staged load (of ``files``)."""
+    in a commit that reflects the staged load."""
     from pyspark.sql import functions as F
 
-    staged = committed_snapshot(engine.spark, silver, ledger_properties(KIND_FULL_LOAD_STAGED, files))
+    staged = staged_load(engine.spark, silver)
     loaded = engine.spark.sql(f"SELECT * FROM {silver.identifier} VERSION AS OF {staged.snapshot_id}")
     stamp = engine.config.bronze.timestamp_column
     valid_from = F.col(stamp) if stamp and stamp in loaded.columns else F.current_timestamp()
@@ -239,7 +239,7 @@ def finish_full_load(
 
     def history() -> None:
         if table.history:
-            _history_of_full_load(engine, table, silver, files)
+            _history_of_full_load(engine, table, silver)
 
     def forget_tombstones() -> None:
         tombstones = tombstones_of(silver)

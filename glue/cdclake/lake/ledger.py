@@ -131,6 +131,14 @@ def committed_snapshot(spark: SparkSession, table: SilverTable, properties: Mapp
     raise LookupError(f"{table.identifier} has no snapshot recording {properties.get(FILES_PROPERTY)}")
 
 
+def staged_load(spark: SparkSession, table: SilverTable) -> SnapshotRef:
+    """The snapshot of the newest staged full load in the lineage (the one being finished)."""
+    for row in _lineage(spark, table):
+        if row["kind"] == KIND_FULL_LOAD_STAGED:
+            return SnapshotRef(row["snapshot_id"], row["sequence_number"])
+    raise LookupError(f"{table.identifier} has no staged full load")
+
+
 def batches_after(spark: SparkSession, table: SilverTable, sequence_number: int) -> BatchesAfter:
     """The CDC files ``table`` committed after its snapshot of ``sequence_number``, in commit order:
     from the lineage (metadata only) and, for the part of it that maintenance expired, from the
