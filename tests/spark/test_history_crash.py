@@ -56,6 +56,7 @@ class Source:
     folder: Path
     load: list[dict[str, Value]] = field(default_factory=list)
     changes: list[SourceChange] = field(default_factory=list)
+    header: bool = False  # CSV files with a header line (DMS's AddColumnName)
 
     def write_load(self, rows: Sequence[dict[str, Value]]) -> None:
         self.load = list(rows)
@@ -64,7 +65,8 @@ class Source:
         )
 
     def write_cdc(self, changes: Sequence[SourceChange]) -> None:
-        write_csv(self.folder / cdc_file_name(changes[-1].commit_ts), cdc_records(changes, COLUMNS))
+        header = ["Op", "ts", *COLUMNS, "seq"] if self.header else None
+        write_csv(self.folder / cdc_file_name(changes[-1].commit_ts), cdc_records(changes, COLUMNS), header)
         self.changes += changes
 
     def silver(self) -> list[tuple[int, Value]]:
@@ -92,8 +94,8 @@ def _silver(engine: Engine) -> list[tuple[int, Value]]:
 def _history(engine: Engine) -> tuple[list[tuple[int, str, Value, bool]], list[tuple[int, Value]]]:
     """History's versions (id, operation, name, is_current) and its current rows (id, name)."""
     rows = engine.spark.table(history_of(engine.silver_table(engine.config.tables[0])).identifier).collect()
-    versions = sorted((r["id"], r["operation"], r["name"], r["is_current"]) for r in rows)
-    return versions, sorted((r["id"], r["name"]) for r in rows if r["is_current"])
+    versions = sorted((int(r["id"]), r["operation"], r["name"], r["is_current"]) for r in rows)
+    return versions, sorted((int(r["id"]), r["name"]) for r in rows if r["is_current"])
 
 
 def _status(engine: Engine) -> Any:
@@ -208,12 +210,22 @@ def test_a_history_started_from_silver_and_killed_before_the_batch_is_caught_up(
     _caught_up(engine, source, since=1)
 
 
-def test_a_table_loaded_empty_killed_before_its_first_history_is_caught_up(
-    make_engine: EngineFactory, tmp_path: Path
+# A table created by its first CDC batch: no LOAD file and no declared columns (headers name them).
+CREATED_BY_CDC = """
+bronze: {timestamp_column: ts, change_sequence_column: seq, csv_header: true}
+tables:
+  s.items: {primary_key: [id], history: true}
+"""
+
+
+@pytest.mark.parametrize("created_by_cdc", [False, True], ids=["loaded-empty", "created-by-cdc"])
+def test_a_table_started_empty_killed_before_its_first_history_is_caught_up(
+    make_engine: EngineFactory, tmp_path: Path, created_by_cdc: bool
 ) -> None:
-    # GIVEN a table with history and declared columns, empty at the source (no LOAD file)
-    engine = make_engine(WITH_HISTORY)
-    source = Source(tmp_path / "bronze" / "s" / "items")
+    # GIVEN a table with history, empty at the source (no LOAD file): declared columns (loaded
+    # empty), or none (created by its first CDC batch)
+    engine = make_engine(CREATED_BY_CDC if created_by_cdc else WITH_HISTORY)
+    source = Source(tmp_path / "bronze" / "s" / "items", header=created_by_cdc)
     source.write_cdc([_change("I", 1, "b1", T1, 1), _change("I", 2, "b2", T1, 2)])
     # WHEN its first batch is killed before history is written at all
     with pytest.raises(RuntimeError, match=KILLED):

@@ -2,8 +2,9 @@
 
 CDC: quarantine, bad rows, table creation, schema evolution, tombstones, then the one data commit
 that also records the batch's files in the ledger, then history (which records the silver snapshot
-it reflects). Full load: the staged replace, the reset of what
-the old load left behind, then the ledger record that says it is done. Nothing here reads bronze.
+it reflects). Full load: the staged replace, the reset of what the old load left behind, then the
+ledger record that says it is done. Nothing here reads bronze, but for files history lacks besides
+the batch's (``engine.history_sync``: another writer's batch, committed without its history).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from cdclake.engine.read import BadRows
 from cdclake.engine.statements import merge_statement
 from cdclake.lake.committer import KeyedBatch
 from cdclake.lake.driver_write import is_collected
-from cdclake.lake.history import apply_history, history_of, reflecting, start_history
+from cdclake.lake.history import apply_history, create_history, history_of, reflecting, start_history
 from cdclake.lake.journals import (
     record_quarantine,
     record_quarantined_rows,
@@ -67,6 +68,8 @@ def commit_batch(engine: Engine, table: TableConfig, plan: BatchPlan, force: boo
         quarantine_rows(engine, silver, changes.bad)
     if changes.creates_table:
         ensure_database(engine.spark, engine.catalog, engine.config.database)
+        if changes.history is not None:  # before silver: history is complete from the table's first change
+            create_history(engine.spark, history_of(silver), changes.history, table.silver_key())
         # A table that had no rows at full load (no LOAD files) starts from its first CDC batch.
         replace_table(engine.spark, silver, silver_shape(changes.shape), [], kind=KIND_FULL_LOAD)
         apply_layout(engine.spark, silver.identifier, table.silver_key(), table.layout)

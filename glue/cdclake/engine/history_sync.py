@@ -55,9 +55,9 @@ class HistoryLag:
 def history_lag(engine: Engine, table: TableConfig) -> HistoryLag | None:
     """What ``table``'s history lacks of silver, from table metadata (and the ledger archive for
     expired snapshots); None when it lacks nothing, or when there is nothing to compare: no history,
-    a history written before it recorded silver's snapshot, a history not started after a load
-    with rows (``lake.history.start_history`` starts it), a full load not finished (the next run
-    loads the table again, and its history with it)."""
+    a history written before it recorded silver's snapshot, a history turned on after the table
+    started or not started after a load with rows (``lake.history.start_history`` starts it), a
+    full load not finished (the next run loads the table again, and its history with it)."""
     if not table.history:
         return None
     silver = engine.silver_table(table)
@@ -66,12 +66,16 @@ def history_lag(engine: Engine, table: TableConfig) -> HistoryLag | None:
     history = history_of(silver)
     reflected = reflected_sequence(engine.spark, history)
     if reflected is None:
-        if history_started(engine.spark, history):
-            return None  # written before history recorded silver's snapshot: nothing to compare
+        if history_started(engine.spark, history) or not table_exists(engine.spark, history):
+            # Written before history recorded silver's snapshot: nothing to compare. Or turned on
+            # after the table started: history starts from silver's rows (``start_history``).
+            return None
         load = newest_load(engine.spark, silver)
         if load is None or load[1] > 0:
             return None  # a load with rows: history starts from silver's rows (start_history)
-        reflected = load[0].sequence_number  # an empty load: history is complete from its first change
+        # Created with silver (by its load's history step, or with a table its first batch
+        # created) and never written: complete from the table's first change.
+        reflected = load[0].sequence_number
     after = batches_after(engine.spark, silver, reflected)
     if after.load_after:
         if full_load_unfinished(engine.spark, silver):

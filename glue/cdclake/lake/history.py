@@ -56,8 +56,8 @@ HISTORY_COLUMNS = (VALID_FROM, VALID_TO, IS_CURRENT, OPERATION)
 # Set on a history started from silver's rows (``start_history``): when it was turned on. Versions
 # before that moment are unknown; ``cdclake status`` says so.
 HISTORY_SINCE_PROPERTY = "cdclake.history-since"
-# In each history commit's snapshot summary: the silver snapshot whose changes history holds, all
-# of them and none after, and its sequence number (which orders it among silver's snapshots).
+# In each history commit's snapshot summary: the silver snapshot whose changes history holds (all
+# of them, with that commit), and its sequence number (which orders it among silver's snapshots).
 SILVER_SNAPSHOT_PROPERTY = "cdclake.silver-snapshot"
 SILVER_SEQUENCE_PROPERTY = "cdclake.silver-sequence"
 
@@ -192,6 +192,13 @@ def apply_history(
     finally:
         spark.catalog.dropTempView(view)
     return HistoryReport(versions_added=added, versions_closed=closed)
+
+
+def create_history(spark: SparkSession, history: SilverTable, changes: DataFrame, key: Sequence[str]) -> None:
+    """Create ``history`` (no snapshot) for a silver table that starts with ``history: true``, from
+    change rows' columns (as ``apply_history`` takes them): its existence says history is to be
+    complete from the table's first change, not started later from silver's rows."""
+    _ensure_history(spark, history, with_validity(_versions(changes, _data_columns(changes)), key))
 
 
 def history_started(spark: SparkSession, history: SilverTable) -> bool:
