@@ -129,7 +129,8 @@ def _add_new(
         selection = selected_tables(address, catalog, config.source_include, config.source_exclude)
     configured = {t.source for t in config.tables}
     new = [t for t in selection.tables if t.qualified not in configured]
-    targets = silver_targets(new, [t.target for t in config.tables])
+    # named like a configured table (or its silver table): a schema-prefixed silver name too
+    targets = silver_targets(new, [name for t in config.tables for name in (t.target, t.source_table)])
     if new:
         updated = add_tables(text, new, str(path), targets)
         try:
