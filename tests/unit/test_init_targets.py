@@ -32,3 +32,17 @@ def test_written_file_loads_with_distinct_targets_and_the_globs() -> None:
         text, [table("ops", "t01")], targets=silver_targets([table("ops", "t01")], ["erp_t01", "t01", "hr_t01", "t01"])
     )
     assert parse_config(added).table("ops.t01").target == "ops_t01"
+
+
+def test_the_configuration_capture_writes_reads_back_every_name() -> None:
+    # GIVEN tables with names DMS writes (spaces, hyphens, mixed case, "#")
+    from cdclake.sources.postgres.catalog import SourceColumn, SourceTable, configuration_yaml, declare_columns
+
+    columns = (SourceColumn("Order Id", "int4", -1, "int"), SourceColumn("line-no", "int4", -1, "int"))
+    tables = [SourceTable("erp", "Order Lines", columns, ("Order Id", "line-no"), "d")]
+    # WHEN capture writes its configuration, and later declares a new column THEN both read back as written
+    text = configuration_yaml(tables, "bronze", "shop", "dms_commit_ts", "AR_H_CHANGE_SEQ")
+    lines = parse_config(text).table("erp.Order Lines")
+    assert (lines.primary_key, list(lines.columns)) == (("Order Id", "line-no"), ["Order Id", "line-no"])
+    declared = declare_columns(text, "erp.Order Lines", {"Note #1": "string"})
+    assert declared is not None and parse_config(declared).table("erp.Order Lines").columns["Note #1"] == "string"

@@ -213,7 +213,8 @@ def configuration_yaml(
         "tables:",
     ]
     for table in tables:
-        lines.append(f"  {_yaml_name(table.qualified)}:")
+        plain = IDENTIFIER.match(table.schema) and IDENTIFIER.match(table.name)
+        lines.append(f"  {table.qualified if plain else _yaml_name(table.qualified)}:")
         if table.primary_key:
             lines.append(f"    primary_key: [{', '.join(_yaml_name(k) for k in table.primary_key)}]")
         else:
