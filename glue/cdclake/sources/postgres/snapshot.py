@@ -208,7 +208,9 @@ def _refuse_other_owner(settings: CaptureSettings, conn: Any) -> None:
     other = owner.get("state_dir")
     if other == str(settings.state_dir.resolve()):
         return  # recorded as ours (the state file was deleted to start over)
-    where = "another state directory"
+    where = (
+        f"another state directory (drop it if no capture uses it: SELECT pg_drop_replication_slot('{settings.slot}'))"
+    )
     if other:
         where = f"the state directory {other}" + (f" (configuration {owner['config']})" if "config" in owner else "")
     raise CaptureError(
