@@ -19,6 +19,7 @@ from cdclake.sources.postgres.catalog import (
     SourceTable,
     column_of_type,
     declare_columns,
+    read_tables,
     value_text,
 )
 from cdclake.sources.postgres.pgoutput import (
@@ -34,7 +35,7 @@ from cdclake.sources.postgres.pgoutput import (
     parse_lsn,
 )
 from cdclake.sources.postgres.settings import CaptureError, CaptureReport, CaptureSettings, connect
-from cdclake.sources.postgres.snapshot import initialise, publication_names
+from cdclake.sources.postgres.snapshot import add_tables, decoded_publications, initialise
 from cdclake.sources.postgres.state import (
     CaptureState,
     TableFolder,
@@ -224,6 +225,8 @@ class ChangeCapture:
         if txn.commit_lsn <= self.folders[table.qualified].durable_lsn:
             self.report.skipped_changes += 1
             return
+        if txn.commit_lsn < self.state.load_lsns.get(table.qualified, 0):
+            return  # committed before the snapshot a table added later was loaded from: in its LOAD files
         layout = tuple(c.name for c in columns)
         full_old = message.old if message.old is not None and not message.old_is_key else None
         if message.op == "D":
@@ -326,7 +329,7 @@ class ChangeCapture:
         with self.conn.cursor() as cur:
             cur.execute("SELECT pg_current_wal_flush_lsn()")  # decoding reads flushed WAL only
             wal_end = parse_lsn(cur.fetchone()[0])
-        publications = ",".join(name for name, _, _ in publication_names(self.settings, list(self.tables.values())))
+        publications = ",".join(decoded_publications(self.settings, self.state))
         seen = self.new_commits
         self.conn.autocommit = False  # a named (server-side) cursor streams rows inside a transaction
         with self.conn.cursor(name="cdclake_peek") as cur:
@@ -356,6 +359,9 @@ def capture(settings: CaptureSettings) -> CaptureReport:
         load_report = CaptureReport()
         if state is None or not state.full_load_done:
             state, load_report = initialise(settings, conn)
+        elif added := sorted(set(settings.tables) - {t.qualified for t in state.tables}):
+            with conn.cursor() as cur:
+                load_report = add_tables(settings, conn, state, read_tables(cur, (), added))
         stream = ChangeCapture(settings, state, conn)
         stream.report.load_files, stream.report.load_rows = load_report.load_files, load_report.load_rows
         stream.report.files.extend(load_report.files)

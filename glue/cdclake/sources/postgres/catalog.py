@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from cdclake.identifiers import IDENTIFIER
+
 # Output settings for every session that reads values (capture and verify).
 SESSION_SETTINGS = {
     "TimeZone": "UTC",
@@ -211,13 +213,14 @@ def configuration_yaml(
         "tables:",
     ]
     for table in tables:
-        lines.append(f"  {table.qualified}:")
+        plain = IDENTIFIER.match(table.schema) and IDENTIFIER.match(table.name)
+        lines.append(f"  {table.qualified if plain else _yaml_name(table.qualified)}:")
         if table.primary_key:
-            lines.append(f"    primary_key: [{', '.join(table.primary_key)}]")
+            lines.append(f"    primary_key: [{', '.join(_yaml_name(k) for k in table.primary_key)}]")
         else:
             lines.append("    append_only: true  # no primary key at the source: inserts only")
         lines.append("    columns:")
-        lines.extend(f'      {c.name}: "{c.spark_type}"' for c in table.columns)
+        lines.extend(f'      {_yaml_name(c.name)}: "{c.spark_type}"' for c in table.columns)
     return "\n".join(lines) + "\n"
 
 
@@ -240,6 +243,13 @@ def column_of_type(cursor: Any, name: str, type_oid: int, type_modifier: int) ->
     pg_type = "array" if category == "A" else str(base)
     modifier = int(domain_modifier) if domain_modifier is not None else type_modifier
     return SourceColumn(name, pg_type, modifier, spark_type(pg_type, modifier))
+
+
+def _yaml_name(value: str) -> str:
+    """A schema, table or column name as YAML reads it back: quoted unless it is an identifier."""
+    import yaml
+
+    return value if IDENTIFIER.match(value) else yaml.safe_dump(value, default_style='"', width=1 << 20).strip()
 
 
 def declare_columns(text: str, table: str, types: dict[str, str]) -> str | None:
@@ -270,7 +280,7 @@ def declare_columns(text: str, table: str, types: dict[str, str]) -> str | None:
     added = [(name, type_name) for name, type_name in types.items() if name not in declared]
     if added and columns.flow_style:
         closing = text.rindex("}", 0, columns.end_mark.index)
-        entries = ", ".join(f'{name}: "{type_name}"' for name, type_name in added)
+        entries = ", ".join(f'{_yaml_name(name)}: "{type_name}"' for name, type_name in added)
         edits.append((closing, closing, (", " if columns.value else "") + entries))
     elif added:
         if not columns.value:
@@ -279,7 +289,7 @@ def declare_columns(text: str, table: str, types: dict[str, str]) -> str | None:
         line_end = text.find("\n", last_value.end_mark.index)
         line_end = len(text) if line_end < 0 else line_end
         indent = " " * last_key.start_mark.column
-        edits.append((line_end, line_end, "".join(f'\n{indent}{n}: "{t}"' for n, t in added)))
+        edits.append((line_end, line_end, "".join(f'\n{indent}{_yaml_name(n)}: "{t}"' for n, t in added)))
     for start, end, replacement in sorted(edits, reverse=True):
         text = text[:start] + replacement + text[end:]
     return text

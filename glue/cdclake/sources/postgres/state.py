@@ -30,6 +30,12 @@ class CaptureState:
     # table -> commit LSN of the transaction whose Relation message gave the table its current
     # columns (a re-read of an older transaction never reverts a newer layout)
     layout_lsns: dict[str, int] = field(default_factory=dict)
+    # table -> consistent point of the snapshot a table added after the first capture was loaded
+    # in: the slot's changes of it that commit before this are in its LOAD files already
+    load_lsns: dict[str, int] = field(default_factory=dict)
+    config: str = ""  # the configuration file this capture follows (absolute), "" when none
+    # the publications the first capture created (changes are decoded through these names)
+    publications: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -47,7 +53,16 @@ class CaptureState:
             )
             for t in data["tables"]
         ]
-        return cls(data["slot"], tables, data["full_load_done"], data["consistent_point"], data.get("layout_lsns", {}))
+        return cls(
+            data["slot"],
+            tables,
+            data["full_load_done"],
+            data["consistent_point"],
+            data.get("layout_lsns", {}),
+            data.get("load_lsns", {}),
+            data.get("config", ""),
+            data.get("publications", []),
+        )
 
 
 def write_durably(path: Path, data: bytes) -> None:
