@@ -54,7 +54,14 @@ def test_numeric_precision_comes_from_the_type_modifier() -> None:
 
 def test_values_become_text_spark_casts_correctly() -> None:
     assert value_text("timestamptz")("2024-01-01 01:30:00.5+05:30") == "2023-12-31 20:00:00.500000"
-    assert value_text("timestamptz")("infinity") == "infinity"  # left for the engine to reject by name
+    # ±infinity: clamped to the ends of Spark's range (what psycopg2 reads them as, too)
+    assert value_text("timestamptz")("infinity") == "9999-12-31 23:59:59.999999"
+    assert value_text("timestamp")("-infinity") == "0001-01-01 00:00:00.000000"
+    assert (value_text("date")("infinity"), value_text("date")("-infinity")) == ("9999-12-31", "0001-01-01")
+    assert value_text("timestamp")("0044-03-15 12:00:00 BC") == "0044-03-15 12:00:00 BC"  # left for the engine
+    # money (lc_monetary=C): the amount DMS's NUMERIC(38,4) holds
+    assert value_text("money")("-$92,233,720,368,547,758.08") == "-92233720368547758.08"
+    assert value_text("money")("$0.00") == "0.00"
     assert value_text("bool")("t") == "true"
     assert value_text("bytea")("\\x00ff") == "00ff"
 
