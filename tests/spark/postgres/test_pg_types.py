@@ -77,3 +77,40 @@ def test_every_type_init_maps_loads_what_capture_writes(source_db: SourceDatabas
     assert source_db.last_run is not None and not source_db.last_run.quarantined
     assert [r.equal for r in results] == [True], format_comparisons(results)
     assert results[0].source_rows == 4
+
+
+def test_verify_compares_exactly_names_the_differing_columns_and_never_crashes(
+    source_db: SourceDatabase, apply_and_verify: Verify
+) -> None:
+    # GIVEN captured and applied tables with network addresses (inet prints no /32, its ::text does)
+    source_db.execute(
+        "CREATE TABLE hosts (id int PRIMARY KEY, ip inet, net cidr, price numeric(10,2), note text)",
+        "INSERT INTO hosts VALUES (1, '10.0.0.1', '10.0.0.0/8', 1.5, 'a'), (2, '2001:db8::1', '2001:db8::/32', 2, 'b'),"
+        " (3, '::ffff:1.2.3.4', '::/0', NULL, NULL)",
+        "CREATE TABLE gone (id int PRIMARY KEY)",
+        "INSERT INTO gone VALUES (1)",
+    )
+    source_db.capture()
+    results = apply_and_verify(source_db)
+    assert [r.equal for r in results] == [True, True], format_comparisons(results)
+    # WHEN numeric columns are added with a default (PostgreSQL logs nothing for the rows before),
+    # a row changes at the source after the last capture, and a configured table is dropped
+    source_db.execute(
+        "ALTER TABLE hosts ADD COLUMN score numeric DEFAULT 5",
+        "ALTER TABLE hosts ADD COLUMN rate numeric(6,2) DEFAULT 5",
+        "INSERT INTO hosts VALUES (4, '10.0.0.4', '10.0.0.0/24', 4, 'd', 7, 7)",
+    )
+    source_db.capture()
+    source_db.execute("UPDATE hosts SET price = 9, note = 'changed' WHERE id = 2", "DROP TABLE gone")
+    results = apply_and_verify(source_db)
+    # THEN each table gets its verdict, no traceback: the defaults are named as such, the changed
+    # row with the columns that differ, the dropped table is skipped; one summary line ends it
+    report = format_comparisons(results)
+    by_table = {r.table: r for r in results}
+    hosts, gone = by_table["public.hosts"], by_table["public.gone"]
+    assert hosts.unlogged_defaults == ["id=1", "id=3"] and hosts.different == ["id=2"], report
+    assert hosts.differing_columns == {"id=2": ["price", "note", "score", "rate"]}, report
+    assert not (hosts.missing or hosts.unexpected or hosts.problem), report
+    assert gone.problem == "no such table at the source", report
+    assert "content differs: id=2 (columns: price, note, score, rate)" in report
+    assert report.splitlines()[-1] == "verify: 0 table(s) equal, 1 differing, 1 skipped"
