@@ -197,6 +197,37 @@ def read_tables(cursor: Any, schemas: Sequence[str], only: Sequence[str] = ()) -
     return tables
 
 
+_TOASTABLE_SQL = """
+SELECT n.nspname, c.relname, a.attname
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+WHERE c.relkind IN ('r', 'p') AND c.relreplident <> 'f' AND a.attstorage <> 'p'
+  AND n.nspname = ANY(%(schemas)s)
+ORDER BY n.nspname, c.relname, a.attnum
+"""
+
+
+def toastable_columns(cursor: Any, schemas: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """``schema.table`` -> its columns that can hold out-of-line (TOASTed) values, for tables of
+    ``schemas`` without REPLICA IDENTITY FULL. An update that leaves such a value unchanged does
+    not log it (pgoutput sends "unchanged"), so capture cannot write the row and holds the table."""
+    cursor.execute(_TOASTABLE_SQL, {"schemas": list(schemas)})
+    found: dict[str, tuple[str, ...]] = {}
+    for schema, table, column in cursor.fetchall():
+        found[f"{schema}.{table}"] = (*found.get(f"{schema}.{table}", ()), str(column))
+    return found
+
+
+def full_identity_warning(table: str, columns: Sequence[str]) -> str:
+    """The warning for a table ``toastable_columns`` names, with the fix."""
+    return (
+        f"{table}: column(s) {', '.join(columns)} can hold large (TOASTed) values that PostgreSQL does not log "
+        "when an update leaves them unchanged, unless the table has REPLICA IDENTITY FULL; capture then holds "
+        f"the table. Run ALTER TABLE {table} REPLICA IDENTITY FULL before the first capture"
+    )
+
+
 def configuration_yaml(
     tables: Sequence[SourceTable],
     bronze_path: str,
