@@ -41,7 +41,6 @@ def test_an_unlogged_large_value_holds_its_table_and_capture_goes_on_for_the_oth
     assert "public.docs" in warning and "ALTER TABLE public.docs REPLICA IDENTITY FULL" in warning
     assert "public.other" not in warning  # no column that can be TOASTed
     source_db.capture()
-    assert all(r.equal for r in apply_and_verify(source_db))
 
     # WHEN an update leaves the large value unchanged (PostgreSQL logs it as "unchanged TOAST"),
     # and both tables change around it

@@ -82,7 +82,7 @@ def test_every_type_init_maps_loads_what_capture_writes(source_db: SourceDatabas
 def test_verify_compares_exactly_names_the_differing_columns_and_never_crashes(
     source_db: SourceDatabase, apply_and_verify: Verify
 ) -> None:
-    # GIVEN captured and applied tables with network addresses (inet prints no /32, its ::text does)
+    # GIVEN captured tables with network addresses (inet prints no /32, its ::text does)
     source_db.execute(
         "CREATE TABLE hosts (id int PRIMARY KEY, ip inet, net cidr, price numeric(10,2), note text)",
         "INSERT INTO hosts VALUES (1, '10.0.0.1', '10.0.0.0/8', 1.5, 'a'), (2, '2001:db8::1', '2001:db8::/32', 2, 'b'),"
@@ -91,8 +91,6 @@ def test_verify_compares_exactly_names_the_differing_columns_and_never_crashes(
         "INSERT INTO gone VALUES (1)",
     )
     source_db.capture()
-    results = apply_and_verify(source_db)
-    assert [r.equal for r in results] == [True, True], format_comparisons(results)
     # WHEN numeric columns are added with a default (PostgreSQL logs nothing for the rows before),
     # a row changes at the source after the last capture, and a configured table is dropped
     source_db.execute(
@@ -103,8 +101,9 @@ def test_verify_compares_exactly_names_the_differing_columns_and_never_crashes(
     source_db.capture()
     source_db.execute("UPDATE hosts SET price = 9, note = 'changed' WHERE id = 2", "DROP TABLE gone")
     results = apply_and_verify(source_db)
-    # THEN each table gets its verdict, no traceback: the defaults are named as such, the changed
-    # row with the columns that differ, the dropped table is skipped; one summary line ends it
+    # THEN each table gets its verdict, no traceback: the network addresses are equal, the defaults
+    # are named as such, the changed row with the columns that differ, the dropped table is skipped;
+    # one summary line ends it
     report = format_comparisons(results)
     by_table = {r.table: r for r in results}
     hosts, gone = by_table["public.hosts"], by_table["public.gone"]
