@@ -8,8 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from cdclake.config import load_config
 from cdclake.shells.cli import main
+from cdclake.sources.postgres import verify
 from cdclake.sources.postgres.verify import TableComparison, format_comparisons
 
 SourceDatabase = Any  # conftest.SourceDatabase
@@ -80,7 +83,7 @@ def test_every_type_init_maps_loads_what_capture_writes(source_db: SourceDatabas
 
 
 def test_verify_compares_exactly_names_the_differing_columns_and_never_crashes(
-    source_db: SourceDatabase, apply_and_verify: Verify
+    source_db: SourceDatabase, apply_and_verify: Verify, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN captured tables with network addresses (inet prints no /32, its ::text does)
     source_db.execute(
@@ -113,3 +116,15 @@ def test_verify_compares_exactly_names_the_differing_columns_and_never_crashes(
     assert gone.problem == "no such table at the source", report
     assert "content differs: id=2 (columns: price, note, score, rate)" in report
     assert report.splitlines()[-1] == "verify: 0 table(s) equal, 1 differing, 1 skipped"
+
+    # WHEN reading one table fails outright
+    def broken(*args: Any) -> Any:
+        raise RuntimeError("silver unreadable")
+
+    monkeypatch.setattr(verify, "_silver_rows", broken)
+    results = apply_and_verify(source_db)
+    # THEN that table is skipped with the reason, no traceback stops verify
+    assert [r.problem for r in results] == [
+        "no such table at the source",
+        "could not be compared: RuntimeError: silver unreadable",
+    ], format_comparisons(results)

@@ -289,8 +289,9 @@ def verify(engine: Engine, conn: Any, tables: Sequence[TableConfig] | None = Non
         try:
             results.append(compare_table(engine, conn, table, source))
         except Exception as exc:  # one table's failure is reported, and the others are compared
-            log.exception("verify table=%s failed", table.source)
             problem = f"could not be compared: {type(exc).__name__}: {first_line(exc)}"
+            log.error("verify table=%s %s", table.source, problem)
+            log.debug("verify table=%s failure", table.source, exc_info=True)  # the traceback, for -v
             results.append(TableComparison(table=table.source, problem=problem))
     return results
 
