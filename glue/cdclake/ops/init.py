@@ -78,11 +78,15 @@ def init(settings: InitSettings, read: CatalogReader = read_catalog, out: Callab
             selection = selected_tables(address, catalog, config.source_include, config.source_exclude)
         found = drift(config, selection.tables, catalog)
         out(drift_report(found).rstrip("\n"))
+        for warning in (w for t in selection.tables for w in t.warnings):
+            out(f"warning: {warning}")
         return 1 if found else 0
     if not selection.tables:
         patterns = ", ".join(settings.include) or "every table"
         raise CdclakeError(f"No table of {address.describe()} matches {patterns}: nothing to write.")
     for table in selection.tables:
+        for warning in table.warnings:
+            log.warning("%s", warning)
         if not table.key:
             log.warning(
                 "%s has no primary key (nor a unique index DMS would use): configured append_only: true, "

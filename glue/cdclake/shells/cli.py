@@ -610,7 +610,9 @@ def _capture(args: argparse.Namespace) -> int:
         f"changes={report.changes} transactions={report.transactions} already in bronze={report.skipped_changes}; "
         f"slot confirmed at {report.confirmed_lsn}"
     )
-    return 0
+    for table, reason in sorted(report.held.items()):
+        print(f"capture: table {table} held: {reason}", file=sys.stderr)
+    return 1 if report.held else 0
 
 
 def _capture_follows_config(settings: CaptureSettings, args: argparse.Namespace) -> CaptureSettings:

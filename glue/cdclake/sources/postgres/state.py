@@ -36,6 +36,9 @@ class CaptureState:
     config: str = ""  # the configuration file this capture follows (absolute), "" when none
     # the publications the first capture created (changes are decoded through these names)
     publications: list[str] = field(default_factory=list)
+    # table -> (commit LSN, reason): a table whose changes from that transaction on are not
+    # captured (an unlogged TOAST value, ``capture.ChangeCapture._hold``) until it is reloaded
+    held: dict[str, tuple[int, str]] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -53,6 +56,7 @@ class CaptureState:
             )
             for t in data["tables"]
         ]
+        held = {table: (int(lsn), str(reason)) for table, (lsn, reason) in data.get("held", {}).items()}
         return cls(
             data["slot"],
             tables,
@@ -62,6 +66,7 @@ class CaptureState:
             data.get("load_lsns", {}),
             data.get("config", ""),
             data.get("publications", []),
+            held,
         )
 
 
