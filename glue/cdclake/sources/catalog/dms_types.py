@@ -119,8 +119,9 @@ def postgres_dms_type(pg_type: str, type_modifier: int) -> DmsType:
     if pg_type == "numeric":
         if type_modifier < 4:
             # DMS's default is NUMERIC(28,6), which rounds to 6 decimals and overflows past 22
-            # integer digits; its endpoint setting MapUnboundedNumericAsString keeps the value
-            # exact as text, as cdclake does (20+ digits, NaN and Infinity included).
+            # integer digits (its MapUnboundedNumericAsString is documented for PostgreSQL targets
+            # only); a string holds both what DMS wrote and cdclake capture's exact text (20+ digits,
+            # NaN and Infinity included).
             return DmsType("STRING")
         precision = ((type_modifier - 4) >> 16) & 0xFFFF
         scale = (type_modifier - 4) & 0xFFFF
