@@ -54,6 +54,8 @@ class CaptureReport:
     skipped_changes: int = 0  # already durable in bronze (re-read after a stop or crash)
     confirmed_lsn: str = ""
     files: list[str] = field(default_factory=list)
+    held: dict[str, str] = field(default_factory=dict)  # table -> why its changes are not captured, and the fix
+    held_changes: int = 0  # changes of held tables left out by this run
 
 
 # --------------------------------------------------------------------------- connections
