@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.columns import EFFECT, OP, SILVER_ORDER
 from cdclake.engine.statements import merge_statement
-from cdclake.lake.committer import IcebergCommitter, KeyedBatch
+from cdclake.lake.batch import KeyedBatch
+from cdclake.lake.committer import IcebergCommitter
 from cdclake.lake.layout import Layout, apply_layout
 from cdclake.lake.ledger import ledger_properties
 from cdclake.lake.publish import (
@@ -187,7 +188,8 @@ def run_case(spark: SparkSession, case: Case, database: str, scratch: Path) -> l
         IcebergCommitter().merge(spark, batch, statement)
 
     def publish() -> None:
-        publish_changes(spark, identifier, changes, ["id"], COLUMNS, properties)
+        batch = KeyedBatch(SilverTable(*identifier.split(".")), changes, ["id"], COLUMNS, properties, None)
+        publish_changes(spark, batch)
 
     def fast_forward() -> None:
         drop_leftover_branches(spark, identifier)

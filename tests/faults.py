@@ -6,7 +6,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cdclake.lake.committer import IcebergCommitter, KeyedBatch
+from cdclake.lake.batch import KeyedBatch
+from cdclake.lake.committer import IcebergCommitter
 from cdclake.lake.publish import abandon_staged, commit_staged, stage_changes
 
 

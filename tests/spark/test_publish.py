@@ -14,7 +14,8 @@ from pyspark.sql import functions as F
 from cdclake.columns import EFFECT, OP, SILVER_ORDER, UNCHANGED_PREFIX
 from cdclake.engine.changes import classify_effects
 from cdclake.engine.statements import merge_statement
-from cdclake.lake.committer import IcebergCommitter, KeyedBatch
+from cdclake.lake.batch import KeyedBatch
+from cdclake.lake.committer import IcebergCommitter
 from cdclake.lake.layout import Layout, apply_layout, has_layout, layout_statements
 from cdclake.lake.ledger import FILES_PROPERTY, KIND_CDC, KIND_PROPERTY, ledger_properties, read_ledger, replace_table
 from cdclake.lake.publish import (
@@ -96,6 +97,11 @@ def _branches(spark: SparkSession, identifier: str) -> list[str]:
     return [r["name"] for r in spark.sql(f"SELECT name FROM {identifier}.refs").collect() if r["name"] != "main"]
 
 
+def _batch(identifier: str, changes: DataFrame, key: Sequence[str], properties: dict[str, str]) -> KeyedBatch:
+    """A batch as the pipeline hands it to ``publish_changes`` (no table metadata: publish reads its own)."""
+    return KeyedBatch(SilverTable(*identifier.split(".")), changes, key, COLUMNS, properties, None, ABSENT, UNCHANGED)
+
+
 @pytest.fixture
 def database(spark: SparkSession) -> Iterator[str]:
     name = f"pub_{uuid.uuid4().hex[:10]}"
@@ -137,9 +143,7 @@ def test_same_table_as_merge_one_snapshot_per_batch(
                 _merge(spark, merged, changes, key)
             history_before = _main_history(spark, published)
             properties = ledger_properties(KIND_CDC, [f"batch-{step}"], "2024-01-01 00:00:00")
-            snapshot = publish_changes(
-                spark, published, changes, key, COLUMNS, properties, absent=ABSENT, unchanged=UNCHANGED
-            )
+            snapshot = publish_changes(spark, _batch(published, changes, key, properties))
             boundaries.add(snapshot)
             # THEN the tables are equal, main gained exactly one snapshot that carries the ledger
             assert _rows(spark, published) == _rows(spark, merged)
@@ -170,9 +174,7 @@ def test_ledger_reader_sees_every_published_batch(spark: SparkSession, database:
     for step in (1, 2):
         changes = spark.createDataFrame(_random_batch(rng, 60, 20, step), CHANGE_SCHEMA)
         properties = ledger_properties(KIND_CDC, [f"cdc-{step}.csv"])
-        publish_changes(
-            spark, silver.identifier, changes, ["id"], COLUMNS, properties, absent=ABSENT, unchanged=UNCHANGED
-        )
+        publish_changes(spark, _batch(silver.identifier, changes, ["id"], properties))
     # THEN read_ledger walks main's lineage through both batches back to the full load
     ledger = read_ledger(spark, silver)
     assert ledger.full_load_done
@@ -196,7 +198,7 @@ def test_crashed_stage_is_invisible_and_the_next_run_cleans_up(spark: SparkSessi
     assert _branches(spark, published) == [staged.branch]
     # WHEN the next run publishes the same batch
     properties = {KIND_PROPERTY: KIND_CDC, FILES_PROPERTY: '["f"]'}
-    publish_changes(spark, published, changes, ["id"], COLUMNS, properties, absent=ABSENT, unchanged=UNCHANGED)
+    publish_changes(spark, _batch(published, changes, ["id"], properties))
     _merge(spark, merged, changes, ["id"])
     # THEN the leftover branch is gone and the result is the MERGE's, in one snapshot
     assert _branches(spark, published) == []

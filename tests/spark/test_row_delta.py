@@ -17,11 +17,12 @@ from pyspark.sql import functions as F
 from cdclake.columns import EFFECT, OP, SILVER_ORDER, STORED_FILE, STORED_POS
 from cdclake.engine.changes import classify_effects
 from cdclake.engine.statements import merge_statement
-from cdclake.lake.committer import IcebergCommitter, KeyedBatch
+from cdclake.lake.batch import KeyedBatch, TableMetadata, read_table_metadata
+from cdclake.lake.committer import IcebergCommitter
 from cdclake.lake.driver_write import apply_collected_row_delta, collect_rows, shape, write_parquet
 from cdclake.lake.ledger import KIND_CDC, ledger_properties
 from cdclake.lake.row_delta import WrittenFile, WrittenFiles, apply_row_delta, blocker
-from cdclake.lake.tables import SilverTable, current_snapshot_id, iceberg_fields, iceberg_table, is_commit_conflict
+from cdclake.lake.tables import SilverTable, iceberg_fields, iceberg_table, is_commit_conflict
 from faults import iceberg_failure
 from readers import MainPoller, delete_file_schemas
 
@@ -91,16 +92,30 @@ def _history(spark: SparkSession, identifier: str) -> list[int]:
     return [r["snapshot_id"] for r in rows]
 
 
-def _classified(spark: SparkSession, identifier: str, changes: DataFrame, key: Sequence[str]) -> tuple[DataFrame, int]:
-    """The pipeline's classification at the current snapshot, with the stored rows' places."""
-    base = current_snapshot_id(spark, identifier)
+def _metadata(spark: SparkSession, identifier: str) -> TableMetadata:
+    return read_table_metadata(spark, SilverTable(*identifier.split(".")))
+
+
+def _classified(
+    spark: SparkSession, identifier: str, changes: DataFrame, key: Sequence[str]
+) -> tuple[DataFrame, TableMetadata]:
+    """The pipeline's classification at the current snapshot, with the stored rows' places, and the
+    table's metadata as it found it."""
+    metadata = _metadata(spark, identifier)
+    base = metadata.snapshot_id
     assert base is not None
     stored = spark.sql(
         f"SELECT {', '.join(key)}, {SILVER_ORDER}, _file AS {STORED_FILE}, _pos AS {STORED_POS} "
         f"FROM {identifier} VERSION AS OF {base}"
     )
     classified = classify_effects(changes, stored, stored.select(*key, SILVER_ORDER).limit(0), key).localCheckpoint()
-    return classified.where(F.col(EFFECT).isin("insert", "update", "delete")), base
+    return classified.where(F.col(EFFECT).isin("insert", "update", "delete")), metadata
+
+
+def _batch(
+    identifier: str, changes: DataFrame | pa.Table, metadata: TableMetadata, properties: dict[str, str]
+) -> KeyedBatch:
+    return KeyedBatch(SilverTable(*identifier.split(".")), changes, ["id"], COLUMNS, properties, metadata, ABSENT)
 
 
 def _merge(spark: SparkSession, identifier: str, changes: DataFrame, key: Sequence[str]) -> None:
@@ -132,7 +147,7 @@ def test_same_table_as_merge_one_snapshot_per_batch(
         _create(spark, identifier, initial)
     if sorted_layout:
         spark.sql(f"ALTER TABLE {written} WRITE ORDERED BY id")
-    assert blocker(spark, written, ["id"], COLUMNS, ABSENT) is None
+    assert blocker(_metadata(spark, written), ["id"], COLUMNS, ABSENT) is None
     boundaries = {_history(spark, written)[-1]}
     poller = MainPoller(spark, written)
     poller.start()
@@ -140,15 +155,15 @@ def test_same_table_as_merge_one_snapshot_per_batch(
         for step in range(1, 4):
             # WHEN the same classified batch goes through MERGE and through the RowDelta of written files
             changes = spark.createDataFrame(_random_batch(rng, 360, 120, step), CHANGE_SCHEMA)
-            classified, base = _classified(spark, written, changes, ["id"])
+            classified, metadata = _classified(spark, written, changes, ["id"])
             _merge(spark, merged, classified, ["id"])
             before = _history(spark, written)
             properties = ledger_properties(KIND_CDC, [f"batch-{step}"], "2024-01-01 00:00:00")
             if writer == "spark":
-                snapshot = apply_row_delta(spark, written, classified, ["id"], COLUMNS, properties, base, ABSENT)
+                snapshot = apply_row_delta(spark, _batch(written, classified, metadata, properties))
             else:
                 collected = collect_rows(classified)
-                snapshot = apply_collected_row_delta(spark, written, collected, COLUMNS, properties, base, ABSENT)
+                snapshot = apply_collected_row_delta(spark, _batch(written, collected, metadata, properties))
             boundaries.add(snapshot)
             # THEN the tables are equal, main gained one snapshot carrying the ledger, with delete files
             assert _rows(spark, written) == _rows(spark, merged)
@@ -216,13 +231,13 @@ def test_delete_files_declare_their_columns_required_under_the_reserved_field_id
     rng = random.Random(21)
     _create(spark, identifier, _initial_rows(rng, 60))
     changes = spark.createDataFrame(_random_batch(rng, 60, 30, 1), CHANGE_SCHEMA)
-    classified, base = _classified(spark, identifier, changes, ["id"])
+    classified, metadata = _classified(spark, identifier, changes, ["id"])
     # WHEN its position deletes are written by Spark's Parquet writer, by the driver's pyarrow, or
     # by Iceberg's own writer (a MERGE)
     if writer == "spark":
-        apply_row_delta(spark, identifier, classified, ["id"], COLUMNS, {}, base, ABSENT)
+        apply_row_delta(spark, _batch(identifier, classified, metadata, {}))
     elif writer == "driver":
-        apply_collected_row_delta(spark, identifier, collect_rows(classified), COLUMNS, {}, base, ABSENT)
+        apply_collected_row_delta(spark, _batch(identifier, collect_rows(classified), metadata, {}))
     else:
         _merge(spark, identifier, classified, ["id"])
     # THEN every delete file's footer declares file_path and pos required, with the field ids the
@@ -246,7 +261,7 @@ def test_a_concurrent_commit_makes_it_fail_and_leaves_nothing(spark: SparkSessio
     written = f"{database}.written"
     _create(spark, written, _initial_rows(random.Random(5), 100))
     changes = spark.createDataFrame(_random_batch(random.Random(6), 120, 40, 1), CHANGE_SCHEMA)
-    classified, base = _classified(spark, written, changes, ["id"])
+    classified, metadata = _classified(spark, written, changes, ["id"])
     intruder = (999, "p0", *_values(999, 9), None, _order(1))
     spark.createDataFrame([intruder], TABLE_SCHEMA).writeTo(written).append()
     before = _rows(spark, written)
@@ -256,7 +271,7 @@ def test_a_concurrent_commit_makes_it_fail_and_leaves_nothing(spark: SparkSessio
     # THEN Iceberg's validation refuses it as a commit conflict (the engine retries those), main
     # keeps the other writer's row and nothing else, and the batch's files are removed again
     with pytest.raises(Exception) as failure:
-        apply_row_delta(spark, written, classified, ["id"], COLUMNS, {}, base, ABSENT)
+        apply_row_delta(spark, _batch(written, classified, metadata, {}))
     assert is_commit_conflict(failure.value)
     assert _rows(spark, written) == before
     assert set(_files_under(data_dir)) == written_before
@@ -267,12 +282,12 @@ def test_a_compaction_since_the_classification_makes_it_fail(spark: SparkSession
     written = f"{database}.written"
     _create(spark, written, _initial_rows(random.Random(7), 100))
     changes = spark.createDataFrame(_random_batch(random.Random(8), 100, 40, 1), CHANGE_SCHEMA)
-    classified, base = _classified(spark, written, changes, ["id"])
+    classified, metadata = _classified(spark, written, changes, ["id"])
     _compact(spark, written)
     before = _rows(spark, written)
     # WHEN the batch is committed, THEN its deletes would point into removed files: refused
     with pytest.raises(Exception) as failure:
-        apply_row_delta(spark, written, classified, ["id"], COLUMNS, {}, base, ABSENT)
+        apply_row_delta(spark, _batch(written, classified, metadata, {}))
     assert is_commit_conflict(failure.value)
     assert _rows(spark, written) == before
 
@@ -334,4 +349,4 @@ def test_what_keeps_a_table_off_this_path(
     _create(spark, table, _initial_rows(random.Random(1), 5), **table_properties)
     if ddl:
         spark.sql(ddl.format(t=table))
-    assert blocker(spark, table, ["id"], columns, ABSENT, unchanged) == reason
+    assert blocker(_metadata(spark, table), ["id"], columns, ABSENT, unchanged) == reason

@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 
 from cdclake.context import Engine
-from cdclake.dms.horizon import tombstones_pruned_before
 from cdclake.dms.writer import write_csv
 from cdclake.engine.run import replay, run
 from cdclake.engine.select import ReplaySelection
-from cdclake.lake.journals import QUARANTINE_TABLE, tombstones_of
+from cdclake.lake.journals import QUARANTINE_TABLE, tombstones_of, tombstones_pruned_before
 from cdclake.ops.maintenance import MaintenanceSettings, maintain
 
 pytestmark = pytest.mark.spark

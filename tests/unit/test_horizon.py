@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from cdclake.dms.files import parse_key
-from cdclake.dms.horizon import beyond_horizon, parse_pruned_before, pruned_before_after, written_at
+from cdclake.dms.horizon import beyond_horizon, pruned_before_after, written_at
+from cdclake.lake.journals import parse_pruned_before
 
 PRUNED = datetime(2024, 3, 16, 12, 0, tzinfo=UTC)  # maintenance pruned tombstones of deletes before this
 

@@ -13,7 +13,8 @@ applies it, skipping this check.
 
 A CDC file's name is the time DMS wrote it, after every change in it was committed; its changes are older by at
 most the endpoint's ``CdcMaxBatchInterval`` (60 s by default). ``margin`` (a day) covers that with room to spare,
-so the check needs only the file name, before anything is read.
+so the check needs only the file name, before anything is read. The cut itself is read with the table's
+metadata (``lake.metadata.TableMetadata.tombstones_pruned_before``).
 """
 
 from __future__ import annotations
@@ -21,15 +22,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
 
 from cdclake.dms.files import BronzeFile, FileKind
-from cdclake.lake.tables import SilverTable, table_property
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
-PRUNED_BEFORE_PROPERTY = "cdclake.tombstones.pruned-before"  # on the tombstone table, an ISO 8601 UTC time
 DEFAULT_MARGIN = timedelta(days=1)
 
 
@@ -89,16 +84,3 @@ def beyond_horizon(
                 )
             )
     return late
-
-
-def parse_pruned_before(value: str | None) -> datetime | None:
-    """The tombstone table's ``cdclake.tombstones.pruned-before`` property (ISO 8601), None when absent."""
-    if not value:
-        return None
-    parsed = datetime.fromisoformat(value)
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-def tombstones_pruned_before(spark: SparkSession, tombstones: SilverTable) -> datetime | None:
-    """The newest cut maintenance pruned these tombstones at; None if never (or no tombstone table)."""
-    return parse_pruned_before(table_property(spark, tombstones, PRUNED_BEFORE_PROPERTY))

@@ -10,13 +10,11 @@ from cdclake.columns import EFFECT_DELETE, EFFECT_DELETE_MISSING, EFFECT_INSERT,
 from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile
-from cdclake.dms.horizon import beyond_horizon, tombstones_pruned_before
 from cdclake.engine.commit import commit_batch
-from cdclake.engine.prepare import BatchPlan, Hold, prepare_batch
+from cdclake.engine.prepare import BatchPlan, prepare_batch
 from cdclake.engine.select import TableState
 from cdclake.errors import FullLoadPendingError
-from cdclake.lake.driver_write import is_collected
-from cdclake.lake.journals import tombstones_of
+from cdclake.lake.batch import is_collected
 from cdclake.report import TableReport
 
 log = logging.getLogger("cdclake")
@@ -61,13 +59,7 @@ def apply_cdc_batch(
         )
     log.info("cdc batch table=%s files=%d first=%s last=%s", table.source, len(pending), pending[0].name,
              pending[-1].name)  # fmt: skip
-    # A file written before the tombstones of its keys were pruned could revive a deleted row:
-    # held in quarantine with the reason (a replay applies it after review), never applied blindly.
-    silver = engine.silver_table(table)
-    late = beyond_horizon(pending, tombstones_pruned_before(engine.spark, tombstones_of(silver)), replay=force)
-    held_late = {x.file for x in late}
-    plan = prepare_batch(engine, table, [f for f in pending if f not in held_late])
-    plan.holds.extend(Hold([x.file], x.reason) for x in late)
+    plan = prepare_batch(engine, table, pending, replay=force)
     try:
         commit_batch(engine, table, plan, force)
     finally:

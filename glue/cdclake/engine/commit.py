@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -22,8 +23,7 @@ from cdclake.engine.history_sync import BatchHistory, append_batch_history
 from cdclake.engine.prepare import BatchPlan, ChangeSet, Hold, silver_shape, tombstone_rows, with_effects
 from cdclake.engine.read import BadRows
 from cdclake.engine.statements import merge_statement
-from cdclake.lake.committer import KeyedBatch
-from cdclake.lake.driver_write import is_collected
+from cdclake.lake.batch import KeyedBatch, is_collected, read_table_metadata
 from cdclake.lake.history import apply_history, create_history, history_of, reflecting, start_history
 from cdclake.lake.journals import (
     record_quarantine,
@@ -78,7 +78,13 @@ def commit_batch(engine: Engine, table: TableConfig, plan: BatchPlan, force: boo
         assert not is_collected(changes.rows), "append-only batches are appended by Spark"
         engine.committer.append(engine.spark, silver, silver_shape(changes.rows), changes.properties)
     else:
-        _apply_keyed(engine, table, silver, changes, changes.keyed)
+        batch = changes.keyed
+        if changes.schema.changes_table and batch.metadata is not None:
+            # The new images follow the evolved schema (no snapshot made): read again, still
+            # classified against and validated from the snapshot the plan read.
+            evolved = read_table_metadata(engine.spark, silver)
+            batch = replace(batch, metadata=replace(evolved, snapshot_id=batch.metadata.snapshot_id))
+        _apply_keyed(engine, table, silver, changes, batch)
     if force:  # after the data commit: a replay that never commits leaves the quarantine as it was
         replayed = [f.key for f in changes.files]
         release_quarantine(engine.spark, silver, replayed)

@@ -32,17 +32,18 @@ from cdclake.columns import (
 from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile
+from cdclake.dms.horizon import beyond_horizon
 from cdclake.dms.reader import HeldFileError
 from cdclake.engine.changes import classify_effects, data_columns, has_error, latest_change_per_key, unchanged_flags
 from cdclake.engine.read import BadRows, RowCounts, bad_rows, read_changes, unreadable_files
 from cdclake.errors import CdclakeError, ConfigError
 from cdclake.identifiers import quote
-from cdclake.lake.committer import KeyedBatch
-from cdclake.lake.driver_write import collect_rows, collectable, is_collected
+from cdclake.lake.batch import KeyedBatch, TableMetadata, is_collected, read_table_metadata
+from cdclake.lake.driver_write import collect_rows, collectable
 from cdclake.lake.journals import tombstones_of
 from cdclake.lake.ledger import KIND_CDC, ledger_properties
 from cdclake.lake.row_delta import blocker as row_delta_blocker
-from cdclake.lake.tables import SilverTable, current_snapshot_id, silver_columns, stored_records, table_exists
+from cdclake.lake.tables import silver_columns
 from cdclake.runtime.session import interpreted_expressions
 from cdclake.schema import SchemaPlan, plan_schema_change
 
@@ -102,24 +103,36 @@ class BatchPlan:
     changes: ChangeSet | None = None
 
 
-def prepare_batch(engine: Engine, table: TableConfig, files: Sequence[BronzeFile]) -> BatchPlan:
-    """Plan a batch; if Spark cannot read it, find the unreadable files one by one, plan to hold
-    them and prepare the rest. Empty files are held without reading them. A batch of at most
+def prepare_batch(engine: Engine, table: TableConfig, files: Sequence[BronzeFile], replay: bool = False) -> BatchPlan:
+    """Plan a batch, the plan's only author. The table's metadata is read once (``TableMetadata``)
+    and every decision is taken from it. A file written before the tombstone horizon is held
+    (``dms.horizon``: it could revive a deleted row) unless a person ``replay``s it; empty files
+    are held without reading them; if Spark cannot read the batch, the unreadable files are found
+    one by one, planned to be held, and the rest prepared. A batch of at most
     ``Engine.interpreted_batch_bytes`` is evaluated by Spark's interpreter (``interpreted_expressions``)."""
+    metadata = read_table_metadata(engine.spark, engine.silver_table(table))
+    plan = BatchPlan()
+    late = beyond_horizon(files, metadata.tombstones_pruned_before, replay=replay)
+    if late:
+        held_late = {x.file for x in late}
+        files = [f for f in files if f not in held_late]
     small = 0 < sum(f.size for f in files) <= engine.interpreted_batch_bytes
     with interpreted_expressions(engine.spark) if small else nullcontext():
-        return _prepare(engine, table, files)
+        _prepare(engine, table, files, metadata, plan)
+    plan.holds.extend(Hold([x.file], x.reason) for x in late)
+    return plan
 
 
-def _prepare(engine: Engine, table: TableConfig, files: Sequence[BronzeFile]) -> BatchPlan:
-    plan = BatchPlan()
+def _prepare(
+    engine: Engine, table: TableConfig, files: Sequence[BronzeFile], metadata: TableMetadata, plan: BatchPlan
+) -> BatchPlan:
     remaining = [f for f in files if f.size != 0]
     if empty := [f for f in files if f.size == 0]:
         plan.holds.append(Hold(empty, "empty file"))
     failures = 0
     while remaining:
         try:
-            return _prepare_readable(engine, table, remaining, plan)
+            return _prepare_readable(engine, table, remaining, metadata, plan)
         except ConfigError:
             raise
         except HeldFileError as refused:
@@ -140,7 +153,9 @@ def _prepare(engine: Engine, table: TableConfig, files: Sequence[BronzeFile]) ->
     return plan
 
 
-def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[BronzeFile], plan: BatchPlan) -> BatchPlan:
+def _prepare_readable(
+    engine: Engine, table: TableConfig, files: Sequence[BronzeFile], metadata: TableMetadata, plan: BatchPlan
+) -> BatchPlan:
     """Plan the schema change, then read, count and classify the batch in one pass over its files
     (the counts are observed while the rows are materialised)."""
     from pyspark.sql import Observation
@@ -154,9 +169,9 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
         # (their other side broadcast) without a shuffle.
         changes = changes.coalesce(1)
     shape = latest_changes(changes, table).limit(0)
-    creates_table = not table_exists(engine.spark, silver)
-    base = None if creates_table else current_snapshot_id(engine.spark, silver.identifier)
-    stored = [] if creates_table else silver_columns(engine.spark, silver)
+    creates_table = not metadata.exists
+    base = metadata.snapshot_id
+    stored = metadata.columns
     incoming = [(f.name, f.dataType.simpleString()) for f in silver_shape(shape).schema.fields]
     schema = SchemaPlan() if creates_table else plan_schema_change(stored, incoming, bookkeeping=(SILVER_ORDER,))
     if schema.incompatible:
@@ -188,10 +203,10 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
             keys, heap, engine.parallel_tables, engine.broadcast_heap_share
         )
         log.debug("classify table=%s keys=%d heap=%d broadcast=%s", table.source, keys, heap, small)
-        classified = _classify(engine, table, rows, shape, base, small)
+        classified = _classify(engine, table, rows, shape, metadata, small)
         observed = classified.observe(applied, *[F.count_if(F.col(EFFECT) == e).alias(e) for e in EFFECTS], latest)
     columns, unchanged = data_columns(rows), unchanged_flags(rows)
-    way = choose_commit_path(engine, table, silver, base, columns, schema.absent, unchanged)
+    way = choose_commit_path(engine, table, metadata, columns, schema.absent, unchanged)
     materialized: DataFrame | pa.Table
     # Small enough to collect into the driver (``Engine.driver_write_bytes``)?
     if way == "row-delta" and batch_bytes <= engine.driver_write_bytes and collectable(observed):
@@ -222,7 +237,7 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
             key=table.silver_key(),
             columns=columns,
             properties=properties,
-            base_snapshot_id=base,
+            metadata=None if creates_table else metadata,
             absent=schema.absent,
             unchanged=unchanged,
             image_count=effects[EFFECT_INSERT] + effects[EFFECT_UPDATE],
@@ -269,8 +284,7 @@ def history_changes(engine: Engine, table: TableConfig, files: Sequence[BronzeFi
 def choose_commit_path(
     engine: Engine,
     table: TableConfig,
-    silver: SilverTable,
-    base: int | None,
+    metadata: TableMetadata,
     columns: Sequence[str],
     absent: Sequence[str],
     unchanged: dict[str, str],
@@ -281,16 +295,17 @@ def choose_commit_path(
     records; a table the batch creates) and "publish" (branch-staged) into a large one."""
     if table.append_only:
         return "append"
+    base = metadata.snapshot_id
     if engine.commit_path in ("auto", "row-delta") and base is not None:
-        why_not = row_delta_blocker(engine.spark, silver.identifier, table.silver_key(), columns, absent, unchanged)
+        why_not = row_delta_blocker(metadata, table.silver_key(), columns, absent, unchanged)
         if why_not is None:
             return "row-delta"
-        log.debug("commit table=%s not through a RowDelta: %s", silver.name, why_not)
+        log.debug("commit table=%s not through a RowDelta: %s", metadata.table.name, why_not)
     if engine.commit_path == "merge" or engine.commit_path == "publish":
         return engine.commit_path
     if base is None:
         return "merge"
-    return "merge" if stored_records(engine.spark, silver.identifier) < engine.merge_below_records else "publish"
+    return "merge" if metadata.total_records < engine.merge_below_records else "publish"
 
 
 def with_effects(rows: DataFrame | pa.Table, effects: Sequence[str]) -> DataFrame | pa.Table:
@@ -341,9 +356,9 @@ def _cast(rows: DataFrame, casts: dict[str, str]) -> DataFrame:
 
 
 def _classify(
-    engine: Engine, table: TableConfig, rows: DataFrame, shape: DataFrame, base: int | None, broadcast_keys: bool
+    engine: Engine, table: TableConfig, rows: DataFrame, shape: DataFrame, metadata: TableMetadata, broadcast_keys: bool
 ) -> DataFrame:
-    """The latest changes with their effect against the stored rows (at snapshot ``base``) and the
+    """The latest changes with their effect against the stored rows (at ``metadata``'s snapshot) and the
     tombstones, and where each key's stored row lives (``_cdc_stored_file``, ``_cdc_stored_pos``),
     so that the commit can delete it without reading the table again (``lake.row_delta``).
 
@@ -354,10 +369,10 @@ def _classify(
     from pyspark.sql import functions as F
 
     key = table.silver_key()
-    silver = engine.silver_table(table)
+    silver, base = metadata.table, metadata.snapshot_id
     tombstones = tombstones_of(silver)
     nothing = shape.select(*key, SILVER_ORDER)
-    exists = table_exists(engine.spark, tombstones)
+    exists = metadata.tombstones_exist
     known_deleted = engine.spark.table(tombstones.identifier).select(*key, SILVER_ORDER) if exists else nothing
     if base is None:
         stored = nothing.withColumn(STORED_FILE, F.lit(None).cast("string")).withColumn(

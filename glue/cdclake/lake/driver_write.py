@@ -16,10 +16,11 @@ import functools
 import io
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any
 
 from cdclake.columns import OP, SILVER_ORDER, STORED_FILE, STORED_POS
-from cdclake.lake.row_delta import DELETE_FILE_COLUMNS, WrittenFile, WrittenFiles, sort_order_columns
+from cdclake.lake.batch import KeyedBatch, is_collected
+from cdclake.lake.row_delta import DELETE_FILE_COLUMNS, WrittenFile, WrittenFiles, row_delta_input, sort_order_columns
 from cdclake.lake.tables import iceberg_fields, iceberg_table
 
 if TYPE_CHECKING:
@@ -35,13 +36,6 @@ _ARROW_TYPES = {
 # Iceberg's codec names (``write.parquet.compression-codec``) as pyarrow spells them.
 _CODECS = {"uncompressed": "none", "zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "brotli": "brotli"}
 _FIELD_ID = b"PARQUET:field_id"
-
-
-def is_collected(rows: object) -> TypeGuard[pa.Table]:
-    """Whether ``rows`` were collected into the driver (an Arrow table, not a DataFrame)."""
-    import pyarrow as pa
-
-    return isinstance(rows, pa.Table)
 
 
 def collectable(frame: DataFrame) -> bool:
@@ -159,27 +153,24 @@ def sorted_ascending(rows: pa.Table, columns: Sequence[str]) -> pa.Table:
 
 
 def apply_collected_row_delta(
-    spark: SparkSession,
-    table_identifier: str,
-    changes: pa.Table,
-    columns: Sequence[str],
-    properties: Mapping[str, str],
-    base_snapshot_id: int,
-    absent: Sequence[str] = (),
-    before_commit: Callable[[], None] | None = None,
+    spark: SparkSession, batch: KeyedBatch, before_commit: Callable[[], None] | None = None
 ) -> int:
-    """``lake.row_delta.apply_row_delta`` for changes collected in the driver: the same new images
-    (one data file, in the table's sort order), the same position deletes (one file per data file
-    they delete from, sorted by position) and the same one RowDelta on ``main`` carrying
-    ``properties`` and validated against ``base_snapshot_id``, written without a Spark job.
+    """``lake.row_delta.apply_row_delta`` for a batch whose changes were collected in the driver: the
+    same new images (one data file, in the table's sort order), the same position deletes (one file
+    per data file they delete from, sorted by position) and the same one RowDelta on ``main``
+    carrying its properties and validated against its base snapshot, written without a Spark job.
     Returns the new snapshot's id."""
     import pyarrow.compute as pc
     from pyspark.sql.types import LongType, StringType
 
-    table = iceberg_table(spark, table_identifier)
-    table.refresh()
-    silver = _columns(spark, table, table_identifier)
-    present = {*columns, SILVER_ORDER}
+    metadata, changes = row_delta_input(batch)
+    assert is_collected(changes), "a DataFrame's changes are written by Spark (lake.row_delta)"
+    assert metadata.schema is not None
+    table = iceberg_table(spark, batch.table.identifier)
+    ids = {f.name: f.id for f in metadata.fields}
+    silver = [(f.name, ids[f.name], f.dataType) for f in metadata.schema.fields]
+    present = {*batch.columns, SILVER_ORDER}
+    absent = batch.absent
     images = shape(
         changes.filter(pc.not_equal(changes.column(OP), "D")),
         silver,
@@ -211,7 +202,8 @@ def apply_collected_row_delta(
         data_files = files.content_files(written_images, deletes=False)
         return data_files, files.content_files(written_deletes, deletes=True), deleted_from
 
-    return files.commit_row_delta(write, base_snapshot_id, properties, before_commit)
+    assert metadata.snapshot_id is not None
+    return files.commit_row_delta(write, metadata.snapshot_id, batch.properties, before_commit)
 
 
 def append_collected(spark: SparkSession, table_identifier: str, rows: pa.Table) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from cdclake.identifiers import sql_string
-from cdclake.lake.tables import SilverTable, ensure_table, merge_frame, table_exists
+from cdclake.lake.tables import SilverTable, ensure_table, merge_frame, table_exists, table_property
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -19,6 +19,9 @@ SCHEMA_CHANGES_TABLE = "cdclake_schema_changes"
 QUARANTINE_TABLE = "cdclake_quarantine"
 QUARANTINE_ROWS_TABLE = "cdclake_quarantine_rows"
 DISMISSED_TABLE = "cdclake_quarantine_dismissed"
+# On the tombstone table, an ISO 8601 UTC time: maintenance pruned the tombstones of deletes before it
+# (``dms.horizon``).
+PRUNED_BEFORE_PROPERTY = "cdclake.tombstones.pruned-before"
 
 
 # The journals are shared by every table of a database: the tables of one run, worked on
@@ -39,6 +42,19 @@ def _journal_write(journal: SilverTable) -> Iterator[None]:
 def tombstones_of(table: SilverTable) -> SilverTable:
     """Where the delete tombstones of ``table`` live: ``<table>__tombstones`` beside it."""
     return SilverTable(table.catalog, table.database, f"{table.name}{TOMBSTONE_SUFFIX}")
+
+
+def parse_pruned_before(value: str | None) -> datetime | None:
+    """The tombstone table's ``cdclake.tombstones.pruned-before`` property (ISO 8601), None when absent."""
+    if not value:
+        return None
+    parsed = datetime.fromisoformat(value)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def tombstones_pruned_before(spark: SparkSession, tombstones: SilverTable) -> datetime | None:
+    """The newest cut maintenance pruned these tombstones at; None if never (or no tombstone table)."""
+    return parse_pruned_before(table_property(spark, tombstones, PRUNED_BEFORE_PROPERTY))
 
 
 def _journal(

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.columns import EFFECT, EFFECT_DELETE, EFFECT_INSERT, EFFECT_UPDATE, OP, SILVER_ORDER
 from cdclake.identifiers import quote
+from cdclake.lake.batch import KeyedBatch, is_collected
 from cdclake.lake.row_delta import commit_row_delta
 from cdclake.lake.tables import commit_with_properties, iceberg_table
 
@@ -343,20 +344,11 @@ def abandon_staged(spark: SparkSession, staged: StagedBatch) -> None:
         table.manageSnapshots().removeBranch(staged.branch).commit()
 
 
-def publish_changes(
-    spark: SparkSession,
-    table_identifier: str,
-    changes: DataFrame,
-    key: Sequence[str],
-    columns: Sequence[str],
-    properties: Mapping[str, str],
-    absent: Sequence[str] = (),
-    unchanged: Mapping[str, str] | None = None,
-) -> int:
-    """Apply de-duplicated changes to ``table_identifier`` exactly as ``merge_statement`` would, as
-    ONE new snapshot on ``main`` whose summary carries ``properties``; return its snapshot id.
+def publish_changes(spark: SparkSession, batch: KeyedBatch) -> int:
+    """Apply the batch's de-duplicated changes (a DataFrame) exactly as ``merge_statement`` would, as
+    ONE new snapshot on ``main`` whose summary carries its properties; return its snapshot id.
 
-    ``changes``: one row per key (``key`` columns, the data ``columns``, ``_cdc_order``,
+    ``batch.changes``: one row per key (``key`` columns, the data ``columns``, ``_cdc_order``,
     ``_cdc_op`` and the flag columns named in ``unchanged``). A change older than the stored row
     is ignored; a delete removes a matched row and ignores a missing one; inserts and updates
     both upsert. With a ``_cdc_effect`` column (``classify_effects`` against the table's current
@@ -367,6 +359,10 @@ def publish_changes(
     nowhere keep their stored value on update and are NULL on insert.
     Raises if a concurrent commit on main conflicts (nothing is then published).
     """
+    changes = batch.changes
+    assert not is_collected(changes), "collected changes are committed through a RowDelta"
+    table_identifier, key, columns, properties = batch.table.identifier, batch.key, batch.columns, batch.properties
+    absent, unchanged = batch.absent, dict(batch.unchanged)
     drop_leftover_branches(spark, table_identifier)
     staged = stage_changes(spark, table_identifier, changes, key, columns, absent, unchanged)
     if staged is None:  # a table without any snapshot: nothing stored, every change is an insert

@@ -38,9 +38,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cdclake.columns import OP, SILVER_ORDER, STORED_FILE, STORED_POS
-from cdclake.lake.tables import iceberg_fields, iceberg_table
+from cdclake.lake.batch import KeyedBatch, TableMetadata, is_collected
+from cdclake.lake.tables import iceberg_table
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger("cdclake")
@@ -72,31 +74,43 @@ class WrittenFile:
 
 
 def blocker(
-    spark: SparkSession,
-    table_identifier: str,
+    metadata: TableMetadata,
     key: Sequence[str],
     columns: Sequence[str],
     absent: Sequence[str] = (),
     unchanged: Mapping[str, str] | None = None,
 ) -> str | None:
-    """Why the batch cannot be applied through written files and a RowDelta; None when it can."""
-    table = iceberg_table(spark, table_identifier)
-    version = int(table.operations().current().formatVersion())
-    if version != 2:
-        return f"format v{version}"
-    if not table.spec().isUnpartitioned():
+    """Why the batch cannot be applied to the table (as ``metadata`` found it) through written files
+    and a RowDelta; None when it can."""
+    if metadata.format_version != 2:
+        return f"format v{metadata.format_version}"
+    if metadata.partitioned:
         return "a partitioned table"
-    if str(table.properties().getOrDefault("write.merge.mode", "copy-on-write")) != "merge-on-read":
+    if metadata.merge_mode != "merge-on-read":
         return "a copy-on-write table"
-    fields = iceberg_fields(spark, table)
-    for field in fields:
+    for field in metadata.fields:
         if field.primitive not in _PLAIN_TYPES:
-            return f"column {field.name} of type {table.schema().findField(field.id).type()}"
+            return f"column {field.name} of type {_type_name(field.type)}"
     written = {*columns, *absent, SILVER_ORDER}
-    kept = [f.name for f in fields if f.name not in key and (f.name in (unchanged or {}) or f.name not in written)]
+    kept = [
+        f.name for f in metadata.fields if f.name not in key and (f.name in (unchanged or {}) or f.name not in written)
+    ]
     if kept:
         return f"updates keep the stored values of {', '.join(kept)}"
     return None
+
+
+def _type_name(iceberg_type: Any) -> str:
+    """An Iceberg type's name as Iceberg writes it (``list<string>``), from its JSON form."""
+    if isinstance(iceberg_type, str):
+        return iceberg_type
+    kind = iceberg_type.get("type")
+    if kind == "list":
+        return f"list<{_type_name(iceberg_type['element'])}>"
+    if kind == "map":
+        return f"map<{_type_name(iceberg_type['key'])}, {_type_name(iceberg_type['value'])}>"
+    fields = ", ".join(f"{f['id']}: {f['name']}: {_type_name(f['type'])}" for f in iceberg_type.get("fields", []))
+    return f"struct<{fields}>"
 
 
 # What Spark's Parquet writer must do for the files to be Iceberg's: field ids, INT64 microsecond
@@ -312,51 +326,41 @@ def _writers(spark: SparkSession, rows: int) -> int:
     return max(1, min(spark.sparkContext.defaultParallelism, math.ceil(rows / _ROWS_PER_WRITER)))
 
 
-def _image_files(spark: SparkSession, table: Any, snapshot_id: int, images: int) -> int:
+def _image_files(spark: SparkSession, table: Any, metadata: TableMetadata, images: int) -> int:
     """How many data files a batch's new images are written as: their estimated size (the base
     snapshot's bytes per record) over the table's target file size, and at most
     ``_ROWS_PER_WRITER`` rows per file while cores are left (a file is written by one task)."""
-    summary = table.snapshot(snapshot_id).summary()
-    records = int(summary.getOrDefault("total-records", "0"))
-    per_record = int(summary.getOrDefault("total-files-size", "0")) / records if records else 100.0
+    records = metadata.total_records
+    per_record = metadata.total_files_size / records if records else 100.0
     target = int(table.properties().getOrDefault("write.target-file-size-bytes", str(512 * 1024 * 1024)))
     by_size = math.ceil(images * per_record / target)
     return max(by_size, _writers(spark, images))
 
 
-def apply_row_delta(
-    spark: SparkSession,
-    table_identifier: str,
-    changes: DataFrame,
-    key: Sequence[str],
-    columns: Sequence[str],
-    properties: Mapping[str, str],
-    base_snapshot_id: int,
-    absent: Sequence[str] = (),
-    image_count: int | None = None,
-    replaced_count: int | None = None,
-    before_commit: Callable[[], None] | None = None,
-) -> int:
-    """Apply classified changes (effects insert, update and delete only, one per key, with the
-    place of the key's stored row read at ``base_snapshot_id``: ``_cdc_stored_file``,
-    ``_cdc_stored_pos``) as one RowDelta on ``main`` carrying ``properties``; return the new
-    snapshot's id. ``blocker`` must have found nothing in the way.
+def apply_row_delta(spark: SparkSession, batch: KeyedBatch, before_commit: Callable[[], None] | None = None) -> int:
+    """Apply the batch's classified changes (a DataFrame; effects insert, update and delete only, one
+    per key, with the place of the key's stored row read at the batch's base snapshot:
+    ``_cdc_stored_file``, ``_cdc_stored_pos``) as one RowDelta on ``main`` carrying its properties;
+    return the new snapshot's id. ``blocker`` must have found nothing in the way.
 
     The stored row of every changed key is deleted (an insert's key may hold a stored row the
     classification did not count as matched, one with a NULL ``_cdc_order``: MERGE would update
-    it); inserts and updates write their new image; ``absent`` columns are NULL in it. ``image_count``
-    (inserts and updates) and ``replaced_count`` (stored rows replaced: updates and deletes), when
-    known, size the data and delete files: few files for a small batch. ``before_commit`` is called
-    between the writes and the commit (a failure there removes the written files).
+    it); inserts and updates write their new image; ``absent`` columns are NULL in it. The batch's
+    ``image_count`` (inserts and updates) and ``replaced_count`` (stored rows replaced: updates and
+    deletes), when known, size the data and delete files: few files for a small batch.
+    ``before_commit`` is called between the writes and the commit (a failure there removes the
+    written files).
     """
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    table = iceberg_table(spark, table_identifier)
-    table.refresh()
-    ids = {f.name: f.id for f in iceberg_fields(spark, table)}
-    types = {f.name: f.dataType for f in spark.table(table_identifier).schema.fields}
-    present = {*columns, SILVER_ORDER}
+    metadata, changes = row_delta_input(batch)
+    assert not is_collected(changes), "collected changes are written by the driver (lake.driver_write)"
+    absent = batch.absent
+    table = iceberg_table(spark, batch.table.identifier)
+    ids = {f.name: f.id for f in metadata.fields}
+    types = dict(metadata.columns)
+    present = {*batch.columns, SILVER_ORDER}
     images = changes.where(F.col(OP) != "D").select(
         *_with_field_ids(
             [((F.col(c) if c in present and c not in absent else F.lit(None)).cast(t), c) for c, t in types.items()],
@@ -364,8 +368,8 @@ def apply_row_delta(
         )
     )
     sort_columns = sort_order_columns(table)
-    if image_count is not None:
-        images = images.coalesce(_image_files(spark, table, base_snapshot_id, image_count))
+    if batch.image_count is not None:
+        images = images.coalesce(_image_files(spark, table, metadata, batch.image_count))
     if sort_columns:
         images = images.sortWithinPartitions(*sort_columns)
     deleted = Observation(f"cdclake_deleted_from_{uuid.uuid4().hex}")
@@ -385,8 +389,8 @@ def apply_row_delta(
         )
         .observe(deleted, F.concat_ws("\n", F.collect_set("file_path")).alias("files"))
     )
-    if replaced_count is not None:
-        replaced = replaced.coalesce(_writers(spark, replaced_count))
+    if batch.replaced_count is not None:
+        replaced = replaced.coalesce(_writers(spark, batch.replaced_count))
     # One delete file per data file, sorted by position, as Iceberg's own writer makes them: a
     # reader of a data file opens only its own deletes (file-scoped: both path bounds are the
     # data file). Each writing task cuts its sorted rows by data file (Spark's writer, partitioned
@@ -401,4 +405,13 @@ def apply_row_delta(
         # Data file paths hold no newline. No metrics at all: Spark found nothing to delete.
         return data_files, delete_files, list(filter(None, str(deleted.get.get("files") or "").split("\n")))
 
-    return files.commit_row_delta(write, base_snapshot_id, properties, before_commit)
+    assert metadata.snapshot_id is not None
+    return files.commit_row_delta(write, metadata.snapshot_id, batch.properties, before_commit)
+
+
+def row_delta_input(batch: KeyedBatch) -> tuple[TableMetadata, DataFrame | pa.Table]:
+    """The table's metadata a RowDelta of ``batch`` is written with and validated from, and its changes."""
+    metadata = batch.metadata
+    if metadata is None or metadata.snapshot_id is None:
+        raise ValueError(f"{batch.table.identifier}: a RowDelta needs the snapshot the batch was classified at")
+    return metadata, batch.changes

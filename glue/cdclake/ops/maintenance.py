@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 from cdclake.columns import TOMBSTONE_DELETED_AT
 from cdclake.config import TableConfig
-from cdclake.dms.horizon import PRUNED_BEFORE_PROPERTY, pruned_before_after, tombstones_pruned_before
+from cdclake.dms.horizon import pruned_before_after
 from cdclake.identifiers import procedure_table
-from cdclake.lake.journals import tombstones_of
+from cdclake.lake.journals import PRUNED_BEFORE_PROPERTY, tombstones_of, tombstones_pruned_before
 from cdclake.lake.layout import apply_layout
 from cdclake.lake.ledger import archive_ledger, expiring_snapshots, full_load_unfinished
 from cdclake.lake.tables import SilverTable, table_exists

@@ -1,0 +1,121 @@
+"""The values one CDC batch carries from its plan to its commit: the table's metadata, read once, and the batch.
+
+``read_table_metadata`` is the one read of a silver table's metadata per batch (one load and refresh of the
+Iceberg table, one of its schema, one of its tombstone table's properties); every decision of the plan
+(``engine.prepare``) and the commit (``lake.row_delta``, ``lake.driver_write``, ``lake.publish``) takes it
+from ``KeyedBatch.metadata`` instead of reading the table again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, TypeGuard
+
+from cdclake.lake.journals import PRUNED_BEFORE_PROPERTY, parse_pruned_before, tombstones_of
+from cdclake.lake.tables import IcebergField, SilverTable, iceberg_fields, iceberg_table, table_exists
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+
+@dataclass(frozen=True)
+class TableMetadata:
+    """What a batch needs to know of a silver table, as one read found it (``read_table_metadata``).
+
+    ``snapshot_id`` is the snapshot the batch is classified against and its RowDelta validated from
+    (None: the table does not exist yet, or has no snapshot). A table that does not exist has no
+    fields and no columns.
+    """
+
+    table: SilverTable
+    exists: bool
+    snapshot_id: int | None
+    format_version: int
+    partitioned: bool
+    merge_mode: str  # ``write.merge.mode``: merge-on-read or copy-on-write
+    fields: tuple[IcebergField, ...]  # the Iceberg schema's top-level columns (field ids, Iceberg types)
+    schema: StructType | None  # the columns as Spark reads them, in order (None: no table)
+    total_records: int  # in the current snapshot's data files (deleted ones included)
+    total_files_size: int
+    tombstones_exist: bool
+    tombstones_pruned_before: datetime | None  # the tombstone horizon's cut (``dms.horizon``)
+
+    @property
+    def columns(self) -> list[tuple[str, str]]:
+        """(name, Spark SQL type) of each column, in order."""
+        return [] if self.schema is None else [(f.name, f.dataType.simpleString()) for f in self.schema.fields]
+
+    @classmethod
+    def absent(cls, table: SilverTable) -> TableMetadata:
+        """A table that does not exist yet (its first batch creates it), without tombstones."""
+        return cls(table, False, None, 2, False, "merge-on-read", (), None, 0, 0, False, None)
+
+
+def read_table_metadata(spark: SparkSession, table: SilverTable) -> TableMetadata:
+    """Read ``table``'s metadata and its tombstone table's once, for one batch."""
+    tombstones = tombstones_of(table)
+    tombstones_exist = table_exists(spark, tombstones)
+    pruned_before = None
+    if tombstones_exist:
+        value = iceberg_table(spark, tombstones.identifier).properties().get(PRUNED_BEFORE_PROPERTY)
+        pruned_before = parse_pruned_before(None if value is None else str(value))
+    if not table_exists(spark, table):
+        absent = TableMetadata.absent(table)
+        return replace(absent, tombstones_exist=tombstones_exist, tombstones_pruned_before=pruned_before)
+    iceberg = iceberg_table(spark, table.identifier)
+    iceberg.refresh()
+    current = iceberg.currentSnapshot()
+    summary = None if current is None else current.summary()
+    return TableMetadata(
+        table=table,
+        exists=True,
+        snapshot_id=None if current is None else int(current.snapshotId()),
+        format_version=int(iceberg.operations().current().formatVersion()),
+        partitioned=not iceberg.spec().isUnpartitioned(),
+        merge_mode=str(iceberg.properties().getOrDefault("write.merge.mode", "copy-on-write")),
+        fields=tuple(iceberg_fields(spark, iceberg)),
+        schema=spark.table(table.identifier).schema,
+        total_records=0 if summary is None else int(summary.getOrDefault("total-records", "0")),
+        total_files_size=0 if summary is None else int(summary.getOrDefault("total-files-size", "0")),
+        tombstones_exist=tombstones_exist,
+        tombstones_pruned_before=pruned_before,
+    )
+
+
+@dataclass(frozen=True)
+class KeyedBatch:
+    """A keyed table's batch, classified and ready for its one data commit, whichever way takes it.
+
+    ``changes`` holds one row per key (inserts, updates and deletes; late changes and deletes of
+    missing keys already left out) with its stored row's place (``_cdc_stored_file``/``_pos``):
+    a materialised DataFrame, or, for a batch small enough for the driver, its rows collected as
+    Arrow (``lake.driver_write``: only the RowDelta way takes those). ``metadata``: the table as
+    the batch was classified against it (None: the batch creates the table).
+    """
+
+    table: SilverTable
+    changes: DataFrame | pa.Table
+    key: Sequence[str]
+    columns: Sequence[str]  # the data columns the changes carry
+    properties: Mapping[str, str]  # the ledger record the commit carries
+    metadata: TableMetadata | None
+    absent: Sequence[str] = ()  # silver columns the source no longer sends: NULL in new images
+    unchanged: Mapping[str, str] = field(default_factory=dict)  # column -> flag of values not captured
+    image_count: int | None = None  # rows written as new images (inserts and updates)
+    replaced_count: int | None = None  # stored rows replaced (updates and deletes)
+
+    @property
+    def base_snapshot_id(self) -> int | None:
+        """The snapshot the changes were classified against (None: a new table, or one without a snapshot)."""
+        return None if self.metadata is None else self.metadata.snapshot_id
+
+
+def is_collected(rows: object) -> TypeGuard[pa.Table]:
+    """Whether ``rows`` were collected into the driver (an Arrow table, not a DataFrame)."""
+    import pyarrow as pa
+
+    return isinstance(rows, pa.Table)
