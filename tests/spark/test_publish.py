@@ -97,9 +97,10 @@ def _branches(spark: SparkSession, identifier: str) -> list[str]:
     return [r["name"] for r in spark.sql(f"SELECT name FROM {identifier}.refs").collect() if r["name"] != "main"]
 
 
-def _batch(identifier: str, changes: DataFrame, key: Sequence[str], properties: dict[str, str]) -> KeyedBatch:
+def _batch(table: str | SilverTable, changes: DataFrame, key: Sequence[str], properties: dict[str, str]) -> KeyedBatch:
     """A batch as the pipeline hands it to ``publish_changes`` (no table metadata: publish reads its own)."""
-    return KeyedBatch(SilverTable(*identifier.split(".")), changes, key, COLUMNS, properties, None, ABSENT, UNCHANGED)
+    silver = table if isinstance(table, SilverTable) else SilverTable(*table.split("."))
+    return KeyedBatch(silver, changes, key, COLUMNS, properties, None, ABSENT, UNCHANGED)
 
 
 @pytest.fixture
@@ -174,7 +175,7 @@ def test_ledger_reader_sees_every_published_batch(spark: SparkSession, database:
     for step in (1, 2):
         changes = spark.createDataFrame(_random_batch(rng, 60, 20, step), CHANGE_SCHEMA)
         properties = ledger_properties(KIND_CDC, [f"cdc-{step}.csv"])
-        publish_changes(spark, _batch(silver.identifier, changes, ["id"], properties))
+        publish_changes(spark, _batch(silver, changes, ["id"], properties))
     # THEN read_ledger walks main's lineage through both batches back to the full load
     ledger = read_ledger(spark, silver)
     assert ledger.full_load_done
