@@ -85,10 +85,8 @@ class Source:
 
 
 def _silver(engine: Engine) -> list[tuple[int, Value]]:
-    return sorted(
-        (r["id"], r["name"])
-        for r in engine.spark.table(engine.silver_table(engine.config.tables[0]).identifier).collect()
-    )
+    rows = engine.spark.table(engine.silver_table(engine.config.tables[0]).identifier).collect()
+    return sorted((int(r["id"]), r["name"]) for r in rows)  # int: a table created from CSV headers has text ids
 
 
 def _history(engine: Engine) -> tuple[list[tuple[int, str, Value, bool]], list[tuple[int, Value]]]:
