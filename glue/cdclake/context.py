@@ -20,7 +20,13 @@ if TYPE_CHECKING:
 
     from cdclake.runtime.session import GlueCatalog, LocalCatalog
 
-CommitPath = Literal["auto", "row-delta", "merge", "publish"]
+# How a batch's data commit is made, by what each way does: "append" (append-only tables: one append);
+# "row-delta" (Spark writes the new images and position deletes, one RowDelta, no scan of the table);
+# "driver-row-delta" (the same, a small batch's files written by the driver from its collected rows);
+# "merge" (one MERGE statement); "publish" (staged on a branch, then one RowDelta on main).
+CommitWay = Literal["append", "row-delta", "driver-row-delta", "merge", "publish"]
+# The setting: "auto" (``engine.prepare.choose_commit_way`` decides per batch) or one way pinned.
+CommitPath = Literal["auto"] | CommitWay
 
 
 @dataclass(frozen=True)

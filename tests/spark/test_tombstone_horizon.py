@@ -1,9 +1,8 @@
 """Issue 25, defect 5: a CDC file older than the tombstone horizon is held in quarantine, never applied blindly.
 
 Maintenance records the cut it pruned tombstones at; ``cdclake.dms.horizon.beyond_horizon`` decides which files
-of a batch are written before it. The CDC apply calls it (engine/cdc.py, before ``prepare_batch``): until that
-call is in, the second test reproduces the defect and is marked as an expected failure (strict: it reports when
-it starts passing).
+of a batch are written before it. ``engine.prepare.prepare_batch`` calls it (the plan's only author) and holds
+those files with the reason.
 """
 
 from __future__ import annotations
@@ -15,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from cdclake.context import Engine
+from cdclake.dms.store import list_bronze
 from cdclake.dms.writer import write_csv
+from cdclake.engine.prepare import prepare_batch
 from cdclake.engine.run import replay, run
 from cdclake.engine.select import ReplaySelection
 from cdclake.lake.journals import QUARANTINE_TABLE, tombstones_of, tombstones_pruned_before
@@ -76,3 +77,23 @@ def test_a_file_older_than_the_tombstone_horizon_is_held_and_applied_only_by_a_r
     # AND a replay after review applies it (the reviewer decided the row belongs in silver)
     replay(engine, ReplaySelection(quarantined=True))
     assert people(engine) == {1: "late", 2: "n2", 3: "n3"}
+
+
+def test_prepare_alone_plans_the_hold_of_a_file_older_than_the_horizon(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # GIVEN row 1 deleted on 2 January, its tombstone pruned, and a late file of 1 January in bronze
+    engine = deleted_then_pruned(make_engine, tmp_path)
+    late = "s/people/20240101-120000000.csv"
+    write_csv(tmp_path / "bronze" / late, [["U", "2024-01-01 12:00:00.000000", "1", "late", "1990-01-01"]])
+    [file] = [f for f in list_bronze(engine.store).files if f.key == late]
+    table = engine.config.tables[0]
+    # WHEN the batch is planned, THEN the plan (its only author: prepare) holds the file with the
+    # horizon's reason and applies nothing; nobody adds to it after prepare returns
+    plan = prepare_batch(engine, table, [file])
+    assert plan.changes is None
+    assert [([f.key for f in h.files], "tombstone horizon" in h.reason) for h in plan.holds] == [([late], True)]
+    # AND planned as a replay, the file is applied
+    replayed = prepare_batch(engine, table, [file], replay=True)
+    assert replayed.holds == []
+    assert replayed.changes is not None and [f.key for f in replayed.changes.files] == [late]

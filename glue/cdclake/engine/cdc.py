@@ -33,7 +33,7 @@ def apply_cdc_batch(
 
     Keyed tables: the latest change per key is compared with the stored row and the tombstones
     (older changes are ignored and counted), tombstones are appended for deletes, then one data
-    commit applies the rest and records the files (``engine.commit.commit_path``: written files and
+    commit applies the rest and records the files (``context.CommitWay``: written files and
     one RowDelta where the table allows it, else a MERGE or a branch-staged RowDelta). Bad rows go
     to ``cdclake_quarantine_rows`` (above ``max_bad_row_ratio`` the batch fails instead);
     unreadable or empty files and batches with an incompatible schema change go to

@@ -181,7 +181,7 @@ def _commit_keyed(
     if changes.history is not None and changes.base_snapshot_id is not None:
         _start_history(engine, batch, changes.base_snapshot_id, changes.history)
     log.debug("commit table=%s path=%s", batch.table.name, changes.commit_way)
-    if changes.commit_way == "row-delta":
+    if changes.commit_way in ("row-delta", "driver-row-delta"):
         engine.committer.row_delta(engine.spark, batch, before_commit=tombstones_committed)
     else:
         tombstones_committed()

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal, overload
+from typing import TYPE_CHECKING, overload
 
 from cdclake.columns import (
     APPEND_ONLY_OP_COLUMN,
@@ -30,7 +30,7 @@ from cdclake.columns import (
     TOMBSTONE_DELETED_AT,
 )
 from cdclake.config import TableConfig
-from cdclake.context import Engine
+from cdclake.context import CommitWay, Engine
 from cdclake.dms.files import BronzeFile
 from cdclake.dms.horizon import beyond_horizon
 from cdclake.dms.reader import HeldFileError
@@ -52,10 +52,6 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 log = logging.getLogger("cdclake")
-
-# How a batch's data commit is made: append-only tables append; keyed ones take written files and
-# one RowDelta, one MERGE, or a branch-staged RowDelta (``choose_commit_path``).
-CommitWay = Literal["append", "row-delta", "merge", "publish"]
 
 
 @dataclass(frozen=True)
@@ -206,11 +202,12 @@ def _prepare_readable(
         classified = _classify(engine, table, rows, shape, metadata, small)
         observed = classified.observe(applied, *[F.count_if(F.col(EFFECT) == e).alias(e) for e in EFFECTS], latest)
     columns, unchanged = data_columns(rows), unchanged_flags(rows)
-    way = choose_commit_path(engine, table, metadata, columns, schema.absent, unchanged)
+    way = choose_commit_way(engine, table, metadata, columns, schema.absent, unchanged)
     materialized: DataFrame | pa.Table
     # Small enough to collect into the driver (``Engine.driver_write_bytes``)?
     if way == "row-delta" and batch_bytes <= engine.driver_write_bytes and collectable(observed):
         materialized = collect_rows(observed)  # its files are written by the driver, no Spark job
+        way = "driver-row-delta"
     else:
         # A local checkpoint, not a cache: it also cuts the lineage back to the reader's row ids
         # (monotonically_increasing_id), which a copy-on-write MERGE refuses as non-deterministic.
@@ -281,7 +278,7 @@ def history_changes(engine: Engine, table: TableConfig, files: Sequence[BronzeFi
     return _history_rows(_cast(changes.where(~has_error()), schema.cast)).localCheckpoint()
 
 
-def choose_commit_path(
+def choose_commit_way(
     engine: Engine,
     table: TableConfig,
     metadata: TableMetadata,
@@ -289,14 +286,16 @@ def choose_commit_path(
     absent: Sequence[str],
     unchanged: dict[str, str],
 ) -> CommitWay:
-    """How the batch's data commit is made: "append" (append-only tables); "row-delta" (written
-    files, one RowDelta, no scan) where the table allows it and the engine does not pin another
-    path; else "merge" into a small table (fewer than ``Engine.merge_below_records`` stored
-    records; a table the batch creates) and "publish" (branch-staged) into a large one."""
+    """How the batch's data commit is made (``context.CommitWay``): "append" (append-only tables);
+    "row-delta" (written files, one RowDelta, no scan) where the table allows it and the engine does
+    not pin another way (``prepare_batch`` makes it "driver-row-delta" for a batch it collects);
+    else "merge" into a small table (fewer than ``Engine.merge_below_records`` stored records; a
+    table the batch creates) and "publish" (branch-staged) into a large one. A pinned "append" is
+    "auto" for keyed tables."""
     if table.append_only:
         return "append"
     base = metadata.snapshot_id
-    if engine.commit_path in ("auto", "row-delta") and base is not None:
+    if engine.commit_path in ("auto", "row-delta", "driver-row-delta") and base is not None:
         why_not = row_delta_blocker(metadata, table.silver_key(), columns, absent, unchanged)
         if why_not is None:
             return "row-delta"
