@@ -74,16 +74,21 @@ def reflecting(silver: SnapshotRef) -> dict[str, str]:
 
 
 def reflected_sequence(spark: SparkSession, history: SilverTable) -> int | None:
-    """The sequence number of the silver snapshot ``history`` reflects (its newest commit's
-    ``SILVER_SEQUENCE_PROPERTY``); None when history has no commit or its newest one does not say
-    (a history written before the property was kept)."""
+    """The sequence number of the silver snapshot ``history`` reflects: the newest
+    ``SILVER_SEQUENCE_PROPERTY`` in its lineage (a compaction of history commits without one);
+    None when history has no commit that says (a history written before the property was kept)."""
     if not table_exists(spark, history):
         return None
     iceberg = iceberg_table(spark, history.identifier)
     iceberg.refresh()
-    current = iceberg.currentSnapshot()
-    value = None if current is None else current.summary().get(SILVER_SEQUENCE_PROPERTY)
-    return None if value is None else int(value)
+    snapshot = iceberg.currentSnapshot()
+    while snapshot is not None:
+        value = snapshot.summary().get(SILVER_SEQUENCE_PROPERTY)
+        if value is not None:
+            return int(value)
+        parent = snapshot.parentId()
+        snapshot = iceberg.snapshot(parent) if parent is not None else None
+    return None
 
 
 def history_of(table: SilverTable) -> SilverTable:
