@@ -178,8 +178,8 @@ def _commit_keyed(
     (its versions never show a change silver does not hold), and the next run catches it up from
     the batch's files (``engine.history_sync``). A history started from silver's rows is started
     before the data commit: from the rows the batch found."""
-    if changes.history is not None and changes.base_snapshot_id is not None:
-        _start_history(engine, batch, changes.base_snapshot_id, changes.history)
+    if changes.history is not None and batch.base_snapshot_id is not None:
+        _start_history(engine, batch, batch.base_snapshot_id, changes.history)
     log.debug("commit table=%s path=%s", batch.table.name, changes.commit_way)
     if changes.commit_way in ("row-delta", "driver-row-delta"):
         engine.committer.row_delta(engine.spark, batch, before_commit=tombstones_committed)

@@ -70,20 +70,17 @@ class ChangeSet:
     rows: (
         DataFrame | pa.Table
     )  # classified latest changes (keyed; collected: ``lake.driver_write``), or the rows to append
-    columns: list[str]  # their data columns
-    unchanged: dict[str, str]  # column -> flag of values a change did not capture (CsvNoSupValue)
     shape: DataFrame  # no rows: the columns of the latest changes (silver's and the tombstones' shape)
     schema: SchemaPlan
     creates_table: bool  # silver does not exist yet: the commit creates it
     counts: RowCounts
     effects: dict[str, int]  # rows per effect (append-only: all inserts)
     latest_commit_ts: str | None
-    base_snapshot_id: int | None  # the silver snapshot the rows were classified against (None: no snapshot)
     bad: BadRows | None  # the bad rows, materialised (the commit never reads bronze again)
     history: DataFrame | None  # every valid change, materialised (tables with ``history: true``)
     commit_way: CommitWay
     properties: dict[str, str]  # the ledger record of the batch's data commit
-    keyed: KeyedBatch | None  # keyed tables: what the data commit applies
+    keyed: KeyedBatch | None  # keyed tables: what the data commit applies (columns, flags, the table's metadata)
 
     @property
     def deletes(self) -> int:
@@ -166,7 +163,6 @@ def _prepare_readable(
         changes = changes.coalesce(1)
     shape = latest_changes(changes, table).limit(0)
     creates_table = not metadata.exists
-    base = metadata.snapshot_id
     stored = metadata.columns
     incoming = [(f.name, f.dataType.simpleString()) for f in silver_shape(shape).schema.fields]
     schema = SchemaPlan() if creates_table else plan_schema_change(stored, incoming, bookkeeping=(SILVER_ORDER,))
@@ -243,15 +239,12 @@ def _prepare_readable(
     plan.changes = ChangeSet(
         files=list(files),
         rows=materialized,
-        columns=columns,
-        unchanged=unchanged,
         shape=shape,
         schema=schema,
         creates_table=creates_table,
         counts=counts,
         effects=effects,
         latest_commit_ts=stats["_cdc_latest"],
-        base_snapshot_id=base,
         bad=bad,
         history=history,
         commit_way=way,
