@@ -225,12 +225,6 @@ def _current_total(spark: SparkSession, table_identifier: str, name: str) -> int
     return 0 if current is None else int(current.summary().getOrDefault(name, "0"))
 
 
-def stored_records(spark: SparkSession, table_identifier: str) -> int:
-    """The records in the data files of ``table_identifier``'s current snapshot (deleted ones
-    included): what a MERGE into it reads, from the snapshot summary, without a scan."""
-    return _current_total(spark, table_identifier, "total-records")
-
-
 def parallel_scan(spark: SparkSession, identifier: str) -> DataFrame:
     """Read ``identifier`` in about two splits per core: Iceberg packs small files into 128 MB
     splits, so a freshly loaded table of a few hundred MB would be scanned by one or two tasks."""
