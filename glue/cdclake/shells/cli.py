@@ -238,6 +238,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="only this schema.table (repeatable; default: every table of --config, once there is one)",
     )
     capture.add_argument(
+        "--reload",
+        action="append",
+        metavar="SCHEMA.TABLE",
+        help="load this captured table again as it is now (repeatable): new LOAD files, which the next "
+        "`cdclake run` loads in place of the table; lifts a hold (after a type change or REPLICA IDENTITY FULL)",
+    )
+    capture.add_argument(
         "--follow", action="store_true", help="keep capturing until stopped (default: pending changes, then exit)"
     )
     capture.add_argument(
@@ -597,6 +604,7 @@ def _capture(args: argparse.Namespace) -> int:
         publication=args.publication,
         schemas=tuple(args.schema or ("public",)),
         tables=tuple(args.table or ()),
+        reload=tuple(args.reload or ()),
         follow=args.follow,
         max_batch_interval=args.max_batch_interval,
         min_file_size=args.min_file_size * 1024,
@@ -636,7 +644,7 @@ def _capture_follows_config(settings: CaptureSettings, args: argparse.Namespace)
     else:
         bronze = path.parent / config.bronze.path
     configured = [t.source for t in config.tables]
-    unknown = [name for name in settings.tables if name not in configured]
+    unknown = [name for name in (*settings.tables, *settings.reload) if name not in configured]
     if unknown:
         raise UnknownTableError(
             f"Table(s) {', '.join(unknown)} not in {path} (known: {', '.join(configured)}): "

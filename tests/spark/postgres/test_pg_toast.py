@@ -74,3 +74,29 @@ def test_an_unlogged_large_value_holds_its_table_and_capture_goes_on_for_the_oth
     assert "capture: table public.docs held:" in capsys.readouterr().err
     results = {r.table: r for r in apply_and_verify(source_db)}
     assert results["public.other"].equal and not results["public.docs"].equal
+
+    # WHEN the fix is applied as the hold says: REPLICA IDENTITY FULL, then capture --reload docs
+    assert "cdclake capture --reload public.docs" in report.held["public.docs"]
+    # (a row inserted while docs was held reaches silver only through the reload)
+    source_db.execute("INSERT INTO docs VALUES (3, 'during the hold', 1)")
+    assert main(capture_cli(source_db)) == 1  # still held: the insert is not captured
+    source_db.execute("ALTER TABLE docs REPLICA IDENTITY FULL", "UPDATE other SET v = 4 WHERE id = 1")
+    reload = [*capture_cli(source_db), "--reload", "public.docs"]
+    assert main(reload) == 0
+    # AND a later update that leaves the large value unchanged is captured (logged whole now)
+    source_db.execute("UPDATE docs SET version = 5 WHERE id = 1", "UPDATE docs SET version = 6 WHERE id = 2")
+    assert main(capture_cli(source_db)) == 0
+    # THEN run loads docs again from its new LOAD files and applies the changes after them: both equal
+    results = {r.table: r for r in apply_and_verify(source_db)}
+    assert all(r.equal for r in results.values()), format_comparisons(list(results.values()))
+    # AND a reload of a table the configuration does not name exits 2 naming it
+    assert main([*capture_cli(source_db), "--reload", "public.nope"]) == 2
+    assert "public.nope" in capsys.readouterr().err
+
+
+def capture_cli(source_db: SourceDatabase) -> list[str]:
+    settings = source_db.settings()
+    return [
+        "-q", "--config", str(source_db.config_path), "--bronze", str(source_db.bronze), "capture",
+        "--source", source_db.dsn, "--state-dir", str(settings.state_dir), "--slot", settings.slot,
+    ]  # fmt: skip

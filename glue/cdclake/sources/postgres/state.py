@@ -39,6 +39,8 @@ class CaptureState:
     # table -> (commit LSN, reason): a table whose changes from that transaction on are not
     # captured (an unlogged TOAST value, ``capture.ChangeCapture._hold``) until it is reloaded
     held: dict[str, tuple[int, str]] = field(default_factory=dict)
+    # tables being loaded again (``capture --reload``): their changes are not written until it is done
+    reloads: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -67,6 +69,7 @@ class CaptureState:
             data.get("config", ""),
             data.get("publications", []),
             held,
+            data.get("reloads", []),
         )
 
 
