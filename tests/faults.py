@@ -150,3 +150,35 @@ class FullLoadCrash(IcebergCommitter):
         super().full_load_step(step, take)
         if step == self.step:
             raise RuntimeError(f"the job was killed after the full load's {step} step")
+
+
+class HistoryCrash(IcebergCommitter):
+    """A committer whose job is killed between a silver commit and the history append after it:
+    just before its ``at``-th history append (1: the first), and each one after it up to
+    ``times`` appends in all (a catch-up killed again)."""
+
+    def __init__(self, at: int = 1, times: int = 1) -> None:
+        self.at = at
+        self.times = times
+        self.appends = 0
+
+    def append_history(self, take: Callable[[], object]) -> None:
+        self.appends += 1
+        if self.at <= self.appends < self.at + self.times:
+            raise RuntimeError("the job was killed between the silver commit and the history append")
+        super().append_history(take)
+
+
+class RivalBeforeHistory(IcebergCommitter):
+    """A committer whose first history append is overtaken: between the batch's silver commit and
+    its history, another writer (``rival``, called with no arguments) commits to the table."""
+
+    def __init__(self, rival: Callable[[], None]) -> None:
+        self.rival = rival
+        self.appends = 0
+
+    def append_history(self, take: Callable[[], object]) -> None:
+        self.appends += 1
+        if self.appends == 1:
+            self.rival()
+        super().append_history(take)

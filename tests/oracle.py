@@ -22,3 +22,21 @@ def replay_change_log(
         else:
             state[ident] = dict(change.row)
     return state
+
+
+def replay_versions(
+    initial: Iterable[dict[str, Value]], changes: Iterable[SourceChange], key: Sequence[str]
+) -> list[tuple[tuple[Value, ...], str, dict[str, Value], bool]]:
+    """Every version a change log leaves (SCD type 2): per key, its ``initial`` row as an insert,
+    then one version per change in commit order (then sequence); each as (key, operation, row,
+    is_current), where only a key's last version is current, and never a delete."""
+    timelines: dict[tuple[Value, ...], list[tuple[str, dict[str, Value]]]] = {}
+    for row in initial:
+        timelines[tuple(row[k] for k in key)] = [("I", dict(row))]
+    for change in sorted(changes, key=lambda c: (c.commit_ts, c.seq)):
+        timelines.setdefault(tuple(change.row[k] for k in key), []).append((change.op, dict(change.row)))
+    return [
+        (ident, op, row, n == len(versions) - 1 and op != "D")
+        for ident, versions in timelines.items()
+        for n, (op, row) in enumerate(versions)
+    ]

@@ -34,6 +34,10 @@ class LoadFilesConflictError(CdclakeError):
     """LOAD files beside a loaded table that may be a late part of its load or a reload: nothing applied."""
 
 
+class HistoryBehindError(CdclakeError):
+    """A table's history lacks changes silver holds and cannot be caught up (their files are gone)."""
+
+
 class UnknownTableError(CdclakeError):
     """A table named by the user is not in the configuration."""
 

@@ -1,8 +1,10 @@
 """Commit: every write the engine makes to the lake, from a plan that is already complete.
 
 CDC: quarantine, bad rows, table creation, schema evolution, tombstones, then the one data commit
-that also records the batch's files in the ledger. Full load: the staged replace, the reset of what
-the old load left behind, then the ledger record that says it is done. Nothing here reads bronze.
+that also records the batch's files in the ledger, then history (which records the silver snapshot
+it reflects). Full load: the staged replace, the reset of what the old load left behind, then the
+ledger record that says it is done. Nothing here reads bronze, but for files history lacks besides
+the batch's (``engine.history_sync``: another writer's batch, committed without its history).
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ from typing import TYPE_CHECKING
 from cdclake.columns import COMMIT_TS, EFFECT_DELETE, EFFECT_DELETE_MISSING, OP
 from cdclake.config import TableConfig
 from cdclake.context import Engine
+from cdclake.engine.history_sync import BatchHistory, append_batch_history
 from cdclake.engine.prepare import BatchPlan, ChangeSet, Hold, silver_shape, tombstone_rows, with_effects
 from cdclake.engine.read import BadRows
 from cdclake.engine.statements import merge_statement
 from cdclake.lake.committer import KeyedBatch
 from cdclake.lake.driver_write import is_collected
-from cdclake.lake.history import apply_history, history_of, start_history
+from cdclake.lake.history import apply_history, create_history, history_of, reflecting, start_history
 from cdclake.lake.journals import (
     record_quarantine,
     record_quarantined_rows,
@@ -34,9 +37,12 @@ from cdclake.lake.layout import apply_layout
 from cdclake.lake.ledger import (
     KIND_FULL_LOAD,
     KIND_FULL_LOAD_STAGED,
+    committed_snapshot,
     forget_archived_ledger,
     record_full_load,
     replace_table,
+    snapshot_ref,
+    staged_load,
 )
 from cdclake.lake.tables import SilverTable, ensure_database, ensure_table, evolve_schema, table_exists
 
@@ -62,6 +68,8 @@ def commit_batch(engine: Engine, table: TableConfig, plan: BatchPlan, force: boo
         quarantine_rows(engine, silver, changes.bad)
     if changes.creates_table:
         ensure_database(engine.spark, engine.catalog, engine.config.database)
+        if changes.history is not None:  # before silver: history is complete from the table's first change
+            create_history(engine.spark, history_of(silver), changes.history, table.silver_key())
         # A table that had no rows at full load (no LOAD files) starts from its first CDC batch.
         replace_table(engine.spark, silver, silver_shape(changes.shape), [], kind=KIND_FULL_LOAD)
         apply_layout(engine.spark, silver.identifier, table.silver_key(), table.layout)
@@ -70,7 +78,7 @@ def commit_batch(engine: Engine, table: TableConfig, plan: BatchPlan, force: boo
         assert not is_collected(changes.rows), "append-only batches are appended by Spark"
         engine.committer.append(engine.spark, silver, silver_shape(changes.rows), changes.properties)
     else:
-        _apply_keyed(engine, silver, changes, changes.keyed)
+        _apply_keyed(engine, table, silver, changes, changes.keyed)
     if force:  # after the data commit: a replay that never commits leaves the quarantine as it was
         replayed = [f.key for f in changes.files]
         release_quarantine(engine.spark, silver, replayed)
@@ -101,8 +109,10 @@ def _evolve(engine: Engine, silver: SilverTable, changes: ChangeSet) -> None:
             log.warning("schema change table=%s %s", silver.name, change)
 
 
-def _apply_keyed(engine: Engine, silver: SilverTable, changes: ChangeSet, batch: KeyedBatch) -> None:
-    """Tombstones (and history) for the deletes, then one commit of the rest that records the batch's files."""
+def _apply_keyed(
+    engine: Engine, table: TableConfig, silver: SilverTable, changes: ChangeSet, batch: KeyedBatch
+) -> None:
+    """Tombstones for the deletes, then one commit of the rest that records the batch's files, then history."""
     with ThreadPoolExecutor(1, thread_name_prefix="cdclake-tombstones") as pool:
         # Tombstones before the data commit: if it never happens, the re-run appends them again
         # harmlessly. Appended, never upserted (one write whose cost follows the deletes): a key
@@ -110,7 +120,7 @@ def _apply_keyed(engine: Engine, silver: SilverTable, changes: ChangeSet, batch:
         # Their job runs while the data files are written; the data commit waits for their commit.
         tombstoned = pool.submit(_append_tombstones, engine, silver, changes, batch.key) if changes.deletes else None
         waited = tombstoned.result if tombstoned else _no_tombstones
-        _commit_keyed(engine, changes, batch, waited)
+        _commit_keyed(engine, table, changes, batch, waited)
 
 
 def _start_history(engine: Engine, batch: KeyedBatch, base: int, changes: DataFrame) -> None:
@@ -129,7 +139,8 @@ def _start_history(engine: Engine, batch: KeyedBatch, base: int, changes: DataFr
     since = now
     if first is not None and first[0]:
         since = min(now, datetime.fromisoformat(str(first[0])).replace(tzinfo=UTC))
-    if start_history(engine.spark, history_of(batch.table), stored, batch.key, since):
+    found = reflecting(snapshot_ref(engine.spark, batch.table, base))
+    if start_history(engine.spark, history_of(batch.table), stored, batch.key, since, found):
         log.warning(
             "history started from silver's rows table=%s since=%s (no versions before)",
             batch.table.name,
@@ -149,30 +160,39 @@ def _append_tombstones(engine: Engine, silver: SilverTable, changes: ChangeSet, 
 
 
 def _commit_keyed(
-    engine: Engine, changes: ChangeSet, batch: KeyedBatch, tombstones_committed: Callable[[], None]
+    engine: Engine,
+    table: TableConfig,
+    changes: ChangeSet,
+    batch: KeyedBatch,
+    tombstones_committed: Callable[[], None],
 ) -> None:
-    """History, then the data commit the plan chose, which waits for ``tombstones_committed`` first."""
-    if changes.history is not None:
-        if changes.base_snapshot_id is not None:
-            _start_history(engine, batch, changes.base_snapshot_id, changes.history)
-        # Before the data commit, like the tombstones: history adds each change once, so a re-run
-        # after a crash adds nothing; its commit carries the batch's files as well.
-        apply_history(engine.spark, history_of(batch.table), changes.history, batch.key, dict(batch.properties))
+    """The data commit the plan chose, which waits for ``tombstones_committed`` first, then history.
+
+    Silver first, history after it: a crash in between leaves history behind silver, never ahead
+    (its versions never show a change silver does not hold), and the next run catches it up from
+    the batch's files (``engine.history_sync``). A history started from silver's rows is started
+    before the data commit: from the rows the batch found."""
+    if changes.history is not None and changes.base_snapshot_id is not None:
+        _start_history(engine, batch, changes.base_snapshot_id, changes.history)
     log.debug("commit table=%s path=%s", batch.table.name, changes.commit_way)
     if changes.commit_way == "row-delta":
         engine.committer.row_delta(engine.spark, batch, before_commit=tombstones_committed)
-        return
-    tombstones_committed()
-    if changes.commit_way == "merge":
-        # The same semantics as the other paths (tests/spark/test_publish.py).
-        def statement(view: str) -> str:
-            return merge_statement(
-                batch.table.identifier, view, batch.key, batch.columns, batch.absent, list(batch.unchanged)
-            )
-
-        engine.committer.merge(engine.spark, batch, statement)
     else:
-        engine.committer.publish(engine.spark, batch)
+        tombstones_committed()
+        if changes.commit_way == "merge":
+            # The same semantics as the other paths (tests/spark/test_publish.py).
+            def statement(view: str) -> str:
+                return merge_statement(
+                    batch.table.identifier, view, batch.key, batch.columns, batch.absent, list(batch.unchanged)
+                )
+
+            engine.committer.merge(engine.spark, batch, statement)
+        else:
+            engine.committer.publish(engine.spark, batch)
+    if changes.history is not None:
+        committed = committed_snapshot(engine.spark, batch.table, batch.properties)
+        files = tuple(f.key for f in changes.files)
+        append_batch_history(engine, table, BatchHistory(files, changes.history, batch.properties, committed))
 
 
 # ------------------------------------------------------------------------------- full load
@@ -189,14 +209,16 @@ def stage_full_load(
 
 
 def _history_of_full_load(engine: Engine, table: TableConfig, silver: SilverTable) -> None:
-    """Every loaded row's first version: an insert, valid from its timestamp (or the load time)."""
+    """Every loaded row's first version: an insert, valid from its timestamp (or the load time),
+    in a commit that reflects the staged load."""
     from pyspark.sql import functions as F
 
-    loaded = engine.spark.table(silver.identifier)
+    staged = staged_load(engine.spark, silver)
+    loaded = engine.spark.sql(f"SELECT * FROM {silver.identifier} VERSION AS OF {staged.snapshot_id}")
     stamp = engine.config.bronze.timestamp_column
     valid_from = F.col(stamp) if stamp and stamp in loaded.columns else F.current_timestamp()
     rows = loaded.withColumn(OP, F.lit("I")).withColumn(COMMIT_TS, valid_from.cast("string"))
-    apply_history(engine.spark, history_of(silver), rows, table.silver_key())
+    apply_history(engine.spark, history_of(silver), rows, table.silver_key(), reflecting(staged))
 
 
 # The steps that finish a staged full load, in the order they are taken: everything the load

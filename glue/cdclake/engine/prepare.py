@@ -171,7 +171,7 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
         # Every valid change is kept, not only the latest per key: materialise the read once
         # (this action is the observed one) and take both the history and the latest from it.
         valid = _cast(observed_read.where(~has_error()), schema.cast).localCheckpoint()
-        history = valid.select(*data_columns(valid), SILVER_ORDER, OP, COMMIT_TS)
+        history = _history_rows(valid)
         rows = latest_changes(valid, table)
     else:
         rows = _cast(latest_changes(observed_read, table, valid=~has_error()), schema.cast)
@@ -247,6 +247,23 @@ def _prepare_readable(engine: Engine, table: TableConfig, files: Sequence[Bronze
         keyed=keyed,
     )
     return plan
+
+
+def _history_rows(valid: DataFrame) -> DataFrame:
+    """Every valid change as history takes it: data columns, ``_cdc_order``, ``_cdc_op``, ``_cdc_ts``."""
+    return valid.select(*data_columns(valid), SILVER_ORDER, OP, COMMIT_TS)
+
+
+def history_changes(engine: Engine, table: TableConfig, files: Sequence[BronzeFile]) -> DataFrame:
+    """Every valid change of ``files`` (CDC files silver has applied), typed as silver stores them,
+    as a batch's history takes them (``BatchPlan.changes.history``): what history lacks when a crash
+    fell between silver's data commit and history's. Bad rows are left out, as the batch left them
+    out (quarantined; a replay adds them to both)."""
+    silver = engine.silver_table(table)
+    changes = read_changes(engine, table, files)
+    incoming = [(f.name, f.dataType.simpleString()) for f in silver_shape(latest_changes(changes, table)).schema.fields]
+    schema = plan_schema_change(silver_columns(engine.spark, silver), incoming, bookkeeping=(SILVER_ORDER,))
+    return _history_rows(_cast(changes.where(~has_error()), schema.cast)).localCheckpoint()
 
 
 def choose_commit_path(

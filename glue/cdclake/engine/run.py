@@ -1,5 +1,8 @@
 """A whole run: list bronze once, read the tables' states, full loads, then CDC batches.
 
+Each table's work starts by catching its history up with silver (``engine.history_sync``), should
+a crash have fallen between silver's commit and history's.
+
 Tables are worked on concurrently (``engine.parallel``): each table's full load, or its batches
 one after the other, is one unit of work. Each commit hands back the table's new state, from which
 the next batch's pending files follow: no table's ledger is read twice and bronze is never listed
@@ -20,6 +23,7 @@ from cdclake.dms.files import BronzeFile, BronzeListing, FileKind
 from cdclake.dms.store import list_bronze
 from cdclake.engine.cdc import apply_cdc_batch
 from cdclake.engine.full_load import full_load_table
+from cdclake.engine.history_sync import catch_up_history
 from cdclake.engine.parallel import TableRun, for_each_table
 from cdclake.engine.select import ReplaySelection, TableState, batches, group_by_table, skip_reason
 from cdclake.errors import ConcurrentWriterError, first_line
@@ -76,6 +80,7 @@ def apply_pending(
     held = held_files(engine)
 
     def load(table_run: TableRun) -> None:
+        catch_up_history(engine, table_run.table)
         loaded, table_run.state = full_load_table(
             engine, table_run.table, listing, read_state(engine, table_run.table, held)
         )
@@ -117,6 +122,7 @@ def full_load(engine: Engine, tables: Sequence[TableConfig] | None = None, reloa
     held = held_files(engine)
 
     def load(table_run: TableRun) -> None:
+        catch_up_history(engine, table_run.table)
         state = read_state(engine, table_run.table, held)
         loaded, table_run.state = full_load_table(engine, table_run.table, listing, state, reload)
         table_run.reports.append(loaded)
@@ -136,6 +142,7 @@ def apply_cdc_files(engine: Engine, files: Sequence[BronzeFile]) -> RunReport:
 
     def apply(table_run: TableRun) -> None:
         table = table_run.table
+        catch_up_history(engine, table)
         state = read_state(engine, table, held)
         listing = (
             None if state.full_load_done else list_bronze(engine.store, f"{table.source_schema}/{table.source_table}")
@@ -187,6 +194,7 @@ def replay(engine: Engine, selection: ReplaySelection, tables: Sequence[TableCon
         _warn_missing(engine, [t for t in (tables or engine.config.tables)], listing, quarantined)
 
     def apply(table_run: TableRun) -> None:
+        catch_up_history(engine, table_run.table)
         state = read_state(engine, table_run.table, held)
         in_quarantine = quarantined.get(engine.silver_table(table_run.table).name, frozenset())
         chosen = selection.choose(files_of[table_run.table.source], in_quarantine)
@@ -247,6 +255,8 @@ def apply_batch(
             log.warning("commit conflict table=%s attempt=%d retry_in=%.1fs: %s", table.source, attempt, pause,
                         first_line(failure))  # fmt: skip
             time.sleep(pause)
+            # The conflict may have been history's, after silver's commit: history catches up first.
+            catch_up_history(engine, table)
             state = read_state(engine, table)
     raise AssertionError("unreachable")
 

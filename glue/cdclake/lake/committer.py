@@ -91,6 +91,11 @@ class IcebergCommitter:
         """Append ``rows`` as one commit carrying ``properties`` (append-only tables)."""
         commit_with_properties(spark, properties, rows.writeTo(table.identifier).append)
 
+    def append_history(self, take: Callable[[], object]) -> None:
+        """Add a batch's changes to the table's history (one commit to the history table, after
+        the silver commit it reflects; ``lake.history.apply_history``)."""
+        take()
+
     def full_load_step(self, step: str, take: Callable[[], None]) -> None:
         """Take one step of finishing a staged full load (``engine.commit.FULL_LOAD_STEPS``: each a
         commit or a metadata change), in the engine's order."""

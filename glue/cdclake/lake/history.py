@@ -12,6 +12,10 @@ places it in its timeline). One version per change, identified by (key, ``_cdc_o
   change's ``valid_from``, and the late version ends where the next one starts.
 * Exactly once: a change whose (key, ``_cdc_order``) is already in history is not added again, so
   re-applying a batch (a redelivered file, a re-run after a crash) changes nothing.
+* In step with silver: every history commit records in its snapshot summary the silver snapshot
+  it reflects (``SILVER_SNAPSHOT_PROPERTY``, ``SILVER_SEQUENCE_PROPERTY``); silver commits first,
+  so a crash leaves history behind silver, never ahead, and the next run catches it up
+  (``engine.history_sync``).
 
 Reading: the rows of a key valid at time T are ``valid_from <= T AND (valid_to > T OR valid_to IS
 NULL) AND operation <> 'D'``; the current rows (``is_current``) equal silver.
@@ -30,12 +34,14 @@ from typing import TYPE_CHECKING
 from cdclake.columns import COMMIT_TS, OP, SILVER_ORDER
 from cdclake.errors import CdclakeError
 from cdclake.identifiers import quote
+from cdclake.lake.ledger import SnapshotRef
 from cdclake.lake.tables import (
-    TABLE_PROPERTIES,
     SilverTable,
     commit_with_properties,
     current_snapshot_id,
+    ensure_table,
     evolve_schema,
+    iceberg_table,
     silver_columns,
     table_exists,
 )
@@ -50,12 +56,39 @@ HISTORY_COLUMNS = (VALID_FROM, VALID_TO, IS_CURRENT, OPERATION)
 # Set on a history started from silver's rows (``start_history``): when it was turned on. Versions
 # before that moment are unknown; ``cdclake status`` says so.
 HISTORY_SINCE_PROPERTY = "cdclake.history-since"
+# In each history commit's snapshot summary: the silver snapshot whose changes history holds (all
+# of them, with that commit), and its sequence number (which orders it among silver's snapshots).
+SILVER_SNAPSHOT_PROPERTY = "cdclake.silver-snapshot"
+SILVER_SEQUENCE_PROPERTY = "cdclake.silver-sequence"
 
 
 @dataclass(frozen=True)
 class HistoryReport:
     versions_added: int  # changes not in history before
     versions_closed: int  # existing versions whose valid_to or is_current changed
+
+
+def reflecting(silver: SnapshotRef) -> dict[str, str]:
+    """The snapshot-summary properties of a history commit that reflects ``silver``."""
+    return {SILVER_SNAPSHOT_PROPERTY: str(silver.snapshot_id), SILVER_SEQUENCE_PROPERTY: str(silver.sequence_number)}
+
+
+def reflected_sequence(spark: SparkSession, history: SilverTable) -> int | None:
+    """The sequence number of the silver snapshot ``history`` reflects: the newest
+    ``SILVER_SEQUENCE_PROPERTY`` in its lineage (a compaction of history commits without one);
+    None when history has no commit that says (a history written before the property was kept)."""
+    if not table_exists(spark, history):
+        return None
+    iceberg = iceberg_table(spark, history.identifier)
+    iceberg.refresh()
+    snapshot = iceberg.currentSnapshot()
+    while snapshot is not None:
+        value = snapshot.summary().get(SILVER_SEQUENCE_PROPERTY)
+        if value is not None:
+            return int(value)
+        parent = snapshot.parentId()
+        snapshot = iceberg.snapshot(parent) if parent is not None else None
+    return None
 
 
 def history_of(table: SilverTable) -> SilverTable:
@@ -93,10 +126,9 @@ def _ensure_history(spark: SparkSession, history: SilverTable, shape: DataFrame)
     to silver is added here and a widened one (int -> bigint, ...) widened here, and a dropped one
     kept. Without the widening the new values would be cast to the stored type and wrap."""
     if not table_exists(spark, history):
-        writer = shape.limit(0).writeTo(history.identifier).using("iceberg")
-        for name, value in TABLE_PROPERTIES.items():
-            writer = writer.tableProperty(name, value)
-        writer.create()
+        # Created without a snapshot (a CREATE TABLE, not an empty CTAS, which commits one): a
+        # crash before its first write leaves a history that has not started (``history_started``).
+        ensure_table(spark, history, shape)
         return
     incoming = [(f.name, f.dataType.simpleString()) for f in shape.schema.fields]
     plan = plan_schema_change(silver_columns(spark, history), incoming, bookkeeping=(SILVER_ORDER, *HISTORY_COLUMNS))
@@ -167,6 +199,13 @@ def apply_history(
     return HistoryReport(versions_added=added, versions_closed=closed)
 
 
+def create_history(spark: SparkSession, history: SilverTable, changes: DataFrame, key: Sequence[str]) -> None:
+    """Create ``history`` (no snapshot) for a silver table that starts with ``history: true``, from
+    change rows' columns (as ``apply_history`` takes them): its existence says history is to be
+    complete from the table's first change, not started later from silver's rows."""
+    _ensure_history(spark, history, with_validity(_versions(changes, _data_columns(changes)), key))
+
+
 def history_started(spark: SparkSession, history: SilverTable) -> bool:
     """Whether ``history`` holds anything yet: it exists and has a snapshot (a table created but
     never written, as a crash between the two leaves it, has not started)."""
@@ -174,7 +213,12 @@ def history_started(spark: SparkSession, history: SilverTable) -> bool:
 
 
 def start_history(
-    spark: SparkSession, history: SilverTable, stored: DataFrame, key: Sequence[str], since: datetime
+    spark: SparkSession,
+    history: SilverTable,
+    stored: DataFrame,
+    key: Sequence[str],
+    since: datetime,
+    properties: dict[str, str] | None = None,
 ) -> bool:
     """Start ``history`` from silver's ``stored`` rows, when ``history: true`` was turned on after
     the table was loaded: one version per row (``operation = 'I'``, ``valid_from = since``: what
@@ -184,6 +228,7 @@ def start_history(
     Nothing happens (False) when history has started already or silver holds no rows (a table
     loaded empty: its history is complete from its first change). The property is set before the
     rows are written; a crash in between leaves a history without a snapshot, started again.
+    ``properties`` go into the commit's snapshot summary (the silver snapshot ``stored`` is).
     """
     from pyspark.sql import functions as F
 
@@ -194,7 +239,7 @@ def start_history(
     spark.sql(
         f"ALTER TABLE {history.identifier} SET TBLPROPERTIES ('{HISTORY_SINCE_PROPERTY}' = '{since.isoformat()}')"
     )
-    apply_history(spark, history, rows, key)
+    apply_history(spark, history, rows, key, properties)
     return True
 
 

@@ -10,7 +10,7 @@ leave their entries in the ``cdclake_ledger`` archive first.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -71,31 +71,125 @@ def ledger_properties(
     return properties
 
 
-def _lineage(spark: SparkSession, table: SilverTable) -> list[dict[str, Any]]:
+def _lineage(spark: SparkSession, table: SilverTable) -> Iterator[dict[str, Any]]:
     """Ancestors of the current snapshot, newest first, with their ledger properties.
 
     Read through the Iceberg Java API (parent pointers from the current snapshot back to the
-    first one maintenance has not expired): table metadata only, no Spark job.
+    first one maintenance has not expired): table metadata only, no Spark job. Lazily: a reader
+    that stops early (at a full load, at the snapshot it looks for) walks no further.
     """
     iceberg = iceberg_table(spark, table.identifier)
     iceberg.refresh()
-    lineage: list[dict[str, Any]] = []
     snapshot = iceberg.currentSnapshot()
     while snapshot is not None:
         summary = snapshot.summary()
         parent = snapshot.parentId()
-        lineage.append(
-            {
-                "snapshot_id": int(snapshot.snapshotId()),
-                "parent_id": None if parent is None else int(parent),
-                "committed_at": datetime.fromtimestamp(snapshot.timestampMillis() / 1000, UTC).replace(tzinfo=None),
-                "kind": summary.get(KIND_PROPERTY),
-                "files": summary.get(FILES_PROPERTY),
-                "sizes": summary.get(LOAD_SIZES_PROPERTY),
-            }
-        )
+        yield {
+            "snapshot_id": int(snapshot.snapshotId()),
+            "sequence_number": int(snapshot.sequenceNumber()),
+            "parent_id": None if parent is None else int(parent),
+            "committed_at": datetime.fromtimestamp(snapshot.timestampMillis() / 1000, UTC).replace(tzinfo=None),
+            "kind": summary.get(KIND_PROPERTY),
+            "files": summary.get(FILES_PROPERTY),
+            "sizes": summary.get(LOAD_SIZES_PROPERTY),
+            "records": summary.get("total-records"),
+        }
         snapshot = iceberg.snapshot(parent) if parent is not None else None
-    return lineage
+
+
+@dataclass(frozen=True)
+class SnapshotRef:
+    """One snapshot of a table: its id, and its sequence number (which grows with every commit
+    in the table's lineage, so it orders snapshots even after some of them have expired)."""
+
+    snapshot_id: int
+    sequence_number: int
+
+
+@dataclass(frozen=True)
+class BatchesAfter:
+    """What a table's ledger holds after a given snapshot (``batches_after``)."""
+
+    files: tuple[str, ...]  # the CDC files committed after it, in commit order
+    newest: SnapshotRef | None  # the snapshot that committed the last of them
+    load_after: bool  # a full load (finished or not) came after it: its files say nothing of what came before
+
+
+def snapshot_ref(spark: SparkSession, table: SilverTable, snapshot_id: int) -> SnapshotRef:
+    """``snapshot_id`` of ``table`` with its sequence number."""
+    iceberg = iceberg_table(spark, table.identifier)
+    iceberg.refresh()
+    return SnapshotRef(snapshot_id, int(iceberg.snapshot(snapshot_id).sequenceNumber()))
+
+
+def committed_snapshot(spark: SparkSession, table: SilverTable, properties: Mapping[str, str]) -> SnapshotRef:
+    """The newest snapshot of the lineage whose ledger record is ``properties`` (the batch or load
+    just committed with them: the current snapshot, unless another writer committed since)."""
+    for row in _lineage(spark, table):
+        if row["kind"] == properties.get(KIND_PROPERTY) and row["files"] == properties.get(FILES_PROPERTY):
+            return SnapshotRef(row["snapshot_id"], row["sequence_number"])
+    raise LookupError(f"{table.identifier} has no snapshot recording {properties.get(FILES_PROPERTY)}")
+
+
+def staged_load(spark: SparkSession, table: SilverTable) -> SnapshotRef:
+    """The snapshot of the newest staged full load in the lineage (the one being finished)."""
+    for row in _lineage(spark, table):
+        if row["kind"] == KIND_FULL_LOAD_STAGED:
+            return SnapshotRef(row["snapshot_id"], row["sequence_number"])
+    raise LookupError(f"{table.identifier} has no staged full load")
+
+
+def batches_after(spark: SparkSession, table: SilverTable, sequence_number: int) -> BatchesAfter:
+    """The CDC files ``table`` committed after its snapshot of ``sequence_number``, in commit order:
+    from the lineage (metadata only) and, for the part of it that maintenance expired, from the
+    ledger archive. Stops at a full load: what came before it is another load's. A load's record
+    (the empty commit after its staged replace) is not a load of its own."""
+    files: list[str] = []
+    newest: SnapshotRef | None = None
+    reached = False
+    newer: dict[str, Any] | None = None  # a load's kind, held until its parent says whether it was a record
+    for row in _lineage(spark, table):
+        if newer is not None and row["kind"] != KIND_FULL_LOAD_STAGED:
+            return BatchesAfter(tuple(_unique(files)), newest, load_after=True)  # a load of its own
+        newer = None
+        if row["sequence_number"] <= sequence_number:
+            reached = True
+            break
+        if row["kind"] == KIND_FULL_LOAD_STAGED:
+            return BatchesAfter(tuple(_unique(files)), newest, load_after=True)
+        if row["kind"] == KIND_FULL_LOAD:
+            newer = row  # the record of a staged load (its parent), or a load of its own
+            continue
+        if row["kind"] == KIND_CDC and row["files"]:
+            files[:0] = json.loads(row["files"])
+            newest = newest or SnapshotRef(row["snapshot_id"], row["sequence_number"])
+    archive = _ledger_archive(table)
+    if not reached and table_exists(spark, archive) and "sequence_number" in spark.table(archive.identifier).columns:
+        expired = (
+            spark.table(archive.identifier)
+            .where(f"silver_table = {sql_string(table.name)} AND sequence_number > {int(sequence_number)}")
+            .orderBy("sequence_number", "file_key")
+            .collect()
+        )
+        if any(e["kind"] == KIND_FULL_LOAD_STAGED for e in expired):
+            return BatchesAfter(tuple(_unique(files)), newest, load_after=True)
+        files[:0] = [e["file_key"] for e in expired if e["kind"] == KIND_CDC and e["file_key"]]
+        if newest is None and expired:
+            newest = SnapshotRef(expired[-1]["snapshot_id"], expired[-1]["sequence_number"])
+    return BatchesAfter(tuple(_unique(files)), newest, load_after=False)
+
+
+def newest_load(spark: SparkSession, table: SilverTable) -> tuple[SnapshotRef, int] | None:
+    """The newest snapshot of the lineage that a full load made (its staged replace or its record,
+    or a load of its own) with the rows silver held then; None when maintenance expired them all."""
+    for row in _lineage(spark, table):
+        if row["kind"] in (KIND_FULL_LOAD, KIND_FULL_LOAD_STAGED):
+            return SnapshotRef(row["snapshot_id"], row["sequence_number"]), int(row["records"] or 0)
+    return None
+
+
+def _unique(keys: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(keys))
 
 
 def _ledger_archive(table: SilverTable) -> SilverTable:
@@ -167,7 +261,7 @@ def archive_ledger(spark: SparkSession, table: SilverTable, snapshots: Sequence[
     Idempotent, and done before the snapshots expire, so the record of applied files survives.
     """
     rows = [
-        (table.name, key, row["kind"] or KIND_CDC, row["snapshot_id"], sizes.get(key))
+        (table.name, key, row["kind"] or KIND_CDC, row["snapshot_id"], sizes.get(key), row.get("sequence_number"))
         for row in snapshots
         for sizes in [json.loads(row["sizes"]) if row.get("sizes") else {}]
         for key in (json.loads(row["files"]) if row["files"] else []) or [""]
@@ -177,11 +271,15 @@ def archive_ledger(spark: SparkSession, table: SilverTable, snapshots: Sequence[
         return 0
     archive = _ledger_archive(table)
     frame = spark.createDataFrame(
-        rows, "silver_table string, file_key string, kind string, snapshot_id bigint, file_size bigint"
+        rows,
+        "silver_table string, file_key string, kind string, snapshot_id bigint, file_size bigint, "
+        "sequence_number bigint",
     )
     ensure_table(spark, archive, frame)
-    if "file_size" not in spark.table(archive.identifier).columns:  # an archive from before sizes were kept
-        spark.sql(f"ALTER TABLE {archive.identifier} ADD COLUMN file_size bigint")
+    stored = spark.table(archive.identifier).columns
+    for column in ("file_size", "sequence_number"):  # an archive from before sizes (sequence numbers) were kept
+        if column not in stored:
+            spark.sql(f"ALTER TABLE {archive.identifier} ADD COLUMN {column} bigint")
     merge_frame(
         spark,
         frame,

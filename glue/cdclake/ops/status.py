@@ -11,6 +11,7 @@ from cdclake.config import TableConfig
 from cdclake.dms.files import BronzeFile, FileKind
 from cdclake.dms.layout import parse_header, undeclared_header_columns
 from cdclake.dms.store import head_text, list_bronze
+from cdclake.engine.history_sync import history_lag
 from cdclake.engine.select import TableState, load_again, unloaded_load_files
 from cdclake.errors import BadInputError, LoadFilesConflictError
 from cdclake.lake.history import HISTORY_SINCE_PROPERTY, history_of, history_started
@@ -49,7 +50,7 @@ class TableStatus:
     unloaded_load_files: str = ""  # LOAD files in bronze the table's full load does not hold (names)
     undeclared_columns: str = ""  # header columns of held files that the declared columns lack
     behind: str = ""  # why silver is not up to date with bronze, or "up to date"
-    history_note: str = ""  # a history that does not reach back to the load: since when, or not started
+    history_note: str = ""  # a history behind silver, or not reaching back to the load: since when, or not started
 
 
 NO_FILES = "no files yet"
@@ -126,6 +127,8 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
             else 0
         )
         changes, last_change = schema_changes.get(table.target, (0, None))
+        lag = history_lag(engine, table)
+        history_behind = lag.describe() if lag else None
         statuses.append(
             TableStatus(
                 source=table.source,
@@ -147,7 +150,7 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
                 undeclared_columns=_undeclared_columns(
                     engine, table, [f for f in cdc if f.key in held_keys.get(table.target, ())]
                 ),
-                history_note=history_note(engine, table, silver, rows),
+                history_note=history_behind or history_note(engine, table, silver, rows),
                 behind=no_files_yet(table, arrived, len(ledger.applied))
                 or _behind(
                     ledger.full_load_done,
@@ -156,6 +159,7 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
                     (held, last_reason),
                     (held_rows, last_row_reason),
                     _unloaded(table, state, loads),
+                    history_behind,
                 ),
             )
         )
@@ -214,9 +218,11 @@ def _behind(
     files: tuple[int, str | None] = (0, None),
     rows: tuple[int, str | None] = (0, None),
     unloaded: str | None = None,
+    history: str | None = None,
 ) -> str:
     """Why a table is behind bronze, in one phrase (or "up to date"): ``files`` and ``rows`` held
-    in quarantine, each with the newest one's reason, and LOAD files not loaded (``unloaded``)."""
+    in quarantine, each with the newest one's reason, LOAD files not loaded (``unloaded``), and a
+    history behind silver (``history``)."""
     held, last_reason = files
     held_rows, last_row_reason = rows
     reasons = [unloaded] if unloaded else []
@@ -231,6 +237,8 @@ def _behind(
             f"{held_rows} row(s) held in quarantine (last: {last_row_reason}); fix them in bronze, then "
             "`cdclake replay --quarantined`"
         )
+    if history:
+        reasons.append(history)
     return "; ".join(reasons) or "up to date"
 
 
