@@ -336,6 +336,11 @@ def _parse_table(doc: YamlDoc, source_node: Node, node: Node, bronze: BronzeSett
     )
 
 
+def gold_database(config: PipelineConfig) -> str:
+    """Where the marts live: ``gold.database``, by default the silver database name + ``_gold``."""
+    return config.gold.database or f"{config.database}_gold"
+
+
 def readable_tables(database: str, tables: Sequence[TableConfig]) -> dict[str, str]:
     """``database.table`` names a mart may read -> silver table name (history tables included)."""
     names: dict[str, str] = {}

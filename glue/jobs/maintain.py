@@ -1,7 +1,9 @@
-"""AWS Glue job: Iceberg table maintenance for every configured silver table.
+"""AWS Glue job: Iceberg table maintenance for every table cdclake writes.
 
 Compaction (data and position-delete files), snapshot expiry, orphan-file removal and old delete
-tombstones. The state machine starts it between CDC batches, never while a CDC job commits.
+tombstones, for each configured silver table and its tombstones and history, the ledger archive,
+the journals and the gold marts (in --gold_database when given, as the gold job). The state machine
+starts it between CDC batches, never while a CDC job commits.
 
 Arguments: --config, --bronze, --warehouse; optional --catalog and the maintenance settings
 --snapshot_retention_hours, --retain_last_snapshots, --orphan_file_age_hours, --tombstone_retention_days
@@ -16,7 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from cdclake.errors import ConfigError
-from cdclake.ops.maintenance import MaintenanceReport, MaintenanceSettings, maintain
+from cdclake.ops.maintenance import MaintenanceRun, MaintenanceSettings, maintain
 from cdclake.shells.glue_job import build_engine, parse_arguments
 
 log = logging.getLogger("cdclake")
@@ -57,15 +59,17 @@ def parse_settings(argv: Sequence[str]) -> dict[str, int]:
     return settings
 
 
-def main(argv: Sequence[str]) -> list[MaintenanceReport]:
+def main(argv: Sequence[str]) -> MaintenanceRun:
     args = parse_arguments(argv)
     settings = MaintenanceSettings(**parse_settings(argv))
     log.info("maintenance settings: %s", settings)
     engine = build_engine(args)
-    reports = maintain(engine, settings)
-    for report in reports:
+    run = maintain(engine, settings)
+    for report in run.tables:
         log.info("maintenance: %s", report)
-    return reports
+    for upkeep in run.shared:
+        log.info("maintenance: %s", upkeep.summary())
+    return run
 
 
 if __name__ == "__main__":
