@@ -117,14 +117,25 @@ class MaintenanceRun:
 
 
 def _file_counts(engine: Engine, table: SilverTable) -> tuple[int, int]:
-    """(data files, delete files) of the current snapshot."""
-    rows = engine.spark.sql(f"SELECT content, count(*) AS n FROM {table.metadata('files')} GROUP BY content").collect()
-    counts = {r["content"]: r["n"] for r in rows}
-    return counts.get(0, 0), counts.get(1, 0) + counts.get(2, 0)
+    """(data files, delete files) of the current snapshot, from its summary (no Spark job)."""
+    found = iceberg_table(engine.spark, table.identifier)
+    found.refresh()
+    current = found.currentSnapshot()
+    if current is None:
+        return 0, 0
+    summary = current.summary()
+    return int(summary.getOrDefault("total-data-files", "0")), int(summary.getOrDefault("total-delete-files", "0"))
 
 
 def _snapshot_count(engine: Engine, table: SilverTable) -> int:
-    return int(engine.spark.table(table.metadata("snapshots")).count())
+    found = iceberg_table(engine.spark, table.identifier)
+    found.refresh()
+    snapshots = found.snapshots().iterator()
+    count = 0
+    while snapshots.hasNext():
+        snapshots.next()
+        count += 1
+    return count
 
 
 def _call(engine: Engine, procedure: str, arguments: str) -> list[object]:
@@ -179,7 +190,8 @@ def _expiry_cutoff(
         return cutoff
     found = iceberg_table(engine.spark, table.identifier)
     found.refresh()
-    times = [int(snapshot.timestampMillis()) for snapshot in found.snapshots() if int(snapshot.snapshotId()) in keep]
+    kept = [found.snapshot(snapshot_id) for snapshot_id in keep]  # None: another table's
+    times = [int(snapshot.timestampMillis()) for snapshot in kept if snapshot is not None]
     if times:
         oldest = datetime.fromtimestamp(min(times) / 1000, UTC)
         if oldest < cutoff:
@@ -193,6 +205,8 @@ def _expire(engine: Engine, table: SilverTable, cutoff: datetime, retain_last: i
     # Whole seconds, rounded down: a snapshot committed at the cut-off itself stays.
     stamp = cutoff.strftime("%Y-%m-%d %H:%M:%S")
     before = _snapshot_count(engine, table)
+    if before <= retain_last:
+        return 0
     _call(
         engine,
         "expire_snapshots",
@@ -231,12 +245,15 @@ def _remove_orphans(engine: Engine, table: SilverTable, now: datetime, settings:
     )
 
 
-def _compact(engine: Engine, table: SilverTable) -> None:
-    """Bin-pack small files, applying merge-on-read deletes, and merge position delete files."""
+def _compact(engine: Engine, table: SilverTable, data_files: int, delete_files: int) -> None:
+    """Bin-pack small files, applying merge-on-read deletes, and merge position delete files
+    (each only when there is something to do: a procedure call costs Spark jobs even then)."""
     name = _procedure_name(table)
-    compaction = "map('min-input-files', '2', 'delete-file-threshold', '1')"
-    _call(engine, "rewrite_data_files", f"table => {name}, options => {compaction}")
-    _call(engine, "rewrite_position_delete_files", f"table => {name}, options => map('rewrite-all', 'true')")
+    if data_files > 1 or delete_files:
+        compaction = "map('min-input-files', '2', 'delete-file-threshold', '1')"
+        _call(engine, "rewrite_data_files", f"table => {name}, options => {compaction}")
+    if _file_counts(engine, table)[1]:
+        _call(engine, "rewrite_position_delete_files", f"table => {name}, options => map('rewrite-all', 'true')")
 
 
 def maintain_beside(
@@ -254,11 +271,11 @@ def maintain_beside(
         return None
     started = time.monotonic()
     upkeep = TableUpkeep(table=f"{table.database}.{table.name}", role=role)
-    upkeep.data_files_before = _file_counts(engine, table)[0]
+    upkeep.data_files_before, delete_files = _file_counts(engine, table)
     if role != GOLD_MART:
         # A mart's newest commit records the snapshots it reflects; a compaction commit after it
         # could push it out of the retained ones. Marts are rewritten by their refreshes anyway.
-        _compact(engine, table)
+        _compact(engine, table, upkeep.data_files_before, delete_files)
     # History's commits carry the batch's files like silver's (its ledger), kept the same way.
     expired = _expire_snapshots(engine, table, now, settings, keep, ledger=role == HISTORY)
     upkeep.ledger_entries_archived, upkeep.snapshots_expired = expired
