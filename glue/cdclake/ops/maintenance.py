@@ -28,7 +28,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cdclake.columns import TOMBSTONE_DELETED_AT
 from cdclake.config import TableConfig, gold_database
@@ -200,18 +200,28 @@ def _expiry_cutoff(
     return cutoff
 
 
-def _expire(engine: Engine, table: SilverTable, cutoff: datetime, retain_last: int) -> int:
-    """Expire ``table``'s snapshots older than ``cutoff`` but the last ``retain_last``; how many expired."""
-    # Whole seconds, rounded down: a snapshot committed at the cut-off itself stays.
-    stamp = cutoff.strftime("%Y-%m-%d %H:%M:%S")
+def _expire(engine: Engine, table: SilverTable, cutoff: datetime, retain_last: int, on_driver: bool) -> int:
+    """Expire ``table``'s snapshots older than ``cutoff`` but the last ``retain_last``; how many expired.
+
+    ``on_driver``: through the Iceberg Java API (``Table.expireSnapshots``, the same core operation
+    as the procedure, reading the expired snapshots' manifests on the driver: no Spark job, for the
+    small tables beside silver); else the Spark procedure, which reads them in Spark jobs.
+    """
     before = _snapshot_count(engine, table)
     if before <= retain_last:
         return 0
-    _call(
-        engine,
-        "expire_snapshots",
-        f"table => {_procedure_name(table)}, older_than => TIMESTAMP '{stamp}', retain_last => {retain_last}",
-    )
+    # Whole seconds, rounded down: a snapshot committed at the cut-off itself stays.
+    whole = cutoff.replace(microsecond=0)
+    if on_driver:
+        found = iceberg_table(engine.spark, table.identifier)
+        found.refresh()
+        found.expireSnapshots().expireOlderThan(int(whole.timestamp() * 1000)).retainLast(retain_last).commit()
+    else:
+        stamp = whole.strftime("%Y-%m-%d %H:%M:%S")
+        arguments = (
+            f"table => {_procedure_name(table)}, older_than => TIMESTAMP '{stamp}', retain_last => {retain_last}"
+        )
+        _call(engine, "expire_snapshots", arguments)
     return before - _snapshot_count(engine, table)
 
 
@@ -222,15 +232,36 @@ def _expire_snapshots(
     settings: MaintenanceSettings,
     keep: frozenset[int],
     ledger: bool = True,
+    on_driver: bool = False,
 ) -> tuple[int, int]:
     """Archive the ledger entries of the snapshots about to expire (``ledger``: the table's
-    snapshots carry them), then expire them: (entries archived, snapshots expired)."""
+    snapshots carry them), then expire them (``on_driver``: see ``_expire``): (entries archived, snapshots expired)."""
     cutoff = _expiry_cutoff(engine, table, now, settings, keep)
     archived = 0
     if ledger:
         expiring = expiring_snapshots(engine.spark, table, cutoff, settings.retain_last_snapshots)
         archived = archive_ledger(engine.spark, table, expiring)
-    return archived, _expire(engine, table, cutoff, settings.retain_last_snapshots)
+    return archived, _expire(engine, table, cutoff, settings.retain_last_snapshots, on_driver)
+
+
+def _holds_file_older_than(engine: Engine, table: SilverTable, cutoff: datetime) -> bool:
+    """Whether a file under ``table``'s location is older than ``cutoff``: only such a file can be
+    an orphan to remove. One listing through the table's FileIO, stopped at the first such file
+    (a mature table's first page has one); True when the FileIO cannot list."""
+    found = iceberg_table(engine.spark, table.identifier)
+    io = found.io()
+    jvm: Any = engine.spark.sparkContext._jvm
+    listing = jvm.java.lang.Class.forName(
+        "org.apache.iceberg.io.SupportsPrefixOperations", True, io.getClass().getClassLoader()
+    )
+    if not listing.isInstance(io):
+        return True
+    limit = int(cutoff.timestamp() * 1000)
+    files = io.listPrefix(str(found.location()).rstrip("/") + "/").iterator()  # not the table beside it
+    while files.hasNext():
+        if int(files.next().createdAtMillis()) < limit:
+            return True
+    return False
 
 
 def _remove_orphans(engine: Engine, table: SilverTable, now: datetime, settings: MaintenanceSettings) -> int:
@@ -239,10 +270,12 @@ def _remove_orphans(engine: Engine, table: SilverTable, now: datetime, settings:
     # Iceberg refuses an orphan cut-off under 24 hours before its own clock: a file that young may
     # belong to a commit in flight.
     cutoff = min(now - timedelta(hours=settings.orphan_file_age_hours), datetime.now(UTC) - timedelta(days=1))
+    cutoff = cutoff.replace(microsecond=0)
+    if not _holds_file_older_than(engine, table, cutoff):
+        return 0  # a young table: Iceberg's procedure (Spark jobs) would find nothing
     stamp = cutoff.strftime("%Y-%m-%d %H:%M:%S")
-    return len(
-        _call(engine, "remove_orphan_files", f"table => {_procedure_name(table)}, older_than => TIMESTAMP '{stamp}'")
-    )
+    arguments = f"table => {_procedure_name(table)}, older_than => TIMESTAMP '{stamp}'"
+    return len(_call(engine, "remove_orphan_files", arguments))
 
 
 def _compact(engine: Engine, table: SilverTable, data_files: int, delete_files: int) -> None:
@@ -277,7 +310,7 @@ def maintain_beside(
         # could push it out of the retained ones. Marts are rewritten by their refreshes anyway.
         _compact(engine, table, upkeep.data_files_before, delete_files)
     # History's commits carry the batch's files like silver's (its ledger), kept the same way.
-    expired = _expire_snapshots(engine, table, now, settings, keep, ledger=role == HISTORY)
+    expired = _expire_snapshots(engine, table, now, settings, keep, ledger=role == HISTORY, on_driver=True)
     upkeep.ledger_entries_archived, upkeep.snapshots_expired = expired
     upkeep.orphan_files_removed = _remove_orphans(engine, table, now, settings)
     upkeep.data_files_after = _file_counts(engine, table)[0]
