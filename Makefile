@@ -24,8 +24,8 @@ demo-postgres: setup ## a real PostgreSQL source: capture, apply, verify (script
 test: setup aws-tools lint ## linters, type checks and the whole test suite (AWS stack checks included)
 	$(BIN)/pytest
 
-unit: setup ## the fast tests only (no Spark)
-	$(BIN)/pytest -m "not spark"
+unit: setup ## the fast tests only: no Spark, no SAM CLI, checkov or moto server, no state machine runs
+	$(BIN)/pytest -m "not spark and not stack"
 
 lint: setup
 	$(BIN)/ruff check glue tests functions scripts

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import yaml
-from yaml.nodes import MappingNode, Node
+from yaml.nodes import MappingNode, Node, SequenceNode
 
 from cdclake.errors import ConfigError
 from cdclake.identifiers import name_problem
@@ -143,6 +143,10 @@ class PipelineConfig:
     # Tables of a run worked on at once (``engine.parallel``); None: ``Engine.parallel_tables`` decides.
     parallel_tables: int | None = None
     gold: GoldSettings = field(default_factory=GoldSettings)  # the gold database and its marts
+    # ``source_tables``: the schema.table globs ``init`` chose the tables with (``--include`` /
+    # ``--exclude``); ``init --check`` and ``init --add-new`` use them when given none.
+    source_include: tuple[str, ...] = ()
+    source_exclude: tuple[str, ...] = ()
 
     def table(self, name: str) -> TableConfig:
         """Find a table by source name (``schema.table``), source table name or silver name."""
@@ -169,7 +173,7 @@ class PipelineConfig:
         return None
 
 
-_TOP_KEYS = {"bronze", "silver", "tables", "cdc", "quarantine", "gold", "marts"}
+_TOP_KEYS = {"bronze", "silver", "tables", "cdc", "quarantine", "gold", "marts", "source_tables"}
 _BRONZE_KEYS = {
     "path", "format", "csv_header", "csv_delimiter", "csv_null_value", "csv_no_sup_value", "include_op_for_full_load",
     "timestamp_column", "change_sequence_column", "transaction_path", "s3", "split_csv_files_above_mb",
@@ -341,6 +345,23 @@ def gold_database(config: PipelineConfig) -> str:
     return config.gold.database or f"{config.database}_gold"
 
 
+def _parse_source_tables(doc: YamlDoc, node: Node | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``source_tables``: ``include`` and ``exclude``, each a glob or a list of globs."""
+    if node is None:
+        return (), ()
+    fields = doc.mapping(node, "source_tables", {"include", "exclude"})
+
+    def globs(key: str) -> tuple[str, ...]:
+        if key not in fields:
+            return ()
+        item = fields[key]
+        if isinstance(item, SequenceNode):
+            return tuple(doc.scalar(n, f"source_tables.{key}") for n in item.value)
+        return (doc.scalar(item, f"source_tables.{key}"),)
+
+    return globs("include"), globs("exclude")
+
+
 def readable_tables(database: str, tables: Sequence[TableConfig]) -> dict[str, str]:
     """``database.table`` names a mart may read -> silver table name (history tables included)."""
     names: dict[str, str] = {}
@@ -419,6 +440,7 @@ def parse_config(text: str, source: str = "<config>") -> PipelineConfig:
     duplicates = sorted({t for t in targets if targets.count(t) > 1})
     if duplicates:
         raise doc.fail(tables_node, f"several tables write to the same silver table: {', '.join(duplicates)}")
+    include, exclude = _parse_source_tables(doc, top.get("source_tables"))
     return PipelineConfig(
         bronze=bronze,
         database=database,
@@ -428,6 +450,8 @@ def parse_config(text: str, source: str = "<config>") -> PipelineConfig:
         parallel_tables=parallel_tables,
         max_bad_row_ratio=max_bad_row_ratio,
         gold=parse_gold(doc, top.get("gold"), top.get("marts"), database, readable_tables(database, tables)),
+        source_include=include,
+        source_exclude=exclude,
     )
 
 

@@ -42,6 +42,9 @@ class Engine:
     # all, is read, de-duplicated and classified in one task: no shuffle (a single file is read by
     # one task anyway; a few small ones read in about a second).
     single_task_batch_bytes: int = 8 * 1024 * 1024
+    # A full load of up to this many rows checks for repeated keys in one task (a window over one
+    # sorted partition: one Spark job); a larger one shuffles the keys (``engine.full_load``).
+    one_task_keys: int = 500_000
     # A batch that takes the RowDelta path with files up to this many bytes in all is collected
     # into the driver once and its files are written there (``lake.driver_write``): no Spark job
     # for its new images, position deletes and tombstones. 0: Spark writes every batch's files.

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from cdclake.context import Engine
 from cdclake.dms.manifest import read_manifest
-from cdclake.engine.follow import FollowReport, FollowSettings, Round, follow
+from cdclake.engine.follow import FollowReport, Round, follow
 from cdclake.engine.run import apply_cdc_files, replay, run
 from cdclake.engine.select import ReplaySelection, files_from_keys
 from cdclake.report import RunReport
@@ -38,7 +38,7 @@ log = logging.getLogger("cdclake")
 
 
 def main(argv: Sequence[str]) -> RunReport | FollowReport:
-    args = parse_arguments(argv)
+    args = parse_arguments(argv, "cdc")
     engine = build_engine(args)
     if args.queue_url and not args.manifest and not args.replay:
         return _follow(args, engine)
@@ -59,12 +59,6 @@ def main(argv: Sequence[str]) -> RunReport | FollowReport:
 
 
 def _follow(args: JobArguments, engine: Engine) -> FollowReport:
-    settings = FollowSettings(
-        poll_seconds=args.poll_seconds,
-        idle_seconds=args.idle_seconds,
-        max_run_seconds=args.max_run_seconds,
-    )
-
     def each_round(done: Round) -> None:
         log_report(done.report)
         log.info(
@@ -77,7 +71,7 @@ def _follow(args: JobArguments, engine: Engine) -> FollowReport:
         )
         publish_metrics(args, engine.config, done.report, done.backlog)
 
-    outcome = follow(engine, settings, queue_notices(args), on_round=each_round)
+    outcome = follow(engine, args.follow, queue_notices(args), on_round=each_round)
     log.info(
         "follow ended: %s after %d rounds; files=%d bytes=%d listings=%d",
         outcome.stopped_by,

@@ -19,8 +19,8 @@ from cdclake.shells.glue_job import build_engine, log_report, parse_arguments, p
 
 
 def main(argv: Sequence[str]) -> RunReport:
-    args = parse_arguments(argv)
-    prepare_job_configuration(argv, args.config, args.database)
+    args = parse_arguments(argv, "full_load")
+    prepare_job_configuration(args.source, args.config, args.database)
     engine = build_engine(args)
     report = full_load(engine, reload=args.reload)
     log_report(report)

@@ -50,7 +50,7 @@ def check(results: Sequence[MartRefresh]) -> None:
 
 
 def main(argv: Sequence[str]) -> list[MartRefresh]:
-    args = parse_arguments(argv)
+    args = parse_arguments(argv, "gold")
     engine = build_engine(args)
     if not engine.config.gold.marts:
         log.info("gold: no marts configured (add a 'marts:' section to the configuration)")

@@ -7,64 +7,26 @@ starts it between CDC batches, never while a CDC job commits.
 
 Arguments: --config, --bronze, --warehouse; optional --catalog and the maintenance settings
 --snapshot_retention_hours, --retain_last_snapshots, --orphan_file_age_hours, --tombstone_retention_days
-(absent: the engine's defaults).
+(absent: the engine's defaults; each a positive whole number).
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from collections.abc import Sequence
 
-from cdclake.errors import ConfigError
-from cdclake.ops.maintenance import MaintenanceRun, MaintenanceSettings, maintain
+from cdclake.ops.maintenance import MaintenanceRun, maintain
 from cdclake.shells.glue_job import build_engine, parse_arguments
 
 log = logging.getLogger("cdclake")
 
-# Optional job arguments, each named like its cdclake.ops.maintenance.MaintenanceSettings field.
-SETTING_NAMES = (
-    "snapshot_retention_hours",
-    "retain_last_snapshots",
-    "orphan_file_age_hours",
-    "tombstone_retention_days",
-)
-
-
-def parse_settings(argv: Sequence[str]) -> dict[str, int]:
-    """The maintenance settings given as job arguments, as MaintenanceSettings keyword arguments.
-
-    Only the ones present: an absent argument keeps the engine's default. Each must be a positive whole
-    number; anything else is a ConfigError naming the argument. Glue passes ``--name value`` pairs,
-    which argparse reads the same way inside and outside AWS Glue (the common arguments are
-    ``cdclake.shells.glue_job.parse_arguments``'s business, so unknown ones are ignored here).
-    """
-    parser = argparse.ArgumentParser(add_help=False)
-    for name in SETTING_NAMES:
-        parser.add_argument(f"--{name}")
-    given = vars(parser.parse_known_args(list(argv[1:]))[0])
-    settings: dict[str, int] = {}
-    for name in SETTING_NAMES:
-        text = given[name]
-        if text is None:
-            continue
-        try:
-            value = int(text)
-        except ValueError:
-            value = 0
-        if value < 1:
-            raise ConfigError(f"--{name} must be a positive whole number, not {text!r}.")
-        settings[name] = value
-    return settings
-
 
 def main(argv: Sequence[str]) -> MaintenanceRun:
-    args = parse_arguments(argv)
-    settings = MaintenanceSettings(**parse_settings(argv))
-    log.info("maintenance settings: %s", settings)
+    args = parse_arguments(argv, "maintain")
+    log.info("maintenance settings: %s", args.maintenance)
     engine = build_engine(args)
-    run = maintain(engine, settings)
+    run = maintain(engine, args.maintenance)
     for report in run.tables:
         log.info("maintenance: %s", report)
     for upkeep in run.shared:

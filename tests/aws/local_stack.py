@@ -88,6 +88,8 @@ def build_and_transform(work: Path, endpoint: str) -> dict[str, Any]:
     boto3.client("s3", endpoint_url=endpoint, region_name=REGION).create_bucket(Bucket="sam-packages")
     build = work / "build"
     run_sam_tool([str(SAM), "build", "--build-dir", str(build), "--region", REGION], environment)
+    if not (build / "WorkCheckFunction" / "work.py").exists():  # the one `sam build` of the suite checks its output
+        raise RuntimeError(f"sam build left no WorkCheckFunction handler in {build}")
     packaged = work / "packaged.yaml"
     run_sam_tool(
         [str(SAM), "package", "--template-file", str(build / "template.yaml"), "--s3-bucket", "sam-packages",

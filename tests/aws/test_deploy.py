@@ -65,6 +65,7 @@ def deploy_overrides(lines: list[str]) -> list[str]:
     return tokens[tokens.index("--parameter-overrides") + 1 :]
 
 
+@pytest.mark.stack
 def test_make_deploy_passes_the_environments_parameters_and_then_params() -> None:
     needs(SAM)  # the Makefile reads samconfig.toml with the SAM CLI's own Python
     lines = make_dry_run("deploy", "SAM_ENV=prod", "PARAMS=AlertEmail=ops@example.com CdcWorkers=6")
@@ -77,6 +78,7 @@ def test_make_deploy_passes_the_environments_parameters_and_then_params() -> Non
     assert deploy[deploy.index("--config-file") + 1] == str(ROOT / "samconfig.toml")
 
 
+@pytest.mark.stack
 def test_sam_merges_them_with_the_later_value_winning() -> None:
     needs(SAM)
     overrides = deploy_overrides(make_dry_run("deploy", "SAM_ENV=prod", "PARAMS=CdcWorkers=6 AlertEmail=a@b.example"))
@@ -333,6 +335,7 @@ def test_the_preflight_names_the_one_built_wheel_and_refuses_several(tmp_path: P
         stack_artifacts.wheel_override(tmp_path)
 
 
+@pytest.mark.stack
 def test_make_deploy_runs_the_preflight_before_the_stack_and_passes_its_overrides() -> None:
     needs(SAM)
     lines = make_dry_run("deploy", "CONFIG=cdclake.yaml")
@@ -346,6 +349,7 @@ def test_make_deploy_runs_the_preflight_before_the_stack_and_passes_its_override
 # ------------------------------------------------------------------------- issue 34.5: the stack's region
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize(("target", "environment"), [("deploy", "default"), ("destroy", "prod")])
 def test_every_step_that_calls_aws_is_given_the_region_of_samconfig(target: str, environment: str) -> None:
     needs(SAM)  # the Makefile reads samconfig.toml with the SAM CLI's own Python

@@ -44,7 +44,7 @@ from test_deploy import stack_artifacts
 from cdclake.dms.writer import SourceChange, cdc_file_name, cdc_records, csv_text
 from oracle import replay_change_log
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.stack]
 
 ROOT = Path(__file__).resolve().parents[2]
 STACK = "cdclake-dev"

@@ -97,6 +97,7 @@ def glue_wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(stack_artifacts.build_glue_wheels(root))
 
 
+@pytest.mark.stack
 def test_every_import_of_the_glue_jobs_resolves_from_the_uploaded_wheels_with_no_index(
     glue_wheels: Path, tmp_path: Path
 ) -> None:

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from conftest import Pipeline
 
+pytestmark = pytest.mark.stack  # the real definition executed by moto: seconds a test
+
 
 def cdc_key(table: str, stamp: str) -> str:
     return f"dms/sales/{table}/20240301-{stamp}.csv"

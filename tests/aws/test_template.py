@@ -114,11 +114,14 @@ def test_the_gold_job_writes_to_the_gold_database_iam_allows() -> None:
 
 def test_the_gold_database_argument_replaces_the_configurations_gold_database() -> None:
     common = ["job.py", "--config", str(EXAMPLE_CONFIG), "--bronze", "/tmp/b", "--warehouse", "/tmp/w"]
-    assert gold_database(job_config(parse_arguments(common))) == "airbnb_gold"  # <silver.database>_gold
+    assert gold_database(job_config(parse_arguments(common, "gold"))) == "airbnb_gold"  # <silver.database>_gold
     # without --gold_database the default follows --database, to the stack's gold database name as well
-    assert gold_database(job_config(parse_arguments([*common, "--database", "cdclake_prod"]))) == "cdclake_prod_gold"
+    assert (
+        gold_database(job_config(parse_arguments([*common, "--database", "cdclake_prod"], "gold")))
+        == "cdclake_prod_gold"
+    )
     stack = [*common, "--database", "cdclake_prod", "--gold_database", "bi_marts"]
-    config = job_config(parse_arguments(stack))
+    config = job_config(parse_arguments(stack, "gold"))
     assert (config.database, gold_database(config)) == ("cdclake_prod", "bi_marts")
     # AND the marts read the silver tables of the stack's database, whatever the configuration calls it
     [mart] = config.gold.marts
@@ -126,7 +129,7 @@ def test_the_gold_database_argument_replaces_the_configurations_gold_database() 
     assert referenced_tables(mart.sql, readable_tables("cdclake_prod", config.tables)) == ["cdclake_prod.hosts_silver"]
     assert "airbnb." not in mart.sql
     with pytest.raises(ConfigError, match="--gold_database must differ from the silver database"):
-        job_config(parse_arguments([*common, "--database", "cdclake_prod", "--gold_database", "cdclake_prod"]))
+        job_config(parse_arguments([*common, "--database", "cdclake_prod", "--gold_database", "cdclake_prod"], "gold"))
 
 
 def test_every_glue_job_runs_an_entry_point_that_exists() -> None:
@@ -139,8 +142,8 @@ def test_every_glue_job_runs_an_entry_point_that_exists() -> None:
 
 def test_the_database_argument_replaces_the_configurations_database() -> None:
     common = ["job.py", "--config", str(EXAMPLE_CONFIG), "--bronze", "/tmp/b", "--warehouse", "/tmp/w"]
-    assert job_config(parse_arguments(common)).database == "airbnb"  # the example configuration's own
-    assert job_config(parse_arguments([*common, "--database", "cdclake_prod"])).database == "cdclake_prod"
+    assert job_config(parse_arguments(common, "gold")).database == "airbnb"  # the example configuration's own
+    assert job_config(parse_arguments([*common, "--database", "cdclake_prod"], "gold")).database == "cdclake_prod"
 
 
 def test_no_kms_grant_on_keys_the_buckets_do_not_use() -> None:
@@ -372,9 +375,14 @@ def test_the_cdc_job_follows_the_file_queue_with_the_stacks_settings() -> None:
         assert len(PARAMETERS[parameter]["Description"]) > 60, parameter
     assert (PARAMETERS["CdcPollSeconds"]["Default"], PARAMETERS["CdcIdleSeconds"]["Default"]) == (30, 300)
     assert PARAMETERS["CdcMaxRunSeconds"]["Default"] == 3600
-    # The other jobs do not follow the queue, and the CDC job keeps every argument the full-load job has.
+    # The other jobs do not follow the queue, and the CDC job has every argument the full-load job has but the
+    # source's (it never reads the source database)
     full_load = RESOURCES["FullLoadJob"]["Properties"]["DefaultArguments"]
-    assert {name: arguments[name] for name in full_load} == full_load
+    source = {"--secret_id", "--source_connection", "--dbname", "--source_engine"}
+    assert {name: arguments[name] for name in full_load if name not in source} == {
+        name: value for name, value in full_load.items() if name not in source
+    }
+    assert not source & set(arguments)
     for job in ("FullLoadJob", "MaintenanceJob", "GoldJob"):
         assert "--queue_url" not in RESOURCES[job]["Properties"]["DefaultArguments"], job
 

@@ -306,12 +306,11 @@ def test_a_clean_full_load_is_staged_then_recorded(make_engine: EngineFactory, t
 
 @pytest.mark.parametrize("keys_per_task", [500_000, 0], ids=["one-task-check", "shuffled-check"])
 def test_a_full_load_with_a_repeated_key_keeps_its_last_row(
-    make_engine: EngineFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keys_per_task: int
+    make_engine: EngineFactory, tmp_path: Path, keys_per_task: int
 ) -> None:
     # GIVEN a key loaded twice (a LOAD file written again after a restarted load); the check for
     # repeated keys reading every key in one task, or shuffling them (tables over its limit)
-    monkeypatch.setattr("cdclake.engine.full_load._ONE_TASK_KEYS", keys_per_task)
-    engine = make_engine(ORDERS)
+    engine = replace(make_engine(ORDERS), one_task_keys=keys_per_task)
     table_dir = tmp_path / "bronze" / "sales" / "orders"
     ts = "2024-01-01 00:00:00.000000"
     first = [[ts, "eu", "1", "first", "1.00", ""], [ts, "eu", "2", "once", "1.00", ""]]

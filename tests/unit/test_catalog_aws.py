@@ -11,7 +11,8 @@ import pytest
 from moto import mock_aws
 
 from cdclake.config import parse_config
-from cdclake.ops.source_catalog import SourceSettings, source_address, source_settings, sync_configuration
+from cdclake.ops.source_catalog import SourceSettings, source_address, sync_configuration
+from cdclake.shells.glue_job import parse_arguments
 from cdclake.sources.catalog.connect import SourceAddress
 from cdclake.sources.catalog.model import CatalogColumn, CatalogTable, SourceCatalogError
 
@@ -29,9 +30,12 @@ def aws(aws_credentials: None) -> Iterator[None]:
 
 
 def test_job_arguments_name_the_source_only_with_a_secret() -> None:
-    assert source_settings(["job.py", "--config", "c", "--source_engine", "postgres"]) is None
-    settings = source_settings(["job.py", "--secret_id", "s", "--source_connection", "c", "--dbname", "shop"])
-    assert settings == SourceSettings("s", "c", "shop", None)
+    common = ["job.py", "--config", "c", "--bronze", "b", "--warehouse", "w"]
+    assert parse_arguments([*common, "--source_engine", "postgres"], "full_load").source is None
+    given = [*common, "--secret_id", "s", "--source_connection", "c", "--dbname", "shop"]
+    assert parse_arguments(given, "full_load").source == SourceSettings("s", "c", "shop", None)
+    # only the full-load job reads the source
+    assert parse_arguments(given, "cdc").source is None
 
 
 def test_address_comes_from_the_connection_and_the_secret(aws: None) -> None:

@@ -31,7 +31,8 @@ def _numeric_typmod(precision: int, scale: int) -> int:
         ("numeric", _numeric_typmod(12, 2), "decimal(12,2)"),
         ("numeric", _numeric_typmod(38, 0), "decimal(38,0)"),
         ("numeric", _numeric_typmod(39, 2), "string"),  # wider than DMS's NUMERIC: STRING
-        ("numeric", -1, "decimal(28,6)"),  # the guide: unconstrained NUMERIC becomes NUMERIC(28,6)
+        ("numeric", -1, "string"),  # exact as text (DMS: MapUnboundedNumericAsString), not NUMERIC(28,6)
+        ("oid", -1, "bigint"),
         ("money", -1, "decimal(38,4)"),
         ("date", -1, "date"),
         ("time", -1, "string"),

@@ -4,6 +4,7 @@ file headers across schema changes and the configuration edits that declare new 
 from __future__ import annotations
 
 import struct
+from datetime import datetime
 from decimal import Decimal
 
 from cdclake.config import parse_config
@@ -18,7 +19,13 @@ from cdclake.sources.postgres.catalog import (
 )
 from cdclake.sources.postgres.pgoutput import UNCHANGED_TOAST, Begin, RowChange, decode, format_lsn, parse_lsn
 from cdclake.sources.postgres.state import TableFolder, change_sequence
-from cdclake.sources.postgres.verify import canonical
+from cdclake.sources.postgres.verify import (
+    TableComparison,
+    canonical,
+    differing_columns,
+    format_comparisons,
+    row_digest,
+)
 
 
 def _tuple(*values: object) -> bytes:
@@ -54,7 +61,14 @@ def test_numeric_precision_comes_from_the_type_modifier() -> None:
 
 def test_values_become_text_spark_casts_correctly() -> None:
     assert value_text("timestamptz")("2024-01-01 01:30:00.5+05:30") == "2023-12-31 20:00:00.500000"
-    assert value_text("timestamptz")("infinity") == "infinity"  # left for the engine to reject by name
+    # ±infinity: clamped to the ends of Spark's range (what psycopg2 reads them as, too)
+    assert value_text("timestamptz")("infinity") == "9999-12-31 23:59:59.999999"
+    assert value_text("timestamp")("-infinity") == "0001-01-01 00:00:00.000000"
+    assert (value_text("date")("infinity"), value_text("date")("-infinity")) == ("9999-12-31", "0001-01-01")
+    assert value_text("timestamp")("0044-03-15 12:00:00 BC") == "0044-03-15 12:00:00 BC"  # left for the engine
+    # money (lc_monetary=C): the amount DMS's NUMERIC(38,4) holds
+    assert value_text("money")("-$92,233,720,368,547,758.08") == "-92233720368547758.08"
+    assert value_text("money")("$0.00") == "0.00"
     assert value_text("bool")("t") == "true"
     assert value_text("bytea")("\\x00ff") == "00ff"
 
@@ -63,6 +77,25 @@ def test_verify_canonical_forms_agree_across_sources() -> None:
     assert canonical(Decimal("1.5"), "decimal(10,2)") == canonical(Decimal("1.50"), "decimal(10,2)")
     assert canonical(1.1, "float") == canonical(struct.unpack("f", struct.pack("f", 1.1))[0], "float")
     assert canonical(memoryview(b"\x00\xff"), "string") == "00ff"
+    # psycopg2 reads -infinity as datetime.min: year 1 with four digits, as Spark prints it
+    assert canonical(datetime.min, "timestamp_ntz") == "0001-01-01 00:00:00.000000"
+    assert canonical("$1.25", "decimal(38,4)") == "$1.25"  # not a number: compared as it is, no crash
+
+
+def test_verify_names_the_differing_columns_and_sums_up_in_one_line() -> None:
+    columns = ["id", "price", "note"]
+    left, right = row_digest(["1", "2.00", "a"]), row_digest(["1", "3.00", "b"])
+    assert differing_columns(columns, left, right) == ["price", "note"]
+    results = [
+        TableComparison("s.a", 1, 1),
+        TableComparison("s.b", 2, 2, different=["id=1"], differing_columns={"id=1": ["price", "note"]}),
+        TableComparison("s.c", problem="no such table at the source"),
+    ]
+    text = format_comparisons(results).splitlines()
+    assert (
+        "  content differs: id=1 (columns: price, note)" in text and "SKIPPED s.c: no such table at the source" in text
+    )
+    assert text[-1] == "verify: 1 table(s) equal, 1 differing, 1 skipped"
 
 
 def test_file_names_increase_even_when_commit_time_goes_back(tmp_path) -> None:  # type: ignore[no-untyped-def]

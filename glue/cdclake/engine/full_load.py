@@ -29,8 +29,6 @@ from cdclake.report import TableReport
 from cdclake.runtime.progress import watch_stages
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
     from cdclake.lake.tables import SilverTable
 
 log = logging.getLogger("cdclake")
@@ -123,7 +121,7 @@ def _load_in_one_scan(
         log.info("full load table=%s takes the careful path: %s", table.source, root_cause(failure))
         return []
     stats = observation.get
-    if not table.append_only and _has_repeated_keys(engine.spark, silver, table.silver_key(), stats["rows"]):
+    if not table.append_only and _has_repeated_keys(engine, silver, table.silver_key(), stats["rows"]):
         log.warning("full load table=%s: a key occurs more than once; keeping each key's last row", table.source)
         return []
     loaded = [f.key for f in (*files, *superseded_cdc_files(listing, table, stats["earliest"]))]
@@ -134,22 +132,19 @@ def _load_in_one_scan(
     return loaded
 
 
-_ONE_TASK_KEYS = 500_000
-
-
-def _has_repeated_keys(spark: SparkSession, silver: SilverTable, key: Sequence[str], rows: int) -> bool:
+def _has_repeated_keys(engine: Engine, silver: SilverTable, key: Sequence[str], rows: int) -> bool:
     """Whether a key occurs twice in ``silver`` (a scan of the key columns only) of ``rows`` rows.
 
     A count over a window per key, not a group-by: the keys are nearly all distinct, so a hash
     aggregate's map-side pass reduces nothing and costs more than sorting (4M keys: 1.0 s vs 1.75 s).
-    Up to ``_ONE_TASK_KEYS`` keys are read and sorted in one task: one partition already satisfies
+    Up to ``engine.one_task_keys`` keys are read and sorted in one task: one partition already satisfies
     the window's clustering, so the check is one Spark job instead of a shuffle's two.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    keys = parallel_scan(spark, silver.identifier).select(*key)
-    if rows <= _ONE_TASK_KEYS:
+    keys = parallel_scan(engine.spark, silver.identifier).select(*key)
+    if rows <= engine.one_task_keys:
         keys = keys.coalesce(1)
     counted = keys.withColumn("_cdc_rows", F.count(F.lit(1)).over(Window.partitionBy(*key)))
     return bool(counted.where(F.col("_cdc_rows") > 1).limit(1).collect())

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdclake.config import load_config, parse_config
-from cdclake.errors import CdclakeError
+from cdclake.errors import CdclakeError, ConfigError
 from cdclake.ops.drift import drift, drift_report
 from cdclake.sources.catalog.connect import SourceAddress, parse_source, read_catalog
 from cdclake.sources.catalog.model import CatalogTable
@@ -22,6 +22,7 @@ from cdclake.sources.catalog.plan import (
     add_tables,
     configuration_text,
     select_tables,
+    silver_targets,
     written_by_init,
 )
 
@@ -73,13 +74,19 @@ def init(settings: InitSettings, read: CatalogReader = read_catalog, out: Callab
     path = settings.config_path
     if settings.check:
         config = load_config(path)
+        if not (settings.include or settings.exclude):  # the globs the file was written with
+            selection = selected_tables(address, catalog, config.source_include, config.source_exclude)
         found = drift(config, selection.tables, catalog)
         out(drift_report(found).rstrip("\n"))
+        for warning in (w for t in selection.tables for w in t.warnings):
+            out(f"warning: {warning}")
         return 1 if found else 0
     if not selection.tables:
         patterns = ", ".join(settings.include) or "every table"
         raise CdclakeError(f"No table of {address.describe()} matches {patterns}: nothing to write.")
     for table in selection.tables:
+        for warning in table.warnings:
+            log.warning("%s", warning)
         if not table.key:
             log.warning(
                 "%s has no primary key (nor a unique index DMS would use): configured append_only: true, "
@@ -87,16 +94,7 @@ def init(settings: InitSettings, read: CatalogReader = read_catalog, out: Callab
                 table.qualified,
             )
     if path.exists() and settings.add_new:
-        text = path.read_text(encoding="utf-8")
-        configured = {t.source for t in load_config(path).tables}
-        new = [t for t in selection.tables if t.qualified not in configured]
-        if new:
-            _write(path, add_tables(text, new, str(path)))
-        out(
-            f"init: added {len(new)} new table(s) to {path}"
-            + (f": {', '.join(t.qualified for t in new)}" if new else "")
-        )
-        return 0
+        return _add_new(settings, address, catalog, out)
     if path.exists() and not settings.force:
         origin = written_by_init(path.read_text(encoding="utf-8"))
         if origin is None or not origin[1]:
@@ -105,9 +103,12 @@ def init(settings: InitSettings, read: CatalogReader = read_catalog, out: Callab
                 "or --add-new to add only the tables it does not have."
             )
     database = settings.database or default_database(address)
-    text = configuration_text(address.engine, selection.tables, settings.bronze, database)
+    text = configuration_text(
+        address.engine, selection.tables, settings.bronze, database, settings.include, settings.exclude
+    )
     parse_config(text, str(path))  # what is written must load: a mapping bug fails here, not in a job
     _write(path, text)
+    _say_targets(silver_targets(selection.tables), out)
     keyed = sum(t.key_source == "primary key" for t in selection.tables)
     unique = sum(t.key_source == "unique index" for t in selection.tables)
     appended = len(selection.tables) - keyed - unique
@@ -116,6 +117,39 @@ def init(settings: InitSettings, read: CatalogReader = read_catalog, out: Callab
         f"({keyed} by primary key, {unique} by unique index, {appended} append-only)"
     )
     return 0
+
+
+def _add_new(
+    settings: InitSettings, address: SourceAddress, catalog: Sequence[CatalogTable], out: Callable[[str], None]
+) -> int:
+    """``init --add-new``: the selected tables the file lacks, appended; the file is written only if
+    the whole result loads (a configuration every command refuses is never left behind)."""
+    path = settings.config_path
+    text = path.read_text(encoding="utf-8")
+    config = load_config(path)
+    if settings.include or settings.exclude:
+        selection = selected_tables(address, catalog, settings.include, settings.exclude)
+    else:  # the globs the file was written with
+        selection = selected_tables(address, catalog, config.source_include, config.source_exclude)
+    configured = {t.source for t in config.tables}
+    new = [t for t in selection.tables if t.qualified not in configured]
+    # named like a configured table (or its silver table): a schema-prefixed silver name too
+    targets = silver_targets(new, [name for t in config.tables for name in (t.target, t.source_table)])
+    if new:
+        updated = add_tables(text, new, str(path), targets)
+        try:
+            parse_config(updated, str(path))
+        except ConfigError as exc:
+            raise CdclakeError(f"{path} is left as it was: with the new table(s) it would not load ({exc}).") from None
+        _write(path, updated)
+    out(f"init: added {len(new)} new table(s) to {path}" + (f": {', '.join(t.qualified for t in new)}" if new else ""))
+    _say_targets(targets, out)
+    return 0
+
+
+def _say_targets(targets: dict[str, str], out: Callable[[str], None]) -> None:
+    for source, target in targets.items():
+        out(f"init: {source} goes to silver table {target} (another table of that name is configured too)")
 
 
 def _write(path: Path, text: str) -> None:

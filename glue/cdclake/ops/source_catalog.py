@@ -7,10 +7,9 @@ The AWS clients and the catalog reader are passed in (moto in the tests, boto3 i
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -23,12 +22,11 @@ from cdclake.sources.catalog.plan import BronzeDefaults, configuration_text
 
 log = logging.getLogger("cdclake.source")
 
-SOURCE_ARGUMENTS = ("secret_id", "source_connection", "dbname", "source_engine")
-
 
 @dataclass(frozen=True)
 class SourceSettings:
-    """The stack's SourceSecretId, SourceConnectionName, SourceDatabaseName and SourceEngine."""
+    """The stack's SourceSecretId, SourceConnectionName, SourceDatabaseName and SourceEngine (the
+    full-load job's --secret_id, --source_connection, --dbname and --source_engine)."""
 
     secret_id: str
     connection_name: str | None = None
@@ -41,28 +39,6 @@ class ConfigurationSync:
     outcome: Literal["written", "in step", "drift"]
     tables: int  # tables in the catalog the configuration covers (or would)
     drift: list[Drift] = field(default_factory=list)
-
-
-def source_settings(argv: Sequence[str]) -> SourceSettings | None:
-    """The job's source arguments; ``None`` when the stack names no secret (nothing to read)."""
-    try:
-        from awsglue.utils import getResolvedOptions
-
-        present = [n for n in SOURCE_ARGUMENTS if f"--{n}" in argv]
-        values: dict[str, Any] = getResolvedOptions(list(argv), present) if present else {}
-    except ImportError:
-        parser = argparse.ArgumentParser(add_help=False)
-        for name in SOURCE_ARGUMENTS:
-            parser.add_argument(f"--{name}")
-        values = {k: v for k, v in vars(parser.parse_known_args(list(argv[1:]))[0]).items() if v}
-    if not values.get("secret_id"):
-        return None
-    return SourceSettings(
-        secret_id=values["secret_id"],
-        connection_name=values.get("source_connection") or None,
-        database=values.get("dbname") or None,
-        engine=values.get("source_engine") or None,
-    )
 
 
 def source_address(settings: SourceSettings, secrets: Any, glue: Any | None) -> SourceAddress:
@@ -146,11 +122,10 @@ def _write_text(uri: str, text: str, s3: Any | None) -> None:
     Path(uri).write_text(text, encoding="utf-8")
 
 
-def prepare_job_configuration(argv: Sequence[str], config_uri: str, silver_database: str | None) -> None:
+def prepare_job_configuration(settings: SourceSettings | None, config_uri: str, silver_database: str | None) -> None:
     """What the full-load job runs before it loads anything (nothing without a source secret): the
     configuration written from the catalog when none was uploaded, else its drift logged. A source
     that cannot be read stops the job only when there is no configuration to load with."""
-    settings = source_settings(argv)
     if settings is None:
         return
     import boto3

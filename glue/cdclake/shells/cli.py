@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cdclake.config import load_config
-from cdclake.errors import CdclakeError, ConcurrentWriterError
+from cdclake.errors import CdclakeError, ConcurrentWriterError, UnknownTableError
 from cdclake.shells.console import console_logging
 from cdclake.shells.query import TABLE_ROWS
 
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from cdclake.config import TableConfig
     from cdclake.context import Engine
     from cdclake.report import RunReport
+    from cdclake.sources.postgres.settings import CaptureSettings
 
 DEFAULT_HOME = Path(".cdclake")
 DEFAULT_WAREHOUSE = DEFAULT_HOME / "warehouse"
@@ -231,9 +232,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="publication name; keyless tables: NAME_inserts (default: %(default)s)",
     )
     capture.add_argument(
-        "--schema", action="append", help="capture the tables of this schema (repeatable; default: public)"
+        "--schema",
+        action="append",
+        help="without a --config file: capture the tables of this schema (repeatable; default: public)",
     )
-    capture.add_argument("--table", action="append", help="capture only this schema.table (repeatable)")
+    capture.add_argument(
+        "--table",
+        action="append",
+        help="only this schema.table (repeatable; default: every table of --config, once there is one)",
+    )
+    capture.add_argument(
+        "--reload",
+        action="append",
+        metavar="SCHEMA.TABLE",
+        help="load this captured table again as it is now (repeatable): new LOAD files, which the next "
+        "`cdclake run` loads in place of the table; lifts a hold (after a type change or REPLICA IDENTITY FULL)",
+    )
     capture.add_argument(
         "--follow", action="store_true", help="keep capturing until stopped (default: pending changes, then exit)"
     )
@@ -258,8 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     capture.add_argument(
         "--state-dir",
         type=Path,
-        default=DEFAULT_HOME / "capture",
-        help="where the capture keeps its state (default: %(default)s)",
+        help=f"where the capture keeps its state (default: {DEFAULT_HOME / 'capture'} next to the --config file)",
     )
 
     verify = command("verify", "compare every silver table with its PostgreSQL source table")
@@ -594,25 +607,61 @@ def _capture(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop)  # a stop between polls: buffered changes are re-read next time
     settings = CaptureSettings(
         dsn=libpq_dsn(args.source),
-        bronze=Path(args.bronze) if args.bronze else DEFAULT_HOME / "bronze",
-        state_dir=args.state_dir,
+        bronze=DEFAULT_HOME / "bronze",
+        state_dir=args.state_dir or args.config.parent / DEFAULT_HOME / "capture",
         slot=args.slot,
         publication=args.publication,
         schemas=tuple(args.schema or ("public",)),
         tables=tuple(args.table or ()),
+        reload=tuple(args.reload or ()),
         follow=args.follow,
         max_batch_interval=args.max_batch_interval,
         min_file_size=args.min_file_size * 1024,
         poll_interval=args.poll_interval,
         config_path=args.config,
     )
+    settings = _capture_follows_config(settings, args)
     report = capture(settings)
     print(
         f"capture: full load files={report.load_files} rows={report.load_rows}; cdc files={report.cdc_files} "
         f"changes={report.changes} transactions={report.transactions} already in bronze={report.skipped_changes}; "
         f"slot confirmed at {report.confirmed_lsn}"
     )
-    return 0
+    for table, reason in sorted(report.held.items()):
+        print(f"capture: table {table} held: {reason}", file=sys.stderr)
+    return 1 if report.held else 0
+
+
+def _capture_follows_config(settings: CaptureSettings, args: argparse.Namespace) -> CaptureSettings:
+    """What capture takes from the configuration file, whichever directory it runs from: bronze
+    (``bronze.path``, relative to the file; ``--bronze`` overrides it) and the tables (all of the
+    file's, or the ones ``--table`` names, each of which must be in it). Without a file: ``--bronze``
+    or ``.cdclake/bronze`` next to where the file will be written, and the tables of ``--schema``."""
+    from dataclasses import replace
+
+    path: Path = args.config
+    if not path.exists():
+        bronze = Path(args.bronze) if args.bronze else path.parent / DEFAULT_HOME / "bronze"
+        return replace(settings, bronze=bronze)
+    config = load_config(path)
+    if args.bronze:
+        bronze = Path(args.bronze)
+    elif config.bronze.path.startswith("s3://"):
+        raise CdclakeError(
+            f"{path} has bronze on S3 ({config.bronze.path}): capture writes a local folder, give --bronze."
+        )
+    else:
+        bronze = path.parent / config.bronze.path
+    configured = [t.source for t in config.tables]
+    unknown = [name for name in (*settings.tables, *settings.reload) if name not in configured]
+    if unknown:
+        raise UnknownTableError(
+            f"Table(s) {', '.join(unknown)} not in {path} (known: {', '.join(configured)}): "
+            "add them with cdclake init --add-new, or name configured ones."
+        )
+    if args.schema:
+        raise CdclakeError(f"capture takes its tables from {path}: --schema chooses them only when there is none.")
+    return replace(settings, bronze=bronze, tables=settings.tables or tuple(configured))
 
 
 if __name__ == "__main__":

@@ -9,95 +9,120 @@ from __future__ import annotations
 import argparse
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import Literal
 
 from cdclake.config import DEFAULT_CATALOG, PipelineConfig, load_config, parse_config
 from cdclake.context import Engine, open_engine
 from cdclake.dms.notices import QueueNotices
+from cdclake.engine.follow import FollowSettings
 from cdclake.errors import ConfigError
+from cdclake.ops.maintenance import MaintenanceSettings
+from cdclake.ops.source_catalog import SourceSettings
 from cdclake.report import Backlog, RunReport
 from cdclake.runtime.session import GlueCatalog, LocalCatalog
 
 log = logging.getLogger("cdclake")
 
-COMMON_ARGUMENTS = ("config", "bronze", "warehouse")
-OPTIONAL_ARGUMENTS = (
-    "catalog",
-    "manifest",
-    "reload",
-    "replay",
-    "environment",
-    "metrics_namespace",
-    "database",
-    "gold_database",
-    "queue_url",
-    "poll_seconds",
-    "idle_seconds",
-    "max_run_seconds",
-    "table_metrics",
-)
+REQUIRED_ARGUMENTS = ("config", "bronze", "warehouse")
+_SHARED = (*REQUIRED_ARGUMENTS, "catalog", "database")
+_METRICS = ("environment", "metrics_namespace", "table_metrics")
+_SOURCE = ("secret_id", "source_connection", "dbname", "source_engine")
+_MAINTENANCE = tuple(f.name for f in fields(MaintenanceSettings))
+_FOLLOW = ("queue_url", "poll_seconds", "idle_seconds", "max_run_seconds")
+
+# The CDC job's pace when the template gives none (its parameters CdcPollSeconds, CdcIdleSeconds, CdcMaxRunSeconds).
+JOB_FOLLOW = FollowSettings(poll_seconds=30.0, idle_seconds=300.0, max_run_seconds=3600.0)
+
+DEFAULT_MAINTENANCE = MaintenanceSettings()
+
+JobName = Literal["full_load", "cdc", "maintain", "gold"]
+
+# The arguments each job reads, and no other: the template gives each job exactly these
+# (tests/aws/test_template.py), so an argument that reaches a job is one it uses.
+JOB_ARGUMENTS: dict[JobName, tuple[str, ...]] = {
+    "full_load": (*_SHARED, "reload", *_METRICS, *_SOURCE),
+    "cdc": (*_SHARED, "manifest", "replay", *_METRICS, *_FOLLOW),
+    "maintain": (*_SHARED, *_MAINTENANCE, "gold_database"),  # the marts are maintained where the gold job keeps them
+    "gold": (*_SHARED, "gold_database"),
+}
 
 
 @dataclass(frozen=True)
 class JobArguments:
+    """A Glue job's arguments, parsed once when it starts; what a job does not read keeps its default."""
+
     config: str  # s3:// URI or local path of the table configuration
     bronze: str  # s3://bucket/prefix DMS writes to (or a local directory)
     warehouse: str  # s3:// warehouse (Glue Data Catalog) or a local directory (Hadoop catalog)
     catalog: str = DEFAULT_CATALOG
+    database: str | None = None  # the stack's Glue database; replaces the configuration's silver.database
     manifest: str | None = None  # CDC job: the batch manifest; absent = everything pending
     reload: bool = False  # full-load job: replace tables that are already loaded
     replay: bool = False  # CDC job: apply the manifest's files (or, without one, the quarantine) again
     environment: str = "dev"
     metrics_namespace: str | None = None  # publish CloudWatch metrics under this namespace when set
-    database: str | None = None  # the stack's Glue database; replaces the configuration's silver.database
-    gold_database: str | None = None  # the stack's gold Glue database; replaces the configuration's gold.database
-    # CDC job: follow the file queue (S3 events) and apply files as they arrive, in rounds at most
-    # poll_seconds apart, until idle for idle_seconds or running for max_run_seconds.
-    queue_url: str | None = None
-    poll_seconds: float = 30.0
-    idle_seconds: float = 300.0
-    max_run_seconds: float = 3600.0
     table_metrics: str = ""  # comma-separated tables that get CloudWatch metrics of their own (others: log lines)
+    gold_database: str | None = None  # the stack's gold Glue database; replaces the configuration's gold.database
+    # CDC job: follow the file queue (S3 events) and apply files as they arrive (engine.follow).
+    queue_url: str | None = None
+    follow: FollowSettings = JOB_FOLLOW
+    # Full-load job: the source whose catalog writes (or checks) the configuration; None without a secret.
+    source: SourceSettings | None = None
+    maintenance: MaintenanceSettings = DEFAULT_MAINTENANCE  # maintenance job
 
 
-def parse_arguments(argv: Sequence[str], extra: Sequence[str] = ()) -> JobArguments:
-    """Glue passes ``--name value`` pairs; ``getResolvedOptions`` reads them when available."""
-    names = [*COMMON_ARGUMENTS, *extra]
-    try:
-        from awsglue.utils import getResolvedOptions
-
-        optional = [n for n in OPTIONAL_ARGUMENTS if f"--{n}" in argv]
-        values = getResolvedOptions(list(argv), [*names, *optional])
-    except ImportError:
-        parser = argparse.ArgumentParser(description="cdclake Glue job (running outside AWS Glue)")
-        for name in names:
-            parser.add_argument(f"--{name}", required=True)
-        for name in OPTIONAL_ARGUMENTS:
-            if name not in names:
-                parser.add_argument(f"--{name}")
-        values = {k: v for k, v in vars(parser.parse_known_args(list(argv[1:]))[0]).items() if v is not None}
+def parse_arguments(argv: Sequence[str], job: JobName) -> JobArguments:
+    """Glue passes ``--name value`` pairs (among its own: ``--JOB_ID`` and the like, ignored here);
+    ``getResolvedOptions`` reads them inside AWS Glue, argparse the same way elsewhere. Only the
+    arguments ``job`` reads are looked at."""
+    names = JOB_ARGUMENTS[job]
+    values = {name: value for name, value in _given(argv, names).items() if value}
+    for name in REQUIRED_ARGUMENTS:
+        if name not in values:
+            raise ConfigError(f"The {job} job needs --{name}.")
     return JobArguments(
         config=values["config"],
         bronze=values["bronze"],
         warehouse=values["warehouse"],
-        catalog=values.get("catalog") or DEFAULT_CATALOG,
-        manifest=values.get("manifest") or None,
-        reload=str(values.get("reload", "false")).lower() == "true",
-        replay=str(values.get("replay", "false")).lower() == "true",
-        environment=values.get("environment") or "dev",
-        metrics_namespace=values.get("metrics_namespace") or None,
-        database=values.get("database") or None,
-        gold_database=values.get("gold_database") or None,
-        queue_url=values.get("queue_url") or None,
-        poll_seconds=_seconds(values, "poll_seconds", JobArguments.poll_seconds),
-        idle_seconds=_seconds(values, "idle_seconds", JobArguments.idle_seconds),
-        max_run_seconds=_seconds(values, "max_run_seconds", JobArguments.max_run_seconds),
-        table_metrics=values.get("table_metrics") or "",
+        catalog=values.get("catalog", DEFAULT_CATALOG),
+        database=values.get("database"),
+        manifest=values.get("manifest"),
+        reload=_flag(values, "reload"),
+        replay=_flag(values, "replay"),
+        environment=values.get("environment", "dev"),
+        metrics_namespace=values.get("metrics_namespace"),
+        table_metrics=values.get("table_metrics", ""),
+        gold_database=values.get("gold_database"),
+        queue_url=values.get("queue_url"),
+        follow=FollowSettings(
+            poll_seconds=_seconds(values, "poll_seconds", JOB_FOLLOW.poll_seconds) or 0.0,
+            idle_seconds=_seconds(values, "idle_seconds", JOB_FOLLOW.idle_seconds),
+            max_run_seconds=_seconds(values, "max_run_seconds", JOB_FOLLOW.max_run_seconds),
+        ),
+        source=_source(values),
+        maintenance=MaintenanceSettings(**{n: _whole(values, n) for n in _MAINTENANCE if n in values}),
     )
 
 
-def _seconds(values: dict[str, str], name: str, default: float) -> float:
+def _given(argv: Sequence[str], names: Sequence[str]) -> dict[str, str]:
+    present = [name for name in names if f"--{name}" in argv]
+    try:
+        from awsglue.utils import getResolvedOptions
+    except ImportError:
+        parser = argparse.ArgumentParser(add_help=False)
+        for name in present:
+            parser.add_argument(f"--{name}")
+        return {k: v for k, v in vars(parser.parse_known_args(list(argv[1:]))[0]).items() if v is not None}
+    return dict(getResolvedOptions(list(argv), present)) if present else {}
+
+
+def _flag(values: dict[str, str], name: str) -> bool:
+    return values.get(name, "false").lower() == "true"
+
+
+def _seconds(values: dict[str, str], name: str, default: float | None) -> float | None:
     text = values.get(name)
     if not text:
         return default
@@ -108,6 +133,28 @@ def _seconds(values: dict[str, str], name: str, default: float) -> float:
     if seconds < 0:
         raise ConfigError(f"--{name} must not be negative, not '{text}'.")
     return seconds
+
+
+def _whole(values: dict[str, str], name: str) -> int:
+    text = values[name]
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigError(f"--{name} must be a positive whole number, not {text!r}.")
+    return value
+
+
+def _source(values: dict[str, str]) -> SourceSettings | None:
+    if "secret_id" not in values:
+        return None
+    return SourceSettings(
+        secret_id=values["secret_id"],
+        connection_name=values.get("source_connection"),
+        database=values.get("dbname"),
+        engine=values.get("source_engine"),
+    )
 
 
 def read_text(uri: str) -> str:

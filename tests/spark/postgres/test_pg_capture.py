@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 from cdclake.sources.postgres.capture import ChangeCapture
-from cdclake.sources.postgres.settings import CaptureError
 from cdclake.sources.postgres.verify import TableComparison, format_comparisons
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -175,21 +174,6 @@ def test_custom_workload_with_key_changes_deletes_and_awkward_values(
         source_db.capture(min_file_size=rng.choice([1, 4096, 10**6]))
         # THEN silver still equals the source
         _assert_equal(apply_and_verify(source_db))
-
-
-def test_unchanged_toast_value_without_full_replica_identity_stops_capture(source_db: SourceDatabase) -> None:
-    # GIVEN a table whose large value is stored out of line and whose replica identity is the key
-    source_db.execute(
-        "CREATE TABLE docs (id int PRIMARY KEY, body text, n int)",
-        "ALTER TABLE docs ALTER COLUMN body SET STORAGE EXTERNAL",
-        "INSERT INTO docs VALUES (1, repeat('x', 5000), 0)",
-    )
-    source_db.capture()
-    # WHEN an update leaves that value unchanged (PostgreSQL does not log it)
-    source_db.execute("UPDATE docs SET n = 1")
-    # THEN capture stops and says how to fix it, instead of writing a wrong value
-    with pytest.raises(CaptureError, match="REPLICA IDENTITY FULL"):
-        source_db.capture()
 
 
 def test_files_written_but_slot_not_advanced_are_not_written_twice(

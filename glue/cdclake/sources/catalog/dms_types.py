@@ -99,14 +99,15 @@ _POSTGRES = {
     "int8": "INT8",
     "float4": "REAL4",
     "float8": "REAL8",
+    "oid": "UINT4",  # an unsigned 4-byte integer
     "date": "DATE",
     "time": "TIME",
     "timetz": "TIME",
     "timestamp": "DATETIME",
     "bytea": "BLOB",
 }
-# The guide's limitations: "NUMERIC without precision and scale: DMS uses NUMERIC(28,6)".
-POSTGRES_UNCONSTRAINED_NUMERIC = (28, 6)
+# MONEY is NUMERIC(38,4) in the guide's table: the amount, without currency symbol or separators.
+POSTGRES_MONEY = (38, 4)
 
 
 def postgres_dms_type(pg_type: str, type_modifier: int) -> DmsType:
@@ -114,10 +115,14 @@ def postgres_dms_type(pg_type: str, type_modifier: int) -> DmsType:
     if pg_type == "timestamptz":
         return DmsType("DATETIME", utc_instant=True)
     if pg_type == "money":
-        return DmsType("NUMERIC", 38, 4)
+        return DmsType("NUMERIC", *POSTGRES_MONEY)
     if pg_type == "numeric":
         if type_modifier < 4:
-            return DmsType("NUMERIC", *POSTGRES_UNCONSTRAINED_NUMERIC)
+            # DMS's default is NUMERIC(28,6), which rounds to 6 decimals and overflows past 22
+            # integer digits (its MapUnboundedNumericAsString is documented for PostgreSQL targets
+            # only); a string holds both what DMS wrote and cdclake capture's exact text (20+ digits,
+            # NaN and Infinity included).
+            return DmsType("STRING")
         precision = ((type_modifier - 4) >> 16) & 0xFFFF
         scale = (type_modifier - 4) & 0xFFFF
         if scale > precision:  # PostgreSQL 15's negative scales: no DMS NUMERIC holds them

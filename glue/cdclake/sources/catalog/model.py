@@ -32,6 +32,7 @@ class CatalogTable:
     columns: tuple[CatalogColumn, ...]  # in the order DMS writes them (the catalog's ordinal order)
     key: tuple[str, ...] = ()  # in key order
     key_source: KeySource = "none"
+    warnings: tuple[str, ...] = ()  # source settings capture needs and the table lacks (init --check prints them)
 
     @property
     def qualified(self) -> str:

@@ -78,10 +78,36 @@ def _name(value: str) -> str:
     return value if IDENTIFIER.match(value) else _quoted(value)
 
 
-def table_block(table: CatalogTable, indent: int = 2) -> list[str]:
-    """The lines of one table's entry under ``tables:``."""
+def silver_targets(tables: Sequence[CatalogTable], taken: Sequence[str] = ()) -> dict[str, str]:
+    """``schema.table`` -> silver table name for the tables whose own name another table has too
+    (among ``tables`` and the silver names already ``taken``): ``<schema>_<table>`` (``hr_t01``),
+    with ``_2``, ``_3``... should that be taken as well. Silver has one database, so two schemas'
+    ``t01`` cannot both be ``t01``; names compare case-insensitively, as Spark's catalog does."""
+    used = {name.casefold() for name in taken}
+    counts: dict[str, int] = {}
+    for table in tables:
+        counts[table.name.casefold()] = counts.get(table.name.casefold(), 0) + 1
+    shared = {name for name, count in counts.items() if count > 1 or name in used}
+    used |= {table.name.casefold() for table in tables if table.name.casefold() not in shared}
+    targets: dict[str, str] = {}
+    for table in tables:
+        if table.name.casefold() not in shared:
+            continue
+        target, number = f"{table.schema}_{table.name}", 1
+        while target.casefold() in used:
+            number += 1
+            target = f"{table.schema}_{table.name}_{number}"
+        used.add(target.casefold())
+        targets[table.qualified] = target
+    return targets
+
+
+def table_block(table: CatalogTable, indent: int = 2, target: str | None = None) -> list[str]:
+    """The lines of one table's entry under ``tables:`` (``target``: a silver name other than the table's)."""
     pad, inner = " " * indent, " " * (indent + 2)
     lines = [f"{pad}{_name(table.qualified)}:"]
+    if target is not None:
+        lines.append(f"{inner}target: {_name(target)}  # another schema has a table named {_name(table.name)} too")
     key = f"{inner}primary_key: [{', '.join(_name(k) for k in table.key)}]"
     if table.key_source == "primary key":
         lines.append(key)
@@ -97,8 +123,16 @@ def table_block(table: CatalogTable, indent: int = 2) -> list[str]:
     return lines
 
 
-def configuration_text(engine: str, tables: Sequence[CatalogTable], bronze: BronzeDefaults, database: str) -> str:
-    """A whole configuration: bronze as the stack's DMS endpoint writes, silver, every table. The
+def configuration_text(
+    engine: str,
+    tables: Sequence[CatalogTable],
+    bronze: BronzeDefaults,
+    database: str,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+) -> str:
+    """A whole configuration: bronze as the stack's DMS endpoint writes, silver, the globs the
+    tables were chosen with, every table (``silver_targets`` names the ones sharing a name). The
     first line carries a checksum of the rest, so a later ``init`` can tell a hand-edited file."""
     body = [
         "bronze:  # the DMS S3 target endpoint of the stack (template.yaml: DmsTargetEndpoint)",
@@ -112,10 +146,18 @@ def configuration_text(engine: str, tables: Sequence[CatalogTable], bronze: Bron
         f"  change_sequence_column: {bronze.change_sequence_column}  # the task's $AR_H_CHANGE_SEQ column",
         "silver:",
         f"  database: {database}",
-        "tables:",
     ]
+    if include or exclude:
+        body.append("source_tables:  # what init --check and init --add-new look at when given no --include/--exclude")
+        body.extend(
+            f"  {key}: [{', '.join(_quoted(g) for g in globs)}]"
+            for key, globs in (("include", include), ("exclude", exclude))
+            if globs
+        )
+    body.append("tables:")
+    targets = silver_targets(tables)
     for table in tables:
-        body.extend(table_block(table))
+        body.extend(table_block(table, target=targets.get(table.qualified)))
     return with_header(engine, "\n".join(body) + "\n")
 
 
@@ -138,9 +180,13 @@ def written_by_init(text: str) -> tuple[str, bool] | None:
     return match.group(1), hashlib.sha256(body.encode("utf-8")).hexdigest() == match.group(2)
 
 
-def add_tables(text: str, tables: Sequence[CatalogTable], source: str = "<config>") -> str:
-    """``text`` with ``tables`` appended to its ``tables:`` mapping; everything else (comments,
-    hand edits) is kept byte for byte. A file ``init`` wrote and nobody edited keeps a valid checksum."""
+def add_tables(
+    text: str, tables: Sequence[CatalogTable], source: str = "<config>", targets: dict[str, str] | None = None
+) -> str:
+    """``text`` with ``tables`` appended to its ``tables:`` mapping (``targets``: silver names
+    other than the tables' own); everything else (comments, hand edits) is kept byte for byte. A
+    file ``init`` wrote and nobody edited keeps a valid checksum."""
+    targets = targets or {}
     if not tables:
         return text
     try:
@@ -165,7 +211,9 @@ def add_tables(text: str, tables: Sequence[CatalogTable], source: str = "<config
         insert_at = len(text)
     elif end.column != 0:
         insert_at += 1
-    addition = "".join(line + "\n" for table in tables for line in table_block(table, indent))
+    addition = "".join(
+        line + "\n" for table in tables for line in table_block(table, indent, targets.get(table.qualified))
+    )
     new_text = text[:insert_at] + addition + text[insert_at:]
     origin = written_by_init(text)
     if origin is not None and origin[1]:

@@ -130,13 +130,14 @@ def read_postgres(conn: Any, bronze_format: BronzeFormat = "csv") -> list[Catalo
     """Every ordinary and partitioned table of the non-system schemas, read with the catalog query
     of ``cdclake capture`` (columns in ``attnum`` order, generated columns left out as pgoutput
     leaves them out, the primary key in index order), typed the way DMS maps PostgreSQL."""
-    from cdclake.sources.postgres.catalog import read_tables
+    from cdclake.sources.postgres.catalog import full_identity_warning, read_tables, toastable_columns
 
     cursor = _PyformatCursor(conn.cursor())
     cursor.execute(_PG_SCHEMAS_SQL)
     schemas = [_text(row[0]) for row in cursor.fetchall()]
     if not schemas:
         return []
+    toastable = toastable_columns(cursor, schemas)
     tables = []
     for table in read_tables(cursor, schemas):
         columns = tuple(
@@ -148,7 +149,10 @@ def read_postgres(conn: Any, bronze_format: BronzeFormat = "csv") -> list[Catalo
             for c in table.columns
         )
         source: KeySource = "primary key" if table.primary_key else "none"
-        tables.append(CatalogTable(table.schema, table.name, columns, table.primary_key, source))
+        # Keyless tables are captured inserts only: their updates never need the old values.
+        unlogged = toastable.get(table.qualified, ()) if table.primary_key else ()
+        warnings = (full_identity_warning(table.qualified, unlogged),) if unlogged else ()
+        tables.append(CatalogTable(table.schema, table.name, columns, table.primary_key, source, warnings))
     return sorted(tables, key=lambda t: (t.schema, t.name))
 
 

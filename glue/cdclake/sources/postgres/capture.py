@@ -19,6 +19,7 @@ from cdclake.sources.postgres.catalog import (
     SourceTable,
     column_of_type,
     declare_columns,
+    read_tables,
     value_text,
 )
 from cdclake.sources.postgres.pgoutput import (
@@ -34,7 +35,7 @@ from cdclake.sources.postgres.pgoutput import (
     parse_lsn,
 )
 from cdclake.sources.postgres.settings import CaptureError, CaptureReport, CaptureSettings, connect
-from cdclake.sources.postgres.snapshot import initialise, publication_names
+from cdclake.sources.postgres.snapshot import add_tables, decoded_publications, initialise, reload_tables
 from cdclake.sources.postgres.state import (
     CaptureState,
     TableFolder,
@@ -51,6 +52,14 @@ log = logging.getLogger("cdclake.capture")
 
 
 Layout = tuple[str, ...]  # the source columns of a change, in its Relation message's order
+
+
+class _UnloggedValue(Exception):
+    """An update's new row lacks a value PostgreSQL did not log (unchanged TOAST, no full identity)."""
+
+    def __init__(self, column: str) -> None:
+        super().__init__(column)
+        self.column = column
 
 
 @dataclass
@@ -207,11 +216,7 @@ class ChangeCapture:
             if value is UNCHANGED_TOAST:
                 value = fallback[position] if fallback is not None else UNCHANGED_TOAST
                 if value is UNCHANGED_TOAST:
-                    raise CaptureError(
-                        f"Table {table.qualified}: an update left the large value of column {column.name} unchanged "
-                        f"and PostgreSQL did not log it. Run ALTER TABLE {table.qualified} REPLICA IDENTITY FULL, "
-                        "then start the capture again from scratch (new slot, empty bronze)."
-                    )
+                    raise _UnloggedValue(column.name)
             row.append(None if value is None else value_text(column.pg_type)(str(value)))
         return row
 
@@ -224,6 +229,36 @@ class ChangeCapture:
         if txn.commit_lsn <= self.folders[table.qualified].durable_lsn:
             self.report.skipped_changes += 1
             return
+        if txn.commit_lsn >= self.state.held.get(table.qualified, (1 << 64, ""))[0]:
+            self.report.held_changes += 1
+            return
+        if table.qualified in self.state.reloads:
+            return  # loaded again (capture --reload): its snapshot will hold this change
+        if txn.commit_lsn < self.state.load_lsns.get(table.qualified, 0):
+            return  # committed before the snapshot a table added later was loaded from: in its LOAD files
+        try:
+            self._records(txn, table, columns, message)
+        except _UnloggedValue as unlogged:
+            self._hold(txn, table, unlogged.column)
+
+    def _hold(self, txn: _Transaction, table: SourceTable, column: str) -> None:
+        """Stop capturing ``table`` from this transaction on (its earlier changes in it are dropped
+        too: silver stays at a whole transaction), durably; the other tables go on."""
+        reason = (
+            f"an update (commit LSN {format_lsn(txn.commit_lsn)}) left the large (TOASTed) value of column {column} "
+            "unchanged, and PostgreSQL logs no such value without REPLICA IDENTITY FULL: this table's changes from "
+            f"then on are not captured. Fix: ALTER TABLE {table.qualified} REPLICA IDENTITY FULL, then "
+            f"`cdclake capture --reload {table.qualified}` and `cdclake run` (the table is loaded again)"
+        )
+        self.report.held_changes += len(txn.records.pop(table.qualified, [])) + 1
+        self.state.held[table.qualified] = (txn.commit_lsn, reason)
+        write_durably(state_path(self.settings), self.state.to_json().encode("utf-8"))
+        log.error("table %s held: %s", table.qualified, reason)
+
+    def _records(
+        self, txn: _Transaction, table: SourceTable, columns: tuple[SourceColumn, ...], message: RowChange
+    ) -> None:
+        """Add the CDC records of one row change to the transaction (an update of the key: D + I)."""
         layout = tuple(c.name for c in columns)
         full_old = message.old if message.old is not None and not message.old_is_key else None
         if message.op == "D":
@@ -326,7 +361,7 @@ class ChangeCapture:
         with self.conn.cursor() as cur:
             cur.execute("SELECT pg_current_wal_flush_lsn()")  # decoding reads flushed WAL only
             wal_end = parse_lsn(cur.fetchone()[0])
-        publications = ",".join(name for name, _, _ in publication_names(self.settings, list(self.tables.values())))
+        publications = ",".join(decoded_publications(self.settings, self.state))
         seen = self.new_commits
         self.conn.autocommit = False  # a named (server-side) cursor streams rows inside a transaction
         with self.conn.cursor(name="cdclake_peek") as cur:
@@ -356,6 +391,18 @@ def capture(settings: CaptureSettings) -> CaptureReport:
         load_report = CaptureReport()
         if state is None or not state.full_load_done:
             state, load_report = initialise(settings, conn)
+        elif added := sorted(set(settings.tables) - {t.qualified for t in state.tables}):
+            with conn.cursor() as cur:
+                load_report = add_tables(settings, conn, state, read_tables(cur, (), added))
+        if reload := sorted({*settings.reload, *state.reloads} - set(load_report.loaded_tables)):
+            unknown = [name for name in reload if name not in {t.qualified for t in state.tables}]
+            if unknown:
+                raise CaptureError(f"Table(s) {', '.join(unknown)} are not captured yet: nothing to reload.")
+            with conn.cursor() as cur:
+                again = reload_tables(settings, conn, state, read_tables(cur, (), reload))
+            load_report.load_files += again.load_files
+            load_report.load_rows += again.load_rows
+            load_report.files.extend(again.files)
         stream = ChangeCapture(settings, state, conn)
         stream.report.load_files, stream.report.load_rows = load_report.load_files, load_report.load_rows
         stream.report.files.extend(load_report.files)
@@ -377,6 +424,7 @@ def capture(settings: CaptureSettings) -> CaptureReport:
         if stream.buffers:
             stream.flush()
         stream.report.confirmed_lsn = format_lsn(stream.confirmed_lsn)
+        stream.report.held = {table: reason for table, (_lsn, reason) in state.held.items()}
         return stream.report
     finally:
         conn.close()

@@ -1,6 +1,8 @@
 """PostgreSQL tables as cdclake sees them: columns, Spark types, primary keys, and value text.
 
-Type mapping (PostgreSQL -> Spark SQL type in the table configuration -> text written to bronze):
+Type mapping (PostgreSQL -> Spark SQL type in the table configuration -> text written to bronze).
+The Spark types are ``init``'s (``cdclake.sources.catalog.dms_types``: what DMS writes), so a
+configuration from ``init`` or from capture reads capture's files the same way:
 
 ========================  =====================  ===============================================
 PostgreSQL                Spark                  bronze text
@@ -10,19 +12,30 @@ smallint, int, bigint     smallint, int, bigint  as PostgreSQL prints it
 oid                       bigint                 as printed
 real, double precision    float, double          as printed (``NaN``, ``Infinity`` included)
 numeric(p,s), p <= 38     decimal(p,s)           as printed
-numeric (no precision)    string                 as printed: exact, where decimal(38,10) would round
-date                      date                   ``yyyy-MM-dd``
-timestamp                 timestamp_ntz          ``yyyy-MM-dd HH:mm:ss.ffffff``
-timestamptz               timestamp              the instant in UTC, ``yyyy-MM-dd HH:mm:ss.ffffff``
+numeric (no precision)    string                 as printed: exact (25 digits, ``NaN``), where
+                                                 DMS's default NUMERIC(28,6) would round
+money                     decimal(38,4)          the amount: ``-1234.56`` (no ``$``, no ``,``)
+date                      date                   ``yyyy-MM-dd``; ``infinity`` -> ``9999-12-31``,
+                                                 ``-infinity`` -> ``0001-01-01``
+timestamp                 timestamp_ntz          ``yyyy-MM-dd HH:mm:ss.ffffff``; ``infinity`` ->
+                                                 ``9999-12-31 23:59:59.999999``, ``-infinity`` ->
+                                                 ``0001-01-01 00:00:00.000000``
+timestamptz               timestamp              the instant in UTC, as timestamp (same clamp)
 bytea                     string                 lowercase hexadecimal, no ``\\x`` prefix
-everything else           string                 as printed (json, jsonb, uuid, arrays, interval,
-                                                 time, enums, char(n) with its padding, ...)
+everything else           string                 as printed (json, jsonb, uuid, inet, cidr,
+                                                 arrays, ranges, interval, time, enums, char(n)
+                                                 with its padding, ...)
 ========================  =====================  ===============================================
 
 "As printed" is the type's output function with the session settings of ``SESSION_SETTINGS``, which
-is what both ``COPY ... TO STDOUT`` (the full load) and ``pgoutput`` (CDC) produce. A value the
-mapping cannot read (``infinity`` timestamps, dates before year 1, ``NaN`` in a numeric(p,s)) is
-written as printed, and the engine then stops the batch naming file, row and value.
+is what both ``COPY ... TO STDOUT`` (the full load) and ``pgoutput`` (CDC) produce.
+
+Infinity: Spark's dates and timestamps end at years 1 and 9999, and DMS documents nothing for
+PostgreSQL's ``infinity``; capture clamps ``±infinity`` to those ends (the values psycopg2 and
+Python's ``date.max`` / ``datetime.min`` use too), so the row loads. A stored ``9999-12-31`` and
+``infinity`` are then the same in silver. A value the mapping still cannot read (a date after
+9999 or before year 1, ``NaN`` in a numeric(p,s)) is written as printed, and the engine holds the
+row in quarantine naming file, row, column and value.
 """
 
 from __future__ import annotations
@@ -33,6 +46,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from cdclake.identifiers import IDENTIFIER
+
 # Output settings for every session that reads values (capture and verify).
 SESSION_SETTINGS = {
     "TimeZone": "UTC",
@@ -40,19 +55,7 @@ SESSION_SETTINGS = {
     "IntervalStyle": "postgres",
     "bytea_output": "hex",
     "extra_float_digits": "1",
-}
-
-_SIMPLE = {
-    "bool": "boolean",
-    "int2": "smallint",
-    "int4": "int",
-    "int8": "bigint",
-    "oid": "bigint",
-    "float4": "float",
-    "float8": "double",
-    "date": "date",
-    "timestamp": "timestamp_ntz",
-    "timestamptz": "timestamp",
+    "lc_monetary": "C",  # money as -$1,234.56 whatever the server's locale (money_text reads that)
 }
 
 
@@ -82,24 +85,27 @@ class SourceTable:
 
 
 def spark_type(pg_type: str, type_modifier: int) -> str:
-    """The Spark SQL type for a PostgreSQL base type (see the module table)."""
-    if pg_type in _SIMPLE:
-        return _SIMPLE[pg_type]
-    if pg_type == "numeric" and type_modifier >= 4:
-        precision = ((type_modifier - 4) >> 16) & 0xFFFF
-        scale = (type_modifier - 4) & 0xFFFF
-        if 1 <= precision <= 38 and scale <= precision:  # PostgreSQL 15 allows negative scales (> 0x7FF)
-            return f"decimal({precision},{scale})"
-    return "string"
+    """The Spark SQL type for a PostgreSQL base type (see the module table): ``init``'s, for CSV."""
+    from cdclake.sources.catalog.dms_types import postgres_dms_type
+    from cdclake.sources.catalog.dms_types import spark_type as dms_spark_type
+
+    return dms_spark_type(postgres_dms_type(pg_type, type_modifier))
 
 
 _TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.(\d{1,6}))?([+-]\d\d(?::?\d\d(?::?\d\d)?)?)?$")
 
 
+# ``±infinity`` clamped to the ends of Spark's range (module docstring).
+_INFINITE_TIMESTAMP = {"infinity": "9999-12-31 23:59:59.999999", "-infinity": "0001-01-01 00:00:00.000000"}
+_INFINITE_DATE = {"infinity": "9999-12-31", "-infinity": "0001-01-01"}
+
+
 def _timestamp_text(value: str, with_zone: bool) -> str:
+    if value in _INFINITE_TIMESTAMP:
+        return _INFINITE_TIMESTAMP[value]
     match = _TIMESTAMP.match(value)
     if not match:
-        return value  # infinity, BC dates: left for the engine to reject by name
+        return value  # BC or after-9999 values: left for the engine to reject by name
     whole, fraction, zone = match.groups()
     fraction = (fraction or "").ljust(6, "0")
     if not with_zone or zone in (None, "+00"):
@@ -116,9 +122,23 @@ def value_text(pg_type: str) -> Callable[[str], str]:
         return lambda v: _timestamp_text(v, with_zone=True)
     if pg_type == "timestamp":
         return lambda v: _timestamp_text(v, with_zone=False)
+    if pg_type == "date":
+        return lambda v: _INFINITE_DATE.get(v, v)
     if pg_type == "bytea":
         return lambda v: v[2:] if v.startswith("\\x") else v
+    if pg_type == "money":
+        return money_text
     return lambda v: v
+
+
+_MONEY = re.compile(r"^(-?)\$?([\d,]+(?:\.\d+)?)$")
+
+
+def money_text(value: str) -> str:
+    """``money`` as printed with ``lc_monetary=C`` (``-$1,234.56``) -> the amount (``-1234.56``).
+    Anything else is left as it is, for the engine to reject by name."""
+    match = _MONEY.match(value)
+    return f"{match.group(1)}{match.group(2).replace(',', '')}" if match else value
 
 
 # --------------------------------------------------------------------------- catalog queries
@@ -179,6 +199,37 @@ def read_tables(cursor: Any, schemas: Sequence[str], only: Sequence[str] = ()) -
     return tables
 
 
+_TOASTABLE_SQL = """
+SELECT n.nspname, c.relname, a.attname
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+WHERE c.relkind IN ('r', 'p') AND c.relreplident <> 'f' AND a.attstorage <> 'p'
+  AND n.nspname = ANY(%(schemas)s)
+ORDER BY n.nspname, c.relname, a.attnum
+"""
+
+
+def toastable_columns(cursor: Any, schemas: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """``schema.table`` -> its columns that can hold out-of-line (TOASTed) values, for tables of
+    ``schemas`` without REPLICA IDENTITY FULL. An update that leaves such a value unchanged does
+    not log it (pgoutput sends "unchanged"), so capture cannot write the row and holds the table."""
+    cursor.execute(_TOASTABLE_SQL, {"schemas": list(schemas)})
+    found: dict[str, tuple[str, ...]] = {}
+    for schema, table, column in cursor.fetchall():
+        found[f"{schema}.{table}"] = (*found.get(f"{schema}.{table}", ()), str(column))
+    return found
+
+
+def full_identity_warning(table: str, columns: Sequence[str]) -> str:
+    """The warning for a table ``toastable_columns`` names, with the fix."""
+    return (
+        f"{table}: column(s) {', '.join(columns)} can hold large (TOASTed) values that PostgreSQL does not log "
+        "when an update leaves them unchanged, unless the table has REPLICA IDENTITY FULL; capture then holds "
+        f"the table. Run ALTER TABLE {table} REPLICA IDENTITY FULL before the first capture"
+    )
+
+
 def configuration_yaml(
     tables: Sequence[SourceTable],
     bronze_path: str,
@@ -211,13 +262,14 @@ def configuration_yaml(
         "tables:",
     ]
     for table in tables:
-        lines.append(f"  {table.qualified}:")
+        plain = IDENTIFIER.match(table.schema) and IDENTIFIER.match(table.name)
+        lines.append(f"  {table.qualified if plain else _yaml_name(table.qualified)}:")
         if table.primary_key:
-            lines.append(f"    primary_key: [{', '.join(table.primary_key)}]")
+            lines.append(f"    primary_key: [{', '.join(_yaml_name(k) for k in table.primary_key)}]")
         else:
             lines.append("    append_only: true  # no primary key at the source: inserts only")
         lines.append("    columns:")
-        lines.extend(f'      {c.name}: "{c.spark_type}"' for c in table.columns)
+        lines.extend(f'      {_yaml_name(c.name)}: "{c.spark_type}"' for c in table.columns)
     return "\n".join(lines) + "\n"
 
 
@@ -240,6 +292,13 @@ def column_of_type(cursor: Any, name: str, type_oid: int, type_modifier: int) ->
     pg_type = "array" if category == "A" else str(base)
     modifier = int(domain_modifier) if domain_modifier is not None else type_modifier
     return SourceColumn(name, pg_type, modifier, spark_type(pg_type, modifier))
+
+
+def _yaml_name(value: str) -> str:
+    """A schema, table or column name as YAML reads it back: quoted unless it is an identifier."""
+    import yaml
+
+    return value if IDENTIFIER.match(value) else yaml.safe_dump(value, default_style='"', width=1 << 20).strip()
 
 
 def declare_columns(text: str, table: str, types: dict[str, str]) -> str | None:
@@ -270,7 +329,7 @@ def declare_columns(text: str, table: str, types: dict[str, str]) -> str | None:
     added = [(name, type_name) for name, type_name in types.items() if name not in declared]
     if added and columns.flow_style:
         closing = text.rindex("}", 0, columns.end_mark.index)
-        entries = ", ".join(f'{name}: "{type_name}"' for name, type_name in added)
+        entries = ", ".join(f'{_yaml_name(name)}: "{type_name}"' for name, type_name in added)
         edits.append((closing, closing, (", " if columns.value else "") + entries))
     elif added:
         if not columns.value:
@@ -279,7 +338,7 @@ def declare_columns(text: str, table: str, types: dict[str, str]) -> str | None:
         line_end = text.find("\n", last_value.end_mark.index)
         line_end = len(text) if line_end < 0 else line_end
         indent = " " * last_key.start_mark.column
-        edits.append((line_end, line_end, "".join(f'\n{indent}{n}: "{t}"' for n, t in added)))
+        edits.append((line_end, line_end, "".join(f'\n{indent}{_yaml_name(n)}: "{t}"' for n, t in added)))
     for start, end, replacement in sorted(edits, reverse=True):
         text = text[:start] + replacement + text[end:]
     return text

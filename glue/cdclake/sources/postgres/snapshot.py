@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from cdclake.dms.writer import Value, csv_text, load_file_name
-from cdclake.identifiers import IDENTIFIER, quote_pg
+from cdclake.identifiers import IDENTIFIER, name_problem, quote_pg
 from cdclake.sources.postgres.catalog import (
     SourceTable,
     configuration_yaml,
     read_tables,
     value_text,
 )
-from cdclake.sources.postgres.pgoutput import (
-    parse_lsn,
-)
+from cdclake.sources.postgres.pgoutput import format_lsn, parse_lsn
 from cdclake.sources.postgres.settings import CaptureError, CaptureReport, CaptureSettings, connect
 from cdclake.sources.postgres.state import CaptureState, change_sequence, state_path, timestamp_text, write_durably
 
@@ -93,19 +93,25 @@ def _full_load(
                 report.load_files += 1
                 report.files.append(str(path.relative_to(settings.bronze)))
             report.load_rows += len(records)
+            report.loaded_tables.append(table.qualified)
             log.info("full load table=%s rows=%d", table.qualified, len(records))
         cur.execute("COMMIT")
     return report
 
 
-def _selected_tables(settings: CaptureSettings, conn: Any) -> list[SourceTable]:
-    with conn.cursor() as cur:
-        tables = read_tables(cur, settings.schemas, settings.tables)
+def usable_tables(settings: CaptureSettings, tables: Sequence[SourceTable]) -> list[SourceTable]:
+    """``tables`` that capture can publish and the configuration can name; the others stop capture
+    (a replica identity that would lose deletes, a column named like capture's own) or, when no
+    configuration chose them, are left out with a warning (a name no configuration can hold)."""
     usable = []
     for table in tables:
-        bad = [n for n in (table.schema, table.name, *(c.name for c in table.columns)) if not IDENTIFIER.match(n)]
+        bad = [
+            f"'{n}': {problem}"
+            for n in (table.schema, table.name, *(c.name for c in table.columns))
+            if (problem := name_problem(n))
+        ]
         if bad:
-            log.warning("table %s skipped: names cdclake cannot configure: %s", table.qualified, ", ".join(bad))
+            log.warning("table %s skipped: names cdclake cannot configure: %s", table.qualified, "; ".join(bad))
         elif table.primary_key and table.replica_identity not in ("d", "f"):
             raise CaptureError(
                 f"Table {table.qualified} has REPLICA IDENTITY {table.replica_identity!r}: deletes would not carry "
@@ -115,6 +121,13 @@ def _selected_tables(settings: CaptureSettings, conn: Any) -> list[SourceTable]:
             raise CaptureError(f"Table {table.qualified} has a column named like capture's own columns.")
         else:
             usable.append(table)
+    return usable
+
+
+def _selected_tables(settings: CaptureSettings, conn: Any) -> list[SourceTable]:
+    with conn.cursor() as cur:
+        tables = read_tables(cur, settings.schemas, settings.tables)
+    usable = usable_tables(settings, tables)
     if not usable:
         raise CaptureError(f"No tables to capture in schema(s) {', '.join(settings.schemas)}.")
     return usable
@@ -131,14 +144,78 @@ def _slot_exists(conn: Any, slot: str) -> bool:
 
 
 def publication_names(settings: CaptureSettings, tables: Sequence[SourceTable]) -> list[tuple[str, list[str], str]]:
+    """(publication, its tables, what it publishes): keyed tables publish every change, keyless
+    ones inserts only. Both publications exist from the first capture on, empty or not: a table
+    added later joins one, and pgoutput fails on a publication its changes predate."""
     keyed = [t.qualified for t in tables if t.primary_key]
     keyless = [t.qualified for t in tables if not t.primary_key]
-    result = []
-    if keyed:
-        result.append((settings.publication, keyed, "insert, update, delete"))
-    if keyless:
-        result.append((f"{settings.publication}_inserts", keyless, "insert"))
-    return result
+    return [
+        (settings.publication, keyed, "insert, update, delete"),
+        (f"{settings.publication}_inserts", keyless, "insert"),
+    ]
+
+
+def decoded_publications(settings: CaptureSettings, state: CaptureState) -> list[str]:
+    """The publications changes are decoded through: those the first capture created (a state
+    written before they were recorded: the non-empty ones, as capture then created)."""
+    if state.publications:
+        return list(state.publications)
+    return [name for name, members, _ in publication_names(settings, state.tables) if members]
+
+
+def _listed(members: Sequence[str]) -> str:
+    return ", ".join(".".join(quote_pg(p) for p in m.split(".")) for m in members)
+
+
+# --------------------------------------------------------------------------- who owns the slot
+
+_OWNER_MARK = "cdclake capture "
+
+
+def _owner_comment(settings: CaptureSettings) -> str:
+    """What the publications' comment records: the slot, and the state directory and configuration
+    of the capture that created them (the server is where another state directory can see it)."""
+    owner = {"slot": settings.slot, "state_dir": str(settings.state_dir.resolve())}
+    if settings.config_path is not None:
+        owner["config"] = str(settings.config_path.resolve())
+    return _OWNER_MARK + json.dumps(owner)
+
+
+def _owners(conn: Any) -> dict[str, dict[str, str]]:
+    """slot -> the owner recorded in a cdclake publication's comment."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT obj_description(oid, 'pg_publication') FROM pg_publication")
+        comments = [row[0] for row in cur.fetchall()]
+    owners: dict[str, dict[str, str]] = {}
+    for comment in comments:
+        if comment and comment.startswith(_OWNER_MARK):
+            try:
+                owner = json.loads(comment[len(_OWNER_MARK) :])
+            except ValueError:
+                continue
+            if isinstance(owner, dict) and isinstance(owner.get("slot"), str):
+                owners[owner["slot"]] = owner
+    return owners
+
+
+def _refuse_other_owner(settings: CaptureSettings, conn: Any) -> None:
+    """Stop when the slot exists and this state directory does not own it: dropping it would lose
+    the changes its own capture has not read yet (and take a second full load)."""
+    if state_path(settings).exists():
+        return  # this state directory's own first capture, interrupted: its slot is dropped below
+    owner = _owners(conn).get(settings.slot, {})
+    other = owner.get("state_dir")
+    if other == str(settings.state_dir.resolve()):
+        return  # recorded as ours (the state file was deleted to start over)
+    where = (
+        f"another state directory (drop it if no capture uses it: SELECT pg_drop_replication_slot('{settings.slot}'))"
+    )
+    if other:
+        where = f"the state directory {other}" + (f" (configuration {owner['config']})" if "config" in owner else "")
+    raise CaptureError(
+        f"The replication slot {settings.slot} belongs to the capture of {where}, not of {settings.state_dir}: "
+        "run capture with that configuration, or choose another --slot."
+    )
 
 
 def initialise(settings: CaptureSettings, conn: Any) -> tuple[CaptureState, CaptureReport]:
@@ -148,18 +225,24 @@ def initialise(settings: CaptureSettings, conn: Any) -> tuple[CaptureState, Capt
     so the full load is always complete and consistent with the slot.
     """
     tables = _selected_tables(settings, conn)
+    if _slot_exists(conn, settings.slot):
+        _refuse_other_owner(settings, conn)
+    config = "" if settings.config_path is None else str(settings.config_path.resolve())
+    publications = publication_names(settings, tables)
+    # Recorded before the slot exists: a slot this state directory finds later is its own.
+    pending = CaptureState(settings.slot, tables, config=config, publications=[p[0] for p in publications])
+    write_durably(state_path(settings), pending.to_json().encode("utf-8"))
     with conn.cursor() as cur:
         if _slot_exists(conn, settings.slot):
             log.warning("dropping slot %s left by an interrupted first capture", settings.slot)
             cur.execute("SELECT pg_drop_replication_slot(%s)", (settings.slot,))
         for table in tables:
-            folder = settings.bronze / table.schema / table.name
-            for stale in [*folder.glob("LOAD*"), *folder.glob(".*.tmp")] if folder.is_dir() else []:
-                stale.unlink()
-        for name, members, publish in publication_names(settings, tables):
+            _remove_partial_load(settings, table)
+        for name, members, publish in publications:
             cur.execute(f"DROP PUBLICATION IF EXISTS {quote_pg(name)}")
-            listed = ", ".join(".".join(quote_pg(p) for p in m.split(".")) for m in members)
-            cur.execute(f"CREATE PUBLICATION {quote_pg(name)} FOR TABLE {listed} WITH (publish = %s)", (publish,))
+            tables_clause = f"FOR TABLE {_listed(members)} " if members else ""
+            cur.execute(f"CREATE PUBLICATION {quote_pg(name)} {tables_clause}WITH (publish = %s)", (publish,))
+            cur.execute(f"COMMENT ON PUBLICATION {quote_pg(name)} IS %s", (_owner_comment(settings),))
     with conn.cursor() as cur:
         cur.execute("SELECT clock_timestamp()")
         loaded_at = timestamp_text(cur.fetchone()[0])
@@ -172,13 +255,104 @@ def initialise(settings: CaptureSettings, conn: Any) -> tuple[CaptureState, Capt
             report = _full_load(settings, conn, snapshot, tables, parse_lsn(consistent_point), loaded_at)
     finally:
         replication.close()
-    state = CaptureState(settings.slot, tables, full_load_done=True, consistent_point=consistent_point)
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    state = replace(pending, full_load_done=True, consistent_point=consistent_point)
     write_durably(state_path(settings), state.to_json().encode("utf-8"))
     log.info("slot %s created at %s; full load of %d tables done", settings.slot, consistent_point, len(tables))
     if settings.config_path is not None:
         _write_configuration(settings, conn, tables)
     return state, report
+
+
+def _remove_partial_load(settings: CaptureSettings, table: SourceTable) -> None:
+    """Remove the LOAD files an interrupted full load of ``table`` left (it is taken again, whole)."""
+    folder = settings.bronze / table.schema / table.name
+    for stale in [*folder.glob("LOAD*"), *folder.glob(".*.tmp")] if folder.is_dir() else []:
+        stale.unlink()
+
+
+def add_tables(settings: CaptureSettings, conn: Any, state: CaptureState, new: Sequence[SourceTable]) -> CaptureReport:
+    """Publish ``new`` tables (configured after the first capture) and full-load them consistently
+    with the slot: a temporary slot's exported snapshot gives their LOAD files, and the changes the
+    slot decodes for them are kept from that snapshot's consistent point on (``state.load_lsns``).
+
+    The state records them only once their LOAD files are durable; until then their changes are
+    not written, and an interrupted addition is taken again from the start.
+    """
+    new = usable_tables(settings, new)
+    decoded = decoded_publications(settings, state)
+    with conn.cursor() as cur:
+        for name, members, _publish in publication_names(settings, new):
+            if not members:
+                continue
+            if name not in decoded:
+                raise CaptureError(
+                    f"Table(s) {', '.join(members)} need the publication {name}, which this capture's first run "
+                    "did not create (an older cdclake): start the capture over (drop the slot, empty the state "
+                    "directory and bronze) to add them."
+                )
+            cur.execute("SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = %s", (name,))
+            published = {row[0] for row in cur.fetchall()}
+            missing = [m for m in members if m not in published]
+            if missing:
+                cur.execute(f"ALTER PUBLICATION {quote_pg(name)} ADD TABLE {_listed(missing)}")
+    report, consistent_point = _load_from_temporary_slot(settings, conn, new)
+    state.tables = [*state.tables, *new]
+    state.load_lsns.update({t.qualified: consistent_point for t in new})
+    write_durably(state_path(settings), state.to_json().encode("utf-8"))
+    log.info("tables added to the capture at %s: %s", format_lsn(consistent_point), ", ".join(t.qualified for t in new))
+    return report
+
+
+def reload_tables(
+    settings: CaptureSettings, conn: Any, state: CaptureState, tables: Sequence[SourceTable]
+) -> CaptureReport:
+    """Load captured ``tables`` again, as they are now (columns and types read anew): their LOAD files
+    are written again from a temporary slot's exported snapshot, the slot's changes to them are kept
+    from its consistent point on, and a hold (an unlogged TOAST value) is lifted. ``cdclake run``
+    sees LOAD files written again and replaces the silver table with them.
+
+    The reload is recorded as pending (``state.reloads``) before the old LOAD files go: an
+    interrupted reload is taken again from the start by the next capture, and until it is done
+    the slot's changes to those tables are not written (the reload's snapshot will hold them).
+    """
+    tables = usable_tables(settings, tables)
+    state.reloads = sorted({*state.reloads, *(t.qualified for t in tables)})
+    write_durably(state_path(settings), state.to_json().encode("utf-8"))
+    report, consistent_point = _load_from_temporary_slot(settings, conn, tables)
+    reloaded = {t.qualified: t for t in tables}
+    state.tables = [reloaded.pop(t.qualified, t) for t in state.tables]
+    for name in (t.qualified for t in tables):
+        state.load_lsns[name] = consistent_point
+        state.held.pop(name, None)
+    state.reloads = [name for name in state.reloads if name not in {t.qualified for t in tables}]
+    write_durably(state_path(settings), state.to_json().encode("utf-8"))
+    log.info("tables reloaded at %s: %s", format_lsn(consistent_point), ", ".join(t.qualified for t in tables))
+    return report
+
+
+def _load_from_temporary_slot(
+    settings: CaptureSettings, conn: Any, tables: Sequence[SourceTable]
+) -> tuple[CaptureReport, int]:
+    """LOAD files of ``tables`` (their old ones removed first) from the snapshot a temporary slot
+    exports, and that snapshot's consistent point: the slot's changes to them that commit before it
+    are in the LOAD files."""
+    for table in tables:
+        _remove_partial_load(settings, table)
+    with conn.cursor() as cur:
+        cur.execute("SELECT clock_timestamp()")
+        loaded_at = timestamp_text(cur.fetchone()[0])
+    replication = connect(settings.dsn, replication=True)
+    try:
+        with replication.cursor() as rcur:
+            # Temporary: dropped with this connection; only its snapshot and consistent point are used.
+            rcur.execute(
+                f"CREATE_REPLICATION_SLOT {quote_pg(settings.slot + '_add')} TEMPORARY LOGICAL pgoutput EXPORT_SNAPSHOT"
+            )
+            _slot, consistent_point, snapshot, _plugin = rcur.fetchone()
+            report = _full_load(settings, conn, snapshot, tables, parse_lsn(consistent_point), loaded_at)
+    finally:
+        replication.close()
+    return report, parse_lsn(consistent_point)
 
 
 def _write_configuration(settings: CaptureSettings, conn: Any, tables: Sequence[SourceTable]) -> None:

@@ -30,6 +30,17 @@ class CaptureState:
     # table -> commit LSN of the transaction whose Relation message gave the table its current
     # columns (a re-read of an older transaction never reverts a newer layout)
     layout_lsns: dict[str, int] = field(default_factory=dict)
+    # table -> consistent point of the snapshot a table added after the first capture was loaded
+    # in: the slot's changes of it that commit before this are in its LOAD files already
+    load_lsns: dict[str, int] = field(default_factory=dict)
+    config: str = ""  # the configuration file this capture follows (absolute), "" when none
+    # the publications the first capture created (changes are decoded through these names)
+    publications: list[str] = field(default_factory=list)
+    # table -> (commit LSN, reason): a table whose changes from that transaction on are not
+    # captured (an unlogged TOAST value, ``capture.ChangeCapture._hold``) until it is reloaded
+    held: dict[str, tuple[int, str]] = field(default_factory=dict)
+    # tables being loaded again (``capture --reload``): their changes are not written until it is done
+    reloads: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -47,7 +58,19 @@ class CaptureState:
             )
             for t in data["tables"]
         ]
-        return cls(data["slot"], tables, data["full_load_done"], data["consistent_point"], data.get("layout_lsns", {}))
+        held = {table: (int(lsn), str(reason)) for table, (lsn, reason) in data.get("held", {}).items()}
+        return cls(
+            data["slot"],
+            tables,
+            data["full_load_done"],
+            data["consistent_point"],
+            data.get("layout_lsns", {}),
+            data.get("load_lsns", {}),
+            data.get("config", ""),
+            data.get("publications", []),
+            held,
+            data.get("reloads", []),
+        )
 
 
 def write_durably(path: Path, data: bytes) -> None:
