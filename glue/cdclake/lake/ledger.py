@@ -41,6 +41,9 @@ KIND_FULL_LOAD = "full-load"
 KIND_FULL_LOAD_STAGED = "full-load-staged"
 KIND_CDC = "cdc"
 LEDGER_ARCHIVE_TABLE = "cdclake_ledger"
+# A gold mart's refresh commit records the snapshots it read ({"database.table": snapshot id}):
+# its next incremental refresh reads the changes since them, so maintenance keeps them.
+MART_SOURCES_PROPERTY = "cdclake.gold.sources"
 
 
 @dataclass(frozen=True)

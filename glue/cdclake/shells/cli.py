@@ -189,7 +189,11 @@ def build_parser() -> argparse.ArgumentParser:
     dismiss.add_argument("--file", action="append", default=[], help="this bronze key only (repeatable)")
     tables_option(dismiss)
 
-    maintain = command("maintain", "compact, expire snapshots, remove orphans, prune tombstones")
+    maintain = command(
+        "maintain",
+        "compact, expire snapshots, remove orphans, prune tombstones: silver, its side tables, the ledger, "
+        "journals and marts",
+    )
     tables_option(maintain)
     maintain.add_argument(
         "--snapshot-retention-hours", type=int, default=168, help="snapshots older are expired (default: %(default)s)"
@@ -498,13 +502,18 @@ def _maintain(engine: Engine, args: argparse.Namespace) -> int:
         orphan_file_age_hours=args.orphan_age_hours,
         tombstone_retention_days=args.tombstone_retention_days,
     )
-    for done in maintain(engine, settings, _tables(engine, args)):
+    run = maintain(engine, settings, _tables(engine, args))
+    for done in run.tables:
         print(
             f"maintain  {done.table}: data files {done.data_files_before} -> {done.data_files_after}, "
             f"delete files {done.delete_files_before} -> {done.delete_files_after}, "
             f"snapshots expired {done.snapshots_expired}, orphans removed {done.orphan_files_removed}, "
             f"tombstones removed {done.tombstones_removed} ({done.seconds:.1f}s)"
         )
+        for side in done.side_tables:
+            print(f"            {side.summary()}")
+    for shared in run.shared:
+        print(f"maintain  {shared.summary()}")
     return 0
 
 
