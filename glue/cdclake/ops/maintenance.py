@@ -34,7 +34,7 @@ from cdclake.columns import TOMBSTONE_DELETED_AT
 from cdclake.config import TableConfig, gold_database
 from cdclake.dms.horizon import PRUNED_BEFORE_PROPERTY, pruned_before_after, tombstones_pruned_before
 from cdclake.identifiers import procedure_table
-from cdclake.lake.history import history_of
+from cdclake.lake.history import history_of, reflecting_snapshot_id
 from cdclake.lake.journals import (
     DISMISSED_TABLE,
     QUARANTINE_ROWS_TABLE,
@@ -371,8 +371,13 @@ def maintain_table(
     tombstones = tombstones_of(silver)
     if table_exists(engine.spark, tombstones):
         report.tombstones_removed = _prune_tombstones(engine, tombstones, now, settings)
-    for side, role in ((tombstones, TOMBSTONES), (history_of(silver), HISTORY)):
-        upkeep = maintain_beside(engine, side, role, settings, now, keep)
+    history = history_of(silver)
+    # History keeps its newest commit that records the silver snapshot it reflects (a compaction
+    # records none): without it a history behind silver could not be told (engine.history_sync).
+    reflecting = reflecting_snapshot_id(engine.spark, history)
+    history_keep = keep if reflecting is None else keep | {reflecting}
+    for side, role, kept in ((tombstones, TOMBSTONES, keep), (history, HISTORY, history_keep)):
+        upkeep = maintain_beside(engine, side, role, settings, now, kept)
         if upkeep is not None:
             report.side_tables.append(upkeep)
     report.data_files_after, report.delete_files_after = _file_counts(engine, silver)
