@@ -102,12 +102,15 @@ def _ledger_archive(table: SilverTable) -> SilverTable:
     return SilverTable(table.catalog, table.database, LEDGER_ARCHIVE_TABLE)
 
 
-def read_ledger(spark: SparkSession, table: SilverTable) -> LedgerState:
+def read_ledger(
+    spark: SparkSession, table: SilverTable, archive: Mapping[str, Sequence[Any]] | None = None
+) -> LedgerState:
     """Walk the current snapshot lineage back to the last full load, collecting applied files.
 
     Only ancestors of the current snapshot count: after a rollback, files applied by the
     rolled-back snapshots are pending again. Entries of snapshots that maintenance expired come
-    from the ledger archive.
+    from the ledger archive (``archive``: its rows per silver table, read once by a caller that
+    reads many ledgers, ``read_ledger_archive``; None: read here when needed).
     """
     if not table_exists(spark, table):
         return LedgerState(full_load_done=False, applied=frozenset(), last_file=None)
@@ -128,15 +131,33 @@ def read_ledger(spark: SparkSession, table: SilverTable) -> LedgerState:
             loaded = {key: sizes.get(key) for key in files}
             full_load_done = True
             break
-    archive = _ledger_archive(table)
-    if not full_load_done and table_exists(spark, archive):
-        for entry in spark.table(archive.identifier).where(f"silver_table = {sql_string(table.name)}").collect():
+    if not full_load_done:
+        entries = _archived(spark, table) if archive is None else archive.get(table.name, ())
+        for entry in entries:
             full_load_done = full_load_done or entry["kind"] == KIND_FULL_LOAD
             if entry["file_key"]:
                 applied.add(entry["file_key"])
                 if entry["kind"] == KIND_FULL_LOAD:
                     loaded[entry["file_key"]] = entry.asDict().get("file_size")
     return LedgerState(full_load_done, frozenset(applied), last_file, loaded)
+
+
+def _archived(spark: SparkSession, table: SilverTable) -> list[Any]:
+    """The archived ledger rows of ``table`` (none when there is no archive)."""
+    archive = _ledger_archive(table)
+    if not table_exists(spark, archive):
+        return []
+    return spark.table(archive.identifier).where(f"silver_table = {sql_string(table.name)}").collect()
+
+
+def read_ledger_archive(spark: SparkSession, catalog: str, database: str) -> dict[str, list[Any]]:
+    """Every table's archived ledger rows in ``database`` (one read), for ``read_ledger(archive=...)``."""
+    archive = SilverTable(catalog, database, LEDGER_ARCHIVE_TABLE)
+    entries: dict[str, list[Any]] = {}
+    if table_exists(spark, archive):
+        for entry in spark.table(archive.identifier).collect():
+            entries.setdefault(entry["silver_table"], []).append(entry)
+    return entries
 
 
 def full_load_unfinished(spark: SparkSession, table: SilverTable) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -13,6 +13,7 @@ from cdclake.dms.layout import parse_header, undeclared_header_columns
 from cdclake.dms.store import head_text, list_bronze
 from cdclake.engine.select import TableState, load_again, unloaded_load_files
 from cdclake.errors import BadInputError, LoadFilesConflictError
+from cdclake.identifiers import quote, sql_string
 from cdclake.lake.history import HISTORY_SINCE_PROPERTY, history_of, history_started
 from cdclake.lake.journals import (
     QUARANTINE_ROWS_TABLE,
@@ -21,8 +22,8 @@ from cdclake.lake.journals import (
     quarantined_files_by_table,
     tombstones_of,
 )
-from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY, read_ledger
-from cdclake.lake.tables import SilverTable, table_exists, table_property
+from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY, read_ledger, read_ledger_archive
+from cdclake.lake.tables import SilverTable, current_snapshot_id, iceberg_table, table_exists
 from cdclake.ops.metrics import freshness_lag
 
 if TYPE_CHECKING:
@@ -86,14 +87,121 @@ def _journal_counts(engine: Engine, journal: str, time_column: str, detail: str)
     return {r["silver_table"]: (r["n"], r["last"]) for r in rows}
 
 
+@dataclass(frozen=True)
+class _Metadata:
+    """What one silver table's metadata says, read through the Iceberg Java API (no Spark job)."""
+
+    snapshots: int
+    latest_change: str | None  # the newest LATEST_COMMIT_TS_PROPERTY over all snapshots
+    # the current snapshot's total-records when it is exact (no delete files), else None
+    exact_rows: int | None
+
+
+def _metadata(engine: Engine, silver: SilverTable) -> _Metadata:
+    """Snapshot count, newest source commit time and (when exact) the row count of ``silver``.
+
+    The same snapshots as its ``snapshots`` metadata table. ``total-records`` counts the rows of
+    the data files: it is the row count only when no delete file applies (``total-delete-files``
+    is 0); otherwise, or when the summary lacks the totals, the rows are counted by a scan.
+    """
+    iceberg = _refreshed(engine, silver)
+    count = 0
+    stamps: list[str] = []
+    for snapshot in iceberg.snapshots():
+        count += 1
+        stamp = snapshot.summary().get(LATEST_COMMIT_TS_PROPERTY)
+        if stamp is not None:
+            stamps.append(str(stamp))
+    return _Metadata(count, max(stamps, default=None), _exact_rows(iceberg))
+
+
+def _refreshed(engine: Engine, table: SilverTable) -> Any:
+    """The Iceberg Java ``Table`` of ``table``, with its latest metadata."""
+    iceberg = iceberg_table(engine.spark, table.identifier)
+    iceberg.refresh()
+    return iceberg
+
+
+def _exact_rows(iceberg: Any) -> int | None:
+    """The rows of an Iceberg Java ``Table`` when its current snapshot's summary says them exactly:
+    ``total-records`` with no delete file (``total-delete-files`` 0); 0 without a snapshot; else None."""
+    current = iceberg.currentSnapshot()
+    if current is None:
+        return 0
+    summary = current.summary()
+    records, deletes = summary.get("total-records"), summary.get("total-delete-files")
+    return int(records) if records is not None and deletes is not None and int(deletes) == 0 else None
+
+
+def _counts(
+    engine: Engine, rows: Mapping[str, SilverTable], tombstones: Mapping[str, tuple[SilverTable, Sequence[str]]]
+) -> dict[tuple[str, str], int]:
+    """The rows of each table of ``rows`` and the distinct keys of each tombstone table of
+    ``tombstones`` (by target name, with its key columns), in one query: ``("rows" | "tombstones",
+    target) -> count``. A table that holds nothing is absent (its count is 0).
+
+    Per-table aggregates in a UNION ALL would cost a Spark job each (adaptive execution runs every
+    aggregate's shuffle on its own); instead the tables are unioned first and aggregated once: the
+    rows, and the tombstone keys of each key type (keys as a positional struct, so tables whose keys
+    have the same types share one DISTINCT, with Spark's own equality of values).
+    """
+    branches = []
+    if rows:
+        scans = " UNION ALL ".join(f"SELECT {sql_string(name)} AS name FROM {t.identifier}" for name, t in rows.items())
+        branches.append(f"SELECT 'rows' AS kind, name, count(*) AS n FROM ({scans}) GROUP BY name")
+    by_type: dict[tuple[str, ...], list[str]] = {}
+    for name, (table, key) in tombstones.items():
+        fields = engine.spark.table(table.identifier).select(*key).schema.fields
+        struct = ", ".join(f"'k{i}', {quote(f.name)}" for i, f in enumerate(fields))
+        scan = f"SELECT {sql_string(name)} AS name, named_struct({struct}) AS k FROM {table.identifier}"
+        by_type.setdefault(tuple(f.dataType.simpleString() for f in fields), []).append(scan)
+    branches += [
+        f"SELECT 'tombstones' AS kind, name, count(*) AS n FROM (SELECT DISTINCT name, k FROM "
+        f"({' UNION ALL '.join(scans)})) GROUP BY name"
+        for scans in by_type.values()
+    ]
+    if not branches:
+        return {}
+    return {(r["kind"], r["name"]): int(r["n"]) for r in engine.spark.sql(" UNION ALL ".join(branches)).collect()}
+
+
+def _tables_in(engine: Engine) -> frozenset[str]:
+    """The names of the tables in the pipeline's database (one catalog listing)."""
+    database = f"{quote(engine.catalog)}.{quote(engine.config.database)}"
+    if not engine.spark.catalog.databaseExists(database):
+        return frozenset()
+    return frozenset(r["tableName"] for r in engine.spark.sql(f"SHOW TABLES IN {database}").collect())
+
+
 def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableStatus]:
-    """One status per configured table, read from the Iceberg metadata tables and the journals."""
+    """One status per configured table, read from the Iceberg metadata and the journals.
+
+    At database size: each table's ledger, snapshots and (where exact) row count come from table
+    metadata without a Spark job; the rest of the row counts and every tombstone count are one
+    job together, and each journal and the ledger archive are read once for all tables.
+    """
     now = now or datetime.now(UTC)
     schema_changes = _journal_counts(engine, SCHEMA_CHANGES_TABLE, "changed_at", "change")
     quarantined = _journal_counts(engine, QUARANTINE_TABLE, "quarantined_at", "reason")
     bad_rows = _journal_counts(engine, QUARANTINE_ROWS_TABLE, "quarantined_at", "reason")
     listing = list_bronze(engine.store, transaction_path=engine.config.bronze.transaction_path)
     held_keys = quarantined_files_by_table(engine.spark, engine.catalog, engine.config.database)
+    existing = _tables_in(engine)
+    archive = read_ledger_archive(engine.spark, engine.catalog, engine.config.database)
+    metadata: dict[str, _Metadata] = {}
+    to_count: dict[str, SilverTable] = {}
+    keys_of: dict[str, tuple[SilverTable, Sequence[str]]] = {}
+    for table in engine.config.tables:
+        silver = engine.silver_table(table)
+        if silver.name not in existing:
+            continue
+        metadata[table.target] = _metadata(engine, silver)
+        if metadata[table.target].exact_rows is None:
+            to_count[table.target] = silver
+        tombstones = tombstones_of(silver)
+        if tombstones.name in existing and _exact_rows(_refreshed(engine, tombstones)) != 0:
+            keys_of[table.target] = (tombstones, table.silver_key())
+    counts = _counts(engine, to_count, keys_of)
     statuses = []
     for table in engine.config.tables:
         silver = engine.silver_table(table)
@@ -101,30 +209,20 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
         loads = listing.for_table(table.source_schema, table.source_table, FileKind.FULL_LOAD)
         cdc = listing.for_table(table.source_schema, table.source_table, FileKind.CDC)
         arrived = listing.may_hold(table.source_schema, table.source_table)
-        if not table_exists(engine.spark, silver):
+        if table.target not in metadata:
             reason = no_files_yet(table, arrived, 0) or (
                 f"not loaded: {len(loads)} full-load and {len(cdc)} CDC files in bronze"
             )
             statuses.append(TableStatus(table.source, name, exists=False, pending_files=len(cdc), behind=reason))
             continue
-        ledger = read_ledger(engine.spark, silver)
+        facts = metadata[table.target]
+        ledger = read_ledger(engine.spark, silver, archive)
         state = TableState(ledger.full_load_done, ledger.applied, frozenset(), ledger.loaded)
         held, last_reason = quarantined.get(table.target, (0, None))
         held_rows, last_row_reason = bad_rows.get(table.target, (0, None))
         pending = [f for f in cdc if f.key not in ledger.applied]
         waiting = len(pending) - held
-        rows = engine.spark.table(silver.identifier).count()
-        summary = engine.spark.sql(
-            f"SELECT count(*) AS n, max(summary['{LATEST_COMMIT_TS_PROPERTY}']) AS latest "
-            f"FROM {silver.metadata('snapshots')}"
-        ).first()
-        latest = summary["latest"] if summary else None
-        tombstones = tombstones_of(silver)
-        tombstone_count = (
-            engine.spark.table(tombstones.identifier).select(*table.silver_key()).distinct().count()
-            if table_exists(engine.spark, tombstones)
-            else 0
-        )
+        rows = facts.exact_rows if facts.exact_rows is not None else counts.get(("rows", table.target), 0)
         changes, last_change = schema_changes.get(table.target, (0, None))
         statuses.append(
             TableStatus(
@@ -132,12 +230,12 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
                 silver_table=name,
                 exists=True,
                 rows=rows,
-                snapshots=summary["n"] if summary else 0,
+                snapshots=facts.snapshots,
                 files_applied=len(ledger.applied),
                 last_applied_file=ledger.last_file,
-                latest_change=latest,
-                lag_seconds=_lag(latest, now),
-                tombstones=tombstone_count,
+                latest_change=facts.latest_change,
+                lag_seconds=_lag(facts.latest_change, now),
+                tombstones=counts.get(("tombstones", table.target), 0),
                 schema_changes=changes,
                 last_schema_change=last_change,
                 quarantined_files=held,
@@ -147,7 +245,7 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
                 undeclared_columns=_undeclared_columns(
                     engine, table, [f for f in cdc if f.key in held_keys.get(table.target, ())]
                 ),
-                history_note=history_note(engine, table, silver, rows),
+                history_note=history_note(engine, table, silver, rows, existing),
                 behind=no_files_yet(table, arrived, len(ledger.applied))
                 or _behind(
                     ledger.full_load_done,
@@ -162,16 +260,22 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
     return statuses
 
 
-def history_note(engine: Engine, table: TableConfig, silver: SilverTable, rows: int) -> str:
+def history_note(
+    engine: Engine, table: TableConfig, silver: SilverTable, rows: int, existing: frozenset[str] | None = None
+) -> str:
     """Empty for a table without history or with a history that reaches back to its load; else since
     when it reaches back (``history: true`` turned on after the load, ``lake.history.start_history``),
-    or that it starts with the next batch."""
+    or that it starts with the next batch. ``existing``: the database's table names, when known."""
     if not table.history:
         return ""
     history = history_of(silver)
-    if not history_started(engine.spark, history):
+    if existing is None:
+        started = history_started(engine.spark, history)
+    else:  # history_started without asking the catalog again whether the table exists
+        started = history.name in existing and current_snapshot_id(engine.spark, history.identifier) is not None
+    if not started:
         return "history not started: starts from silver's rows with the next batch" if rows else ""
-    since = table_property(engine.spark, history, HISTORY_SINCE_PROPERTY)
+    since = iceberg_table(engine.spark, history.identifier).properties().get(HISTORY_SINCE_PROPERTY)
     return f"history since {since} (started from silver's rows; no versions before)" if since else ""
 
 
