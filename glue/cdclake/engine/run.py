@@ -44,7 +44,8 @@ def read_state(engine: Engine, table: TableConfig, held: HeldFiles | None = None
     silver = engine.silver_table(table)
     ledger = read_ledger(engine.spark, silver)
     quarantine = held_files(engine) if held is None else held
-    return TableState(ledger.full_load_done, ledger.applied, quarantine.get(silver.name, frozenset()), ledger.loaded)
+    keys = quarantine.get(silver.name, frozenset())
+    return TableState(ledger.full_load_done, ledger.applied, keys, ledger.loaded, ledger.load_versions)
 
 
 def list_all(engine: Engine) -> BronzeListing:
