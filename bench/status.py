@@ -127,6 +127,7 @@ def per_table_statuses(engine: Engine, now: datetime | None = None) -> list[Tabl
                 history_note=history_note(table, silver, rows),
                 behind=no_files_yet(table, arrived, len(ledger.applied))
                 or _behind(
+                    table.source,
                     ledger.full_load_done,
                     bool(loads),
                     max(waiting, 0),

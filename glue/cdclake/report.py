@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cdclake.errors import CdclakeError, ConcurrentWriterError, TablesFailedError
+from cdclake.schema import is_type_change, type_change_advice
 
 
 @dataclass
@@ -144,10 +145,15 @@ class RunReport:
         for source in dict.fromkeys(t.table for t in self.quarantined):
             batches = [t for t in self.quarantined if t.table == source]
             if files := [f for t in batches for f in t.quarantined_files]:
-                why = "; ".join(dict.fromkeys(t.note.removeprefix("quarantined: ") for t in batches if t.note))
+                reasons = list(dict.fromkeys(t.note.removeprefix("quarantined: ") for t in batches if t.note))
+                advice = (
+                    type_change_advice(source)
+                    if any(is_type_change(r) for r in reasons)
+                    else "fix them in bronze, then `cdclake replay --quarantined`"
+                )
                 lines.append(
-                    f"{source}: {len(files)} file(s) held in quarantine ({why}); fix them in bronze, then "
-                    "`cdclake replay --quarantined` (`cdclake quarantine list` shows them)"
+                    f"{source}: {len(files)} file(s) held in quarantine ({'; '.join(reasons)}); {advice} "
+                    "(`cdclake quarantine list` shows them)"
                 )
             if rows := sum(t.rows_quarantined for t in batches):
                 lines.append(

@@ -25,6 +25,7 @@ from cdclake.lake.journals import (
 from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY, read_ledger, read_ledger_archive
 from cdclake.lake.tables import SilverTable, current_snapshot_id, iceberg_table, table_exists
 from cdclake.ops.metrics import freshness_lag
+from cdclake.schema import is_type_change, type_change_advice
 
 if TYPE_CHECKING:
     from cdclake.context import Engine
@@ -255,6 +256,7 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
                 history_note=history_note(engine, table, silver, rows, existing),
                 behind=no_files_yet(table, arrived, len(ledger.applied))
                 or _behind(
+                    table.source,
                     ledger.full_load_done,
                     bool(loads),
                     max(waiting, 0),
@@ -319,6 +321,7 @@ def _unloaded(table: TableConfig, state: TableState, loads: Sequence[BronzeFile]
 
 
 def _behind(
+    source: str,
     loaded: bool,
     has_loads: bool,
     waiting: int,
@@ -336,7 +339,8 @@ def _behind(
     if waiting:
         reasons.append(f"{waiting} CDC file(s) not applied yet")
     if held:
-        reasons.append(f"{held} file(s) held in quarantine (last: {last_reason}); `cdclake replay --quarantined`")
+        advice = type_change_advice(source) if is_type_change(last_reason) else "`cdclake replay --quarantined`"
+        reasons.append(f"{held} file(s) held in quarantine (last: {last_reason}); {advice}")
     if held_rows:
         reasons.append(
             f"{held_rows} row(s) held in quarantine (last: {last_row_reason}); fix them in bronze, then "
