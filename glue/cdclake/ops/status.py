@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +52,7 @@ class TableStatus:
     undeclared_columns: str = ""  # header columns of held files that the declared columns lack
     behind: str = ""  # why silver is not up to date with bronze, or "up to date"
     history_note: str = ""  # a history that does not reach back to the load: since when, or not started
+    held_by_capture: str = ""  # why `cdclake capture` holds the table (its changes are not captured), or ""
 
 
 NO_FILES = "no files yet"
@@ -181,8 +182,16 @@ def _tables_in(engine: Engine) -> frozenset[str]:
     return frozenset(r["tableName"] for r in engine.spark.sql(f"SHOW TABLES IN {database}").collect())
 
 
-def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableStatus]:
+HELD_BY_CAPTURE = "held by capture"
+
+
+def table_statuses(
+    engine: Engine, now: datetime | None = None, capture_holds: Mapping[str, str] | None = None
+) -> list[TableStatus]:
     """One status per configured table, read from the Iceberg metadata and the journals.
+
+    ``capture_holds``: the tables `cdclake capture` holds (source name -> its reason), from its
+    state next to the configuration: such a table is behind whatever silver says, never "up to date".
 
     At database size: each table's ledger, snapshots and (where exact) row count come from table
     metadata without a Spark job; the rest of the row counts and every tombstone count are one
@@ -266,7 +275,14 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
                 ),
             )
         )
-    return statuses
+    holds = capture_holds or {}
+    return [_held(s, holds[s.source]) if s.source in holds else s for s in statuses]
+
+
+def _held(status: TableStatus, reason: str) -> TableStatus:
+    """``status`` of a table capture holds: its changes from the held one on are not in bronze."""
+    behind = "" if status.behind == "up to date" else f"; {status.behind}"
+    return replace(status, held_by_capture=reason, behind=f"{HELD_BY_CAPTURE}: {reason}{behind}")
 
 
 def history_note(
@@ -366,6 +382,7 @@ ATTENTION_MARKERS: tuple[tuple[str, Callable[[Any], str]], ...] = (
     ("unloaded_load_files", lambda names: f"LOAD files not loaded: {names}"),
     ("undeclared_columns", lambda names: f"undeclared header columns: {names}"),
     ("history_note", lambda note: note),
+    ("held_by_capture", lambda _reason: HELD_BY_CAPTURE),
 )
 
 

@@ -514,9 +514,11 @@ def _status(engine: Engine, args: argparse.Namespace) -> int:
     from cdclake.gold.status import mart_statuses
     from cdclake.ops.status import table_statuses
     from cdclake.shells.status_view import status_text
+    from cdclake.sources.postgres.state import capture_holds
 
     marts = mart_statuses(engine) if engine.config.gold.marts else []
-    print(status_text(table_statuses(engine), marts, args.format, args.wide), end="")
+    holds = capture_holds(args.config.parent / DEFAULT_HOME / "capture", args.config)
+    print(status_text(table_statuses(engine, capture_holds=holds), marts, args.format, args.wide), end="")
     return 0
 
 
