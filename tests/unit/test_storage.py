@@ -351,3 +351,15 @@ def test_a_load_file_written_again_with_the_same_size_has_a_new_version(s3_clien
     # THEN the listing gives each a new version (the ETag, the modification time), same key and size
     assert [(f.key, f.size) for f in after] == [("s/t/LOAD00000001.csv", 3)] * 2
     assert all(old is not None and new.version not in (None, old) for old, new in zip(before, after, strict=True))
+
+
+def test_an_object_written_again_with_the_same_size_is_staged_again(s3_client: Any, tmp_path: Path) -> None:
+    # GIVEN a LOAD file staged for local Spark
+    store = S3Bronze(s3_client, BUCKET, "dms", staging_dir=tmp_path / "staging")
+    put(s3_client, "dms/s/t/LOAD00000001.csv", b"abc")
+    Path(store.spark_paths(list_bronze(store).files)["s/t/LOAD00000001.csv"]).read_bytes()
+    # WHEN it is written again in place with other bytes of the same size, and listed again
+    put(s3_client, "dms/s/t/LOAD00000001.csv", b"xyz")
+    staged = Path(store.spark_paths(list_bronze(store).files)["s/t/LOAD00000001.csv"])
+    # THEN Spark reads the new bytes, not the stale copy
+    assert staged.read_bytes() == b"xyz"

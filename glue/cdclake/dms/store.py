@@ -309,8 +309,14 @@ class S3Bronze:
         paths: dict[str, str] = {}
         for f in files:
             local = self.staging_dir / f.key
-            if not local.is_file() or local.stat().st_size != f.size:
+            # The staged copy's ETag beside it: an object written again with the same size (a LOAD
+            # file rewritten in place) is staged again, never read stale.
+            version = local.with_name(local.name + ".etag")
+            stale = f.version is not None and (not version.is_file() or version.read_text("utf-8") != f.version)
+            if not local.is_file() or local.stat().st_size != f.size or stale:
                 self._stage(f, local)
+                if f.version is not None:
+                    version.write_text(f.version, "utf-8")
             paths[f.key] = spark_path(str(local.resolve()))
         return paths
 
