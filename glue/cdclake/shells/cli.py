@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -365,7 +366,9 @@ def _print_report(report: RunReport) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    started = time.monotonic()  # a run's time line counts its start-up from here
     args = build_parser().parse_args(argv)
+    args.started = started
     with console_logging(args.quiet) as bar:
         # A terminal's bar moves every second; plain log lines come every 30 s at most.
         args.progress_seconds = 1.0 if bar else 30.0
@@ -439,7 +442,11 @@ def _run(engine: Engine, args: argparse.Namespace) -> int:
 
     if args.follow:
         return _follow(engine, args)
-    return _print_report(run(engine, _tables(engine, args)))
+    start_up = time.monotonic() - args.started
+    report = run(engine, _tables(engine, args))
+    code = _print_report(report)
+    print(report.time_line(start_up, time.monotonic() - args.started))
+    return code
 
 
 def _follow(engine: Engine, args: argparse.Namespace) -> int:
@@ -468,8 +475,10 @@ def _follow(engine: Engine, args: argparse.Namespace) -> int:
 def _full_load(engine: Engine, args: argparse.Namespace) -> int:
     from cdclake.engine.run import full_load
 
+    start_up = time.monotonic() - args.started
     report = full_load(engine, _tables(engine, args), reload=args.reload)
     code = _print_report(report)
+    print(report.time_line(start_up, time.monotonic() - args.started))
     return code if report.failures else 0
 
 
@@ -521,9 +530,11 @@ def _status(engine: Engine, args: argparse.Namespace) -> int:
     from cdclake.gold.status import mart_statuses
     from cdclake.ops.status import table_statuses
     from cdclake.shells.status_view import status_text
+    from cdclake.sources.postgres.state import capture_holds
 
     marts = mart_statuses(engine) if engine.config.gold.marts else []
-    print(status_text(table_statuses(engine), marts, args.format, args.wide), end="")
+    holds = capture_holds(args.config.parent / DEFAULT_HOME / "capture", args.config)
+    print(status_text(table_statuses(engine, capture_holds=holds), marts, args.format, args.wide), end="")
     return 0
 
 

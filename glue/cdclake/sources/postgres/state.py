@@ -73,6 +73,23 @@ class CaptureState:
         )
 
 
+def capture_holds(state_dir: Path, config_path: Path) -> dict[str, str]:
+    """The tables capture holds (``schema.table`` -> capture's reason), from the capture states in
+    ``state_dir`` that follow the configuration file ``config_path`` (or name none); a state that
+    cannot be read is skipped: status then says what silver and bronze say, as without capture."""
+    holds: dict[str, str] = {}
+    config = str(config_path.resolve())
+    for path in sorted(state_dir.glob("*.json")) if state_dir.is_dir() else []:
+        try:
+            state = CaptureState.from_json(path.read_text("utf-8"))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("capture state %s not read: %s", path, exc)
+            continue
+        if state.config in ("", config):
+            holds |= {table: reason for table, (_lsn, reason) in state.held.items()}
+    return holds
+
+
 def write_durably(path: Path, data: bytes) -> None:
     """Write ``path`` atomically: a temporary name, fsync, rename, fsync of the folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
