@@ -8,13 +8,13 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.status import per_table_statuses
 from pyspark.sql import SparkSession
 
 from cdclake.context import Engine
 from cdclake.dms.writer import write_csv
 from cdclake.engine.run import run
 from cdclake.ops.status import NO_FILES, table_statuses
+from status_oracle import per_table_statuses
 
 EngineFactory = Callable[..., Engine]
 
