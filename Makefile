@@ -47,7 +47,7 @@ wheel: setup ## the cdclake wheel AWS Glue installs (--additional-python-modules
 # Writes docs/benchmarks.md, docs/benchmarks-<profile>.json and docs/benchmarks.png.
 PROFILE ?= quick
 
-.PHONY: bench bench-full bench-profile bench-big-csv bench-throughput bench-freshness bench-warm
+.PHONY: bench bench-full bench-profile bench-big-csv bench-throughput bench-freshness bench-warm bench-status
 
 bench: setup ## benchmarks: ratios against baselines measured in the same run (docs/benchmarks.md)
 	$(BIN)/python -m bench.run --profile $(PROFILE) $(ARGS)
@@ -67,6 +67,9 @@ bench-big-csv: setup ## one big CSV LOAD file loaded whole vs in parallel splits
 
 bench-freshness: setup ## lag from a PostgreSQL commit to silver: capture --follow + run --follow (MINUTES=3)
 	$(BIN)/python -m bench.freshness --minutes $(or $(MINUTES),3) --docs docs
+
+bench-status: setup ## `status` on 40 small tables (TABLES=40): per table as before vs now, same run, same answer
+	$(BIN)/python -m bench.status --tables $(or $(TABLES),40)
 
 bench-warm: setup ## the same 30-table batch as a new JVM's first and tenth batch (PROCESSES=2)
 	$(BIN)/python -m bench.warm_cold --processes $(or $(PROCESSES),2) --docs docs

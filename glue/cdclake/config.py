@@ -340,6 +340,11 @@ def _parse_table(doc: YamlDoc, source_node: Node, node: Node, bronze: BronzeSett
     )
 
 
+def gold_database(config: PipelineConfig) -> str:
+    """Where the marts live: ``gold.database``, by default the silver database name + ``_gold``."""
+    return config.gold.database or f"{config.database}_gold"
+
+
 def _parse_source_tables(doc: YamlDoc, node: Node | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``source_tables``: ``include`` and ``exclude``, each a glob or a list of globs."""
     if node is None:

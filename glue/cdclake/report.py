@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cdclake.errors import CdclakeError, ConcurrentWriterError, TablesFailedError
+from cdclake.schema import is_type_change, type_change_advice
 
 
 @dataclass
@@ -85,6 +86,25 @@ class RunReport:
     unconfigured: list[str] = field(default_factory=list)  # bronze sources with no configuration
     unrecognised: list[str] = field(default_factory=list)  # bronze keys that are not DMS files
     no_files: list[str] = field(default_factory=list)  # configured tables bronze holds no file of
+    # wall-clock seconds of the run's phases that ran ("full loads", "CDC", "gold"), in order
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+
+    def time_line(self, start_up: float, total: float) -> str:
+        """Where the run's time went, in one line: ``start-up`` (the process until the engine was
+        ready), each phase that ran with how many tables it worked on, the rest (listing bronze,
+        reading the tables' states: ``other``), and the ``total`` wall-clock seconds."""
+        tables = {
+            phase: len({t.table for t in self.tables if t.kind == kind})
+            for phase, kind in (("full loads", "full-load"), ("CDC", "cdc"))
+        }
+        parts = [f"start-up {start_up:.1f} s"]
+        for phase, seconds in self.phase_seconds.items():
+            count = f" ({tables[phase]} table{'' if tables[phase] == 1 else 's'})" if phase in tables else ""
+            parts.append(f"{phase} {seconds:.1f} s{count}")
+        other = total - start_up - sum(self.phase_seconds.values())
+        if other >= 0.05:
+            parts.append(f"other {other:.1f} s")
+        return f"time: {', '.join(parts)}; total {total:.1f} s"
 
     def no_files_line(self) -> str | None:
         """What the CLI says about tables nothing has arrived for (or None): silver holds nothing of
@@ -125,10 +145,15 @@ class RunReport:
         for source in dict.fromkeys(t.table for t in self.quarantined):
             batches = [t for t in self.quarantined if t.table == source]
             if files := [f for t in batches for f in t.quarantined_files]:
-                why = "; ".join(dict.fromkeys(t.note.removeprefix("quarantined: ") for t in batches if t.note))
+                reasons = list(dict.fromkeys(t.note.removeprefix("quarantined: ") for t in batches if t.note))
+                advice = (
+                    type_change_advice(source)
+                    if any(is_type_change(r) for r in reasons)
+                    else "fix them in bronze, then `cdclake replay --quarantined`"
+                )
                 lines.append(
-                    f"{source}: {len(files)} file(s) held in quarantine ({why}); fix them in bronze, then "
-                    "`cdclake replay --quarantined` (`cdclake quarantine list` shows them)"
+                    f"{source}: {len(files)} file(s) held in quarantine ({'; '.join(reasons)}); {advice} "
+                    "(`cdclake quarantine list` shows them)"
                 )
             if rows := sum(t.rows_quarantined for t in batches):
                 lines.append(

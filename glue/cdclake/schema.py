@@ -17,6 +17,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 _INTEGERS = ("tinyint", "smallint", "int", "bigint")
+_CHANGED_TYPE = " changed type from "
+
+
+def is_type_change(reason: str | None) -> bool:
+    """Whether a quarantine reason is a type change no widening covers (``SchemaPlan.incompatible``)."""
+    return bool(reason) and str(reason).startswith("column ") and _CHANGED_TYPE in str(reason)
+
+
+def type_change_advice(table: str) -> str:
+    """What to do about a type change that holds ``table``'s batches: one sentence, the same in
+    ``run``, ``status`` and ``init --check``. The held files carry the new type; silver's column
+    keeps the old one until the table is loaded again with the new type declared."""
+    return (
+        "a type change silver cannot take: declare the new type in the configuration, reload that one table "
+        f"(`cdclake full-load --table {table} --reload`, once its LOAD files hold the new type: a DMS "
+        f'"Reload table data", or locally `cdclake capture --reload {table}`), then '
+        f"`cdclake replay --quarantined --table {table}`"
+    )
+
+
 _FLOATS = ("float", "double")
 _DECIMAL = re.compile(r"^decimal\((\d+),(\d+)\)$")
 
@@ -82,7 +102,7 @@ def plan_schema_change(
         elif verdict == "narrower":
             plan.cast[name] = stored_type
         elif verdict == "incompatible":
-            plan.incompatible.append(f"column {name} changed type from {stored_type} to {type_name}")
+            plan.incompatible.append(f"column {name}{_CHANGED_TYPE}{stored_type} to {type_name}")
     skip = {b.lower() for b in bookkeeping}
     plan.absent.extend(name for key, (name, _) in stored_types.items() if key not in incoming_names and key not in skip)
     return plan

@@ -1,7 +1,9 @@
-"""AWS Glue job: Iceberg table maintenance for every configured silver table.
+"""AWS Glue job: Iceberg table maintenance for every table cdclake writes.
 
 Compaction (data and position-delete files), snapshot expiry, orphan-file removal and old delete
-tombstones. The state machine starts it between CDC batches, never while a CDC job commits.
+tombstones, for each configured silver table and its tombstones and history, the ledger archive,
+the journals and the gold marts (in --gold_database when given, as the gold job). The state machine
+starts it between CDC batches, never while a CDC job commits.
 
 Arguments: --config, --bronze, --warehouse; optional --catalog and the maintenance settings
 --snapshot_retention_hours, --retain_last_snapshots, --orphan_file_age_hours, --tombstone_retention_days
@@ -14,20 +16,22 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from cdclake.ops.maintenance import MaintenanceReport, maintain
+from cdclake.ops.maintenance import MaintenanceRun, maintain
 from cdclake.shells.glue_job import build_engine, parse_arguments
 
 log = logging.getLogger("cdclake")
 
 
-def main(argv: Sequence[str]) -> list[MaintenanceReport]:
+def main(argv: Sequence[str]) -> MaintenanceRun:
     args = parse_arguments(argv, "maintain")
     log.info("maintenance settings: %s", args.maintenance)
     engine = build_engine(args)
-    reports = maintain(engine, args.maintenance)
-    for report in reports:
+    run = maintain(engine, args.maintenance)
+    for report in run.tables:
         log.info("maintenance: %s", report)
-    return reports
+    for upkeep in run.shared:
+        log.info("maintenance: %s", upkeep.summary())
+    return run
 
 
 if __name__ == "__main__":

@@ -95,12 +95,14 @@ def test_the_gold_job_writes_to_the_gold_database_iam_allows() -> None:
         "Sub": "cdclake_${EnvironmentName}_gold"
     }
     assert IDENTIFIER.match("cdclake_abcdefghijkl_gold")
-    # THEN the gold job is given it (and only the gold job writes marts)
+    # THEN the gold job is given it, and the maintenance job, which maintains the marts where the
+    # gold job keeps them whatever the configuration's gold.database says (no other job touches marts)
     for name, resource in RESOURCES.items():
         if resource["Type"] == "AWS::Glue::Job":
             arguments = resource["Properties"]["DefaultArguments"]
             gold = {"If": ["CreateGoldDatabase", {"Ref": "GoldDatabase"}, {"Sub": "cdclake_${EnvironmentName}_gold"}]}
-            assert arguments.get("--gold_database") == (gold if name == "GoldJob" else None), name
+            given = gold if name in ("GoldJob", "MaintenanceJob") else None
+            assert arguments.get("--gold_database") == given, name
     # AND the Glue role may create and update its tables, like the silver ones
     statements = RESOURCES["GlueJobRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
     [catalog] = [s for s in statements if isinstance(s, dict) and s.get("Sid") == "IcebergCatalog"]

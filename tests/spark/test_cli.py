@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -49,6 +50,13 @@ def test_run_status_query_and_user_mistakes(tmp_path: Path) -> None:
     # THEN each prints what it should
     assert ran.returncode == 0, ran.stderr
     assert ran.stderr == ""  # a quiet run prints cdclake's results only: no Spark start-up lines
+    # AND the run ends with where its time went, the Spark start-up first (seconds, not zero)
+    times = re.fullmatch(
+        r"time: start-up (\d+\.\d) s, full loads \d+\.\d s \(1 table\), CDC \d+\.\d s \(1 table\)"
+        r"(, other \d+\.\d s)?; total (\d+\.\d) s",
+        ran.stdout.splitlines()[-1],
+    )
+    assert times and 0 < float(times[1]) < float(times[3]), ran.stdout
     assert (
         "cdc       s.items: files=1 skipped=0 inserted=1 updated=0 deleted=0 ignored_late=0 rows_quarantined=0"
         in ran.stdout

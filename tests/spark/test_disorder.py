@@ -17,6 +17,7 @@ from cdclake.engine.select import files_from_keys
 from cdclake.errors import ConcurrentWriterError
 from cdclake.lake.journals import QUARANTINE_TABLE, SCHEMA_CHANGES_TABLE, tombstones_of
 from cdclake.report import RunReport
+from cdclake.schema import type_change_advice
 from faults import CrashingCommitter, RacingCommitter, TombstoneWitness
 
 EngineFactory = Callable[..., Engine]
@@ -207,6 +208,13 @@ def test_widening_applies_and_a_type_change_quarantines_only_its_table(
     by_table = {t.table: t for t in mixed.tables}
     assert by_table["s.items"].quarantined_files == [f3]
     assert by_table["s.items"].note == "quarantined: column qty changed type from bigint to string"
+    # (and `run` gives the advice `status` and `init --check` give: reload that one table)
+    advice = type_change_advice("s.items")
+    assert advice.startswith("a type change silver cannot take") and "full-load --table s.items --reload" in advice
+    assert mixed.problems() == [
+        f"s.items: 1 file(s) held in quarantine (column qty changed type from bigint to string); {advice} "
+        "(`cdclake quarantine list` shows them)"
+    ]
     assert by_table["s.other"].files_applied == 1
     quarantine = engine.spark.table(f"silver.{engine.config.database}.{QUARANTINE_TABLE}").collect()
     assert [(r["silver_table"], r["file_key"]) for r in quarantine] == [("items", f3)]
@@ -222,8 +230,7 @@ def test_widening_applies_and_a_type_change_quarantines_only_its_table(
     # AND says why s.items is behind bronze, and that s.other is not
     assert status["s.items"].pending_files == 0
     assert status["s.items"].behind == (
-        "1 file(s) held in quarantine (last: column qty changed type from bigint to string); "
-        "`cdclake replay --quarantined`"
+        f"1 file(s) held in quarantine (last: column qty changed type from bigint to string); {advice}"
     )
     assert status["s.other"].behind == "up to date"
 

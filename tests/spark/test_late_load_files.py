@@ -3,6 +3,7 @@ DMS reload that replaces the table, or are refused with the command to run; `sta
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -105,3 +106,33 @@ def test_load_files_after_a_run_are_loaded_reloaded_or_refused(
     again = run(engine)
     assert [t.table for t in again.tables if t.files_applied] == []
     assert [f.table for f in again.failures] == ["s.mixed"]
+
+
+def test_a_load_file_rewritten_in_place_with_the_same_size_reloads_the_table(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # GIVEN a table loaded from LOAD00000001.csv and changed by a CDC file
+    load = tmp_path / "bronze" / "s" / "reloaded" / "LOAD00000001.csv"
+    day1, day2 = "2024-01-01 00:00:00.000000", "2024-01-02 00:00:00.000000"
+    write_csv(load, [[day1, "1", "a"], [day1, "2", "b"]])
+    write_csv(load.parent / "20240102-0000000000.csv", [["U", day2, "1", "a2"]])
+    engine = make_engine(CONFIG)
+    run(engine).checked()
+    assert _rows(engine, "reloaded") == {1: "a2", 2: "b"}
+    # WHEN the LOAD file is written again in place, same name and same size, new content (the
+    # "start from scratch" recovery: the source was loaded again), a second later
+    size = load.stat().st_size
+    day3 = "2024-01-03 00:00:00.000000"
+    write_csv(load, [[day3, "1", "z"], [day3, "3", "c"]])
+    stamp = load.stat().st_mtime_ns + 1_000_000_000
+    os.utime(load, ns=(stamp, stamp))
+    assert load.stat().st_size == size
+    status = next(s for s in table_statuses(engine) if s.source == "s.reloaded")
+    report = run(engine).checked()
+    # THEN status saw it as not loaded, and the run reloaded the table from it: silver holds the
+    # new content (the CDC file written before the reload is superseded, not applied over it)
+    assert status.unloaded_load_files == "LOAD00000001.csv"
+    (reload,) = [t for t in report.tables if t.table == "s.reloaded"]
+    assert reload.note.startswith("a reload: LOAD files written again"), reload.note
+    assert _rows(engine, "reloaded") == {1: "z", 3: "c"}
+    assert next(s for s in table_statuses(engine) if s.source == "s.reloaded").behind == "up to date"

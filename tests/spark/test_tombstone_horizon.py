@@ -47,7 +47,7 @@ def deleted_then_pruned(make_engine: EngineFactory, tmp_path: Path) -> Engine:
     run(engine)
     write_csv(bronze / "20240102-000000000.csv", [["D", "2024-01-02 00:00:00.000000", "1", "", "1990-01-01"]])
     run(engine)
-    [report] = maintain(engine, MaintenanceSettings(tombstone_retention_days=15), now=NOW)
+    [report] = maintain(engine, MaintenanceSettings(tombstone_retention_days=15), now=NOW).tables
     assert report.tombstones_removed == 1
     return engine
 

@@ -13,6 +13,7 @@ from cdclake.config import load_config, parse_config
 from cdclake.errors import CdclakeError
 from cdclake.ops.drift import drift
 from cdclake.ops.init import InitSettings, init
+from cdclake.schema import type_change_advice
 from cdclake.shells.cli import main
 from cdclake.sources.catalog.connect import SourceAddress, address_from_secret, parse_source_url
 from cdclake.sources.catalog.model import CatalogColumn, CatalogTable, SourceCatalogError
@@ -222,6 +223,8 @@ def test_check_incompatible_type_and_key_lost() -> None:
     found = drift(config, [CatalogTable("s", "t", (col("id", "int"), col("d", "string")))])
     assert [(d.kind, d.handled) for d in found] == [("retyped column", False), ("changed key", False)]
     assert "incompatible" in found[0].detail and found[1].detail == "[id] -> no key"
+    # the advice `run` and `status` give for the batches it will hold: reload that one table
+    assert found[0].detail.endswith(f"held in quarantine; {type_change_advice('s.t')}")
 
 
 def test_check_ignores_configured_tables_outside_the_patterns_when_they_still_exist() -> None:

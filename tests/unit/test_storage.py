@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -332,3 +333,33 @@ def test_s3_spark_paths_refreshes_staged_file_of_other_size(s3_client: Any, tmp_
     S3Bronze(s3_client, BUCKET, "dms", staging_dir=tmp_path).spark_paths([parse_key("s/t/LOAD00000001.csv", 4)])
     # THEN the object is downloaded again
     assert staged.read_bytes() == b"1,a\n"
+
+
+def test_a_load_file_written_again_with_the_same_size_has_a_new_version(s3_client: Any, tmp_path: Path) -> None:
+    # GIVEN a LOAD file on S3 and one in a local folder, listed
+    put(s3_client, "dms/s/t/LOAD00000001.csv", b"abc")
+    s3 = S3Bronze(s3_client, BUCKET, "dms")
+    local = tmp_path / "s" / "t" / "LOAD00000001.csv"
+    local.parent.mkdir(parents=True)
+    local.write_bytes(b"abc")
+    before = [list_bronze(store).files[0].version for store in (s3, LocalBronze(tmp_path))]
+    # WHEN each is written again in place with other bytes of the same size (a second later)
+    put(s3_client, "dms/s/t/LOAD00000001.csv", b"xyz")
+    local.write_bytes(b"xyz")
+    os.utime(local, ns=(local.stat().st_mtime_ns + 10**9,) * 2)
+    after = [list_bronze(store).files[0] for store in (s3, LocalBronze(tmp_path))]
+    # THEN the listing gives each a new version (the ETag, the modification time), same key and size
+    assert [(f.key, f.size) for f in after] == [("s/t/LOAD00000001.csv", 3)] * 2
+    assert all(old is not None and new.version not in (None, old) for old, new in zip(before, after, strict=True))
+
+
+def test_an_object_written_again_with_the_same_size_is_staged_again(s3_client: Any, tmp_path: Path) -> None:
+    # GIVEN a LOAD file staged for local Spark
+    store = S3Bronze(s3_client, BUCKET, "dms", staging_dir=tmp_path / "staging")
+    put(s3_client, "dms/s/t/LOAD00000001.csv", b"abc")
+    Path(store.spark_paths(list_bronze(store).files)["s/t/LOAD00000001.csv"]).read_bytes()
+    # WHEN it is written again in place with other bytes of the same size, and listed again
+    put(s3_client, "dms/s/t/LOAD00000001.csv", b"xyz")
+    staged = Path(store.spark_paths(list_bronze(store).files)["s/t/LOAD00000001.csv"])
+    # THEN Spark reads the new bytes, not the stale copy
+    assert staged.read_bytes() == b"xyz"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 MULTI_TABLE = "*"  # the schema of a transaction-ordered file that holds rows of several tables
@@ -41,6 +41,9 @@ class BronzeFile:
     file_format: str  # csv | parquet
     compressed: bool
     size: int = 0
+    # what tells this content from the same name written again with the same size: the
+    # modification time locally, the ETag on S3 (None: unknown); not part of the file's identity
+    version: str | None = field(default=None, compare=False)
 
     @property
     def position(self) -> str:

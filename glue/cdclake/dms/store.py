@@ -20,12 +20,12 @@ import random
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from cdclake.config import StoreSettings
-from cdclake.dms.files import BronzeFile, BronzeListing, classify
+from cdclake.dms.files import BronzeFile, BronzeListing, FileKind, classify
 from cdclake.errors import BronzeError
 
 if TYPE_CHECKING:
@@ -61,10 +61,19 @@ class BronzeStore(Protocol):
         """The object's size in bytes, or None when it does not exist."""
         ...
 
+    def version(self, key: str) -> str | None:
+        """What changes when the object is written again, even with the same size (None: unknown)."""
+        ...
+
 
 def list_bronze(store: BronzeStore, under: str = "", transaction_path: str | None = None) -> BronzeListing:
-    """Classify everything under ``under`` into DMS files and unrecognised keys."""
-    return classify(store.list_keys(under), transaction_path)
+    """Classify everything under ``under`` into DMS files and unrecognised keys; LOAD files carry
+    their version (``BronzeFile.version``): a LOAD file written again in place is told by it."""
+    listing = classify(store.list_keys(under), transaction_path)
+    files = tuple(
+        replace(f, version=store.version(f.key)) if f.kind is FileKind.FULL_LOAD else f for f in listing.files
+    )
+    return BronzeListing(files=files, unrecognised=listing.unrecognised)
 
 
 def head_text(store: BronzeStore, file: BronzeFile, max_bytes: int = 1 << 16) -> bytes:
@@ -132,6 +141,13 @@ class LocalBronze:
         path = self.directory / key
         return path.stat().st_size if path.is_file() else None
 
+    def version(self, key: str) -> str | None:
+        """The modification time in nanoseconds (a file rewritten in place gets a new one)."""
+        try:
+            return str((self.directory / key).stat().st_mtime_ns)
+        except OSError:
+            return None
+
 
 def _describe(exc: BaseException) -> str:
     """One line for an S3 failure: the error code and message, or botocore's own sentence."""
@@ -160,6 +176,8 @@ class S3Bronze:
     staging_dir: Path | None = None  # set for local Spark, which cannot read s3:// itself
     settings: StoreSettings = field(default_factory=StoreSettings)
     sleep: Callable[[float], None] = time.sleep  # waits between resumed body reads
+    # ETags seen by the last listing (key -> ETag): versions without a request per object
+    _etags: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_uri(
@@ -204,7 +222,10 @@ class S3Bronze:
                 request["StartAfter"] = self._object_key(start_after)
             for page in paginator.paginate(**request):
                 for obj in page.get("Contents", []):
-                    yield obj["Key"][len(self.prefix) :].lstrip("/"), obj["Size"]
+                    key = obj["Key"][len(self.prefix) :].lstrip("/")
+                    if "ETag" in obj:
+                        self._etags[key] = obj["ETag"]
+                    yield key, obj["Size"]
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") == "NoSuchBucket":
                 raise BronzeError(f"The bronze bucket '{self.bucket}' does not exist.") from None
@@ -288,8 +309,14 @@ class S3Bronze:
         paths: dict[str, str] = {}
         for f in files:
             local = self.staging_dir / f.key
-            if not local.is_file() or local.stat().st_size != f.size:
+            # The staged copy's ETag beside it: an object written again with the same size (a LOAD
+            # file rewritten in place) is staged again, never read stale.
+            version = local.with_name(local.name + ".etag")
+            stale = f.version is not None and (not version.is_file() or version.read_text("utf-8") != f.version)
+            if not local.is_file() or local.stat().st_size != f.size or stale:
                 self._stage(f, local)
+                if f.version is not None:
+                    version.write_text(f.version, "utf-8")
             paths[f.key] = spark_path(str(local.resolve()))
         return paths
 
@@ -324,6 +351,10 @@ class S3Bronze:
         except BotoCoreError as exc:
             raise self._failed(f"Reading the size of {self._uri(key)}", exc) from None
         return int(head["ContentLength"])
+
+    def version(self, key: str) -> str | None:
+        """The object's ETag (a new one when the object is written again), as the listing saw it."""
+        return self._etags.get(key)
 
 
 def open_store(

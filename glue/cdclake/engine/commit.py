@@ -205,13 +205,18 @@ def _commit_keyed(
 
 
 def stage_full_load(
-    engine: Engine, silver: SilverTable, rows: DataFrame, files: Sequence[str], load_sizes: Mapping[str, int]
+    engine: Engine,
+    silver: SilverTable,
+    rows: DataFrame,
+    files: Sequence[str],
+    load_sizes: Mapping[str, int],
+    load_versions: Mapping[str, str] | None = None,
 ) -> None:
     """Create or atomically replace the silver table with a full load's rows, recorded as a staged
     load (``files``, with the sizes of its LOAD files: ``load_sizes``): the ledger says "not loaded"
     until ``finish_full_load`` records it done."""
     ensure_database(engine.spark, engine.catalog, engine.config.database)
-    replace_table(engine.spark, silver, rows, files, kind=KIND_FULL_LOAD_STAGED, load_sizes=load_sizes)
+    replace_table(engine.spark, silver, rows, files, KIND_FULL_LOAD_STAGED, load_sizes, load_versions)
 
 
 def _history_of_full_load(engine: Engine, table: TableConfig, silver: SilverTable) -> None:
@@ -233,7 +238,12 @@ FULL_LOAD_STEPS = ("layout", "history", "forget-ledger-archive", "forget-tombsto
 
 
 def finish_full_load(
-    engine: Engine, table: TableConfig, silver: SilverTable, files: Sequence[str], load_sizes: Mapping[str, int]
+    engine: Engine,
+    table: TableConfig,
+    silver: SilverTable,
+    files: Sequence[str],
+    load_sizes: Mapping[str, int],
+    load_versions: Mapping[str, str] | None = None,
 ) -> None:
     """Finish a staged load: give the table its layout for the writes to come (the replace reset
     it), write every loaded row's first version to history, forget what the old load left (its
@@ -260,7 +270,7 @@ def finish_full_load(
         "history": history,
         "forget-ledger-archive": lambda: forget_archived_ledger(engine.spark, silver),
         "forget-tombstones": forget_tombstones,
-        "record": lambda: record_full_load(engine.spark, silver, files, load_sizes),
+        "record": lambda: record_full_load(engine.spark, silver, files, load_sizes, load_versions),
     }
     for step in FULL_LOAD_STEPS:
         engine.committer.full_load_step(step, steps[step])

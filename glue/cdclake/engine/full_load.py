@@ -84,7 +84,8 @@ def full_load_table(
     report.seconds = time.monotonic() - started
     log.info("full load done table=%s rows=%d seconds=%.1f", table.source, report.inserted, report.seconds)
     sizes = _sizes(files)
-    return report, TableState(True, frozenset(loaded), state.held, {key: sizes.get(key) for key in loaded})
+    loaded_sizes = {key: sizes.get(key) for key in loaded}
+    return report, TableState(True, frozenset(loaded), state.held, loaded_sizes, _versions(files))
 
 
 def nothing_loaded(table: TableConfig) -> str:
@@ -112,7 +113,7 @@ def _load_in_one_scan(
     valid = changes.where(F.when(has_error(), F.raise_error(F.lit(_NEEDS_SCREENING))).otherwise(F.lit(True)))
     rows = stored_rows(valid, table, deduplicate=False)
     try:
-        stage_full_load(engine, silver, rows, [f.key for f in files], _sizes(files))
+        stage_full_load(engine, silver, rows, [f.key for f in files], _sizes(files), _versions(files))
     except ConfigError:
         raise
     except Exception as failure:
@@ -125,7 +126,7 @@ def _load_in_one_scan(
         log.warning("full load table=%s: a key occurs more than once; keeping each key's last row", table.source)
         return []
     loaded = [f.key for f in (*files, *superseded_cdc_files(listing, table, stats["earliest"]))]
-    finish_full_load(engine, table, silver, loaded, _sizes(files))
+    finish_full_load(engine, table, silver, loaded, _sizes(files), _versions(files))
     report.changes_read = stats["rows"]
     report.inserted = stats["rows"]  # every row valid and every key once: all of them were written
     report.files_skipped = len(loaded) - len(files)
@@ -169,8 +170,8 @@ def _load_carefully(
     else:
         changes = empty_changes(engine, table)
     loaded = [f.key for f in (*files, *superseded)]
-    stage_full_load(engine, silver, stored_rows(changes, table), loaded, _sizes(files))
-    finish_full_load(engine, table, silver, loaded, _sizes(files))
+    stage_full_load(engine, silver, stored_rows(changes, table), loaded, _sizes(files), _versions(files))
+    finish_full_load(engine, table, silver, loaded, _sizes(files), _versions(files))
     report.files_skipped = len(superseded)
     return loaded
 
@@ -178,3 +179,9 @@ def _load_carefully(
 def _sizes(files: Sequence[BronzeFile]) -> dict[str, int]:
     """The LOAD files' sizes, recorded with the load: a file DMS writes again is told by its size."""
     return {f.key: f.size for f in files}
+
+
+def _versions(files: Sequence[BronzeFile]) -> dict[str, str]:
+    """The LOAD files' versions (where the store knows them), recorded with the load: a file
+    written again in place with the same size is told by its version."""
+    return {f.key: f.version for f in files if f.version is not None}

@@ -48,7 +48,8 @@ def read_state(engine: Engine, table: TableConfig, held: HeldFiles | None = None
     silver = engine.silver_table(table)
     ledger = read_ledger(engine.spark, silver)
     quarantine = held_files(engine) if held is None else held
-    return TableState(ledger.full_load_done, ledger.applied, quarantine.get(silver.name, frozenset()), ledger.loaded)
+    keys = quarantine.get(silver.name, frozenset())
+    return TableState(ledger.full_load_done, ledger.applied, keys, ledger.loaded, ledger.load_versions)
 
 
 def list_all(engine: Engine) -> BronzeListing:
@@ -87,7 +88,9 @@ def apply_pending(
         if loaded.note != "already loaded":
             table_run.reports.append(loaded)
 
+    started = time.monotonic()
     loads = for_each_table(engine, selected, "full-load", load)
+    report.phase_seconds["full loads"] = time.monotonic() - started
     _collect(report, loads)
     states = {r.table.source: r.state for r in loads if r.state is not None}
     cdc_files = [f for f in listing.files if f.kind is FileKind.CDC]
@@ -106,7 +109,9 @@ def apply_pending(
         with lock:
             progress.tables += 1
 
+    started = time.monotonic()
     applied = for_each_table(engine, [t for t, _ in grouped], "cdc", apply)
+    report.phase_seconds["CDC"] = time.monotonic() - started
     _collect(report, applied)
     states |= {r.table.source: r.state for r in applied if r.state is not None}
     unconfigured = {f"{s}.{t}" for s, t in listing.sources() if engine.config.table_for_source(s, t) is None}
@@ -127,7 +132,10 @@ def full_load(engine: Engine, tables: Sequence[TableConfig] | None = None, reloa
         loaded, table_run.state = full_load_table(engine, table_run.table, listing, state, reload)
         table_run.reports.append(loaded)
 
-    _collect(report, for_each_table(engine, list(tables or engine.config.tables), "full-load", load))
+    started = time.monotonic()
+    loads = for_each_table(engine, list(tables or engine.config.tables), "full-load", load)
+    report.phase_seconds["full loads"] = time.monotonic() - started
+    _collect(report, loads)
     warn(report)
     return report
 
@@ -152,7 +160,10 @@ def apply_cdc_files(engine: Engine, files: Sequence[BronzeFile]) -> RunReport:
         )
         table_run.reports.append(applied)
 
-    _collect(report, for_each_table(engine, [t for t, _ in grouped], "cdc", apply))
+    started = time.monotonic()
+    applied = for_each_table(engine, [t for t, _ in grouped], "cdc", apply)
+    report.phase_seconds["CDC"] = time.monotonic() - started
+    _collect(report, applied)
     warn(report)
     return report
 

@@ -27,6 +27,8 @@ class TableState:
     # what the last full load recorded: its LOAD files (with their sizes, None where the ledger
     # has none) and the CDC files it superseded
     loaded: Mapping[str, int | None] = field(default_factory=dict)
+    # the versions of those LOAD files (modification time or ETag) where the ledger has them
+    load_versions: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def cdc_applied(self) -> bool:
@@ -85,15 +87,23 @@ def group_by_table(
 
 def unloaded_load_files(state: TableState, loads: Iterable[BronzeFile]) -> list[BronzeFile]:
     """The LOAD files of a loaded table that its last full load does not hold: not recorded, or
-    recorded with another size (DMS wrote the name again: a reload restarts the counter).
+    recorded with another size (DMS wrote the name again: a reload restarts the counter) or another
+    version (written again in place with the same size: a modification time or ETag of its own).
 
-    A file written again with the very same size is not told apart (the ledger keeps names and
-    sizes); ``cdclake full-load --reload`` loads it. Before a full load, nothing is "unloaded":
-    the whole load is pending.
+    Where the ledger or the listing has no version (ledgers from before versions were kept), a
+    file written again with the very same size is not told apart; ``cdclake full-load --reload``
+    loads it. Before a full load, nothing is "unloaded": the whole load is pending.
     """
     if not state.full_load_done:
         return []
-    return sorted(f for f in loads if f.key not in state.loaded or state.loaded[f.key] not in (None, f.size))
+
+    def rewritten(file: BronzeFile) -> bool:
+        recorded = state.load_versions.get(file.key)
+        return recorded is not None and file.version is not None and recorded != file.version
+
+    return sorted(
+        f for f in loads if f.key not in state.loaded or state.loaded[f.key] not in (None, f.size) or rewritten(f)
+    )
 
 
 def load_again(table: TableConfig, state: TableState, loads: Sequence[BronzeFile]) -> str | None:

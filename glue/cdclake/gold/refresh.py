@@ -34,7 +34,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from cdclake.config import PipelineConfig, readable_tables
+from cdclake.config import gold_database as gold_database  # the gold modules and jobs import it from here
+from cdclake.config import readable_tables
 from cdclake.errors import first_line
 from cdclake.gold.cost import SourceReads, full_refresh_reason
 from cdclake.gold.groups import groups_and_key_ranges, incremental_shape_problem
@@ -50,7 +51,7 @@ from cdclake.gold.snapshots import (
     table_bytes,
 )
 from cdclake.identifiers import quote
-from cdclake.lake.ledger import KIND_PROPERTY
+from cdclake.lake.ledger import KIND_PROPERTY, MART_SOURCES_PROPERTY
 from cdclake.lake.tables import (
     TABLE_PROPERTIES,
     SilverTable,
@@ -70,7 +71,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("cdclake.gold")
 
 KIND_GOLD = "gold"
-SOURCES_PROPERTY = "cdclake.gold.sources"  # JSON: {"database.table": silver snapshot id}
+SOURCES_PROPERTY = MART_SOURCES_PROPERTY
 PATH_PROPERTY = "cdclake.gold.path"  # "incremental" or "full"
 REASON_PROPERTY = "cdclake.gold.reason"  # why a keyed mart was recomputed in full
 DEFINITION_PROPERTY = "cdclake.gold.definition"  # digest of sql, keys, partition_by, consistent
@@ -82,11 +83,6 @@ PATH_FULL, PATH_INCREMENTAL = "full", "incremental"
 REFRESHED, UP_TO_DATE, FAILED, WAITING = "refreshed", "up to date", "failed", "waiting"
 _KEY_PREFIX = "_cdc_key_"
 _PRESENT = "_cdc_present"
-
-
-def gold_database(config: PipelineConfig) -> str:
-    """Where the marts live: ``gold.database``, by default the silver database name + ``_gold``."""
-    return config.gold.database or f"{config.database}_gold"
 
 
 @dataclass(frozen=True)

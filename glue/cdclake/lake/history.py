@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import reduce
 from operator import and_
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cdclake.columns import COMMIT_TS, OP, SILVER_ORDER
 from cdclake.errors import CdclakeError
@@ -77,15 +77,26 @@ def reflected_sequence(spark: SparkSession, history: SilverTable) -> int | None:
     """The sequence number of the silver snapshot ``history`` reflects: the newest
     ``SILVER_SEQUENCE_PROPERTY`` in its lineage (a compaction of history commits without one);
     None when history has no commit that says (a history written before the property was kept)."""
+    found = _reflecting_snapshot(spark, history)
+    return None if found is None else int(found.summary()[SILVER_SEQUENCE_PROPERTY])
+
+
+def reflecting_snapshot_id(spark: SparkSession, history: SilverTable) -> int | None:
+    """The id of history's newest snapshot that records the silver snapshot it reflects: maintenance
+    keeps it (and every later one), or history would look as if it recorded none."""
+    found = _reflecting_snapshot(spark, history)
+    return None if found is None else int(found.snapshotId())
+
+
+def _reflecting_snapshot(spark: SparkSession, history: SilverTable) -> Any | None:
     if not table_exists(spark, history):
         return None
     iceberg = iceberg_table(spark, history.identifier)
     iceberg.refresh()
     snapshot = iceberg.currentSnapshot()
     while snapshot is not None:
-        value = snapshot.summary().get(SILVER_SEQUENCE_PROPERTY)
-        if value is not None:
-            return int(value)
+        if snapshot.summary().get(SILVER_SEQUENCE_PROPERTY) is not None:
+            return snapshot
         parent = snapshot.parentId()
         snapshot = iceberg.snapshot(parent) if parent is not None else None
     return None

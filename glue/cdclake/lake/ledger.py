@@ -34,6 +34,9 @@ LATEST_COMMIT_TS_PROPERTY = "cdclake.latest-commit-ts"
 # The sizes of a full load's LOAD files ({key: bytes}): a LOAD file DMS writes again under the same
 # name (a reload restarts the counter) is told from the one loaded by its size.
 LOAD_SIZES_PROPERTY = "cdclake.load-sizes"
+# The versions of a full load's LOAD files ({key: modification time or ETag}): a LOAD file written
+# again in place with the very same size (the "start from scratch" recovery) is told by its version.
+LOAD_VERSIONS_PROPERTY = "cdclake.load-versions"
 KIND_FULL_LOAD = "full-load"
 # A full load's data commit, before the checks and steps that follow it (its layout, history, the
 # old load's archived ledger and tombstones forgotten): the lineage says "not loaded" until the
@@ -41,6 +44,9 @@ KIND_FULL_LOAD = "full-load"
 KIND_FULL_LOAD_STAGED = "full-load-staged"
 KIND_CDC = "cdc"
 LEDGER_ARCHIVE_TABLE = "cdclake_ledger"
+# A gold mart's refresh commit records the snapshots it read ({"database.table": snapshot id}):
+# its next incremental refresh reads the changes since them, so maintenance keeps them.
+MART_SOURCES_PROPERTY = "cdclake.gold.sources"
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,8 @@ class LedgerState:
     # the keys the last full load recorded (its LOAD files and the CDC files it superseded), with
     # the size of each LOAD file where the ledger has it (ledgers before sizes were kept: None)
     loaded: Mapping[str, int | None] = field(default_factory=dict)
+    # the version of each LOAD file the last full load read, where the ledger has it
+    load_versions: Mapping[str, str] = field(default_factory=dict)
 
 
 def ledger_properties(
@@ -60,14 +68,17 @@ def ledger_properties(
     files: Sequence[str],
     latest_commit_ts: str | None = None,
     load_sizes: Mapping[str, int] | None = None,
+    load_versions: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Snapshot-summary properties recording a batch: its kind, files and newest commit time, and
-    for a full load the sizes of its LOAD files."""
+    for a full load the sizes and versions of its LOAD files."""
     properties = {KIND_PROPERTY: kind, FILES_PROPERTY: json.dumps(list(files), separators=(",", ":"))}
     if latest_commit_ts:
         properties[LATEST_COMMIT_TS_PROPERTY] = latest_commit_ts
     if load_sizes is not None:
         properties[LOAD_SIZES_PROPERTY] = json.dumps(dict(load_sizes), separators=(",", ":"))
+    if load_versions:
+        properties[LOAD_VERSIONS_PROPERTY] = json.dumps(dict(load_versions), separators=(",", ":"))
     return properties
 
 
@@ -92,6 +103,7 @@ def _lineage(spark: SparkSession, table: SilverTable) -> Iterator[dict[str, Any]
             "kind": summary.get(KIND_PROPERTY),
             "files": summary.get(FILES_PROPERTY),
             "sizes": summary.get(LOAD_SIZES_PROPERTY),
+            "versions": summary.get(LOAD_VERSIONS_PROPERTY),
             "records": summary.get("total-records"),
         }
         snapshot = iceberg.snapshot(parent) if parent is not None else None
@@ -196,17 +208,21 @@ def _ledger_archive(table: SilverTable) -> SilverTable:
     return SilverTable(table.catalog, table.database, LEDGER_ARCHIVE_TABLE)
 
 
-def read_ledger(spark: SparkSession, table: SilverTable) -> LedgerState:
+def read_ledger(
+    spark: SparkSession, table: SilverTable, archive: Mapping[str, Sequence[Any]] | None = None
+) -> LedgerState:
     """Walk the current snapshot lineage back to the last full load, collecting applied files.
 
     Only ancestors of the current snapshot count: after a rollback, files applied by the
     rolled-back snapshots are pending again. Entries of snapshots that maintenance expired come
-    from the ledger archive.
+    from the ledger archive (``archive``: its rows per silver table, read once by a caller that
+    reads many ledgers, ``read_ledger_archive``; None: read here when needed).
     """
     if not table_exists(spark, table):
         return LedgerState(full_load_done=False, applied=frozenset(), last_file=None)
     applied: set[str] = set()
     loaded: dict[str, int | None] = {}
+    versions: dict[str, str] = {}
     last_file: str | None = None
     full_load_done = False
     for row in _lineage(spark, table):
@@ -220,17 +236,36 @@ def read_ledger(spark: SparkSession, table: SilverTable) -> LedgerState:
         if row["kind"] == KIND_FULL_LOAD:
             sizes = json.loads(row["sizes"]) if row["sizes"] else {}
             loaded = {key: sizes.get(key) for key in files}
+            versions = json.loads(row["versions"]) if row["versions"] else {}
             full_load_done = True
             break
-    archive = _ledger_archive(table)
-    if not full_load_done and table_exists(spark, archive):
-        for entry in spark.table(archive.identifier).where(f"silver_table = {sql_string(table.name)}").collect():
+    if not full_load_done:
+        entries = _archived(spark, table) if archive is None else archive.get(table.name, ())
+        for entry in entries:
             full_load_done = full_load_done or entry["kind"] == KIND_FULL_LOAD
             if entry["file_key"]:
                 applied.add(entry["file_key"])
                 if entry["kind"] == KIND_FULL_LOAD:
                     loaded[entry["file_key"]] = entry.asDict().get("file_size")
-    return LedgerState(full_load_done, frozenset(applied), last_file, loaded)
+    return LedgerState(full_load_done, frozenset(applied), last_file, loaded, versions)
+
+
+def _archived(spark: SparkSession, table: SilverTable) -> list[Any]:
+    """The archived ledger rows of ``table`` (none when there is no archive)."""
+    archive = _ledger_archive(table)
+    if not table_exists(spark, archive):
+        return []
+    return spark.table(archive.identifier).where(f"silver_table = {sql_string(table.name)}").collect()
+
+
+def read_ledger_archive(spark: SparkSession, catalog: str, database: str) -> dict[str, list[Any]]:
+    """Every table's archived ledger rows in ``database`` (one read), for ``read_ledger(archive=...)``."""
+    archive = SilverTable(catalog, database, LEDGER_ARCHIVE_TABLE)
+    entries: dict[str, list[Any]] = {}
+    if table_exists(spark, archive):
+        for entry in spark.table(archive.identifier).collect():
+            entries.setdefault(entry["silver_table"], []).append(entry)
+    return entries
 
 
 def full_load_unfinished(spark: SparkSession, table: SilverTable) -> bool:
@@ -300,7 +335,11 @@ def forget_archived_ledger(spark: SparkSession, table: SilverTable) -> None:
 
 
 def record_full_load(
-    spark: SparkSession, table: SilverTable, files: Sequence[str], load_sizes: Mapping[str, int]
+    spark: SparkSession,
+    table: SilverTable,
+    files: Sequence[str],
+    load_sizes: Mapping[str, int],
+    load_versions: Mapping[str, str] | None = None,
 ) -> None:
     """Record a staged full load as done: a commit that adds no data, only the ledger entry (an
     append of no files through the Iceberg Java API, what an empty Spark append commits, without
@@ -308,7 +347,8 @@ def record_full_load(
     iceberg = iceberg_table(spark, table.identifier)
     iceberg.refresh()
     append = iceberg.newAppend()
-    for name, value in ledger_properties(KIND_FULL_LOAD, files, load_sizes=load_sizes).items():
+    properties = ledger_properties(KIND_FULL_LOAD, files, load_sizes=load_sizes, load_versions=load_versions)
+    for name, value in properties.items():
         append = append.set(name, value)
     append.commit()
 
@@ -320,8 +360,10 @@ def replace_table(
     files: Sequence[str],
     kind: str = KIND_FULL_LOAD,
     load_sizes: Mapping[str, int] | None = None,
+    load_versions: Mapping[str, str] | None = None,
 ) -> None:
     """Create or atomically replace ``table`` with ``rows``: the full load, recorded in the ledger
     (as ``kind``: a staged load is recorded as done only by ``record_full_load`` after it), with
-    the sizes of its LOAD files."""
-    create_or_replace(spark, table, rows, ledger_properties(kind, files, load_sizes=load_sizes or {}))
+    the sizes and versions of its LOAD files."""
+    properties = ledger_properties(kind, files, load_sizes=load_sizes or {}, load_versions=load_versions)
+    create_or_replace(spark, table, rows, properties)

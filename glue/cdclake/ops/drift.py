@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cdclake.config import PipelineConfig
-from cdclake.schema import compare_types
+from cdclake.schema import compare_types, type_change_advice
 from cdclake.sources.catalog.model import CatalogTable
 
 DriftKind = Literal["new table", "dropped table", "added column", "dropped column", "retyped column", "changed key"]
@@ -69,7 +69,7 @@ def drift(
                     effect = {
                         "widen": "declare it and silver widens in place",
                         "narrower": "declare it (silver keeps the wider type)",
-                    }.get(verdict, "incompatible: batches with it are quarantined until the table is reloaded")
+                    }.get(verdict, f"incompatible: batches with it are held in quarantine; {type_change_advice(name)}")
                     found.append(
                         Drift(name, "retyped column", f"{column} {declared[column]} -> {type_name}: {effect}", False)
                     )

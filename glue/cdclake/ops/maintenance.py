@@ -1,34 +1,67 @@
 """Table maintenance in the serial lane: compaction, delete-file clean-up, snapshot expiry, orphan
-files and tombstone retention. Run it between CDC batches, never beside one (the state machine's
-maintenance step, or ``cdclake maintain`` locally).
+files and tombstone retention, for every table cdclake writes. Run it between CDC batches, never
+beside one (the state machine's maintenance step, or ``cdclake maintain`` locally).
 
-Expiring snapshots would forget the applied-files ledger kept in their summaries, so the entries
-of the snapshots about to expire are archived first into ``cdclake_ledger``; a table whose full
-load was staged and never recorded as done (a crash) keeps its snapshots until a run loads it.
+* Each silver table: compaction that keeps its key layout, expiry, orphans, old tombstones.
+* Its side tables (``__tombstones``, ``__history``): compaction, expiry and orphans alike.
+* Once per run, the tables the silver tables share (the ledger archive ``cdclake_ledger``, the
+  journals) and the gold marts: compaction (not the marts: a mart's newest commit records what
+  it reflects), expiry and orphans.
+
+Expiry follows the same rules everywhere (older than ``snapshot_retention_hours``, always the last
+``retain_last_snapshots``) through Iceberg's ``expire_snapshots``, and orphan removal the same age
+through ``remove_orphan_files``: neither removes a file a live snapshot references, and neither
+changes a table's rows. Expiring snapshots would forget the applied-files ledger kept in their
+summaries (silver's, and history's copy of it), so the entries of the snapshots about to expire are
+archived first into ``cdclake_ledger``; a table whose full load was staged and never recorded as
+done (a crash) keeps its snapshots until a run loads it. The archive's own expiry loses no row: its
+rows are its current snapshot's. The snapshots a gold mart's last refresh reflected are kept, with
+every one after them: its next refresh reads the changes since them (and ``cdclake status`` its
+lag), and would otherwise recompute in full.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cdclake.columns import TOMBSTONE_DELETED_AT
-from cdclake.config import TableConfig
+from cdclake.config import TableConfig, gold_database
 from cdclake.dms.horizon import pruned_before_after
 from cdclake.identifiers import procedure_table
-from cdclake.lake.journals import PRUNED_BEFORE_PROPERTY, tombstones_of, tombstones_pruned_before
+from cdclake.lake.history import history_of, reflecting_snapshot_id
+from cdclake.lake.journals import (
+    DISMISSED_TABLE,
+    PRUNED_BEFORE_PROPERTY,
+    QUARANTINE_ROWS_TABLE,
+    QUARANTINE_TABLE,
+    SCHEMA_CHANGES_TABLE,
+    tombstones_of,
+    tombstones_pruned_before,
+)
 from cdclake.lake.layout import apply_layout
-from cdclake.lake.ledger import archive_ledger, expiring_snapshots, full_load_unfinished
-from cdclake.lake.tables import SilverTable, table_exists
+from cdclake.lake.ledger import (
+    LEDGER_ARCHIVE_TABLE,
+    MART_SOURCES_PROPERTY,
+    archive_ledger,
+    expiring_snapshots,
+    full_load_unfinished,
+)
+from cdclake.lake.tables import SilverTable, iceberg_table, table_exists
 
 if TYPE_CHECKING:
     from cdclake.context import Engine
 
 log = logging.getLogger("cdclake")
+
+# The tables every silver table of a database shares, maintained once per run.
+JOURNALS = (SCHEMA_CHANGES_TABLE, QUARANTINE_TABLE, QUARANTINE_ROWS_TABLE, DISMISSED_TABLE)
+TOMBSTONES, HISTORY, LEDGER_ARCHIVE, JOURNAL, GOLD_MART = "tombstones", "history", "ledger archive", "journal", "mart"
 
 
 @dataclass(frozen=True)
@@ -39,6 +72,27 @@ class MaintenanceSettings:
     # Tombstones of deletes older than this are pruned; the cut is recorded on the tombstone table, and the CDC job
     # holds files written before it in quarantine (cdclake.dms.horizon) instead of reviving a deleted row.
     tombstone_retention_days: int = 7
+
+
+@dataclass
+class TableUpkeep:
+    """What maintenance did to one table beside the silver tables: a side table or a shared one."""
+
+    table: str  # database.name
+    role: str  # tombstones | history | ledger archive | journal | mart
+    data_files_before: int = 0
+    data_files_after: int = 0
+    snapshots_expired: int = 0
+    ledger_entries_archived: int = 0
+    orphan_files_removed: int = 0
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        return (
+            f"{self.table} ({self.role}): data files {self.data_files_before} -> {self.data_files_after}, "
+            f"snapshots expired {self.snapshots_expired}, orphans removed {self.orphan_files_removed} "
+            f"({self.seconds:.1f}s)"
+        )
 
 
 @dataclass
@@ -53,21 +107,45 @@ class MaintenanceReport:
     orphan_files_removed: int = 0
     tombstones_removed: int = 0
     seconds: float = 0.0
+    side_tables: list[TableUpkeep] = field(default_factory=list)  # its tombstones and history
+
+
+@dataclass
+class MaintenanceRun:
+    """One maintenance run: each silver table (with its side tables), then the shared tables and marts."""
+
+    tables: list[MaintenanceReport]
+    shared: list[TableUpkeep]
 
 
 def _file_counts(engine: Engine, table: SilverTable) -> tuple[int, int]:
-    """(data files, delete files) of the current snapshot."""
-    rows = engine.spark.sql(f"SELECT content, count(*) AS n FROM {table.metadata('files')} GROUP BY content").collect()
-    counts = {r["content"]: r["n"] for r in rows}
-    return counts.get(0, 0), counts.get(1, 0) + counts.get(2, 0)
+    """(data files, delete files) of the current snapshot, from its summary (no Spark job)."""
+    found = iceberg_table(engine.spark, table.identifier)
+    found.refresh()
+    current = found.currentSnapshot()
+    if current is None:
+        return 0, 0
+    summary = current.summary()
+    return int(summary.getOrDefault("total-data-files", "0")), int(summary.getOrDefault("total-delete-files", "0"))
 
 
 def _snapshot_count(engine: Engine, table: SilverTable) -> int:
-    return int(engine.spark.table(table.metadata("snapshots")).count())
+    found = iceberg_table(engine.spark, table.identifier)
+    found.refresh()
+    snapshots = found.snapshots().iterator()
+    count = 0
+    while snapshots.hasNext():
+        snapshots.next()
+        count += 1
+    return count
 
 
 def _call(engine: Engine, procedure: str, arguments: str) -> list[object]:
     return list(engine.spark.sql(f"CALL {engine.catalog}.system.{procedure}({arguments})").collect())
+
+
+def _procedure_name(table: SilverTable) -> str:
+    return procedure_table(table.database, table.name)
 
 
 def _pruned_before(engine: Engine, tombstones: SilverTable) -> datetime | None:
@@ -82,36 +160,199 @@ def _record_pruned_before(engine: Engine, tombstones: SilverTable, now: datetime
     )
 
 
+def snapshots_marts_reflect(engine: Engine) -> frozenset[int]:
+    """The snapshot ids the configured marts' last refreshes read (silver's, history's, other
+    marts'), from each mart's newest commit that recorded them: its next incremental refresh
+    reads the changes since them. Iceberg snapshot ids are random 64-bit numbers, so a set of
+    ids names them in whichever table they are."""
+    kept: set[int] = set()
+    database = gold_database(engine.config)
+    for mart in engine.config.gold.marts:
+        target = SilverTable(engine.catalog, database, mart.name)
+        if not table_exists(engine.spark, target):
+            continue
+        found = iceberg_table(engine.spark, target.identifier)
+        found.refresh()
+        snapshot = found.currentSnapshot()
+        while snapshot is not None and snapshot.summary().get(MART_SOURCES_PROPERTY) is None:
+            parent = snapshot.parentId()
+            snapshot = None if parent is None else found.snapshot(parent)
+        if snapshot is not None:
+            kept.update(int(v) for v in json.loads(str(snapshot.summary().get(MART_SOURCES_PROPERTY))).values())
+    return frozenset(kept)
+
+
+def _expiry_cutoff(
+    engine: Engine, table: SilverTable, now: datetime, settings: MaintenanceSettings, keep: frozenset[int]
+) -> datetime:
+    """Snapshots older than this expire: ``snapshot_retention_hours`` before ``now``, or earlier,
+    at the oldest of ``table``'s snapshots in ``keep`` (that one and every later one stay)."""
+    cutoff = now - timedelta(hours=settings.snapshot_retention_hours)
+    if not keep:
+        return cutoff
+    found = iceberg_table(engine.spark, table.identifier)
+    found.refresh()
+    kept = [found.snapshot(snapshot_id) for snapshot_id in keep]  # None: another table's
+    times = [int(snapshot.timestampMillis()) for snapshot in kept if snapshot is not None]
+    if times:
+        oldest = datetime.fromtimestamp(min(times) / 1000, UTC)
+        if oldest < cutoff:
+            log.info("snapshots kept table=%s since=%s: a gold mart reflects them", table.name, oldest.isoformat())
+            return oldest
+    return cutoff
+
+
+def _expire(engine: Engine, table: SilverTable, cutoff: datetime, retain_last: int, on_driver: bool) -> int:
+    """Expire ``table``'s snapshots older than ``cutoff`` but the last ``retain_last``; how many expired.
+
+    ``on_driver``: through the Iceberg Java API (``Table.expireSnapshots``, the same core operation
+    as the procedure, reading the expired snapshots' manifests on the driver: no Spark job, for the
+    small tables beside silver); else the Spark procedure, which reads them in Spark jobs.
+    """
+    before = _snapshot_count(engine, table)
+    if before <= retain_last:
+        return 0
+    # Whole seconds, rounded down: a snapshot committed at the cut-off itself stays.
+    whole = cutoff.replace(microsecond=0)
+    if on_driver:
+        found = iceberg_table(engine.spark, table.identifier)
+        found.refresh()
+        found.expireSnapshots().expireOlderThan(int(whole.timestamp() * 1000)).retainLast(retain_last).commit()
+    else:
+        stamp = whole.strftime("%Y-%m-%d %H:%M:%S")
+        arguments = (
+            f"table => {_procedure_name(table)}, older_than => TIMESTAMP '{stamp}', retain_last => {retain_last}"
+        )
+        _call(engine, "expire_snapshots", arguments)
+    return before - _snapshot_count(engine, table)
+
+
 def _expire_snapshots(
     engine: Engine,
-    silver: SilverTable,
-    name: str,
+    table: SilverTable,
     now: datetime,
     settings: MaintenanceSettings,
-    report: MaintenanceReport,
-) -> None:
-    """Archive the ledger entries of the snapshots about to expire, then expire them."""
-    cutoff = now - timedelta(hours=settings.snapshot_retention_hours)
-    expiring = expiring_snapshots(engine.spark, silver, cutoff, settings.retain_last_snapshots)
-    report.ledger_entries_archived = archive_ledger(engine.spark, silver, expiring)
+    keep: frozenset[int],
+    ledger: bool = True,
+    on_driver: bool = False,
+) -> tuple[int, int]:
+    """Archive the ledger entries of the snapshots about to expire (``ledger``: the table's
+    snapshots carry them), then expire them (``on_driver``: see ``_expire``): (entries archived, snapshots expired)."""
+    cutoff = _expiry_cutoff(engine, table, now, settings, keep)
+    archived = 0
+    if ledger:
+        expiring = expiring_snapshots(engine.spark, table, cutoff, settings.retain_last_snapshots)
+        archived = archive_ledger(engine.spark, table, expiring)
+    return archived, _expire(engine, table, cutoff, settings.retain_last_snapshots, on_driver)
+
+
+def _holds_file_older_than(engine: Engine, table: SilverTable, cutoff: datetime) -> bool:
+    """Whether a file under ``table``'s location is older than ``cutoff``: only such a file can be
+    an orphan to remove. One listing through the table's FileIO, stopped at the first such file
+    (a mature table's first page has one); True when the FileIO cannot list."""
+    found = iceberg_table(engine.spark, table.identifier)
+    io = found.io()
+    jvm: Any = engine.spark.sparkContext._jvm
+    listing = jvm.java.lang.Class.forName(
+        "org.apache.iceberg.io.SupportsPrefixOperations", True, io.getClass().getClassLoader()
+    )
+    if not listing.isInstance(io):
+        return True
+    limit = int(cutoff.timestamp() * 1000)
+    files = io.listPrefix(str(found.location()).rstrip("/") + "/").iterator()  # not the table beside it
+    while files.hasNext():
+        if int(files.next().createdAtMillis()) < limit:
+            return True
+    return False
+
+
+def _remove_orphans(engine: Engine, table: SilverTable, now: datetime, settings: MaintenanceSettings) -> int:
+    """Remove the files under ``table``'s location that no snapshot references and that are
+    older than ``orphan_file_age_hours``; how many."""
+    # Iceberg refuses an orphan cut-off under 24 hours before its own clock: a file that young may
+    # belong to a commit in flight.
+    cutoff = min(now - timedelta(hours=settings.orphan_file_age_hours), datetime.now(UTC) - timedelta(days=1))
+    cutoff = cutoff.replace(microsecond=0)
+    if not _holds_file_older_than(engine, table, cutoff):
+        return 0  # a young table: Iceberg's procedure (Spark jobs) would find nothing
     stamp = cutoff.strftime("%Y-%m-%d %H:%M:%S")
-    before = _snapshot_count(engine, silver)
-    retain = settings.retain_last_snapshots
-    _call(engine, "expire_snapshots", f"table => {name}, older_than => TIMESTAMP '{stamp}', retain_last => {retain}")
-    report.snapshots_expired = before - _snapshot_count(engine, silver)
+    arguments = f"table => {_procedure_name(table)}, older_than => TIMESTAMP '{stamp}'"
+    return len(_call(engine, "remove_orphan_files", arguments))
+
+
+def _compact(engine: Engine, table: SilverTable, data_files: int, delete_files: int) -> None:
+    """Bin-pack small files, applying merge-on-read deletes, and merge position delete files
+    (each only when there is something to do: a procedure call costs Spark jobs even then)."""
+    name = _procedure_name(table)
+    if data_files > 1 or delete_files:
+        compaction = "map('min-input-files', '2', 'delete-file-threshold', '1')"
+        _call(engine, "rewrite_data_files", f"table => {name}, options => {compaction}")
+    if _file_counts(engine, table)[1]:
+        _call(engine, "rewrite_position_delete_files", f"table => {name}, options => map('rewrite-all', 'true')")
+
+
+def maintain_beside(
+    engine: Engine,
+    table: SilverTable,
+    role: str,
+    settings: MaintenanceSettings,
+    now: datetime,
+    keep: frozenset[int] = frozenset(),
+) -> TableUpkeep | None:
+    """Maintain a table beside the silver tables (``role``: tombstones, history, ledger archive,
+    journal or mart): compaction (not a mart's), expiry with its ledger archived, orphans. None
+    when the table does not exist."""
+    if not table_exists(engine.spark, table):
+        return None
+    started = time.monotonic()
+    upkeep = TableUpkeep(table=f"{table.database}.{table.name}", role=role)
+    upkeep.data_files_before, delete_files = _file_counts(engine, table)
+    if role != GOLD_MART:
+        # A mart's newest commit records the snapshots it reflects; a compaction commit after it
+        # could push it out of the retained ones. Marts are rewritten by their refreshes anyway.
+        _compact(engine, table, upkeep.data_files_before, delete_files)
+    # History's commits carry the batch's files like silver's (its ledger), kept the same way.
+    expired = _expire_snapshots(engine, table, now, settings, keep, ledger=role == HISTORY, on_driver=True)
+    upkeep.ledger_entries_archived, upkeep.snapshots_expired = expired
+    upkeep.orphan_files_removed = _remove_orphans(engine, table, now, settings)
+    upkeep.data_files_after = _file_counts(engine, table)[0]
+    upkeep.seconds = time.monotonic() - started
+    log.info(
+        "maintained table=%s role=%s data_files=%d->%d snapshots_expired=%d orphans_removed=%d",
+        upkeep.table, role, upkeep.data_files_before, upkeep.data_files_after, upkeep.snapshots_expired,
+        upkeep.orphan_files_removed,
+    )  # fmt: skip
+    return upkeep
+
+
+def _prune_tombstones(engine: Engine, tombstones: SilverTable, now: datetime, settings: MaintenanceSettings) -> int:
+    """Delete the tombstones past their retention and record the cut; how many."""
+    horizon = (now - timedelta(days=settings.tombstone_retention_days)).strftime("%Y-%m-%d %H:%M:%S.%f")
+    before = engine.spark.table(tombstones.identifier).count()
+    engine.spark.sql(f"DELETE FROM {tombstones.identifier} WHERE {TOMBSTONE_DELETED_AT} < '{horizon}'")
+    removed = int(before - engine.spark.table(tombstones.identifier).count())
+    if removed:
+        _record_pruned_before(engine, tombstones, now, settings.tombstone_retention_days)
+    return removed
 
 
 def maintain_table(
-    engine: Engine, table: TableConfig, settings: MaintenanceSettings, now: datetime | None = None
+    engine: Engine,
+    table: TableConfig,
+    settings: MaintenanceSettings,
+    now: datetime | None = None,
+    keep: frozenset[int] | None = None,
 ) -> MaintenanceReport | None:
-    """Maintain one silver table and its tombstones; None when the table does not exist yet."""
+    """Maintain one silver table, its tombstones and its history; None when the table does not
+    exist yet. ``keep``: the snapshot ids gold marts reflect (None: read them)."""
     started = time.monotonic()
     now = now or datetime.now(UTC)
+    keep = snapshots_marts_reflect(engine) if keep is None else keep
     silver = engine.silver_table(table)
     if not table_exists(engine.spark, silver):
         return None
     report = MaintenanceReport(table=table.source)
-    name = procedure_table(engine.config.database, table.target)
+    name = _procedure_name(silver)
     report.data_files_before, report.delete_files_before = _file_counts(engine, silver)
     # Compaction also applies merge-on-read deletes to the files it rewrites.
     compaction = "map('min-input-files', '2', 'delete-file-threshold', '1')"
@@ -125,21 +366,22 @@ def maintain_table(
         # the archive would then call the half-finished load done.
         log.warning("snapshots kept table=%s: its full load is unfinished; the next run loads it again", table.source)
     else:
-        _expire_snapshots(engine, silver, name, now, settings, report)
-    # Iceberg refuses an orphan cut-off under 24 hours before its own clock: a file that young may
-    # belong to a commit in flight.
-    orphan_cutoff = min(now - timedelta(hours=settings.orphan_file_age_hours), datetime.now(UTC) - timedelta(days=1))
-    orphan_stamp = orphan_cutoff.strftime("%Y-%m-%d %H:%M:%S")
-    removed = _call(engine, "remove_orphan_files", f"table => {name}, older_than => TIMESTAMP '{orphan_stamp}'")
-    report.orphan_files_removed = len(removed)
+        report.ledger_entries_archived, report.snapshots_expired = _expire_snapshots(
+            engine, silver, now, settings, keep
+        )
+    report.orphan_files_removed = _remove_orphans(engine, silver, now, settings)
     tombstones = tombstones_of(silver)
     if table_exists(engine.spark, tombstones):
-        horizon = (now - timedelta(days=settings.tombstone_retention_days)).strftime("%Y-%m-%d %H:%M:%S.%f")
-        before = engine.spark.table(tombstones.identifier).count()
-        engine.spark.sql(f"DELETE FROM {tombstones.identifier} WHERE {TOMBSTONE_DELETED_AT} < '{horizon}'")
-        report.tombstones_removed = before - engine.spark.table(tombstones.identifier).count()
-        if report.tombstones_removed:
-            _record_pruned_before(engine, tombstones, now, settings.tombstone_retention_days)
+        report.tombstones_removed = _prune_tombstones(engine, tombstones, now, settings)
+    history = history_of(silver)
+    # History keeps its newest commit that records the silver snapshot it reflects (a compaction
+    # records none): without it a history behind silver could not be told (engine.history_sync).
+    reflecting = reflecting_snapshot_id(engine.spark, history)
+    history_keep = keep if reflecting is None else keep | {reflecting}
+    for side, role, kept in ((tombstones, TOMBSTONES, keep), (history, HISTORY, history_keep)):
+        upkeep = maintain_beside(engine, side, role, settings, now, kept)
+        if upkeep is not None:
+            report.side_tables.append(upkeep)
     report.data_files_after, report.delete_files_after = _file_counts(engine, silver)
     report.seconds = time.monotonic() - started
     log.info(
@@ -150,16 +392,36 @@ def maintain_table(
     return report
 
 
+def shared_tables(engine: Engine) -> list[tuple[SilverTable, str]]:
+    """The tables every silver table shares and the gold marts, with their roles: the ledger
+    archive, the journals, then each configured mart."""
+    catalog, database = engine.catalog, engine.config.database
+    shared = [(SilverTable(catalog, database, LEDGER_ARCHIVE_TABLE), LEDGER_ARCHIVE)]
+    shared += [(SilverTable(catalog, database, journal), JOURNAL) for journal in JOURNALS]
+    gold = gold_database(engine.config)
+    shared += [(SilverTable(catalog, gold, mart.name), GOLD_MART) for mart in engine.config.gold.marts]
+    return shared
+
+
 def maintain(
     engine: Engine,
     settings: MaintenanceSettings,
     tables: Sequence[TableConfig] | None = None,
     now: datetime | None = None,
-) -> list[MaintenanceReport]:
-    """Maintain every configured (or the given) table that exists."""
+) -> MaintenanceRun:
+    """Maintain every configured (or the given) silver table that exists with its side tables,
+    then the shared tables and the marts (after the silver tables: their expiry archives ledger
+    entries into ``cdclake_ledger``)."""
+    now = now or datetime.now(UTC)
+    keep = snapshots_marts_reflect(engine)
     reports = []
     for table in tables or engine.config.tables:
-        report = maintain_table(engine, table, settings, now)
+        report = maintain_table(engine, table, settings, now, keep)
         if report is not None:
             reports.append(report)
-    return reports
+    shared = []
+    for beside, role in shared_tables(engine):
+        upkeep = maintain_beside(engine, beside, role, settings, now, keep)
+        if upkeep is not None:
+            shared.append(upkeep)
+    return MaintenanceRun(reports, shared)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +14,7 @@ from cdclake.dms.store import head_text, list_bronze
 from cdclake.engine.history_sync import history_lag
 from cdclake.engine.select import TableState, load_again, unloaded_load_files
 from cdclake.errors import BadInputError, LoadFilesConflictError
+from cdclake.identifiers import quote, sql_string
 from cdclake.lake.history import HISTORY_SINCE_PROPERTY, history_of, history_started
 from cdclake.lake.journals import (
     QUARANTINE_ROWS_TABLE,
@@ -22,9 +23,10 @@ from cdclake.lake.journals import (
     quarantined_files_by_table,
     tombstones_of,
 )
-from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY, read_ledger
-from cdclake.lake.tables import SilverTable, table_exists, table_property
+from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY, read_ledger, read_ledger_archive
+from cdclake.lake.tables import SilverTable, current_snapshot_id, iceberg_table, table_exists
 from cdclake.ops.metrics import freshness_lag
+from cdclake.schema import is_type_change, type_change_advice
 
 if TYPE_CHECKING:
     from cdclake.context import Engine
@@ -51,6 +53,7 @@ class TableStatus:
     undeclared_columns: str = ""  # header columns of held files that the declared columns lack
     behind: str = ""  # why silver is not up to date with bronze, or "up to date"
     history_note: str = ""  # a history behind silver, or not reaching back to the load: since when, or not started
+    held_by_capture: str = ""  # why `cdclake capture` holds the table (its changes are not captured), or ""
 
 
 NO_FILES = "no files yet"
@@ -87,14 +90,136 @@ def _journal_counts(engine: Engine, journal: str, time_column: str, detail: str)
     return {r["silver_table"]: (r["n"], r["last"]) for r in rows}
 
 
-def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableStatus]:
-    """One status per configured table, read from the Iceberg metadata tables and the journals."""
+@dataclass(frozen=True)
+class _Metadata:
+    """What one silver table's metadata says, read through the Iceberg Java API (no Spark job)."""
+
+    snapshots: int
+    latest_change: str | None  # the newest LATEST_COMMIT_TS_PROPERTY over all snapshots
+    # the current snapshot's total-records when it is exact (no delete files), else None
+    exact_rows: int | None
+
+
+def _metadata(engine: Engine, silver: SilverTable) -> _Metadata:
+    """Snapshot count, newest source commit time and (when exact) the row count of ``silver``.
+
+    The same snapshots as its ``snapshots`` metadata table. ``total-records`` counts the rows of
+    the data files: it is the row count only when no delete file applies (``total-delete-files``
+    is 0); otherwise, or when the summary lacks the totals, the rows are counted by a scan.
+    """
+    iceberg = _refreshed(engine, silver)
+    count = 0
+    stamps: list[str] = []
+    for snapshot in iceberg.snapshots():
+        count += 1
+        stamp = snapshot.summary().get(LATEST_COMMIT_TS_PROPERTY)
+        if stamp is not None:
+            stamps.append(str(stamp))
+    return _Metadata(count, max(stamps, default=None), _exact_rows(iceberg))
+
+
+def _refreshed(engine: Engine, table: SilverTable) -> Any:
+    """The Iceberg Java ``Table`` of ``table``, with its latest metadata."""
+    iceberg = iceberg_table(engine.spark, table.identifier)
+    iceberg.refresh()
+    return iceberg
+
+
+def _exact_rows(iceberg: Any) -> int | None:
+    """The rows of an Iceberg Java ``Table`` when its current snapshot's summary says them exactly:
+    ``total-records`` with no delete file (``total-delete-files`` 0); 0 without a snapshot; else None."""
+    current = iceberg.currentSnapshot()
+    if current is None:
+        return 0
+    summary = current.summary()
+    records, deletes = summary.get("total-records"), summary.get("total-delete-files")
+    return int(records) if records is not None and deletes is not None and int(deletes) == 0 else None
+
+
+def _counts(
+    engine: Engine, rows: Mapping[str, SilverTable], tombstones: Mapping[str, tuple[SilverTable, Sequence[str]]]
+) -> dict[tuple[str, str], int]:
+    """The rows of each table of ``rows`` and the distinct keys of each tombstone table of
+    ``tombstones`` (by target name, with its key columns), in one query: ``("rows" | "tombstones",
+    target) -> count``. A table that holds nothing is absent (its count is 0).
+
+    Per-table aggregates in a UNION ALL would cost a Spark job each (adaptive execution runs every
+    aggregate's shuffle on its own); instead the tables are unioned first and aggregated once: the
+    rows, and the tombstone keys of each key type (keys as a positional struct, so tables whose keys
+    have the same types share one DISTINCT, with Spark's own equality of values).
+    """
+    # The scans read in as many tasks as there are cores, not one (or more) per table and file:
+    # on 2 cores, 40 tables took 200 tasks, whose scheduling cost more than the reading.
+    tasks = engine.spark.sparkContext.defaultParallelism
+
+    def scanned(scans: Sequence[str]) -> str:
+        return f"(SELECT /*+ COALESCE({tasks}) */ * FROM ({' UNION ALL '.join(scans)}))"
+
+    branches = []
+    if rows:
+        scans = [f"SELECT {sql_string(name)} AS name FROM {t.identifier}" for name, t in rows.items()]
+        branches.append(f"SELECT 'rows' AS kind, name, count(*) AS n FROM {scanned(scans)} GROUP BY name")
+    by_type: dict[tuple[str, ...], list[str]] = {}
+    for name, (table, key) in tombstones.items():
+        fields = engine.spark.table(table.identifier).select(*key).schema.fields
+        struct = ", ".join(f"'k{i}', {quote(f.name)}" for i, f in enumerate(fields))
+        scan = f"SELECT {sql_string(name)} AS name, named_struct({struct}) AS k FROM {table.identifier}"
+        by_type.setdefault(tuple(f.dataType.simpleString() for f in fields), []).append(scan)
+    branches += [
+        f"SELECT 'tombstones' AS kind, name, count(*) AS n FROM (SELECT DISTINCT name, k FROM {scanned(scans)}) "
+        "GROUP BY name"
+        for scans in by_type.values()
+    ]
+    if not branches:
+        return {}
+    return {(r["kind"], r["name"]): int(r["n"]) for r in engine.spark.sql(" UNION ALL ".join(branches)).collect()}
+
+
+def _tables_in(engine: Engine) -> frozenset[str]:
+    """The names of the tables in the pipeline's database (one catalog listing)."""
+    database = f"{quote(engine.catalog)}.{quote(engine.config.database)}"
+    if not engine.spark.catalog.databaseExists(database):
+        return frozenset()
+    return frozenset(r["tableName"] for r in engine.spark.sql(f"SHOW TABLES IN {database}").collect())
+
+
+HELD_BY_CAPTURE = "held by capture"
+
+
+def table_statuses(
+    engine: Engine, now: datetime | None = None, capture_holds: Mapping[str, str] | None = None
+) -> list[TableStatus]:
+    """One status per configured table, read from the Iceberg metadata and the journals.
+
+    ``capture_holds``: the tables `cdclake capture` holds (source name -> its reason), from its
+    state next to the configuration: such a table is behind whatever silver says, never "up to date".
+
+    At database size: each table's ledger, snapshots and (where exact) row count come from table
+    metadata without a Spark job; the rest of the row counts and every tombstone count are one
+    job together, and each journal and the ledger archive are read once for all tables.
+    """
     now = now or datetime.now(UTC)
     schema_changes = _journal_counts(engine, SCHEMA_CHANGES_TABLE, "changed_at", "change")
     quarantined = _journal_counts(engine, QUARANTINE_TABLE, "quarantined_at", "reason")
     bad_rows = _journal_counts(engine, QUARANTINE_ROWS_TABLE, "quarantined_at", "reason")
     listing = list_bronze(engine.store, transaction_path=engine.config.bronze.transaction_path)
     held_keys = quarantined_files_by_table(engine.spark, engine.catalog, engine.config.database)
+    existing = _tables_in(engine)
+    archive = read_ledger_archive(engine.spark, engine.catalog, engine.config.database)
+    metadata: dict[str, _Metadata] = {}
+    to_count: dict[str, SilverTable] = {}
+    keys_of: dict[str, tuple[SilverTable, Sequence[str]]] = {}
+    for table in engine.config.tables:
+        silver = engine.silver_table(table)
+        if silver.name not in existing:
+            continue
+        metadata[table.target] = _metadata(engine, silver)
+        if metadata[table.target].exact_rows is None:
+            to_count[table.target] = silver
+        tombstones = tombstones_of(silver)
+        if tombstones.name in existing and _exact_rows(_refreshed(engine, tombstones)) != 0:
+            keys_of[table.target] = (tombstones, table.silver_key())
+    counts = _counts(engine, to_count, keys_of)
     statuses = []
     for table in engine.config.tables:
         silver = engine.silver_table(table)
@@ -102,30 +227,20 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
         loads = listing.for_table(table.source_schema, table.source_table, FileKind.FULL_LOAD)
         cdc = listing.for_table(table.source_schema, table.source_table, FileKind.CDC)
         arrived = listing.may_hold(table.source_schema, table.source_table)
-        if not table_exists(engine.spark, silver):
+        if table.target not in metadata:
             reason = no_files_yet(table, arrived, 0) or (
                 f"not loaded: {len(loads)} full-load and {len(cdc)} CDC files in bronze"
             )
             statuses.append(TableStatus(table.source, name, exists=False, pending_files=len(cdc), behind=reason))
             continue
-        ledger = read_ledger(engine.spark, silver)
-        state = TableState(ledger.full_load_done, ledger.applied, frozenset(), ledger.loaded)
+        facts = metadata[table.target]
+        ledger = read_ledger(engine.spark, silver, archive)
+        state = TableState(ledger.full_load_done, ledger.applied, frozenset(), ledger.loaded, ledger.load_versions)
         held, last_reason = quarantined.get(table.target, (0, None))
         held_rows, last_row_reason = bad_rows.get(table.target, (0, None))
         pending = [f for f in cdc if f.key not in ledger.applied]
         waiting = len(pending) - held
-        rows = engine.spark.table(silver.identifier).count()
-        summary = engine.spark.sql(
-            f"SELECT count(*) AS n, max(summary['{LATEST_COMMIT_TS_PROPERTY}']) AS latest "
-            f"FROM {silver.metadata('snapshots')}"
-        ).first()
-        latest = summary["latest"] if summary else None
-        tombstones = tombstones_of(silver)
-        tombstone_count = (
-            engine.spark.table(tombstones.identifier).select(*table.silver_key()).distinct().count()
-            if table_exists(engine.spark, tombstones)
-            else 0
-        )
+        rows = facts.exact_rows if facts.exact_rows is not None else counts.get(("rows", table.target), 0)
         changes, last_change = schema_changes.get(table.target, (0, None))
         lag = history_lag(engine, table)
         history_behind = lag.describe() if lag else None
@@ -135,12 +250,12 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
                 silver_table=name,
                 exists=True,
                 rows=rows,
-                snapshots=summary["n"] if summary else 0,
+                snapshots=facts.snapshots,
                 files_applied=len(ledger.applied),
                 last_applied_file=ledger.last_file,
-                latest_change=latest,
-                lag_seconds=_lag(latest, now),
-                tombstones=tombstone_count,
+                latest_change=facts.latest_change,
+                lag_seconds=_lag(facts.latest_change, now),
+                tombstones=counts.get(("tombstones", table.target), 0),
                 schema_changes=changes,
                 last_schema_change=last_change,
                 quarantined_files=held,
@@ -150,9 +265,10 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
                 undeclared_columns=_undeclared_columns(
                     engine, table, [f for f in cdc if f.key in held_keys.get(table.target, ())]
                 ),
-                history_note=history_behind or history_note(engine, table, silver, rows),
+                history_note=history_behind or history_note(engine, table, silver, rows, existing),
                 behind=no_files_yet(table, arrived, len(ledger.applied))
                 or _behind(
+                    table.source,
                     ledger.full_load_done,
                     bool(loads),
                     max(waiting, 0),
@@ -163,19 +279,32 @@ def table_statuses(engine: Engine, now: datetime | None = None) -> list[TableSta
                 ),
             )
         )
-    return statuses
+    holds = capture_holds or {}
+    return [_held(s, holds[s.source]) if s.source in holds else s for s in statuses]
 
 
-def history_note(engine: Engine, table: TableConfig, silver: SilverTable, rows: int) -> str:
+def _held(status: TableStatus, reason: str) -> TableStatus:
+    """``status`` of a table capture holds: its changes from the held one on are not in bronze."""
+    behind = "" if status.behind == "up to date" else f"; {status.behind}"
+    return replace(status, held_by_capture=reason, behind=f"{HELD_BY_CAPTURE}: {reason}{behind}")
+
+
+def history_note(
+    engine: Engine, table: TableConfig, silver: SilverTable, rows: int, existing: frozenset[str] | None = None
+) -> str:
     """Empty for a table without history or with a history that reaches back to its load; else since
     when it reaches back (``history: true`` turned on after the load, ``lake.history.start_history``),
-    or that it starts with the next batch."""
+    or that it starts with the next batch. ``existing``: the database's table names, when known."""
     if not table.history:
         return ""
     history = history_of(silver)
-    if not history_started(engine.spark, history):
+    if existing is None:
+        started = history_started(engine.spark, history)
+    else:  # history_started without asking the catalog again whether the table exists
+        started = history.name in existing and current_snapshot_id(engine.spark, history.identifier) is not None
+    if not started:
         return "history not started: starts from silver's rows with the next batch" if rows else ""
-    since = table_property(engine.spark, history, HISTORY_SINCE_PROPERTY)
+    since = iceberg_table(engine.spark, history.identifier).properties().get(HISTORY_SINCE_PROPERTY)
     return f"history since {since} (started from silver's rows; no versions before)" if since else ""
 
 
@@ -212,6 +341,7 @@ def _unloaded(table: TableConfig, state: TableState, loads: Sequence[BronzeFile]
 
 
 def _behind(
+    source: str,
     loaded: bool,
     has_loads: bool,
     waiting: int,
@@ -231,7 +361,8 @@ def _behind(
     if waiting:
         reasons.append(f"{waiting} CDC file(s) not applied yet")
     if held:
-        reasons.append(f"{held} file(s) held in quarantine (last: {last_reason}); `cdclake replay --quarantined`")
+        advice = type_change_advice(source) if is_type_change(last_reason) else "`cdclake replay --quarantined`"
+        reasons.append(f"{held} file(s) held in quarantine (last: {last_reason}); {advice}")
     if held_rows:
         reasons.append(
             f"{held_rows} row(s) held in quarantine (last: {last_row_reason}); fix them in bronze, then "
@@ -259,6 +390,7 @@ ATTENTION_MARKERS: tuple[tuple[str, Callable[[Any], str]], ...] = (
     ("unloaded_load_files", lambda names: f"LOAD files not loaded: {names}"),
     ("undeclared_columns", lambda names: f"undeclared header columns: {names}"),
     ("history_note", lambda note: note),
+    ("held_by_capture", lambda _reason: HELD_BY_CAPTURE),
 )
 
 

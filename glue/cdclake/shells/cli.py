@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -189,7 +190,11 @@ def build_parser() -> argparse.ArgumentParser:
     dismiss.add_argument("--file", action="append", default=[], help="this bronze key only (repeatable)")
     tables_option(dismiss)
 
-    maintain = command("maintain", "compact, expire snapshots, remove orphans, prune tombstones")
+    maintain = command(
+        "maintain",
+        "compact, expire snapshots, remove orphans, prune tombstones: silver, its side tables, the ledger, "
+        "journals and marts",
+    )
     tables_option(maintain)
     maintain.add_argument(
         "--snapshot-retention-hours", type=int, default=168, help="snapshots older are expired (default: %(default)s)"
@@ -236,6 +241,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--table",
         action="append",
         help="only this schema.table (repeatable; default: every table of --config, once there is one)",
+    )
+    capture.add_argument(
+        "--reload",
+        action="append",
+        metavar="SCHEMA.TABLE",
+        help="load this captured table again as it is now (repeatable): new LOAD files, which the next "
+        "`cdclake run` loads in place of the table; lifts a hold (after a type change or REPLICA IDENTITY FULL)",
     )
     capture.add_argument(
         "--follow", action="store_true", help="keep capturing until stopped (default: pending changes, then exit)"
@@ -354,7 +366,9 @@ def _print_report(report: RunReport) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    started = time.monotonic()  # a run's time line counts its start-up from here
     args = build_parser().parse_args(argv)
+    args.started = started
     with console_logging(args.quiet) as bar:
         # A terminal's bar moves every second; plain log lines come every 30 s at most.
         args.progress_seconds = 1.0 if bar else 30.0
@@ -428,7 +442,11 @@ def _run(engine: Engine, args: argparse.Namespace) -> int:
 
     if args.follow:
         return _follow(engine, args)
-    return _print_report(run(engine, _tables(engine, args)))
+    start_up = time.monotonic() - args.started
+    report = run(engine, _tables(engine, args))
+    code = _print_report(report)
+    print(report.time_line(start_up, time.monotonic() - args.started))
+    return code
 
 
 def _follow(engine: Engine, args: argparse.Namespace) -> int:
@@ -457,8 +475,10 @@ def _follow(engine: Engine, args: argparse.Namespace) -> int:
 def _full_load(engine: Engine, args: argparse.Namespace) -> int:
     from cdclake.engine.run import full_load
 
+    start_up = time.monotonic() - args.started
     report = full_load(engine, _tables(engine, args), reload=args.reload)
     code = _print_report(report)
+    print(report.time_line(start_up, time.monotonic() - args.started))
     return code if report.failures else 0
 
 
@@ -491,13 +511,18 @@ def _maintain(engine: Engine, args: argparse.Namespace) -> int:
         orphan_file_age_hours=args.orphan_age_hours,
         tombstone_retention_days=args.tombstone_retention_days,
     )
-    for done in maintain(engine, settings, _tables(engine, args)):
+    run = maintain(engine, settings, _tables(engine, args))
+    for done in run.tables:
         print(
             f"maintain  {done.table}: data files {done.data_files_before} -> {done.data_files_after}, "
             f"delete files {done.delete_files_before} -> {done.delete_files_after}, "
             f"snapshots expired {done.snapshots_expired}, orphans removed {done.orphan_files_removed}, "
             f"tombstones removed {done.tombstones_removed} ({done.seconds:.1f}s)"
         )
+        for side in done.side_tables:
+            print(f"            {side.summary()}")
+    for shared in run.shared:
+        print(f"maintain  {shared.summary()}")
     return 0
 
 
@@ -505,9 +530,11 @@ def _status(engine: Engine, args: argparse.Namespace) -> int:
     from cdclake.gold.status import mart_statuses
     from cdclake.ops.status import table_statuses
     from cdclake.shells.status_view import status_text
+    from cdclake.sources.postgres.state import capture_holds
 
     marts = mart_statuses(engine) if engine.config.gold.marts else []
-    print(status_text(table_statuses(engine), marts, args.format, args.wide), end="")
+    holds = capture_holds(args.config.parent / DEFAULT_HOME / "capture", args.config)
+    print(status_text(table_statuses(engine, capture_holds=holds), marts, args.format, args.wide), end="")
     return 0
 
 
@@ -597,6 +624,7 @@ def _capture(args: argparse.Namespace) -> int:
         publication=args.publication,
         schemas=tuple(args.schema or ("public",)),
         tables=tuple(args.table or ()),
+        reload=tuple(args.reload or ()),
         follow=args.follow,
         max_batch_interval=args.max_batch_interval,
         min_file_size=args.min_file_size * 1024,
@@ -636,7 +664,7 @@ def _capture_follows_config(settings: CaptureSettings, args: argparse.Namespace)
     else:
         bronze = path.parent / config.bronze.path
     configured = [t.source for t in config.tables]
-    unknown = [name for name in settings.tables if name not in configured]
+    unknown = [name for name in (*settings.tables, *settings.reload) if name not in configured]
     if unknown:
         raise UnknownTableError(
             f"Table(s) {', '.join(unknown)} not in {path} (known: {', '.join(configured)}): "

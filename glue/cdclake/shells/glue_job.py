@@ -44,7 +44,7 @@ JobName = Literal["full_load", "cdc", "maintain", "gold"]
 JOB_ARGUMENTS: dict[JobName, tuple[str, ...]] = {
     "full_load": (*_SHARED, "reload", *_METRICS, *_SOURCE),
     "cdc": (*_SHARED, "manifest", "replay", *_METRICS, *_FOLLOW),
-    "maintain": (*_SHARED, *_MAINTENANCE),
+    "maintain": (*_SHARED, *_MAINTENANCE, "gold_database"),  # the marts are maintained where the gold job keeps them
     "gold": (*_SHARED, "gold_database"),
 }
 

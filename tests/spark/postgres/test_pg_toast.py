@@ -10,13 +10,24 @@ from typing import Any
 
 import pytest
 
+from cdclake.context import Engine
+from cdclake.ops.status import HELD_BY_CAPTURE, table_statuses
 from cdclake.shells.cli import main
+from cdclake.shells.status_view import table_state
+from cdclake.sources.postgres.state import capture_holds
 from cdclake.sources.postgres.verify import TableComparison, format_comparisons
 
 SourceDatabase = Any  # conftest.SourceDatabase
 Verify = Callable[[SourceDatabase], list[TableComparison]]
 
 BIG = "(SELECT string_agg(md5(g::text), '') FROM generate_series(1, 200) g)"  # 6400 characters
+
+
+def _engine_of(apply_and_verify: Verify, db: SourceDatabase) -> Engine:
+    """The engine ``apply_and_verify`` applied ``db``'s files with."""
+    cells = apply_and_verify.__closure__ or ()  # type: ignore[attr-defined]
+    engines = next(c.cell_contents for c in cells if isinstance(c.cell_contents, dict))
+    return engines[db.name]  # type: ignore[no-any-return]
 
 
 def test_an_unlogged_large_value_holds_its_table_and_capture_goes_on_for_the_others(
@@ -61,6 +72,15 @@ def test_an_unlogged_large_value_holds_its_table_and_capture_goes_on_for_the_oth
     # AND docs stays as it was before the held update (its earlier change applied), named as differing
     docs = results["public.docs"]
     assert docs.different == ["id=1", "id=2"] and docs.differing_columns["id=1"] == ["version"]
+    # AND status, reading the capture state, says docs is held by capture with capture's reason
+    # (silver has applied every file bronze holds of it: without the state it would be "up to date")
+    holds = capture_holds(source_db.settings().state_dir, source_db.config_path)
+    engine = _engine_of(apply_and_verify, source_db)
+    statuses = {s.source: s for s in table_statuses(engine, capture_holds=holds)}
+    assert statuses["public.docs"].behind == f"{HELD_BY_CAPTURE}: {report.held['public.docs']}"
+    assert table_state(statuses["public.docs"]) == HELD_BY_CAPTURE
+    assert statuses["public.other"].behind == "up to date"
+    assert {s.source: s.behind for s in table_statuses(engine)}["public.docs"] == "up to date"
 
     # WHEN capture runs again (the command line), with more changes to both tables
     source_db.execute("UPDATE docs SET version = 4 WHERE id = 2", "UPDATE other SET v = 3 WHERE id = 2")
@@ -74,3 +94,29 @@ def test_an_unlogged_large_value_holds_its_table_and_capture_goes_on_for_the_oth
     assert "capture: table public.docs held:" in capsys.readouterr().err
     results = {r.table: r for r in apply_and_verify(source_db)}
     assert results["public.other"].equal and not results["public.docs"].equal
+
+    # WHEN the fix is applied as the hold says: REPLICA IDENTITY FULL, then capture --reload docs
+    assert "cdclake capture --reload public.docs" in report.held["public.docs"]
+    # (a row inserted while docs was held reaches silver only through the reload)
+    source_db.execute("INSERT INTO docs VALUES (3, 'during the hold', 1)")
+    assert main(capture_cli(source_db)) == 1  # still held: the insert is not captured
+    source_db.execute("ALTER TABLE docs REPLICA IDENTITY FULL", "UPDATE other SET v = 4 WHERE id = 1")
+    reload = [*capture_cli(source_db), "--reload", "public.docs"]
+    assert main(reload) == 0
+    # AND a later update that leaves the large value unchanged is captured (logged whole now)
+    source_db.execute("UPDATE docs SET version = 5 WHERE id = 1", "UPDATE docs SET version = 6 WHERE id = 2")
+    assert main(capture_cli(source_db)) == 0
+    # THEN run loads docs again from its new LOAD files and applies the changes after them: both equal
+    results = {r.table: r for r in apply_and_verify(source_db)}
+    assert all(r.equal for r in results.values()), format_comparisons(list(results.values()))
+    # AND a reload of a table the configuration does not name exits 2 naming it
+    assert main([*capture_cli(source_db), "--reload", "public.nope"]) == 2
+    assert "public.nope" in capsys.readouterr().err
+
+
+def capture_cli(source_db: SourceDatabase) -> list[str]:
+    settings = source_db.settings()
+    return [
+        "-q", "--config", str(source_db.config_path), "--bronze", str(source_db.bronze), "capture",
+        "--source", source_db.dsn, "--state-dir", str(settings.state_dir), "--slot", settings.slot,
+    ]  # fmt: skip

@@ -35,7 +35,7 @@ from cdclake.sources.postgres.pgoutput import (
     parse_lsn,
 )
 from cdclake.sources.postgres.settings import CaptureError, CaptureReport, CaptureSettings, connect
-from cdclake.sources.postgres.snapshot import add_tables, decoded_publications, initialise
+from cdclake.sources.postgres.snapshot import add_tables, decoded_publications, initialise, reload_tables
 from cdclake.sources.postgres.state import (
     CaptureState,
     TableFolder,
@@ -232,6 +232,8 @@ class ChangeCapture:
         if txn.commit_lsn >= self.state.held.get(table.qualified, (1 << 64, ""))[0]:
             self.report.held_changes += 1
             return
+        if table.qualified in self.state.reloads:
+            return  # loaded again (capture --reload): its snapshot will hold this change
         if txn.commit_lsn < self.state.load_lsns.get(table.qualified, 0):
             return  # committed before the snapshot a table added later was loaded from: in its LOAD files
         try:
@@ -245,8 +247,8 @@ class ChangeCapture:
         reason = (
             f"an update (commit LSN {format_lsn(txn.commit_lsn)}) left the large (TOASTed) value of column {column} "
             "unchanged, and PostgreSQL logs no such value without REPLICA IDENTITY FULL: this table's changes from "
-            f"then on are not captured. Fix: ALTER TABLE {table.qualified} REPLICA IDENTITY FULL, then reload the "
-            "table (start the capture again from scratch: a new slot and an empty bronze)"
+            f"then on are not captured. Fix: ALTER TABLE {table.qualified} REPLICA IDENTITY FULL, then "
+            f"`cdclake capture --reload {table.qualified}` and `cdclake run` (the table is loaded again)"
         )
         self.report.held_changes += len(txn.records.pop(table.qualified, [])) + 1
         self.state.held[table.qualified] = (txn.commit_lsn, reason)
@@ -392,6 +394,15 @@ def capture(settings: CaptureSettings) -> CaptureReport:
         elif added := sorted(set(settings.tables) - {t.qualified for t in state.tables}):
             with conn.cursor() as cur:
                 load_report = add_tables(settings, conn, state, read_tables(cur, (), added))
+        if reload := sorted({*settings.reload, *state.reloads} - set(load_report.loaded_tables)):
+            unknown = [name for name in reload if name not in {t.qualified for t in state.tables}]
+            if unknown:
+                raise CaptureError(f"Table(s) {', '.join(unknown)} are not captured yet: nothing to reload.")
+            with conn.cursor() as cur:
+                again = reload_tables(settings, conn, state, read_tables(cur, (), reload))
+            load_report.load_files += again.load_files
+            load_report.load_rows += again.load_rows
+            load_report.files.extend(again.files)
         stream = ChangeCapture(settings, state, conn)
         stream.report.load_files, stream.report.load_rows = load_report.load_files, load_report.load_rows
         stream.report.files.extend(load_report.files)

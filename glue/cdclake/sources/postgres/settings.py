@@ -33,6 +33,7 @@ class CaptureSettings:
     publication: str = "cdclake"  # keyless tables use "<publication>_inserts"
     schemas: tuple[str, ...] = ("public",)  # tables of these schemas, unless `tables` names them
     tables: tuple[str, ...] = ()  # schema.table
+    reload: tuple[str, ...] = ()  # schema.table of captured tables to load again (capture --reload)
     follow: bool = False  # keep capturing until stopped (else: capture what is pending, then exit)
     max_batch_interval: float = 60.0  # seconds (DMS CdcMaxBatchInterval)
     min_file_size: int = 32_000 * 1024  # bytes (DMS CdcMinFileSize, which is in KB)
@@ -54,6 +55,7 @@ class CaptureReport:
     skipped_changes: int = 0  # already durable in bronze (re-read after a stop or crash)
     confirmed_lsn: str = ""
     files: list[str] = field(default_factory=list)
+    loaded_tables: list[str] = field(default_factory=list)  # schema.table of the tables given LOAD files
     held: dict[str, str] = field(default_factory=dict)  # table -> why its changes are not captured, and the fix
     held_changes: int = 0  # changes of held tables left out by this run
 

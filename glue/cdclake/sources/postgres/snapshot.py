@@ -18,9 +18,7 @@ from cdclake.sources.postgres.catalog import (
     read_tables,
     value_text,
 )
-from cdclake.sources.postgres.pgoutput import (
-    parse_lsn,
-)
+from cdclake.sources.postgres.pgoutput import format_lsn, parse_lsn
 from cdclake.sources.postgres.settings import CaptureError, CaptureReport, CaptureSettings, connect
 from cdclake.sources.postgres.state import CaptureState, change_sequence, state_path, timestamp_text, write_durably
 
@@ -95,6 +93,7 @@ def _full_load(
                 report.load_files += 1
                 report.files.append(str(path.relative_to(settings.bronze)))
             report.load_rows += len(records)
+            report.loaded_tables.append(table.qualified)
             log.info("full load table=%s rows=%d", table.qualified, len(records))
         cur.execute("COMMIT")
     return report
@@ -296,8 +295,50 @@ def add_tables(settings: CaptureSettings, conn: Any, state: CaptureState, new: S
             missing = [m for m in members if m not in published]
             if missing:
                 cur.execute(f"ALTER PUBLICATION {quote_pg(name)} ADD TABLE {_listed(missing)}")
-        for table in new:
-            _remove_partial_load(settings, table)
+    report, consistent_point = _load_from_temporary_slot(settings, conn, new)
+    state.tables = [*state.tables, *new]
+    state.load_lsns.update({t.qualified: consistent_point for t in new})
+    write_durably(state_path(settings), state.to_json().encode("utf-8"))
+    log.info("tables added to the capture at %s: %s", format_lsn(consistent_point), ", ".join(t.qualified for t in new))
+    return report
+
+
+def reload_tables(
+    settings: CaptureSettings, conn: Any, state: CaptureState, tables: Sequence[SourceTable]
+) -> CaptureReport:
+    """Load captured ``tables`` again, as they are now (columns and types read anew): their LOAD files
+    are written again from a temporary slot's exported snapshot, the slot's changes to them are kept
+    from its consistent point on, and a hold (an unlogged TOAST value) is lifted. ``cdclake run``
+    sees LOAD files written again and replaces the silver table with them.
+
+    The reload is recorded as pending (``state.reloads``) before the old LOAD files go: an
+    interrupted reload is taken again from the start by the next capture, and until it is done
+    the slot's changes to those tables are not written (the reload's snapshot will hold them).
+    """
+    tables = usable_tables(settings, tables)
+    state.reloads = sorted({*state.reloads, *(t.qualified for t in tables)})
+    write_durably(state_path(settings), state.to_json().encode("utf-8"))
+    report, consistent_point = _load_from_temporary_slot(settings, conn, tables)
+    reloaded = {t.qualified: t for t in tables}
+    state.tables = [reloaded.pop(t.qualified, t) for t in state.tables]
+    for name in (t.qualified for t in tables):
+        state.load_lsns[name] = consistent_point
+        state.held.pop(name, None)
+    state.reloads = [name for name in state.reloads if name not in {t.qualified for t in tables}]
+    write_durably(state_path(settings), state.to_json().encode("utf-8"))
+    log.info("tables reloaded at %s: %s", format_lsn(consistent_point), ", ".join(t.qualified for t in tables))
+    return report
+
+
+def _load_from_temporary_slot(
+    settings: CaptureSettings, conn: Any, tables: Sequence[SourceTable]
+) -> tuple[CaptureReport, int]:
+    """LOAD files of ``tables`` (their old ones removed first) from the snapshot a temporary slot
+    exports, and that snapshot's consistent point: the slot's changes to them that commit before it
+    are in the LOAD files."""
+    for table in tables:
+        _remove_partial_load(settings, table)
+    with conn.cursor() as cur:
         cur.execute("SELECT clock_timestamp()")
         loaded_at = timestamp_text(cur.fetchone()[0])
     replication = connect(settings.dsn, replication=True)
@@ -308,14 +349,10 @@ def add_tables(settings: CaptureSettings, conn: Any, state: CaptureState, new: S
                 f"CREATE_REPLICATION_SLOT {quote_pg(settings.slot + '_add')} TEMPORARY LOGICAL pgoutput EXPORT_SNAPSHOT"
             )
             _slot, consistent_point, snapshot, _plugin = rcur.fetchone()
-            report = _full_load(settings, conn, snapshot, new, parse_lsn(consistent_point), loaded_at)
+            report = _full_load(settings, conn, snapshot, tables, parse_lsn(consistent_point), loaded_at)
     finally:
         replication.close()
-    state.tables = [*state.tables, *new]
-    state.load_lsns.update({t.qualified: parse_lsn(consistent_point) for t in new})
-    write_durably(state_path(settings), state.to_json().encode("utf-8"))
-    log.info("tables added to the capture at %s: %s", consistent_point, ", ".join(t.qualified for t in new))
-    return report
+    return report, parse_lsn(consistent_point)
 
 
 def _write_configuration(settings: CaptureSettings, conn: Any, tables: Sequence[SourceTable]) -> None:

@@ -39,6 +39,8 @@ class CaptureState:
     # table -> (commit LSN, reason): a table whose changes from that transaction on are not
     # captured (an unlogged TOAST value, ``capture.ChangeCapture._hold``) until it is reloaded
     held: dict[str, tuple[int, str]] = field(default_factory=dict)
+    # tables being loaded again (``capture --reload``): their changes are not written until it is done
+    reloads: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -67,7 +69,25 @@ class CaptureState:
             data.get("config", ""),
             data.get("publications", []),
             held,
+            data.get("reloads", []),
         )
+
+
+def capture_holds(state_dir: Path, config_path: Path) -> dict[str, str]:
+    """The tables capture holds (``schema.table`` -> capture's reason), from the capture states in
+    ``state_dir`` that follow the configuration file ``config_path`` (or name none); a state that
+    cannot be read is skipped: status then says what silver and bronze say, as without capture."""
+    holds: dict[str, str] = {}
+    config = str(config_path.resolve())
+    for path in sorted(state_dir.glob("*.json")) if state_dir.is_dir() else []:
+        try:
+            state = CaptureState.from_json(path.read_text("utf-8"))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("capture state %s not read: %s", path, exc)
+            continue
+        if state.config in ("", config):
+            holds |= {table: reason for table, (_lsn, reason) in state.held.items()}
+    return holds
 
 
 def write_durably(path: Path, data: bytes) -> None:
