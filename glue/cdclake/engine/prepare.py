@@ -23,7 +23,9 @@ from cdclake.columns import (
     EFFECT_INSERT,
     EFFECT_UPDATE,
     EFFECTS,
+    FILE_BLOCK,
     OP,
+    ROW_POSITION,
     SILVER_ORDER,
     STORED_FILE,
     STORED_POS,
@@ -255,8 +257,19 @@ def _prepare_readable(
 
 
 def _history_rows(valid: DataFrame) -> DataFrame:
-    """Every valid change as history takes it: data columns, ``_cdc_order``, ``_cdc_op``, ``_cdc_ts``."""
-    return valid.select(*data_columns(valid), SILVER_ORDER, OP, COMMIT_TS)
+    """Every valid change as history takes it: data columns, ``_cdc_order``, ``_cdc_op``, ``_cdc_ts``.
+
+    History's ``_cdc_order`` is silver's with the change's place in its file after it: changes of
+    one key at one instant in one file with no change sequence (a transaction that updates then
+    deletes a row) share silver's order text, and history keeps each as a version of its own, in
+    file order. A re-read of the same file gives the same text (history adds a change once)."""
+    from pyspark.sql import functions as F
+
+    def digits(column: str) -> Column:
+        return F.lpad(F.coalesce(F.col(column), F.lit(0)).cast("string"), 20, "0")
+
+    order = F.concat(F.col(SILVER_ORDER), F.lit("#"), digits(FILE_BLOCK), digits(ROW_POSITION))
+    return valid.select(*data_columns(valid), order.alias(SILVER_ORDER), OP, COMMIT_TS)
 
 
 def history_changes(engine: Engine, table: TableConfig, files: Sequence[BronzeFile]) -> DataFrame:
