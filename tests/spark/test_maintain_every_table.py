@@ -24,7 +24,7 @@ from cdclake.dms.writer import write_csv
 from cdclake.engine.run import run
 from cdclake.gold.refresh import PATH_INCREMENTAL, last_refresh, mart_table
 from cdclake.gold.run import refresh_marts
-from cdclake.lake.history import history_of
+from cdclake.lake.history import history_of, reflecting_snapshot_id
 from cdclake.lake.journals import QUARANTINE_ROWS_TABLE, tombstones_of
 from cdclake.lake.ledger import LEDGER_ARCHIVE_TABLE, archive_ledger, expiring_snapshots, read_ledger
 from cdclake.lake.tables import SilverTable, iceberg_table
@@ -154,10 +154,16 @@ def test_maintain_expires_and_removes_orphans_in_every_table_and_loses_nothing(
     # WHEN maintenance runs
     done = maintain(engine, SETTINGS, now=LATER)
 
-    # THEN every side and shared table keeps the last two snapshots, and silver every snapshot
-    # from the one the mart reflects on (its compaction's came after it)
+    # THEN every side and shared table keeps the last two snapshots (history: from its newest
+    # commit that records the silver snapshot it reflects on, which its compaction's came after),
+    # and silver every snapshot from the one the mart reflects on (its compaction's came after it)
     for role, table in beside.items():
-        assert len(_snapshots(spark, table)) == SETTINGS.retain_last_snapshots, role
+        if role != "history":
+            assert len(_snapshots(spark, table)) == SETTINGS.retain_last_snapshots, role
+    history_kept, reflecting = _snapshots(spark, side["history"]), reflecting_snapshot_id(spark, side["history"])
+    assert reflecting in history_kept
+    from_reflecting = len(history_kept) - history_kept.index(reflecting)
+    assert len(history_kept) == max(SETTINGS.retain_last_snapshots, from_reflecting)
     assert set(kept_for_mart) <= set(_snapshots(spark, silver)) and silver_before[0] not in _snapshots(spark, silver)
     # AND the old orphans are gone from every table, the young one stays
     assert [p for paths in old.values() for p in paths if p.exists()] == []

@@ -247,6 +247,8 @@ def read_ledger(
                 applied.add(entry["file_key"])
                 if entry["kind"] == KIND_FULL_LOAD:
                     loaded[entry["file_key"]] = entry.asDict().get("file_size")
+                    if version := entry.asDict().get("file_version"):
+                        versions[entry["file_key"]] = version
     return LedgerState(full_load_done, frozenset(applied), last_file, loaded, versions)
 
 
@@ -296,25 +298,30 @@ def archive_ledger(spark: SparkSession, table: SilverTable, snapshots: Sequence[
     Idempotent, and done before the snapshots expire, so the record of applied files survives.
     """
     rows = [
-        (table.name, key, row["kind"] or KIND_CDC, row["snapshot_id"], sizes.get(key), row.get("sequence_number"))
+        (
+            table.name, key, row["kind"] or KIND_CDC, row["snapshot_id"], sizes.get(key), row.get("sequence_number"),
+            versions.get(key),
+        )
         for row in snapshots
         for sizes in [json.loads(row["sizes"]) if row.get("sizes") else {}]
+        for versions in [json.loads(row["versions"]) if row.get("versions") else {}]
         for key in (json.loads(row["files"]) if row["files"] else []) or [""]
         if row["kind"]
-    ]
+    ]  # fmt: skip
     if not rows:
         return 0
     archive = _ledger_archive(table)
     frame = spark.createDataFrame(
         rows,
         "silver_table string, file_key string, kind string, snapshot_id bigint, file_size bigint, "
-        "sequence_number bigint",
+        "sequence_number bigint, file_version string",
     )
     ensure_table(spark, archive, frame)
     stored = spark.table(archive.identifier).columns
-    for column in ("file_size", "sequence_number"):  # an archive from before sizes (sequence numbers) were kept
+    # an archive from before sizes (sequence numbers, LOAD file versions) were kept
+    for column, kind in (("file_size", "bigint"), ("sequence_number", "bigint"), ("file_version", "string")):
         if column not in stored:
-            spark.sql(f"ALTER TABLE {archive.identifier} ADD COLUMN {column} bigint")
+            spark.sql(f"ALTER TABLE {archive.identifier} ADD COLUMN {column} {kind}")
     merge_frame(
         spark,
         frame,
