@@ -243,18 +243,7 @@ def initialise(settings: CaptureSettings, conn: Any) -> tuple[CaptureState, Capt
             tables_clause = f"FOR TABLE {_listed(members)} " if members else ""
             cur.execute(f"CREATE PUBLICATION {quote_pg(name)} {tables_clause}WITH (publish = %s)", (publish,))
             cur.execute(f"COMMENT ON PUBLICATION {quote_pg(name)} IS %s", (_owner_comment(settings),))
-    with conn.cursor() as cur:
-        cur.execute("SELECT clock_timestamp()")
-        loaded_at = timestamp_text(cur.fetchone()[0])
-    replication = connect(settings.dsn, replication=True)
-    try:
-        with replication.cursor() as rcur:
-            rcur.execute(f"CREATE_REPLICATION_SLOT {quote_pg(settings.slot)} LOGICAL pgoutput EXPORT_SNAPSHOT")
-            _slot, consistent_point, snapshot, _plugin = rcur.fetchone()
-            # The snapshot lives as long as this connection stays idle: load everything now.
-            report = _full_load(settings, conn, snapshot, tables, parse_lsn(consistent_point), loaded_at)
-    finally:
-        replication.close()
+    report, consistent_point = _load_in_new_slot(settings, conn, tables, settings.slot, temporary=False)
     state = replace(pending, full_load_done=True, consistent_point=consistent_point)
     write_durably(state_path(settings), state.to_json().encode("utf-8"))
     log.info("slot %s created at %s; full load of %d tables done", settings.slot, consistent_point, len(tables))
@@ -338,21 +327,30 @@ def _load_from_temporary_slot(
     are in the LOAD files."""
     for table in tables:
         _remove_partial_load(settings, table)
+    report, consistent_point = _load_in_new_slot(settings, conn, tables, settings.slot + "_add", temporary=True)
+    return report, parse_lsn(consistent_point)
+
+
+def _load_in_new_slot(
+    settings: CaptureSettings, conn: Any, tables: Sequence[SourceTable], slot: str, temporary: bool
+) -> tuple[CaptureReport, str]:
+    """Create ``slot`` with an exported snapshot and take ``tables``' LOAD files in it; returns the
+    report and the slot's consistent point. A temporary slot is dropped with its connection (only
+    its snapshot and consistent point are used)."""
     with conn.cursor() as cur:
         cur.execute("SELECT clock_timestamp()")
         loaded_at = timestamp_text(cur.fetchone()[0])
     replication = connect(settings.dsn, replication=True)
+    kind = "TEMPORARY LOGICAL" if temporary else "LOGICAL"
     try:
         with replication.cursor() as rcur:
-            # Temporary: dropped with this connection; only its snapshot and consistent point are used.
-            rcur.execute(
-                f"CREATE_REPLICATION_SLOT {quote_pg(settings.slot + '_add')} TEMPORARY LOGICAL pgoutput EXPORT_SNAPSHOT"
-            )
+            rcur.execute(f"CREATE_REPLICATION_SLOT {quote_pg(slot)} {kind} pgoutput EXPORT_SNAPSHOT")
             _slot, consistent_point, snapshot, _plugin = rcur.fetchone()
+            # The snapshot lives as long as this connection stays idle: load everything now.
             report = _full_load(settings, conn, snapshot, tables, parse_lsn(consistent_point), loaded_at)
     finally:
         replication.close()
-    return report, parse_lsn(consistent_point)
+    return report, str(consistent_point)
 
 
 def _write_configuration(settings: CaptureSettings, conn: Any, tables: Sequence[SourceTable]) -> None:
