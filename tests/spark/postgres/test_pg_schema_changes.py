@@ -11,9 +11,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from cdclake.config import load_config
 from cdclake.context import Engine
+from cdclake.engine.run import replay
+from cdclake.engine.select import ReplaySelection
 from cdclake.lake.journals import QUARANTINE_TABLE
+from cdclake.schema import type_change_advice
 from cdclake.shells.cli import _print_report
 from cdclake.sources.postgres.verify import TableComparison, format_comparisons
 
@@ -188,3 +193,27 @@ def test_incompatible_type_change_quarantines_only_its_table(
     assert results["public.other"].equal, format_comparisons(list(results.values()))
     assert {t.table for t in source_db.last_run.tables if t.kind == "cdc"} == {"public.other"}
     assert len(engine.spark.table(f"silver.{engine.config.database}.{QUARANTINE_TABLE}").collect()) == 3
+
+    # WHEN the advice every command gives is followed, word for word: the new types declared in the
+    # configuration (capture did that already), the two tables loaded again by capture, then run and
+    # a replay of the quarantine
+    advice = type_change_advice("public.texty")
+    assert "cdclake capture --reload public.texty" in advice and "replay --quarantined" in advice
+    declared = yaml.safe_load(source_db.config_path.read_text("utf-8"))["tables"]
+    assert (declared["public.texty"]["columns"]["v"], declared["public.dated"]["columns"]["v"]) == ("string", "date")
+    source_db.execute("UPDATE texty SET v = 'after reload' WHERE id = 2")
+    source_db.capture(reload=("public.texty", "public.dated"))
+    apply_and_verify(source_db)
+    engine = _engine_of(apply_and_verify, source_db)
+    held = [t for t in engine.config.tables if t.source in ("public.texty", "public.dated")]
+    assert replay(engine, ReplaySelection(quarantined=True), held).exit_code == 0
+    # THEN silver has the new types, the quarantine is empty, and every table equals the source
+    results = _by_table(apply_and_verify(source_db))
+    assert all(r.equal for r in results.values()), format_comparisons(list(results.values()))
+    silver = f"silver.{engine.config.database}"
+    types = [
+        {f.name: f.dataType.simpleString() for f in engine.spark.table(f"{silver}.{t}").schema}
+        for t in ("texty", "dated")
+    ]
+    assert (types[0]["v"], types[1]["v"]) == ("string", "date")
+    assert engine.spark.table(f"{silver}.{QUARANTINE_TABLE}").count() == 0
