@@ -27,11 +27,10 @@ def per_table_statuses(engine: Engine, now: datetime | None = None) -> list[Tabl
         tombstones_of,
     )
     from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY, read_ledger
-    from cdclake.lake.tables import table_exists, table_property
+    from cdclake.lake.tables import SilverTable, table_exists, table_property
     from cdclake.ops.status import (
         TableStatus,
         _behind,
-        _journal_counts,
         _lag,
         _undeclared_columns,
         _unloaded,
@@ -46,6 +45,16 @@ def per_table_statuses(engine: Engine, now: datetime | None = None) -> list[Tabl
             return "history not started: starts from silver's rows with the next batch" if rows else ""
         since = table_property(engine.spark, history, HISTORY_SINCE_PROPERTY)
         return f"history since {since} (started from silver's rows; no versions before)" if since else ""
+
+    def _journal_counts(engine: Engine, journal: str, time_column: str, detail: str) -> dict[str, tuple[int, Any]]:
+        table = SilverTable(engine.catalog, engine.config.database, journal)
+        if not table_exists(engine.spark, table):
+            return {}
+        rows = engine.spark.sql(
+            f"SELECT silver_table, count(*) AS n, max_by({detail}, {time_column}) AS last "
+            f"FROM {table.identifier} GROUP BY silver_table"
+        ).collect()
+        return {r["silver_table"]: (r["n"], r["last"]) for r in rows}
 
     now = now or datetime.now(UTC)
     schema_changes = _journal_counts(engine, SCHEMA_CHANGES_TABLE, "changed_at", "change")

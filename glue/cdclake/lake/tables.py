@@ -113,6 +113,17 @@ def table_exists(spark: SparkSession, table: SilverTable) -> bool:
     return bool(spark.catalog.tableExists(table.identifier))
 
 
+def table_names(spark: SparkSession, catalog: str, database: str) -> frozenset[str]:
+    """The names of the tables in ``catalog``.``database`` (none when it does not exist), asked of
+    the catalog itself: no SQL statement, whose first one costs a cold command seconds."""
+    plugin = spark._jsparkSession.sessionState().catalogManager().catalog(catalog)
+    namespace = spark.sparkContext._gateway.new_array(spark.sparkContext._jvm.java.lang.String, 1)  # type: ignore[union-attr]
+    namespace[0] = database
+    if not plugin.namespaceExists(namespace):
+        return frozenset()
+    return frozenset(str(identifier.name()) for identifier in plugin.listTables(namespace))
+
+
 # Tables of one run are worked on concurrently: two of them may create the same namespace or
 # side table at once, and the loser of such a race would fail; creations take turns instead.
 _CREATING = threading.Lock()

@@ -15,6 +15,7 @@ from cdclake.engine.history_sync import history_lag
 from cdclake.engine.select import TableState, load_again, unloaded_load_files
 from cdclake.errors import BadInputError, LoadFilesConflictError
 from cdclake.identifiers import quote, sql_string
+from cdclake.lake.counts import TableFiles, distinct_keys, live_rows, table_files
 from cdclake.lake.history import HISTORY_SINCE_PROPERTY, history_of, history_started
 from cdclake.lake.journals import (
     QUARANTINE_ROWS_TABLE,
@@ -23,8 +24,8 @@ from cdclake.lake.journals import (
     quarantined_files_by_table,
     tombstones_of,
 )
-from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY, read_ledger, read_ledger_archive
-from cdclake.lake.tables import SilverTable, current_snapshot_id, iceberg_table, table_exists
+from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY, LEDGER_ARCHIVE_TABLE, read_ledger, read_ledger_archive
+from cdclake.lake.tables import SilverTable, current_snapshot_id, iceberg_table, table_names
 from cdclake.ops.metrics import freshness_lag
 from cdclake.schema import is_type_change, type_change_advice
 
@@ -78,11 +79,19 @@ def _lag(latest: str | None, now: datetime) -> float | None:
     return None if seconds is None else round(seconds, 1)
 
 
+def _holds_rows(engine: Engine, name: str, existing: frozenset[str]) -> bool:
+    """Whether the shared table ``name`` (a journal, the ledger archive) exists and may hold rows:
+    an empty one (told by its metadata) is not read, so a healthy pipeline's status runs no Spark job for them."""
+    return name in existing and _exact_rows(_refreshed(engine, _shared(engine, name))) != 0
+
+
+def _shared(engine: Engine, name: str) -> SilverTable:
+    return SilverTable(engine.catalog, engine.config.database, name)
+
+
 def _journal_counts(engine: Engine, journal: str, time_column: str, detail: str) -> dict[str, tuple[int, Any]]:
     """Per silver table: how many journal entries, and the newest one's ``detail``."""
-    table = SilverTable(engine.catalog, engine.config.database, journal)
-    if not table_exists(engine.spark, table):
-        return {}
+    table = _shared(engine, journal)
     rows = engine.spark.sql(
         f"SELECT silver_table, count(*) AS n, max_by({detail}, {time_column}) AS last "
         f"FROM {table.identifier} GROUP BY silver_table"
@@ -98,6 +107,7 @@ class _Metadata:
     latest_change: str | None  # the newest LATEST_COMMIT_TS_PROPERTY over all snapshots
     # the current snapshot's total-records when it is exact (no delete files), else None
     exact_rows: int | None
+    files: TableFiles
 
 
 def _metadata(engine: Engine, silver: SilverTable) -> _Metadata:
@@ -115,7 +125,7 @@ def _metadata(engine: Engine, silver: SilverTable) -> _Metadata:
         stamp = snapshot.summary().get(LATEST_COMMIT_TS_PROPERTY)
         if stamp is not None:
             stamps.append(str(stamp))
-    return _Metadata(count, max(stamps, default=None), _exact_rows(iceberg))
+    return _Metadata(count, max(stamps, default=None), _exact_rows(iceberg), table_files(iceberg))
 
 
 def _refreshed(engine: Engine, table: SilverTable) -> Any:
@@ -136,7 +146,34 @@ def _exact_rows(iceberg: Any) -> int | None:
     return int(records) if records is not None and deletes is not None and int(deletes) == 0 else None
 
 
+@dataclass(frozen=True)
+class _ToCount:
+    """A table whose rows (or distinct keys, with ``key``) the metadata does not say exactly."""
+
+    table: SilverTable
+    files: TableFiles
+    key: Sequence[str] = ()
+
+
 def _counts(
+    engine: Engine, rows: Mapping[str, _ToCount], tombstones: Mapping[str, _ToCount]
+) -> dict[tuple[str, str], int]:
+    """The rows of each table of ``rows`` and the distinct keys of each tombstone table of
+    ``tombstones`` (by target name): ``("rows" | "tombstones", target) -> count``. Tables on the
+    local file system are read here (``lake.counts``: no Spark job, which a cold command pays
+    seconds for); the others in one Spark query (``_spark_counts``)."""
+    counts = {("rows", name): live_rows(t.files) for name, t in rows.items() if t.files.counted_here}
+    counts |= {
+        ("tombstones", name): distinct_keys(t.files, t.key) for name, t in tombstones.items() if t.files.counted_here
+    }
+    return counts | _spark_counts(
+        engine,
+        {name: t.table for name, t in rows.items() if not t.files.counted_here},
+        {name: (t.table, t.key) for name, t in tombstones.items() if not t.files.counted_here},
+    )
+
+
+def _spark_counts(
     engine: Engine, rows: Mapping[str, SilverTable], tombstones: Mapping[str, tuple[SilverTable, Sequence[str]]]
 ) -> dict[tuple[str, str], int]:
     """The rows of each table of ``rows`` and the distinct keys of each tombstone table of
@@ -175,14 +212,6 @@ def _counts(
     return {(r["kind"], r["name"]): int(r["n"]) for r in engine.spark.sql(" UNION ALL ".join(branches)).collect()}
 
 
-def _tables_in(engine: Engine) -> frozenset[str]:
-    """The names of the tables in the pipeline's database (one catalog listing)."""
-    database = f"{quote(engine.catalog)}.{quote(engine.config.database)}"
-    if not engine.spark.catalog.databaseExists(database):
-        return frozenset()
-    return frozenset(r["tableName"] for r in engine.spark.sql(f"SHOW TABLES IN {database}").collect())
-
-
 HELD_BY_CAPTURE = "held by capture"
 
 
@@ -199,26 +228,44 @@ def table_statuses(
     job together, and each journal and the ledger archive are read once for all tables.
     """
     now = now or datetime.now(UTC)
-    schema_changes = _journal_counts(engine, SCHEMA_CHANGES_TABLE, "changed_at", "change")
-    quarantined = _journal_counts(engine, QUARANTINE_TABLE, "quarantined_at", "reason")
-    bad_rows = _journal_counts(engine, QUARANTINE_ROWS_TABLE, "quarantined_at", "reason")
+    existing = table_names(engine.spark, engine.catalog, engine.config.database)
+    filled = {
+        name
+        for name in (SCHEMA_CHANGES_TABLE, QUARANTINE_TABLE, QUARANTINE_ROWS_TABLE, LEDGER_ARCHIVE_TABLE)
+        if _holds_rows(engine, name, existing)
+    }
+    schema_changes, quarantined, bad_rows = (
+        _journal_counts(engine, name, time_column, detail) if name in filled else {}
+        for name, time_column, detail in (
+            (SCHEMA_CHANGES_TABLE, "changed_at", "change"),
+            (QUARANTINE_TABLE, "quarantined_at", "reason"),
+            (QUARANTINE_ROWS_TABLE, "quarantined_at", "reason"),
+        )
+    )
     listing = list_bronze(engine.store, transaction_path=engine.config.bronze.transaction_path)
-    held_keys = quarantined_files_by_table(engine.spark, engine.catalog, engine.config.database)
-    existing = _tables_in(engine)
-    archive = read_ledger_archive(engine.spark, engine.catalog, engine.config.database)
+    held_keys = (
+        quarantined_files_by_table(engine.spark, engine.catalog, engine.config.database)
+        if QUARANTINE_TABLE in filled
+        else {}
+    )
+    archive = (
+        read_ledger_archive(engine.spark, engine.catalog, engine.config.database)
+        if LEDGER_ARCHIVE_TABLE in filled
+        else {}
+    )
     metadata: dict[str, _Metadata] = {}
-    to_count: dict[str, SilverTable] = {}
-    keys_of: dict[str, tuple[SilverTable, Sequence[str]]] = {}
+    to_count: dict[str, _ToCount] = {}
+    keys_of: dict[str, _ToCount] = {}
     for table in engine.config.tables:
         silver = engine.silver_table(table)
         if silver.name not in existing:
             continue
         metadata[table.target] = _metadata(engine, silver)
         if metadata[table.target].exact_rows is None:
-            to_count[table.target] = silver
+            to_count[table.target] = _ToCount(silver, metadata[table.target].files)
         tombstones = tombstones_of(silver)
-        if tombstones.name in existing and _exact_rows(_refreshed(engine, tombstones)) != 0:
-            keys_of[table.target] = (tombstones, table.silver_key())
+        if tombstones.name in existing and _exact_rows(kept := _refreshed(engine, tombstones)) != 0:
+            keys_of[table.target] = _ToCount(tombstones, table_files(kept), table.silver_key())
     counts = _counts(engine, to_count, keys_of)
     statuses = []
     for table in engine.config.tables:
