@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
+_FILE_IO = {"py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO"}  # local files (named: pyiceberg logs a guess)
+
 
 @dataclass(frozen=True)
 class TableFiles:
@@ -39,7 +41,7 @@ def live_rows(files: TableFiles) -> int:
     delete files apply to."""
     from pyiceberg.table import StaticTable
 
-    scan = StaticTable.from_metadata(files.metadata_location).scan(selected_fields=(files.first_column,))
+    scan = StaticTable.from_metadata(files.metadata_location, _FILE_IO).scan(selected_fields=(files.first_column,))
     return int(scan.count())
 
 
@@ -47,5 +49,5 @@ def distinct_keys(files: TableFiles, key: Sequence[str]) -> int:
     """How many distinct values of the ``key`` columns the table's live rows hold."""
     from pyiceberg.table import StaticTable
 
-    keys = StaticTable.from_metadata(files.metadata_location).scan(selected_fields=tuple(key)).to_arrow()
+    keys = StaticTable.from_metadata(files.metadata_location, _FILE_IO).scan(selected_fields=tuple(key)).to_arrow()
     return int(keys.group_by(list(key)).aggregate([]).num_rows)
