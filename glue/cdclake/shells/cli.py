@@ -640,6 +640,12 @@ def _capture(args: argparse.Namespace) -> int:
     )
     for table, reason in sorted(report.held.items()):
         print(f"capture: table {table} held: {reason}", file=sys.stderr)
+    for table in report.removed_tables:
+        print(
+            f"capture: table {table} is no longer in {args.config}: no longer captured (its files stay in bronze; "
+            "put it back with `cdclake init --add-new` and the next capture loads it afresh)",
+            file=sys.stderr,
+        )
     return 1 if report.held else 0
 
 
@@ -672,7 +678,7 @@ def _capture_follows_config(settings: CaptureSettings, args: argparse.Namespace)
         )
     if args.schema:
         raise CdclakeError(f"capture takes its tables from {path}: --schema chooses them only when there is none.")
-    return replace(settings, bronze=bronze, tables=settings.tables or tuple(configured))
+    return replace(settings, bronze=bronze, tables=settings.tables or tuple(configured), configured=tuple(configured))
 
 
 if __name__ == "__main__":

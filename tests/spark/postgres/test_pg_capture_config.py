@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import yaml
 
 from cdclake.config import load_config
 from cdclake.shells.cli import main
@@ -163,3 +164,45 @@ def test_capture_follows_the_configuration_from_any_directory_and_takes_tables_a
     assert len(results) == TABLES + 3 and all(r.equal for r in results), format_comparisons(results)
     rows = {r.table: r.source_rows for r in results}
     assert (rows["erp.later"], rows["hr.later-on"], rows["hr.later_log"], rows["hr.t03"]) == (4, 0, 3, 4)
+
+
+def test_a_table_taken_out_of_the_configuration_is_no_longer_captured_and_comes_back_whole(
+    source_db: SourceDatabase,
+    apply_and_verify: Verify,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN two captured and applied tables
+    source_db.execute(
+        "CREATE TABLE kept (id int PRIMARY KEY, v text)",
+        "CREATE TABLE dropped (id int PRIMARY KEY, v text)",
+        "INSERT INTO kept VALUES (1, 'a')",
+        "INSERT INTO dropped VALUES (1, 'a'), (2, 'b')",
+    )
+    monkeypatch.chdir(source_db.workdir)
+    source = ["--source", _url(source_db), "--slot", source_db.settings().slot]
+    config = ["--config", "cdclake.yaml"]
+    assert _cli(*config, "init", *source[:2]) == 0
+    assert _cli(*config, "capture", *source) == 0
+    assert all(r.equal for r in apply_and_verify(source_db))
+    # WHEN one is taken out of the configuration, both change, and capture runs
+    settings = yaml.safe_load(source_db.config_path.read_text("utf-8"))
+    del settings["tables"]["public.dropped"]
+    source_db.config_path.write_text(yaml.safe_dump(settings, sort_keys=False), "utf-8")
+    source_db.execute("UPDATE kept SET v = 'changed' WHERE id = 1", "UPDATE dropped SET v = 'unseen' WHERE id = 1")
+    capsys.readouterr()
+    assert _cli(*config, "capture", *source) == 0
+    # THEN it says so, and writes the kept table's change only
+    assert "table public.dropped is no longer in cdclake.yaml: no longer captured" in capsys.readouterr().err
+    dropped_folder = source_db.bronze / "public" / "dropped"
+    assert sorted(p.name for p in dropped_folder.iterdir()) == ["LOAD00000001.csv"]
+    assert [r.table for r in apply_and_verify(source_db)] == ["public.kept"]
+    # WHEN it is put back (init --add-new), changes again, and capture runs
+    assert _cli(*config, "init", *source[:2], "--add-new") == 0
+    source_db.execute("UPDATE dropped SET v = 'back' WHERE id = 2")
+    capsys.readouterr()
+    assert _cli(*config, "capture", *source) == 0
+    # THEN it is loaded afresh, and silver equals the source: the change made while it was out included
+    assert "full load files=1 rows=2" in capsys.readouterr().out
+    results = apply_and_verify(source_db)
+    assert len(results) == 2 and all(r.equal for r in results), format_comparisons(results)

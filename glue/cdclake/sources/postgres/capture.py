@@ -35,7 +35,13 @@ from cdclake.sources.postgres.pgoutput import (
     parse_lsn,
 )
 from cdclake.sources.postgres.settings import CaptureError, CaptureReport, CaptureSettings, connect
-from cdclake.sources.postgres.snapshot import add_tables, decoded_publications, initialise, reload_tables
+from cdclake.sources.postgres.snapshot import (
+    add_tables,
+    decoded_publications,
+    initialise,
+    reload_tables,
+    remove_tables,
+)
 from cdclake.sources.postgres.state import (
     CaptureState,
     TableFolder,
@@ -394,6 +400,9 @@ def capture(settings: CaptureSettings) -> CaptureReport:
         elif added := sorted(set(settings.tables) - {t.qualified for t in state.tables}):
             with conn.cursor() as cur:
                 load_report = add_tables(settings, conn, state, read_tables(cur, (), added))
+        if settings.configured and (removed := sorted({t.qualified for t in state.tables} - set(settings.configured))):
+            remove_tables(settings, conn, state, removed)
+            load_report.removed_tables = removed
         if reload := sorted({*settings.reload, *state.reloads} - set(load_report.loaded_tables)):
             unknown = [name for name in reload if name not in {t.qualified for t in state.tables}]
             if unknown:
@@ -406,6 +415,7 @@ def capture(settings: CaptureSettings) -> CaptureReport:
         stream = ChangeCapture(settings, state, conn)
         stream.report.load_files, stream.report.load_rows = load_report.load_files, load_report.load_rows
         stream.report.files.extend(load_report.files)
+        stream.report.removed_tables = load_report.removed_tables
         try:
             while True:
                 new = stream.poll()

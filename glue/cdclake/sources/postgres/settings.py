@@ -33,6 +33,9 @@ class CaptureSettings:
     publication: str = "cdclake"  # keyless tables use "<publication>_inserts"
     schemas: tuple[str, ...] = ("public",)  # tables of these schemas, unless `tables` names them
     tables: tuple[str, ...] = ()  # schema.table
+    # every table of the configuration file (empty: no file): a captured table not among them was
+    # taken out of it, and is no longer captured
+    configured: tuple[str, ...] = ()
     reload: tuple[str, ...] = ()  # schema.table of captured tables to load again (capture --reload)
     follow: bool = False  # keep capturing until stopped (else: capture what is pending, then exit)
     max_batch_interval: float = 60.0  # seconds (DMS CdcMaxBatchInterval)
@@ -58,6 +61,7 @@ class CaptureReport:
     loaded_tables: list[str] = field(default_factory=list)  # schema.table of the tables given LOAD files
     held: dict[str, str] = field(default_factory=dict)  # table -> why its changes are not captured, and the fix
     held_changes: int = 0  # changes of held tables left out by this run
+    removed_tables: list[str] = field(default_factory=list)  # no longer in the configuration: no longer captured
 
 
 # --------------------------------------------------------------------------- connections

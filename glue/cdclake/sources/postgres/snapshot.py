@@ -292,6 +292,26 @@ def add_tables(settings: CaptureSettings, conn: Any, state: CaptureState, new: S
     return report
 
 
+def remove_tables(settings: CaptureSettings, conn: Any, state: CaptureState, names: Sequence[str]) -> None:
+    """Stop capturing ``names`` (taken out of the configuration): out of the publications and the
+    state. Their files stay in bronze; a table put back in the configuration (``init --add-new``) is
+    added again by the next capture, with a full load of its own."""
+    with conn.cursor() as cur:
+        for name in decoded_publications(settings, state):
+            cur.execute("SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = %s", (name,))
+            published = {row[0] for row in cur.fetchall()}
+            if leaving := [n for n in names if n in published]:
+                cur.execute(f"ALTER PUBLICATION {quote_pg(name)} DROP TABLE {_listed(leaving)}")
+    state.tables = [t for t in state.tables if t.qualified not in names]
+    state.reloads = [name for name in state.reloads if name not in names]
+    for name in names:
+        state.held.pop(name, None)
+        state.load_lsns.pop(name, None)
+        state.layout_lsns.pop(name, None)
+    write_durably(state_path(settings), state.to_json().encode("utf-8"))
+    log.warning("tables no longer in the configuration, no longer captured: %s", ", ".join(names))
+
+
 def reload_tables(
     settings: CaptureSettings, conn: Any, state: CaptureState, tables: Sequence[SourceTable]
 ) -> CaptureReport:
