@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+import pg_every_type
 from cdclake.config import load_config
 from cdclake.shells.cli import main
 from cdclake.sources.postgres import snapshot
@@ -19,14 +20,18 @@ from cdclake.sources.postgres.verify import TableComparison, format_comparisons
 SourceDatabase = Any  # conftest.SourceDatabase
 Verify = Callable[[SourceDatabase], list[TableComparison]]
 
-# Tables of this name in both schemas, 5 rows each (the issue's case had 40 tables; the path is
-# the same for 3 as for 40, and each table costs a run about a second).
-SAME_NAMES = ("t01", "t02", "t03")
-TABLES = 2 * len(SAME_NAMES) + 2  # and erp."Order Lines", hr."MixedCase"
+# Tables of this name in both schemas, 5 rows each: with erp."Order Lines", hr."MixedCase" and a
+# table with a column of every type in each schema (pg_every_type), 40 tables, as the database
+# whose trial this scenario follows.
+SAME_NAMES = tuple(f"t{i:02d}" for i in range(1, 19))
+TABLES = 2 * len(SAME_NAMES) + 4
 
 SCHEMA = "\n".join(
     [
         "CREATE SCHEMA erp; CREATE SCHEMA hr;",
+        pg_every_type.MOOD,
+        pg_every_type.create("erp.edge"),
+        pg_every_type.create("hr.edge"),
         *(
             f"CREATE TABLE {schema}.{name} (id int PRIMARY KEY, v text);"
             f"INSERT INTO {schema}.{name} SELECT g, '{schema} ' || g FROM generate_series(1, 5) g;"
@@ -103,10 +108,13 @@ def test_capture_follows_the_configuration_from_any_directory_and_takes_tables_a
 
     # WHEN capture runs from the configuration's directory: slot + full load of every configured table
     assert _cli("--config", "cdclake.yaml", "capture", *source) == 0
-    assert f"full load files={TABLES} rows={2 * len(SAME_NAMES) * 5 + 3}" in capsys.readouterr().out
+    rows = 2 * len(SAME_NAMES) * 5 + 3 + 2 * pg_every_type.ROWS
+    assert f"full load files={TABLES} rows={rows}" in capsys.readouterr().out
     assert (project / "bronze" / "erp" / "Order Lines").is_dir() and (project / "bronze" / "hr" / "MixedCase").is_dir()
     source_db.execute(
         *(f"UPDATE {s}.{n} SET v = 'changed' WHERE id = 2" for s in ("erp", "hr") for n in SAME_NAMES),
+        *pg_every_type.changes("erp.edge"),
+        *pg_every_type.changes("hr.edge"),
         """UPDATE erp."Order Lines" SET "Unit Price" = 10.5, "Note" = 'two' WHERE "line-no" = 1""",
         """INSERT INTO hr."MixedCase" VALUES (2, 'two')""",
         "DELETE FROM hr.t03 WHERE id = 5",
@@ -115,7 +123,8 @@ def test_capture_follows_the_configuration_from_any_directory_and_takes_tables_a
     monkeypatch.chdir(elsewhere)
     config = ["--config", "../cdclake.yaml"]
     assert _cli(*config, "capture", *source) == 0
-    assert f"full load files=0 rows=0; cdc files={TABLES} changes={TABLES + 1}" in capsys.readouterr().out
+    # (a change in each table; hr.t03's delete, and three more in each every-type table)
+    assert f"full load files=0 rows=0; cdc files={TABLES} changes={TABLES + 7}" in capsys.readouterr().out
     assert list(elsewhere.iterdir()) == []
     # AND a capture with a state directory that does not own the slot stops instead of dropping it
     source_db.execute("UPDATE erp.t02 SET v = 'while refused' WHERE id = 1")

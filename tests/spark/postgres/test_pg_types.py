@@ -14,47 +14,15 @@ from cdclake.config import load_config
 from cdclake.shells.cli import main
 from cdclake.sources.postgres import verify
 from cdclake.sources.postgres.verify import TableComparison, format_comparisons
+from pg_every_type import MOOD, changes, create
 
 SourceDatabase = Any  # conftest.SourceDatabase
 Verify = Callable[[SourceDatabase], list[TableComparison]]
 
-SCHEMA = """
-CREATE TYPE mood AS ENUM ('sad', 'ok', 'it''s "great", really');
-CREATE TABLE edge (
-    id int PRIMARY KEY, amount money, big numeric, day date, local_at timestamp, placed_at timestamptz,
-    ip inet, net cidr, tags text[], nums int[], feeling mood, period tsrange, span int4range, gap interval);
-"""
-
-FIRST = """
-INSERT INTO edge VALUES
- (1, '1.25', 1234567890123456789012345.000000000000000000001, 'infinity', 'infinity', '-infinity',
-  '2001:db8::1', '2001:db8::/32', ARRAY['a', NULL, 'say "hi"', 'x,y', ''], '{1,NULL,3}',
-  'it''s "great", really', '[2024-01-01 00:00,2024-02-01 00:00)', '[1,10)', '1 year 2 mons 3 days 04:05:06.789012'),
- (2, '-92233720368547758.08', -0.0000000000000000000000001, '-infinity', '-infinity', 'infinity',
-  '192.168.0.1', '10.0.0.0/8', '{}', '{}', 'sad', 'empty', '(,5]', '-1 mons -2 days +00:00:00.000001'),
- (3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
-"""
-
-# The same edge values again, through CDC: swapped between rows, and a new row with others.
-CHANGES = (
-    "UPDATE edge SET amount = '92233720368547758.07', big = 'NaN', day = '-infinity', local_at = '-infinity', "
-    "placed_at = 'infinity', ip = '::ffff:10.1.2.3/120', net = '2001:db8:abcd::/48', "
-    "tags = ARRAY['\"quoted\"', 'back\\slash', 'brace}'], "
-    "nums = NULL, feeling = 'ok', period = '(,2024-01-01 12:00:00.5]', span = 'empty', gap = '-178000000 years' "
-    "WHERE id = 1",
-    "UPDATE edge SET amount = '0', big = -99999999999999999999999999.99, day = 'infinity', local_at = 'infinity', "
-    "placed_at = '-infinity', tags = ARRAY[NULL]::text[], gap = '0' WHERE id = 2",
-    "UPDATE edge SET amount = '-0.01', big = 0, day = '2024-02-29', local_at = '2024-02-29 23:59:59.999999', "
-    "placed_at = '2024-02-29 23:59:59.5+02', ip = '::1', net = '::/0', tags = '{}', nums = '{{1,2},{3,4}}', "
-    "feeling = 'it''s \"great\", really', period = '[,)', span = '[-5,)', gap = '1 mon -1 days' WHERE id = 3",
-    "INSERT INTO edge VALUES (4, '$1,000,000.5', 1e30, 'infinity', 'infinity', 'infinity', '0.0.0.0/0', "
-    "'0.0.0.0/0', ARRAY['', NULL], '{-2147483648}', 'ok', '[2024-01-01,2024-01-01]', '[0,0]', '00:00:00.000001')",
-)
-
 
 def test_every_type_init_maps_loads_what_capture_writes(source_db: SourceDatabase, apply_and_verify: Verify) -> None:
     # GIVEN a table with one column of each type that has no plain Spark counterpart, with edge values
-    source_db.execute(SCHEMA, FIRST)
+    source_db.execute(MOOD, create("public.edge"))
     url = f"postgresql://postgres@127.0.0.1:{source_db.server.port}/{source_db.name}"
     # WHEN init writes the configuration, capture takes the full load and run applies it
     assert main(["-q", "--config", str(source_db.config_path), "init", "--source", url]) == 0
@@ -73,7 +41,7 @@ def test_every_type_init_maps_loads_what_capture_writes(source_db: SourceDatabas
     assert results[0].source_rows == 3
 
     # WHEN the same kinds of values arrive as CDC updates and an insert
-    source_db.execute(*CHANGES)
+    source_db.execute(*changes("public.edge"))
     source_db.capture()
     results = apply_and_verify(source_db)
     # THEN again no bad row, and silver equals the database
