@@ -4,6 +4,7 @@ checked against a plain-Python replay of the change log."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -111,6 +112,33 @@ def test_files_that_arrive_while_following_are_applied_once_each_then_the_loop_e
         applied |= read_ledger(engine.spark, engine.silver_table(engine.config.table(table))).applied
     assert applied == {f.relative_to(tmp_path / "bronze").as_posix() for f in files}
     assert outcome.files_applied == len(files) and rounds[-1].backlog.files == 0
+
+
+def test_a_load_file_written_again_in_place_while_following_reloads_its_table(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # GIVEN a followed table with its full load and a CDC file applied
+    engine = make_engine(CONFIG)
+    source = Source(tmp_path / "bronze")
+    source.cdc_file("alpha", [("U", 1, "a1")])
+    load = tmp_path / "bronze" / "s" / "alpha" / "LOAD00000001.csv"
+    reloaded = [["2024-01-03 00:00:00.000000", str(i), f"r{i}"] for i in range(1, 4)]
+    rounds: list[Round] = []
+
+    def each_round(done: Round) -> None:
+        rounds.append(done)
+        if len(rounds) == 1:
+            # WHEN the table is reloaded at the source: its LOAD file written again in place, with
+            # other rows of the same size (a DMS "Reload table data", capture --reload)
+            before = load.stat()
+            write_csv(load, reloaded)
+            assert load.stat().st_size == before.st_size
+            os.utime(load, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+
+    outcome = follow(engine, FollowSettings(poll_seconds=0.3, idle_seconds=3.0), Polling(), on_round=each_round)
+    # THEN the loop loaded the table again: silver holds the reloaded rows (the CDC file before it is superseded)
+    assert outcome.failures == {}
+    assert {k: v["name"] for k, v in silver(engine, "alpha").items()} == {(str(i),): f"r{i}" for i in range(1, 4)}
 
 
 class FailingFor(IcebergCommitter):

@@ -4,6 +4,7 @@ and S3 events in an SQS FIFO queue read as announcements (moto)."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -185,3 +186,28 @@ def test_applied_files_are_forgotten_but_each_folders_newest_stays_so_the_next_l
     assert sorted(index.files) == ["s/t/20240301-1202000000.csv", "s/t/LOAD00000001.csv"]
     assert index.newest_in_order("s/t") == keys[2]
     assert index.look(["s/t"]) == set()
+
+
+def test_a_load_file_written_again_in_place_with_the_same_size_is_new_to_the_index(
+    s3_client: Any, tmp_path: Path
+) -> None:
+    # GIVEN a table folder with a LOAD file and a CDC file, indexed, on S3 and on a local disk
+    local = tmp_path / "bronze"
+    (local / "s" / "t").mkdir(parents=True)
+    for key, body in (("s/t/LOAD00000001.csv", b"1,a"), ("s/t/20240301-1200000000.csv", b"I,1,b")):
+        put(s3_client, key, body)
+        (local / key).write_bytes(body)
+    indexes = [BronzeIndex(S3Bronze(s3_client, BUCKET, "dms")), BronzeIndex(LocalBronze(local))]
+    assert all(len(index.relist()) == 2 for index in indexes)
+    # WHEN the LOAD file is written again with other rows of the same size (a reload, or capture's
+    # "start from scratch"): on S3 a new ETag, locally a new modification time
+    put(s3_client, "s/t/LOAD00000001.csv", b"2,c")
+    (local / "s/t/LOAD00000001.csv").write_bytes(b"2,c")
+    stat = (local / "s/t/LOAD00000001.csv").stat()
+    os.utime(local / "s/t/LOAD00000001.csv", ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    # THEN a look at the folder and a full listing both show it as new, with its new version
+    for index in indexes:
+        old = index.files["s/t/LOAD00000001.csv"].version
+        assert index.look(["s/t"]) == {"s/t/LOAD00000001.csv"}
+        assert index.files["s/t/LOAD00000001.csv"].version not in (None, old)
+        assert index.relist() == set()  # the look already took the new version

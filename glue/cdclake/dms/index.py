@@ -12,10 +12,16 @@ when its S3 event names it (``announce``), or by the next full listing.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from cdclake.dms.files import BronzeFile, BronzeListing, FileKind, classify, parse_key
-from cdclake.dms.store import BronzeStore
+from cdclake.dms.files import BronzeFile, BronzeListing, FileKind, parse_key
+from cdclake.dms.store import BronzeStore, list_bronze
+
+
+def _changed(before: BronzeFile | None, now: BronzeFile) -> bool:
+    """Whether a listing shows ``now`` as new to the index: a key not seen, another size, or (a LOAD
+    file written again in place) another version."""
+    return before != now or (before is not None and before.version != now.version)
 
 
 def folder_of(file: BronzeFile) -> str:
@@ -44,12 +50,12 @@ class BronzeIndex:
 
     def relist(self) -> set[str]:
         """List all of bronze again; the keys new to the index (or changed in size)."""
-        listing = classify(self.store.list_keys(), self.transaction_path)
+        listing = list_bronze(self.store, transaction_path=self.transaction_path)
         self.requests += 1
         before = self.files
         self.files = {f.key: f for f in listing.files}
         self.unrecognised = listing.unrecognised
-        return {k for k, f in self.files.items() if before.get(k) != f}
+        return {k for k, f in self.files.items() if _changed(before.get(k), f)}
 
     def newest_in_order(self, folder: str) -> str | None:
         """The folder's newest CDC key, when listing after it misses nothing; None: list it whole."""
@@ -63,7 +69,7 @@ class BronzeIndex:
         new: set[str] = set()
         for folder in sorted(set(folders)):
             after = self.newest_in_order(folder)
-            listed = classify(self.store.list_keys(folder, start_after=after), self.transaction_path)
+            listed = list_bronze(self.store, folder, self.transaction_path, start_after=after)
             self.requests += 1
             # What sorts after ``after`` is replaced by the listing: a LOAD file removed or rewritten shows.
             for key in [k for k, f in self.files.items() if folder_of(f) == folder and (after is None or k > after)]:
@@ -72,7 +78,7 @@ class BronzeIndex:
             for file in listed.files:
                 if folder_of(file) != folder:
                     continue  # a deeper folder of another table (``s/t/x`` under ``s/t``) is not this table's
-                if self.files.get(file.key) != file:
+                if _changed(self.files.get(file.key), file):
                     new.add(file.key)
                 self.files[file.key] = file
         return new
@@ -94,6 +100,8 @@ class BronzeIndex:
                 missing.add(key)
                 continue
             file = parse_key(key, size, self.transaction_path)
+            if file.kind is FileKind.FULL_LOAD:
+                file = replace(file, version=self.store.version(key))
             self.files[file.key] = file
             new.add(file.key)
         return new, missing

@@ -66,10 +66,13 @@ class BronzeStore(Protocol):
         ...
 
 
-def list_bronze(store: BronzeStore, under: str = "", transaction_path: str | None = None) -> BronzeListing:
-    """Classify everything under ``under`` into DMS files and unrecognised keys; LOAD files carry
-    their version (``BronzeFile.version``): a LOAD file written again in place is told by it."""
-    listing = classify(store.list_keys(under), transaction_path)
+def list_bronze(
+    store: BronzeStore, under: str = "", transaction_path: str | None = None, start_after: str | None = None
+) -> BronzeListing:
+    """Classify everything under ``under`` (after ``start_after``) into DMS files and unrecognised
+    keys; LOAD files carry their version (``BronzeFile.version``): a LOAD file written again in
+    place is told by it."""
+    listing = classify(store.list_keys(under, start_after=start_after), transaction_path)
     files = tuple(
         replace(f, version=store.version(f.key)) if f.kind is FileKind.FULL_LOAD else f for f in listing.files
     )
