@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.columns import EFFECT, EFFECT_DELETE, EFFECT_INSERT, EFFECT_UPDATE, OP, SILVER_ORDER
 from cdclake.identifiers import quote
-from cdclake.lake.batch import KeyedBatch, is_collected
+from cdclake.lake.batch import KeyedBatch
 from cdclake.lake.row_delta import commit_row_delta
 from cdclake.lake.tables import commit_with_properties, iceberg_table
 
@@ -344,7 +344,7 @@ def abandon_staged(spark: SparkSession, staged: StagedBatch) -> None:
         table.manageSnapshots().removeBranch(staged.branch).commit()
 
 
-def publish_changes(spark: SparkSession, batch: KeyedBatch) -> int:
+def publish_changes(spark: SparkSession, batch: KeyedBatch[DataFrame]) -> int:
     """Apply the batch's de-duplicated changes (a DataFrame) exactly as ``merge_statement`` would, as
     ONE new snapshot on ``main`` whose summary carries its properties; return its snapshot id.
 
@@ -360,7 +360,6 @@ def publish_changes(spark: SparkSession, batch: KeyedBatch) -> int:
     Raises if a concurrent commit on main conflicts (nothing is then published).
     """
     changes = batch.changes
-    assert not is_collected(changes), "collected changes are committed through a RowDelta"
     table_identifier, key, columns, properties = batch.table.identifier, batch.key, batch.columns, batch.properties
     absent, unchanged = batch.absent, dict(batch.unchanged)
     drop_leftover_branches(spark, table_identifier)
