@@ -136,10 +136,7 @@ class MaintenanceRacingCommitter(IcebergCommitter):
         if self.attempts > 1:
             super().publish(spark, batch)
             return
-        staged = stage_changes(
-            spark, batch.table.identifier, batch.changes, batch.key, batch.columns, batch.absent, dict(batch.unchanged)
-        )
-        assert staged is not None
+        staged = stage_changes(spark, batch)
         self.rival()
         try:
             commit_staged(spark, staged, dict(batch.properties))
