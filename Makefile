@@ -21,7 +21,7 @@ demo: setup ## the Airbnb hosts example end to end on local Spark + Iceberg
 demo-postgres: setup ## a real PostgreSQL source: capture, apply, verify (scripts/demo-postgres.sh)
 	scripts/demo-postgres.sh
 
-test: setup aws-tools lint ## linters, type checks and the whole test suite (AWS stack checks included)
+test: setup aws-tools lint bench-check ## linters, type checks, the benchmark harness's self-check and the whole test suite (AWS stack checks included)
 	$(BIN)/pytest
 
 unit: setup ## the fast tests only: no Spark, no SAM CLI, checkov or moto server, no state machine runs
@@ -47,10 +47,13 @@ wheel: setup ## the cdclake wheel AWS Glue installs (--additional-python-modules
 # Writes docs/benchmarks.md, docs/benchmarks-<profile>.json and docs/benchmarks.png.
 PROFILE ?= quick
 
-.PHONY: bench bench-full bench-profile bench-big-csv bench-throughput bench-freshness bench-warm bench-status
+.PHONY: bench bench-check bench-full bench-profile bench-big-csv bench-throughput bench-freshness bench-warm bench-status
 
-bench: setup ## benchmarks: ratios against baselines measured in the same run (docs/benchmarks.md)
+bench: setup bench-check ## benchmarks: ratios against baselines measured in the same run (docs/benchmarks.md)
 	$(BIN)/python -m bench.run --profile $(PROFILE) $(ARGS)
+
+bench-check: setup ## the benchmark harness checks its own pure parts (seconds; tests/ tests the product)
+	$(BIN)/python -m bench.selfcheck
 
 bench-full: setup ## the larger profile: 10M rows, 1M changes (about 15 minutes on 2 cores)
 	$(BIN)/python -m bench.run --profile full

@@ -182,19 +182,18 @@ def run_case(spark: SparkSession, case: Case, database: str, scratch: Path) -> l
     expected: tuple[int, int] | None = None
     results = []
 
+    batch = KeyedBatch(SilverTable(*identifier.split(".")), changes, ["id"], COLUMNS, properties, None)
+
     def merge() -> None:
         statement = lambda view: merge_statement(identifier, view, ["id"], COLUMNS)  # noqa: E731
-        batch = KeyedBatch(SilverTable(*identifier.split(".")), changes, ["id"], COLUMNS, properties, None)
         IcebergCommitter().merge(spark, batch, statement)
 
     def publish() -> None:
-        batch = KeyedBatch(SilverTable(*identifier.split(".")), changes, ["id"], COLUMNS, properties, None)
         publish_changes(spark, batch)
 
     def fast_forward() -> None:
         drop_leftover_branches(spark, identifier)
-        staged = stage_changes(spark, identifier, changes, ["id"], COLUMNS)
-        assert staged is not None
+        staged = stage_changes(spark, batch)
         spark.sql(f"CALL silver.system.fast_forward('{name}', 'main', '{staged.branch}')")
         spark.sql(f"ALTER TABLE {identifier} DROP BRANCH `{staged.branch}`")
 

@@ -38,6 +38,9 @@ class CrashingCommitter(IcebergCommitter):
     def row_delta(self, *_: Any, **__: Any) -> None:
         raise RuntimeError("the job was killed before its data commit")
 
+    def driver_row_delta(self, *_: Any, **__: Any) -> None:
+        raise RuntimeError("the job was killed before its data commit")
+
     def append(self, *_: Any) -> None:
         raise RuntimeError("the job was killed before its data commit")
 
@@ -56,6 +59,10 @@ class TombstoneWitness(IcebergCommitter):
         time.sleep(self.delay)
         super().append_tombstones(*args)
 
+    def append_collected_tombstones(self, *args: Any) -> None:
+        time.sleep(self.delay)
+        super().append_collected_tombstones(*args)
+
     def _look(self, spark: Any) -> None:
         exists = spark.catalog.tableExists(self.tombstones.replace("`", ""))
         self.seen.append(sorted(tuple(r) for r in spark.table(self.tombstones).collect()) if exists else [])
@@ -65,12 +72,18 @@ class TombstoneWitness(IcebergCommitter):
         super().merge(spark, *args)
 
     def row_delta(self, spark: Any, *args: Any, before_commit: Any = None, **kwargs: Any) -> None:
+        super().row_delta(spark, *args, before_commit=self._looking(spark, before_commit), **kwargs)
+
+    def driver_row_delta(self, spark: Any, *args: Any, before_commit: Any = None, **kwargs: Any) -> None:
+        super().driver_row_delta(spark, *args, before_commit=self._looking(spark, before_commit), **kwargs)
+
+    def _looking(self, spark: Any, before_commit: Any) -> Callable[[], None]:
         def look() -> None:
             if before_commit is not None:
                 before_commit()
             self._look(spark)
 
-        super().row_delta(spark, *args, before_commit=look, **kwargs)
+        return look
 
 
 class RacingCommitter(IcebergCommitter):
@@ -104,6 +117,10 @@ class RacingCommitter(IcebergCommitter):
         self._race()
         super().row_delta(*args, **kwargs)
 
+    def driver_row_delta(self, *args: Any, **kwargs: Any) -> None:
+        self._race()
+        super().driver_row_delta(*args, **kwargs)
+
 
 class MaintenanceRacingCommitter(IcebergCommitter):
     """A committer whose first data commit is overtaken by maintenance: the batch is classified
@@ -119,10 +136,7 @@ class MaintenanceRacingCommitter(IcebergCommitter):
         if self.attempts > 1:
             super().publish(spark, batch)
             return
-        staged = stage_changes(
-            spark, batch.table.identifier, batch.changes, batch.key, batch.columns, batch.absent, dict(batch.unchanged)
-        )
-        assert staged is not None
+        staged = stage_changes(spark, batch)
         self.rival()
         try:
             commit_staged(spark, staged, dict(batch.properties))
@@ -131,10 +145,17 @@ class MaintenanceRacingCommitter(IcebergCommitter):
             raise
 
     def row_delta(self, *args: Any, **kwargs: Any) -> None:
+        self._first_overtaken()
+        super().row_delta(*args, **kwargs)
+
+    def driver_row_delta(self, *args: Any, **kwargs: Any) -> None:
+        self._first_overtaken()
+        super().driver_row_delta(*args, **kwargs)
+
+    def _first_overtaken(self) -> None:
         self.attempts += 1
         if self.attempts == 1:
             self.rival()
-        super().row_delta(*args, **kwargs)
 
 
 class FullLoadCrash(IcebergCommitter):

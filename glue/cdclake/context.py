@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Literal
 
 from cdclake.config import DEFAULT_CATALOG, PipelineConfig, TableConfig
 from cdclake.dms.store import BronzeStore, open_store
+from cdclake.lake.batch import CommitWay
 from cdclake.lake.committer import IcebergCommitter
 from cdclake.lake.tables import SilverTable
 
@@ -20,11 +21,6 @@ if TYPE_CHECKING:
 
     from cdclake.runtime.session import GlueCatalog, LocalCatalog
 
-# How a batch's data commit is made, by what each way does: "append" (append-only tables: one append);
-# "row-delta" (Spark writes the new images and position deletes, one RowDelta, no scan of the table);
-# "driver-row-delta" (the same, a small batch's files written by the driver from its collected rows);
-# "merge" (one MERGE statement); "publish" (staged on a branch, then one RowDelta on main).
-CommitWay = Literal["append", "row-delta", "driver-row-delta", "merge", "publish"]
 # The setting: "auto" (``engine.prepare.choose_commit_way`` decides per batch) or one way pinned.
 CommitPath = Literal["auto"] | CommitWay
 

@@ -467,7 +467,7 @@ def test_a_cdc_run_that_dies_mid_round_is_finished_by_the_next_with_nothing_lost
     for number, table in enumerate(BACKLOG_TABLES):
         table_file(deployed, table, [table_change("U", 1, f"c{number}", 200 + number)])
     commits = {"count": 0, "died": 0}
-    for method in ("merge", "publish", "row_delta"):
+    for method in ("merge", "publish", "row_delta", "driver_row_delta"):
         real = getattr(IcebergCommitter, method)
 
         def dies_after_ten(self: Any, *args: Any, _real: Any = real, **kwargs: Any) -> None:

@@ -166,6 +166,10 @@ class FailingFor(IcebergCommitter):
         self._fault(batch)
         super().row_delta(spark, batch, before_commit)
 
+    def driver_row_delta(self, spark: Any, batch: Any, before_commit: Any = None) -> None:
+        self._fault(batch)
+        super().driver_row_delta(spark, batch, before_commit)
+
 
 def test_a_failing_table_is_tried_again_with_backoff_while_the_others_go_on(
     make_engine: EngineFactory, tmp_path: Path

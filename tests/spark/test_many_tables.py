@@ -42,9 +42,16 @@ class MeetingCommitter(IcebergCommitter):
         self.threads: set[str] = set()
 
     def row_delta(self, *args: Any, **kwargs: Any) -> None:
+        self._meet()
+        super().row_delta(*args, **kwargs)
+
+    def driver_row_delta(self, *args: Any, **kwargs: Any) -> None:
+        self._meet()
+        super().driver_row_delta(*args, **kwargs)
+
+    def _meet(self) -> None:
         self.threads.add(threading.current_thread().name)
         self.barrier.wait()
-        super().row_delta(*args, **kwargs)
 
 
 def _write_table(bronze: Path, table: str, loaded: list[tuple[int, str]], changes: list[tuple[str, int, str]]) -> tuple:

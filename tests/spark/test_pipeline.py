@@ -9,7 +9,9 @@ from datetime import date
 from decimal import Decimal
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from pyspark.sql import DataFrame
 
 from cdclake.context import Engine
 from cdclake.dms.writer import (
@@ -20,10 +22,13 @@ from cdclake.dms.writer import (
     load_file_name,
     write_csv,
 )
+from cdclake.engine.commit import commit_batch
 from cdclake.engine.prepare import prepare_batch
 from cdclake.engine.run import apply_cdc_files, full_load, run
 from cdclake.engine.select import files_from_keys
 from cdclake.errors import BadInputError, FullLoadPendingError
+from cdclake.lake.batch import DriverRowDelta, RowDelta
+from cdclake.lake.journals import tombstones_of
 from cdclake.lake.ledger import KIND_FULL_LOAD_STAGED, read_ledger, replace_table
 from oracle import replay_change_log
 
@@ -219,6 +224,51 @@ def _shuffled_bytes(engine: Engine, action: Callable[[], object]) -> int:
     before = stages()
     action()
     return sum(written for stage, written in stages().items() if stage not in before)
+
+
+@pytest.mark.parametrize(("driver_write_bytes", "way"), [(8 * 1024 * 1024, DriverRowDelta), (0, RowDelta)])
+def test_the_plan_says_by_its_type_whether_the_batch_left_spark(
+    make_engine: EngineFactory, tmp_path: Path, driver_write_bytes: int, way: type
+) -> None:
+    # GIVEN a loaded table and a small batch that updates one key and deletes another, with the
+    # driver allowed to write a small batch's files or not
+    engine = replace(make_engine(ORDERS), driver_write_bytes=driver_write_bytes)
+    table_dir = tmp_path / "bronze" / "sales" / "orders"
+    write_csv(
+        table_dir / "LOAD00000001.csv",
+        [["2024-01-01 00:00:00.000000", "eu", str(i), "old", "1.00", ""] for i in range(3)],
+    )
+    run(engine).checked()
+    ts = "2024-01-02 00:00:01.000000"
+    rows = [
+        ["U", ts, "eu", "1", "new", "2.00", change_sequence(ts, 1)],
+        ["D", ts, "eu", "2", "old", "1.00", change_sequence(ts, 2)],
+    ]
+    write_csv(table_dir / "20240102-0000010000.csv", rows)
+    table = engine.config.tables[0]
+    # WHEN it is prepared
+    plan = prepare_batch(engine, table, files_from_keys(engine.store, ["sales/orders/20240102-0000010000.csv"]))
+    # THEN its data commit's type is the way it takes, and holds the rows that way writes: Arrow
+    # collected into the driver, or DataFrames left in Spark
+    assert plan.changes is not None
+    commit = plan.changes.commit
+    assert type(commit) is way
+    assert isinstance(commit, DriverRowDelta | RowDelta)
+    if isinstance(commit, DriverRowDelta):
+        assert isinstance(commit.batch.changes, pa.Table) and isinstance(commit.tombstones, pa.Table)
+        counts = (commit.batch.changes.num_rows, commit.tombstones.num_rows)
+    else:
+        assert isinstance(commit.batch.changes, DataFrame) and isinstance(commit.tombstones, DataFrame)
+        counts = (commit.batch.changes.count(), commit.tombstones.count())
+    assert counts == (2, 1)
+    # AND committed, silver holds the update, not the deleted key, and the delete left its tombstone
+    try:
+        commit_batch(engine, table, plan, force=False)
+    finally:
+        commit.release()
+    assert {k: r["status"] for k, r in _silver(engine).items()} == {("eu", 0): "old", ("eu", 1): "new"}
+    tombstones = engine.spark.table(tombstones_of(engine.silver_table(table)).identifier).collect()
+    assert [(r["region"], r["order_id"]) for r in tombstones] == [("eu", 2)]
 
 
 @pytest.mark.parametrize("one_task", [True, False])

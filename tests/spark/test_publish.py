@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
-from cdclake.columns import EFFECT, OP, SILVER_ORDER, UNCHANGED_PREFIX
+from cdclake.columns import OP, SILVER_ORDER, UNCHANGED_PREFIX
 from cdclake.engine.changes import classify_effects
+from cdclake.engine.prepare import APPLIED, with_effects
 from cdclake.engine.statements import merge_statement
 from cdclake.lake.batch import KeyedBatch
 from cdclake.lake.committer import IcebergCommitter
@@ -110,22 +110,18 @@ def database(spark: SparkSession) -> Iterator[str]:
     yield f"silver.{name}"
 
 
-def _classified(spark: SparkSession, identifier: str, changes: DataFrame, key: Sequence[str]) -> DataFrame:
-    """The pipeline's classification against the stored rows (no tombstones)."""
+def _planned(spark: SparkSession, identifier: str, changes: DataFrame, key: Sequence[str]) -> DataFrame:
+    """The changes as the pipeline's plan hands them to a data commit: classified against the
+    stored rows (no tombstones), inserts, updates and deletes only."""
     stored = spark.table(identifier).select(*key, SILVER_ORDER)
-    return classify_effects(changes, stored, stored.limit(0), key).localCheckpoint()
+    return with_effects(classify_effects(changes, stored, stored.limit(0), key).localCheckpoint(), APPLIED)
 
 
-@pytest.mark.parametrize(
-    ("mode", "classified"),
-    [("merge-on-read v2", False), ("merge-on-read v2", True), ("copy-on-write v2", True), ("merge-on-read v3", True)],
-)
-def test_same_table_as_merge_one_snapshot_per_batch(
-    spark: SparkSession, database: str, mode: str, classified: bool
-) -> None:
+@pytest.mark.parametrize("mode", ["merge-on-read v2", "copy-on-write v2", "merge-on-read v3"])
+def test_same_table_as_merge_one_snapshot_per_batch(spark: SparkSession, database: str, mode: str) -> None:
     # GIVEN two identical tables (composite key for copy-on-write, one column otherwise)
     key = ["id", "part"] if mode.startswith("copy") else ["id"]
-    rng = random.Random(len(mode) + classified)
+    rng = random.Random(len(mode) + 1)
     merged, published = f"{database}.merged", f"{database}.published"
     initial = _initial_rows(rng, 300)
     for identifier in (merged, published):
@@ -135,13 +131,11 @@ def test_same_table_as_merge_one_snapshot_per_batch(
     poller.start()
     try:
         for step in range(1, 4):
-            # WHEN the same random batch goes through MERGE and through publish_changes
-            changes = spark.createDataFrame(_random_batch(rng, 360, 120, step), CHANGE_SCHEMA)
-            if classified:  # as the pipeline does: MERGE only the effects that apply
-                changes = _classified(spark, published, changes, key)
-                _merge(spark, merged, changes.where(F.col(EFFECT).isin("insert", "update", "delete")), key)
-            else:  # raw changes: the late-change guard is the MERGE's (and publish's) own
-                _merge(spark, merged, changes, key)
+            # WHEN the same random batch, planned as the pipeline does (only the effects that
+            # apply), goes through MERGE and through publish_changes
+            raw = spark.createDataFrame(_random_batch(rng, 360, 120, step), CHANGE_SCHEMA)
+            changes = _planned(spark, published, raw, key)
+            _merge(spark, merged, changes, key)
             history_before = _main_history(spark, published)
             properties = ledger_properties(KIND_CDC, [f"batch-{step}"], "2024-01-01 00:00:00")
             snapshot = publish_changes(spark, _batch(published, changes, key, properties))
@@ -173,7 +167,8 @@ def test_ledger_reader_sees_every_published_batch(spark: SparkSession, database:
     rng = random.Random(2)
     # WHEN two batches are published with their ledger properties
     for step in (1, 2):
-        changes = spark.createDataFrame(_random_batch(rng, 60, 20, step), CHANGE_SCHEMA)
+        raw = spark.createDataFrame(_random_batch(rng, 60, 20, step), CHANGE_SCHEMA)
+        changes = _planned(spark, silver.identifier, raw, ["id"])
         properties = ledger_properties(KIND_CDC, [f"cdc-{step}.csv"])
         publish_changes(spark, _batch(silver, changes, ["id"], properties))
     # THEN read_ledger walks main's lineage through both batches back to the full load
@@ -189,10 +184,10 @@ def test_crashed_stage_is_invisible_and_the_next_run_cleans_up(spark: SparkSessi
     initial = _initial_rows(random.Random(3), 100)
     for identifier in (merged, published):
         _create(spark, identifier, MODES["merge-on-read v2"], initial)
-    changes = spark.createDataFrame(_random_batch(random.Random(4), 120, 40, 1), CHANGE_SCHEMA)
+    raw = spark.createDataFrame(_random_batch(random.Random(4), 120, 40, 1), CHANGE_SCHEMA)
+    changes = _planned(spark, published, raw, ["id"])
     head = _main_history(spark, published)
-    staged = stage_changes(spark, published, changes, ["id"], COLUMNS, ABSENT, UNCHANGED)
-    assert staged is not None
+    staged = stage_changes(spark, _batch(published, changes, ["id"], {}))
     # THEN main, its history and its contents are untouched
     assert _main_history(spark, published) == head
     assert _rows(spark, published) == _rows(spark, merged)
@@ -211,9 +206,8 @@ def test_a_concurrent_commit_on_main_makes_the_publish_fail(spark: SparkSession,
     # GIVEN a staged batch, and another writer appending to main before it is published
     published = f"{database}.published"
     _create(spark, published, MODES["merge-on-read v2"], _initial_rows(random.Random(5), 100))
-    changes = spark.createDataFrame(_random_batch(random.Random(6), 120, 40, 1), CHANGE_SCHEMA)
-    staged = stage_changes(spark, published, changes, ["id"], COLUMNS, ABSENT, UNCHANGED)
-    assert staged is not None
+    raw = spark.createDataFrame(_random_batch(random.Random(6), 120, 40, 1), CHANGE_SCHEMA)
+    staged = stage_changes(spark, _batch(published, _planned(spark, published, raw, ["id"]), ["id"], {}))
     intruder = (999, "p0", "x", "x", 0, None, None, _order(1))
     spark.createDataFrame([intruder], TABLE_SCHEMA).writeTo(published).append()
     before = _rows(spark, published)

@@ -14,7 +14,6 @@ from cdclake.engine.commit import commit_batch
 from cdclake.engine.prepare import BatchPlan, prepare_batch
 from cdclake.engine.select import TableState
 from cdclake.errors import FullLoadPendingError
-from cdclake.lake.batch import is_collected
 from cdclake.report import TableReport
 
 log = logging.getLogger("cdclake")
@@ -63,8 +62,8 @@ def apply_cdc_batch(
     try:
         commit_batch(engine, table, plan, force)
     finally:
-        if plan.changes is not None and not is_collected(plan.changes.rows):
-            plan.changes.rows.unpersist()
+        if plan.changes is not None:
+            plan.changes.commit.release()
     report = batch_report(table, plan, skipped, held_before, time.monotonic() - started)
     log.info("cdc batch done %s", report.summary())
     applied = [f.key for f in plan.changes.files] if plan.changes else []

@@ -14,16 +14,25 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, assert_never
 
-from cdclake.columns import COMMIT_TS, EFFECT_DELETE, EFFECT_DELETE_MISSING, OP
+from cdclake.columns import COMMIT_TS, OP
 from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.engine.history_sync import BatchHistory, append_batch_history
-from cdclake.engine.prepare import BatchPlan, ChangeSet, Hold, silver_shape, tombstone_rows, with_effects
+from cdclake.engine.prepare import BatchPlan, ChangeSet, Hold, silver_shape, tombstone_rows
 from cdclake.engine.read import BadRows
 from cdclake.engine.statements import merge_statement
-from cdclake.lake.batch import KeyedBatch, is_collected, read_table_metadata
+from cdclake.lake.batch import (
+    Append,
+    DriverRowDelta,
+    KeyedBatch,
+    KeyedCommit,
+    Merge,
+    Publish,
+    RowDelta,
+    read_table_metadata,
+)
 from cdclake.lake.history import apply_history, create_history, history_of, reflecting, start_history
 from cdclake.lake.journals import (
     record_quarantine,
@@ -47,6 +56,7 @@ from cdclake.lake.ledger import (
 from cdclake.lake.tables import SilverTable, ensure_database, ensure_table, evolve_schema, table_exists
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 log = logging.getLogger("cdclake")
@@ -74,17 +84,17 @@ def commit_batch(engine: Engine, table: TableConfig, plan: BatchPlan, force: boo
         replace_table(engine.spark, silver, silver_shape(changes.shape), [], kind=KIND_FULL_LOAD)
         apply_layout(engine.spark, silver.identifier, table.silver_key(), table.layout)
     _evolve(engine, silver, changes)
-    if changes.keyed is None:
-        assert not is_collected(changes.rows), "append-only batches are appended by Spark"
-        engine.committer.append(engine.spark, silver, silver_shape(changes.rows), changes.properties)
+    commit = changes.commit
+    if isinstance(commit, Append):
+        engine.committer.append(engine.spark, silver, silver_shape(commit.rows), commit.properties)
     else:
-        batch = changes.keyed
-        if changes.schema.changes_table and batch.metadata is not None:
+        planned = commit.batch.metadata
+        if changes.schema.changes_table and planned is not None:
             # The new images follow the evolved schema (no snapshot made): read again, still
             # classified against and validated from the snapshot the plan read.
             evolved = read_table_metadata(engine.spark, silver)
-            batch = replace(batch, metadata=replace(evolved, snapshot_id=batch.metadata.snapshot_id))
-        _apply_keyed(engine, table, silver, changes, batch)
+            commit = commit.with_metadata(replace(evolved, snapshot_id=planned.snapshot_id))
+        _apply_keyed(engine, table, silver, changes, commit)
     if force:  # after the data commit: a replay that never commits leaves the quarantine as it was
         replayed = [f.key for f in changes.files]
         release_quarantine(engine.spark, silver, replayed)
@@ -116,7 +126,7 @@ def _evolve(engine: Engine, silver: SilverTable, changes: ChangeSet) -> None:
 
 
 def _apply_keyed(
-    engine: Engine, table: TableConfig, silver: SilverTable, changes: ChangeSet, batch: KeyedBatch
+    engine: Engine, table: TableConfig, silver: SilverTable, changes: ChangeSet, commit: KeyedCommit
 ) -> None:
     """Tombstones for the deletes, then one commit of the rest that records the batch's files, then history."""
     with ThreadPoolExecutor(1, thread_name_prefix="cdclake-tombstones") as pool:
@@ -124,12 +134,14 @@ def _apply_keyed(
         # harmlessly. Appended, never upserted (one write whose cost follows the deletes): a key
         # may hold several tombstones, and the classification takes its newest (``classify_effects``).
         # Their job runs while the data files are written; the data commit waits for their commit.
-        tombstoned = pool.submit(_append_tombstones, engine, silver, changes, batch.key) if changes.deletes else None
+        tombstoned = pool.submit(_append_tombstones, engine, silver, changes, commit) if changes.deletes else None
         waited = tombstoned.result if tombstoned else _no_tombstones
-        _commit_keyed(engine, table, changes, batch, waited)
+        _commit_keyed(engine, table, changes, commit, waited)
 
 
-def _start_history(engine: Engine, batch: KeyedBatch, base: int, changes: DataFrame) -> None:
+def _start_history(
+    engine: Engine, batch: KeyedBatch[DataFrame] | KeyedBatch[pa.Table], base: int, changes: DataFrame
+) -> None:
     """``history: true`` turned on after the table was loaded: start its history from silver's rows
     as the batch found them (snapshot ``base``), before the batch's ``changes``.
 
@@ -158,18 +170,20 @@ def _no_tombstones() -> None:
     """A batch without deletes: nothing for its data commit to wait for."""
 
 
-def _append_tombstones(engine: Engine, silver: SilverTable, changes: ChangeSet, key: Sequence[str]) -> None:
+def _append_tombstones(engine: Engine, silver: SilverTable, changes: ChangeSet, commit: KeyedCommit) -> None:
     tombstones = tombstones_of(silver)
-    ensure_table(engine.spark, tombstones, tombstone_rows(changes.shape, key))
-    deletes = with_effects(changes.rows, (EFFECT_DELETE, EFFECT_DELETE_MISSING))
-    engine.committer.append_tombstones(engine.spark, tombstones, tombstone_rows(deletes, key))
+    ensure_table(engine.spark, tombstones, tombstone_rows(changes.shape, commit.batch.key))
+    if isinstance(commit, DriverRowDelta):
+        engine.committer.append_collected_tombstones(engine.spark, tombstones, commit.tombstones)
+    else:
+        engine.committer.append_tombstones(engine.spark, tombstones, commit.tombstones)
 
 
 def _commit_keyed(
     engine: Engine,
     table: TableConfig,
     changes: ChangeSet,
-    batch: KeyedBatch,
+    commit: KeyedCommit,
     tombstones_committed: Callable[[], None],
 ) -> None:
     """The data commit the plan chose, which waits for ``tombstones_committed`` first, then history.
@@ -178,23 +192,30 @@ def _commit_keyed(
     (its versions never show a change silver does not hold), and the next run catches it up from
     the batch's files (``engine.history_sync``). A history started from silver's rows is started
     before the data commit: from the rows the batch found."""
+    batch = commit.batch
     if changes.history is not None and batch.base_snapshot_id is not None:
         _start_history(engine, batch, batch.base_snapshot_id, changes.history)
-    log.debug("commit table=%s path=%s", batch.table.name, changes.commit_way)
-    if changes.commit_way in ("row-delta", "driver-row-delta"):
-        engine.committer.row_delta(engine.spark, batch, before_commit=tombstones_committed)
-    else:
-        tombstones_committed()
-        if changes.commit_way == "merge":
+    log.debug("commit table=%s path=%s", batch.table.name, commit.way)
+    match commit:
+        case RowDelta():
+            engine.committer.row_delta(engine.spark, commit.batch, before_commit=tombstones_committed)
+        case DriverRowDelta():
+            engine.committer.driver_row_delta(engine.spark, commit.batch, before_commit=tombstones_committed)
+        case Merge():
+            tombstones_committed()
+
             # The same semantics as the other paths (tests/spark/test_publish.py).
             def statement(view: str) -> str:
                 return merge_statement(
                     batch.table.identifier, view, batch.key, batch.columns, batch.absent, list(batch.unchanged)
                 )
 
-            engine.committer.merge(engine.spark, batch, statement)
-        else:
-            engine.committer.publish(engine.spark, batch)
+            engine.committer.merge(engine.spark, commit.batch, statement)
+        case Publish():
+            tombstones_committed()
+            engine.committer.publish(engine.spark, commit.batch)
+        case _:
+            assert_never(commit)
     if changes.history is not None:
         committed = committed_snapshot(engine.spark, batch.table, batch.properties)
         files = tuple(f.key for f in changes.files)

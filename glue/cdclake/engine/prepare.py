@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING
 
 from cdclake.columns import (
     APPEND_ONLY_OP_COLUMN,
@@ -32,7 +32,7 @@ from cdclake.columns import (
     TOMBSTONE_DELETED_AT,
 )
 from cdclake.config import TableConfig
-from cdclake.context import CommitWay, Engine
+from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile
 from cdclake.dms.horizon import beyond_horizon
 from cdclake.dms.reader import HeldFileError
@@ -40,7 +40,19 @@ from cdclake.engine.changes import classify_effects, data_columns, has_error, la
 from cdclake.engine.read import BadRows, RowCounts, bad_rows, read_changes, unreadable_files
 from cdclake.errors import CdclakeError, ConfigError
 from cdclake.identifiers import quote
-from cdclake.lake.batch import KeyedBatch, TableMetadata, is_collected, read_table_metadata
+from cdclake.lake.batch import (
+    Append,
+    CommitWay,
+    DataCommit,
+    DriverRowDelta,
+    KeyedBatch,
+    Merge,
+    Publish,
+    RowDelta,
+    Rows,
+    TableMetadata,
+    read_table_metadata,
+)
 from cdclake.lake.driver_write import collect_rows, collectable
 from cdclake.lake.journals import tombstones_of
 from cdclake.lake.ledger import KIND_CDC, ledger_properties
@@ -69,9 +81,6 @@ class ChangeSet:
     """A batch's rows to apply, read, classified and materialised once."""
 
     files: list[BronzeFile]  # the readable files, in apply order (file indexes point into this list)
-    rows: (
-        DataFrame | pa.Table
-    )  # classified latest changes (keyed; collected: ``lake.driver_write``), or the rows to append
     shape: DataFrame  # no rows: the columns of the latest changes (silver's and the tombstones' shape)
     schema: SchemaPlan
     creates_table: bool  # silver does not exist yet: the commit creates it
@@ -80,9 +89,9 @@ class ChangeSet:
     latest_commit_ts: str | None
     bad: BadRows | None  # the bad rows, materialised (the commit never reads bronze again)
     history: DataFrame | None  # every valid change, materialised (tables with ``history: true``)
-    commit_way: CommitWay
-    properties: dict[str, str]  # the ledger record of the batch's data commit
-    keyed: KeyedBatch | None  # keyed tables: what the data commit applies (columns, flags, the table's metadata)
+    # The data commit, by the way the plan chose, with its rows: the classified latest changes
+    # (keyed tables; collected into the driver for ``DriverRowDelta``), or the rows to append.
+    commit: DataCommit
 
     @property
     def deletes(self) -> int:
@@ -201,11 +210,12 @@ def _prepare_readable(
         observed = classified.observe(applied, *[F.count_if(F.col(EFFECT) == e).alias(e) for e in EFFECTS], latest)
     columns, unchanged = data_columns(rows), unchanged_flags(rows)
     way = choose_commit_way(engine, table, metadata, columns, schema.absent, unchanged)
-    materialized: DataFrame | pa.Table
-    # Small enough to collect into the driver (``Engine.driver_write_bytes``)?
+    # Small enough to collect into the driver (``Engine.driver_write_bytes``)? The one point where
+    # the batch's rows leave Spark or stay: the commit's type says which from here on.
+    collected: pa.Table | None = None
+    materialized = observed
     if way == "row-delta" and batch_bytes <= engine.driver_write_bytes and collectable(observed):
-        materialized = collect_rows(observed)  # its files are written by the driver, no Spark job
-        way = "driver-row-delta"
+        collected = collect_rows(observed)  # its files are written by the driver, no Spark job
     else:
         # A local checkpoint, not a cache: it also cuts the lineage back to the reader's row ids
         # (monotonically_increasing_id), which a copy-on-write MERGE refuses as non-deterministic.
@@ -224,12 +234,14 @@ def _prepare_readable(
     if bad is not None:  # a few rows: read from bronze once, here, not again by the commit
         bad = replace(bad, rows=bad.rows.localCheckpoint())
     properties = ledger_properties(KIND_CDC, [f.key for f in files], stats["_cdc_latest"])
-    keyed = None
-    if not table.append_only:
-        keyed = KeyedBatch(
+
+    key = table.silver_key()
+
+    def keyed(changes: Rows) -> KeyedBatch[Rows]:
+        return KeyedBatch(
             table=silver,
-            changes=with_effects(materialized, (EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE)),
-            key=table.silver_key(),
+            changes=changes,
+            key=key,
             columns=columns,
             properties=properties,
             metadata=None if creates_table else metadata,
@@ -238,9 +250,18 @@ def _prepare_readable(
             image_count=effects[EFFECT_INSERT] + effects[EFFECT_UPDATE],
             replaced_count=effects[EFFECT_UPDATE] + effects[EFFECT_DELETE],
         )
+
+    commit: DataCommit
+    if table.append_only:
+        commit = Append(materialized, properties)
+    elif collected is not None:
+        tombstones = collected_tombstone_rows(collected_with_effects(collected, TOMBSTONED), key)
+        commit = DriverRowDelta(keyed(collected_with_effects(collected, APPLIED)), tombstones)
+    else:
+        deletes = tombstone_rows(with_effects(materialized, TOMBSTONED), key)
+        commit = _IN_SPARK[way](keyed(with_effects(materialized, APPLIED)), deletes, materialized)
     plan.changes = ChangeSet(
         files=list(files),
-        rows=materialized,
         shape=shape,
         schema=schema,
         creates_table=creates_table,
@@ -249,9 +270,7 @@ def _prepare_readable(
         latest_commit_ts=stats["_cdc_latest"],
         bad=bad,
         history=history,
-        commit_way=way,
-        properties=properties,
-        keyed=keyed,
+        commit=commit,
     )
     return plan
 
@@ -313,16 +332,30 @@ def choose_commit_way(
     return "merge" if metadata.total_records < engine.merge_below_records else "publish"
 
 
-def with_effects(rows: DataFrame | pa.Table, effects: Sequence[str]) -> DataFrame | pa.Table:
-    """The classified ``rows`` (materialised or collected) whose effect is one of ``effects``."""
-    if is_collected(rows):
-        import pyarrow as pa
-        import pyarrow.compute as pc
+# The effects a keyed batch's data commit applies, and those that leave a tombstone.
+APPLIED = (EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE)
+TOMBSTONED = (EFFECT_DELETE, EFFECT_DELETE_MISSING)
+# The ways whose rows stay in Spark, by the name ``choose_commit_way`` gives them.
+_IN_SPARK: dict[CommitWay, type[RowDelta] | type[Merge] | type[Publish]] = {
+    "row-delta": RowDelta,
+    "merge": Merge,
+    "publish": Publish,
+}
 
-        return rows.filter(pc.is_in(rows.column(EFFECT), value_set=pa.array(list(effects))))
+
+def with_effects(rows: DataFrame, effects: Sequence[str]) -> DataFrame:
+    """The classified ``rows`` whose effect is one of ``effects``."""
     from pyspark.sql import functions as F
 
     return rows.where(F.col(EFFECT).isin(*effects))
+
+
+def collected_with_effects(rows: pa.Table, effects: Sequence[str]) -> pa.Table:
+    """``with_effects`` of classified rows collected into the driver."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return rows.filter(pc.is_in(rows.column(EFFECT), value_set=pa.array(list(effects))))
 
 
 # What one touched stored row costs in a broadcast: its key, ``_cdc_order`` (35 characters), its
@@ -419,15 +452,14 @@ def silver_shape(rows: DataFrame) -> DataFrame:
     return rows.select(*data_columns(rows), *([SILVER_ORDER] if SILVER_ORDER in rows.columns else []))
 
 
-@overload
-def tombstone_rows(changes: DataFrame, key: Sequence[str]) -> DataFrame: ...
-@overload
-def tombstone_rows(changes: DataFrame | pa.Table, key: Sequence[str]) -> DataFrame | pa.Table: ...
-def tombstone_rows(changes: DataFrame | pa.Table, key: Sequence[str]) -> DataFrame | pa.Table:
+def tombstone_rows(changes: DataFrame, key: Sequence[str]) -> DataFrame:
     """What a tombstone holds: the deleted key, the delete's order and its commit time."""
-    if is_collected(changes):
-        kept = [*key, SILVER_ORDER, COMMIT_TS]
-        return changes.select(kept).rename_columns([*key, SILVER_ORDER, TOMBSTONE_DELETED_AT])
     from pyspark.sql import functions as F
 
     return changes.select(*key, SILVER_ORDER, F.col(COMMIT_TS).alias(TOMBSTONE_DELETED_AT))
+
+
+def collected_tombstone_rows(changes: pa.Table, key: Sequence[str]) -> pa.Table:
+    """``tombstone_rows`` of changes collected into the driver."""
+    kept = [*key, SILVER_ORDER, COMMIT_TS]
+    return changes.select(kept).rename_columns([*key, SILVER_ORDER, TOMBSTONE_DELETED_AT])

@@ -1,9 +1,14 @@
-"""The values one CDC batch carries from its plan to its commit: the table's metadata, read once, and the batch.
+"""The values one CDC batch carries from its plan to its commit: the table's metadata, read once, the
+batch, and the data commit the plan chose with the rows it commits.
 
 ``read_table_metadata`` is the one read of a silver table's metadata per batch (one load and refresh of the
 Iceberg table, one of its schema, one of its tombstone table's properties); every decision of the plan
 (``engine.prepare``) and the commit (``lake.row_delta``, ``lake.driver_write``, ``lake.publish``) takes it
 from ``KeyedBatch.metadata`` instead of reading the table again.
+
+Whether a batch's rows stay in Spark or were collected into the driver is said by the type of its
+``DataCommit`` (``DriverRowDelta`` holds Arrow rows, every other way DataFrames), decided once by
+``engine.prepare``: each commit function takes the one kind of rows it writes.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, TypeGuard
+from typing import TYPE_CHECKING, ClassVar, Generic, Literal, Self, TypeVar
 
 from cdclake.lake.journals import PRUNED_BEFORE_PROPERTY, parse_pruned_before, tombstones_of
 from cdclake.lake.tables import IcebergField, SilverTable, iceberg_fields, iceberg_table, table_exists
@@ -20,6 +25,14 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
+
+# How a batch's data commit is made, by what each way does: "append" (append-only tables: one append);
+# "row-delta" (Spark writes the new images and position deletes, one RowDelta, no scan of the table);
+# "driver-row-delta" (the same, a small batch's files written by the driver from its collected rows);
+# "merge" (one MERGE statement); "publish" (staged on a branch, then one RowDelta on main).
+CommitWay = Literal["append", "row-delta", "driver-row-delta", "merge", "publish"]
+# A batch's rows: materialised in Spark, or collected into the driver as Arrow.
+Rows = TypeVar("Rows", "DataFrame", "pa.Table")
 
 
 @dataclass(frozen=True)
@@ -87,7 +100,7 @@ def read_table_metadata(spark: SparkSession, table: SilverTable) -> TableMetadat
 
 
 @dataclass(frozen=True)
-class KeyedBatch:
+class KeyedBatch(Generic[Rows]):
     """A keyed table's batch, classified and ready for its one data commit, whichever way takes it.
 
     ``changes`` holds one row per key (inserts, updates and deletes; late changes and deletes of
@@ -98,7 +111,7 @@ class KeyedBatch:
     """
 
     table: SilverTable
-    changes: DataFrame | pa.Table
+    changes: Rows
     key: Sequence[str]
     columns: Sequence[str]  # the data columns the changes carry
     properties: Mapping[str, str]  # the ledger record the commit carries
@@ -114,8 +127,74 @@ class KeyedBatch:
         return None if self.metadata is None else self.metadata.snapshot_id
 
 
-def is_collected(rows: object) -> TypeGuard[pa.Table]:
-    """Whether ``rows`` were collected into the driver (an Arrow table, not a DataFrame)."""
-    import pyarrow as pa
+@dataclass(frozen=True)
+class Append:
+    """Append-only tables: every change appended as a row, one commit carrying ``properties``."""
 
-    return isinstance(rows, pa.Table)
+    rows: DataFrame  # materialised (a local checkpoint)
+    properties: dict[str, str]  # the ledger record of the batch's data commit
+    way: ClassVar[CommitWay] = "append"
+
+    def release(self) -> None:
+        """Free the materialised rows once the commit is done (or failed)."""
+        self.rows.unpersist()
+
+
+@dataclass(frozen=True)
+class _InSpark:
+    """A keyed batch whose classified rows stay in Spark, materialised once (``classified``, a local
+    checkpoint): ``batch.changes`` and ``tombstones`` are read from it."""
+
+    batch: KeyedBatch[DataFrame]
+    tombstones: DataFrame  # what the batch's deletes leave as tombstones (``engine.prepare.tombstone_rows``)
+    classified: DataFrame  # every classified change, materialised
+    way: ClassVar[CommitWay]
+
+    def with_metadata(self, metadata: TableMetadata) -> Self:
+        """The same commit of a batch whose table's metadata was read again (an evolved schema)."""
+        return replace(self, batch=replace(self.batch, metadata=metadata))
+
+    def release(self) -> None:
+        """Free the materialised rows once the commit is done (or failed)."""
+        self.classified.unpersist()
+
+
+class RowDelta(_InSpark):
+    """Files Spark writes and one RowDelta, no scan of the table (``lake.row_delta``)."""
+
+    way: ClassVar[CommitWay] = "row-delta"
+
+
+class Merge(_InSpark):
+    """One MERGE statement (``engine.statements.merge_statement``)."""
+
+    way: ClassVar[CommitWay] = "merge"
+
+
+class Publish(_InSpark):
+    """Staged on a private branch, then one RowDelta on ``main`` (``lake.publish``)."""
+
+    way: ClassVar[CommitWay] = "publish"
+
+
+@dataclass(frozen=True)
+class DriverRowDelta:
+    """A batch small enough for the driver, collected as Arrow once: its files are written by the
+    driver and committed as one RowDelta, its tombstones appended as a file the driver writes
+    (``lake.driver_write``: no Spark job)."""
+
+    batch: KeyedBatch[pa.Table]
+    tombstones: pa.Table
+    way: ClassVar[CommitWay] = "driver-row-delta"
+
+    def with_metadata(self, metadata: TableMetadata) -> Self:
+        """The same commit of a batch whose table's metadata was read again (an evolved schema)."""
+        return replace(self, batch=replace(self.batch, metadata=metadata))
+
+    def release(self) -> None:
+        """Nothing to free in Spark: the rows are the driver's."""
+
+
+KeyedCommit = RowDelta | Merge | Publish | DriverRowDelta
+# The one data commit a batch's plan chose, with the rows it commits (``engine.prepare.choose_commit_way``).
+DataCommit = Append | KeyedCommit

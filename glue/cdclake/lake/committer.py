@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from cdclake.lake.batch import KeyedBatch, is_collected
+from cdclake.lake.batch import KeyedBatch
 from cdclake.lake.driver_write import append_collected, apply_collected_row_delta
 from cdclake.lake.publish import publish_changes
 from cdclake.lake.row_delta import apply_row_delta
@@ -23,36 +23,38 @@ class IcebergCommitter:
     of a full load) to show that a crash between any two steps loses nothing.
     """
 
-    def merge(self, spark: SparkSession, batch: KeyedBatch, statement: Callable[[str], str]) -> None:
+    def merge(self, spark: SparkSession, batch: KeyedBatch[DataFrame], statement: Callable[[str], str]) -> None:
         """Run the MERGE ``statement(view)`` of the batch's changes as one Iceberg commit carrying
         its properties."""
-        changes = batch.changes
-        assert not is_collected(changes), "collected changes are committed through a RowDelta"
-        commit_with_properties(spark, dict(batch.properties), lambda: merge_frame(spark, changes, statement))
+        commit_with_properties(spark, dict(batch.properties), lambda: merge_frame(spark, batch.changes, statement))
 
-    def publish(self, spark: SparkSession, batch: KeyedBatch) -> None:
+    def publish(self, spark: SparkSession, batch: KeyedBatch[DataFrame]) -> None:
         """Apply the batch as one snapshot on ``main`` carrying its properties, at a cost that follows
         the batch (``lake.publish``: staged on a branch, one RowDelta)."""
         publish_changes(spark, batch)
 
     def row_delta(
-        self, spark: SparkSession, batch: KeyedBatch, before_commit: Callable[[], None] | None = None
+        self, spark: SparkSession, batch: KeyedBatch[DataFrame], before_commit: Callable[[], None] | None = None
     ) -> None:
-        """Apply the batch as written files and one RowDelta on ``main`` carrying its properties
+        """Apply the batch as files Spark writes and one RowDelta on ``main`` carrying its properties
         (``lake.row_delta``: no scan of the table). ``before_commit`` is called once the files are
         written, before the commit (it waits for what must be committed first)."""
-        if is_collected(batch.changes):
-            apply_collected_row_delta(spark, batch, before_commit)
-        else:
-            apply_row_delta(spark, batch, before_commit)
+        apply_row_delta(spark, batch, before_commit)
 
-    def append_tombstones(self, spark: SparkSession, tombstones: SilverTable, rows: DataFrame | pa.Table) -> None:
-        """Append a batch's tombstones (one commit to the tombstone table, no ledger properties);
-        collected ones as a file the driver writes."""
-        if is_collected(rows):
-            append_collected(spark, tombstones.identifier, rows)
-        else:
-            rows.writeTo(tombstones.identifier).append()
+    def driver_row_delta(
+        self, spark: SparkSession, batch: KeyedBatch[pa.Table], before_commit: Callable[[], None] | None = None
+    ) -> None:
+        """``row_delta`` of a batch collected into the driver: its files written by the driver
+        (``lake.driver_write``: no Spark job), the same one RowDelta."""
+        apply_collected_row_delta(spark, batch, before_commit)
+
+    def append_tombstones(self, spark: SparkSession, tombstones: SilverTable, rows: DataFrame) -> None:
+        """Append a batch's tombstones (one commit to the tombstone table, no ledger properties)."""
+        rows.writeTo(tombstones.identifier).append()
+
+    def append_collected_tombstones(self, spark: SparkSession, tombstones: SilverTable, rows: pa.Table) -> None:
+        """``append_tombstones`` of rows collected into the driver: one file the driver writes."""
+        append_collected(spark, tombstones.identifier, rows)
 
     def append(self, spark: SparkSession, table: SilverTable, rows: DataFrame, properties: dict[str, str]) -> None:
         """Append ``rows`` as one commit carrying ``properties`` (append-only tables)."""

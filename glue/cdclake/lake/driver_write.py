@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from cdclake.columns import OP, SILVER_ORDER, STORED_FILE, STORED_POS
-from cdclake.lake.batch import KeyedBatch, is_collected
+from cdclake.lake.batch import KeyedBatch
 from cdclake.lake.row_delta import DELETE_FILE_COLUMNS, WrittenFile, WrittenFiles, row_delta_input, sort_order_columns
 from cdclake.lake.tables import iceberg_fields, iceberg_table
 
@@ -153,7 +153,7 @@ def sorted_ascending(rows: pa.Table, columns: Sequence[str]) -> pa.Table:
 
 
 def apply_collected_row_delta(
-    spark: SparkSession, batch: KeyedBatch, before_commit: Callable[[], None] | None = None
+    spark: SparkSession, batch: KeyedBatch[pa.Table], before_commit: Callable[[], None] | None = None
 ) -> int:
     """``lake.row_delta.apply_row_delta`` for a batch whose changes were collected in the driver: the
     same new images (one data file, in the table's sort order), the same position deletes (one file
@@ -164,7 +164,6 @@ def apply_collected_row_delta(
     from pyspark.sql.types import LongType, StringType
 
     metadata, changes = row_delta_input(batch)
-    assert is_collected(changes), "a DataFrame's changes are written by Spark (lake.row_delta)"
     assert metadata.schema is not None
     table = iceberg_table(spark, batch.table.identifier)
     ids = {f.name: f.id for f in metadata.fields}

@@ -6,9 +6,9 @@ row (the changes can never be the broadcast side). This path does the same work 
 
 1. *Touched rows*: the stored rows of the batch's keys, found by a semi-join with the batch's keys
    broadcast (the table's key column is streamed once, never shuffled), read at the base snapshot.
-2. *Decide*: per change, as the MERGE does: a matched row is replaced only when the change is not
-   older than it (``_cdc_order``); deletes of missing keys do nothing; "unchanged" columns and
-   columns the batch does not write keep the stored value on update and are NULL on insert;
+2. *Decide*: per change, by the effect the classification gave it (late changes and deletes of
+   missing keys are not in the batch): the stored row of its key is replaced; "unchanged" columns
+   and columns the batch does not write keep the stored value on update and are NULL on insert;
    ``absent`` columns become NULL.
 3. *Stage*: on a private branch created at the base snapshot, ``DELETE`` the replaced rows (an IN
    subquery over the broadcast keys: a semi-join again) and append the new images. Spark writes
@@ -44,11 +44,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cdclake.columns import EFFECT, EFFECT_DELETE, EFFECT_INSERT, EFFECT_UPDATE, OP, SILVER_ORDER
+from cdclake.columns import EFFECT, EFFECT_DELETE, EFFECT_UPDATE, OP, SILVER_ORDER
 from cdclake.identifiers import quote
-from cdclake.lake.batch import KeyedBatch, is_collected
+from cdclake.lake.batch import KeyedBatch
 from cdclake.lake.row_delta import commit_row_delta
-from cdclake.lake.tables import commit_with_properties, iceberg_table
+from cdclake.lake.tables import iceberg_table
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -57,7 +57,6 @@ log = logging.getLogger("cdclake")
 BRANCH_PREFIX = "cdclake_publish_"
 _STORED = "_cdc_stored_"  # prefix of the touched stored row's columns beside a change
 _MATCHED = "_cdc_stored_matched"  # a stored row of the key is replaced
-_REPLACE = "_cdc_replace"  # the key's stored row, if any, is deleted
 
 
 @dataclass(frozen=True)
@@ -105,26 +104,18 @@ def key_bounds(changes: DataFrame, key: Sequence[str]) -> tuple[Any, Any] | None
     return row["lo"], row["hi"]
 
 
-def _decide(
-    spark: SparkSession,
-    table_identifier: str,
-    base_snapshot_id: int,
-    changes: DataFrame,
-    key: Sequence[str],
-    columns: Sequence[str],
-    absent: Sequence[str],
-    unchanged: Mapping[str, str],
-) -> tuple[DataFrame, list[Column]]:
-    """The changes that do something, with ``_cdc_stored_matched`` (a stored row is replaced),
-    and the expressions of their new images in table column order.
+def _decide(spark: SparkSession, base_snapshot_id: int, batch: KeyedBatch[DataFrame]) -> tuple[DataFrame, list[Column]]:
+    """The batch's changes with ``_cdc_stored_matched`` (a stored row is replaced), and the
+    expressions of their new images in table column order.
 
-    Changes with ``_cdc_effect`` (``changes.classify_effects`` against this same snapshot) are
-    trusted: late changes and deletes of missing keys are dropped, and the stored rows are read
-    only when an update must keep stored values. Without it, the stored order of every touched
-    row is read to apply MERGE's guard (a change older than the stored row does nothing).
+    The changes' effects (``changes.classify_effects`` against this same snapshot: insert, update
+    and delete only, late changes and deletes of missing keys already left out) are trusted: the
+    stored rows are read only when an update must keep stored values.
     """
     from pyspark.sql import functions as F
 
+    table_identifier, changes, key, columns = batch.table.identifier, batch.changes, batch.key, batch.columns
+    absent, unchanged = batch.absent, batch.unchanged
     stored = spark.sql(f"SELECT * FROM {table_identifier} VERSION AS OF {base_snapshot_id}")
     # The images follow the table's current schema (a batch may have just added or widened columns,
     # which makes no snapshot); a column the base snapshot lacks held NULL in every stored row.
@@ -138,10 +129,7 @@ def _decide(
     # Columns whose stored value an update may keep: flagged "unchanged" ones and any the batch
     # does not write at all (MERGE's UPDATE SET leaves those alone).
     kept = [c for c in table_columns if c not in key and ((c in unchanged and c in columns) or c not in written)]
-    classified = EFFECT in changes.columns
-    if classified:
-        changes = changes.where(F.col(EFFECT).isin(EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE))
-    read = [c for c in (kept if classified else [SILVER_ORDER, *kept]) if c in in_snapshot]
+    read = [c for c in kept if c in in_snapshot]
     if read:
         stored = stored.select(*key, *read)
         bounds = key_bounds(changes, key)
@@ -150,18 +138,10 @@ def _decide(
         touched = stored.join(F.broadcast(changes.select(*key)), list(key), "left_semi")
         touched = touched.select(*key, *[F.col(c).alias(_STORED + c) for c in read], F.lit(True).alias(_MATCHED))
         changes = changes.join(F.broadcast(touched), list(key), "left")
-    if classified:
-        # Every key is deleted: an insert's key may still hold a stored row that classification
-        # did not see as matched (a NULL ``_cdc_order``); the MERGE would update it.
-        matched = (
-            F.coalesce(F.col(_MATCHED), F.lit(False)) if read else F.col(EFFECT).isin(EFFECT_UPDATE, EFFECT_DELETE)
-        )
-        applied = changes.withColumn(_MATCHED, matched).withColumn(_REPLACE, F.lit(True))
-    else:
-        matched = F.coalesce(F.col(_MATCHED), F.lit(False))
-        stored_order = F.col(_STORED + SILVER_ORDER)
-        newer = stored_order.isNull() | (F.col(SILVER_ORDER) >= stored_order)
-        applied = changes.where(~matched | newer).withColumn(_MATCHED, matched).withColumn(_REPLACE, matched)
+    # Every key's stored row is deleted: an insert's key may still hold a stored row that the
+    # classification did not see as matched (a NULL ``_cdc_order``); the MERGE would update it.
+    matched = F.coalesce(F.col(_MATCHED), F.lit(False)) if read else F.col(EFFECT).isin(EFFECT_UPDATE, EFFECT_DELETE)
+    applied = changes.withColumn(_MATCHED, matched)
 
     def stored_value(column: str) -> Column:
         return F.col(_STORED + column) if column in read else F.lit(None)
@@ -182,44 +162,34 @@ def _decide(
     return applied, [image(c) for c in table_columns]
 
 
-def stage_changes(
-    spark: SparkSession,
-    table_identifier: str,
-    changes: DataFrame,
-    key: Sequence[str],
-    columns: Sequence[str],
-    absent: Sequence[str] = (),
-    unchanged: Mapping[str, str] | None = None,
-) -> StagedBatch | None:
-    """Write the batch's deletes and new images to a new private branch of ``table_identifier``.
-
-    None when the table has no snapshot yet (nothing to branch from: ``publish_changes`` appends).
-    """
+def stage_changes(spark: SparkSession, batch: KeyedBatch[DataFrame]) -> StagedBatch:
+    """Write the batch's deletes (the stored row of every key it changes) and new images to a new
+    private branch of its table, created at the table's current snapshot."""
     from pyspark.sql import functions as F
 
+    table_identifier, key = batch.table.identifier, batch.key
     table = iceberg_table(spark, table_identifier)
     table.refresh()
     current = table.currentSnapshot()
-    if current is None:
-        return None
+    if current is None:  # a silver table is created with a snapshot (``lake.ledger.replace_table``)
+        raise ValueError(f"{table_identifier} has no snapshot to stage a batch on")
     base = int(current.snapshotId())
-    applied, image = _decide(spark, table_identifier, base, changes, key, columns, absent, unchanged or {})
+    applied, image = _decide(spark, base, batch)
     # Decided once, on a frame the size of the batch: the DELETE and the INSERT read it, not the table.
     applied = applied.localCheckpoint()
     started = time.monotonic()
-    replaced_key = F.when(F.col(_REPLACE), F.col(key[0]))
     counts = applied.agg(
-        F.count_if(F.col(_REPLACE)).alias("replaced"),
+        F.count(F.lit(1)).alias("replaced"),
         F.count_if(F.col(OP) != "D").alias("written"),
-        F.min(replaced_key).alias("lo"),
-        F.max(replaced_key).alias("hi"),
+        F.min(F.col(key[0])).alias("lo"),
+        F.max(F.col(key[0])).alias("hi"),
     ).first()
     assert counts is not None
     replaced, written = int(counts["replaced"]), int(counts["written"])
     # The replaced keys' range as literals lets Iceberg skip files (and row groups) outside it.
     bounds = (counts["lo"], counts["hi"]) if len(key) == 1 and counts["lo"] is not None else None
     log.debug("publish %s: decided in %.2fs", table_identifier, time.monotonic() - started)
-    deleted = applied.where(F.col(_REPLACE)).select(*key)
+    deleted = applied.select(*key)
     images = applied.where(F.col(OP) != "D").select(*image)
     branch = BRANCH_PREFIX + uuid.uuid4().hex[:12]
     target = branch_identifier(table_identifier, branch)
@@ -344,44 +314,24 @@ def abandon_staged(spark: SparkSession, staged: StagedBatch) -> None:
         table.manageSnapshots().removeBranch(staged.branch).commit()
 
 
-def publish_changes(spark: SparkSession, batch: KeyedBatch) -> int:
-    """Apply the batch's de-duplicated changes (a DataFrame) exactly as ``merge_statement`` would, as
-    ONE new snapshot on ``main`` whose summary carries its properties; return its snapshot id.
+def publish_changes(spark: SparkSession, batch: KeyedBatch[DataFrame]) -> int:
+    """Apply the batch's classified changes exactly as ``merge_statement`` would, as ONE new snapshot
+    on ``main`` whose summary carries its properties; return its snapshot id.
 
     ``batch.changes``: one row per key (``key`` columns, the data ``columns``, ``_cdc_order``,
-    ``_cdc_op`` and the flag columns named in ``unchanged``). A change older than the stored row
-    is ignored; a delete removes a matched row and ignores a missing one; inserts and updates
-    both upsert. With a ``_cdc_effect`` column (``classify_effects`` against the table's current
-    snapshot, as the pipeline's batch has) the effects are trusted: only insert, update and
-    delete rows act, and the stored rows are read only if an update keeps stored values.
+    ``_cdc_op``, ``_cdc_effect`` and the flag columns named in ``unchanged``), as
+    ``engine.prepare`` plans them: classified (``classify_effects``) against the table's current
+    snapshot, inserts, updates and deletes only. The stored row of every key is deleted; inserts
+    and updates write their new image.
     ``unchanged``: column -> boolean flag column; a flagged value keeps the stored one on update.
     ``absent``: table columns the batch does not carry; they become NULL. Table columns named
     nowhere keep their stored value on update and are NULL on insert.
     Raises if a concurrent commit on main conflicts (nothing is then published).
     """
-    changes = batch.changes
-    assert not is_collected(changes), "collected changes are committed through a RowDelta"
-    table_identifier, key, columns, properties = batch.table.identifier, batch.key, batch.columns, batch.properties
-    absent, unchanged = batch.absent, dict(batch.unchanged)
-    drop_leftover_branches(spark, table_identifier)
-    staged = stage_changes(spark, table_identifier, changes, key, columns, absent, unchanged)
-    if staged is None:  # a table without any snapshot: nothing stored, every change is an insert
-        images = _first_images(spark, table_identifier, changes, columns)
-        commit_with_properties(spark, dict(properties), images.writeTo(table_identifier).append)
-        return int(iceberg_table(spark, table_identifier).currentSnapshot().snapshotId())
+    drop_leftover_branches(spark, batch.table.identifier)
+    staged = stage_changes(spark, batch)
     try:
-        return commit_staged(spark, staged, properties)
+        return commit_staged(spark, staged, batch.properties)
     except BaseException:
         abandon_staged(spark, staged)
         raise
-
-
-def _first_images(spark: SparkSession, table_identifier: str, changes: DataFrame, columns: Sequence[str]) -> DataFrame:
-    """The new images of changes to a table with no stored row: every non-delete is an insert."""
-    from pyspark.sql import functions as F
-
-    types = {f.name: f.dataType for f in spark.table(table_identifier).schema.fields}
-    present = {*columns, SILVER_ORDER}
-    return changes.where(F.col(OP) != "D").select(
-        *[(F.col(c) if c in present else F.lit(None)).cast(t).alias(c) for c, t in types.items()]
-    )

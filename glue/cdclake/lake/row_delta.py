@@ -38,11 +38,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cdclake.columns import OP, SILVER_ORDER, STORED_FILE, STORED_POS
-from cdclake.lake.batch import KeyedBatch, TableMetadata, is_collected
+from cdclake.lake.batch import KeyedBatch, Rows, TableMetadata
 from cdclake.lake.tables import iceberg_table
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger("cdclake")
@@ -337,7 +336,9 @@ def _image_files(spark: SparkSession, table: Any, metadata: TableMetadata, image
     return max(by_size, _writers(spark, images))
 
 
-def apply_row_delta(spark: SparkSession, batch: KeyedBatch, before_commit: Callable[[], None] | None = None) -> int:
+def apply_row_delta(
+    spark: SparkSession, batch: KeyedBatch[DataFrame], before_commit: Callable[[], None] | None = None
+) -> int:
     """Apply the batch's classified changes (a DataFrame; effects insert, update and delete only, one
     per key, with the place of the key's stored row read at the batch's base snapshot:
     ``_cdc_stored_file``, ``_cdc_stored_pos``) as one RowDelta on ``main`` carrying its properties;
@@ -355,7 +356,6 @@ def apply_row_delta(spark: SparkSession, batch: KeyedBatch, before_commit: Calla
     from pyspark.sql import functions as F
 
     metadata, changes = row_delta_input(batch)
-    assert not is_collected(changes), "collected changes are written by the driver (lake.driver_write)"
     absent = batch.absent
     table = iceberg_table(spark, batch.table.identifier)
     ids = {f.name: f.id for f in metadata.fields}
@@ -409,7 +409,7 @@ def apply_row_delta(spark: SparkSession, batch: KeyedBatch, before_commit: Calla
     return files.commit_row_delta(write, metadata.snapshot_id, batch.properties, before_commit)
 
 
-def row_delta_input(batch: KeyedBatch) -> tuple[TableMetadata, DataFrame | pa.Table]:
+def row_delta_input(batch: KeyedBatch[Rows]) -> tuple[TableMetadata, Rows]:
     """The table's metadata a RowDelta of ``batch`` is written with and validated from, and its changes."""
     metadata = batch.metadata
     if metadata is None or metadata.snapshot_id is None:
