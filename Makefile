@@ -71,7 +71,7 @@ bench-big-csv: setup ## one big CSV LOAD file loaded whole vs in parallel splits
 bench-freshness: setup ## lag from a PostgreSQL commit to silver: capture --follow + run --follow (MINUTES=3)
 	$(BIN)/python -m bench.freshness --minutes $(or $(MINUTES),3) --docs docs
 
-bench-status: setup ## `status` on 40 small tables (TABLES=40): per table as before vs now, same run, same answer
+bench-status: setup ## `status` on 40 small tables (TABLES=40): per table as before vs now (same run, same answer), and the command from a new process
 	$(BIN)/python -m bench.status --tables $(or $(TABLES),40)
 
 bench-warm: setup ## the same 30-table batch as a new JVM's first and tenth batch (PROCESSES=2)
