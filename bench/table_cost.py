@@ -1,0 +1,121 @@
+"""Where one more table's time goes in a CDC batch: the engine's functions by time per table.
+
+    .venv/bin/python -m bench.table_cost --tables 30        # make bench-table-cost
+
+``tables`` small tables (``bench/many_tables.py``'s data) are full-loaded, then their CDC files are
+applied in one batch, one table at a time (``cdc.parallel_tables: 1``, so that Python's profiler,
+which sees the calling thread only, sees every table's work). A first round warms the JVM; the
+second, in fresh databases, is profiled. The output lists cdclake's functions by cumulative time
+per table and the Python<->JVM round trips per table; the bare MERGE per table (the first seed's
+apply) is timed beside it, one table at a time too, as the floor under that cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import logging
+import pstats
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from bench.many_tables import ManyTables, _drop_database, _plain_copies, _plain_merges, generate, table_engine
+from bench.paths import ROOT, scratch_session
+
+log = logging.getLogger("bench")
+
+
+def measure(work: Path, tables: int, changes_per_table: int, top: int, stats: Path | None = None) -> dict[str, Any]:
+    from cdclake.dms.files import FileKind
+    from cdclake.dms.store import list_bronze
+    from cdclake.engine.run import apply_cdc_files, full_load
+
+    with scratch_session(work) as spark:
+        sizes = ManyTables(tables, rows=tables * 1000, changes=tables * changes_per_table, parallel_tables=1)
+        _, many = generate(spark, work / "data", sizes)
+        result: dict[str, Any] = {"tables": tables, "changes_per_table": changes_per_table}
+        for round_ in ("warm-up", "profiled"):
+            database = f"cost_{round_.replace('-', '_')}"
+            engine = table_engine(spark, many, tables, database, parallel=1)
+            full_load(engine).checked()
+            copies = _plain_copies(spark, engine, database)
+            files = [f for f in list_bronze(engine.store).files if f.kind is FileKind.CDC]
+            profiler = cProfile.Profile()
+            started = time.perf_counter()
+            with _profiled_tables(profiler if round_ == "profiled" else None):
+                apply_cdc_files(engine, files).checked()
+            cdc = time.perf_counter() - started
+            started = time.perf_counter()
+            _plain_merges(spark, many, files, copies, 1)
+            merge = time.perf_counter() - started
+            log.info("%s: CDC %.2f s, bare MERGE %.2f s (%d tables, one at a time)", round_, cdc, merge, tables)
+            result[round_] = {"cdc_seconds": round(cdc, 2), "bare_merge_seconds": round(merge, 2)}
+            if round_ == "profiled":
+                result["functions"] = _functions(profiler, tables, top)
+                result["jvm_calls_per_table"] = _jvm_calls(profiler) // tables
+                if stats is not None:
+                    profiler.dump_stats(stats)
+            _drop_database(spark, database)
+        shutil.rmtree(work / "data", ignore_errors=True)
+    profiled = result["profiled"]
+    result["cdc_vs_bare_merge"] = round(profiled["cdc_seconds"] / profiled["bare_merge_seconds"], 2)
+    return result
+
+
+@contextmanager
+def _profiled_tables(profiler: cProfile.Profile | None) -> Iterator[None]:
+    """Each table's unit of work (run in a pool thread, one at a time) under ``profiler``."""
+    from cdclake.engine import parallel
+
+    original = parallel._attempt
+    if profiler is not None:
+        parallel._attempt = lambda *args: profiler.runcall(original, *args)
+    try:
+        yield
+    finally:
+        parallel._attempt = original
+
+
+def _functions(profiler: cProfile.Profile, tables: int, top: int) -> list[dict[str, Any]]:
+    """cdclake's functions by cumulative seconds per table (callers include their callees)."""
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    rows = []
+    for (filename, line, name), (_, calls, _, cumulative, _) in stats.items():
+        if "/cdclake/" not in filename:
+            continue
+        where = filename.split("/cdclake/", 1)[1]
+        rows.append(
+            {
+                "function": f"{where}:{line}:{name}",
+                "seconds_per_table": round(cumulative / tables, 3),
+                "calls_per_table": round(calls / tables, 1),
+            }
+        )
+    return sorted(rows, key=lambda r: -float(r["seconds_per_table"]))[:top]
+
+
+def _jvm_calls(profiler: cProfile.Profile) -> int:
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    calls = sum(c for (filename, _, name), (_, c, *_) in stats.items() if name == "send_command" and "py4j" in filename)
+    return int(calls) // 2  # py4j's client and gateway each count a call
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tables", type=int, default=30)
+    parser.add_argument("--changes-per-table", type=int, default=100)
+    parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--stats", type=Path, help="also write the profile here (pstats) to read further")
+    parser.add_argument("--workdir", type=Path, default=ROOT / ".cdclake" / "bench-table-cost")
+    args = parser.parse_args(argv)
+    print(json.dumps(measure(args.workdir, args.tables, args.changes_per_table, args.top, args.stats), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
