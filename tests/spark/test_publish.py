@@ -14,7 +14,7 @@ from cdclake.columns import OP, SILVER_ORDER, UNCHANGED_PREFIX
 from cdclake.engine.changes import classify_effects
 from cdclake.engine.prepare import APPLIED, with_effects
 from cdclake.engine.statements import merge_statement
-from cdclake.lake.batch import KeyedBatch
+from cdclake.lake.batch import KeyedBatch, read_table_metadata
 from cdclake.lake.committer import IcebergCommitter
 from cdclake.lake.layout import Layout, apply_layout, has_layout, layout_statements
 from cdclake.lake.ledger import FILES_PROPERTY, KIND_CDC, KIND_PROPERTY, ledger_properties, read_ledger, replace_table
@@ -24,7 +24,7 @@ from cdclake.lake.publish import (
     publish_changes,
     stage_changes,
 )
-from cdclake.lake.tables import SilverTable
+from cdclake.lake.tables import SilverTable, is_commit_conflict
 from readers import MainPoller
 
 # A silver table: key (id, part), data columns, `gone` (dropped at the source: absent from every
@@ -98,9 +98,11 @@ def _branches(spark: SparkSession, identifier: str) -> list[str]:
 
 
 def _batch(table: str | SilverTable, changes: DataFrame, key: Sequence[str], properties: dict[str, str]) -> KeyedBatch:
-    """A batch as the pipeline hands it to ``publish_changes`` (no table metadata: publish reads its own)."""
+    """A batch as the pipeline hands it to ``publish_changes``, with the table's metadata as the plan
+    read it (the snapshot it was classified against)."""
     silver = table if isinstance(table, SilverTable) else SilverTable(*table.split("."))
-    return KeyedBatch(silver, changes, key, COLUMNS, properties, None, ABSENT, UNCHANGED)
+    metadata = read_table_metadata(changes.sparkSession, silver)
+    return KeyedBatch(silver, changes, key, COLUMNS, properties, metadata, ABSENT, UNCHANGED)
 
 
 @pytest.fixture
@@ -242,3 +244,23 @@ def test_a_layout_applied_again_changes_nothing(spark: SparkSession, database: s
     assert has_layout(table, ["id"], layout)
     assert not has_layout(table, ["id"], "bucket" if layout == "sorted" else "sorted")
     assert table.operations().current().metadataFileLocation() == metadata
+
+
+def test_a_commit_on_main_after_the_batch_was_classified_makes_the_publish_fail(
+    spark: SparkSession, database: str
+) -> None:
+    # GIVEN a batch that updates a key, classified against the table, and another writer's newer
+    # version of that key committed on main before the batch is published
+    published = f"{database}.published"
+    _create(spark, published, MODES["merge-on-read v2"], _initial_rows(random.Random(7), 20))
+    raw = spark.createDataFrame([(5, "p2", "mine", "w", 1, _order(10), "U", False)], CHANGE_SCHEMA)
+    batch = _batch(published, _planned(spark, published, raw, ["id"]), ["id"], {})
+    spark.sql(f"UPDATE {published} SET v = 'theirs', _cdc_order = '{_order(99)}' WHERE id = 5")
+    before = _rows(spark, published)
+    # WHEN the batch is published
+    with pytest.raises(Exception) as refused:
+        publish_changes(spark, batch)
+    # THEN it is refused as a commit conflict (the run classifies again and retries): main keeps the
+    # other writer's newer row, and no branch is left
+    assert is_commit_conflict(refused.value), refused.value
+    assert _rows(spark, published) == before and _branches(spark, published) == []

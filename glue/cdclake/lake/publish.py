@@ -164,16 +164,17 @@ def _decide(spark: SparkSession, base_snapshot_id: int, batch: KeyedBatch[DataFr
 
 def stage_changes(spark: SparkSession, batch: KeyedBatch[DataFrame]) -> StagedBatch:
     """Write the batch's deletes (the stored row of every key it changes) and new images to a new
-    private branch of its table, created at the table's current snapshot."""
+    private branch of its table, created at the snapshot the batch was classified against: a
+    commit on main since then makes the publish fail (``commit_staged``), and the batch is
+    classified again, never applied over rows its classification did not see."""
     from pyspark.sql import functions as F
 
     table_identifier, key = batch.table.identifier, batch.key
     table = iceberg_table(spark, table_identifier)
     table.refresh()
-    current = table.currentSnapshot()
-    if current is None:  # a silver table is created with a snapshot (``lake.ledger.replace_table``)
-        raise ValueError(f"{table_identifier} has no snapshot to stage a batch on")
-    base = int(current.snapshotId())
+    base = batch.base_snapshot_id
+    if base is None:  # a silver table is created with a snapshot (``lake.ledger.replace_table``)
+        raise ValueError(f"{table_identifier}: the batch was classified against no snapshot, nothing to stage it on")
     applied, image = _decide(spark, base, batch)
     # Decided once, on a frame the size of the batch: the DELETE and the INSERT read it, not the table.
     applied = applied.localCheckpoint()
