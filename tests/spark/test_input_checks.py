@@ -423,7 +423,7 @@ def test_the_invalid_flag_marks_exactly_the_rows_with_a_reason(spark: SparkSessi
     # would load silently, a good row flagged wrongly would only take the careful path)
     config = parse_config(
         "bronze: {timestamp_column: ts}\ntables:\n  s.t:\n    primary_key: [id]\n"
-        "    columns: {id: int, amount: \"decimal(5,2)\", n: int}\n    clean: {cast: {ts: timestamp}}\n"
+        '    columns: {id: int, amount: "decimal(5,2)", n: int}\n    clean: {cast: {ts: timestamp}}\n'
     )
     good = ("I", "2024-05-02 20:00:00.000000", "1", "1.50", "2", None)
     rows = [
