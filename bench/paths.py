@@ -17,9 +17,10 @@ CACHE_DIR = Path.home() / ".cache" / "cdclake"
 
 
 @contextmanager
-def scratch_session(workdir: Path) -> Iterator[SparkSession]:
+def scratch_session(workdir: Path, extra_conf: dict[str, str] | None = None) -> Iterator[SparkSession]:
     """A standalone bench's Spark session with a warehouse of its own under ``workdir`` (emptied
-    before and removed after), logging the bench's lines and not the engine's."""
+    before and removed after), logging the bench's lines and not the engine's; ``extra_conf``: Spark
+    settings over the session's own."""
     from cdclake.runtime.session import LocalCatalog, SessionSettings, build_spark_session
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -27,7 +28,9 @@ def scratch_session(workdir: Path) -> Iterator[SparkSession]:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     shutil.rmtree(workdir, ignore_errors=True)
     spark = build_spark_session(
-        SessionSettings(catalog=LocalCatalog(warehouse=workdir / "warehouse", cache_dir=CACHE_DIR))
+        SessionSettings(
+            catalog=LocalCatalog(warehouse=workdir / "warehouse", cache_dir=CACHE_DIR), extra_conf=extra_conf or {}
+        )
     )
     try:
         yield spark

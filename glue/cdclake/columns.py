@@ -17,12 +17,13 @@ COMMIT_TS = "_cdc_ts"
 CHANGE_SEQ = "_cdc_seq"
 RAW_LINE = "_cdc_raw_line"  # the text of a CSV record Spark could not split into the expected fields
 ERROR = "_cdc_errors"  # array<string>: why the row cannot be applied (NULL entries mean no problem)
+INVALID = "_cdc_invalid"  # boolean: whether any entry of the error array is set, without building it
 ORDER_COLUMNS = (COMMIT_TS, CHANGE_SEQ, FILE_INDEX, FILE_BLOCK, ROW_POSITION)
 UNCHANGED_PREFIX = "_cdc_unchanged_"  # + column: the change did not capture this column (CsvNoSupValue)
 # Beside a classified change: where the key's stored row lives at the batch's base snapshot, its
 # data file and position (Iceberg's ``_file`` and ``_pos``); NULL when the key has no stored row.
 STORED_FILE, STORED_POS = "_cdc_stored_file", "_cdc_stored_pos"
-BOOKKEEPING = (OP, *ORDER_COLUMNS, ERROR, RAW_LINE, STORED_FILE, STORED_POS)
+BOOKKEEPING = (OP, *ORDER_COLUMNS, ERROR, INVALID, RAW_LINE, STORED_FILE, STORED_POS)
 
 # Kept on every silver row and tombstone: the order of the change that produced it, as one
 # comparable text (commit time, change sequence, file position), so later batches can tell

@@ -17,14 +17,14 @@ from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from cdclake.columns import COMMIT_TS, CORRUPT_RECORD
+from cdclake.columns import COMMIT_TS, CORRUPT_RECORD, ERROR
 from cdclake.config import parse_config
 from cdclake.context import Engine
 from cdclake.dms.files import FileKind
 from cdclake.dms.store import list_bronze
 from cdclake.dms.writer import write_csv
 from cdclake.engine import prepare
-from cdclake.engine.changes import commit_instant, to_changes
+from cdclake.engine.changes import apply_cleaning, commit_instant, flag_missing_keys, has_error, to_changes
 from cdclake.engine.read import bad_rows, read_and_count
 from cdclake.engine.run import run
 from cdclake.errors import BadInputError
@@ -415,3 +415,36 @@ def test_a_commit_timestamp_typed_as_a_timestamp_gives_the_instant_its_text_woul
     }
     # THEN both carry DMS's text of the instant
     assert instants["timestamp"] == instants["text"] == texts
+
+
+def test_the_invalid_flag_marks_exactly_the_rows_with_a_reason(spark: SparkSession) -> None:
+    # GIVEN raw rows with one problem each of every kind the typing, the cleaning and the key check
+    # find, and good rows (the one-scan full load fails at a flagged row: a row flagged wrongly
+    # would load silently, a good row flagged wrongly would only take the careful path)
+    config = parse_config(
+        "bronze: {timestamp_column: ts}\ntables:\n  s.t:\n    primary_key: [id]\n"
+        '    columns: {id: int, amount: "decimal(5,2)", n: int}\n    clean: {cast: {ts: timestamp}}\n'
+    )
+    good = ("I", "2024-05-02 20:00:00.000000", "1", "1.50", "2", None)
+    rows = [
+        good,
+        ("U", "2024-05-02T20:00:00Z", "2", "1.5", "-3", None),  # ISO-8601: good too
+        ("X", "2024-05-02 20:00:00.000000", "3", "1.50", "2", None),  # unknown Op
+        ("I", "2024-02-30 20:00:00.000000", "4", "1.50", "2", None),  # no such day
+        ("I", "2024-05-02 20:00:00.000000", "5", "1.505", "2", None),  # lossy decimal
+        ("I", "2024-05-02 20:00:00.000000", "6", "1.50", "2.7", None),  # lossy int
+        ("I", "2024-05-02 20:00:00.000000", "seven", "1.50", "2", None),  # not an int
+        ("I", "2024-05-02 20:00:00.000000", None, "1.50", "2", None),  # NULL key
+        ("I", "2024-05-02 20:00:00.000000", "9", "1.50", "2", "a,b,c"),  # wrong number of fields
+        ("I", None, "10", "1.50", "2", None),  # NULL commit timestamp: a CDC row's error
+    ]
+    schema = f"Op string, ts string, id string, amount string, n string, {CORRUPT_RECORD} string"
+    raw = spark.createDataFrame(rows, schema)
+    changes = flag_missing_keys(
+        apply_cleaning(to_changes(raw, config.bronze, config.tables[0]), config.tables[0].clean, "s.t"), ["id"]
+    )
+    # WHEN each row's flag is read beside its reasons
+    checked = changes.select("id", has_error(changes).alias("flag"), (has_error()).alias("reasons"), ERROR).collect()
+    # THEN the flag is set exactly where a reason is, and every problem row has one
+    assert [(r["flag"], r["reasons"]) for r in checked] == [(r["reasons"], r["reasons"]) for r in checked]
+    assert [r["flag"] for r in checked] == [False, False] + [True] * 8

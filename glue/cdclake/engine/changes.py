@@ -7,7 +7,7 @@ writes anything. Bookkeeping columns all start with ``_cdc_`` and never reach si
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from cdclake.columns import (
     BOOKKEEPING,
@@ -22,6 +22,7 @@ from cdclake.columns import (
     EFFECT_UPDATE,
     ERROR,
     FILE_INDEX,
+    INVALID,
     OP,
     ORDER_COLUMNS,
     RAW_LINE,
@@ -55,19 +56,54 @@ def data_columns(df: DataFrame) -> list[str]:
     return [c for c in df.columns if c not in BOOKKEEPING and c != SILVER_ORDER and not c.startswith(UNCHANGED_PREFIX)]
 
 
-def _add_error(df: DataFrame, condition: Column, reason: Column) -> DataFrame:
-    """Append ``reason`` to the row's error text where ``condition`` holds."""
+class _Reason(NamedTuple):
+    """Why a row cannot be applied: SQL text of the condition and of the reason's words."""
+
+    when: str
+    text: str
+
+    @property
+    def sql(self) -> str:
+        """SQL text: the reason where the condition holds, else NULL (an error array's entry)."""
+        return f"CASE WHEN {self.when} THEN {self.text} END"
+
+
+def _with_reasons(df: DataFrame, reasons: Sequence[_Reason], values: dict[str, Column] | None = None) -> DataFrame:
+    """Append ``reasons`` to the row's error array, and to ``_cdc_invalid`` where ``df`` has it;
+    ``values``: columns set in the same projection.
+
+    The error and the flag columns are each referenced once, so expressions stay linear when Spark
+    collapses the projections of many columns (twice would double the expression with every column).
+    """
     from pyspark.sql import functions as F
 
-    # The error column is referenced once, so expressions stay linear when Spark collapses the
-    # projections of many columns (twice would double the expression with every column).
-    return df.withColumn(ERROR, F.concat(F.col(ERROR), F.array(F.when(condition, reason))))
+    updates = dict(values or {})
+    if reasons:
+        updates[ERROR] = F.expr(f"concat({quote(ERROR)}, {_error_array(reasons)})")
+        if INVALID in df.columns:
+            updates[INVALID] = F.expr(f"{quote(INVALID)} OR {_any_reason(reasons)}")
+    return df.withColumns(updates) if updates else df
 
 
-def has_error() -> Column:
-    """True for rows with at least one error."""
+def _error_array(reasons: Sequence[_Reason]) -> str:
+    """SQL text: the array of ``reasons``, NULL where they do not hold."""
+    return f"array({', '.join(r.sql for r in reasons)})"
+
+
+def _any_reason(reasons: Sequence[_Reason]) -> str:
+    """SQL text: whether any of ``reasons`` holds, from their conditions alone. Without the
+    reasons' words (excerpts of the value, formatted) the check's generated code stays small
+    enough for the JIT to compile it: a full load's check took 2-3 times its scan when it did not."""
+    return f"coalesce({', '.join(f'CASE WHEN {r.when} THEN true END' for r in reasons)}, false)"
+
+
+def has_error(df: DataFrame | None = None) -> Column:
+    """True for rows with at least one error (``df``: the rows, when the caller needs only this
+    and not the reasons: its ``_cdc_invalid`` flag is read, and Spark then builds no error array)."""
     from pyspark.sql import functions as F
 
+    if df is not None and INVALID in df.columns:
+        return F.col(INVALID)
     # Joining skips the NULL entries and no reason is empty; unlike a lambda over the array,
     # this compiles into Spark's generated code.
     return F.array_join(F.col(ERROR), "") != ""
@@ -106,25 +142,23 @@ def _checked_casts(df: DataFrame, casts: dict[str, str], rounded: Collection[str
         return df
     sources = {f.name: f.dataType.simpleString() for f in df.schema.fields}
     reasons = _cast_reasons({quote(c): (c, sources[c], t) for c, t in casts.items()}, rounded)
-    updates = {ERROR: F.expr(f"concat({quote(ERROR)}, array({', '.join(reasons)}))")}
-    for column, type_name in casts.items():
-        updates[column] = F.expr(_cast_value(quote(column), sources[column], type_name, column in rounded))
-    return df.withColumns(updates)
+    values = {c: F.expr(_cast_value(quote(c), sources[c], t, c in rounded)) for c, t in casts.items()}
+    return _with_reasons(df, reasons, values)
 
 
-def _cast_reasons(casts: dict[str, tuple[str, str, str]], rounded: Collection[str]) -> list[str]:
+def _cast_reasons(casts: dict[str, tuple[str, str, str]], rounded: Collection[str]) -> list[_Reason]:
     """SQL text of why a value cannot be cast: ``casts`` maps the SQL text of each value to its
     column's name, its Spark type now and the type it is cast to."""
     reasons = []
     for value, (column, _, type_name) in casts.items():
         invalid = _sql_reason(f"value '%s' of column {column} is not a valid {type_name}", value)
-        reasons.append(f"CASE WHEN {value} IS NOT NULL AND CAST({value} AS {type_name}) IS NULL THEN {invalid} END")
+        reasons.append(_Reason(f"{value} IS NOT NULL AND CAST({value} AS {type_name}) IS NULL", invalid))
     for value, (column, source, type_name) in casts.items():
         scale = fraction_digits(type_name)
         if scale is not None and column not in rounded:
             lossy = _loses_digits(value, source, type_name, scale)
             reason = f"value '%s' of column {column} cannot be stored exactly as {type_name} (clean.round rounds it)"
-            reasons.append(f"CASE WHEN {lossy} THEN {_sql_reason(reason, value)} END")
+            reasons.append(_Reason(lossy, _sql_reason(reason, value)))
     return reasons
 
 
@@ -203,7 +237,8 @@ def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig, ful
     as ``table.columns`` declares, plus ``_cdc_op`` (I/U/D; full-load rows without ``Op`` are
     inserts), ``_cdc_ts`` (the commit instant as UTC text, ``commit_instant``), ``_cdc_seq``
     (change sequence text),
-    ``_cdc_file``, ``_cdc_row`` and ``_cdc_error`` (NULL, or why the row cannot be applied).
+    ``_cdc_file``, ``_cdc_row``, ``_cdc_error`` (NULL, or why the row cannot be applied) and
+    ``_cdc_invalid`` (whether it has an error: ``has_error``).
     The timestamp column stays a data column (as in the first seed's silver table); the change
     sequence does not. A commit timestamp that does not parse is an error, and so is a NULL one
     on a CDC row (``full_load`` False): either would order the change before every stored row.
@@ -212,23 +247,21 @@ def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig, ful
     op = f"upper(trim({quote(DMS_OP_COLUMN)}))" if DMS_OP_COLUMN in columns else "'I'"
     ts_name, seq_name = settings.timestamp_column, settings.change_sequence_column
     reasons = [
-        f"CASE WHEN {quote(CORRUPT_RECORD)} IS NOT NULL THEN 'wrong number of fields' END",
-        f"CASE WHEN NOT coalesce(({op}) IN {VALID_OPS!r}, false) THEN {_sql_reason(UNKNOWN_OP, op)} END",
+        _Reason(f"{quote(CORRUPT_RECORD)} IS NOT NULL", "'wrong number of fields'"),
+        _Reason(f"NOT coalesce(({op}) IN {VALID_OPS!r}, false)", _sql_reason(UNKNOWN_OP, op)),
     ]
     text = [f.name for f in raw.schema.fields if f.dataType.simpleString() == "string" and f.name != CORRUPT_RECORD]
     if text and settings.format == "csv":
         # Spark decodes CSV bytes that are not UTF-8 as U+FFFD instead of failing; say so per row.
         replaced = " OR ".join(f"coalesce(instr({quote(c)}, '\ufffd') > 0, false)" for c in text)
-        reasons.insert(1, f"CASE WHEN {replaced} THEN 'bytes that are not valid UTF-8' END")
+        reasons.insert(1, _Reason(replaced, "'bytes that are not valid UTF-8'"))
     ts_text = f"CAST({quote(ts_name)} AS STRING)" if ts_name in columns else "CAST(NULL AS STRING)"
     if ts_name:
         invalid = f"value '%s' of column {ts_name} is not a valid commit timestamp"
-        reasons.append(
-            f"CASE WHEN {ts_text} IS NOT NULL AND {COMMIT_TS} IS NULL THEN {_sql_reason(invalid, ts_text)} END"
-        )
+        reasons.append(_Reason(f"{ts_text} IS NOT NULL AND {COMMIT_TS} IS NULL", _sql_reason(invalid, ts_text)))
         if not full_load:
             missing = sql_string(f"commit timestamp column {ts_name} is NULL")
-            reasons.append(f"CASE WHEN {ts_text} IS NULL THEN {missing} END")
+            reasons.append(_Reason(f"{ts_text} IS NULL", missing))
     sources = {f.name: f.dataType.simpleString() for f in raw.schema.fields}
     typed = {c: type_name for c, type_name in table.columns.items() if c in columns and c != seq_name}
     reasons += _cast_reasons({quote(c): (c, sources[c], t) for c, t in typed.items()}, table.clean.round)
@@ -251,7 +284,8 @@ def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig, ful
         f"{op} AS {OP}",
         COMMIT_TS,
         f"{seq} AS {CHANGE_SEQ}",
-        f"array({', '.join(reasons)}) AS {ERROR}",
+        f"{_error_array(reasons)} AS {ERROR}",
+        f"{_any_reason(reasons)} AS {INVALID}",
     ]
     # The instant in a projection of its own: its check and its value read it, so Spark keeps the
     # two projections apart (CollapseProject inlines no costly expression used twice) and
@@ -324,11 +358,8 @@ def apply_cleaning(df: DataFrame, rules: CleaningRules, table_name: str) -> Data
 
 def flag_missing_keys(df: DataFrame, key: Sequence[str]) -> DataFrame:
     """Mark rows whose primary key has a NULL part: they cannot be matched to a silver row."""
-    from pyspark.sql import functions as F
-
-    for column in key:
-        df = _add_error(df, F.col(column).isNull(), F.lit(f"primary key column {column} is NULL"))
-    return df
+    reasons = [_Reason(f"{quote(c)} IS NULL", sql_string(f"primary key column {c} is NULL")) for c in key]
+    return _with_reasons(df, reasons)
 
 
 def with_silver_order(changes: DataFrame, file_positions: dict[int, str], full_load: bool) -> DataFrame:

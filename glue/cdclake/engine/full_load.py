@@ -110,7 +110,7 @@ def _load_in_one_scan(
         observation, F.count(F.lit(1)).alias("rows"), F.min(COMMIT_TS).alias("earliest")
     )
     # Fail the scan at the first bad row: nothing is committed and the careful path screens them.
-    valid = changes.where(F.when(has_error(), F.raise_error(F.lit(_NEEDS_SCREENING))).otherwise(F.lit(True)))
+    valid = changes.where(F.when(has_error(changes), F.raise_error(F.lit(_NEEDS_SCREENING))).otherwise(F.lit(True)))
     rows = stored_rows(valid, table, deduplicate=False)
     try:
         stage_full_load(engine, silver, rows, [f.key for f in files], _sizes(files), _versions(files))
@@ -164,7 +164,7 @@ def _load_carefully(
         if bad is not None:
             quarantine_rows(engine, silver, bad)
             report.rows_quarantined = bad.count
-        changes = changes.where(~has_error())
+        changes = changes.where(~has_error(changes))
         report.changes_read = counts.total
         superseded = superseded_cdc_files(listing, table, counts.earliest_commit_ts)
     else:
