@@ -115,7 +115,7 @@ def table_engine(spark: SparkSession, bronze: Path, tables: int, database: str, 
     return Engine(spark=spark, config=config, store=LocalBronze(bronze))
 
 
-def _drop_database(spark: SparkSession, database: str) -> None:
+def drop_database(spark: SparkSession, database: str) -> None:
     for row in spark.sql(f"SHOW TABLES IN silver.{database}").collect():
         spark.sql(f"DROP TABLE IF EXISTS silver.{database}.{row['tableName']} PURGE")
 
@@ -128,7 +128,7 @@ def _check(report: RunReport, tables: int) -> None:
         raise AssertionError(f"{len(applied)} tables applied files, expected {tables}")
 
 
-def _plain_copies(spark: SparkSession, engine: Engine, database: str) -> dict[str, str]:
+def plain_copies(spark: SparkSession, engine: Engine, database: str) -> dict[str, str]:
     """Each full-loaded silver table copied for the plain MERGE baseline: source table -> copy."""
     copies = {}
     for table in engine.config.tables:
@@ -141,7 +141,7 @@ def _plain_copies(spark: SparkSession, engine: Engine, database: str) -> dict[st
     return copies
 
 
-def _plain_merges(
+def plain_merges(
     spark: SparkSession, bronze: Path, files: list[BronzeFile], copies: dict[str, str], threads: int
 ) -> None:
     """The first seed's MERGE of each table's CDC files into its copy, ``threads`` tables at once."""
@@ -193,17 +193,17 @@ def measure(spark: SparkSession, work: Path, sizes: ManyTables, reps: int = 2) -
             database = f"many_{tables}_{rep}"
             engine = table_engine(spark, bronze, tables, database, sizes.parallel_tables)
             _check(timed(f"full load {side}", lambda engine=engine: full_load(engine)), tables)
-            copies = _plain_copies(spark, engine, database)
+            copies = plain_copies(spark, engine, database)
             files = [f for f in list_bronze(engine.store).files if f.kind is FileKind.CDC]
             _check(timed(f"CDC {side}", lambda engine=engine, files=files: apply_cdc_files(engine, files)), tables)
             timed(
                 f"plain MERGE per table {side}",
-                lambda bronze=bronze, files=files, copies=copies, threads=engine.parallel_tables: _plain_merges(
+                lambda bronze=bronze, files=files, copies=copies, threads=engine.parallel_tables: plain_merges(
                     spark, bronze, files, copies, threads
                 ),
             )
             _same_rows(spark, engine, copies)
-            _drop_database(spark, database)
+            drop_database(spark, database)
     shutil.rmtree(data, ignore_errors=True)
     best = {name: min(runs) for name, runs in timings.items()}
     many_side = f"{sizes.tables} tables"

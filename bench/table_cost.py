@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench.many_tables import ManyTables, _drop_database, _plain_copies, _plain_merges, generate, table_engine
+from bench.many_tables import ManyTables, drop_database, generate, plain_copies, plain_merges, table_engine
 from bench.paths import ROOT, scratch_session
 
 log = logging.getLogger("bench")
@@ -43,7 +43,7 @@ def measure(work: Path, tables: int, changes_per_table: int, top: int, stats: Pa
             database = f"cost_{round_.replace('-', '_')}"
             engine = table_engine(spark, many, tables, database, parallel=1)
             full_load(engine).checked()
-            copies = _plain_copies(spark, engine, database)
+            copies = plain_copies(spark, engine, database)
             files = [f for f in list_bronze(engine.store).files if f.kind is FileKind.CDC]
             profiler = cProfile.Profile()
             started = time.perf_counter()
@@ -51,7 +51,7 @@ def measure(work: Path, tables: int, changes_per_table: int, top: int, stats: Pa
                 apply_cdc_files(engine, files).checked()
             cdc = time.perf_counter() - started
             started = time.perf_counter()
-            _plain_merges(spark, many, files, copies, 1)
+            plain_merges(spark, many, files, copies, 1)
             merge = time.perf_counter() - started
             log.info("%s: CDC %.2f s, bare MERGE %.2f s (%d tables, one at a time)", round_, cdc, merge, tables)
             result[round_] = {"cdc_seconds": round(cdc, 2), "bare_merge_seconds": round(merge, 2)}
@@ -60,7 +60,7 @@ def measure(work: Path, tables: int, changes_per_table: int, top: int, stats: Pa
                 result["jvm_calls_per_table"] = _jvm_calls(profiler) // tables
                 if stats is not None:
                     profiler.dump_stats(stats)
-            _drop_database(spark, database)
+            drop_database(spark, database)
         shutil.rmtree(work / "data", ignore_errors=True)
     profiled = result["profiled"]
     result["cdc_vs_bare_merge"] = round(profiled["cdc_seconds"] / profiled["bare_merge_seconds"], 2)

@@ -12,10 +12,10 @@ when its S3 event names it (``announce``), or by the next full listing.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind, parse_key
-from cdclake.dms.store import BronzeStore, list_bronze
+from cdclake.dms.store import BronzeStore, list_bronze, versioned
 
 
 def _changed(before: BronzeFile | None, now: BronzeFile) -> bool:
@@ -99,9 +99,7 @@ class BronzeIndex:
             if size is None:
                 missing.add(key)
                 continue
-            file = parse_key(key, size, self.transaction_path)
-            if file.kind is FileKind.FULL_LOAD:
-                file = replace(file, version=self.store.version(key))
+            file = versioned(self.store, parse_key(key, size, self.transaction_path))
             self.files[file.key] = file
             new.add(file.key)
         return new, missing

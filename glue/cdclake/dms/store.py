@@ -73,10 +73,12 @@ def list_bronze(
     keys; LOAD files carry their version (``BronzeFile.version``): a LOAD file written again in
     place is told by it."""
     listing = classify(store.list_keys(under, start_after=start_after), transaction_path)
-    files = tuple(
-        replace(f, version=store.version(f.key)) if f.kind is FileKind.FULL_LOAD else f for f in listing.files
-    )
-    return BronzeListing(files=files, unrecognised=listing.unrecognised)
+    return BronzeListing(files=tuple(versioned(store, f) for f in listing.files), unrecognised=listing.unrecognised)
+
+
+def versioned(store: BronzeStore, file: BronzeFile) -> BronzeFile:
+    """``file`` with its version when it is a LOAD file (``BronzeFile.version``); others as they are."""
+    return replace(file, version=store.version(file.key)) if file.kind is FileKind.FULL_LOAD else file
 
 
 def head_text(store: BronzeStore, file: BronzeFile, max_bytes: int = 1 << 16) -> bytes:

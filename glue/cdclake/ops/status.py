@@ -107,7 +107,7 @@ class _Metadata:
     latest_change: str | None  # the newest LATEST_COMMIT_TS_PROPERTY over all snapshots
     # the current snapshot's total-records when it is exact (no delete files), else None
     exact_rows: int | None
-    files: TableFiles
+    files: TableFiles | None  # where its rows are counted when ``exact_rows`` is None
 
 
 def _metadata(engine: Engine, silver: SilverTable) -> _Metadata:
@@ -125,7 +125,8 @@ def _metadata(engine: Engine, silver: SilverTable) -> _Metadata:
         stamp = snapshot.summary().get(LATEST_COMMIT_TS_PROPERTY)
         if stamp is not None:
             stamps.append(str(stamp))
-    return _Metadata(count, max(stamps, default=None), _exact_rows(iceberg), table_files(iceberg))
+    exact = _exact_rows(iceberg)
+    return _Metadata(count, max(stamps, default=None), exact, None if exact is not None else table_files(iceberg))
 
 
 def _refreshed(engine: Engine, table: SilverTable) -> Any:
@@ -261,8 +262,8 @@ def table_statuses(
         if silver.name not in existing:
             continue
         metadata[table.target] = _metadata(engine, silver)
-        if metadata[table.target].exact_rows is None:
-            to_count[table.target] = _ToCount(silver, metadata[table.target].files)
+        if (files := metadata[table.target].files) is not None:
+            to_count[table.target] = _ToCount(silver, files)
         tombstones = tombstones_of(silver)
         if tombstones.name in existing and _exact_rows(kept := _refreshed(engine, tombstones)) != 0:
             keys_of[table.target] = _ToCount(tombstones, table_files(kept), table.silver_key())

@@ -163,6 +163,12 @@ def decoded_publications(settings: CaptureSettings, state: CaptureState) -> list
     return [name for name, members, _ in publication_names(settings, state.tables) if members]
 
 
+def _published(cur: Any, publication: str) -> set[str]:
+    """The tables (``schema.table``) in ``publication`` now."""
+    cur.execute("SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = %s", (publication,))
+    return {row[0] for row in cur.fetchall()}
+
+
 def _listed(members: Sequence[str]) -> str:
     return ", ".join(".".join(quote_pg(p) for p in m.split(".")) for m in members)
 
@@ -279,8 +285,7 @@ def add_tables(settings: CaptureSettings, conn: Any, state: CaptureState, new: S
                     "did not create (an older cdclake): start the capture over (drop the slot, empty the state "
                     "directory and bronze) to add them."
                 )
-            cur.execute("SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = %s", (name,))
-            published = {row[0] for row in cur.fetchall()}
+            published = _published(cur, name)
             missing = [m for m in members if m not in published]
             if missing:
                 cur.execute(f"ALTER PUBLICATION {quote_pg(name)} ADD TABLE {_listed(missing)}")
@@ -298,8 +303,7 @@ def remove_tables(settings: CaptureSettings, conn: Any, state: CaptureState, nam
     added again by the next capture, with a full load of its own."""
     with conn.cursor() as cur:
         for name in decoded_publications(settings, state):
-            cur.execute("SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = %s", (name,))
-            published = {row[0] for row in cur.fetchall()}
+            published = _published(cur, name)
             if leaving := [n for n in names if n in published]:
                 cur.execute(f"ALTER PUBLICATION {quote_pg(name)} DROP TABLE {_listed(leaving)}")
     state.tables = [t for t in state.tables if t.qualified not in names]
