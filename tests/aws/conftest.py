@@ -660,6 +660,7 @@ def pipeline(moto_step_functions_gaps: MotoStepFunctionsGaps, request: pytest.Fi
                 "MaintenanceEveryIterations": "2",
                 "GoldJobName": "cdclake-gold",
                 "GoldEveryIterations": "0",  # off unless a test turns it on: the gold tests below
+                "HandOverWaitSeconds": "1",  # the template's 5 s, shortened as PollSeconds is
                 **settings,
             }
         )
@@ -673,6 +674,7 @@ def pipeline(moto_step_functions_gaps: MotoStepFunctionsGaps, request: pytest.Fi
             gaps=moto_step_functions_gaps,
         )  # fmt: skip
         moto_step_functions_gaps.glue_runner = fake_cdc_job(pipeline)
+        moto_step_functions_gaps.retry_waits = []  # Retry intervals recorded, not slept: tests assert them
         yield pipeline
         # Stop every execution before moto's backends go away; repeat while a hand-over starts a new
         # one, or it would run on into the next test's fresh backends (and alert there).

@@ -551,6 +551,7 @@ def test_a_successor_start_delivered_twice_starts_one_successor(pipeline: Pipeli
     assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
     # THEN exactly one successor runs, named after its predecessor and generation, and it runs the CDC loop
     assert pipeline.gaps.successor_starts == 2
+    assert pipeline.gaps.retry_waits == [5]  # StartSuccessor's Retry, once
     executions = pipeline.sfn.list_executions(stateMachineArn=pipeline.state_machine_arn)["executions"]
     successors = [e for e in executions if e["executionArn"] != execution]
     assert len(successors) == 1, successors
@@ -570,4 +571,5 @@ def test_a_successor_start_repeated_after_the_successor_ended_is_a_hand_over_not
     # THEN the predecessor still ends as handed over, without an alert
     assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
     assert pipeline.states_entered(execution)[-2:] == ["StartSuccessor", "HandedOver"]
+    assert pipeline.gaps.retry_waits == [5]  # StartSuccessor's Retry, once
     assert pipeline.alerts() == []
