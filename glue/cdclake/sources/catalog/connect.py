@@ -14,9 +14,9 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from cdclake.config import BronzeFormat
-from cdclake.sources.catalog.model import ENGINES, CatalogTable, Engine, SourceCatalogError
+from cdclake.sources.catalog.model import ENGINES, CatalogTable, DatabaseEngine, SourceCatalogError
 
-_SCHEMES: dict[str, Engine] = {
+_SCHEMES: dict[str, DatabaseEngine] = {
     "postgres": "postgres",
     "postgresql": "postgres",
     "mysql": "mysql",
@@ -24,9 +24,9 @@ _SCHEMES: dict[str, Engine] = {
     "sqlserver": "sqlserver",
     "mssql": "sqlserver",
 }
-_DEFAULT_PORTS: dict[Engine, int] = {"postgres": 5432, "mysql": 3306, "sqlserver": 1433}
+_DEFAULT_PORTS: dict[DatabaseEngine, int] = {"postgres": 5432, "mysql": 3306, "sqlserver": 1433}
 # Secrets Manager's database secret "engine" values (RDS's format) -> ours.
-_SECRET_ENGINES: dict[str, Engine] = {
+_SECRET_ENGINES: dict[str, DatabaseEngine] = {
     **_SCHEMES,
     "aurora-postgresql": "postgres",
     "aurora-mysql": "mysql",
@@ -41,7 +41,7 @@ CONNECT_TIMEOUT_SECONDS = 15.0
 
 @dataclass(frozen=True)
 class SourceAddress:
-    engine: Engine
+    engine: DatabaseEngine
     host: str
     port: int
     database: str

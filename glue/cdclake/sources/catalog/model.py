@@ -7,8 +7,8 @@ from typing import Literal
 
 from cdclake.errors import CdclakeError
 
-Engine = Literal["postgres", "mysql", "sqlserver"]
-ENGINES: tuple[Engine, ...] = ("postgres", "mysql", "sqlserver")
+DatabaseEngine = Literal["postgres", "mysql", "sqlserver"]
+ENGINES: tuple[DatabaseEngine, ...] = ("postgres", "mysql", "sqlserver")
 
 # Where a table's key came from: its primary key, a unique index DMS would use instead, or none.
 KeySource = Literal["primary key", "unique index", "none"]
