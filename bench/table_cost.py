@@ -45,6 +45,8 @@ def measure(work: Path, tables: int, changes_per_table: int, top: int, stats: Pa
             full_load(engine).checked()
             copies = plain_copies(spark, engine, database)
             files = [f for f in list_bronze(engine.store).files if f.kind is FileKind.CDC]
+            if round_ == "profiled":
+                result["driver_read_seconds"] = round(driver_read(engine, files), 2)
             profiler = cProfile.Profile()
             started = time.perf_counter()
             with _profiled_tables(profiler if round_ == "profiled" else None):
@@ -64,7 +66,59 @@ def measure(work: Path, tables: int, changes_per_table: int, top: int, stats: Pa
         shutil.rmtree(work / "data", ignore_errors=True)
     profiled = result["profiled"]
     result["cdc_vs_bare_merge"] = round(profiled["cdc_seconds"] / profiled["bare_merge_seconds"], 2)
+    result["driver_read_seconds_per_table"] = round(result["driver_read_seconds"] / tables, 3)
     return result
+
+
+def driver_read(engine: Any, files: list[Any]) -> float:
+    """Seconds for what a batch's Spark jobs do, done in the driver with Arrow instead, every table one
+    at a time: its CDC files read and typed (pyarrow's CSV reader), each key's last change kept, and
+    silver's rows of those keys looked up (pyiceberg, a key filter). No row check, no classification:
+    the floor of a small batch read without Spark, to set beside the two Spark jobs it would replace.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyarrow import csv
+    from pyiceberg.expressions import In
+    from pyiceberg.table import StaticTable
+
+    from bench import generate as gen
+    from cdclake.dms.files import FileKind
+    from cdclake.dms.layout import headerless_columns
+    from cdclake.lake.counts import table_files
+    from cdclake.lake.tables import iceberg_table
+
+    arrow_types = {
+        "bigint": pa.int64(),
+        "int": pa.int32(),
+        "string": pa.string(),
+        "decimal(12,2)": pa.decimal128(12, 2),
+        "date": pa.date32(),
+    }
+    types = {name: arrow_types[type_name] for name, type_name in gen.COLUMNS.items()}
+    started = time.perf_counter()
+    for table in engine.config.tables:
+        mine = [f for f in files if (f.schema, f.table) == (table.source_schema, table.source_table)]
+        names = list(headerless_columns(engine.config.bronze, table, FileKind.CDC))
+        options = csv.ConvertOptions(column_types=types | {gen.TIMESTAMP_COLUMN: pa.timestamp("us")})
+        read = [
+            csv.read_csv(engine.store.directory / f.key, csv.ReadOptions(column_names=names), convert_options=options)
+            for f in mine
+        ]
+        changes = pa.concat_tables(read)
+        changes = changes.append_column("_row", pa.array(range(changes.num_rows), pa.int64()))
+        ordered = changes.sort_by([(gen.SEQ_COLUMN, "ascending"), ("_row", "ascending")])
+        ordered = ordered.append_column("_place", pa.array(range(ordered.num_rows), pa.int64()))
+        last = ordered.group_by("id").aggregate([("_place", "max")])
+        latest = ordered.take(last["_place_max"])
+        metadata = table_files(iceberg_table(engine.spark, engine.silver_table(table).identifier))
+        stored = StaticTable.from_metadata(
+            metadata.metadata_location, {"py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO"}
+        )
+        found = stored.scan(row_filter=In("id", pc.unique(latest["id"]).to_pylist())).to_arrow()
+        if latest.num_rows == 0 or found.num_columns == 0:
+            raise RuntimeError(f"nothing read for {table.source}")
+    return time.perf_counter() - started
 
 
 @contextmanager
