@@ -283,7 +283,7 @@ def table_statuses(
             continue
         facts = metadata[table.target]
         ledger = read_ledger(engine.spark, silver, archive)
-        state = TableState(ledger.full_load_done, ledger.applied, frozenset(), ledger.loaded, ledger.load_versions)
+        state = TableState(ledger.full_load_done, ledger.applied, frozenset(), ledger.loaded)
         held, last_reason = quarantined.get(table.target, (0, None))
         held_rows, last_row_reason = bad_rows.get(table.target, (0, None))
         pending = [f for f in cdc if f.key not in ledger.applied]
