@@ -99,7 +99,8 @@ def full_load_properties(kind: str, loaded: Sequence[LoadedFile]) -> dict[str, s
 
 
 def _recorded(row: Mapping[str, Any]) -> list[LoadedFile]:
-    """The files a lineage row records, each with its size and version where the row has them."""
+    """The files a lineage row records, each with its size and version where the row has them (a
+    full load's LOAD files; a CDC batch's files have neither): the one reader of the stored format."""
     files = json.loads(row["files"]) if row["files"] else []
     sizes = json.loads(row["sizes"]) if row.get("sizes") else {}
     versions = json.loads(row["versions"]) if row.get("versions") else {}
