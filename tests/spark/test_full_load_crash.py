@@ -17,7 +17,7 @@ from cdclake.engine.commit import FULL_LOAD_STEPS
 from cdclake.engine.run import full_load, run
 from cdclake.lake.history import history_of
 from cdclake.lake.journals import tombstones_of
-from cdclake.lake.ledger import read_ledger
+from cdclake.lake.ledger import LoadedFile, read_ledger
 from cdclake.lake.tables import iceberg_table, table_exists
 from cdclake.ops.maintenance import MaintenanceSettings, maintain
 from cdclake.ops.status import table_statuses
@@ -109,10 +109,13 @@ class Source:
         """Every file in bronze."""
         return {self._key(path) for path in self.folder.iterdir()}
 
-    def loaded(self) -> dict[str, int | None]:
-        """The newest load's LOAD files with their sizes, and the CDC files it superseded."""
-        sizes: dict[str, int | None] = {self._key(p): p.stat().st_size for p in self.folder.glob("LOAD*.csv")}
-        return {**sizes, **dict.fromkeys(self.superseded)}
+    def loaded(self) -> dict[str, LoadedFile]:
+        """The newest load's LOAD files with their sizes and versions (modification times), and the
+        CDC files it superseded."""
+        loads = [
+            LoadedFile(self._key(p), p.stat().st_size, str(p.stat().st_mtime_ns)) for p in self.folder.glob("LOAD*.csv")
+        ]
+        return {f.key: f for f in (*loads, *map(LoadedFile, self.superseded))}
 
     def tombstones(self) -> list[int]:
         """The keys deleted since the newest load (the old load's tombstones are forgotten)."""

@@ -18,7 +18,7 @@ from cdclake.dms.writer import write_csv
 from cdclake.engine.run import replay, run
 from cdclake.engine.select import ReplaySelection
 from cdclake.lake.journals import QUARANTINE_ROWS_TABLE, QUARANTINE_TABLE
-from cdclake.lake.ledger import read_ledger
+from cdclake.lake.ledger import LoadedFile, read_ledger
 from cdclake.lake.tables import iceberg_table
 from cdclake.ops.maintenance import MaintenanceSettings, maintain
 from faults import MaintenanceRacingCommitter
@@ -205,10 +205,10 @@ def test_maintenance_compacts_and_keeps_rows_ledger_and_recent_tombstones(
     assert report.tombstones_removed == 12
     assert sorted(tuple(r) for r in engine.spark.table(silver.identifier).collect()) == before_rows
     assert len(read_ledger(engine.spark, silver).applied) == 13
-    # AND the archive keeps the load's LOAD file sizes (a LOAD file DMS writes again is told by them)
-    assert read_ledger(engine.spark, silver).loaded == {
-        "s/people/LOAD00000001.csv": (bronze / "LOAD00000001.csv").stat().st_size
-    }
+    # AND the archive keeps the load's LOAD file size and version (a LOAD file DMS writes again is told by them)
+    load = (bronze / "LOAD00000001.csv").stat()
+    key = "s/people/LOAD00000001.csv"
+    assert read_ledger(engine.spark, silver).loaded == {key: LoadedFile(key, load.st_size, str(load.st_mtime_ns))}
     again = run(engine).checked()
     assert [t for t in again.tables if t.files_applied] == []
     # AND the table keeps its default key-clustered layout: files ordered by the key

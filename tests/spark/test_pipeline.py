@@ -29,7 +29,7 @@ from cdclake.engine.select import files_from_keys
 from cdclake.errors import BadInputError, FullLoadPendingError
 from cdclake.lake.batch import DriverRowDelta, RowDelta
 from cdclake.lake.journals import tombstones_of
-from cdclake.lake.ledger import KIND_FULL_LOAD_STAGED, read_ledger, replace_table
+from cdclake.lake.ledger import KIND_FULL_LOAD_STAGED, LoadedFile, read_ledger, replace_table
 from oracle import replay_change_log
 
 EngineFactory = Callable[..., Engine]
@@ -383,7 +383,7 @@ def test_a_crash_after_the_staged_load_loads_again(make_engine: EngineFactory, t
     table, silver = engine.config.tables[0], engine.silver_table(engine.config.tables[0])
     full_load(engine, [table]).checked()
     rows = engine.spark.table(silver.identifier)
-    replace_table(engine.spark, silver, rows, ["sales/orders/LOAD00000001.csv"], kind=KIND_FULL_LOAD_STAGED)
+    replace_table(engine.spark, silver, rows, [LoadedFile("sales/orders/LOAD00000001.csv")], kind=KIND_FULL_LOAD_STAGED)
     # WHEN the ledger is read and the pipeline runs without reload
     assert not read_ledger(engine.spark, silver).full_load_done
     run(engine).checked()

@@ -17,7 +17,15 @@ from cdclake.engine.statements import merge_statement
 from cdclake.lake.batch import KeyedBatch, read_table_metadata
 from cdclake.lake.committer import IcebergCommitter
 from cdclake.lake.layout import Layout, apply_layout, has_layout, layout_statements
-from cdclake.lake.ledger import FILES_PROPERTY, KIND_CDC, KIND_PROPERTY, ledger_properties, read_ledger, replace_table
+from cdclake.lake.ledger import (
+    FILES_PROPERTY,
+    KIND_CDC,
+    KIND_PROPERTY,
+    LoadedFile,
+    ledger_properties,
+    read_ledger,
+    replace_table,
+)
 from cdclake.lake.publish import (
     commit_staged,
     iceberg_table,
@@ -165,7 +173,7 @@ def test_ledger_reader_sees_every_published_batch(spark: SparkSession, database:
     # GIVEN a full load recorded in the ledger
     silver = SilverTable("silver", database.split(".")[1], "hosts")
     initial = spark.createDataFrame(_initial_rows(random.Random(1), 50), TABLE_SCHEMA)
-    replace_table(spark, silver, initial, ["LOAD00000001.csv"])
+    replace_table(spark, silver, initial, [LoadedFile("LOAD00000001.csv")])
     rng = random.Random(2)
     # WHEN two batches are published with their ledger properties
     for step in (1, 2):

@@ -17,7 +17,7 @@ from cdclake.engine.run import run
 from cdclake.lake.counts import table_files
 from cdclake.lake.journals import tombstones_of
 from cdclake.lake.tables import iceberg_table
-from cdclake.ops.status import NO_FILES, _counts, _ToCount, table_statuses
+from cdclake.ops.status import NO_FILES, TableToCount, count_rows_and_tombstones, table_statuses
 from status_oracle import per_table_statuses
 
 EngineFactory = Callable[..., Engine]
@@ -82,15 +82,15 @@ def test_status_answers_as_before_with_a_few_jobs_for_all_tables(
     silver = engine.silver_table(engine.config.table("s.changed"))
     tombstones = tombstones_of(silver)
     elsewhere = {
-        "rows": _ToCount(silver, replace(table_files(iceberg_table(spark, silver.identifier)), counted_here=False)),
-        "keys": _ToCount(
+        "rows": TableToCount(silver, replace(table_files(iceberg_table(spark, silver.identifier)), counted_here=False)),
+        "keys": TableToCount(
             tombstones, replace(table_files(iceberg_table(spark, tombstones.identifier)), counted_here=False), ["id"]
         ),
     }
     here = {name: replace(c, files=replace(c.files, counted_here=True)) for name, c in elsewhere.items()}
     with counted_jobs(spark, "status-counts-by-spark") as jobs:
-        by_spark = _counts(engine, {"changed": elsewhere["rows"]}, {"changed": elsewhere["keys"]})
-    assert by_spark == _counts(engine, {"changed": here["rows"]}, {"changed": here["keys"]})
+        by_spark = count_rows_and_tombstones(engine, {"changed": elsewhere["rows"]}, {"changed": elsewhere["keys"]})
+    assert by_spark == count_rows_and_tombstones(engine, {"changed": here["rows"]}, {"changed": here["keys"]})
     assert by_spark == {("rows", "changed"): 4, ("tombstones", "changed"): 1} and 0 < len(jobs) <= 6, jobs
 
     # WHEN a bad row is quarantined (the journals hold rows) and status answers again

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from cdclake.config import BronzeSettings, CleaningRules, TableConfig
 from cdclake.dms.files import BronzeFile, parse_key
 from cdclake.dms.layout import undeclared_header_columns
-from cdclake.engine.select import TableState, load_again, unloaded_load_files
+from cdclake.engine.select import TableState, load_again, loaded_files, unloaded_load_files
 from cdclake.errors import LoadFilesConflictError
+from cdclake.lake.ledger import KIND_FULL_LOAD, LoadedFile, full_load_properties
 
 TABLE = TableConfig(source_schema="s", source_table="t", target="t", columns={"id": "int", "qty": "int"})
 LOAD1, LOAD2, CDC = "s/t/LOAD00000001.csv", "s/t/LOAD00000002.csv", "s/t/20240102-0000000000.csv"
@@ -19,7 +22,8 @@ def _load(key: str, size: int) -> BronzeFile:
 
 
 def _loaded(sizes: dict[str, int | None], applied: tuple[str, ...] = ()) -> TableState:
-    return TableState(True, frozenset(sizes) | frozenset(applied), frozenset(), sizes)
+    loaded = {key: LoadedFile(key, size) for key, size in sizes.items()}
+    return TableState(True, frozenset(sizes) | frozenset(applied), frozenset(), loaded)
 
 
 def test_a_load_file_is_unloaded_when_new_or_written_again_with_another_size() -> None:
@@ -49,6 +53,26 @@ def test_late_load_files_are_loaded_before_cdc_a_reload_after_it_and_a_mix_is_re
     # CDC since, a new file beside an unchanged loaded one: refused with the command
     with pytest.raises(LoadFilesConflictError, match=r"run `cdclake full-load --table s\.t --reload`"):
         load_again(TABLE, _loaded({LOAD1: 10}, (CDC,)), [_load(LOAD1, 10), _load(LOAD2, 4)])
+
+
+def test_a_full_load_records_its_files_as_ledgers_always_have() -> None:
+    # GIVEN the files a full load records: a LOAD file with a version, one without, a superseded CDC file
+    recorded = loaded_files([replace(_load(LOAD1, 10), version="v1"), _load(LOAD2, 4), _load(CDC, 7)])
+    # WHEN they are recorded in a snapshot summary
+    properties = full_load_properties(KIND_FULL_LOAD, recorded)
+    # THEN the properties are the ones ledgers in existing warehouses hold (a CDC file's size is not kept)
+    assert properties == {
+        "cdclake.kind": "full-load",
+        "cdclake.files": f'["{LOAD1}","{LOAD2}","{CDC}"]',
+        "cdclake.load-sizes": f'{{"{LOAD1}":10,"{LOAD2}":4}}',
+        "cdclake.load-versions": f'{{"{LOAD1}":"v1"}}',
+    }
+    # AND a load of no files records an empty list and no sizes
+    assert full_load_properties(KIND_FULL_LOAD, []) == {
+        "cdclake.kind": "full-load",
+        "cdclake.files": "[]",
+        "cdclake.load-sizes": "{}",
+    }
 
 
 def test_a_header_contradicts_declared_columns_only_with_undeclared_names() -> None:

@@ -10,7 +10,7 @@ the batch's (``engine.history_sync``: another writer's batch, committed without 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -19,9 +19,11 @@ from typing import TYPE_CHECKING, assert_never
 from cdclake.columns import COMMIT_TS, OP
 from cdclake.config import TableConfig
 from cdclake.context import Engine
+from cdclake.dms.files import BronzeFile
 from cdclake.engine.history_sync import BatchHistory, append_batch_history
 from cdclake.engine.prepare import BatchPlan, ChangeSet, Hold, silver_shape, tombstone_rows
 from cdclake.engine.read import BadRows
+from cdclake.engine.select import loaded_files
 from cdclake.engine.statements import merge_statement
 from cdclake.lake.batch import (
     Append,
@@ -229,15 +231,13 @@ def stage_full_load(
     engine: Engine,
     silver: SilverTable,
     rows: DataFrame,
-    files: Sequence[str],
-    load_sizes: Mapping[str, int],
-    load_versions: Mapping[str, str] | None = None,
+    loaded: Sequence[BronzeFile],
 ) -> None:
     """Create or atomically replace the silver table with a full load's rows, recorded as a staged
-    load (``files``, with the sizes of its LOAD files: ``load_sizes``): the ledger says "not loaded"
-    until ``finish_full_load`` records it done."""
+    load of ``loaded`` (its LOAD files, with their sizes and versions, and any CDC files it
+    supersedes): the ledger says "not loaded" until ``finish_full_load`` records it done."""
     ensure_database(engine.spark, engine.catalog, engine.config.database)
-    replace_table(engine.spark, silver, rows, files, KIND_FULL_LOAD_STAGED, load_sizes, load_versions)
+    replace_table(engine.spark, silver, rows, loaded_files(loaded), KIND_FULL_LOAD_STAGED)
 
 
 def _history_of_full_load(engine: Engine, table: TableConfig, silver: SilverTable) -> None:
@@ -262,14 +262,13 @@ def finish_full_load(
     engine: Engine,
     table: TableConfig,
     silver: SilverTable,
-    files: Sequence[str],
-    load_sizes: Mapping[str, int],
-    load_versions: Mapping[str, str] | None = None,
+    loaded: Sequence[BronzeFile],
 ) -> None:
     """Finish a staged load: give the table its layout for the writes to come (the replace reset
     it), write every loaded row's first version to history, forget what the old load left (its
     archived ledger and its tombstones: the new load is the truth now), and only then record the
-    load as done (``files``: what it holds, ``load_sizes``: its LOAD files' sizes).
+    load of ``loaded`` as done (its LOAD files, with their sizes and versions, and the CDC files it
+    superseded).
 
     One step or none: until the record, the ledger says "not loaded" (the staged commit), so a
     crash at any step makes the next run load the table again and take every step again; each
@@ -291,7 +290,7 @@ def finish_full_load(
         "history": history,
         "forget-ledger-archive": lambda: forget_archived_ledger(engine.spark, silver),
         "forget-tombstones": forget_tombstones,
-        "record": lambda: record_full_load(engine.spark, silver, files, load_sizes, load_versions),
+        "record": lambda: record_full_load(engine.spark, silver, loaded_files(loaded)),
     }
     for step in FULL_LOAD_STEPS:
         engine.committer.full_load_step(step, steps[step])

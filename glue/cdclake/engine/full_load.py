@@ -83,9 +83,7 @@ def full_load_table(
         report.inserted = engine.spark.table(silver.identifier).count()
     report.seconds = time.monotonic() - started
     log.info("full load done table=%s rows=%d seconds=%.1f", table.source, report.inserted, report.seconds)
-    sizes = _sizes(files)
-    loaded_sizes = {key: sizes.get(key) for key in loaded}
-    return report, TableState(True, frozenset(loaded), state.held, loaded_sizes, _versions(files))
+    return report, TableState.after_load(loaded, state.held)
 
 
 def nothing_loaded(table: TableConfig) -> str:
@@ -98,7 +96,7 @@ def nothing_loaded(table: TableConfig) -> str:
 
 def _load_in_one_scan(
     engine: Engine, table: TableConfig, files: Sequence[BronzeFile], listing: BronzeListing, report: TableReport
-) -> list[str]:
+) -> list[BronzeFile]:
     """Load in one scan, assuming valid rows and unique keys. Returns the files recorded as loaded,
     or nothing (nothing recorded as loaded) when the assumption fails."""
     from pyspark.sql import Observation
@@ -113,7 +111,7 @@ def _load_in_one_scan(
     valid = changes.where(F.when(has_error(changes), F.raise_error(F.lit(_NEEDS_SCREENING))).otherwise(F.lit(True)))
     rows = stored_rows(valid, table, deduplicate=False)
     try:
-        stage_full_load(engine, silver, rows, [f.key for f in files], _sizes(files), _versions(files))
+        stage_full_load(engine, silver, rows, files)
     except ConfigError:
         raise
     except Exception as failure:
@@ -125,8 +123,8 @@ def _load_in_one_scan(
     if not table.append_only and _has_repeated_keys(engine, silver, table.silver_key(), stats["rows"]):
         log.warning("full load table=%s: a key occurs more than once; keeping each key's last row", table.source)
         return []
-    loaded = [f.key for f in (*files, *superseded_cdc_files(listing, table, stats["earliest"]))]
-    finish_full_load(engine, table, silver, loaded, _sizes(files), _versions(files))
+    loaded = [*files, *superseded_cdc_files(listing, table, stats["earliest"])]
+    finish_full_load(engine, table, silver, loaded)
     report.changes_read = stats["rows"]
     report.inserted = stats["rows"]  # every row valid and every key once: all of them were written
     report.files_skipped = len(loaded) - len(files)
@@ -153,7 +151,7 @@ def _has_repeated_keys(engine: Engine, silver: SilverTable, key: Sequence[str], 
 
 def _load_carefully(
     engine: Engine, table: TableConfig, files: Sequence[BronzeFile], listing: BronzeListing, report: TableReport
-) -> list[str]:
+) -> list[BronzeFile]:
     """Count and screen the rows (bad ones to quarantine), keep each key's last row, one staged
     replace, finished like the one-scan load's (``finish_full_load``)."""
     silver = engine.silver_table(table)
@@ -169,19 +167,8 @@ def _load_carefully(
         superseded = superseded_cdc_files(listing, table, counts.earliest_commit_ts)
     else:
         changes = empty_changes(engine, table)
-    loaded = [f.key for f in (*files, *superseded)]
-    stage_full_load(engine, silver, stored_rows(changes, table), loaded, _sizes(files), _versions(files))
-    finish_full_load(engine, table, silver, loaded, _sizes(files), _versions(files))
+    loaded = [*files, *superseded]
+    stage_full_load(engine, silver, stored_rows(changes, table), loaded)
+    finish_full_load(engine, table, silver, loaded)
     report.files_skipped = len(superseded)
     return loaded
-
-
-def _sizes(files: Sequence[BronzeFile]) -> dict[str, int]:
-    """The LOAD files' sizes, recorded with the load: a file DMS writes again is told by its size."""
-    return {f.key: f.size for f in files}
-
-
-def _versions(files: Sequence[BronzeFile]) -> dict[str, str]:
-    """The LOAD files' versions (where the store knows them), recorded with the load: a file
-    written again in place with the same size is told by its version."""
-    return {f.key: f.version for f in files if f.version is not None}

@@ -49,7 +49,7 @@ def read_state(engine: Engine, table: TableConfig, held: HeldFiles | None = None
     ledger = read_ledger(engine.spark, silver)
     quarantine = held_files(engine) if held is None else held
     keys = quarantine.get(silver.name, frozenset())
-    return TableState(ledger.full_load_done, ledger.applied, keys, ledger.loaded, ledger.load_versions)
+    return TableState(ledger.full_load_done, ledger.applied, keys, ledger.loaded)
 
 
 def list_all(engine: Engine) -> BronzeListing:

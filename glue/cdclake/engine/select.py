@@ -14,6 +14,7 @@ from cdclake.config import PipelineConfig, TableConfig
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind, parse_key
 from cdclake.dms.store import BronzeStore
 from cdclake.errors import BronzeError, ConfigError, LoadFilesConflictError
+from cdclake.lake.ledger import LoadedFile
 from cdclake.report import RunReport
 
 
@@ -24,11 +25,16 @@ class TableState:
     full_load_done: bool
     applied: frozenset[str]  # bronze keys in the ledger
     held: frozenset[str]  # bronze keys in quarantine (applied only by a replay)
-    # what the last full load recorded: its LOAD files (with their sizes, None where the ledger
-    # has none) and the CDC files it superseded
-    loaded: Mapping[str, int | None] = field(default_factory=dict)
-    # the versions of those LOAD files (modification time or ETag) where the ledger has them
-    load_versions: Mapping[str, str] = field(default_factory=dict)
+    # what the last full load recorded, by key: its LOAD files (with their sizes and versions
+    # where the ledger has them) and the CDC files it superseded
+    loaded: Mapping[str, LoadedFile] = field(default_factory=dict)
+
+    @classmethod
+    def after_load(cls, loaded: Iterable[BronzeFile], held: frozenset[str]) -> TableState:
+        """The state once a full load committed ``loaded`` (its LOAD files and the CDC files it
+        superseded), with ``held`` still in quarantine."""
+        recorded = loaded_files(loaded)
+        return cls(True, frozenset(f.key for f in recorded), held, {f.key: f for f in recorded})
 
     @property
     def cdc_applied(self) -> bool:
@@ -96,13 +102,14 @@ def unloaded_load_files(state: TableState, loads: Iterable[BronzeFile]) -> list[
     """
     if not state.full_load_done:
         return []
+    return sorted(f for f in loads if f.key not in state.loaded or not state.loaded[f.key].holds(f.size, f.version))
 
-    def rewritten(file: BronzeFile) -> bool:
-        recorded = state.load_versions.get(file.key)
-        return recorded is not None and file.version is not None and recorded != file.version
 
-    return sorted(
-        f for f in loads if f.key not in state.loaded or state.loaded[f.key] not in (None, f.size) or rewritten(f)
+def loaded_files(files: Iterable[BronzeFile]) -> tuple[LoadedFile, ...]:
+    """What a full load records of ``files``: each LOAD file with its size and version (which tell
+    it from the same name written again), each CDC file it superseded by its key alone."""
+    return tuple(
+        LoadedFile(f.key, f.size, f.version) if f.kind is FileKind.FULL_LOAD else LoadedFile(f.key) for f in files
     )
 
 

@@ -50,36 +50,61 @@ MART_SOURCES_PROPERTY = "cdclake.gold.sources"
 
 
 @dataclass(frozen=True)
+class LoadedFile:
+    """One bronze file a full load recorded: a LOAD file with what tells its content from the same
+    name written again, or a CDC file the load superseded (its key alone)."""
+
+    key: str
+    # the LOAD file's size (DMS writes a name again when a reload restarts the counter); None for
+    # a CDC file, or a ledger from before sizes were kept
+    size: int | None = None
+    # the LOAD file's version (modification time or ETag: written again in place with the same
+    # size); None for a CDC file, or where the store or the ledger had none
+    version: str | None = None
+
+    def holds(self, size: int, version: str | None) -> bool:
+        """Whether a file of ``size`` and ``version`` under this key is the content recorded: what
+        the ledger does not know (no size, no version) does not tell them apart."""
+        return self.size in (None, size) and (self.version is None or version is None or self.version == version)
+
+
+@dataclass(frozen=True)
 class LedgerState:
     """What the current snapshot lineage says about one table."""
 
     full_load_done: bool
     applied: frozenset[str]  # bronze keys applied since (and including) the last full load
     last_file: str | None
-    # the keys the last full load recorded (its LOAD files and the CDC files it superseded), with
-    # the size of each LOAD file where the ledger has it (ledgers before sizes were kept: None)
-    loaded: Mapping[str, int | None] = field(default_factory=dict)
-    # the version of each LOAD file the last full load read, where the ledger has it
-    load_versions: Mapping[str, str] = field(default_factory=dict)
+    # what the last full load recorded, by key: its LOAD files and the CDC files it superseded
+    loaded: Mapping[str, LoadedFile] = field(default_factory=dict)
 
 
-def ledger_properties(
-    kind: str,
-    files: Sequence[str],
-    latest_commit_ts: str | None = None,
-    load_sizes: Mapping[str, int] | None = None,
-    load_versions: Mapping[str, str] | None = None,
-) -> dict[str, str]:
-    """Snapshot-summary properties recording a batch: its kind, files and newest commit time, and
-    for a full load the sizes and versions of its LOAD files."""
+def ledger_properties(kind: str, files: Sequence[str], latest_commit_ts: str | None = None) -> dict[str, str]:
+    """Snapshot-summary properties recording a batch: its kind, files and newest commit time."""
     properties = {KIND_PROPERTY: kind, FILES_PROPERTY: json.dumps(list(files), separators=(",", ":"))}
     if latest_commit_ts:
         properties[LATEST_COMMIT_TS_PROPERTY] = latest_commit_ts
-    if load_sizes is not None:
-        properties[LOAD_SIZES_PROPERTY] = json.dumps(dict(load_sizes), separators=(",", ":"))
-    if load_versions:
-        properties[LOAD_VERSIONS_PROPERTY] = json.dumps(dict(load_versions), separators=(",", ":"))
     return properties
+
+
+def full_load_properties(kind: str, loaded: Sequence[LoadedFile]) -> dict[str, str]:
+    """Snapshot-summary properties recording a full load (``kind``: staged or done): its files,
+    with the sizes and versions of its LOAD files."""
+    properties = ledger_properties(kind, [f.key for f in loaded])
+    sizes = {f.key: f.size for f in loaded if f.size is not None}
+    properties[LOAD_SIZES_PROPERTY] = json.dumps(sizes, separators=(",", ":"))
+    if versions := {f.key: f.version for f in loaded if f.version is not None}:
+        properties[LOAD_VERSIONS_PROPERTY] = json.dumps(versions, separators=(",", ":"))
+    return properties
+
+
+def _recorded(row: Mapping[str, Any]) -> list[LoadedFile]:
+    """The files a lineage row records, each with its size and version where the row has them (a
+    full load's LOAD files; a CDC batch's files have neither): the one reader of the stored format."""
+    files = json.loads(row["files"]) if row["files"] else []
+    sizes = json.loads(row["sizes"]) if row.get("sizes") else {}
+    versions = json.loads(row["versions"]) if row.get("versions") else {}
+    return [LoadedFile(key, sizes.get(key), versions.get(key)) for key in files]
 
 
 def _lineage(spark: SparkSession, table: SilverTable) -> Iterator[dict[str, Any]]:
@@ -221,22 +246,19 @@ def read_ledger(
     if not table_exists(spark, table):
         return LedgerState(full_load_done=False, applied=frozenset(), last_file=None)
     applied: set[str] = set()
-    loaded: dict[str, int | None] = {}
-    versions: dict[str, str] = {}
+    loaded: dict[str, LoadedFile] = {}
     last_file: str | None = None
     full_load_done = False
     for row in _lineage(spark, table):
         if row["kind"] == KIND_FULL_LOAD_STAGED:
             # A full load that never finished: whatever came before it no longer describes silver.
             return LedgerState(full_load_done=False, applied=frozenset(applied), last_file=last_file)
-        files = json.loads(row["files"]) if row["files"] else []
-        applied.update(files)
-        if last_file is None and files:
-            last_file = max(files)
+        recorded = _recorded(row)
+        applied.update(f.key for f in recorded)
+        if last_file is None and recorded:
+            last_file = max(f.key for f in recorded)
         if row["kind"] == KIND_FULL_LOAD:
-            sizes = json.loads(row["sizes"]) if row["sizes"] else {}
-            loaded = {key: sizes.get(key) for key in files}
-            versions = json.loads(row["versions"]) if row["versions"] else {}
+            loaded = {f.key: f for f in recorded}
             full_load_done = True
             break
     if not full_load_done:
@@ -246,10 +268,11 @@ def read_ledger(
             if entry["file_key"]:
                 applied.add(entry["file_key"])
                 if entry["kind"] == KIND_FULL_LOAD:
-                    loaded[entry["file_key"]] = entry.asDict().get("file_size")
-                    if version := entry.asDict().get("file_version"):
-                        versions[entry["file_key"]] = version
-    return LedgerState(full_load_done, frozenset(applied), last_file, loaded, versions)
+                    stored = entry.asDict()
+                    loaded[entry["file_key"]] = LoadedFile(
+                        entry["file_key"], stored.get("file_size"), stored.get("file_version") or None
+                    )
+    return LedgerState(full_load_done, frozenset(applied), last_file, loaded)
 
 
 def _archived(spark: SparkSession, table: SilverTable) -> list[Any]:
@@ -298,14 +321,10 @@ def archive_ledger(spark: SparkSession, table: SilverTable, snapshots: Sequence[
     Idempotent, and done before the snapshots expire, so the record of applied files survives.
     """
     rows = [
-        (
-            table.name, key, row["kind"] or KIND_CDC, row["snapshot_id"], sizes.get(key), row.get("sequence_number"),
-            versions.get(key),
-        )
+        (table.name, file.key, row["kind"] or KIND_CDC, row["snapshot_id"], file.size, row.get("sequence_number"),
+         file.version)
         for row in snapshots
-        for sizes in [json.loads(row["sizes"]) if row.get("sizes") else {}]
-        for versions in [json.loads(row["versions"]) if row.get("versions") else {}]
-        for key in (json.loads(row["files"]) if row["files"] else []) or [""]
+        for file in _recorded(row) or [LoadedFile("")]
         if row["kind"]
     ]  # fmt: skip
     if not rows:
@@ -341,21 +360,14 @@ def forget_archived_ledger(spark: SparkSession, table: SilverTable) -> None:
         spark.sql(f"DELETE FROM {archive.identifier} WHERE silver_table = {sql_string(table.name)}")
 
 
-def record_full_load(
-    spark: SparkSession,
-    table: SilverTable,
-    files: Sequence[str],
-    load_sizes: Mapping[str, int],
-    load_versions: Mapping[str, str] | None = None,
-) -> None:
-    """Record a staged full load as done: a commit that adds no data, only the ledger entry (an
-    append of no files through the Iceberg Java API, what an empty Spark append commits, without
-    its Spark job)."""
+def record_full_load(spark: SparkSession, table: SilverTable, loaded: Sequence[LoadedFile]) -> None:
+    """Record a staged full load of ``loaded`` as done: a commit that adds no data, only the ledger
+    entry (an append of no files through the Iceberg Java API, what an empty Spark append commits,
+    without its Spark job)."""
     iceberg = iceberg_table(spark, table.identifier)
     iceberg.refresh()
     append = iceberg.newAppend()
-    properties = ledger_properties(KIND_FULL_LOAD, files, load_sizes=load_sizes, load_versions=load_versions)
-    for name, value in properties.items():
+    for name, value in full_load_properties(KIND_FULL_LOAD, loaded).items():
         append = append.set(name, value)
     append.commit()
 
@@ -364,13 +376,10 @@ def replace_table(
     spark: SparkSession,
     table: SilverTable,
     rows: DataFrame,
-    files: Sequence[str],
+    loaded: Sequence[LoadedFile],
     kind: str = KIND_FULL_LOAD,
-    load_sizes: Mapping[str, int] | None = None,
-    load_versions: Mapping[str, str] | None = None,
 ) -> None:
-    """Create or atomically replace ``table`` with ``rows``: the full load, recorded in the ledger
-    (as ``kind``: a staged load is recorded as done only by ``record_full_load`` after it), with
-    the sizes and versions of its LOAD files."""
-    properties = ledger_properties(kind, files, load_sizes=load_sizes or {}, load_versions=load_versions)
-    create_or_replace(spark, table, rows, properties)
+    """Create or atomically replace ``table`` with ``rows``: the full load of ``loaded``, recorded
+    in the ledger (as ``kind``: a staged load is recorded as done only by ``record_full_load``
+    after it)."""
+    create_or_replace(spark, table, rows, full_load_properties(kind, loaded))

@@ -61,7 +61,9 @@ log = logging.getLogger("cdclake")
 
 # The tables every silver table of a database shares, maintained once per run.
 JOURNALS = (SCHEMA_CHANGES_TABLE, QUARANTINE_TABLE, QUARANTINE_ROWS_TABLE, DISMISSED_TABLE)
-TOMBSTONES, HISTORY, LEDGER_ARCHIVE, JOURNAL, GOLD_MART = "tombstones", "history", "ledger archive", "journal", "mart"
+SILVER, TOMBSTONES, HISTORY, LEDGER_ARCHIVE, JOURNAL, GOLD_MART = (
+    "silver", "tombstones", "history", "ledger archive", "journal", "mart"
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -75,29 +77,12 @@ class MaintenanceSettings:
 
 
 @dataclass
-class TableUpkeep:
-    """What maintenance did to one table beside the silver tables: a side table or a shared one."""
-
-    table: str  # database.name
-    role: str  # tombstones | history | ledger archive | journal | mart
-    data_files_before: int = 0
-    data_files_after: int = 0
-    snapshots_expired: int = 0
-    ledger_entries_archived: int = 0
-    orphan_files_removed: int = 0
-    seconds: float = 0.0
-
-    def summary(self) -> str:
-        return (
-            f"{self.table} ({self.role}): data files {self.data_files_before} -> {self.data_files_after}, "
-            f"snapshots expired {self.snapshots_expired}, orphans removed {self.orphan_files_removed} "
-            f"({self.seconds:.1f}s)"
-        )
-
-
-@dataclass
 class MaintenanceReport:
-    table: str
+    """What maintenance did to one table: a silver table (``role`` silver, its side tables'
+    reports in ``side_tables``), a side table or a shared one."""
+
+    table: str  # a silver table: its source (schema.table); any other: database.name
+    role: str  # silver | tombstones | history | ledger archive | journal | mart
     data_files_before: int = 0
     data_files_after: int = 0
     delete_files_before: int = 0
@@ -107,7 +92,22 @@ class MaintenanceReport:
     orphan_files_removed: int = 0
     tombstones_removed: int = 0
     seconds: float = 0.0
-    side_tables: list[TableUpkeep] = field(default_factory=list)  # its tombstones and history
+    side_tables: list[MaintenanceReport] = field(default_factory=list)  # a silver table's tombstones and history
+
+    def summary(self) -> str:
+        """One line: the files before and after, what expired and was removed, the time taken."""
+        if self.role != SILVER:
+            return (
+                f"{self.table} ({self.role}): data files {self.data_files_before} -> {self.data_files_after}, "
+                f"snapshots expired {self.snapshots_expired}, orphans removed {self.orphan_files_removed} "
+                f"({self.seconds:.1f}s)"
+            )
+        return (
+            f"{self.table}: data files {self.data_files_before} -> {self.data_files_after}, "
+            f"delete files {self.delete_files_before} -> {self.delete_files_after}, "
+            f"snapshots expired {self.snapshots_expired}, orphans removed {self.orphan_files_removed}, "
+            f"tombstones removed {self.tombstones_removed} ({self.seconds:.1f}s)"
+        )
 
 
 @dataclass
@@ -115,7 +115,7 @@ class MaintenanceRun:
     """One maintenance run: each silver table (with its side tables), then the shared tables and marts."""
 
     tables: list[MaintenanceReport]
-    shared: list[TableUpkeep]
+    shared: list[MaintenanceReport]
 
 
 def _file_counts(engine: Engine, table: SilverTable) -> tuple[int, int]:
@@ -298,14 +298,14 @@ def maintain_beside(
     settings: MaintenanceSettings,
     now: datetime,
     keep: frozenset[int] = frozenset(),
-) -> TableUpkeep | None:
+) -> MaintenanceReport | None:
     """Maintain a table beside the silver tables (``role``: tombstones, history, ledger archive,
     journal or mart): compaction (not a mart's), expiry with its ledger archived, orphans. None
     when the table does not exist."""
     if not table_exists(engine.spark, table):
         return None
     started = time.monotonic()
-    upkeep = TableUpkeep(table=f"{table.database}.{table.name}", role=role)
+    upkeep = MaintenanceReport(table=f"{table.database}.{table.name}", role=role)
     upkeep.data_files_before, delete_files = _file_counts(engine, table)
     if role != GOLD_MART:
         # A mart's newest commit records the snapshots it reflects; a compaction commit after it
@@ -351,7 +351,7 @@ def maintain_table(
     silver = engine.silver_table(table)
     if not table_exists(engine.spark, silver):
         return None
-    report = MaintenanceReport(table=table.source)
+    report = MaintenanceReport(table=table.source, role=SILVER)
     name = _procedure_name(silver)
     report.data_files_before, report.delete_files_before = _file_counts(engine, silver)
     # Compaction also applies merge-on-read deletes to the files it rewrites.

@@ -148,21 +148,23 @@ def _exact_rows(iceberg: Any) -> int | None:
 
 
 @dataclass(frozen=True)
-class _ToCount:
-    """A table whose rows (or distinct keys, with ``key``) the metadata does not say exactly."""
+class TableToCount:
+    """A table whose rows (or distinct keys, with ``key``) the metadata does not say exactly, and
+    where they are counted: in this process by pyiceberg when ``files.counted_here``, else by Spark."""
 
     table: SilverTable
     files: TableFiles
     key: Sequence[str] = ()
 
 
-def _counts(
-    engine: Engine, rows: Mapping[str, _ToCount], tombstones: Mapping[str, _ToCount]
+def count_rows_and_tombstones(
+    engine: Engine, rows: Mapping[str, TableToCount], tombstones: Mapping[str, TableToCount]
 ) -> dict[tuple[str, str], int]:
     """The rows of each table of ``rows`` and the distinct keys of each tombstone table of
-    ``tombstones`` (by target name): ``("rows" | "tombstones", target) -> count``. Tables on the
-    local file system are read here (``lake.counts``: no Spark job, which a cold command pays
-    seconds for); the others in one Spark query (``_spark_counts``)."""
+    ``tombstones`` (by target name): ``("rows" | "tombstones", target) -> count``. A table whose
+    ``files.counted_here`` (on the local file system) is read here (``lake.counts``: no Spark job,
+    which a cold command pays seconds for); the others in one Spark query for all of them
+    (``_spark_counts``: tables on S3)."""
     counts = {("rows", name): live_rows(t.files) for name, t in rows.items() if t.files.counted_here}
     counts |= {
         ("tombstones", name): distinct_keys(t.files, t.key) for name, t in tombstones.items() if t.files.counted_here
@@ -255,19 +257,19 @@ def table_statuses(
         else {}
     )
     metadata: dict[str, _Metadata] = {}
-    to_count: dict[str, _ToCount] = {}
-    keys_of: dict[str, _ToCount] = {}
+    to_count: dict[str, TableToCount] = {}
+    keys_of: dict[str, TableToCount] = {}
     for table in engine.config.tables:
         silver = engine.silver_table(table)
         if silver.name not in existing:
             continue
         metadata[table.target] = _metadata(engine, silver)
         if (files := metadata[table.target].files) is not None:
-            to_count[table.target] = _ToCount(silver, files)
+            to_count[table.target] = TableToCount(silver, files)
         tombstones = tombstones_of(silver)
         if tombstones.name in existing and _exact_rows(kept := _refreshed(engine, tombstones)) != 0:
-            keys_of[table.target] = _ToCount(tombstones, table_files(kept), table.silver_key())
-    counts = _counts(engine, to_count, keys_of)
+            keys_of[table.target] = TableToCount(tombstones, table_files(kept), table.silver_key())
+    counts = count_rows_and_tombstones(engine, to_count, keys_of)
     statuses = []
     for table in engine.config.tables:
         silver = engine.silver_table(table)
@@ -283,7 +285,7 @@ def table_statuses(
             continue
         facts = metadata[table.target]
         ledger = read_ledger(engine.spark, silver, archive)
-        state = TableState(ledger.full_load_done, ledger.applied, frozenset(), ledger.loaded, ledger.load_versions)
+        state = TableState(ledger.full_load_done, ledger.applied, frozenset(), ledger.loaded)
         held, last_reason = quarantined.get(table.target, (0, None))
         held_rows, last_row_reason = bad_rows.get(table.target, (0, None))
         pending = [f for f in cdc if f.key not in ledger.applied]

@@ -513,12 +513,7 @@ def _maintain(engine: Engine, args: argparse.Namespace) -> int:
     )
     run = maintain(engine, settings, _tables(engine, args))
     for done in run.tables:
-        print(
-            f"maintain  {done.table}: data files {done.data_files_before} -> {done.data_files_after}, "
-            f"delete files {done.delete_files_before} -> {done.delete_files_after}, "
-            f"snapshots expired {done.snapshots_expired}, orphans removed {done.orphan_files_removed}, "
-            f"tombstones removed {done.tombstones_removed} ({done.seconds:.1f}s)"
-        )
+        print(f"maintain  {done.summary()}")
         for side in done.side_tables:
             print(f"            {side.summary()}")
     for shared in run.shared:
