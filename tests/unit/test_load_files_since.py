@@ -43,7 +43,9 @@ def test_late_load_files_are_loaded_before_cdc_a_reload_after_it_and_a_mix_is_re
         "LOAD files new since the full load, loaded with the others: LOAD00000002.csv"
     )
     # the CDC files a load superseded are not CDC applied since
-    assert load_again(TABLE, _loaded({LOAD1: 10, CDC: None}), [_load(LOAD2, 4)]) is not None
+    assert load_again(TABLE, _loaded({LOAD1: 10, CDC: None}), [_load(LOAD2, 4)]) == (
+        "LOAD files new since the full load, loaded with the others: LOAD00000002.csv"
+    )
     # CDC since, every LOAD file written again: a reload
     assert load_again(TABLE, _loaded({LOAD1: 10}, (CDC,)), [_load(LOAD1, 12)]) == (
         "a reload: LOAD files written again since the full load replace the table: LOAD00000001.csv"
