@@ -212,8 +212,8 @@ def _loses_digits(value: str, source: str, cast: str, scale: int) -> str:
         # is there either way, and spaces only add to the characters after the '.'.)
         digits = sql_string(rf"^[+-]?[0-9]*\.[0-9]{{{scale}}}[0-9]*[1-9][0-9]*$")
         point = f"instr({value}, '.')"
-        plain = f"{point} > 0 AND length({value}) - {point} > {scale} AND trim({value}) RLIKE {digits}"
-        exponent = f"(instr({value}, 'e') > 0 OR instr({value}, 'E') > 0)"
+        plain = f"contains({value}, '.') AND length({value}) - {point} > {scale} AND trim({value}) RLIKE {digits}"
+        exponent = f"(contains({value}, 'e') OR contains({value}, 'E'))"
         scientific = f"{exponent} AND CAST({cast} AS DOUBLE) != CAST({value} AS DOUBLE)"
         return f"coalesce(({plain}) OR ({scientific}), false)"
     if source.startswith(_NUMERIC_SOURCE):
@@ -277,10 +277,12 @@ def instant_of_parts(parts: str) -> str:
     fraction = f"CASE WHEN length({part(2)}) > 6 THEN {part(2)} ELSE rpad({part(2)}, 6, '0') END"
     general = f"concat(date_format({utc}, 'yyyy-MM-dd HH:mm:ss'), '.', {fraction})"
     # DMS's default form has no '|': it is the instant's text already.
-    return f"CASE WHEN instr({parts}, '|') = 0 THEN {parts} ELSE {general} END"
+    return f"CASE WHEN NOT contains({parts}, '|') THEN {parts} ELSE {general} END"
 
 
-def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig, full_load: bool = False) -> DataFrame:
+def to_changes(
+    raw: DataFrame, settings: BronzeSettings, table: TableConfig, full_load: bool = False, csv: bool | None = None
+) -> DataFrame:
     """Raw file rows -> change rows.
 
     In: the reader's columns (the DMS ``Op`` column when present). Out: the data columns, typed
@@ -292,6 +294,8 @@ def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig, ful
     The timestamp column stays a data column (as in the first seed's silver table); the change
     sequence does not. A commit timestamp that does not parse is an error, and so is a NULL one
     on a CDC row (``full_load`` False): either would order the change before every stored row.
+    ``csv``: whether rows were read from CSV files (default: ``settings.format`` says so), whose
+    text Spark decoded: bytes that are not UTF-8 are an error there. Parquet text is not decoded.
     """
     columns = set(raw.columns)
     op = f"upper(trim({quote(DMS_OP_COLUMN)}))" if DMS_OP_COLUMN in columns else "'I'"
@@ -301,11 +305,12 @@ def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig, ful
         _Reason(f"NOT coalesce(({op}) IN {VALID_OPS!r}, false)", _sql_reason(UNKNOWN_OP, op)),
     ]
     text = [f.name for f in raw.schema.fields if f.dataType.simpleString() == "string" and f.name != CORRUPT_RECORD]
-    if text and settings.format == "csv":
+    if text and (settings.format == "csv" if csv is None else csv):
         # Spark decodes CSV bytes that are not UTF-8 as U+FFFD instead of failing; say so per row.
-        # One search of the row's text (NULLs skipped): decoded text is valid UTF-8, so U+FFFD
-        # cannot straddle two values.
-        replaced = f"instr(concat_ws('', {', '.join(quote(c) for c in text)}), '\ufffd') > 0"
+        # One byte search of the row's text (NULLs skipped; decoded text is valid UTF-8, so U+FFFD
+        # cannot straddle two values): ``instr`` counts characters as it goes, several times slower,
+        # and a search per column makes the generated code too big for the JIT (``hugeMethodLimit``).
+        replaced = f"contains(concat_ws('', {', '.join(quote(c) for c in text)}), '\ufffd')"
         reasons.insert(1, _Reason(replaced, "'bytes that are not valid UTF-8'"))
     ts_text = f"CAST({quote(ts_name)} AS STRING)" if ts_name in columns else "CAST(NULL AS STRING)"
     if ts_name:
