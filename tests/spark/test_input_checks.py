@@ -3,6 +3,7 @@ and a value that cannot be stored exactly, or a change without its operation, is
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -448,3 +449,98 @@ def test_the_invalid_flag_marks_exactly_the_rows_with_a_reason(spark: SparkSessi
     # THEN the flag is set exactly where a reason is, and every problem row has one
     assert [(r["flag"], r["reasons"]) for r in checked] == [(r["reasons"], r["reasons"]) for r in checked]
     assert [r["flag"] for r in checked] == [False, False] + [True] * 8
+
+
+# Commit timestamps at the edges of the parse's one regular expression: its parts are rewritten
+# as "date time|fraction|zone|", so a '|' in the text, a line terminator after the match (Java's
+# '$' matches before one), and the zone's and fraction's optional parts are where it could differ
+# from a regexp_extract per part.
+INSTANT_EDGES = {
+    "2024-05-02 20:00:00.000000\n": "2024-05-02 20:00:00.000000\n",  # DMS's form: kept as written
+    "2024-05-02T20:00:00Z\u2028": "2024-05-02 20:00:00.000000",  # a terminator '\\s' does not match
+    "2024-05-02T21:30:00.5+02:00\r\n": "2024-05-02 19:30:00.500000",
+    "2024-05-02 20:00:00,25 -05": "2024-05-03 01:00:00.250000",
+    "2024-05-02T20:00:00.123456789-0530": "2024-05-03 01:30:00.123456789",
+    "2024-05-02 20:00:00|5": None,
+    "2024-05-02 20:00:00.000000|": None,
+    "|2024-05-02 20:00:00": None,
+    "2024-05-02T20:00:00Z\n\n": "2024-05-02 20:00:00.000000",  # '\\s*' takes both
+    "2024-05-02T20:00:00Z\u2028\u2028": None,  # '$' allows one terminator only
+}
+
+
+def test_commit_instants_at_the_edges_of_the_one_match_parse(spark: SparkSession) -> None:
+    # GIVEN commit timestamps at the edges of the parse
+    config = parse_config("bronze: {timestamp_column: ts}\ntables:\n  s.t: {primary_key: [id], columns: {id: int}}\n")
+    raw = spark.createDataFrame(
+        [("I", t, 1, None) for t in INSTANT_EDGES], f"Op string, ts string, id int, {CORRUPT_RECORD} string"
+    )
+    # WHEN normalised as one expression and by the typing (two projections)
+    alone = {r["ts"]: r["instant"] for r in raw.select("ts", F.expr(commit_instant("ts")).alias("instant")).collect()}
+    typed = {r["ts"]: r[COMMIT_TS] for r in to_changes(raw, config.bronze, config.tables[0]).collect()}
+    # THEN both give each one's instant, or NULL where it is no timestamp
+    assert alone == typed == INSTANT_EDGES
+
+
+def test_typing_casts_each_value_once_and_flags_exactly_the_bad_values(spark: SparkSession) -> None:
+    # GIVEN text values at the edges of the checks: spaces around digits, a '.' or an exponent,
+    # the UTF-8 replacement character in one text column of several
+    config = parse_config(
+        "bronze: {timestamp_column: ts}\ntables:\n  s.t:\n    primary_key: [id]\n"
+        '    columns: {id: int, amount: "decimal(5,2)", n: bigint}\n    clean: {cast: {ts: timestamp}}\n'
+    )
+    ts = "2024-05-02 20:00:00.000000"
+    rows = {  # id -> (amount, n, note), the reason expected (None: a good row)
+        "1": (("1.50  ", " 7", "ok"), None),
+        "2": (("  1.505", "7", "ok"), "value '  1.505' of column amount cannot be stored exactly as decimal(5,2)"),
+        "3": (("1.5e1", "2.0", "ok"), None),
+        "4": (("1.505e0", "7", "ok"), "value '1.505e0' of column amount cannot be stored exactly as decimal(5,2)"),
+        "5": (("1.50", "2.70 ", "ok"), "value '2.70 ' of column n cannot be stored exactly as bigint"),
+        "6": (("1.50", "7", "a\ufffdb"), "bytes that are not valid UTF-8"),
+        "7": (("x", "7", "ok"), "value 'x' of column amount is not a valid decimal(5,2)"),
+        "8": ((None, None, None), None),
+    }
+    schema = f"Op string, ts string, id string, amount string, n string, note string, {CORRUPT_RECORD} string"
+    raw = spark.createDataFrame([("I", ts, i, *values, None) for i, (values, _) in rows.items()], schema)
+    changes = flag_missing_keys(
+        apply_cleaning(to_changes(raw, config.bronze, config.tables[0]), config.tables[0].clean, "s.t"), ["id"]
+    )
+    # WHEN typed and checked
+    checked = {
+        r["id"]: (r["flag"], r["reason"])
+        for r in changes.select(
+            "id", has_error(changes).alias("flag"), F.concat_ws("; ", ERROR).alias("reason")
+        ).collect()
+    }
+    # THEN exactly the bad values are flagged, each with its reason
+    assert {i: flag for i, (flag, _) in checked.items()} == {
+        int(i): reason is not None for i, (_, reason) in rows.items()
+    }
+    for i, (_, reason) in rows.items():
+        assert (reason or "") in checked[int(i)][1] and (reason is not None or checked[int(i)][1] == "")
+    # AND each value is cast once per row (the check reads the cast's result): one cast of each
+    # in the plan of the typed, flagged rows
+    plan = changes.select("id", "amount", "n", "ts", has_error(changes))._jdf.queryExecution().executedPlan().toString()
+    casts = [r"cast\(amount#\d+ as decimal\(5,2\)\)", r"cast\(n#\d+ as bigint\)", r"cast\(ts#\d+ as timestamp\)"]
+    assert [len(re.findall(cast, plan)) for cast in casts] == [1, 1, 1], plan
+
+
+def test_parquet_text_holding_the_replacement_character_is_loaded_as_it_is(
+    spark: SparkSession, make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # GIVEN a Parquet LOAD file whose text holds U+FFFD, a character like any other there (Spark
+    # decodes no Parquet text: only CSV bytes that are not UTF-8 become U+FFFD), under the default
+    # bronze format (CSV: files are read by their own format)
+    table_dir = tmp_path / "bronze" / "s" / "people"
+    table_dir.mkdir(parents=True)
+    out = tmp_path / "load"
+    rows = [("2024-05-01 00:00:00.000000", 1, "caf\ufffd"), ("2024-05-01 00:00:00.000000", 2, "ok")]
+    spark.createDataFrame(rows, "commit_ts string, id int, name string").coalesce(1).write.parquet(str(out))
+    (table_dir / "LOAD00000001.parquet").write_bytes(next(out.glob("part-*.parquet")).read_bytes())
+    engine = make_engine(PEOPLE % 1)
+    # WHEN loaded
+    report = run(engine).checked()
+    # THEN both rows are loaded, nothing quarantined
+    assert _names(engine) == {1: "caf\ufffd", 2: "ok"}
+    assert _rows_in_quarantine(engine) == []
+    assert [t.rows_quarantined for t in report.tables] == [0]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
 from cdclake.context import Engine
 from cdclake.dms.writer import (
@@ -23,6 +23,7 @@ from cdclake.dms.writer import (
     write_csv,
 )
 from cdclake.engine.commit import commit_batch
+from cdclake.engine.full_load import MAX_KEY_BUCKETS, has_repeated_integers, key_buckets
 from cdclake.engine.prepare import prepare_batch
 from cdclake.engine.run import apply_cdc_files, full_load, run
 from cdclake.engine.select import files_from_keys
@@ -372,6 +373,58 @@ def test_a_full_load_with_a_repeated_key_keeps_its_last_row(
     assert engine.spark.table(engine.silver_table(engine.config.tables[0]).identifier).count() == 2
     assert {k: v["status"] for k, v in _silver(engine).items()} == {("eu", 1): "second", ("eu", 2): "once"}
     assert _kinds(engine)[-1] == "full-load"
+    assert read_ledger(engine.spark, engine.silver_table(engine.config.tables[0])).full_load_done
+
+
+KEYED_BY_ID = """
+bronze: {timestamp_column: commit_ts}
+tables:
+  sales.items:
+    primary_key: [id]
+    columns: {id: bigint, status: string}
+"""
+# Keys around the edges of Spark's bitmaps (32,768 values each; 0 and negatives count down).
+EDGE_KEYS = [-(2**63), -32769, -32768, -1, 0, 1, 32767, 32768, 32769, 65536, 70000, 2**63 - 1]
+
+
+@pytest.mark.parametrize("repeated", [None, -32769, 32769, 0], ids=["unique", "negative", "positive", "zero"])
+def test_repeated_integer_keys_are_found_exactly_by_bitmaps(spark: SparkSession, repeated: int | None) -> None:
+    # GIVEN distinct integer keys at the edges of the bitmaps' ranges, with one of them again or not
+    keys = spark.createDataFrame([(k,) for k in [*EDGE_KEYS, *([repeated] if repeated is not None else [])]], "id long")
+    # WHEN checked with bitmaps
+    found = has_repeated_integers(keys.repartition(3), "id")
+    # THEN exactly a repeated key is found
+    assert found == (repeated is not None)
+
+
+def test_a_key_range_counts_the_bitmaps_it_can_fall_in() -> None:
+    # keys 0 .. 9,999,999 fall in bitmaps 0 .. 306 (bitmap 0 holds 0 and the 32,767 values below it)
+    assert key_buckets(None, None) == 0
+    assert key_buckets(0, 9_999_999) == 307  # the bench's 10M keys: a few MiB of bitmaps
+    assert key_buckets(-(2**63), 2**63 - 1) > MAX_KEY_BUCKETS  # sparse keys are sorted instead
+
+
+@pytest.mark.parametrize("repeat", [False, True], ids=["unique", "repeated"])
+def test_a_full_load_of_one_integer_key_checks_its_keys_with_bitmaps(
+    make_engine: EngineFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture, repeat: bool
+) -> None:
+    # GIVEN LOAD files keyed by one bigint column (keys across a few bitmaps: a dense range), the
+    # second repeating key 32769 or not; more keys than one task checks (the bitmap check's case)
+    engine = replace(make_engine(KEYED_BY_ID), one_task_keys=0)
+    table_dir = tmp_path / "bronze" / "sales" / "items"
+    ts, keys = "2024-01-01 00:00:00.000000", EDGE_KEYS[1:-1]
+    write_csv(table_dir / "LOAD00000001.csv", [[ts, str(k), "first"] for k in keys])
+    write_csv(table_dir / "LOAD00000002.csv", [[ts, "32769", "second"]] if repeat else [[ts, "5", "second"]])
+    # WHEN loaded
+    report = full_load(engine, engine.config.tables[:1]).checked().tables[0]
+    # THEN a repeated key sends the load down the careful path, which keeps its last row; every
+    # key is held once and the load is recorded
+    silver = engine.spark.table(engine.silver_table(engine.config.tables[0]).identifier)
+    statuses = {r["id"]: r["status"] for r in silver.collect()}
+    assert ("keeping each key's last row" in caplog.text) == repeat
+    assert silver.count() == len(statuses) == len(keys) + (0 if repeat else 1)
+    assert statuses[32769] == ("second" if repeat else "first")
+    assert report.inserted == len(statuses)
     assert read_ledger(engine.spark, engine.silver_table(engine.config.tables[0])).full_load_done
 
 

@@ -134,32 +134,62 @@ def _checked_casts(df: DataFrame, casts: dict[str, str], rounded: Collection[str
     Neither is a value an integer or decimal type cannot store exactly (``2.7`` as ``int``,
     ``12.345`` as ``decimal(10,2)``), unless its column is in ``rounded``: those are rounded half
     up to the type's scale. One projection for all columns and one append to the error array (an
-    append per column would copy the array once per column, on every row).
+    append per column would copy the array once per column, on every row). Each cast is
+    evaluated once: in a projection of its own, whose result the checks read (``_typed``).
     """
     from pyspark.sql import functions as F
 
     if not casts:
         return df
     sources = {f.name: f.dataType.simpleString() for f in df.schema.fields}
-    reasons = _cast_reasons({quote(c): (c, sources[c], t) for c, t in casts.items()}, rounded)
-    values = {c: F.expr(_cast_value(quote(c), sources[c], t, c in rounded)) for c, t in casts.items()}
-    return _with_reasons(df, reasons, values)
+    values = {_typed(c): F.expr(_cast_value(quote(c), sources[c], t, c in rounded)) for c, t in casts.items()}
+    df = df.withColumns(values)
+    checked = {quote(c): (c, sources[c], t) for c, t in casts.items()}
+    reasons = _cast_reasons(checked, rounded, {quote(c): quote(_typed(c)) for c in casts})
+    typed = {c: F.col(quote(_typed(c))) for c in casts}
+    return _with_reasons(df, reasons, typed).drop(*[_typed(c) for c in casts])
 
 
-def _cast_reasons(casts: dict[str, tuple[str, str, str]], rounded: Collection[str]) -> list[_Reason]:
+_TYPED_PREFIX = "_cdc_typed_"
+_TS_PARTS = "_cdc_ts_parts"  # ``commit_instant_parts`` of the row's commit timestamp
+
+
+def _typed(column: str) -> str:
+    """The name under which a column's cast value is computed before its checks read it.
+
+    The cast sits in a projection of its own and the checks reference its result, so Spark
+    keeps the two apart (CollapseProject inlines no costly expression used twice) and casts
+    each value once per row. Inlined into the check, the cast would be evaluated again: Spark's
+    common-subexpression elimination skips what only a condition's later branch evaluates."""
+    return _TYPED_PREFIX + column
+
+
+def _cast_reasons(
+    casts: dict[str, tuple[str, str, str]], rounded: Collection[str], typed: dict[str, str] | None = None
+) -> list[_Reason]:
     """SQL text of why a value cannot be cast: ``casts`` maps the SQL text of each value to its
-    column's name, its Spark type now and the type it is cast to."""
+    column's name, its Spark type now and the type it is cast to; ``typed``: the SQL text of a
+    value's plain cast, where it is already computed (columns in ``rounded`` are cast again: their
+    value is the rounded one)."""
     reasons = []
     for value, (column, _, type_name) in casts.items():
+        cast = _plain_cast(value, column, type_name, rounded, typed)
         invalid = _sql_reason(f"value '%s' of column {column} is not a valid {type_name}", value)
-        reasons.append(_Reason(f"{value} IS NOT NULL AND CAST({value} AS {type_name}) IS NULL", invalid))
+        reasons.append(_Reason(f"{value} IS NOT NULL AND {cast} IS NULL", invalid))
     for value, (column, source, type_name) in casts.items():
         scale = fraction_digits(type_name)
         if scale is not None and column not in rounded:
-            lossy = _loses_digits(value, source, type_name, scale)
+            lossy = _loses_digits(value, source, _plain_cast(value, column, type_name, rounded, typed), scale)
             reason = f"value '%s' of column {column} cannot be stored exactly as {type_name} (clean.round rounds it)"
             reasons.append(_Reason(lossy, _sql_reason(reason, value)))
     return reasons
+
+
+def _plain_cast(value: str, column: str, type_name: str, rounded: Collection[str], typed: dict[str, str] | None) -> str:
+    """SQL text of ``value`` cast to ``type_name``: its computed cast where ``typed`` has it."""
+    if typed and value in typed and column not in rounded:
+        return typed[value]
+    return f"CAST({value} AS {type_name})"
 
 
 def _cast_value(value: str, source: str, type_name: str, rounded: bool) -> str:
@@ -170,23 +200,24 @@ def _cast_value(value: str, source: str, type_name: str, rounded: bool) -> str:
 _NUMERIC_SOURCE = ("tinyint", "smallint", "int", "bigint", "float", "double", "decimal")
 
 
-def _loses_digits(value: str, source: str, type_name: str, scale: int) -> str:
-    """SQL text: whether casting ``value`` (of Spark type ``source``) to the integer or decimal
-    ``type_name`` drops digits: Spark's cast truncates text into integers, rounds into decimals
-    and wraps numbers that overflow an integer, all silently."""
+def _loses_digits(value: str, source: str, cast: str, scale: int) -> str:
+    """SQL text: whether ``cast``, the SQL text of ``value`` (of Spark type ``source``) cast to an
+    integer or decimal type, drops digits: Spark's cast truncates text into integers, rounds into
+    decimals and wraps numbers that overflow an integer, all silently."""
     if source == "string":
-        text = f"trim({value})"
         # A nonzero digit after the first ``scale`` fraction digits (plain notation, as DMS writes).
         # Matched only where more than ``scale`` characters follow a '.': integers as DMS writes
-        # them, and decimals within their scale, skip the regular expression.
+        # them, and decimals within their scale, skip the regular expression. (Those questions
+        # are asked of the value as it is: trimming removes only spaces, so a '.' or an exponent
+        # is there either way, and spaces only add to the characters after the '.'.)
         digits = sql_string(rf"^[+-]?[0-9]*\.[0-9]{{{scale}}}[0-9]*[1-9][0-9]*$")
-        point = f"instr({text}, '.')"
-        plain = f"{point} > 0 AND length({text}) - {point} > {scale} AND {text} RLIKE {digits}"
-        exponent = f"(instr({text}, 'e') > 0 OR instr({text}, 'E') > 0)"
-        scientific = f"{exponent} AND CAST(CAST({value} AS {type_name}) AS DOUBLE) != CAST({value} AS DOUBLE)"
+        point = f"instr({value}, '.')"
+        plain = f"contains({value}, '.') AND length({value}) - {point} > {scale} AND trim({value}) RLIKE {digits}"
+        exponent = f"(contains({value}, 'e') OR contains({value}, 'E'))"
+        scientific = f"{exponent} AND CAST({cast} AS DOUBLE) != CAST({value} AS DOUBLE)"
         return f"coalesce(({plain}) OR ({scientific}), false)"
     if source.startswith(_NUMERIC_SOURCE):
-        return f"coalesce(CAST({value} AS {type_name}) != {value}, false)"
+        return f"coalesce({cast} != {value}, false)"
     return "false"
 
 
@@ -208,29 +239,50 @@ def commit_instant(text: str) -> str:
     default form, so the order keys of rows stored before timestamps were normalised (built from
     that text as written) stay comparable with new ones. Text without a zone is UTC, as DMS writes
     it. The parse does not depend on the session's time zone (timestamps without a zone).
+    ``to_changes`` computes it in two projections: ``commit_instant_parts``, then ``instant_of_parts``.
     """
+    return instant_of_parts(f"({commit_instant_parts(text)})")
+
+
+def commit_instant_parts(text: str) -> str:
+    """SQL text: a commit timestamp's text -> the text itself when it is in DMS's default form
+    (nearly every row: already the instant's text); for the other forms, the parts of the match,
+    as "date time|fraction|zone|"; NULL when it is no timestamp (``instant_of_parts`` reads it).
+
+    One regular expression evaluation for all the parts (no part holds a '|'; what a final line
+    terminator leaves after the match follows the last '|'): a regexp_extract per part made the
+    generated code of a CSV load's typing and checks too big for the JIT (``hugeMethodLimit``)."""
     pattern = sql_string(_COMMIT_TS_PATTERN)
+    # DMS's own form: one match that fixes every digit's place, then Spark's cast parser refuses
+    # days and times that do not exist.
+    canonical = f"coalesce({text} RLIKE {_DMS_TS} AND CAST({text} AS TIMESTAMP_NTZ) IS NOT NULL, false)"
+    text_ok = f"coalesce({text} RLIKE {pattern}, false)"
+    parts = f"regexp_replace({text}, {pattern}, '$1 $2|$3|$4|')"
+    return f"CASE WHEN {canonical} THEN {text} WHEN {text_ok} THEN {parts} END"
 
-    def part(group: int) -> str:
-        return f"regexp_extract({text}, {pattern}, {group})"
 
-    zone, digits = part(4), f"regexp_replace({part(4)}, '[^0-9]', '')"  # "Z", "+02:00" -> "0200", "-05" -> "05"
+def instant_of_parts(parts: str) -> str:
+    """SQL text: ``commit_instant_parts``'s result (SQL ``parts``) -> the instant as UTC text."""
+
+    def part(index: int) -> str:  # 1: "date time", 2: fraction digits, 3: zone
+        first = f"substring_index({parts}, '|', {index})"
+        return first if index == 1 else f"substring_index({first}, '|', -1)"
+
+    zone, digits = part(3), f"translate({part(3)}, 'Z+-:', '')"  # "Z", "+02:00" -> "0200", "-05" -> "05"
     hours, rest = f"CAST(substring({digits}, 1, 2) AS INT)", f"CAST(substring({digits}, 3, 2) AS INT)"
     minutes = f"coalesce({hours} * 60 + coalesce({rest}, 0), 0)"
     offset = f"CASE WHEN {zone} LIKE '-%' THEN -({minutes}) ELSE {minutes} END"
-    local = f"to_timestamp_ntz(concat({part(1)}, ' ', {part(2)}), 'yyyy-MM-dd HH:mm:ss')"
+    local = f"to_timestamp_ntz({part(1)}, 'yyyy-MM-dd HH:mm:ss')"
     utc = f"({local} - make_dt_interval(0, 0, {offset}, 0))"
-    fraction = f"CASE WHEN length({part(3)}) > 6 THEN {part(3)} ELSE rpad({part(3)}, 6, '0') END"
-    text_ok = f"coalesce({text} RLIKE {pattern}, false)"
-    # DMS's own form (nearly every row) is already the instant's text: one match that fixes every
-    # digit's place, then Spark's cast parser refuses days and times that do not exist; the
-    # general path's dozen regex evaluations run for the other forms only.
-    canonical = f"coalesce({text} RLIKE {_DMS_TS} AND CAST({text} AS TIMESTAMP_NTZ) IS NOT NULL, false)"
+    fraction = f"CASE WHEN length({part(2)}) > 6 THEN {part(2)} ELSE rpad({part(2)}, 6, '0') END"
     general = f"concat(date_format({utc}, 'yyyy-MM-dd HH:mm:ss'), '.', {fraction})"
-    return f"CASE WHEN {canonical} THEN {text} WHEN {text_ok} THEN {general} END"
+    # DMS's default form has no '|': it is the instant's text already.
+    return f"CASE WHEN NOT contains({parts}, '|') THEN {parts} ELSE {general} END"
 
 
-def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig, full_load: bool = False) -> DataFrame:
+def to_changes(
+    raw: DataFrame, settings: BronzeSettings, table: TableConfig, full_load: bool = False, csv: bool | None = None
+) -> DataFrame:
     """Raw file rows -> change rows.
 
     In: the reader's columns (the DMS ``Op`` column when present). Out: the data columns, typed
@@ -242,6 +294,8 @@ def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig, ful
     The timestamp column stays a data column (as in the first seed's silver table); the change
     sequence does not. A commit timestamp that does not parse is an error, and so is a NULL one
     on a CDC row (``full_load`` False): either would order the change before every stored row.
+    ``csv``: whether rows were read from CSV files (default: ``settings.format`` says so), whose
+    text Spark decoded: bytes that are not UTF-8 are an error there. Parquet text is not decoded.
     """
     columns = set(raw.columns)
     op = f"upper(trim({quote(DMS_OP_COLUMN)}))" if DMS_OP_COLUMN in columns else "'I'"
@@ -251,9 +305,12 @@ def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig, ful
         _Reason(f"NOT coalesce(({op}) IN {VALID_OPS!r}, false)", _sql_reason(UNKNOWN_OP, op)),
     ]
     text = [f.name for f in raw.schema.fields if f.dataType.simpleString() == "string" and f.name != CORRUPT_RECORD]
-    if text and settings.format == "csv":
+    if text and (settings.format == "csv" if csv is None else csv):
         # Spark decodes CSV bytes that are not UTF-8 as U+FFFD instead of failing; say so per row.
-        replaced = " OR ".join(f"coalesce(instr({quote(c)}, '\ufffd') > 0, false)" for c in text)
+        # One byte search of the row's text (NULLs skipped; decoded text is valid UTF-8, so U+FFFD
+        # cannot straddle two values): ``instr`` counts characters as it goes, several times slower,
+        # and a search per column makes the generated code too big for the JIT (``hugeMethodLimit``).
+        replaced = f"contains(concat_ws('', {', '.join(quote(c) for c in text)}), '\ufffd')"
         reasons.insert(1, _Reason(replaced, "'bytes that are not valid UTF-8'"))
     ts_text = f"CAST({quote(ts_name)} AS STRING)" if ts_name in columns else "CAST(NULL AS STRING)"
     if ts_name:
@@ -263,8 +320,11 @@ def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig, ful
             missing = sql_string(f"commit timestamp column {ts_name} is NULL")
             reasons.append(_Reason(f"{ts_text} IS NULL", missing))
     sources = {f.name: f.dataType.simpleString() for f in raw.schema.fields}
-    typed = {c: type_name for c, type_name in table.columns.items() if c in columns and c != seq_name}
-    reasons += _cast_reasons({quote(c): (c, sources[c], t) for c, t in typed.items()}, table.clean.round)
+    # A column already of its declared type (Parquet) has nothing to convert and nothing to check.
+    typed = {c: t for c, t in table.columns.items() if c in columns and c != seq_name and sources[c] != t}
+    casts = {c: _cast_value(quote(c), sources[c], t, c in table.clean.round) for c, t in typed.items()}
+    checked = {quote(c): (c, sources[c], t) for c, t in typed.items()}
+    reasons += _cast_reasons(checked, table.clean.round, {quote(c): quote(_typed(c)) for c in typed})
     dropped = {c for c in (DMS_OP_COLUMN, seq_name) if c}
     # One projection: every expression is SQL text, so building it costs a few calls into Spark
     # per table rather than one per function of every column's checks.
@@ -275,8 +335,7 @@ def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig, ful
         if column == CORRUPT_RECORD:
             projection.append(f"{quote(column)} AS {quote(RAW_LINE)}")
         elif column in typed:
-            value = _cast_value(quote(column), sources[column], typed[column], column in table.clean.round)
-            projection.append(f"{value} AS {quote(column)}")
+            projection.append(f"{quote(_typed(column))} AS {quote(column)}")
         else:
             projection.append(quote(column))
     seq = f"CAST({quote(seq_name)} AS STRING)" if seq_name in columns else "CAST(NULL AS STRING)"
@@ -287,16 +346,18 @@ def to_changes(raw: DataFrame, settings: BronzeSettings, table: TableConfig, ful
         f"{_error_array(reasons)} AS {ERROR}",
         f"{_any_reason(reasons)} AS {INVALID}",
     ]
-    # The instant in a projection of its own: its check and its value read it, so Spark keeps the
-    # two projections apart (CollapseProject inlines no costly expression used twice) and
-    # evaluates, and analyses, the parse once per row instead of twice.
+    # The instant and the casts in projections of their own: their checks and their values read
+    # them, so Spark keeps the projections apart (CollapseProject inlines no costly expression
+    # used twice) and evaluates, and analyses, each parse and cast once per row instead of twice.
+    # The instant's parts likewise: the instant reads them several times.
     if ts_name and sources.get(ts_name) in ("timestamp", "timestamp_ntz"):
         # Already a timestamp (Parquet): its text in the normalised form, nothing to parse. The
         # session's time zone is UTC (``runtime.session``), as for the text cast it replaces.
-        instant = f"date_format({quote(ts_name)}, {_DMS_TS_TEXT})"
+        parts, instant = "CAST(NULL AS STRING)", f"date_format({quote(ts_name)}, {_DMS_TS_TEXT})"
     else:
-        instant = commit_instant(ts_text)
-    df = raw.selectExpr("*", f"{instant} AS {COMMIT_TS}").selectExpr(*projection)
+        parts, instant = commit_instant_parts(ts_text), instant_of_parts(_TS_PARTS)
+    computed = [f"{parts} AS {_TS_PARTS}", *[f"{cast} AS {quote(_typed(c))}" for c, cast in casts.items()]]
+    df = raw.selectExpr("*", *computed).selectExpr("*", f"{instant} AS {COMMIT_TS}").selectExpr(*projection)
     if settings.csv_no_sup_value is not None:
         df = _mark_unchanged(df, settings.csv_no_sup_value, exclude={ts_name or "", *table.primary_key})
     return df

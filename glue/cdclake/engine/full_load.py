@@ -24,11 +24,14 @@ from cdclake.engine.read import (
 )
 from cdclake.engine.select import TableState, load_again, superseded_cdc_files
 from cdclake.errors import ConfigError
+from cdclake.identifiers import quote
 from cdclake.lake.tables import parallel_scan
 from cdclake.report import TableReport
 from cdclake.runtime.progress import watch_stages
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
     from cdclake.lake.tables import SilverTable
 
 log = logging.getLogger("cdclake")
@@ -104,9 +107,12 @@ def _load_in_one_scan(
 
     silver = engine.silver_table(table)
     observation = Observation(f"cdclake_full_load_{uuid.uuid4().hex}")
-    changes = read_changes(engine, table, files, full_load=True).observe(
-        observation, F.count(F.lit(1)).alias("rows"), F.min(COMMIT_TS).alias("earliest")
-    )
+    changes = read_changes(engine, table, files, full_load=True)
+    key = table.silver_key()
+    types = {f.name: f.dataType.simpleString() for f in changes.schema.fields}
+    integral = len(key) == 1 and types.get(key[0]) in _INTEGRAL
+    bounds = [F.min(key[0]).alias("key_min"), F.max(key[0]).alias("key_max")] if integral else []
+    changes = changes.observe(observation, F.count(F.lit(1)).alias("rows"), F.min(COMMIT_TS).alias("earliest"), *bounds)
     # Fail the scan at the first bad row: nothing is committed and the careful path screens them.
     valid = changes.where(F.when(has_error(changes), F.raise_error(F.lit(_NEEDS_SCREENING))).otherwise(F.lit(True)))
     rows = stored_rows(valid, table, deduplicate=False)
@@ -120,7 +126,8 @@ def _load_in_one_scan(
         log.info("full load table=%s takes the careful path: %s", table.source, root_cause(failure))
         return []
     stats = observation.get
-    if not table.append_only and _has_repeated_keys(engine, silver, table.silver_key(), stats["rows"]):
+    key_range = (stats["key_min"], stats["key_max"]) if integral else None
+    if not table.append_only and _has_repeated_keys(engine, silver, key, stats["rows"], key_range):
         log.warning("full load table=%s: a key occurs more than once; keeping each key's last row", table.source)
         return []
     loaded = [*files, *superseded_cdc_files(listing, table, stats["earliest"])]
@@ -131,13 +138,18 @@ def _load_in_one_scan(
     return loaded
 
 
-def _has_repeated_keys(engine: Engine, silver: SilverTable, key: Sequence[str], rows: int) -> bool:
-    """Whether a key occurs twice in ``silver`` (a scan of the key columns only) of ``rows`` rows.
+def _has_repeated_keys(
+    engine: Engine, silver: SilverTable, key: Sequence[str], rows: int, key_range: tuple[int, int] | None = None
+) -> bool:
+    """Whether a key occurs twice in ``silver`` (a scan of the key columns only) of ``rows`` rows;
+    ``key_range``: the smallest and largest value of a key of one integer column, when known.
 
     A count over a window per key, not a group-by: the keys are nearly all distinct, so a hash
     aggregate's map-side pass reduces nothing and costs more than sorting (4M keys: 1.0 s vs 1.75 s).
     Up to ``engine.one_task_keys`` keys are read and sorted in one task: one partition already satisfies
-    the window's clustering, so the check is one Spark job instead of a shuffle's two.
+    the window's clustering, so the check is one Spark job instead of a shuffle's two. More keys
+    of one integer column within a range of at most ``MAX_KEY_BUCKETS`` bitmaps are counted with
+    bitmaps instead (``has_repeated_integers``: 10M keys 0.8 s instead of the window's 2.1 s).
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -145,8 +157,39 @@ def _has_repeated_keys(engine: Engine, silver: SilverTable, key: Sequence[str], 
     keys = parallel_scan(engine.spark, silver.identifier).select(*key)
     if rows <= engine.one_task_keys:
         keys = keys.coalesce(1)
+    elif key_range is not None and key_buckets(*key_range) <= MAX_KEY_BUCKETS:
+        return has_repeated_integers(keys, key[0])
     counted = keys.withColumn("_cdc_rows", F.count(F.lit(1)).over(Window.partitionBy(*key)))
     return bool(counted.where(F.col("_cdc_rows") > 1).limit(1).collect())
+
+
+_INTEGRAL = ("tinyint", "smallint", "int", "bigint")
+# Spark's bitmaps (``bitmap_construct_agg``) hold 32,768 consecutive values each, in 4 KiB. At most
+# this many of them per task (16 MiB, 134M consecutive keys); keys spread wider are sorted instead.
+BITMAP_KEYS, MAX_KEY_BUCKETS = 32_768, 4_096
+
+
+def key_buckets(smallest: int | None, largest: int | None) -> int:
+    """How many of Spark's bitmaps the integer keys from ``smallest`` to ``largest`` fall in, at
+    most (no key: none)."""
+    if smallest is None or largest is None:
+        return 0
+    return (largest - smallest) // BITMAP_KEYS + 2  # the range may straddle one more bucket's edge
+
+
+def has_repeated_integers(keys: DataFrame, column: str) -> bool:
+    """Whether a value of the integer ``column`` occurs twice in ``keys``, exactly: per bitmap's
+    range of values, its rows against the bits they set (one Spark job; a NULL sets no bit, so it
+    counts as repeated)."""
+    from pyspark.sql import functions as F
+
+    value = f"CAST({quote(column)} AS BIGINT)"
+    per_bucket = keys.groupBy(F.expr(f"bitmap_bucket_number({value})").alias("_cdc_bucket")).agg(
+        (F.count(F.lit(1)) - F.expr(f"bitmap_count(bitmap_construct_agg(bitmap_bit_position({value})))")).alias(
+            "_cdc_repeated"
+        )
+    )
+    return bool(per_bucket.agg(F.max("_cdc_repeated")).collect()[0][0] or 0)
 
 
 def _load_carefully(

@@ -48,7 +48,8 @@ _MAX_REPORTED_ERRORS = 10
 def read_changes(engine: Engine, table: TableConfig, files: Sequence[BronzeFile], full_load: bool = False) -> DataFrame:
     """The change rows of ``files``: typed, ordered, cleaned, with an error array per row."""
     raw = read_files(engine.spark, engine.store, engine.config.bronze, table, files)
-    changes = to_changes(raw, engine.config.bronze, table, full_load)
+    csv = any(f.file_format == "csv" for f in files)
+    changes = to_changes(raw, engine.config.bronze, table, full_load, csv)
     changes = with_silver_order(changes, {i: f.position for i, f in enumerate(files)}, full_load)
     changes = apply_cleaning(changes, table.clean, table.source)
     return flag_missing_keys(changes, table.silver_key())
