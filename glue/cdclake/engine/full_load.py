@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cdclake.columns import COMMIT_TS
+from cdclake.columns import COMMIT_TS, OP, SILVER_ORDER
 from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind
@@ -25,7 +25,8 @@ from cdclake.engine.read import (
 from cdclake.engine.select import TableState, load_again, superseded_cdc_files
 from cdclake.errors import ConfigError
 from cdclake.identifiers import quote
-from cdclake.lake.tables import parallel_scan
+from cdclake.lake.ledger import staged_load
+from cdclake.lake.tables import added_data, parallel_scan
 from cdclake.report import TableReport
 from cdclake.runtime.progress import watch_stages
 
@@ -102,19 +103,20 @@ def _load_in_one_scan(
 ) -> list[BronzeFile]:
     """Load in one scan, assuming valid rows and unique keys. Returns the files recorded as loaded,
     or nothing (nothing recorded as loaded) when the assumption fails."""
-    from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     silver = engine.silver_table(table)
-    observation = Observation(f"cdclake_full_load_{uuid.uuid4().hex}")
     changes = read_changes(engine, table, files, full_load=True)
     key = table.silver_key()
     types = {f.name: f.dataType.simpleString() for f in changes.schema.fields}
     integral = len(key) == 1 and types.get(key[0]) in _INTEGRAL
-    bounds = [F.min(key[0]).alias("key_min"), F.max(key[0]).alias("key_max")] if integral else []
-    changes = changes.observe(observation, F.count(F.lit(1)).alias("rows"), F.min(COMMIT_TS).alias("earliest"), *bounds)
     # Fail the scan at the first bad row: nothing is committed and the careful path screens them.
-    valid = changes.where(F.when(has_error(changes), F.raise_error(F.lit(_NEEDS_SCREENING))).otherwise(F.lit(True)))
+    # The check sits in a column the load writes, not in a filter (which Spark would push below
+    # the typing, computing the checks twice) and nothing observes the scan (``CollectMetrics``
+    # ends the generated code): what it counted is in Iceberg's metadata after the commit.
+    source = OP if table.append_only else SILVER_ORDER
+    failing = F.raise_error(F.lit(_NEEDS_SCREENING)).cast("string")
+    valid = changes.withColumn(source, F.when(has_error(changes), failing).otherwise(F.col(source)))
     rows = stored_rows(valid, table, deduplicate=False)
     try:
         stage_full_load(engine, silver, rows, files)
@@ -125,17 +127,60 @@ def _load_in_one_scan(
             raise  # the scan was cancelled by a stop (Ctrl-C), not failed by the data
         log.info("full load table=%s takes the careful path: %s", table.source, root_cause(failure))
         return []
-    stats = observation.get
-    key_range = (stats["key_min"], stats["key_max"]) if integral else None
-    if not table.append_only and _has_repeated_keys(engine, silver, key, stats["rows"], key_range):
+    staged = _staged_facts(engine, silver, key[0] if integral else None)
+    if not table.append_only and _has_repeated_keys(engine, silver, key, staged.rows, staged.key_range):
         log.warning("full load table=%s: a key occurs more than once; keeping each key's last row", table.source)
         return []
-    loaded = [*files, *superseded_cdc_files(listing, table, stats["earliest"])]
+    loaded = [*files, *superseded_cdc_files(listing, table, _earliest_commit(engine, table, files, listing))]
     finish_full_load(engine, table, silver, loaded)
-    report.changes_read = stats["rows"]
-    report.inserted = stats["rows"]  # every row valid and every key once: all of them were written
+    report.changes_read = staged.rows
+    report.inserted = staged.rows  # every row valid and every key once: all of them were written
     report.files_skipped = len(loaded) - len(files)
     return loaded
+
+
+@dataclass(frozen=True)
+class StagedLoad:
+    """What the one-scan load wrote, read back from its staged commit: its rows, and the smallest
+    and largest key when the key is one integer column (for the key check's bitmaps)."""
+
+    rows: int
+    key_range: tuple[int, int] | None
+
+
+def _staged_facts(engine: Engine, silver: SilverTable, integer_key: str | None) -> StagedLoad:
+    """The staged load's rows (its snapshot's ``added-records``) and ``integer_key``'s range (its
+    new data files' column bounds; where a file has none, one aggregate over the staged rows):
+    exact either way, and no Spark job in the common case."""
+    from pyspark.sql import functions as F
+
+    snapshot = staged_load(engine.spark, silver).snapshot_id
+    added = added_data(engine.spark, silver.identifier, snapshot, integer_key)
+    if integer_key is None or added.rows == 0:
+        return StagedLoad(added.rows, None)
+    if added.smallest is None or added.largest is None:
+        stored = engine.spark.sql(f"SELECT * FROM {silver.identifier} VERSION AS OF {snapshot}")
+        bounds = stored.agg(F.min(integer_key), F.max(integer_key)).first()
+        smallest, largest = (bounds[0], bounds[1]) if bounds is not None else (None, None)
+    else:
+        smallest, largest = added.smallest, added.largest
+    return StagedLoad(added.rows, None if smallest is None or largest is None else (int(smallest), int(largest)))
+
+
+def _earliest_commit(
+    engine: Engine, table: TableConfig, files: Sequence[BronzeFile], listing: BronzeListing
+) -> str | None:
+    """The earliest commit instant of the LOAD files' rows (``superseded_cdc_files``'s watermark),
+    read only when the listing holds CDC files of the table (without any, no file is superseded
+    whatever the watermark). Silver does not store the normalised instant (``_cdc_ts``), and its
+    timestamp column may be cleaned or hold several forms: so the LOAD files' timestamp column is
+    read again, parsed by the same code (Spark reads that column alone from Parquet)."""
+    from pyspark.sql import functions as F
+
+    if not listing.for_table(table.source_schema, table.source_table, FileKind.CDC):
+        return None
+    earliest = read_changes(engine, table, files, full_load=True).agg(F.min(COMMIT_TS)).first()
+    return None if earliest is None or earliest[0] is None else str(earliest[0])
 
 
 def _has_repeated_keys(

@@ -242,3 +242,43 @@ def parallel_scan(spark: SparkSession, identifier: str) -> DataFrame:
     size = _current_total(spark, identifier, "total-files-size")
     split = max(size // (2 * spark.sparkContext.defaultParallelism), 1 << 20)
     return spark.read.option("split-size", str(split)).table(identifier)
+
+
+@dataclass(frozen=True)
+class AddedData:
+    """What a snapshot's commit added, from Iceberg's metadata alone (no Spark job): its rows, and
+    the smallest and largest value of one column over its new data files (None when a file has no
+    bound for it: metrics mode ``none`` or ``counts``, or a column beyond the inferred defaults)."""
+
+    rows: int
+    smallest: Any
+    largest: Any
+
+
+def added_data(spark: SparkSession, table_identifier: str, snapshot_id: int, column: str | None) -> AddedData:
+    """The rows snapshot ``snapshot_id`` of ``table_identifier`` added (its summary's
+    ``added-records``) and ``column``'s range over the data files it added (Iceberg's column
+    bounds: exact for integers, dates and timestamps in the default metrics mode)."""
+    jvm: Any = spark.sparkContext._jvm
+    table = iceberg_table(spark, table_identifier)
+    table.refresh()
+    snapshot = table.snapshot(snapshot_id)
+    rows = int(snapshot.summary().getOrDefault("added-records", "0"))
+    if column is None or rows == 0:
+        return AddedData(rows, None, None)
+    field = table.schema().findField(column)
+    smallest: Any = None
+    largest: Any = None
+    files = snapshot.addedDataFiles(table.io()).iterator()
+    while files.hasNext():
+        data_file = files.next()
+        lower, upper = data_file.lowerBounds(), data_file.upperBounds()
+        low = None if lower is None else lower.get(field.fieldId())
+        high = None if upper is None else upper.get(field.fieldId())
+        if low is None or high is None:
+            return AddedData(rows, None, None)
+        low = jvm.org.apache.iceberg.types.Conversions.fromByteBuffer(field.type(), low)
+        high = jvm.org.apache.iceberg.types.Conversions.fromByteBuffer(field.type(), high)
+        smallest = low if smallest is None else min(smallest, low)
+        largest = high if largest is None else max(largest, high)
+    return AddedData(rows, smallest, largest)
