@@ -31,7 +31,7 @@ from cdclake.report import TableReport
 from cdclake.runtime.progress import watch_stages
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
     from cdclake.lake.tables import SilverTable
 
@@ -127,7 +127,8 @@ def _load_in_one_scan(
             raise  # the scan was cancelled by a stop (Ctrl-C), not failed by the data
         log.info("full load table=%s takes the careful path: %s", table.source, root_cause(failure))
         return []
-    staged = _staged_facts(engine, silver, key[0] if integral else None)
+    snapshot = staged_load(engine.spark, silver).snapshot_id
+    staged = staged_facts(engine.spark, silver.identifier, snapshot, key[0] if integral else None)
     if not table.append_only and _has_repeated_keys(engine, silver, key, staged.rows, staged.key_range):
         log.warning("full load table=%s: a key occurs more than once; keeping each key's last row", table.source)
         return []
@@ -148,22 +149,21 @@ class StagedLoad:
     key_range: tuple[int, int] | None
 
 
-def _staged_facts(engine: Engine, silver: SilverTable, integer_key: str | None) -> StagedLoad:
-    """The staged load's rows (its snapshot's ``added-records``) and ``integer_key``'s range (its
-    new data files' column bounds; where a file has none, one aggregate over the staged rows):
-    exact either way, and no Spark job in the common case."""
+def staged_facts(spark: SparkSession, identifier: str, snapshot_id: int, integer_key: str | None) -> StagedLoad:
+    """The rows a replace of ``identifier`` (snapshot ``snapshot_id``: a staged load) wrote (its
+    ``added-records``) and ``integer_key``'s range (its new data files' column bounds; where a file
+    has none, one aggregate over the snapshot's rows, which are the replace's): exact either way,
+    and no Spark job in the common case."""
     from pyspark.sql import functions as F
 
-    snapshot = staged_load(engine.spark, silver).snapshot_id
-    added = added_data(engine.spark, silver.identifier, snapshot, integer_key)
+    added = added_data(spark, identifier, snapshot_id, integer_key)
     if integer_key is None or added.rows == 0:
         return StagedLoad(added.rows, None)
-    if added.smallest is None or added.largest is None:
-        stored = engine.spark.sql(f"SELECT * FROM {silver.identifier} VERSION AS OF {snapshot}")
-        bounds = stored.agg(F.min(integer_key), F.max(integer_key)).first()
+    smallest, largest = added.smallest, added.largest
+    if smallest is None or largest is None:
+        stored = spark.sql(f"SELECT * FROM {identifier} VERSION AS OF {snapshot_id}")
+        bounds = stored.agg(F.min(quote(integer_key)), F.max(quote(integer_key))).first()
         smallest, largest = (bounds[0], bounds[1]) if bounds is not None else (None, None)
-    else:
-        smallest, largest = added.smallest, added.largest
     return StagedLoad(added.rows, None if smallest is None or largest is None else (int(smallest), int(largest)))
 
 
