@@ -53,10 +53,12 @@ def full_load_table(
     after the load.
 
     The common case (every row valid, every key once) takes one scan of the files: the rows are
-    written as a staged load while the scan counts them, and the key check reads only the key
-    columns back. A bad row or an unreadable file fails the scan before anything is committed; a
-    repeated key is found after the staged commit (readers may see that key twice until the next
-    commit). Either sends the load down the careful path: count, quarantine, de-duplicate, replace.
+    written as a staged load, counted from its commit's metadata, and the key check reads only
+    the key columns back (the timestamp column of the LOAD files is read again only when bronze
+    holds CDC files the load may supersede). A bad row or an unreadable file fails the scan
+    before anything is committed; a repeated key is found after the staged commit (readers may
+    see that key twice until the next commit). Either sends the load down the careful path:
+    count, quarantine, de-duplicate, replace.
     Either path's replace is staged, and recorded as done only after everything the load leaves
     behind (``engine.commit.finish_full_load``): a crash at any step makes the next run load again.
     """
@@ -111,9 +113,10 @@ def _load_in_one_scan(
     types = {f.name: f.dataType.simpleString() for f in changes.schema.fields}
     integral = len(key) == 1 and types.get(key[0]) in _INTEGRAL
     # Fail the scan at the first bad row: nothing is committed and the careful path screens them.
-    # The check sits in a column the load writes, not in a filter (which Spark would push below
-    # the typing, computing the checks twice) and nothing observes the scan (``CollectMetrics``
-    # ends the generated code): what it counted is in Iceberg's metadata after the commit.
+    # The check sits in a column the load writes, not in a filter, and nothing observes the scan
+    # (``CollectMetrics`` ends the generated code; what it counted is in the staged commit's
+    # metadata). 2M Parquet rows to ``noop``, JVM CPU: observed and filtered 2.35 s, filtered
+    # alone 2.66 s, this 1.62 s.
     source = OP if table.append_only else SILVER_ORDER
     failing = F.raise_error(F.lit(_NEEDS_SCREENING)).cast("string")
     valid = changes.withColumn(source, F.when(has_error(changes), failing).otherwise(F.col(source)))
