@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -54,8 +55,8 @@ def full_load_table(
 
     The common case (every row valid, every key once) takes one scan of the files: the rows are
     written as a staged load, counted from its commit's metadata, and the key check reads only
-    the key columns back (the timestamp column of the LOAD files is read again only when bronze
-    holds CDC files the load may supersede). A bad row or an unreadable file fails the scan
+    the key columns back (the scan observes its earliest commit instant only when bronze holds
+    CDC files the load may supersede). A bad row or an unreadable file fails the scan
     before anything is committed; a repeated key is found after the staged commit (readers may
     see that key twice until the next commit). Either sends the load down the careful path:
     count, quarantine, de-duplicate, replace.
@@ -105,18 +106,26 @@ def _load_in_one_scan(
 ) -> list[BronzeFile]:
     """Load in one scan, assuming valid rows and unique keys. Returns the files recorded as loaded,
     or nothing (nothing recorded as loaded) when the assumption fails."""
+    from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     silver = engine.silver_table(table)
     changes = read_changes(engine, table, files, full_load=True)
+    # The earliest commit instant of the load's rows (``superseded_cdc_files``'s watermark) is
+    # observed only when bronze lists CDC files of the table: without any, nothing is superseded
+    # whatever its value. Silver does not store the normalised instant, so it cannot be read back.
+    earliest = None
+    if listing.for_table(table.source_schema, table.source_table, FileKind.CDC):
+        earliest = Observation(f"cdclake_full_load_{uuid.uuid4().hex}")
+        changes = changes.observe(earliest, F.min(COMMIT_TS).alias("earliest"))
     key = table.silver_key()
     types = {f.name: f.dataType.simpleString() for f in changes.schema.fields}
     integral = len(key) == 1 and types.get(key[0]) in _INTEGRAL
     # Fail the scan at the first bad row: nothing is committed and the careful path screens them.
     # The check sits in a column the load writes, not in a filter, and nothing observes the scan
-    # (``CollectMetrics`` ends the generated code; what it counted is in the staged commit's
-    # metadata). 2M Parquet rows to ``noop``, JVM CPU: observed and filtered 2.35 s, filtered
-    # alone 2.66 s, this 1.62 s.
+    # (``CollectMetrics`` ends the generated code; the rows and the key's range are in the staged
+    # commit's metadata). 2M Parquet rows to ``noop``, JVM CPU: observed and filtered 2.35 s,
+    # filtered alone 2.66 s, this 1.62 s.
     source = OP if table.append_only else SILVER_ORDER
     failing = F.raise_error(F.lit(_NEEDS_SCREENING)).cast("string")
     valid = changes.withColumn(source, F.when(has_error(changes), failing).otherwise(F.col(source)))
@@ -135,7 +144,8 @@ def _load_in_one_scan(
     if not table.append_only and _has_repeated_keys(engine, silver, key, staged.rows, staged.key_range):
         log.warning("full load table=%s: a key occurs more than once; keeping each key's last row", table.source)
         return []
-    loaded = [*files, *superseded_cdc_files(listing, table, _earliest_commit(engine, table, files, listing))]
+    watermark = None if earliest is None else earliest.get["earliest"]
+    loaded = [*files, *superseded_cdc_files(listing, table, watermark)]
     finish_full_load(engine, table, silver, loaded)
     report.changes_read = staged.rows
     report.inserted = staged.rows  # every row valid and every key once: all of them were written
@@ -168,22 +178,6 @@ def staged_facts(spark: SparkSession, identifier: str, snapshot_id: int, integer
         bounds = stored.agg(F.min(quote(integer_key)), F.max(quote(integer_key))).first()
         smallest, largest = (bounds[0], bounds[1]) if bounds is not None else (None, None)
     return StagedLoad(added.rows, None if smallest is None or largest is None else (int(smallest), int(largest)))
-
-
-def _earliest_commit(
-    engine: Engine, table: TableConfig, files: Sequence[BronzeFile], listing: BronzeListing
-) -> str | None:
-    """The earliest commit instant of the LOAD files' rows (``superseded_cdc_files``'s watermark),
-    read only when the listing holds CDC files of the table (without any, no file is superseded
-    whatever the watermark). Silver does not store the normalised instant (``_cdc_ts``), and its
-    timestamp column may be cleaned or hold several forms: so the LOAD files' timestamp column is
-    read again, parsed by the same code (Spark reads that column alone from Parquet)."""
-    from pyspark.sql import functions as F
-
-    if not listing.for_table(table.source_schema, table.source_table, FileKind.CDC):
-        return None
-    earliest = read_changes(engine, table, files, full_load=True).agg(F.min(COMMIT_TS)).first()
-    return None if earliest is None or earliest[0] is None else str(earliest[0])
 
 
 def _has_repeated_keys(
