@@ -38,6 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", type=int, default=4, help="LOAD files per format (the full profile: 16)")
     parser.add_argument("--reps", type=int, default=3, help="alternated rounds after the warm-up")
     parser.add_argument("--jobs", action="store_true", help="print every Spark job of one cdclake load per format")
+    parser.add_argument(
+        "--with-cdc",
+        action="store_true",
+        help="a CDC file listed beside the LOAD files, as DMS leaves them (the scan observes its earliest instant)",
+    )
     parser.add_argument("--workdir", type=Path, default=ROOT / ".cdclake" / "bench-full-load-floor")
     args = parser.parse_args(argv)
 
@@ -45,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     with scratch_session(args.workdir, extra_conf=ui) as spark:
         data = args.workdir / "data"
         files = {fmt: gen.full_load(spark, data / fmt, args.rows, args.files, fmt) for fmt in FORMATS}
+        if args.with_cdc:  # named after the load's rows: listed, never superseded, never read by a full load
+            for fmt in FORMATS:
+                (gen.table_dir(data / fmt) / f"20240102-000000000000000.{fmt}").write_bytes(b"")
         bench = Bench(spark, args.workdir)
 
         def floor(fmt: str) -> None:
