@@ -498,6 +498,29 @@ tables:
     assert report.unconfigured == ["other.table"]
 
 
+def test_a_bad_row_in_an_append_only_full_load_is_quarantined_not_loaded(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # GIVEN an append-only table whose LOAD file holds a good row and a value that is no int: the
+    # one-scan load fails at a flagged row through the operation column it writes
+    config = """
+bronze: {timestamp_column: ts}
+quarantine: {max_bad_row_ratio: 1.0}
+tables:
+  bank.history: {append_only: true, columns: {account: int, delta: int}}
+"""
+    engine = make_engine(config)
+    load = tmp_path / "bronze" / "bank" / "history" / "LOAD00000001.csv"
+    write_csv(load, [["2024-01-01 00:00:00.000000", "1", "10"], ["2024-01-01 00:00:00.000000", "2", "ten"]])
+    # WHEN run
+    report = run(engine)
+    # THEN the bad row is held with its reason and only the good one is in silver
+    assert [t.rows_quarantined for t in report.tables] == [1]
+    table = engine.silver_table(engine.config.tables[0])
+    rows = [tuple(r) for r in engine.spark.table(table.identifier).select("account", "delta").collect()]
+    assert rows == [(1, 10)]
+
+
 def test_cleaning_rules_shape_the_silver_schema(make_engine: EngineFactory, tmp_path: Path) -> None:
     # GIVEN cast, derive, rename and drop rules, and a key that is renamed
     config = """
