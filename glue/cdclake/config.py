@@ -139,7 +139,8 @@ class PipelineConfig:
     max_files_per_batch: int = DEFAULT_MAX_FILES_PER_BATCH
     # A table's batch (one commit) takes files up to this many bytes in all; a larger file is a batch alone.
     max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
-    max_bad_row_ratio: float = DEFAULT_MAX_BAD_ROW_RATIO  # above this share of bad rows a batch fails
+    # above this share of bad rows a CDC file is held whole (a full load fails)
+    max_bad_row_ratio: float = DEFAULT_MAX_BAD_ROW_RATIO
     # Tables of a run worked on at once (``engine.parallel``); None: ``Engine.parallel_tables`` decides.
     parallel_tables: int | None = None
     gold: GoldSettings = field(default_factory=GoldSettings)  # the gold database and its marts

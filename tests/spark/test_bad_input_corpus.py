@@ -164,16 +164,25 @@ CASES = [
         raw={("LOAD00000001.csv", 2): f"{LOADED},2,x"},
     ),
     Case(
-        "above_ratio",  # item 6: the failure names the setting and the fix
+        "above_ratio",  # item 6: the file is held, its reason names the rows, the setting and the fixes
         "int",
         {
             "LOAD00000001.csv": _load((1, "1")),
             "20240502-2000000000.csv": rows_file([["U", TS, "1", "1.5"], ["I", TS, "2", "two"]]),
         },
-        exit_code=2,
-        sentence=f"(2 of 2 rows, above quarantine.max_bad_row_ratio {RATIO:g}); nothing of this batch was applied. "
-        "Fix the rows in bronze and run again (`cdclake run`), or raise quarantine.max_bad_row_ratio",
+        exit_code=1,
+        sentence="s.above_ratio: 1 file(s) held in quarantine (2 of 2 rows cannot be applied (data row 1: ",
         silver={1: 1},
+        files_held=[
+            (
+                "20240502-2000000000.csv",
+                "2 of 2 rows cannot be applied (data row 1: value '1.5' of column v cannot be stored exactly as int "
+                "(clean.round rounds it); "
+                "data row 2: value 'two' of column v is not a valid int), above quarantine.max_bad_row_ratio "
+                f"{RATIO:g}: the file is held and the table's other files go on. Fix the file in bronze and run "
+                "`cdclake replay --quarantined`, or raise quarantine.max_bad_row_ratio",
+            )
+        ],
     ),
     Case(
         "corrupt_parquet",  # item 6: the reason is Spark's innermost cause, not the py4j call that failed

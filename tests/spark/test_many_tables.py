@@ -12,7 +12,6 @@ from cdclake.context import Engine
 from cdclake.dms.writer import SourceChange, change_sequence, write_csv
 from cdclake.engine.run import apply_cdc_files, run
 from cdclake.engine.select import files_from_keys
-from cdclake.errors import BadInputError
 from cdclake.lake.committer import IcebergCommitter
 from cdclake.shells.cli import _print_report
 from oracle import replay_change_log
@@ -31,6 +30,25 @@ tables:
     for name in TABLES
 )
 LOAD_TS = "2024-01-01 00:00:00.000000"
+
+
+class RefusedFor(IcebergCommitter):
+    """A committer whose data commits to one table are refused by storage."""
+
+    def __init__(self, table: str) -> None:
+        self.table = table
+
+    def _refuse(self, batch: Any) -> None:
+        if batch.table.name == self.table:
+            raise OSError("storage refused the commit")
+
+    def row_delta(self, spark: Any, batch: Any, *args: Any, **kwargs: Any) -> None:
+        self._refuse(batch)
+        super().row_delta(spark, batch, *args, **kwargs)
+
+    def driver_row_delta(self, spark: Any, batch: Any, *args: Any, **kwargs: Any) -> None:
+        self._refuse(batch)
+        super().driver_row_delta(spark, batch, *args, **kwargs)
 
 
 class MeetingCommitter(IcebergCommitter):
@@ -109,21 +127,19 @@ def test_tables_of_a_batch_commit_concurrently_and_each_equals_its_replay(
 def test_a_failing_table_stops_only_itself_and_the_report_says_which(
     make_engine: EngineFactory, tmp_path: Path, capsys: Any
 ) -> None:
-    # GIVEN three tables; beta's CDC file is all bad rows (above quarantine.max_bad_row_ratio),
-    # alpha's and gamma's hold an empty file each (quarantined at the same time: one journal)
-    engine = make_engine(CONFIG)
+    # GIVEN three tables; beta's commits fail (storage refuses them), alpha's and gamma's CDC
+    # hold an empty file each (quarantined at the same time: one journal)
+    engine = replace(make_engine(CONFIG), committer=RefusedFor("beta"))
     bronze = tmp_path / "bronze"
     for name in TABLES:
         _write_table(bronze, name, [(1, "a")], [("U", 1, f"{name}-new")])
     (bronze / "s" / "alpha" / "20240102-0000000001.csv").write_text("")
     (bronze / "s" / "gamma" / "20240102-0000000001.csv").write_text("")
-    ts = "2024-01-02 00:00:05.000000"
-    write_csv(bronze / "s" / "beta" / "20240102-0000010000.csv", [["Z", ts, "1", "bad", change_sequence(ts, 1)]])
     # WHEN the run applies them
     report = run(engine)
     # THEN beta failed with its own error, nothing of it applied past its full load
-    assert [(f.table, type(f.error)) for f in report.failures] == [("s.beta", BadInputError)]
-    assert "unknown Op 'Z'" in str(report.failures[0].error)
+    assert [(f.table, type(f.error)) for f in report.failures] == [("s.beta", OSError)]
+    assert "storage refused the commit" in str(report.failures[0].error)
     assert _silver(engine, "beta") == {("1",): "a"}
     # AND alpha and gamma were applied, their empty files both held in the quarantine journal
     assert _silver(engine, "alpha") == {("1",): "alpha-new"}
@@ -135,11 +151,11 @@ def test_a_failing_table_stops_only_itself_and_the_report_says_which(
         ("alpha", "s/alpha/20240102-0000000001.csv"),
         ("gamma", "s/gamma/20240102-0000000001.csv"),
     ]
-    # AND the command line prints every table's lines, names the failed table and exits 2
-    assert _print_report(report) == 2
+    # AND the command line prints every table's lines, names the failed table and exits 1 (a fault)
+    assert _print_report(report) == 1
     out, err = capsys.readouterr()
     assert "s.alpha" in out and "s.gamma" in out
-    assert "cdclake: s.beta: " in err and "unknown Op 'Z'" in err
+    assert "cdclake: s.beta: storage refused the commit" in err
 
 
 def test_batches_too_large_to_broadcast_are_classified_without_forcing_one(

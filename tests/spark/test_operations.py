@@ -170,13 +170,38 @@ def test_a_10_mb_row_is_applied_whole(make_engine: EngineFactory, tmp_path: Path
     assert {k: len(v) for k, v in _people(engine).items()} == {1: len(big)}
 
 
-def test_too_many_bad_rows_fail_the_batch_loudly(make_engine: EngineFactory, tmp_path: Path) -> None:
-    from cdclake.errors import BadInputError
-
+def test_a_file_with_too_many_bad_rows_is_held_and_the_files_after_it_go_on(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # GIVEN a CDC file with one bad row in ten (above the ratio of 1%) between two good files
     engine = make_engine(CONFIG)
-    write_csv(tmp_path / "bronze/s/people/20240102-0000010000.csv", [["I", TS, "1", "a", "never"], *_good_rows(2, 9)])
-    with pytest.raises(BadInputError, match=r"1 of 10 rows, above quarantine.max_bad_row_ratio 0.01"):
-        run(engine).checked()
+    bronze = tmp_path / "bronze/s/people"
+    write_csv(bronze / "20240102-0000000001.csv", [["I", TS, "1", "first", "1990-01-01"]])
+    bad = "s/people/20240102-0000010000.csv"
+    write_csv(tmp_path / "bronze" / bad, [["U", TS, "1", "a", "never"], *_good_rows(2, 9)])
+    write_csv(bronze / "20240102-0000020000.csv", [["I", TS, "20", "after", "1990-01-01"]])
+    # WHEN the table is run (batches of one file)
+    report = run(replace(engine, config=replace(engine.config, max_files_per_batch=1)))
+    # THEN the run does not fail: the bad file is held with its counts, rows and remedies, the others applied
+    assert report.failures == []
+    assert report.exit_code == 1  # something was set aside
+    [held] = [t for t in report.tables if t.quarantined_files]
+    assert held.quarantined_files == [bad]
+    assert held.note.startswith(
+        "quarantined: 1 of 10 rows cannot be applied (data row 1: value 'never' of column born is not a valid date), "
+        "above quarantine.max_bad_row_ratio 0.01"
+    )
+    assert "`cdclake replay --quarantined`" in held.note
+    assert sorted(_people(engine)) == [1, 20]
+    assert _people(engine)[1] == "first"
+    silver = engine.silver_table(engine.config.tables[0])
+    assert read_ledger(engine.spark, silver).applied == {"s/people/20240102-0000000001.csv",
+                                                          "s/people/20240102-0000020000.csv"}  # fmt: skip
+    # AND once the file is fixed, a replay applies it, in order with what came after
+    write_csv(tmp_path / "bronze" / bad, [["U", TS, "1", "a", "1990-01-01"], *_good_rows(2, 9)])
+    replay(engine, ReplaySelection(quarantined=True)).checked()
+    assert sorted(_people(engine)) == [1, *range(2, 11), 20]
+    assert _people(engine)[1] == "a"
 
 
 def test_maintenance_compacts_and_keeps_rows_ledger_and_recent_tombstones(

@@ -25,7 +25,7 @@ from cdclake.dms.writer import (
 from cdclake.engine.commit import commit_batch
 from cdclake.engine.full_load import MAX_KEY_BUCKETS, has_repeated_integers, key_buckets
 from cdclake.engine.prepare import prepare_batch
-from cdclake.engine.run import apply_cdc_files, full_load, run
+from cdclake.engine.run import apply_cdc_files, full_load, read_state, run
 from cdclake.engine.select import files_from_keys
 from cdclake.errors import BadInputError, FullLoadPendingError
 from cdclake.lake.batch import DriverRowDelta, RowDelta
@@ -248,7 +248,8 @@ def test_the_plan_says_by_its_type_whether_the_batch_left_spark(
     write_csv(table_dir / "20240102-0000010000.csv", rows)
     table = engine.config.tables[0]
     # WHEN it is prepared
-    plan = prepare_batch(engine, table, files_from_keys(engine.store, ["sales/orders/20240102-0000010000.csv"]))
+    files = files_from_keys(engine.store, ["sales/orders/20240102-0000010000.csv"])
+    plan = prepare_batch(engine, table, files, ledger_snapshot=read_state(engine, table).snapshot_id)
     # THEN its data commit's type is the way it takes, and holds the rows that way writes: Arrow
     # collected into the driver, or DataFrames left in Spark
     assert plan.changes is not None
@@ -296,7 +297,9 @@ def test_a_small_batch_is_prepared_without_a_shuffle(
     batch = files_from_keys(engine.store, ["sales/orders/20240102-0000020000.csv"])
     # WHEN it is prepared (read, de-duplicated, classified against silver and the tombstones)
     plans = []
-    written = _shuffled_bytes(engine, lambda: plans.append(prepare_batch(engine, engine.config.tables[0], batch)))
+    table = engine.config.tables[0]
+    at = read_state(engine, table).snapshot_id
+    written = _shuffled_bytes(engine, lambda: plans.append(prepare_batch(engine, table, batch, ledger_snapshot=at)))
     # THEN it is classified right, and without a shuffle in one task (a bigger batch shuffles)
     changes = plans[0].changes
     assert changes is not None
@@ -446,7 +449,7 @@ def test_a_crash_after_the_staged_load_loads_again(make_engine: EngineFactory, t
     assert list(_silver(engine)) == [("eu", 1)]
 
 
-def test_bad_input_stops_the_batch_with_file_row_and_reason(make_engine: EngineFactory, tmp_path: Path) -> None:
+def test_a_file_of_bad_rows_is_held_naming_file_rows_and_reasons(make_engine: EngineFactory, tmp_path: Path) -> None:
     # GIVEN a CDC file whose second data row has an unknown Op and whose third has a NULL key
     engine = make_engine(ORDERS)
     table_dir = tmp_path / "bronze" / "sales" / "orders"
@@ -457,12 +460,13 @@ def test_bad_input_stops_the_batch_with_file_row_and_reason(make_engine: EngineF
          ["I", ts, "eu", None, "bad", "1.00", "3"]],
     )  # fmt: skip
     # WHEN applied
-    with pytest.raises(BadInputError) as failure:
-        run(engine).checked()
-    # THEN the error names the file, the rows and the reasons, and nothing was committed
-    message = str(failure.value)
-    assert "sales/orders/20240102-0000010000.csv data row 2: unknown Op 'Z'" in message
-    assert "data row 3: primary key column order_id is NULL" in message
+    report = run(engine)
+    # THEN the file is held (the run does not fail), its reason names the rows and why, nothing was committed
+    assert report.failures == [] and report.exit_code == 1
+    [held] = [t for t in report.tables if t.quarantined_files]
+    assert held.quarantined_files == ["sales/orders/20240102-0000010000.csv"]
+    assert "2 of 3 rows cannot be applied (data row 2: unknown Op 'Z'" in held.note
+    assert "data row 3: primary key column order_id is NULL" in held.note
     assert read_ledger(engine.spark, engine.silver_table(engine.config.tables[0])).applied == frozenset()
 
 

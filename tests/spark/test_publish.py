@@ -89,8 +89,8 @@ def _rows(spark: SparkSession, identifier: str) -> list[tuple[Any, ...]]:
 
 
 def _merge(spark: SparkSession, identifier: str, changes: DataFrame, key: Sequence[str]) -> None:
-    def statement(view: str) -> str:
-        return merge_statement(identifier, view, key, COLUMNS, ABSENT, list(UNCHANGED))
+    def statement(target: str, view: str) -> str:
+        return merge_statement(target, view, key, COLUMNS, ABSENT, list(UNCHANGED))
 
     batch = KeyedBatch(SilverTable(*identifier.split(".")), changes, key, COLUMNS, {"cdclake.kind": "cdc"}, None)
     IcebergCommitter().merge(spark, batch, statement)

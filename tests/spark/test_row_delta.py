@@ -119,8 +119,8 @@ def _batch(
 
 
 def _merge(spark: SparkSession, identifier: str, changes: DataFrame, key: Sequence[str]) -> None:
-    def statement(view: str) -> str:
-        return merge_statement(identifier, view, key, COLUMNS, ABSENT)
+    def statement(target: str, view: str) -> str:
+        return merge_statement(target, view, key, COLUMNS, ABSENT)
 
     batch = KeyedBatch(SilverTable(*identifier.split(".")), changes, key, COLUMNS, {"cdclake.kind": "cdc"}, None)
     IcebergCommitter().merge(spark, batch, statement)

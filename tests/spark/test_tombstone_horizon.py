@@ -17,7 +17,7 @@ from cdclake.context import Engine
 from cdclake.dms.store import list_bronze
 from cdclake.dms.writer import write_csv
 from cdclake.engine.prepare import prepare_batch
-from cdclake.engine.run import replay, run
+from cdclake.engine.run import read_state, replay, run
 from cdclake.engine.select import ReplaySelection
 from cdclake.lake.journals import QUARANTINE_TABLE, tombstones_of, tombstones_pruned_before
 from cdclake.ops.maintenance import MaintenanceSettings, maintain
@@ -90,10 +90,11 @@ def test_prepare_alone_plans_the_hold_of_a_file_older_than_the_horizon(
     table = engine.config.tables[0]
     # WHEN the batch is planned, THEN the plan (its only author: prepare) holds the file with the
     # horizon's reason and applies nothing; nobody adds to it after prepare returns
-    plan = prepare_batch(engine, table, [file])
+    at = read_state(engine, table).snapshot_id
+    plan = prepare_batch(engine, table, [file], ledger_snapshot=at)
     assert plan.changes is None
     assert [([f.key for f in h.files], "tombstone horizon" in h.reason) for h in plan.holds] == [([late], True)]
     # AND planned as a replay, the file is applied
-    replayed = prepare_batch(engine, table, [file], replay=True)
+    replayed = prepare_batch(engine, table, [file], replay=True, ledger_snapshot=at)
     assert replayed.holds == []
     assert replayed.changes is not None and [f.key for f in replayed.changes.files] == [late]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from cdclake.columns import EFFECT_DELETE, EFFECT_DELETE_MISSING, EFFECT_INSERT, EFFECT_LATE, EFFECT_UPDATE
 from cdclake.config import TableConfig
@@ -14,6 +15,7 @@ from cdclake.engine.commit import commit_batch
 from cdclake.engine.prepare import BatchPlan, prepare_batch
 from cdclake.engine.select import TableState
 from cdclake.errors import FullLoadPendingError
+from cdclake.lake.ledger import committed_snapshot
 from cdclake.report import TableReport
 
 log = logging.getLogger("cdclake")
@@ -34,7 +36,7 @@ def apply_cdc_batch(
     (older changes are ignored and counted), tombstones are appended for deletes, then one data
     commit applies the rest and records the files (``context.CommitWay``: written files and
     one RowDelta where the table allows it, else a MERGE or a branch-staged RowDelta). Bad rows go
-    to ``cdclake_quarantine_rows`` (above ``max_bad_row_ratio`` the batch fails instead);
+    to ``cdclake_quarantine_rows`` (a file above ``max_bad_row_ratio`` is held whole instead);
     unreadable or empty files and batches with an incompatible schema change go to
     ``cdclake_quarantine`` and are held until a replay.
     ``loads_pending``: bronze holds LOAD files of the table. ``force`` (a replay) applies the files
@@ -58,7 +60,7 @@ def apply_cdc_batch(
         )
     log.info("cdc batch table=%s files=%d first=%s last=%s", table.source, len(pending), pending[0].name,
              pending[-1].name)  # fmt: skip
-    plan = prepare_batch(engine, table, pending, replay=force)
+    plan = prepare_batch(engine, table, pending, replay=force, ledger_snapshot=state.snapshot_id)
     try:
         commit_batch(engine, table, plan, force)
     finally:
@@ -68,9 +70,16 @@ def apply_cdc_batch(
     log.info("cdc batch done %s", report.summary())
     applied = [f.key for f in plan.changes.files] if plan.changes else []
     held = [f.key for h in plan.holds for f in h.files]
-    after = state.after(applied=applied, held=held, released=applied if force else ())
+    # The snapshot of this batch's data commit (found by its ledger record: another writer may have
+    # committed since), from which the table's next batch is planned.
+    committed = (
+        None
+        if plan.changes is None
+        else committed_snapshot(engine.spark, engine.silver_table(table), plan.changes.commit.properties).snapshot_id
+    )
+    after = state.after(applied=applied, held=held, released=applied if force else (), snapshot_id=committed)
     if plan.changes is not None and plan.changes.creates_table:  # created as loaded with no LOAD files
-        after = TableState(full_load_done=True, applied=after.applied, held=after.held)
+        after = replace(after, full_load_done=True)
     return report, after
 
 

@@ -55,7 +55,14 @@ from cdclake.lake.ledger import (
     snapshot_ref,
     staged_load,
 )
-from cdclake.lake.tables import SilverTable, ensure_database, ensure_table, evolve_schema, table_exists
+from cdclake.lake.tables import (
+    SilverTable,
+    current_snapshot_id,
+    ensure_database,
+    ensure_table,
+    evolve_schema,
+    table_exists,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -88,7 +95,11 @@ def commit_batch(engine: Engine, table: TableConfig, plan: BatchPlan, force: boo
     _evolve(engine, silver, changes)
     commit = changes.commit
     if isinstance(commit, Append):
-        engine.committer.append(engine.spark, silver, silver_shape(commit.rows), commit.properties)
+        base = commit.base_snapshot_id
+        if base is None:  # created just above, by this batch
+            base = current_snapshot_id(engine.spark, silver.identifier)
+            assert base is not None, "a table is created with a snapshot (lake.ledger.replace_table)"
+        engine.committer.append(engine.spark, silver, silver_shape(commit.rows), commit.properties, base)
     else:
         planned = commit.batch.metadata
         if changes.schema.changes_table and planned is not None:
@@ -207,10 +218,8 @@ def _commit_keyed(
             tombstones_committed()
 
             # The same semantics as the other paths (tests/spark/test_publish.py).
-            def statement(view: str) -> str:
-                return merge_statement(
-                    batch.table.identifier, view, batch.key, batch.columns, batch.absent, list(batch.unchanged)
-                )
+            def statement(target: str, view: str) -> str:
+                return merge_statement(target, view, batch.key, batch.columns, batch.absent, list(batch.unchanged))
 
             engine.committer.merge(engine.spark, commit.batch, statement)
         case Publish():

@@ -26,7 +26,7 @@ from cdclake.engine.read import (
 from cdclake.engine.select import TableState, load_again, superseded_cdc_files
 from cdclake.errors import ConfigError
 from cdclake.identifiers import quote
-from cdclake.lake.ledger import staged_load
+from cdclake.lake.ledger import newest_load, staged_load
 from cdclake.lake.tables import added_data, parallel_scan
 from cdclake.report import TableReport
 from cdclake.runtime.progress import watch_stages
@@ -90,7 +90,8 @@ def full_load_table(
         report.inserted = engine.spark.table(silver.identifier).count()
     report.seconds = time.monotonic() - started
     log.info("full load done table=%s rows=%d seconds=%.1f", table.source, report.inserted, report.seconds)
-    return report, TableState.after_load(loaded, state.held)
+    load = newest_load(engine.spark, silver)
+    return report, TableState.after_load(loaded, state.held, None if load is None else load[0].snapshot_id)
 
 
 def nothing_loaded(table: TableConfig) -> str:

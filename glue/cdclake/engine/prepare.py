@@ -37,7 +37,7 @@ from cdclake.dms.files import BronzeFile
 from cdclake.dms.horizon import beyond_horizon
 from cdclake.dms.reader import HeldFileError
 from cdclake.engine.changes import classify_effects, data_columns, has_error, latest_change_per_key, unchanged_flags
-from cdclake.engine.read import BadRows, RowCounts, bad_rows, read_changes, unreadable_files
+from cdclake.engine.read import BadRows, RowCounts, TooManyBadRowsError, bad_rows, read_changes, unreadable_files
 from cdclake.errors import CdclakeError, ConfigError
 from cdclake.identifiers import quote
 from cdclake.lake.batch import (
@@ -57,7 +57,7 @@ from cdclake.lake.driver_write import collect_rows, collectable
 from cdclake.lake.journals import tombstones_of
 from cdclake.lake.ledger import KIND_CDC, ledger_properties
 from cdclake.lake.row_delta import blocker as row_delta_blocker
-from cdclake.lake.tables import silver_columns
+from cdclake.lake.tables import TableMovedError, silver_columns
 from cdclake.runtime.session import interpreted_expressions
 from cdclake.schema import SchemaPlan, plan_schema_change
 
@@ -107,14 +107,30 @@ class BatchPlan:
     changes: ChangeSet | None = None
 
 
-def prepare_batch(engine: Engine, table: TableConfig, files: Sequence[BronzeFile], replay: bool = False) -> BatchPlan:
+def prepare_batch(
+    engine: Engine,
+    table: TableConfig,
+    files: Sequence[BronzeFile],
+    replay: bool = False,
+    *,
+    ledger_snapshot: int | None,
+) -> BatchPlan:
     """Plan a batch, the plan's only author. The table's metadata is read once (``TableMetadata``)
     and every decision is taken from it. A file written before the tombstone horizon is held
     (``dms.horizon``: it could revive a deleted row) unless a person ``replay``s it; empty files
     are held without reading them; if Spark cannot read the batch, the unreadable files are found
     one by one, planned to be held, and the rest prepared. A batch of at most
-    ``Engine.interpreted_batch_bytes`` is evaluated by Spark's interpreter (``interpreted_expressions``)."""
+    ``Engine.interpreted_batch_bytes`` is evaluated by Spark's interpreter (``interpreted_expressions``).
+
+    ``ledger_snapshot``: the snapshot at which the caller read the table's ledger (which chose
+    ``files``); a table elsewhere now (another writer committed) raises ``TableMovedError``, a
+    commit conflict: the caller reads the ledger again. The plan's commit is validated from it."""
     metadata = read_table_metadata(engine.spark, engine.silver_table(table))
+    if metadata.snapshot_id != ledger_snapshot:
+        raise TableMovedError(
+            f"{metadata.table.identifier} is at snapshot {metadata.snapshot_id}; its ledger was read at "
+            f"{ledger_snapshot}: another writer committed to it"
+        )
     plan = BatchPlan()
     late = beyond_horizon(files, metadata.tombstones_pruned_before, replay=replay)
     if late:
@@ -139,6 +155,14 @@ def _prepare(
             return _prepare_readable(engine, table, remaining, metadata, plan)
         except ConfigError:
             raise
+        except TooManyBadRowsError as too_many:
+            # Above the bad-row ratio: the files to blame are held with their reason (one garbled
+            # file must not stop its table for good, nor fail the run), the others prepared again.
+            blamed = [f for f in remaining if f.key in too_many.culprits]
+            if not blamed:
+                raise
+            plan.holds.extend(Hold([f], too_many.culprits[f.key]) for f in blamed)
+            remaining = [f for f in remaining if f not in blamed]
         except HeldFileError as refused:
             # Readable, but not to be applied as it is (no Op column, a header that contradicts
             # the declared columns): held with its own reason, found before any Spark job.
@@ -253,7 +277,7 @@ def _prepare_readable(
 
     commit: DataCommit
     if table.append_only:
-        commit = Append(materialized, properties)
+        commit = Append(materialized, properties, None if creates_table else metadata.snapshot_id)
     elif collected is not None:
         tombstones = collected_tombstone_rows(collected_with_effects(collected, TOMBSTONED), key)
         commit = DriverRowDelta(keyed(collected_with_effects(collected, APPLIED)), tombstones)

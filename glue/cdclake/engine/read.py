@@ -6,7 +6,7 @@ caller's plan and written by ``engine.commit``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 # At most this many bad rows are named in the error of a batch above the bad-row limit.
 _MAX_REPORTED_ERRORS = 10
+_HELD_REASON_ROWS = 3  # a held file's reason names this many of its bad rows
 
 
 def read_changes(engine: Engine, table: TableConfig, files: Sequence[BronzeFile], full_load: bool = False) -> DataFrame:
@@ -154,13 +155,23 @@ class BadRows:
     count: int
 
 
+class TooManyBadRowsError(BadInputError):
+    """A read with more bad rows than ``quarantine.max_bad_row_ratio`` allows: nothing of it may be
+    applied. ``culprits``: each file above the ratio on its own, with the reason to hold it for (a
+    CDC batch holds those files and applies the others; a full load fails)."""
+
+    def __init__(self, message: str, culprits: Mapping[str, str]) -> None:
+        super().__init__(message)
+        self.culprits = dict(culprits)
+
+
 def bad_rows(
     engine: Engine, table: TableConfig, changes: DataFrame, files: Sequence[BronzeFile], counts: RowCounts
 ) -> BadRows | None:
     """The bad rows of ``changes`` (a read of ``files``) to quarantine, None if there are none.
 
-    Above ``quarantine.max_bad_row_ratio`` nothing of the batch may be applied: BadInputError
-    names the first bad rows.
+    Above ``quarantine.max_bad_row_ratio`` nothing of the read may be applied:
+    ``TooManyBadRowsError`` names the first bad rows, and the files above the ratio on their own.
     """
     if counts.bad == 0:
         return None
@@ -169,14 +180,40 @@ def bad_rows(
     if counts.bad > limit * counts.total:
         sample = rows.orderBy("file_key", "row_number").limit(_MAX_REPORTED_ERRORS).collect()
         details = "; ".join(f"{r['file_key']} data row {r['row_number']}: {r['reason']}" for r in sample)
-        raise BadInputError(
+        raise TooManyBadRowsError(
             f"Table {table.source}: rows that cannot be applied: {details} ({counts.bad} of {counts.total} "
             f"rows, above quarantine.max_bad_row_ratio {limit:g}); nothing of this batch was applied. Fix the rows "
             "in bronze and run again (`cdclake run`), or raise quarantine.max_bad_row_ratio to apply the good rows "
-            "and hold the bad ones in quarantine (then fix them and `cdclake replay --quarantined`)."
+            "and hold the bad ones in quarantine (then fix them and `cdclake replay --quarantined`).",
+            _files_above(changes, files, rows, limit),
         )
     rows = _with_original_records(engine, rows.localCheckpoint(), files)
     return BadRows(rows, counts.bad)
+
+
+def _files_above(changes: DataFrame, files: Sequence[BronzeFile], located: DataFrame, limit: float) -> dict[str, str]:
+    """The files whose own share of bad rows is above ``limit``, each with the reason to hold it:
+    its counts, its first bad rows and the two ways on. (A read above the limit has at least one.)"""
+    from pyspark.sql import functions as F
+
+    per_file = changes.groupBy(FILE_INDEX).agg(F.count(F.lit(1)).alias("total"), F.count_if(has_error()).alias("bad"))
+    above = {int(r[FILE_INDEX]): (int(r["bad"]), int(r["total"])) for r in per_file.collect()}
+    above = {i: (bad, total) for i, (bad, total) in above.items() if bad > limit * total}
+    keys = {files[i].key: counted for i, counted in above.items()}
+    first: dict[str, list[str]] = {}
+    sample = located.where(F.col("file_key").isin(list(keys))).orderBy("file_key", "row_number")
+    for r in sample.limit(_HELD_REASON_ROWS * max(1, len(keys))).collect():
+        if len(first.setdefault(r["file_key"], [])) < _HELD_REASON_ROWS:
+            first[r["file_key"]].append(f"data row {r['row_number']}: {r['reason']}")
+    return {
+        key: (
+            f"{bad} of {total} rows cannot be applied ({'; '.join(first.get(key, []))}), above "
+            f"quarantine.max_bad_row_ratio {limit:g}: the file is held and the table's other files go on. Fix the "
+            "file in bronze and run `cdclake replay --quarantined`, or raise quarantine.max_bad_row_ratio to apply "
+            "its good rows and hold only the bad ones"
+        )
+        for key, (bad, total) in keys.items()
+    }
 
 
 # Bad rows are shown as they were in their CSV file when the file is at most this big (it is read

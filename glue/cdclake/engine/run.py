@@ -31,6 +31,7 @@ from cdclake.lake.journals import files_with_quarantined_rows, quarantined_files
 from cdclake.lake.ledger import read_ledger
 from cdclake.lake.tables import is_commit_conflict
 from cdclake.report import Progress, RunReport, TableReport
+from cdclake.schema import is_type_change
 
 log = logging.getLogger("cdclake")
 
@@ -49,7 +50,7 @@ def read_state(engine: Engine, table: TableConfig, held: HeldFiles | None = None
     ledger = read_ledger(engine.spark, silver)
     quarantine = held_files(engine) if held is None else held
     keys = quarantine.get(silver.name, frozenset())
-    return TableState(ledger.full_load_done, ledger.applied, keys, ledger.loaded)
+    return TableState(ledger.full_load_done, ledger.applied, keys, ledger.loaded, ledger.snapshot_id)
 
 
 def list_all(engine: Engine) -> BronzeListing:
@@ -300,8 +301,12 @@ def _apply_in_batches(
                 line = run_progress.advance(applied, time.monotonic())
             if run_progress.total_files > len(batch):
                 log.info("progress %s", line.text, extra={"progress": line.fraction})
-        if applied.quarantined_files and not applied.files_applied:
-            break  # a schema change held the whole batch: the next ones would be held the same way
+        if (
+            applied.quarantined_files
+            and not applied.files_applied
+            and is_type_change(applied.note.removeprefix("quarantined: "))
+        ):
+            break  # a type change held the whole batch: the next ones would be held the same way
 
 
 def warn(report: RunReport) -> None:

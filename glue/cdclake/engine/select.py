@@ -28,13 +28,19 @@ class TableState:
     # what the last full load recorded, by key: its LOAD files (with their sizes and versions
     # where the ledger has them) and the CDC files it superseded
     loaded: Mapping[str, LoadedFile] = field(default_factory=dict)
+    # the silver snapshot this state describes (None: no table yet): a batch planned from it
+    # commits only while the table is still there, so a commit by another writer in between
+    # (another loop, a Glue run) is a conflict, and the state is read again (``engine.cdc``)
+    snapshot_id: int | None = None
 
     @classmethod
-    def after_load(cls, loaded: Iterable[BronzeFile], held: frozenset[str]) -> TableState:
+    def after_load(
+        cls, loaded: Iterable[BronzeFile], held: frozenset[str], snapshot_id: int | None = None
+    ) -> TableState:
         """The state once a full load committed ``loaded`` (its LOAD files and the CDC files it
-        superseded), with ``held`` still in quarantine."""
+        superseded) in ``snapshot_id`` (its record), with ``held`` still in quarantine."""
         recorded = loaded_files(loaded)
-        return cls(True, frozenset(f.key for f in recorded), held, {f.key: f for f in recorded})
+        return cls(True, frozenset(f.key for f in recorded), held, {f.key: f for f in recorded}, snapshot_id)
 
     @property
     def cdc_applied(self) -> bool:
@@ -45,13 +51,21 @@ class TableState:
         """``files`` not applied and not held, in apply order (``force``: all of them)."""
         return sorted({f for f in files if force or (f.key not in self.applied and f.key not in self.held)})
 
-    def after(self, applied: Iterable[str] = (), held: Iterable[str] = (), released: Iterable[str] = ()) -> TableState:
-        """The state once a commit applied, quarantined or released these keys."""
+    def after(
+        self,
+        applied: Iterable[str] = (),
+        held: Iterable[str] = (),
+        released: Iterable[str] = (),
+        snapshot_id: int | None = None,
+    ) -> TableState:
+        """The state once a commit applied, quarantined or released these keys (``snapshot_id``:
+        the silver snapshot that commit made; None: it made none)."""
         applied = frozenset(applied)
         return replace(
             self,
             applied=self.applied | applied,
             held=(self.held | frozenset(held)) - frozenset(released) - applied,
+            snapshot_id=self.snapshot_id if snapshot_id is None else snapshot_id,
         )
 
 

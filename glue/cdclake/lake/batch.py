@@ -133,6 +133,9 @@ class Append:
 
     rows: DataFrame  # materialised (a local checkpoint)
     properties: dict[str, str]  # the ledger record of the batch's data commit
+    # the snapshot the batch was planned at (its ledger read): the append commits only while main
+    # is still there (None: the batch creates the table)
+    base_snapshot_id: int | None = None
     way: ClassVar[CommitWay] = "append"
 
     def release(self) -> None:
@@ -153,6 +156,11 @@ class _InSpark:
     def with_metadata(self, metadata: TableMetadata) -> Self:
         """The same commit of a batch whose table's metadata was read again (an evolved schema)."""
         return replace(self, batch=replace(self.batch, metadata=metadata))
+
+    @property
+    def properties(self) -> Mapping[str, str]:
+        """The ledger record the batch's data commit carries."""
+        return self.batch.properties
 
     def release(self) -> None:
         """Free the materialised rows once the commit is done (or failed)."""
@@ -190,6 +198,11 @@ class DriverRowDelta:
     def with_metadata(self, metadata: TableMetadata) -> Self:
         """The same commit of a batch whose table's metadata was read again (an evolved schema)."""
         return replace(self, batch=replace(self.batch, metadata=metadata))
+
+    @property
+    def properties(self) -> Mapping[str, str]:
+        """The ledger record the batch's data commit carries."""
+        return self.batch.properties
 
     def release(self) -> None:
         """Nothing to free in Spark: the rows are the driver's."""

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from cdclake.lake.batch import KeyedBatch
 from cdclake.lake.driver_write import append_collected, apply_collected_row_delta
-from cdclake.lake.publish import publish_changes
+from cdclake.lake.publish import append_validated, merge_validated, publish_changes
 from cdclake.lake.row_delta import apply_row_delta
 from cdclake.lake.tables import SilverTable, commit_with_properties, merge_frame
 
@@ -23,10 +23,19 @@ class IcebergCommitter:
     of a full load) to show that a crash between any two steps loses nothing.
     """
 
-    def merge(self, spark: SparkSession, batch: KeyedBatch[DataFrame], statement: Callable[[str], str]) -> None:
-        """Run the MERGE ``statement(view)`` of the batch's changes as one Iceberg commit carrying
-        its properties."""
-        commit_with_properties(spark, dict(batch.properties), lambda: merge_frame(spark, batch.changes, statement))
+    def merge(self, spark: SparkSession, batch: KeyedBatch[DataFrame], statement: Callable[[str, str], str]) -> None:
+        """Run the MERGE ``statement(target, view)`` of the batch's changes as one Iceberg commit
+        carrying its properties; validated from the batch's base snapshot where it has one
+        (``lake.publish.merge_validated``), else (a table the batch created) straight on the table."""
+        if batch.base_snapshot_id is not None:
+            merge_validated(spark, batch, statement)
+            return
+        target = batch.table.identifier
+
+        def run() -> None:
+            merge_frame(spark, batch.changes, lambda view: statement(target, view))
+
+        commit_with_properties(spark, dict(batch.properties), run)
 
     def publish(self, spark: SparkSession, batch: KeyedBatch[DataFrame]) -> None:
         """Apply the batch as one snapshot on ``main`` carrying its properties, at a cost that follows
@@ -56,9 +65,18 @@ class IcebergCommitter:
         """``append_tombstones`` of rows collected into the driver: one file the driver writes."""
         append_collected(spark, tombstones.identifier, rows)
 
-    def append(self, spark: SparkSession, table: SilverTable, rows: DataFrame, properties: dict[str, str]) -> None:
-        """Append ``rows`` as one commit carrying ``properties`` (append-only tables)."""
-        commit_with_properties(spark, properties, rows.writeTo(table.identifier).append)
+    def append(
+        self,
+        spark: SparkSession,
+        table: SilverTable,
+        rows: DataFrame,
+        properties: dict[str, str],
+        base_snapshot_id: int,
+    ) -> None:
+        """Append ``rows`` as one commit carrying ``properties`` (append-only tables), only while
+        the table has had no data commit since ``base_snapshot_id`` (``lake.publish.append_validated``:
+        else a commit conflict)."""
+        append_validated(spark, table.identifier, rows, base_snapshot_id, properties)
 
     def append_history(self, take: Callable[[], object]) -> None:
         """Add a batch's changes to the table's history (one commit to the history table, after

@@ -77,6 +77,9 @@ class LedgerState:
     last_file: str | None
     # what the last full load recorded, by key: its LOAD files and the CDC files it superseded
     loaded: Mapping[str, LoadedFile] = field(default_factory=dict)
+    # the snapshot whose lineage was read (None: no table, or no snapshot): a batch planned from
+    # this ledger commits only while the table is still at it (``engine.cdc``)
+    snapshot_id: int | None = None
 
 
 def ledger_properties(kind: str, files: Sequence[str], latest_commit_ts: str | None = None) -> dict[str, str]:
@@ -249,10 +252,12 @@ def read_ledger(
     loaded: dict[str, LoadedFile] = {}
     last_file: str | None = None
     full_load_done = False
+    head: int | None = None
     for row in _lineage(spark, table):
+        head = row["snapshot_id"] if head is None else head
         if row["kind"] == KIND_FULL_LOAD_STAGED:
             # A full load that never finished: whatever came before it no longer describes silver.
-            return LedgerState(full_load_done=False, applied=frozenset(applied), last_file=last_file)
+            return LedgerState(False, frozenset(applied), last_file, snapshot_id=head)
         recorded = _recorded(row)
         applied.update(f.key for f in recorded)
         if last_file is None and recorded:
@@ -272,7 +277,7 @@ def read_ledger(
                     loaded[entry["file_key"]] = LoadedFile(
                         entry["file_key"], stored.get("file_size"), stored.get("file_version") or None
                     )
-    return LedgerState(full_load_done, frozenset(applied), last_file, loaded)
+    return LedgerState(full_load_done, frozenset(applied), last_file, loaded, snapshot_id=head)
 
 
 def _archived(spark: SparkSession, table: SilverTable) -> list[Any]:

@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +48,7 @@ from cdclake.columns import EFFECT, EFFECT_DELETE, EFFECT_UPDATE, OP, SILVER_ORD
 from cdclake.identifiers import quote
 from cdclake.lake.batch import KeyedBatch
 from cdclake.lake.row_delta import commit_row_delta
-from cdclake.lake.tables import iceberg_table
+from cdclake.lake.tables import iceberg_table, merge_frame
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -333,6 +333,79 @@ def publish_changes(spark: SparkSession, batch: KeyedBatch[DataFrame]) -> int:
     staged = stage_changes(spark, batch)
     try:
         return commit_staged(spark, staged, batch.properties)
+    except BaseException:
+        abandon_staged(spark, staged)
+        raise
+
+
+def append_validated(
+    spark: SparkSession, table_identifier: str, rows: DataFrame, base_snapshot_id: int, properties: Mapping[str, str]
+) -> int:
+    """Append ``rows`` to ``main`` as ONE snapshot carrying ``properties``, only while ``main`` has
+    had no data commit since ``base_snapshot_id``; return the new snapshot's id.
+
+    A plain append never conflicts: two writers that both read the ledger at the base snapshot
+    would both append the same files' rows. So the rows are appended on a private branch created
+    at the base and published as one RowDelta validated from it (``commit_staged``): a commit on
+    main since then that added data or delete files makes it fail as a conflict, and the batch is
+    planned again from the ledger as it is now (``engine.run.apply_batch``).
+    """
+    return _validated(
+        spark, table_identifier, base_snapshot_id, properties, lambda target: rows.writeTo(target).append()
+    )
+
+
+def merge_validated(spark: SparkSession, batch: KeyedBatch[DataFrame], statement: Callable[[str, str], str]) -> int:
+    """Run the MERGE ``statement(target, view)`` of the batch's changes so that ``main`` gets ONE
+    snapshot carrying its properties, only while ``main`` has had no data commit since the batch's
+    base snapshot; return the new snapshot's id.
+
+    Spark's MERGE validates from the snapshot its own scan reads, not from the one the batch was
+    planned at (its ledger read): a commit by another writer in between would go unseen and the
+    batch's files would be recorded twice. So the MERGE runs on a private branch created at the
+    base and is published as one RowDelta validated from it (``commit_staged``)."""
+    base = batch.base_snapshot_id
+    if base is None:
+        raise ValueError(f"{batch.table.identifier}: the batch was planned against no snapshot")
+    return _validated(
+        spark,
+        batch.table.identifier,
+        base,
+        batch.properties,
+        lambda target: merge_frame(spark, batch.changes, lambda view: statement(target, view)),
+    )
+
+
+def _validated(
+    spark: SparkSession,
+    table_identifier: str,
+    base_snapshot_id: int,
+    properties: Mapping[str, str],
+    write: Callable[[str], object],
+) -> int:
+    """``write(target)`` on a new private branch at ``base_snapshot_id``, then published to ``main``
+    as one RowDelta carrying ``properties`` and validated from the base (``commit_staged``)."""
+    drop_leftover_branches(spark, table_identifier)
+    table = iceberg_table(spark, table_identifier)
+    branch = BRANCH_PREFIX + uuid.uuid4().hex[:12]
+    table.manageSnapshots().createBranch(branch, base_snapshot_id).commit()
+    try:
+        write(branch_identifier(table_identifier, branch))
+    except BaseException:
+        table.refresh()
+        if table.refs().containsKey(branch):
+            table.manageSnapshots().removeBranch(branch).commit()
+        raise
+    table.refresh()
+    ids: list[int] = []
+    snapshot = table.snapshot(branch)
+    while snapshot is not None and int(snapshot.snapshotId()) != base_snapshot_id:
+        ids.append(int(snapshot.snapshotId()))
+        parent = snapshot.parentId()
+        snapshot = table.snapshot(parent) if parent is not None else None
+    staged = StagedBatch(table_identifier, base_snapshot_id, branch, tuple(ids), 0, 0)
+    try:
+        return commit_staged(spark, staged, properties)
     except BaseException:
         abandon_staged(spark, staged)
         raise

@@ -94,16 +94,22 @@ _CONFLICT_CLASSES = frozenset(
 )
 
 
+class TableMovedError(RuntimeError):
+    """Another writer committed to a table after the snapshot a batch was planned from (its ledger
+    read): the batch must be planned again from the table as it is now."""
+
+
 def is_commit_conflict(failure: BaseException) -> bool:
     """Whether ``failure`` means another writer committed to the table first (safe to retry):
-    an Iceberg commit conflict among the Java exceptions it carries, or carried by an exception it
-    was raised from (``raise ... from``; an error raised while handling another is its own).
+    a ``TableMovedError``, an Iceberg commit conflict among the Java exceptions it carries, or
+    either carried by an exception it was raised from (``raise ... from``; an error raised while
+    handling another is its own).
     Decided by class, never by message text."""
     seen: set[int] = set()
     current: BaseException | None = failure
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if _CONFLICT_CLASSES.intersection(java_classes(current)):
+        if isinstance(current, TableMovedError) or _CONFLICT_CLASSES.intersection(java_classes(current)):
             return True
         current = current.__cause__
     return False

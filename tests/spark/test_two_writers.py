@@ -1,0 +1,147 @@
+"""Two writers on one table (two follow loops, a Glue run beside `run --follow`): every file is
+committed exactly once, whichever way the batch commits, and whenever the other writer commits."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdclake.context import CommitPath, Engine
+from cdclake.dms.writer import change_sequence, write_csv
+from cdclake.engine.run import apply_batch, apply_cdc_files, read_state
+from cdclake.engine.select import files_from_keys
+from cdclake.lake.committer import IcebergCommitter
+from cdclake.lake.ledger import FILES_PROPERTY
+from cdclake.lake.tables import iceberg_table
+
+EngineFactory = Callable[..., Engine]
+
+TABLES = """
+bronze: {timestamp_column: ts, change_sequence_column: seq}
+tables:
+  s.items: {primary_key: [id], columns: {id: int, name: string}}
+  s.events: {append_only: true, columns: {id: int, name: string}}
+"""
+
+
+class RivalFirst(IcebergCommitter):
+    """A committer whose first data commit is overtaken: the batch is planned from the ledger, then
+    ``rival`` (another loop applying the same files) commits, then this commit is tried."""
+
+    def __init__(self, rival: Callable[[], Any]) -> None:
+        self.rival = rival
+        self.attempts = 0
+
+    def _overtaken(self) -> None:
+        self.attempts += 1
+        if self.attempts == 1:
+            self.rival()
+
+    def append(self, *args: Any) -> None:
+        self._overtaken()
+        super().append(*args)
+
+    def merge(self, *args: Any) -> None:
+        self._overtaken()
+        super().merge(*args)
+
+    def publish(self, *args: Any, **kwargs: Any) -> None:
+        self._overtaken()
+        super().publish(*args, **kwargs)
+
+    def row_delta(self, *args: Any, **kwargs: Any) -> None:
+        self._overtaken()
+        super().row_delta(*args, **kwargs)
+
+    def driver_row_delta(self, *args: Any, **kwargs: Any) -> None:
+        self._overtaken()
+        super().driver_row_delta(*args, **kwargs)
+
+
+def _cdc(bronze: Path, table: str, name: str, rows: list[tuple[str, int, int, str]]) -> str:
+    """A headerless CDC file of (op, commit second, id, name) rows; its key."""
+    records = []
+    for n, (op, second, ident, value) in enumerate(rows):
+        ts = f"2024-01-02 00:00:{second:02d}.000000"
+        records.append([op, ts, str(ident), value, change_sequence(ts, n)])
+    key = f"s/{table}/{name}"
+    write_csv(bronze / key, records)
+    return key
+
+
+def _rows(engine: Engine, table: str) -> list[tuple[int, str]]:
+    frame = engine.spark.table(f"silver.{engine.config.database}.{table}")
+    return sorted((r["id"], r["name"]) for r in frame.collect())
+
+
+def _recorded(engine: Engine, table: str) -> list[str]:
+    """Every bronze key the table's snapshot lineage records, once per snapshot that records it."""
+    iceberg = iceberg_table(engine.spark, f"silver.{engine.config.database}.{table}")
+    iceberg.refresh()
+    keys: list[str] = []
+    snapshot = iceberg.currentSnapshot()
+    while snapshot is not None:
+        files = snapshot.summary().get(FILES_PROPERTY)
+        keys += json.loads(files) if files else []
+        parent = snapshot.parentId()
+        snapshot = iceberg.snapshot(parent) if parent is not None else None
+    return sorted(keys)
+
+
+@pytest.mark.parametrize(
+    ("table", "path"),
+    [("events", "auto"), ("items", "driver-row-delta"), ("items", "row-delta"), ("items", "merge"),
+     ("items", "publish")],
+)  # fmt: skip
+def test_a_file_the_other_loop_committed_meanwhile_is_not_committed_again(
+    make_engine: EngineFactory, tmp_path: Path, table: str, path: CommitPath
+) -> None:
+    # GIVEN a table with one batch applied, and a second file both loops see as pending
+    engine = replace(make_engine(TABLES), commit_backoff_seconds=0.01, commit_path=path)
+    if path == "row-delta":
+        engine = replace(engine, driver_write_bytes=0)
+    bronze = tmp_path / "bronze"
+    first = _cdc(bronze, table, "20240102-0000010000.csv", [("I", 1, 1, "a"), ("I", 1, 2, "b")])
+    second = _cdc(bronze, table, "20240102-0000020000.csv", [("U", 2, 1, "a2"), ("I", 2, 3, "c")])
+    apply_cdc_files(replace(engine, commit_path="auto"), files_from_keys(engine.store, [first])).checked()
+    # WHEN one loop plans the second file, and the other loop commits the same file before it does
+    files = files_from_keys(engine.store, [second])
+    rival = RivalFirst(lambda: apply_cdc_files(engine, files).checked())
+    report = apply_cdc_files(replace(engine, committer=rival), files).checked()
+    # THEN the loser's commit conflicted, it read the ledger again and skipped the file
+    assert rival.attempts == 1
+    assert (report.tables[0].files_applied, report.tables[0].files_skipped) == (0, 1)
+    # AND the file is recorded once and its rows are in silver once
+    assert _recorded(engine, table) == sorted([first, second])
+    if table == "events":
+        assert _rows(engine, table) == [(1, "a"), (1, "a2"), (2, "b"), (3, "c")]
+    else:
+        assert _rows(engine, table) == [(1, "a2"), (2, "b"), (3, "c")]
+
+
+@pytest.mark.parametrize("table", ["events", "items"])
+def test_a_state_read_before_the_other_loop_committed_is_planned_again(
+    make_engine: EngineFactory, tmp_path: Path, table: str
+) -> None:
+    # GIVEN a loop that read the table's ledger, and another loop that then applied a file
+    engine = replace(make_engine(TABLES), commit_backoff_seconds=0.01)
+    bronze = tmp_path / "bronze"
+    first = _cdc(bronze, table, "20240102-0000010000.csv", [("I", 1, 1, "a")])
+    apply_cdc_files(engine, files_from_keys(engine.store, [first])).checked()
+    config = next(t for t in engine.config.tables if t.target == table)
+    stale = read_state(engine, config)
+    second = _cdc(bronze, table, "20240102-0000020000.csv", [("I", 2, 2, "b")])
+    files = files_from_keys(engine.store, [second])
+    apply_cdc_files(engine, files).checked()
+    # WHEN the first loop applies the file from the state it read before
+    applied, after = apply_batch(engine, config, files, stale)
+    # THEN the file is skipped (the ledger was read again), recorded and applied once
+    assert (applied.files_applied, applied.files_skipped) == (0, 1)
+    assert second in after.applied and after.snapshot_id == read_state(engine, config).snapshot_id
+    assert _recorded(engine, table) == sorted([first, second])
+    assert _rows(engine, table) == [(1, "a"), (2, "b")]
