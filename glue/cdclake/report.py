@@ -29,6 +29,9 @@ class TableReport:
     rows_quarantined: int = 0
     latest_commit_ts: str | None = None  # the newest source commit this batch applied
     files_held: int = 0  # in quarantine from an earlier run: applied only by a replay
+    # a (re)load is due and left to the full-load lane (the CDC lane never loads): this is why;
+    # the table's CDC waits for it
+    load_pending: str | None = None
     seconds: float = 0.0
     note: str = ""
 
@@ -116,6 +119,11 @@ class RunReport:
             f"{'it' if len(self.no_files) == 1 else 'them'}, so nothing was loaded (a table empty at the source "
             "gets none; otherwise check that `cdclake capture` or the DMS task includes it)"
         )
+
+    @property
+    def loads_pending(self) -> dict[str, str]:
+        """Tables whose (re)load is due and left to the full-load lane, with why (source -> reason)."""
+        return {t.table: t.load_pending for t in self.tables if t.load_pending is not None}
 
     @property
     def quarantined(self) -> list[TableReport]:

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from cdclake.context import Engine
+from cdclake.dms.store import list_bronze
 from cdclake.dms.writer import write_csv
-from cdclake.engine.run import run
+from cdclake.engine.run import apply_pending, full_load, run
 from cdclake.ops.status import table_statuses
 from cdclake.shells.cli import _print_report
 
@@ -136,3 +137,48 @@ def test_a_load_file_rewritten_in_place_with_the_same_size_reloads_the_table(
     assert reload.note.startswith("a reload: LOAD files written again"), reload.note
     assert _rows(engine, "reloaded") == {1: "z", 3: "c"}
     assert next(s for s in table_statuses(engine) if s.source == "s.reloaded").behind == "up to date"
+
+
+LANES = """
+bronze: {timestamp_column: ts}
+tables:
+  s.reloaded: {primary_key: [id], columns: {id: int, name: string}}
+  s.other: {primary_key: [id], columns: {id: int, name: string}}
+"""
+
+
+def test_the_cdc_lane_leaves_a_reload_to_the_full_load_lane_and_goes_on_with_the_others(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    bronze = tmp_path / "bronze" / "s"
+    day1, day2, day3 = "2024-01-01 00:00:00.000000", "2024-01-02 00:00:00.000000", "2024-01-03 00:00:00.000000"
+    # GIVEN two tables loaded and changed by CDC
+    for table in ("reloaded", "other"):
+        write_csv(bronze / table / "LOAD00000001.csv", [[day1, "1", "a"], [day1, "2", "b"]])
+        write_csv(bronze / table / "20240102-0000000000.csv", [["U", day2, "1", "a2"], ["I", day2, "3", "c"]])
+    engine = make_engine(LANES)
+    run(engine).checked()
+    # WHEN a DMS reload of s.reloaded arrives (its LOAD file written again, a CDC file from before the
+    # reload and one after it) while s.other receives a CDC file, and the CDC lane runs
+    write_csv(bronze / "reloaded" / "LOAD00000001.csv", [[day3, "1", "a3"], [day3, "2", "b"], [day3, "4", "d"]])
+    write_csv(bronze / "reloaded" / "20240102-1200000000.csv", [["U", "2024-01-02 12:00:00.000000", "1", "stale"]])
+    write_csv(bronze / "reloaded" / "20240103-1200000000.csv", [["U", "2024-01-03 12:00:00.000000", "2", "b4"]])
+    write_csv(bronze / "other" / "20240103-0000000000.csv", [["U", day3, "2", "b5"]])
+    report, states = apply_pending(engine, list_bronze(engine.store), loads=False)
+    # THEN s.other's file is applied; s.reloaded is not loaded, its load is reported pending with
+    # why, and its CDC waits (nothing of it applied, its state not handed on)
+    assert report.failures == []
+    assert _rows(engine, "other") == {1: "a2", 2: "b5", 3: "c"}
+    assert report.loads_pending == {
+        "s.reloaded": "a reload: LOAD files written again since the full load replace the table: LOAD00000001.csv"
+    }
+    assert _rows(engine, "reloaded") == {1: "a2", 2: "b", 3: "c"}
+    assert "s.reloaded" not in states
+    # WHEN the full-load lane loads the tables asked for, and the CDC lane runs again
+    [reloaded] = [t for t in engine.config.tables if t.source == "s.reloaded"]
+    full_load(engine, [reloaded]).checked()
+    again, _ = apply_pending(engine, list_bronze(engine.store), loads=False)
+    # THEN the reload replaced the table, the CDC written before it is superseded, the later applied once
+    assert again.loads_pending == {}
+    assert _rows(engine, "reloaded") == {1: "a3", 2: "b4", 4: "d"}
+    assert [(t.table, t.kind, t.files_applied) for t in again.tables if t.files_applied] == [("s.reloaded", "cdc", 1)]

@@ -50,6 +50,9 @@ class FollowSettings:
     # recently (so a request finds about one new file); other folders wait for an event or the relist.
     active_seconds: float = 600.0
     retry_cap_seconds: float = 600.0  # a failed table is tried again after poll x 2^n, up to this
+    # False: the CDC lane (the Glue CDC job), which never runs a (re)load: a table whose load is due
+    # is reported (``RunReport.loads_pending``) and waits for the full-load lane (``run.apply_pending``)
+    loads: bool = True
 
 
 class Notices(Protocol):
@@ -162,7 +165,7 @@ def follow(
     first = True
     while True:
         round_started = time.monotonic()
-        report, touched = apply_pending(engine, index.listing(), due)
+        report, touched = apply_pending(engine, index.listing(), due, loads=settings.loads)
         states.update(touched)
         index.forget_applied(applied)
         if first:

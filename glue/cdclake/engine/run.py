@@ -25,7 +25,7 @@ from cdclake.engine.cdc import apply_cdc_batch
 from cdclake.engine.full_load import full_load_table
 from cdclake.engine.history_sync import catch_up_history
 from cdclake.engine.parallel import TableRun, for_each_table
-from cdclake.engine.select import ReplaySelection, TableState, batches, group_by_table, skip_reason
+from cdclake.engine.select import ReplaySelection, TableState, batches, group_by_table, load_due, skip_reason
 from cdclake.errors import ConcurrentWriterError, first_line
 from cdclake.lake.journals import files_with_quarantined_rows, quarantined_files_by_table
 from cdclake.lake.ledger import read_ledger
@@ -67,10 +67,14 @@ def run(engine: Engine, tables: Sequence[TableConfig] | None = None) -> RunRepor
 
 
 def apply_pending(
-    engine: Engine, listing: BronzeListing, tables: Sequence[TableConfig] | None = None
+    engine: Engine, listing: BronzeListing, tables: Sequence[TableConfig] | None = None, loads: bool = True
 ) -> tuple[RunReport, dict[str, TableState]]:
     """What ``run`` does with a listing it is given: the report, and the state each table was left
-    in (by source name; a table that failed before its state was read is absent)."""
+    in (by source name; a table that failed before its state was read is absent).
+
+    ``loads`` False: the CDC lane (the Glue CDC job's loop), which never runs a (re)load: a table
+    whose load is due is reported (``TableReport.load_pending``, ``RunReport.loads_pending``) and
+    its CDC waits, its files pending in their order, until the full-load lane has loaded it."""
     report = RunReport(unrecognised=list(listing.unrecognised))
     selected = []
     for table in engine.config.tables if tables is None else tables:
@@ -82,18 +86,25 @@ def apply_pending(
     held = held_files(engine)
 
     def load(table_run: TableRun) -> None:
-        catch_up_history(engine, table_run.table)
-        loaded, table_run.state = full_load_table(
-            engine, table_run.table, listing, read_state(engine, table_run.table, held)
-        )
-        if loaded.note != "already loaded":
-            table_run.reports.append(loaded)
+        table = table_run.table
+        catch_up_history(engine, table)
+        state = read_state(engine, table, held)
+        if not loads:
+            files = listing.for_table(table.source_schema, table.source_table, FileKind.FULL_LOAD)
+            if why := load_due(table, state, files):
+                pending = TableReport(table=table.source, kind="full-load", load_pending=why)
+                pending.note = f"load pending in the full-load lane, CDC held until then: {why}"
+                table_run.reports.append(pending)
+                return  # no state: its CDC files stay pending
+        done, table_run.state = full_load_table(engine, table, listing, state)
+        if done.note != "already loaded":
+            table_run.reports.append(done)
 
     started = time.monotonic()
-    loads = for_each_table(engine, selected, "full-load", load)
+    loaded = for_each_table(engine, selected, "full-load", load)
     report.phase_seconds["full loads"] = time.monotonic() - started
-    _collect(report, loads)
-    states = {r.table.source: r.state for r in loads if r.state is not None}
+    _collect(report, loaded)
+    states = {r.table.source: r.state for r in loaded if r.state is not None}
     cdc_files = [f for f in listing.files if f.kind is FileKind.CDC]
     grouped = [(t, fs) for t, fs in group_by_table(engine.config, cdc_files, report) if t.source in states]
     files_of = {t.source: fs for t, fs in grouped}

@@ -127,6 +127,17 @@ def loaded_files(files: Iterable[BronzeFile]) -> tuple[LoadedFile, ...]:
     )
 
 
+def load_due(table: TableConfig, state: TableState, loads: Sequence[BronzeFile]) -> str | None:
+    """Why the table needs a (re)load from ``loads`` (its LOAD files in bronze) before its CDC, or
+    None: never loaded and LOAD files present, or loaded and ``load_again`` says so. (A table
+    never loaded without LOAD files needs no scan: it is created empty or by its first CDC batch.)"""
+    if state.full_load_done:
+        return load_again(table, state, loads)
+    if loads:
+        return f"not loaded yet: {len(loads)} LOAD file(s) in bronze"
+    return None
+
+
 def load_again(table: TableConfig, state: TableState, loads: Sequence[BronzeFile]) -> str | None:
     """Why a loaded table must be loaded again from ``loads`` (its LOAD files in bronze), or None.
 
