@@ -20,8 +20,9 @@ COMMON = ["--config", "s3://a/config/cdclake.yaml", "--bronze", "s3://b/dms", "-
 JOBS = {"FullLoadJob": "full_load", "CdcJob": "cdc", "MaintenanceJob": "maintain", "GoldJob": "gold"}
 
 
-def test_absent_settings_keep_the_engine_defaults() -> None:
-    assert parse_arguments(["maintain.py", *COMMON], "maintain").maintenance == MaintenanceSettings()
+def test_absent_settings_keep_the_engine_defaults_and_skip_unchanged_tables() -> None:
+    # The job runs on a cadence over every table: a table with no commit since its last maintenance is skipped.
+    assert parse_arguments(["maintain.py", *COMMON], "maintain").maintenance == MaintenanceSettings(changed_only=True)
 
 
 def test_settings_are_read_among_the_arguments_glue_adds() -> None:
@@ -30,7 +31,7 @@ def test_settings_are_read_among_the_arguments_glue_adds() -> None:
             "--retain_last_snapshots", "5", "--tombstone_retention_days", "15", "--JOB_RUN_ID", "jr_1"]  # fmt: skip
     # THEN exactly those two change, as numbers
     settings = parse_arguments(argv, "maintain").maintenance
-    assert settings == MaintenanceSettings(retain_last_snapshots=5, tombstone_retention_days=15)
+    assert settings == MaintenanceSettings(retain_last_snapshots=5, tombstone_retention_days=15, changed_only=True)
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "1.5", "a week"])
@@ -41,7 +42,7 @@ def test_a_setting_that_is_not_a_positive_whole_number_is_a_clear_error(value: s
 
 def test_a_job_reads_only_its_own_arguments() -> None:
     argv = ["job.py", *COMMON, "--retain_last_snapshots", "5", "--poll_seconds", "7", "--reload", "true"]
-    assert parse_arguments(argv, "cdc").maintenance == MaintenanceSettings()  # not the CDC job's
+    assert parse_arguments(argv, "cdc").maintenance == MaintenanceSettings(changed_only=True)  # not the CDC job's
     assert parse_arguments(argv, "cdc").follow.poll_seconds == 7
     assert parse_arguments(argv, "cdc").reload is False
     assert parse_arguments(argv, "full_load").reload is True
@@ -68,7 +69,7 @@ def test_the_template_gives_each_job_exactly_the_arguments_it_reads() -> None:
 
 def test_the_maintenance_defaults_of_the_template_are_accepted() -> None:
     arguments = template()["Resources"]["MaintenanceJob"]["Properties"]["DefaultArguments"]
-    settings = set(asdict(MaintenanceSettings()))
+    settings = set(asdict(MaintenanceSettings())) - {"changed_only"}  # the job always skips unchanged tables
     assert {name[2:] for name in arguments} & settings == settings
     parameters = template()["Parameters"]
     defaults = {
@@ -80,4 +81,4 @@ def test_the_maintenance_defaults_of_the_template_are_accepted() -> None:
     argv = ["maintain.py", *COMMON]
     for name, value in defaults.items():
         argv += [f"--{name}", str(value)]
-    assert asdict(parse_arguments(argv, "maintain").maintenance) == defaults
+    assert asdict(parse_arguments(argv, "maintain").maintenance) == {**defaults, "changed_only": True}

@@ -198,3 +198,40 @@ def test_maintain_expires_and_removes_orphans_in_every_table_and_loses_nothing(
     assert sorted(tuple(r) for r in current.collect()) == live
     assert refreshed.path == PATH_INCREMENTAL, refreshed.reason
     assert _rows(spark, mart) == _per_birthday(state)
+
+
+def test_changed_only_skips_every_table_without_a_commit_since_its_last_maintenance(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # GIVEN a table with history, tombstones and a quarantine journal, maintained once
+    engine = _engine(spark, tmp_path)
+    state: State = {}
+    write_csv(
+        Path(engine.config.bronze.path) / "s/people/LOAD00000001.csv",
+        [["2024-01-01 00:00:00.000000", str(i), f"n{i}", "1990-01-01"] for i in range(1, 41)],
+    )
+    run(engine).checked()
+    state.update({i: (f"n{i}", "1990-01-01") for i in range(1, 41)})
+    _batch(engine, 1, state, bad_row=True)
+    changed_only = replace(SETTINGS, changed_only=True)
+    first = maintain(engine, changed_only, now=LATER)
+    assert [t.unchanged for t in first.tables] == [False]
+    assert not any(s.unchanged for s in first.tables[0].side_tables)
+    silver = SilverTable("silver", engine.config.database, "people")
+    snapshot = iceberg_table(spark, silver.identifier).currentSnapshot().snapshotId()
+    # WHEN maintenance runs again with nothing committed since
+    second = maintain(engine, changed_only, now=LATER)
+    # THEN silver (with its side tables) and every shared table are skipped, silver untouched
+    assert [(t.table, t.unchanged, t.side_tables) for t in second.tables] == [("s.people", True, [])]
+    assert second.shared and all(s.unchanged for s in second.shared), [s.summary() for s in second.shared]
+    table = iceberg_table(spark, silver.identifier)
+    table.refresh()
+    assert table.currentSnapshot().snapshotId() == snapshot
+    # WHEN a batch commits, THEN the next maintenance works on silver and its side tables again,
+    # and the silver table's rows are the source's
+    _batch(engine, 2, state)
+    third = maintain(engine, changed_only, now=LATER)
+    assert [t.unchanged for t in third.tables] == [False]
+    assert {r["id"]: (r["name"], str(r["born"])) for r in spark.table(silver.identifier).collect()} == state
+    # AND without changed_only (`cdclake maintain`) nothing is skipped
+    assert not any(t.unchanged for t in maintain(engine, SETTINGS, now=LATER).tables)

@@ -74,6 +74,15 @@ class MaintenanceSettings:
     # Tombstones of deletes older than this are pruned; the cut is recorded on the tombstone table, and the CDC job
     # holds files written before it in quarantine (cdclake.dms.horizon) instead of reviving a deleted row.
     tombstone_retention_days: int = 7
+    # Skip a table whose current snapshot is the one its last maintenance left (no commit since):
+    # nothing to compact, and its snapshots and tombstones are no older than the rows they protect.
+    # The Glue maintenance job skips them (it runs on a cadence over every table); `cdclake
+    # maintain` does everything unless `--changed-only`.
+    changed_only: bool = False
+
+
+# The table property that records the snapshot a table's maintenance left it at.
+MAINTAINED_SNAPSHOT_PROPERTY = "cdclake.maintained-snapshot-id"
 
 
 @dataclass
@@ -93,9 +102,14 @@ class MaintenanceReport:
     tombstones_removed: int = 0
     seconds: float = 0.0
     side_tables: list[MaintenanceReport] = field(default_factory=list)  # a silver table's tombstones and history
+    unchanged: bool = False  # skipped: no commit since its last maintenance (``changed_only``)
 
     def summary(self) -> str:
         """One line: the files before and after, what expired and was removed, the time taken."""
+        if self.unchanged:
+            return (
+                f"{self.table}{'' if self.role == SILVER else f' ({self.role})'}: unchanged since its last maintenance"
+            )
         if self.role != SILVER:
             return (
                 f"{self.table} ({self.role}): data files {self.data_files_before} -> {self.data_files_after}, "
@@ -291,6 +305,24 @@ def _compact(engine: Engine, table: SilverTable, data_files: int, delete_files: 
         _call(engine, "rewrite_position_delete_files", f"table => {name}, options => map('rewrite-all', 'true')")
 
 
+def _unchanged(engine: Engine, table: SilverTable) -> bool:
+    """Whether ``table``'s current snapshot is the one its last maintenance recorded."""
+    iceberg = iceberg_table(engine.spark, table.identifier)
+    iceberg.refresh()
+    current = iceberg.currentSnapshot()
+    recorded = iceberg.properties().get(MAINTAINED_SNAPSHOT_PROPERTY)
+    return current is not None and recorded is not None and str(recorded) == str(current.snapshotId())
+
+
+def _record_maintained(engine: Engine, table: SilverTable) -> None:
+    """Record the snapshot maintenance left ``table`` at (a metadata change: no snapshot made)."""
+    iceberg = iceberg_table(engine.spark, table.identifier)
+    iceberg.refresh()
+    current = iceberg.currentSnapshot()
+    if current is not None:
+        iceberg.updateProperties().set(MAINTAINED_SNAPSHOT_PROPERTY, str(current.snapshotId())).commit()
+
+
 def maintain_beside(
     engine: Engine,
     table: SilverTable,
@@ -306,6 +338,9 @@ def maintain_beside(
         return None
     started = time.monotonic()
     upkeep = MaintenanceReport(table=f"{table.database}.{table.name}", role=role)
+    if settings.changed_only and _unchanged(engine, table):
+        upkeep.unchanged = True
+        return upkeep
     upkeep.data_files_before, delete_files = _file_counts(engine, table)
     if role != GOLD_MART:
         # A mart's newest commit records the snapshots it reflects; a compaction commit after it
@@ -316,6 +351,7 @@ def maintain_beside(
     upkeep.ledger_entries_archived, upkeep.snapshots_expired = expired
     upkeep.orphan_files_removed = _remove_orphans(engine, table, now, settings)
     upkeep.data_files_after = _file_counts(engine, table)[0]
+    _record_maintained(engine, table)
     upkeep.seconds = time.monotonic() - started
     log.info(
         "maintained table=%s role=%s data_files=%d->%d snapshots_expired=%d orphans_removed=%d",
@@ -352,6 +388,10 @@ def maintain_table(
     if not table_exists(engine.spark, silver):
         return None
     report = MaintenanceReport(table=table.source, role=SILVER)
+    if settings.changed_only and _unchanged(engine, silver):
+        # Its tombstones and history change only with its commits: they are unchanged too.
+        report.unchanged = True
+        return report
     name = _procedure_name(silver)
     report.data_files_before, report.delete_files_before = _file_counts(engine, silver)
     # Compaction also applies merge-on-read deletes to the files it rewrites.
@@ -383,6 +423,7 @@ def maintain_table(
         if upkeep is not None:
             report.side_tables.append(upkeep)
     report.data_files_after, report.delete_files_after = _file_counts(engine, silver)
+    _record_maintained(engine, silver)
     report.seconds = time.monotonic() - started
     log.info(
         "maintained table=%s data_files=%d->%d delete_files=%d->%d snapshots_expired=%d tombstones_removed=%d",

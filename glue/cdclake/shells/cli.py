@@ -212,6 +212,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=7,
         help="deleted keys remembered this long against late changes (default: %(default)s)",
     )
+    maintain.add_argument(
+        "--changed-only",
+        action="store_true",
+        help="skip tables with no commit since their last maintenance (what the Glue maintenance job does)",
+    )
 
     status = command("status", "per table: rows, applied and pending files, lag, what needs attention")
     status.add_argument(
@@ -510,6 +515,7 @@ def _maintain(engine: Engine, args: argparse.Namespace) -> int:
         retain_last_snapshots=args.retain_last,
         orphan_file_age_hours=args.orphan_age_hours,
         tombstone_retention_days=args.tombstone_retention_days,
+        changed_only=args.changed_only,
     )
     run = maintain(engine, settings, _tables(engine, args))
     for done in run.tables:

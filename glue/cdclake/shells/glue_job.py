@@ -11,7 +11,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from cdclake.config import DEFAULT_CATALOG, PipelineConfig, load_config, parse_config
 from cdclake.context import Engine, open_engine
@@ -29,13 +29,14 @@ REQUIRED_ARGUMENTS = ("config", "bronze", "warehouse")
 _SHARED = (*REQUIRED_ARGUMENTS, "catalog", "database")
 _METRICS = ("environment", "metrics_namespace", "table_metrics")
 _SOURCE = ("secret_id", "source_connection", "dbname", "source_engine")
-_MAINTENANCE = tuple(f.name for f in fields(MaintenanceSettings))
+# The maintenance job's whole-number settings (it always skips tables unchanged since their last maintenance).
+_MAINTENANCE = tuple(f.name for f in fields(MaintenanceSettings) if f.type in (int, "int"))
 _FOLLOW = ("queue_url", "poll_seconds", "idle_seconds", "max_run_seconds")
 
 # The CDC job's pace when the template gives none (its parameters CdcPollSeconds, CdcIdleSeconds, CdcMaxRunSeconds).
 JOB_FOLLOW = FollowSettings(poll_seconds=30.0, idle_seconds=300.0, max_run_seconds=3600.0)
 
-DEFAULT_MAINTENANCE = MaintenanceSettings()
+DEFAULT_MAINTENANCE = MaintenanceSettings(changed_only=True)
 
 JobName = Literal["full_load", "cdc", "maintain", "gold"]
 
@@ -102,8 +103,14 @@ def parse_arguments(argv: Sequence[str], job: JobName) -> JobArguments:
             max_run_seconds=_seconds(values, "max_run_seconds", JOB_FOLLOW.max_run_seconds),
         ),
         source=_source(values),
-        maintenance=MaintenanceSettings(**{n: _whole(values, n) for n in _MAINTENANCE if n in values}),
+        maintenance=_maintenance(values),
     )
+
+
+def _maintenance(values: dict[str, str]) -> MaintenanceSettings:
+    """The maintenance job's settings: its defaults, with the whole numbers it was given."""
+    given: dict[str, Any] = {name: _whole(values, name) for name in _MAINTENANCE if name in values}
+    return replace(DEFAULT_MAINTENANCE, **given)
 
 
 def _given(argv: Sequence[str], names: Sequence[str]) -> dict[str, str]:
