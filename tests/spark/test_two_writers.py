@@ -4,6 +4,8 @@ committed exactly once, whichever way the batch commits, and whenever the other 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -12,12 +14,14 @@ from typing import Any
 import pytest
 
 from cdclake.context import CommitPath, Engine
-from cdclake.dms.writer import change_sequence, write_csv
-from cdclake.engine.run import apply_batch, apply_cdc_files, read_state
+from cdclake.dms.writer import SourceChange, cdc_file_name, cdc_records, change_sequence, write_csv
+from cdclake.engine.follow import FollowSettings, Polling, follow
+from cdclake.engine.run import apply_batch, apply_cdc_files, read_state, run
 from cdclake.engine.select import files_from_keys
 from cdclake.lake.committer import IcebergCommitter
 from cdclake.lake.ledger import FILES_PROPERTY
 from cdclake.lake.tables import iceberg_table
+from oracle import replay_change_log
 
 EngineFactory = Callable[..., Engine]
 
@@ -145,3 +149,59 @@ def test_a_state_read_before_the_other_loop_committed_is_planned_again(
     assert second in after.applied and after.snapshot_id == read_state(engine, config).snapshot_id
     assert _recorded(engine, table) == sorted([first, second])
     assert _rows(engine, table) == [(1, "a"), (2, "b")]
+
+
+def test_two_follow_loops_at_once_commit_every_arriving_file_exactly_once(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # GIVEN a keyed and an append-only table with a first batch applied
+    engine = replace(make_engine(TABLES), commit_backoff_seconds=0.05, commit_attempts=8)
+    bronze = tmp_path / "bronze"
+    log: list[SourceChange] = []
+    events: list[tuple[int, str]] = []
+    second = 0
+
+    def arrive(step: int) -> None:
+        nonlocal second
+        second += 1
+        ts = f"2024-01-02 00:{second // 60:02d}:{second % 60:02d}.000000"
+        rows = [("U", str(step % 4), f"v{step}"), ("I", str(100 + step), f"n{step}")]
+        if step % 3 == 2:
+            rows.append(("D", str(100 + step - 1), ""))
+        changes = [
+            SourceChange(op, {"id": ident, "name": name}, ts, change_sequence(ts, n))
+            for n, (op, ident, name) in enumerate(rows)
+        ]
+        log.extend(changes)
+        for table in ("items", "events"):
+            write_csv(bronze / "s" / table / cdc_file_name(ts), cdc_records(changes, ["id", "name"]))
+        events.extend((int(ident), name) for _, ident, name in rows)
+
+    arrive(0)
+    run(engine).checked()
+    # WHEN two loops follow the same bronze and catalog at once while files keep arriving
+    settings = FollowSettings(poll_seconds=0.2, idle_seconds=4.0)
+    outcomes: list[Any] = []
+
+    def loop() -> None:
+        outcomes.append(follow(replace(engine, stopping=threading.Event()), settings, Polling()))
+
+    loops = [threading.Thread(target=loop) for _ in range(2)]
+    for loop in loops:
+        loop.start()
+    for step in range(1, 9):
+        arrive(step)
+        time.sleep(0.4)
+    for loop in loops:
+        loop.join(timeout=300)
+    # THEN both ended idle without a failure
+    assert [o.stopped_by for o in outcomes] == ["idle", "idle"]
+    assert [o.failures for o in outcomes] == [{}, {}]
+    # AND every file is recorded exactly once in each table's lineage, and silver equals the replay:
+    # the keyed table the source's state, the append-only table every change row once
+    files = sorted(p.name for p in (bronze / "s" / "items").glob("*.csv"))
+    assert _recorded(engine, "items") == [f"s/items/{f}" for f in files]
+    assert _recorded(engine, "events") == [f"s/events/{f}" for f in files]
+    expected = replay_change_log([], log, ["id"])
+    assert _rows(engine, "items") == sorted((int(r["id"]), r["name"]) for r in expected.values())
+    assert _rows(engine, "events") == sorted(events)
