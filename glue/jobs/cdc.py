@@ -5,7 +5,10 @@ Arguments: --config, --bronze, --warehouse; optional --catalog, --environment an
 - --queue_url (what the state machine starts): apply everything pending in bronze, then keep
   applying files as their S3 events arrive in that queue, in rounds at most --poll_seconds apart,
   until nothing new came for --idle_seconds or the run reached --max_run_seconds
-  (``engine.follow``). An event is deleted once its file is applied.
+  (``engine.follow``). An event is deleted once its file is applied. With --reload_requests (an
+  S3 URI, what the template gives) the job is the CDC lane: it never runs a (re)load, it writes the
+  tables whose load is due to that object (``ops.reload_requests``) and holds their CDC, and the
+  state machine runs the full-load job for them beside it.
 - --manifest (a manual run): apply exactly the files it names; --replay true applies them again
   even if applied or quarantined (without a manifest: the quarantine).
 - neither: apply every pending CDC file once.
@@ -17,12 +20,14 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 
 from cdclake.context import Engine
 from cdclake.dms.manifest import read_manifest
 from cdclake.engine.follow import FollowReport, Round, follow
 from cdclake.engine.run import apply_cdc_files, replay, run
 from cdclake.engine.select import ReplaySelection, files_from_keys
+from cdclake.ops.reload_requests import ReloadRequester
 from cdclake.report import RunReport
 from cdclake.shells.glue_job import (
     JobArguments,
@@ -32,6 +37,7 @@ from cdclake.shells.glue_job import (
     publish_metrics,
     queue_notices,
     read_text,
+    write_text,
 )
 
 log = logging.getLogger("cdclake")
@@ -59,8 +65,13 @@ def main(argv: Sequence[str]) -> RunReport | FollowReport:
 
 
 def _follow(args: JobArguments, engine: Engine) -> FollowReport:
+    uri = args.reload_requests
+    requester = None if uri is None else ReloadRequester(lambda text: write_text(uri, text))
+
     def each_round(done: Round) -> None:
         log_report(done.report)
+        if requester is not None and requester.offer(done.report.loads_pending):
+            log.info("reload request written: %s", ", ".join(sorted(done.report.loads_pending)) or "none pending")
         log.info(
             "round %d: files=%d backlog_files=%d backlog_bytes=%d seconds=%.1f",
             done.number,
@@ -71,7 +82,8 @@ def _follow(args: JobArguments, engine: Engine) -> FollowReport:
         )
         publish_metrics(args, engine.config, done.report, done.backlog)
 
-    outcome = follow(engine, args.follow, queue_notices(args), on_round=each_round)
+    settings = args.follow if requester is None else replace(args.follow, loads=False)
+    outcome = follow(engine, settings, queue_notices(args), on_round=each_round)
     log.info(
         "follow ended: %s after %d rounds; files=%d bytes=%d listings=%d",
         outcome.stopped_by,

@@ -1,7 +1,9 @@
 """AWS Glue job: the full load. Creates each silver table from its LOAD files, once.
 
 Arguments: --config (table configuration), --bronze (DMS prefix), --warehouse; optional
---catalog and --reload true (replace tables that are already loaded). With --secret_id (and
+--catalog, --reload true (replace tables that are already loaded) and --tables s.a,s.b (only those: the
+state machine passes the tables the CDC lane left to this lane; a loaded table is loaded again only when
+its load is due, ``select.load_due``). With --secret_id (and
 --source_connection, --dbname, --source_engine) the job first reads the source catalog: it writes
 --config from it when nothing was uploaded there, else logs the configuration's drift.
 """
@@ -22,7 +24,7 @@ def main(argv: Sequence[str]) -> RunReport:
     args = parse_arguments(argv, "full_load")
     prepare_job_configuration(args.source, args.config, args.database)
     engine = build_engine(args)
-    report = full_load(engine, reload=args.reload)
+    report = full_load(engine, [engine.config.table(t) for t in args.tables] or None, reload=args.reload)
     log_report(report)
     publish_metrics(args, engine.config, report)
     report.checked()  # after the other tables' outcomes are logged and published

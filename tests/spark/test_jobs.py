@@ -138,3 +138,72 @@ def test_demo_reports_success_against_the_oracle(spark: SparkSession, tmp_path: 
     output = capsys.readouterr().out
     assert code == 0
     assert "silver equals the expected source state (23 rows): OK" in output
+
+
+LANES = """
+bronze: {timestamp_column: ts}
+tables:
+  s.items: {primary_key: [id], columns: {id: int, name: string}}
+  s.other: {primary_key: [id], columns: {id: int, name: string}}
+"""
+
+
+def test_the_cdc_job_leaves_a_reload_to_the_full_load_job_through_its_request(
+    spark: SparkSession, tmp_path: Path, aws_credentials: None
+) -> None:
+    import json
+
+    from cdclake.dms.writer import write_csv
+
+    config = tmp_path / "lanes.yaml"
+    config.write_text(LANES)
+    catalog = f"job{uuid.uuid4().hex[:8]}"
+    day1, day2, day3 = "2024-01-01 00:00:00.000000", "2024-01-02 00:00:00.000000", "2024-01-03 00:00:00.000000"
+    with mock_aws():
+        s3, sqs = boto3.client("s3"), boto3.client("sqs")
+        s3.create_bucket(Bucket="bronze")
+        queue = sqs.create_queue(QueueName="files")["QueueUrl"]
+
+        def put(key: str, rows: list[list[str | None]]) -> None:
+            write_csv(tmp_path / "files" / key, rows)
+            s3.upload_file(str(tmp_path / "files" / key), "bronze", f"dms/{key}")
+
+        def request() -> Any:
+            return json.loads(s3.get_object(Bucket="bronze", Key="state/reloads.json")["Body"].read())
+
+        common = ["--config", str(config), "--bronze", "s3://bronze/dms", "--warehouse", str(tmp_path / "wh")]
+        common += ["--catalog", catalog]
+        cdc = ["cdc.py", *common, "--queue_url", queue, "--poll_seconds", "0.2", "--idle_seconds", "0"]
+        cdc += ["--reload_requests", "s3://bronze/state/reloads.json"]
+        # GIVEN both tables loaded by the full-load job and changed by the CDC job
+        for table in ("items", "other"):
+            put(f"s/{table}/LOAD00000001.csv", [[day1, "1", "a"], [day1, "2", "b"]])
+            put(f"s/{table}/20240102-0000000000.csv", [["U", day2, "1", "a2"]])
+        _job("full_load")(["full_load.py", *common])
+        _job("cdc")(cdc)
+        assert request()["tables"] == []
+        # WHEN a DMS reload of s.items arrives (its LOAD file written again, a CDC file after it) while
+        # s.other receives a CDC file, and the CDC job runs
+        put("s/items/LOAD00000001.csv", [[day3, "1", "r1"], [day3, "3", "r3"]])
+        put("s/items/20240103-1200000000.csv", [["U", "2024-01-03 12:00:00.000000", "3", "r3b"]])
+        put("s/other/20240103-0000000000.csv", [["U", day3, "2", "b3"]])
+        followed = _job("cdc")(cdc)
+        # THEN it applied s.other's file, loaded nothing, and asked for s.items's reload, with why
+        assert followed.failures == {}
+        assert request()["tables"] == ["s.items"]
+        assert request()["reasons"]["s.items"].startswith("a reload: LOAD files written again")
+        rows = {
+            t: {r["id"]: r["name"] for r in spark.table(f"{catalog}.cdclake.{t}").collect()} for t in ("items", "other")
+        }
+        assert rows == {"items": {1: "a2", 2: "b"}, "other": {1: "a2", 2: "b3"}}
+        # WHEN the full-load job runs for the tables asked for, and then the CDC job again
+        loaded = _job("full_load")(["full_load.py", *common, "--tables", ",".join(request()["tables"])])
+        _job("cdc")(cdc)
+        # THEN the reload replaced s.items, its later CDC file was applied once, and the request is cleared
+        assert [(t.table, t.kind) for t in loaded.tables] == [("s.items", "full-load")]
+        assert _rows(spark, catalog, "items") == {1: "r1", 3: "r3b"}
+        assert request()["tables"] == []
+
+
+def _rows(spark: SparkSession, catalog: str, table: str) -> dict[int, str]:
+    return {r["id"]: r["name"] for r in spark.table(f"{catalog}.cdclake.{table}").collect()}

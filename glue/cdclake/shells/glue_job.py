@@ -43,8 +43,8 @@ JobName = Literal["full_load", "cdc", "maintain", "gold"]
 # The arguments each job reads, and no other: the template gives each job exactly these
 # (tests/aws/test_template.py), so an argument that reaches a job is one it uses.
 JOB_ARGUMENTS: dict[JobName, tuple[str, ...]] = {
-    "full_load": (*_SHARED, "reload", *_METRICS, *_SOURCE),
-    "cdc": (*_SHARED, "manifest", "replay", *_METRICS, *_FOLLOW),
+    "full_load": (*_SHARED, "reload", "tables", *_METRICS, *_SOURCE),
+    "cdc": (*_SHARED, "manifest", "replay", *_METRICS, *_FOLLOW, "reload_requests"),
     "maintain": (*_SHARED, *_MAINTENANCE, "gold_database"),  # the marts are maintained where the gold job keeps them
     "gold": (*_SHARED, "gold_database"),
 }
@@ -61,6 +61,12 @@ class JobArguments:
     database: str | None = None  # the stack's Glue database; replaces the configuration's silver.database
     manifest: str | None = None  # CDC job: the batch manifest; absent = everything pending
     reload: bool = False  # full-load job: replace tables that are already loaded
+    # Full-load job: only these tables (source names; the state machine passes the CDC lane's reload
+    # request); empty: every configured table. Either way a loaded table is left alone unless its load is due.
+    tables: tuple[str, ...] = ()
+    # CDC job: where the loop writes the (re)loads it leaves to the full-load lane (ops.reload_requests);
+    # None: it writes none (a manual run)
+    reload_requests: str | None = None
     replay: bool = False  # CDC job: apply the manifest's files (or, without one, the quarantine) again
     environment: str = "dev"
     metrics_namespace: str | None = None  # publish CloudWatch metrics under this namespace when set
@@ -91,6 +97,8 @@ def parse_arguments(argv: Sequence[str], job: JobName) -> JobArguments:
         database=values.get("database"),
         manifest=values.get("manifest"),
         reload=_flag(values, "reload"),
+        tables=tuple(t.strip() for t in values.get("tables", "").split(",") if t.strip()),
+        reload_requests=values.get("reload_requests"),
         replay=_flag(values, "replay"),
         environment=values.get("environment", "dev"),
         metrics_namespace=values.get("metrics_namespace"),
@@ -162,6 +170,18 @@ def _source(values: dict[str, str]) -> SourceSettings | None:
         database=values.get("dbname"),
         engine=values.get("source_engine"),
     )
+
+
+def write_text(uri: str, text: str, content_type: str = "application/json") -> None:
+    """Write a small text object (a reload request) to S3 or a local path."""
+    if uri.startswith("s3://"):
+        import boto3
+
+        bucket, _, key = uri[len("s3://") :].partition("/")
+        boto3.client("s3").put_object(Bucket=bucket, Key=key, Body=text.encode("utf-8"), ContentType=content_type)
+        return
+    Path(uri).parent.mkdir(parents=True, exist_ok=True)
+    Path(uri).write_text(text, encoding="utf-8")
 
 
 def read_text(uri: str) -> str:
