@@ -27,7 +27,7 @@ from cdclake.dms.manifest import read_manifest
 from cdclake.engine.follow import FollowReport, Round, follow
 from cdclake.engine.run import apply_cdc_files, replay, run
 from cdclake.engine.select import ReplaySelection, files_from_keys
-from cdclake.ops.reload_requests import ReloadRequester
+from cdclake.ops.reload_requests import ReloadRequest, ReloadRequester
 from cdclake.report import RunReport
 from cdclake.shells.glue_job import (
     JobArguments,
@@ -66,7 +66,7 @@ def main(argv: Sequence[str]) -> RunReport | FollowReport:
 
 def _follow(args: JobArguments, engine: Engine) -> FollowReport:
     uri = args.reload_requests
-    requester = None if uri is None else ReloadRequester(lambda text: write_text(uri, text))
+    requester = None if uri is None else ReloadRequester(lambda text: write_text(uri, text), _requested(uri))
 
     def each_round(done: Round) -> None:
         log_report(done.report)
@@ -94,6 +94,16 @@ def _follow(args: JobArguments, engine: Engine) -> FollowReport:
     )
     RunReport(failures=list(outcome.failures.values())).checked()  # a table still failing fails the run
     return outcome
+
+
+def _requested(uri: str) -> frozenset[str] | None:
+    """The tables the reload request at ``uri`` holds now (None: none written, or unreadable): an unchanged
+    request is not written again, so the full-load lane counts its attempts from when it was first made."""
+    try:
+        return frozenset(ReloadRequest.from_json(read_text(uri)).tables)
+    except Exception as error:  # none written yet (NoSuchKey, a missing file), or unreadable: written anew
+        log.info("no reload request read from %s (%s): the first round writes one", uri, type(error).__name__)
+        return None
 
 
 if __name__ == "__main__":
