@@ -78,8 +78,10 @@ class LedgerState:
     # what the last full load recorded, by key: its LOAD files and the CDC files it superseded
     loaded: Mapping[str, LoadedFile] = field(default_factory=dict)
     # the snapshot whose lineage was read (None: no table, or no snapshot): a batch planned from
-    # this ledger commits only while the table is still at it (``engine.cdc``)
-    snapshot_id: int | None = None
+    # this ledger commits only while the table is still at it (``engine.cdc``). Where it was read,
+    # not what it says: two reads with the same entries are equal (a compaction between them changes
+    # no entry)
+    snapshot_id: int | None = field(default=None, compare=False)
 
 
 def ledger_properties(kind: str, files: Sequence[str], latest_commit_ts: str | None = None) -> dict[str, str]:
