@@ -57,7 +57,6 @@ from cdclake.lake.ledger import (
 )
 from cdclake.lake.tables import (
     SilverTable,
-    current_snapshot_id,
     ensure_database,
     ensure_table,
     evolve_schema,
@@ -95,11 +94,13 @@ def commit_batch(engine: Engine, table: TableConfig, plan: BatchPlan, force: boo
     _evolve(engine, silver, changes)
     commit = changes.commit
     if isinstance(commit, Append):
-        base = commit.base_snapshot_id
-        if base is None:  # created just above, by this batch
-            base = current_snapshot_id(engine.spark, silver.identifier)
-            assert base is not None, "a table is created with a snapshot (lake.ledger.replace_table)"
-        engine.committer.append(engine.spark, silver, silver_shape(commit.rows), commit.properties, base)
+        metadata = commit.metadata
+        if metadata is None or changes.schema.changes_table:
+            # Created just above, or evolved: read again, still validated from the snapshot planned at.
+            evolved = read_table_metadata(engine.spark, silver)
+            metadata = evolved if metadata is None else replace(evolved, snapshot_id=metadata.snapshot_id)
+        rows = silver_shape(commit.rows)
+        engine.committer.append(engine.spark, metadata, rows, commit.count, commit.properties)
     else:
         planned = commit.batch.metadata
         if changes.schema.changes_table and planned is not None:

@@ -277,7 +277,7 @@ def _prepare_readable(
 
     commit: DataCommit
     if table.append_only:
-        commit = Append(materialized, properties, None if creates_table else metadata.snapshot_id)
+        commit = Append(materialized, properties, effects[EFFECT_INSERT], None if creates_table else metadata)
     elif collected is not None:
         tombstones = collected_tombstone_rows(collected_with_effects(collected, TOMBSTONED), key)
         commit = DriverRowDelta(keyed(collected_with_effects(collected, APPLIED)), tombstones)

@@ -133,9 +133,10 @@ class Append:
 
     rows: DataFrame  # materialised (a local checkpoint)
     properties: dict[str, str]  # the ledger record of the batch's data commit
-    # the snapshot the batch was planned at (its ledger read): the append commits only while main
-    # is still there (None: the batch creates the table)
-    base_snapshot_id: int | None = None
+    count: int  # rows to append
+    # the table as the batch was planned against it (its ledger read at ``metadata.snapshot_id``):
+    # the append commits only while main is still there (None: the batch creates the table)
+    metadata: TableMetadata | None = None
     way: ClassVar[CommitWay] = "append"
 
     def release(self) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from cdclake.lake.batch import KeyedBatch
+from cdclake.lake.batch import KeyedBatch, TableMetadata
 from cdclake.lake.driver_write import append_collected, apply_collected_row_delta
 from cdclake.lake.publish import append_validated, merge_validated, publish_changes
-from cdclake.lake.row_delta import apply_row_delta
+from cdclake.lake.row_delta import append_blocker, append_written, apply_row_delta
 from cdclake.lake.tables import SilverTable, commit_with_properties, merge_frame
 
 if TYPE_CHECKING:
@@ -68,15 +68,20 @@ class IcebergCommitter:
     def append(
         self,
         spark: SparkSession,
-        table: SilverTable,
+        metadata: TableMetadata,
         rows: DataFrame,
+        count: int,
         properties: dict[str, str],
-        base_snapshot_id: int,
     ) -> None:
-        """Append ``rows`` as one commit carrying ``properties`` (append-only tables), only while
-        the table has had no data commit since ``base_snapshot_id`` (``lake.publish.append_validated``:
-        else a commit conflict)."""
-        append_validated(spark, table.identifier, rows, base_snapshot_id, properties)
+        """Append ``rows`` (``count`` of them) as one commit carrying ``properties`` (append-only
+        tables), only while the table has had no data commit since the snapshot ``metadata`` was read
+        at (else a commit conflict): as written files and one RowDelta (``lake.row_delta.append_written``)
+        where the table allows it, else staged on a branch (``lake.publish.append_validated``)."""
+        assert metadata.snapshot_id is not None
+        if append_blocker(metadata) is None:
+            append_written(spark, metadata, rows, count, properties)
+        else:
+            append_validated(spark, metadata.table.identifier, rows, metadata.snapshot_id, properties)
 
     def append_history(self, take: Callable[[], object]) -> None:
         """Add a batch's changes to the table's history (one commit to the history table, after

@@ -409,6 +409,49 @@ def apply_row_delta(
     return files.commit_row_delta(write, metadata.snapshot_id, batch.properties, before_commit)
 
 
+def append_blocker(metadata: TableMetadata) -> str | None:
+    """Why rows cannot be appended to the table (as ``metadata`` found it) as files Spark writes and
+    one RowDelta; None when they can (``append_written``)."""
+    if not metadata.exists or metadata.snapshot_id is None:
+        return "no table or no snapshot yet"
+    if metadata.format_version != 2:
+        return f"format v{metadata.format_version}"
+    if metadata.partitioned:
+        return "a partitioned table"
+    for field in metadata.fields:
+        if field.primitive not in _PLAIN_TYPES:
+            return f"column {field.name} of type {_type_name(field.type)}"
+    return None
+
+
+def append_written(
+    spark: SparkSession, metadata: TableMetadata, rows: DataFrame, count: int, properties: Mapping[str, str]
+) -> int:
+    """Append ``rows`` (``count`` of them, columns named as the table's; a column the table has and
+    the rows lack is NULL) as data files Spark writes and ONE RowDelta carrying ``properties``,
+    validated from the snapshot ``metadata`` was read at: a commit on main since then that added
+    data or delete files makes it fail as a conflict (a plain append never does). Returns the new
+    snapshot's id. ``append_blocker`` must have found nothing in the way."""
+    from pyspark.sql import functions as F
+
+    assert metadata.snapshot_id is not None
+    table = iceberg_table(spark, metadata.table.identifier)
+    ids = {f.name: f.id for f in metadata.fields}
+    present = set(rows.columns)
+    images = rows.select(
+        *_with_field_ids([((F.col(c) if c in present else F.lit(None)).cast(t), c) for c, t in metadata.columns], ids)
+    ).coalesce(_image_files(spark, table, metadata, count))
+    if sort_columns := sort_order_columns(table):
+        images = images.sortWithinPartitions(*sort_columns)
+    files = WrittenFiles(spark, table)
+
+    def write() -> tuple[list[Any], list[Any], list[str]]:
+        _ensure_iceberg_parquet(spark)
+        return files.content_files(files.write(images, "data"), deletes=False), [], []
+
+    return files.commit_row_delta(write, metadata.snapshot_id, properties)
+
+
 def row_delta_input(batch: KeyedBatch[Rows]) -> tuple[TableMetadata, Rows]:
     """The table's metadata a RowDelta of ``batch`` is written with and validated from, and its changes."""
     metadata = batch.metadata
