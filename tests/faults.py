@@ -44,6 +44,9 @@ class CrashingCommitter(IcebergCommitter):
     def append(self, *_: Any) -> None:
         raise RuntimeError("the job was killed before its data commit")
 
+    def driver_append(self, *_: Any) -> None:
+        raise RuntimeError("the job was killed before its data commit")
+
 
 class TombstoneWitness(IcebergCommitter):
     """A committer whose tombstone appends are slow (``delay`` seconds before each) and which reads

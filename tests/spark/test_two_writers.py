@@ -50,6 +50,10 @@ class RivalFirst(IcebergCommitter):
         self._overtaken()
         super().append(*args)
 
+    def driver_append(self, *args: Any) -> None:
+        self._overtaken()
+        super().driver_append(*args)
+
     def merge(self, *args: Any) -> None:
         self._overtaken()
         super().merge(*args)
@@ -98,17 +102,18 @@ def _recorded(engine: Engine, table: str) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("table", "path"),
-    [("events", "auto"), ("items", "driver-row-delta"), ("items", "row-delta"), ("items", "merge"),
-     ("items", "publish")],
+    ("table", "path", "driver_bytes"),
+    [("events", "auto", None), ("events", "auto", 0), ("items", "driver-row-delta", None), ("items", "row-delta", 0),
+     ("items", "merge", None), ("items", "publish", None)],
 )  # fmt: skip
 def test_a_file_the_other_loop_committed_meanwhile_is_not_committed_again(
-    make_engine: EngineFactory, tmp_path: Path, table: str, path: CommitPath
+    make_engine: EngineFactory, tmp_path: Path, table: str, path: CommitPath, driver_bytes: int | None
 ) -> None:
-    # GIVEN a table with one batch applied, and a second file both loops see as pending
+    # GIVEN a table with one batch applied, and a second file both loops see as pending (files the
+    # driver writes, or Spark with driver_bytes 0)
     engine = replace(make_engine(TABLES), commit_backoff_seconds=0.01, commit_path=path)
-    if path == "row-delta":
-        engine = replace(engine, driver_write_bytes=0)
+    if driver_bytes is not None:
+        engine = replace(engine, driver_write_bytes=driver_bytes)
     bronze = tmp_path / "bronze"
     first = _cdc(bronze, table, "20240102-0000010000.csv", [("I", 1, 1, "a"), ("I", 1, 2, "b")])
     second = _cdc(bronze, table, "20240102-0000020000.csv", [("U", 2, 1, "a2"), ("I", 2, 3, "c")])

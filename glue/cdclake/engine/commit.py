@@ -27,6 +27,7 @@ from cdclake.engine.select import loaded_files
 from cdclake.engine.statements import merge_statement
 from cdclake.lake.batch import (
     Append,
+    DriverAppend,
     DriverRowDelta,
     KeyedBatch,
     KeyedCommit,
@@ -93,14 +94,19 @@ def commit_batch(engine: Engine, table: TableConfig, plan: BatchPlan, force: boo
         apply_layout(engine.spark, silver.identifier, table.silver_key(), table.layout)
     _evolve(engine, silver, changes)
     commit = changes.commit
-    if isinstance(commit, Append):
-        metadata = commit.metadata
-        if metadata is None or changes.schema.changes_table:
+    if isinstance(commit, Append | DriverAppend):
+        planned = commit.metadata
+        metadata = planned
+        if planned is None or changes.schema.changes_table:
             # Created just above, or evolved: read again, still validated from the snapshot planned at.
             evolved = read_table_metadata(engine.spark, silver)
-            metadata = evolved if metadata is None else replace(evolved, snapshot_id=metadata.snapshot_id)
-        rows = silver_shape(commit.rows)
-        engine.committer.append(engine.spark, metadata, rows, commit.count, commit.properties)
+            metadata = evolved if planned is None else replace(evolved, snapshot_id=planned.snapshot_id)
+        assert metadata is not None
+        if isinstance(commit, DriverAppend):
+            engine.committer.driver_append(engine.spark, metadata, commit.rows, commit.properties)
+        else:
+            rows = silver_shape(commit.rows)
+            engine.committer.append(engine.spark, metadata, rows, commit.count, commit.properties)
     else:
         planned = commit.batch.metadata
         if changes.schema.changes_table and planned is not None:

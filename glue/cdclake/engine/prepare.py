@@ -44,6 +44,7 @@ from cdclake.lake.batch import (
     Append,
     CommitWay,
     DataCommit,
+    DriverAppend,
     DriverRowDelta,
     KeyedBatch,
     Merge,
@@ -56,6 +57,7 @@ from cdclake.lake.batch import (
 from cdclake.lake.driver_write import collect_rows, collectable
 from cdclake.lake.journals import tombstones_of
 from cdclake.lake.ledger import KIND_CDC, ledger_properties
+from cdclake.lake.row_delta import append_blocker
 from cdclake.lake.row_delta import blocker as row_delta_blocker
 from cdclake.lake.tables import TableMovedError, silver_columns
 from cdclake.runtime.session import interpreted_expressions
@@ -238,7 +240,8 @@ def _prepare_readable(
     # the batch's rows leave Spark or stay: the commit's type says which from here on.
     collected: pa.Table | None = None
     materialized = observed
-    if way == "row-delta" and batch_bytes <= engine.driver_write_bytes and collectable(observed):
+    driver_way = way == "row-delta" or (way == "append" and not creates_table and append_blocker(metadata) is None)
+    if driver_way and batch_bytes <= engine.driver_write_bytes and collectable(observed):
         collected = collect_rows(observed)  # its files are written by the driver, no Spark job
     else:
         # A local checkpoint, not a cache: it also cuts the lineage back to the reader's row ids
@@ -276,7 +279,9 @@ def _prepare_readable(
         )
 
     commit: DataCommit
-    if table.append_only:
+    if table.append_only and collected is not None:
+        commit = DriverAppend(collected, properties, metadata)
+    elif table.append_only:
         commit = Append(materialized, properties, effects[EFFECT_INSERT], None if creates_table else metadata)
     elif collected is not None:
         tombstones = collected_tombstone_rows(collected_with_effects(collected, TOMBSTONED), key)

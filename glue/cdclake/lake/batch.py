@@ -145,6 +145,20 @@ class Append:
 
 
 @dataclass(frozen=True)
+class DriverAppend:
+    """A small append-only batch collected as Arrow once: one data file the driver writes and one
+    RowDelta validated from ``metadata.snapshot_id`` (``lake.driver_write``: no Spark job)."""
+
+    rows: pa.Table
+    properties: dict[str, str]  # the ledger record of the batch's data commit
+    metadata: TableMetadata  # the table as the batch was planned against it
+    way: ClassVar[CommitWay] = "append"
+
+    def release(self) -> None:
+        """Nothing to free in Spark: the rows are the driver's."""
+
+
+@dataclass(frozen=True)
 class _InSpark:
     """A keyed batch whose classified rows stay in Spark, materialised once (``classified``, a local
     checkpoint): ``batch.changes`` and ``tombstones`` are read from it."""
@@ -211,4 +225,4 @@ class DriverRowDelta:
 
 KeyedCommit = RowDelta | Merge | Publish | DriverRowDelta
 # The one data commit a batch's plan chose, with the rows it commits (``engine.prepare.choose_commit_way``).
-DataCommit = Append | KeyedCommit
+DataCommit = Append | DriverAppend | KeyedCommit

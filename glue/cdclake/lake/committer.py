@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from cdclake.lake.batch import KeyedBatch, TableMetadata
-from cdclake.lake.driver_write import append_collected, apply_collected_row_delta
+from cdclake.lake.driver_write import append_collected, append_collected_validated, apply_collected_row_delta
 from cdclake.lake.publish import append_validated, merge_validated, publish_changes
 from cdclake.lake.row_delta import append_blocker, append_written, apply_row_delta
 from cdclake.lake.tables import SilverTable, commit_with_properties, merge_frame
@@ -82,6 +82,13 @@ class IcebergCommitter:
             append_written(spark, metadata, rows, count, properties)
         else:
             append_validated(spark, metadata.table.identifier, rows, metadata.snapshot_id, properties)
+
+    def driver_append(
+        self, spark: SparkSession, metadata: TableMetadata, rows: pa.Table, properties: dict[str, str]
+    ) -> None:
+        """``append`` of rows collected into the driver: one file the driver writes, the same validated
+        RowDelta (``lake.driver_write.append_collected_validated``: no Spark job)."""
+        append_collected_validated(spark, metadata, rows, properties)
 
     def append_history(self, take: Callable[[], object]) -> None:
         """Add a batch's changes to the table's history (one commit to the history table, after

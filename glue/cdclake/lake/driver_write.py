@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from cdclake.columns import OP, SILVER_ORDER, STORED_FILE, STORED_POS
-from cdclake.lake.batch import KeyedBatch
+from cdclake.lake.batch import KeyedBatch, TableMetadata
 from cdclake.lake.row_delta import DELETE_FILE_COLUMNS, WrittenFile, WrittenFiles, row_delta_input, sort_order_columns
 from cdclake.lake.tables import iceberg_fields, iceberg_table
 
@@ -203,6 +203,27 @@ def apply_collected_row_delta(
 
     assert metadata.snapshot_id is not None
     return files.commit_row_delta(write, metadata.snapshot_id, batch.properties, before_commit)
+
+
+def append_collected_validated(
+    spark: SparkSession, metadata: TableMetadata, rows: pa.Table, properties: Mapping[str, str]
+) -> int:
+    """``lake.row_delta.append_written`` for rows collected in the driver: one data file the driver
+    writes (in the table's sort order; a column the rows lack is NULL) and one RowDelta carrying
+    ``properties``, validated from the snapshot ``metadata`` was read at. Returns the new snapshot's id."""
+    assert metadata.schema is not None and metadata.snapshot_id is not None
+    table = iceberg_table(spark, metadata.table.identifier)
+    ids = {f.name: f.id for f in metadata.fields}
+    images = sorted_ascending(
+        shape(rows, [(f.name, ids[f.name], f.dataType) for f in metadata.schema.fields]), sort_order_columns(table)
+    )
+    files = WrittenFiles(spark, table)
+
+    def write() -> tuple[list[Any], list[Any], list[str]]:
+        written = [files.track(write_parquet(table, images, "data"))] if images.num_rows else []
+        return files.content_files(written, deletes=False), [], []
+
+    return files.commit_row_delta(write, metadata.snapshot_id, properties)
 
 
 def append_collected(spark: SparkSession, table_identifier: str, rows: pa.Table) -> None:
