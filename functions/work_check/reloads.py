@@ -13,20 +13,15 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from work import ACTIVE_RUN_STATES, GlueJobRuns
 
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
 FAILED_RUN_STATES = frozenset({"FAILED", "TIMEOUT", "ERROR"})
 MAX_RELOAD_RUNS = 3
-
-
-class ObjectStore(Protocol):
-    """The part of a boto3 S3 client this module uses."""
-
-    def get_object(self, **kwargs: Any) -> Any: ...
-
-    def put_object(self, **kwargs: Any) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -84,7 +79,7 @@ def parse_request(text: str) -> ReloadRequest:
     )
 
 
-def read_request(s3: ObjectStore, uri: str) -> str | None:
+def read_request(s3: S3Client, uri: str) -> str | None:
     """The request's text at ``uri`` (s3://bucket/key); None when no CDC run has written one yet."""
     bucket, _, key = uri.removeprefix("s3://").partition("/")
     try:
@@ -96,7 +91,7 @@ def read_request(s3: ObjectStore, uri: str) -> str | None:
     return str(answer["Body"].read().decode("utf-8"))
 
 
-def mark_alerted(s3: ObjectStore, uri: str, text: str) -> None:
+def mark_alerted(s3: S3Client, uri: str, text: str) -> None:
     """Record in the request that its failing reload was alerted (the CDC job's next change replaces it)."""
     bucket, _, key = uri.removeprefix("s3://").partition("/")
     document = json.loads(text)

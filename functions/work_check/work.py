@@ -37,6 +37,10 @@ class WorkCheckSettings:
     cdc_job_name: str
     # Start a run every N loop iterations since the last run even when the queue is empty. 0 = never.
     sweep_every_iterations: int = 60
+    # The full-load lane (reloads.py): the CDC job's reload request (s3://bucket/key) and the full-load
+    # job to start for it; either unset: no reload is ever started from here.
+    reload_requests_uri: str = ""
+    full_load_job_name: str = ""
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str]) -> WorkCheckSettings:
@@ -45,6 +49,8 @@ class WorkCheckSettings:
                 queue_url=environ["QUEUE_URL"],
                 cdc_job_name=environ["CDC_JOB_NAME"],
                 sweep_every_iterations=int(environ.get("SWEEP_EVERY_ITERATIONS", "60")),
+                reload_requests_uri=environ.get("RELOAD_REQUESTS_URI", ""),
+                full_load_job_name=environ.get("FULL_LOAD_JOB_NAME", ""),
             )
         except KeyError as missing:
             raise ValueError(f"The environment variable {missing} is not set.") from None

@@ -636,6 +636,8 @@ def pipeline(moto_step_functions_gaps: MotoStepFunctionsGaps, request: pytest.Fi
                     "QUEUE_URL": queue_url,
                     "CDC_JOB_NAME": "cdclake-cdc",
                     "SWEEP_EVERY_ITERATIONS": sweep_every,
+                    "RELOAD_REQUESTS_URI": f"s3://{artifacts}/state/reloads.json",
+                    "FULL_LOAD_JOB_NAME": "cdclake-full-load",
                 }
             },
         )["FunctionArn"]

@@ -56,6 +56,8 @@ def stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
 def check_work(since_sweep: int = 0, execution_id: str = "") -> dict[str, Any]:
     event = {"sinceSweep": since_sweep, "executionId": execution_id}
     result: dict[str, Any] = load_handler_module("work_check").handler(event, FakeLambdaContext())
+    # No reload request in these tests: the full-load lane says so (tests/aws/test_reload_check.py has the rest).
+    assert result.pop("reload")["reason"] == "no reload requested"
     return result
 
 

@@ -180,13 +180,15 @@ def environment_target(function: str, variable: str) -> str:
     local = RESOURCES[function]["Properties"].get("Environment", {}).get("Variables", {})
     globals_ = template()["Globals"]["Function"]["Environment"]["Variables"]
     value = {**globals_, **local}[variable]
+    if "Sub" in value:  # an S3 URI built from a bucket: s3://${Bucket}/key
+        return str(re.search(r"\$\{(\w+)", value["Sub"]).group(1))  # type: ignore[union-attr]
     return str(value["Ref"])
 
 
 # ---------------------------------------------------------------------------------------------- Lambdas
 # Which environment variable names the resource each service's calls reach, per function directory.
 FUNCTIONS = {
-    "work_check": ("WorkCheckFunction", {"sqs": "QUEUE_URL", "glue": "CDC_JOB_NAME"}),
+    "work_check": ("WorkCheckFunction", {"sqs": "QUEUE_URL", "glue": "CDC_JOB_NAME", "s3": "RELOAD_REQUESTS_URI"}),
     # the guard's databases come from its custom resource's properties, not its environment
     "deploy_guard": ("DeployGuardFunction", {"glue": "=database/cdclake_${EnvironmentName}"}),
 }
@@ -213,16 +215,19 @@ def test_every_boto3_call_of_a_function_is_allowed_by_its_role(function: str) ->
 
 def test_the_checks_find_the_calls_the_functions_make() -> None:
     work = {iam_action(s, o) for s, o, _ in boto3_calls(sorted((ROOT / "functions" / "work_check").glob("*.py")))}
-    assert work == {"sqs:GetQueueAttributes", "glue:GetJobRuns"}  # the paginator's operation counts
+    # the paginator's operation counts; the reload request is read, and marked once its failing reload was alerted
+    assert work == {"sqs:GetQueueAttributes", "glue:GetJobRuns", "s3:GetObject", "s3:PutObject"}
 
 
 def test_the_work_check_function_may_do_nothing_else() -> None:
-    # Least privilege: the depth of this queue and the runs of this job, nothing more (no message is read).
+    # Least privilege: the depth of this queue, the runs of the CDC and full-load jobs, and the one reload
+    # request object, nothing more (no message is read).
     statements = role_statements("WorkCheckFunction")
-    job = "arn:${AWS::Partition}:glue:${AWS::Region}:${AWS::AccountId}:job/${CdcJob}"
+    job = "arn:${AWS::Partition}:glue:${AWS::Region}:${AWS::AccountId}:job/${%s}"
     assert [(s["Action"], s["Resource"]) for s in statements] == [
         ("sqs:GetQueueAttributes", {"GetAtt": "FileQueue.Arn"}),
-        ("glue:GetJobRuns", {"Sub": job}),
+        ("glue:GetJobRuns", [{"Sub": job % "CdcJob"}, {"Sub": job % "FullLoadJob"}]),
+        (["s3:GetObject", "s3:PutObject"], {"Sub": "${ArtifactsBucket.Arn}/state/reloads.json"}),
     ]
 
 
@@ -325,7 +330,8 @@ def task_needs() -> list[Need]:
             if resource.startswith("aws-sdk:"):
                 _, service, api = resource.split(":")
                 action = iam_action(service, api[:1].upper() + api[1:])
-                on = next((target(v) for k, v in parameters.items() if k in ("QueueUrl", "StateMachineArn")), "*")
+                named = ("QueueUrl", "StateMachineArn", "JobName")
+                on = next((target(v) for k, v in parameters.items() if k in named), "*")
                 needs.append(Need(action, on, where))
             elif resource == "lambda:invoke":
                 needs.append(Need("lambda:InvokeFunction", target(parameters["FunctionName"]), where))

@@ -20,13 +20,17 @@ def cdc_key(table: str, stamp: str) -> str:
     return f"dms/sales/{table}/20240301-{stamp}.csv"
 
 
-def work_checks(pipeline: Pipeline, execution: str) -> list[dict[str, Any]]:
-    """What each CheckWork of the execution answered, in order."""
-    return [
+def work_checks(pipeline: Pipeline, execution: str, lane: str = "cdc") -> list[dict[str, Any]]:
+    """What each CheckWork of the execution answered for the CDC lane, or (``lane`` "reload") for the
+    full-load lane, in order."""
+    answers = [
         json.loads(e["stateExitedEventDetails"]["output"])["work"]
         for e in pipeline.history(execution)
         if e.get("stateExitedEventDetails", {}).get("name") == "CheckWork"
     ]
+    if lane == "reload":
+        return [answer["reload"] for answer in answers]
+    return [{k: v for k, v in answer.items() if k != "reload"} for answer in answers]
 
 
 def queue_counts(pipeline: Pipeline) -> tuple[int, int]:
@@ -133,7 +137,7 @@ def test_queued_files_start_one_run_that_consumes_them(pipeline: Pipeline) -> No
     assert (after["start"], after["reason"]) == (False, "no work")
     entered = pipeline.states_entered(execution)
     assert entered[entered.index("CheckWork") :][:7] == [
-        "CheckWork", "ShouldRunCdcJob", "RunCdcJob", "CdcRunDone", "NextIteration", "IsGoldDue", "IsMaintenanceDue",
+        "CheckWork", "IsReloadDue", "ShouldRunCdcJob", "RunCdcJob", "CdcRunDone", "NextIteration", "IsGoldDue",
     ]  # fmt: skip
     assert pipeline.state_input(execution, "NextIteration")["silver"] == {"changed": True}
 
@@ -204,7 +208,7 @@ def test_a_failed_run_is_retried_then_alerts_and_the_loop_goes_on(pipeline: Pipe
     assert pipeline.cdc_runs == [[key]] and queue_counts(pipeline) == (0, 0)
     # AND the events it counted (2 runs with every retry counted, maintenance in the second iteration) cover its
     # real history
-    assert assert_counter_covers_history(pipeline, execution) == 30 + 3 * 32 + 2 * 52 + 40
+    assert assert_counter_covers_history(pipeline, execution) == 30 + 3 * 54 + 2 * 52 + 40
 
 
 def test_empty_queue_waits_and_polls_again(pipeline: Pipeline) -> None:
@@ -470,19 +474,19 @@ def test_a_long_full_load_hands_over_from_the_wait_loop(pipeline: Pipeline) -> N
     pipeline.wait_for_state(successor, "DescribeReplicationTasks")
 
 
-@pytest.mark.parametrize("pipeline", [{"MaxHistoryEvents": "130", "MaxIterations": "50"}], indirect=True)
+@pytest.mark.parametrize("pipeline", [{"MaxHistoryEvents": "180", "MaxIterations": "50"}], indirect=True)
 def test_the_cdc_loop_hands_over_on_the_events_it_spent_with_its_counters(pipeline: Pipeline) -> None:
     # GIVEN queued files, maintenance every 2 iterations, and counters carried in from a predecessor
     for stamp in range(5):
         pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
     execution = pipeline.start({"fullLoadDone": True, "sinceGold": 3, "sinceSweep": 7})
     assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
-    # THEN it handed over after 2 iterations, not after 50: 30 + a run 52 + 2 iterations x 32 + maintenance 40
-    # = 186 >= 130 (after the first iteration 114 < 130), and the events it counted cover its real history
+    # THEN it handed over after 2 iterations, not after 50: 30 + a run 52 + 2 iterations x 54 + maintenance 40
+    # = 230 >= 180 (after the first iteration 136 < 180), and the events it counted cover its real history
     entered = pipeline.states_entered(execution)
     assert entered.count("CheckWork") == 2
     assert entered.count("RunCdcJob") == 1 and entered.count("RunMaintenanceJob") == 1
-    assert assert_counter_covers_history(pipeline, execution) == 186
+    assert assert_counter_covers_history(pipeline, execution) == 230
     # AND the successor goes on with every counter: maintenance just ran, gold 3 + 2 iterations ago (never due:
     # GoldEveryIterations 0), the sweep count restarted by the run (1 iteration since it, and the idle one)
     successor = pipeline.successor_of(execution)
@@ -503,13 +507,13 @@ def test_gold_runs_are_counted_in_the_history_budget(pipeline: Pipeline) -> None
         pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
     execution = pipeline.start({"fullLoadDone": True})
     assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
-    # THEN 30 + a run 52 + 2 iterations x 32 + gold 40 + maintenance 40 = 226 >= 200: it handed over after
-    # 2 iterations (154 after the first), and the events it counted cover its real history
+    # THEN 30 + a run 52 + 2 iterations x 54 + gold 40 + maintenance 40 = 270 >= 200: it handed over after
+    # 2 iterations (176 after the first), and the events it counted cover its real history
     entered = pipeline.states_entered(execution)
     assert entered.count("CheckWork") == 2
     assert entered.count("RunGoldJob") == 1 and entered.count("NotifyGoldFailed") == 1
     assert entered.count("RunMaintenanceJob") == 1
-    assert assert_counter_covers_history(pipeline, execution) == 226
+    assert assert_counter_covers_history(pipeline, execution) == 270
 
 
 @pytest.mark.parametrize(
@@ -573,3 +577,58 @@ def test_a_successor_start_repeated_after_the_successor_ended_is_a_hand_over_not
     assert pipeline.states_entered(execution)[-2:] == ["StartSuccessor", "HandedOver"]
     assert pipeline.gaps.retry_waits == [5]  # StartSuccessor's Retry, once
     assert pipeline.alerts() == []
+
+
+def _request_reload(pipeline: Pipeline, *tables: str) -> None:
+    """The CDC job's reload request, as it writes it (cdclake.ops.reload_requests)."""
+    request = {"tables": list(tables), "reasons": {t: "a reload: LOAD files written again" for t in tables},
+               "updated": "2024-03-01T12:00:00Z"}  # fmt: skip
+    pipeline.s3.put_object(Bucket=pipeline.artifacts_bucket, Key="state/reloads.json", Body=json.dumps(request))
+
+
+def test_a_reload_the_cdc_job_asked_for_runs_in_the_full_load_job_beside_the_cdc_loop(pipeline: Pipeline) -> None:
+    # GIVEN the CDC job's request to reload s.items, and a CDC file queued for another table
+    _request_reload(pipeline, "public.items")
+    pipeline.send_file(cdc_key("orders", "120000100"), 100)
+    # WHEN the pipeline runs its three iterations
+    execution = pipeline.start({"fullLoadDone": True})
+    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    # THEN the first iteration started the full-load job for exactly that table, without waiting for it, and
+    # the CDC run of the same iteration applied the other table's file
+    [reload] = pipeline.job_runs(pipeline.full_load_job)
+    assert reload["Arguments"] == {"--tables": "public.items"}
+    entered = pipeline.states_entered(execution)
+    first = entered[entered.index("CheckWork") :]
+    assert first[:5] == ["CheckWork", "IsReloadDue", "StartReloadJob", "ShouldRunCdcJob", "RunCdcJob"]
+    assert pipeline.cdc_runs == [[cdc_key("orders", "120000100")]]
+    # AND the later checks saw the run succeed since the request and started no other
+    answers = work_checks(pipeline, execution, lane="reload")
+    assert [(a["start"], a["tables"]) for a in answers] == [(True, "public.items")] + [(False, "public.items")] * 2
+    assert answers[1]["reason"] == "loaded since the request (the CDC job clears it)"
+    assert entered.count("StartReloadJob") == 1 and "NotifyReloadFailing" not in entered
+    assert pipeline.alerts() == []
+
+
+@pytest.mark.parametrize("pipeline", [{"MaxIterations": "5"}], indirect=True)
+def test_a_reload_that_keeps_failing_is_tried_three_times_then_alerted_once(pipeline: Pipeline) -> None:
+    # GIVEN a reload request and a full-load job whose runs fail (a timeout, say)
+    _request_reload(pipeline, "public.items")
+    pipeline.gaps.failing_jobs.add(pipeline.full_load_job)
+    # WHEN the pipeline runs five iterations
+    execution = pipeline.start({"fullLoadDone": True})
+    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    # THEN the job ran three times for the request, then the loop gave up and alerted once, naming the table
+    runs = pipeline.job_runs(pipeline.full_load_job)
+    assert [r["JobRunState"] for r in runs] == ["FAILED"] * 3
+    answers = work_checks(pipeline, execution, lane="reload")
+    assert [(a["start"], a["alert"], a["failures"]) for a in answers] == [
+        (True, False, 0), (True, False, 1), (True, False, 2), (False, True, 3), (False, False, 3),
+    ]  # fmt: skip
+    [alert] = pipeline.alerts()
+    assert alert["Subject"] == "cdclake: a table reload keeps failing"
+    assert "failed 3 times loading public.items" in alert["Message"]
+    assert "public.items: a reload: LOAD files written again" in alert["Message"]
+    # AND the execution went on with the CDC loop all along (nothing failed)
+    entered = pipeline.states_entered(execution)
+    assert entered.count("StartReloadJob") == 3 and entered.count("NotifyReloadFailing") == 1
+    assert "NotifyFailure" not in entered

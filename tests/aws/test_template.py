@@ -417,7 +417,15 @@ def test_function_metrics_use_the_stack_namespace_and_no_reserved_concurrency() 
     variables = template()["Globals"]["Function"]["Environment"]["Variables"]
     assert variables["POWERTOOLS_METRICS_NAMESPACE"] == {"Ref": "MetricsNamespace"}
     work_check = RESOURCES["WorkCheckFunction"]["Properties"]["Environment"]["Variables"]
-    assert work_check == {"CDC_JOB_NAME": {"Ref": "CdcJob"}, "SWEEP_EVERY_ITERATIONS": {"Ref": "SweepEveryIterations"}}
+    assert work_check == {
+        "CDC_JOB_NAME": {"Ref": "CdcJob"},
+        "SWEEP_EVERY_ITERATIONS": {"Ref": "SweepEveryIterations"},
+        # the full-load lane: the CDC job's reload request (the CDC job's --reload_requests) and the job it starts
+        "RELOAD_REQUESTS_URI": {"Sub": "s3://${ArtifactsBucket}/state/reloads.json"},
+        "FULL_LOAD_JOB_NAME": {"Ref": "FullLoadJob"},
+    }
+    cdc_arguments = RESOURCES["CdcJob"]["Properties"]["DefaultArguments"]
+    assert cdc_arguments["--reload_requests"] == work_check["RELOAD_REQUESTS_URI"]
     assert (PARAMETERS["SweepEveryIterations"]["Default"], PARAMETERS["SweepEveryIterations"]["MinValue"]) == (60, 0)
 
 
