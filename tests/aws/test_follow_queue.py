@@ -240,7 +240,7 @@ def test_a_table_that_keeps_failing_beside_ten_healthy_ones_dead_letters_nothing
             arrived[stack.put(table)] = done.number
 
     notices = QueueNotices(stack.client(), stack.url, BUCKET, "dms")
-    settings = FollowSettings(poll_seconds=0.05, retry_cap_seconds=0.4)
+    settings = FollowSettings(poll_seconds=0.05, retry_cap_seconds=1.0)
     outcome = run_follow(stack, rounds, settings, notices, each_round, alerts, engine)
     # THEN the loop went round more often than maxReceiveCount, and no event reached the dead-letter queue: each
     # was received once and deleted, none made visible again; nothing is left in the queue
