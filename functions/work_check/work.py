@@ -1,9 +1,15 @@
 """Is there CDC work, and may a CDC run start? The state machine's CheckWork step.
 
 The CDC Glue job consumes the file queue itself and applies everything pending in bronze, so the queue is only
-the wake-up signal: a run is worth starting when the queue holds messages (visible, or in flight from a run that
-ended before deleting them), or when a sweep is due (a run lists bronze at its start and finds files whose
-S3 event never reached the queue). It may start only when no run of the CDC job is active.
+the wake-up signal: a run is worth starting when the queue holds visible messages, or when a sweep is due (a run
+lists bronze at its start and finds files whose S3 event never reached the queue). It may start only when no run
+of the CDC job is active.
+
+Messages only in flight are not work. The CDC job deletes each event as soon as its key is in its index of
+bronze, so none is left in flight when a run ends. One in flight belongs to a receive that has not deleted it
+yet (a run that died a moment after receiving it, someone looking in the console): a run started now could not
+receive it, nor anything behind it in its FIFO message group, until its visibility ends; then it is visible,
+and it starts a run.
 """
 
 from __future__ import annotations
@@ -110,19 +116,20 @@ def cdc_job_running(glue: GlueJobRuns, job_name: str) -> bool:
 
 
 def decide(depth: QueueDepth, job_running: bool, since_sweep: int, sweep_every: int) -> WorkDecision:
-    """start = no active run and (messages visible or in flight, or a sweep due); ``sweep_every`` 0 = never."""
+    """start = no active run and (messages visible, or a sweep due); ``sweep_every`` 0 = never. Messages in flight
+    alone are not work (see the module's docstring)."""
     sweep_due = sweep_every > 0 and since_sweep >= sweep_every
     if job_running:
         reason = "a CDC job run is active"
     elif depth.visible > 0:
         reason = "files queued"
-    elif depth.in_flight > 0:
-        reason = "messages in flight with no active run"
     elif sweep_due:
         reason = "sweep due"
+    elif depth.in_flight > 0:
+        reason = "no work: messages only in flight (they start a run once visible again)"
     else:
         reason = "no work"
-    start = not job_running and (depth.visible > 0 or depth.in_flight > 0 or sweep_due)
+    start = not job_running and (depth.visible > 0 or sweep_due)
     return WorkDecision(start=start, reason=reason, depth=depth, job_running=job_running, sweep=sweep_due)
 
 

@@ -5,10 +5,12 @@ Arguments: --config, --bronze, --warehouse; optional --catalog, --environment an
 - --queue_url (what the state machine starts): apply everything pending in bronze, then keep
   applying files as their S3 events arrive in that queue, in rounds at most --poll_seconds apart,
   until nothing new came for --idle_seconds or the run reached --max_run_seconds
-  (``engine.follow``). An event is deleted once its file is applied. With --reload_requests (an
-  S3 URI, what the template gives) the job is the CDC lane: it never runs a (re)load, it writes the
-  tables whose load is due to that object (``ops.reload_requests``) and holds their CDC, and the
-  state machine runs the full-load job for them beside it.
+  (``engine.follow``). An event is deleted as soon as its key is in the loop's index of bronze.
+  With --alert_topic_arn, a table that keeps failing (once per failure episode) and files set aside
+  in quarantine are published to that SNS topic; without it, logged at ERROR. With --reload_requests
+  (an S3 URI, what the template gives) the job is the CDC lane: it never runs a (re)load, it writes
+  the tables whose load is due to that object (``ops.reload_requests``) and holds their CDC, and
+  the state machine runs the full-load job for them beside it.
 - --manifest (a manual run): apply exactly the files it names; --replay true applies them again
   even if applied or quarantined (without a manifest: the quarantine).
 - neither: apply every pending CDC file once.
@@ -27,6 +29,7 @@ from cdclake.dms.manifest import read_manifest
 from cdclake.engine.follow import FollowReport, Round, follow
 from cdclake.engine.run import apply_cdc_files, replay, run
 from cdclake.engine.select import ReplaySelection, files_from_keys
+from cdclake.ops.alerts import Alerts, LoggedAlerts, SnsAlerts
 from cdclake.ops.reload_requests import ReloadRequest, ReloadRequester
 from cdclake.report import RunReport
 from cdclake.shells.glue_job import (
@@ -83,7 +86,7 @@ def _follow(args: JobArguments, engine: Engine) -> FollowReport:
         publish_metrics(args, engine.config, done.report, done.backlog)
 
     settings = args.follow if requester is None else replace(args.follow, loads=False)
-    outcome = follow(engine, settings, queue_notices(args), on_round=each_round)
+    outcome = follow(engine, settings, queue_notices(args), on_round=each_round, alerts=job_alerts(args))
     log.info(
         "follow ended: %s after %d rounds; files=%d bytes=%d listings=%d",
         outcome.stopped_by,
@@ -104,6 +107,15 @@ def _requested(uri: str) -> frozenset[str] | None:
     except Exception as error:  # none written yet (NoSuchKey, a missing file), or unreadable: written anew
         log.info("no reload request read from %s (%s): the first round writes one", uri, type(error).__name__)
         return None
+
+
+def job_alerts(args: JobArguments) -> Alerts:
+    """The stack's alert topic when the job is given one, else log lines at ERROR."""
+    if not args.alert_topic_arn:
+        return LoggedAlerts()
+    import boto3
+
+    return SnsAlerts(boto3.client("sns"), args.alert_topic_arn, args.environment)
 
 
 if __name__ == "__main__":

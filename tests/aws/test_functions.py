@@ -71,14 +71,17 @@ def test_queued_files_start_a_run(stack: Stack) -> None:
     }  # fmt: skip
 
 
-def test_messages_in_flight_without_a_run_start_one(stack: Stack) -> None:
-    # GIVEN a message received by a run that ended before deleting it (still in flight, nothing visible)
+def test_messages_only_in_flight_start_no_run(stack: Stack) -> None:
+    # GIVEN a message received and not deleted yet (a run that died a moment after its receive), nothing visible
     stack.queue_file("dms/s/orders/20240301-120000100.csv")
     stack.sqs.receive_message(QueueUrl=stack.queue_url, VisibilityTimeout=600)
-    # WHEN the state machine checks THEN a run starts: it lists bronze and applies the file whatever the queue holds
+    # WHEN the state machine checks THEN no run starts: it could receive nothing of the group until the message
+    # is visible again, and then that message starts one
     result = check_work()
-    assert (result["start"], result["visible"], result["inFlight"]) == (True, 0, 1)
-    assert result["reason"] == "messages in flight with no active run"
+    assert (result["start"], result["visible"], result["inFlight"]) == (False, 0, 1)
+    assert result["reason"] == "no work: messages only in flight (they start a run once visible again)"
+    # AND a sweep that is due still starts one
+    assert (check_work(since_sweep=3)["start"], check_work(since_sweep=3)["reason"]) == (True, "sweep due")
 
 
 def test_no_run_starts_while_one_is_active(stack: Stack) -> None:
@@ -122,12 +125,13 @@ def test_a_sweep_every_zero_iterations_never_sweeps(stack: Stack, monkeypatch: p
 
 
 def test_the_decision_from_the_counts_alone() -> None:
-    # GIVEN the counts WHEN decided THEN start = not running and (visible or in flight or sweep due)
+    # GIVEN the counts WHEN decided THEN start = not running and (visible or sweep due); in flight alone is no work
     idle = QueueDepth(visible=0, in_flight=0)
     assert decide(idle, job_running=False, since_sweep=0, sweep_every=1).start is False
     assert decide(idle, job_running=False, since_sweep=1, sweep_every=1).start is True
     assert decide(QueueDepth(5, 0), job_running=True, since_sweep=0, sweep_every=0).start is False
-    assert decide(QueueDepth(0, 3), job_running=False, since_sweep=0, sweep_every=0).start is True
+    assert decide(QueueDepth(0, 3), job_running=False, since_sweep=0, sweep_every=0).start is False
+    assert decide(QueueDepth(1, 3), job_running=False, since_sweep=0, sweep_every=0).start is True
 
 
 def test_settings_are_validated_once_with_a_clear_message() -> None:

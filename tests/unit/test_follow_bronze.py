@@ -12,6 +12,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ReadTimeoutError
 from moto import mock_aws
 
 from cdclake.dms.files import parse_key
@@ -150,24 +151,100 @@ def counts(sqs: Any, url: str) -> tuple[int, int]:
     return int(attributes["ApproximateNumberOfMessages"]), int(attributes["ApproximateNumberOfMessagesNotVisible"])
 
 
-def test_events_of_applied_files_are_deleted_as_they_come_and_the_rest_after_their_round(fifo: Any) -> None:
-    # GIVEN 25 events in one message group: 22 of files already applied, then 3 of pending files
+class RecordingSqs:
+    """A moto SQS client that records every call it is sent, and loses the answers of the next
+    ``lose`` receives (SQS handled the request; the answer never came back: a read timeout)."""
+
+    def __init__(self, client: Any, lose: int = 0) -> None:
+        self.client = client
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.lose = lose
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.client, name)
+
+        def call(**kwargs: Any) -> Any:
+            self.calls.append((name, kwargs))
+            answer = method(**kwargs)
+            if name == "receive_message" and self.lose:
+                self.lose -= 1
+                raise ReadTimeoutError(endpoint_url="https://sqs.us-east-1.amazonaws.com/")
+            return answer
+
+        return call
+
+    def attempt_ids(self) -> list[str | None]:
+        return [kwargs.get("ReceiveRequestAttemptId") for name, kwargs in self.calls if name == "receive_message"]
+
+    def made_visible_again(self) -> list[tuple[str, dict[str, Any]]]:
+        """Calls that end a message's invisibility early (each such receive counts toward maxReceiveCount)."""
+        return [
+            (name, kwargs)
+            for name, kwargs in self.calls
+            if name.startswith("change_message_visibility") or kwargs.get("VisibilityTimeout") == 0
+        ]
+
+
+def test_each_event_is_deleted_once_its_key_is_noted_and_none_is_ever_made_visible_again(fifo: Any) -> None:
+    # GIVEN 25 events in one message group; the loop can index every key but the last three's
+    # (reading bronze fails for them)
     sqs, url = fifo
+    recording = RecordingSqs(sqs)
     keys = [f"s/t/20240301-12{i:08d}.csv" for i in range(25)]
     for key in keys:
         sqs.send_message(QueueUrl=url, MessageBody=event(f"dms/{key}"), MessageGroupId="dms")
-    notices = QueueNotices(sqs, url, BUCKET, "dms")
-    applied = set(keys[:22])
+    notices = QueueNotices(recording, url, BUCKET, "dms")
+    indexed: set[str] = set()
+
+    def note(key: str) -> bool:
+        if key not in keys[22:]:
+            indexed.add(key)
+        return key in indexed
+
     # WHEN the loop waits for announcements
-    announced = notices.wait(time.monotonic() + 2, threading.Event(), lambda k: k in applied)
-    # THEN the applied ones were deleted on receipt, so the FIFO window moved past them to the pending ones
-    assert announced == set(keys[22:])
+    announced = notices.wait(time.monotonic() + 2, threading.Event(), note)
+    # THEN every key was handed on, and each noted one's event deleted at once, so the FIFO window
+    # of 10 moved on past them within the wait; the three unindexed stay in flight
+    assert announced == set(keys) and indexed == set(keys[:22])
     assert notices.deleted == 22 and counts(sqs, url) == (0, 3)
-    # WHEN the round applied one of the three and the loop settles
-    applied.add(keys[22])
-    assert notices.settle(lambda k: k in applied) == 1
-    # THEN that event is gone and the other two are visible again, for the next round
-    assert counts(sqs, url) == (2, 0)
+    # WHEN the loop settles without having indexed them
+    assert notices.settle(lambda k: k in indexed) == 0
+    # THEN they stay in flight (they come back when their visibility ends): none is made visible
+    # again, which would count one more receive toward the dead-letter queue every round
+    assert counts(sqs, url) == (0, 3)
+    # WHEN they are indexed after all and the loop settles THEN they are deleted
+    indexed |= set(keys[22:])
+    assert notices.settle(lambda k: k in indexed) == 3 and counts(sqs, url) == (0, 0)
+    assert recording.made_visible_again() == []
+    assert all(kwargs["VisibilityTimeout"] > 0 for name, kwargs in recording.calls if name == "receive_message")
+
+
+def test_a_receive_whose_answer_was_lost_is_sent_again_with_the_same_attempt_id(fifo: Any) -> None:
+    # GIVEN two queued events and a receive whose answer will be lost (SQS took the messages in flight)
+    sqs, url = fifo
+    for key in ("s/t/20240301-1200000001.csv", "s/t/20240301-1200000002.csv"):
+        sqs.send_message(QueueUrl=url, MessageBody=event(f"dms/{key}"), MessageGroupId="dms")
+    recording = RecordingSqs(sqs, lose=1)
+    notices = QueueNotices(recording, url, BUCKET, "dms", receive_backoff_seconds=0.0)
+    # WHEN the loop waits
+    notices.wait(time.monotonic(), threading.Event(), lambda k: True)
+    notices.wait(time.monotonic(), threading.Event(), lambda k: True)
+    # THEN every receive carried an attempt id; the retry of the lost one carried the same (AWS then
+    # answers with the same two messages: moto ignores the id, so here they stay in flight), and the
+    # receive after a successful one carried a new one
+    ids = recording.attempt_ids()
+    assert len(ids) == 3 and all(ids)
+    assert ids[1] == ids[0] and ids[2] != ids[1]
+    # WHEN every attempt of a receive fails THEN the error is raised, and the next wait repeats that
+    # receive with its attempt id
+    recording.lose = notices.receive_attempts
+    with pytest.raises(ReadTimeoutError):
+        notices.wait(time.monotonic() + 1, threading.Event(), lambda k: True)
+    failed = recording.attempt_ids()[-notices.receive_attempts :]
+    assert len(set(failed)) == 1 and failed[0] not in ids
+    notices.wait(time.monotonic(), threading.Event(), lambda k: True)
+    assert recording.attempt_ids()[-1] == failed[0]
+    assert recording.made_visible_again() == []
 
 
 def test_applied_files_are_forgotten_but_each_folders_newest_stays_so_the_next_look_starts_after_it(

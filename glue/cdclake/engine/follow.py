@@ -9,7 +9,16 @@ tables keep their states, so a key's fate (applied, held, pending) is known with
 Where files come from is a ``Notices``: locally nothing announces them (``Polling``: every round
 looks at every table folder); on AWS the S3 events in the SQS queue announce them
 (``dms.notices.QueueNotices``): a round looks at bronze only when events arrived or the last round
-found work, and an event is deleted only once its file is applied (or held, or not ours).
+found work. The index is the list of work; an event only wakes the loop and names a key: the key
+goes into the index as soon as its event is received, and the event is deleted then (as is one of
+a file applied, gone or not ours). So no event waits in the queue for its file, which may wait
+rounds (a failing table, a batch bound), and none is in flight when the loop ends, however it
+ends (idle, the maximum run time, interrupted, an error).
+
+A table that fails is tried again after growing pauses while the others go on, and alerted once
+per failure episode (from the round it fails after being healthy to the round that applies it
+again), with its reason; files a round sets aside in quarantine are alerted once each, with theirs
+(``ops.alerts``).
 
 Exactly once holds as in a single run: every commit records its files in the table's ledger in the
 same Iceberg commit, and a file is pending only while the ledger lacks it. A loop that dies leaves
@@ -29,10 +38,12 @@ from typing import Protocol
 
 from cdclake.config import TableConfig
 from cdclake.context import Engine
-from cdclake.dms.files import BronzeFile, FileKind, parse_key
+from cdclake.dms.files import BronzeFile, BronzeListing, FileKind, parse_key
 from cdclake.dms.index import BronzeIndex, folder_of
 from cdclake.engine.run import apply_pending, warn
 from cdclake.engine.select import TableState, skip_reason
+from cdclake.errors import first_line
+from cdclake.ops.alerts import Alerts, LoggedAlerts
 from cdclake.report import Backlog, RunReport, TableFailure
 
 log = logging.getLogger("cdclake")
@@ -63,14 +74,15 @@ class Notices(Protocol):
         """True when new files are announced (a round may skip looking at bronze without news)."""
         ...
 
-    def wait(self, until: float, stopping: threading.Event, done: Callable[[str], bool]) -> set[str]:
-        """The keys (relative to the bronze root) announced until ``until`` (``time.monotonic``);
-        announcements of keys already ``done`` are acknowledged at once."""
+    def wait(self, until: float, stopping: threading.Event, note: Callable[[str], bool]) -> set[str]:
+        """The keys (relative to the bronze root) announced until ``until`` (``time.monotonic``).
+        Each is handed to ``note`` as it arrives (the loop indexes it), and its announcement is
+        acknowledged at once when ``note`` says it needs nothing more."""
         ...
 
     def settle(self, done: Callable[[str], bool]) -> int:
-        """Acknowledge the announcements whose key is ``done``; the others come back later. Returns
-        how many were acknowledged."""
+        """Acknowledge the announcements not acknowledged yet whose key is ``done``. Returns how
+        many were acknowledged."""
         ...
 
 
@@ -82,12 +94,16 @@ class Polling:
     def announces(self) -> bool:
         return False
 
-    def wait(self, until: float, stopping: threading.Event, done: Callable[[str], bool]) -> set[str]:
+    def wait(self, until: float, stopping: threading.Event, note: Callable[[str], bool]) -> set[str]:
         stopping.wait(max(0.0, until - time.monotonic()))
         return set()
 
     def settle(self, done: Callable[[str], bool]) -> int:
         return 0
+
+
+# What a round runs: ``run.apply_pending`` (a seam: the loop's tests give it tables that fail).
+ApplyPending = Callable[[Engine, BronzeListing, Sequence[TableConfig]], tuple[RunReport, dict[str, TableState]]]
 
 
 @dataclass(frozen=True)
@@ -124,11 +140,23 @@ def follow(
     notices: Notices,
     tables: Sequence[TableConfig] | None = None,
     on_round: Callable[[Round], None] | None = None,
+    alerts: Alerts | None = None,
+    apply: ApplyPending | None = None,
 ) -> FollowReport:
     """Apply every pending file of ``tables`` (default: every configured one), then keep applying
     new files round after round until stopped (``engine.stopping``), idle or at the maximum run time.
+    Failing tables and quarantined files are reported to ``alerts`` (default: logged at ERROR).
+    ``apply``: what a round runs (default: ``run.apply_pending``, loading only with ``settings.loads``).
     """
+    if apply is None:
+
+        def apply(
+            engine: Engine, listing: BronzeListing, due: Sequence[TableConfig]
+        ) -> tuple[RunReport, dict[str, TableState]]:
+            return apply_pending(engine, listing, due, loads=settings.loads)
+
     config = engine.config
+    alerts = LoggedAlerts() if alerts is None else alerts
     selected = [t for t in (config.tables if tables is None else tables) if skip_reason(t) is None]
     by_source = {t.source: t for t in selected}
     transaction_path = config.bronze.transaction_path
@@ -138,14 +166,16 @@ def follow(
     index = BronzeIndex(engine.store, transaction_path)
     states: dict[str, TableState] = {}
     gone: set[str] = set()
+    arrived: set[str] = set()  # keys their events added to the index since the last round
     retry_at: dict[str, tuple[float, int]] = {}  # source -> (when it is tried again, failures in a row)
+    episodes = _Episodes(alerts, settings)
     outcome = FollowReport()
 
     def applied(file: BronzeFile) -> bool:
         return file.source in states and file.key in states[file.source].applied
 
     def done(key: str) -> bool:
-        """Whether an announcement of ``key`` needs nothing more: applied, held, gone or not ours."""
+        """Whether ``key`` needs no listing: applied, held, gone or not ours."""
         try:
             file = parse_key(key, 0, transaction_path)
         except ValueError:
@@ -157,68 +187,122 @@ def follow(
             return True  # not a table this loop applies (unconfigured, keyless, or not selected)
         return all(r in states and (key in states[r].applied or key in states[r].held) for r in readers)
 
-    started = time.monotonic()
-    # folder -> when a new file was last found in it (all of them at the start: the run has work)
-    active = dict.fromkeys({folder_of(index.files[k]) for k in index.relist()}, started)
-    last_relist = last_news = started
-    due: Sequence[TableConfig] = selected
-    first = True
-    while True:
-        round_started = time.monotonic()
-        report, touched = apply_pending(engine, index.listing(), due, loads=settings.loads)
-        states.update(touched)
-        index.forget_applied(applied)
-        if first:
-            warn(report)
-            first = False
-        _record(outcome, report, {t.source for t in due}, retry_at, settings, round_started)
-        unapplied = _unapplied(index, states)  # after the round: what is pending, once per round
-        backlog = Backlog(
-            sum(len(sizes) for source, sizes in unapplied.items() if source in by_source),
-            sum(sum(sizes) for source, sizes in unapplied.items() if source in by_source),
-        )
-        if on_round is not None:
-            on_round(Round(outcome.rounds, report, backlog, time.monotonic() - round_started))
-        if any(t.files_applied for t in report.tables):
-            last_news = time.monotonic()
-        notices.settle(done)
-        if engine.stopping.is_set():
-            outcome.stopped_by = "interrupted"
-            break
-        if settings.max_run_seconds is not None and time.monotonic() - started >= settings.max_run_seconds:
-            outcome.stopped_by = "max run time"
-            break
-        announced = notices.wait(round_started + settings.poll_seconds, engine.stopping, done)
-        if engine.stopping.is_set():
-            outcome.stopped_by = "interrupted"
-            break
-        new, missing = index.announce(announced)
-        gone |= missing
-        now = time.monotonic()
-        if now - last_relist >= settings.relist_seconds:
-            new |= index.relist()
-            last_relist = now
-        elif not notices.announces:
-            new |= index.look(folders)
-        else:
-            recent = {f for f, at in active.items() if now - at <= settings.active_seconds}
-            announced_folders = {folder_of(index.files[k]) for k in announced if k in index.files}
-            new |= index.look((recent | announced_folders | _folders_of(index, set(unapplied))) & folders)
-        if any(index.files[k].kind is FileKind.FULL_LOAD for k in new if k in index.files):
-            # A reload: its full load records the CDC files it supersedes, so it needs them all listed.
-            new |= index.relist()
-            last_relist = time.monotonic()
-        for key in new:
-            if key in index.files:
-                active[folder_of(index.files[key])] = time.monotonic()
-        if new:
-            last_news = time.monotonic()
-        elif settings.idle_seconds is not None and time.monotonic() - last_news >= settings.idle_seconds:
-            outcome.stopped_by = "idle"
-            break
-        due = _due(selected, index, states, new, set(unapplied), retry_at)
+    def known(key: str) -> bool:
+        """Whether an announcement of ``key`` needs nothing more: its key is in the index, or done."""
+        return key in index.files or done(key)
+
+    def note(key: str) -> bool:
+        """Index an announced key (its size read from bronze when no listing showed it)."""
+        if not known(key):
+            added, missing = index.announce([key])
+            arrived.update(added)
+            gone.update(missing)
+        return known(key)
+
+    try:
+        started = time.monotonic()
+        # folder -> when a new file was last found in it (all of them at the start: the run has work)
+        active = dict.fromkeys({folder_of(index.files[k]) for k in index.relist()}, started)
+        last_relist = last_news = started
+        due: Sequence[TableConfig] = selected
+        first = True
+        while True:
+            round_started = time.monotonic()
+            report, touched = apply(engine, index.listing(), due)
+            states.update(touched)
+            index.forget_applied(applied)
+            if first:
+                warn(report)
+                first = False
+            _record(outcome, report, {t.source for t in due}, retry_at, settings, round_started)
+            episodes.report(report, {t.source for t in due})
+            unapplied = _unapplied(index, states)  # after the round: what is pending, once per round
+            backlog = Backlog(
+                sum(len(sizes) for source, sizes in unapplied.items() if source in by_source),
+                sum(sum(sizes) for source, sizes in unapplied.items() if source in by_source),
+            )
+            if on_round is not None:
+                on_round(Round(outcome.rounds, report, backlog, time.monotonic() - round_started))
+            if any(t.files_applied for t in report.tables):
+                last_news = time.monotonic()
+            if engine.stopping.is_set():
+                outcome.stopped_by = "interrupted"
+                break
+            if settings.max_run_seconds is not None and time.monotonic() - started >= settings.max_run_seconds:
+                outcome.stopped_by = "max run time"
+                break
+            announced = notices.wait(round_started + settings.poll_seconds, engine.stopping, note)
+            if engine.stopping.is_set():
+                outcome.stopped_by = "interrupted"
+                break
+            new = set(arrived)
+            arrived.clear()
+            now = time.monotonic()
+            if now - last_relist >= settings.relist_seconds:
+                new |= index.relist()
+                last_relist = now
+            elif not notices.announces:
+                new |= index.look(folders)
+            else:
+                recent = {f for f, at in active.items() if now - at <= settings.active_seconds}
+                announced_folders = {folder_of(index.files[k]) for k in announced if k in index.files}
+                new |= index.look((recent | announced_folders | _folders_of(index, set(unapplied))) & folders)
+            if any(index.files[k].kind is FileKind.FULL_LOAD for k in new if k in index.files):
+                # A reload: its full load records the CDC files it supersedes, so it needs them all listed.
+                new |= index.relist()
+                last_relist = time.monotonic()
+            for key in new:
+                if key in index.files:
+                    active[folder_of(index.files[key])] = time.monotonic()
+            if new:
+                last_news = time.monotonic()
+            elif settings.idle_seconds is not None and time.monotonic() - last_news >= settings.idle_seconds:
+                outcome.stopped_by = "idle"
+                break
+            due = _due(selected, index, states, new, set(unapplied), retry_at)
+    finally:
+        # Every exit: no event stays in flight for a key the index holds (only one whose key could
+        # not be indexed, when reading bronze failed: it comes back after its visibility timeout).
+        notices.settle(known)
     outcome.listings = index.requests
     return outcome
+
+
+class _Episodes:
+    """Alerts once per failure episode of a table, and once per file a round quarantined."""
+
+    def __init__(self, alerts: Alerts, settings: FollowSettings) -> None:
+        self.alerts = alerts
+        self.settings = settings
+        self.failing: set[str] = set()  # tables in a failure episode (alerted)
+        self.quarantined: set[str] = set()  # keys alerted as quarantined
+
+    def report(self, report: RunReport, worked_on: set[str]) -> None:
+        failed = {f.table: f for f in report.failures}
+        self.failing -= worked_on - failed.keys()  # a round that applied the table ends its episode
+        for source, failure in failed.items():
+            if source not in self.failing:
+                self.failing.add(source)
+                self.alerts.send(f"{source} is failing", self._failing(failure))
+        for source in dict.fromkeys(t.table for t in report.tables if t.quarantined_files):
+            batches = [t for t in report.tables if t.table == source and t.quarantined_files]
+            files = [f for t in batches for f in t.quarantined_files if f not in self.quarantined]
+            if not files:
+                continue
+            self.quarantined.update(files)
+            advice = RunReport(tables=batches).problems()[0]
+            self.alerts.send(
+                f"{source}: {len(files)} file(s) quarantined",
+                f"{advice}. Files: {', '.join(files)}",
+            )
+
+    def _failing(self, failure: TableFailure) -> str:
+        return (
+            f"{failure.table}: its {failure.kind} failed: {first_line(failure.error)}. "
+            f"The loop tries it again after growing pauses (up to {self.settings.retry_cap_seconds:.0f} s) while "
+            "every other table goes on; no other alert is sent for it until a round applies it again. "
+            "The job's log has the whole error."
+        )
 
 
 def _record(

@@ -75,6 +75,7 @@ class JobArguments:
     # CDC job: follow the file queue (S3 events) and apply files as they arrive (engine.follow).
     queue_url: str | None = None
     follow: FollowSettings = JOB_FOLLOW
+    alert_topic_arn: str | None = None
     # Full-load job: the source whose catalog writes (or checks) the configuration; None without a secret.
     source: SourceSettings | None = None
     maintenance: MaintenanceSettings = DEFAULT_MAINTENANCE  # maintenance job
