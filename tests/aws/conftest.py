@@ -185,6 +185,15 @@ def patch_moto_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctionsGaps:
     original_start_job_run = FakeJob.start_job_run
 
     def start_job_run(self: Any, **kwargs: Any) -> str:
+        # GAP 3c: moto refuses a run beyond MaxConcurrentRuns by its own run status, which ends SUCCEEDED at once,
+        # so it never refuses a second run while the first is still RUNNING as these patches report it. Glue does
+        # (ConcurrentRunsExceededException, with the job's MaxConcurrentRuns, 1 for every job of the stack): refuse
+        # by the state the runs report, so a second loop or a hand-started run meets what it meets on AWS.
+        from moto.glue.exceptions import ConcurrentRunsExceededException
+
+        active = [run for run in self.job_runs if run.as_dict()["JobRunState"] in ("STARTING", "RUNNING", "STOPPING")]
+        if len(active) >= self.execution_property.get("MaxConcurrentRuns", 1):
+            raise ConcurrentRunsExceededException(f"Job with name {self.name} already running")
         run_id: str = original_start_job_run(self, **kwargs)
         knobs.glue_timeline.append(("start", self.name, run_id))
         if knobs.glue_runner is not None:

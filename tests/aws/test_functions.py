@@ -89,6 +89,17 @@ def test_no_run_starts_while_one_is_active(stack: Stack) -> None:
     assert result["visible"] == 1
 
 
+def test_the_emulated_glue_refuses_a_second_run_while_one_runs_as_glue_does(stack: Stack) -> None:
+    # GIVEN a CDC run still RUNNING (MaxConcurrentRuns 1, Glue's default and the stack's for every job)
+    first = stack.start_cdc_run()
+    # WHEN a second run is started (a second loop, a run by hand) THEN Glue refuses it, as ConcurrentRunsExceeded
+    with pytest.raises(stack.glue.exceptions.ConcurrentRunsExceededException):
+        stack.start_cdc_run()
+    # AND once the first has ended, a run may start again
+    stack.gaps.running_seconds.clear()
+    assert stack.start_cdc_run() != first
+
+
 def test_an_ended_run_does_not_block(stack: Stack) -> None:
     # GIVEN an earlier run that has ended (SUCCEEDED) and a queued file
     stack.gaps.running_seconds.clear()
