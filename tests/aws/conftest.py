@@ -406,6 +406,27 @@ def patch_moto_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctionsGaps:
 
     monkeypatch.setattr(SQSBackend, "receive_message", receive_message)
 
+    # GAP 14: moto's EventBridge delivers to log groups, archives, SQS queues, buses and API destinations, never to
+    # an SNS topic target (the rules that alert: Glue job failures, DMS task stops). Publish a matched event to its
+    # topic as EventBridge does (the event itself as the message); moto's SNS then delivers it to subscribers.
+    from moto.events.models import Rule
+    from moto.sns.models import sns_backends
+    from moto.utilities.arns import parse_arn
+
+    original_send_to_targets = Rule.send_to_targets
+
+    def send_to_targets(self: Any, original_event: Any, transform_input: bool = True) -> None:
+        original_send_to_targets(self, original_event, transform_input)
+        if not self.event_pattern.matches_event(original_event):
+            return
+        for target in self.targets:
+            arn = parse_arn(target["Arn"])
+            if arn.service == "sns":
+                topic = sns_backends[arn.account][arn.region].topics[target["Arn"]]
+                topic.publish(message=json.dumps(original_event, default=str))
+
+    monkeypatch.setattr(Rule, "send_to_targets", send_to_targets)
+
     # Not a gap: the test clock for Retry intervals (RunCdcJob waits 60, 120, 240 s between failed runs).
     from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 
