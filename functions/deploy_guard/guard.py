@@ -73,3 +73,16 @@ def refusal(glue: Any, request: GuardRequest) -> str | None:
         f"The Glue database {found} of an earlier cdclake stack exists (kept when it was deleted): deploy with "
         f"--parameter-overrides {overrides} to use it and its silver bucket (make deploy passes these itself)."
     )
+
+
+def update_refusal(glue: Any, event: dict[str, Any]) -> str | None:
+    """On Update: the refusal of the new properties only when the old ones were not refused too.
+
+    A refusal the stack already had is not this update's doing, and refusing it again would fail the rollback's
+    own Update, which sends the old properties back (UPDATE_ROLLBACK_FAILED): let it through (the caller logs it).
+    """
+    sentence = refusal(glue, GuardRequest.from_event(event))
+    if sentence is None:
+        return None
+    before = GuardRequest.from_event({**event, "ResourceProperties": event["OldResourceProperties"]})
+    return sentence if refusal(glue, before) is None else None

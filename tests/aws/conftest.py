@@ -185,6 +185,15 @@ def patch_moto_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctionsGaps:
     original_start_job_run = FakeJob.start_job_run
 
     def start_job_run(self: Any, **kwargs: Any) -> str:
+        # GAP 3c: moto refuses a run beyond MaxConcurrentRuns by its own run status, which ends SUCCEEDED at once,
+        # so it never refuses a second run while the first is still RUNNING as these patches report it. Glue does
+        # (ConcurrentRunsExceededException, with the job's MaxConcurrentRuns, 1 for every job of the stack): refuse
+        # by the state the runs report, so a second loop or a hand-started run meets what it meets on AWS.
+        from moto.glue.exceptions import ConcurrentRunsExceededException
+
+        active = [run for run in self.job_runs if run.as_dict()["JobRunState"] in ("STARTING", "RUNNING", "STOPPING")]
+        if len(active) >= self.execution_property.get("MaxConcurrentRuns", 1):
+            raise ConcurrentRunsExceededException(f"Job with name {self.name} already running")
         run_id: str = original_start_job_run(self, **kwargs)
         knobs.glue_timeline.append(("start", self.name, run_id))
         if knobs.glue_runner is not None:
@@ -396,6 +405,27 @@ def patch_moto_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctionsGaps:
         return original_receive(self, queue_name, *args, **kwargs)
 
     monkeypatch.setattr(SQSBackend, "receive_message", receive_message)
+
+    # GAP 14: moto's EventBridge delivers to log groups, archives, SQS queues, buses and API destinations, never to
+    # an SNS topic target (the rules that alert: Glue job failures, DMS task stops). Publish a matched event to its
+    # topic as EventBridge does (the event itself as the message); moto's SNS then delivers it to subscribers.
+    from moto.events.models import Rule
+    from moto.sns.models import sns_backends
+    from moto.utilities.arns import parse_arn
+
+    original_send_to_targets = Rule.send_to_targets
+
+    def send_to_targets(self: Any, original_event: Any, transform_input: bool = True) -> None:
+        original_send_to_targets(self, original_event, transform_input)
+        if not self.event_pattern.matches_event(original_event):
+            return
+        for target in self.targets:
+            arn = parse_arn(target["Arn"])
+            if arn.service == "sns":
+                topic = sns_backends[arn.account][arn.region].topics[target["Arn"]]
+                topic.publish(message=json.dumps(original_event, default=str))
+
+    monkeypatch.setattr(Rule, "send_to_targets", send_to_targets)
 
     # Not a gap: the test clock for Retry intervals (RunCdcJob waits 60, 120, 240 s between failed runs).
     from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl

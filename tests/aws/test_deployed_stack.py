@@ -392,8 +392,13 @@ def test_a_file_whose_event_never_came_is_applied_by_a_sweep_run(deployed: Deplo
     # THEN a sweep run (after SweepEveryIterations idle iterations) lists bronze and applies the file
     deployed.wait(lambda: deployed.silver() == replay_change_log(INITIAL, CHANGE_LOG, ["id"]), "the file applied")
     path = deployed.states_entered(execution)
-    assert path.count("WaitForFiles") >= 3 and "RunCdcJob" in path
+    assert path.count("WaitForFiles") >= 3 and "RunCdcSweep" in path
     assert deployed.queue_counts() == (0, 0) and deployed.alerts() == []
+    # AND the sweep run was started without an idle wait: it listed bronze once and ended
+    glue = boto3.client("glue", region_name=REGION)
+    sweeps = [r for r in glue.get_job_runs(JobName=deployed.stack.outputs["CdcJobName"])["JobRuns"]
+              if r["Arguments"].get("--idle_seconds") == "0"]  # fmt: skip
+    assert sweeps and all(r["Arguments"]["--relist_seconds"] == "900" for r in sweeps)
 
 
 BACKLOG_TABLES = [f"t{n:02d}" for n in range(1, 31)]
@@ -489,6 +494,40 @@ def test_a_cdc_run_that_dies_mid_round_is_finished_by_the_next_with_nothing_lost
         counts = applied_per_file(deployed, table)
         assert all(n == 1 for n in counts.values()) and len(counts) == len(before[table]) + 1, table
     assert deployed.alerts() == []
+
+
+def dms_task_event(task: str, event_type: str) -> dict[str, str]:
+    """A DMS task state change on the default event bus, as DMS sends it (DMS user guide, EventBridge example)."""
+    detail = {"type": "REPLICATION_TASK", "category": "StateChange", "eventType": event_type,
+              "detailMessage": "Stopped Replication Task"}  # fmt: skip
+    return {"Source": "aws.dms", "DetailType": "DMS Replication Task State Change", "Resources": [task],
+            "Detail": json.dumps(detail)}  # fmt: skip
+
+
+def test_a_stopped_dms_task_reaches_the_alert_topic_through_the_deployed_rule(deployed: Deployed) -> None:
+    # GIVEN the deployed stack, its alert topic subscribed to by an SQS inbox, and nothing alerted yet
+    while deployed.alerts():
+        pass
+    task = deployed.stack.resolver.parameters["ReplicationTaskArns"]
+    other = task.rsplit(":", 1)[0] + ":ANOTHERSTACKSTASK"
+    events = boto3.client("events", region_name=REGION)
+    # WHEN DMS reports, on the default bus, another stack's task stopping, this stack's task starting, then stopping
+    answer = events.put_events(Entries=[dms_task_event(other, "REPLICATION_TASK_STOPPED"),
+                                        dms_task_event(task, "REPLICATION_TASK_STARTED"),
+                                        dms_task_event(task, "REPLICATION_TASK_STOPPED")])  # fmt: skip
+    assert answer["FailedEntryCount"] == 0
+    # THEN exactly one alert arrives through the rule CloudFormation created: this task's stop
+    alerts: list[dict[str, Any]] = []
+    deployed.wait(lambda: alerts.extend(deployed.alerts()) or bool(alerts), "the DMS task alert", timeout=30)
+    time.sleep(1)
+    alerts.extend(deployed.alerts())
+    [alert] = [json.loads(a["Message"]) for a in alerts]
+    assert (alert["source"], alert["resources"], alert["detail"]["eventType"]) == (
+        "aws.dms", [task], "REPLICATION_TASK_STOPPED",
+    )  # fmt: skip
+    rule = deployed.stack.physical("ReplicationTaskStoppedRule").rsplit("|", 1)[-1]
+    [target] = events.list_targets_by_rule(Rule=rule)["Targets"]
+    assert target["Arn"] == deployed.stack.physical("AlertTopic")
 
 
 def test_a_redeploy_after_destroy_uses_the_retained_databases(deployed: Deployed, tmp_path: Path) -> None:

@@ -94,6 +94,17 @@ def test_no_run_starts_while_one_is_active(stack: Stack) -> None:
     assert result["visible"] == 1
 
 
+def test_the_emulated_glue_refuses_a_second_run_while_one_runs_as_glue_does(stack: Stack) -> None:
+    # GIVEN a CDC run still RUNNING (MaxConcurrentRuns 1, Glue's default and the stack's for every job)
+    first = stack.start_cdc_run()
+    # WHEN a second run is started (a second loop, a run by hand) THEN Glue refuses it, as ConcurrentRunsExceeded
+    with pytest.raises(stack.glue.exceptions.ConcurrentRunsExceededException):
+        stack.start_cdc_run()
+    # AND once the first has ended, a run may start again
+    stack.gaps.running_seconds.clear()
+    assert stack.start_cdc_run() != first
+
+
 def test_an_ended_run_does_not_block(stack: Stack) -> None:
     # GIVEN an earlier run that has ended (SUCCEEDED) and a queued file
     stack.gaps.running_seconds.clear()
@@ -172,3 +183,98 @@ def test_queue_depth_is_published_as_metrics_and_logged_with_the_execution(
     assert (emf["QueueVisibleMessages"], emf["QueueInFlightMessages"]) == ([2.0], [0.0])
     [line] = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert (line["message"], line["correlation_id"], line["reason"]) == ("work checked", execution, "files queued")
+
+
+# ------------------------------------------------------------------------ DeployGuard: it fails safe
+GUARD = load_handler_module("deploy_guard")
+KEPT = "cdclake-dev-silverbucket-1a2b3c"
+
+
+def guard_event(request: str, old: dict[str, str] | None = None, **properties: str) -> dict[str, Any]:
+    defaults = {"SilverDatabase": "cdclake_dev", "GoldDatabase": "cdclake_dev_gold", "ExistingSilverBucket": "",
+                "ExistingSilverDatabase": "false", "ExistingGoldDatabase": "false"}  # fmt: skip
+    event = {"RequestType": request, "ResponseURL": "https://cloudformation-custom-resource-response.example/x",
+             "StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/cdclake-dev/1", "RequestId": "r",
+             "LogicalResourceId": "DeployGuard", "ResourceProperties": {**defaults, **properties}}  # fmt: skip
+    if old is not None:
+        event["OldResourceProperties"] = {**defaults, **old}
+    return event
+
+
+@pytest.fixture
+def answers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, str]]]:
+    """What the guard answered CloudFormation (the PUT to the response URL is not sent), against moto's Glue."""
+    sent: list[tuple[str, str]] = []
+    monkeypatch.setattr(GUARD, "respond", lambda event, status, reason: sent.append((status, reason)))
+    with mock_aws():
+        yield sent
+
+
+class BrokenGlue:
+    """A Glue client whose every call fails as an account without glue:GetDatabase answers."""
+
+    class exceptions:  # boto3 names it so
+        EntityNotFoundException = type("EntityNotFoundException", (Exception,), {})
+
+    def get_database(self, **kwargs: Any) -> Any:
+        from botocore.exceptions import ClientError
+
+        raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "not authorized"}}, "GetDatabase")
+
+
+def kept_databases(bucket: str = KEPT) -> None:
+    glue = boto3.client("glue", region_name="us-east-1")
+    glue.create_database(DatabaseInput={"Name": "cdclake_dev", "LocationUri": f"s3://{bucket}/warehouse"})
+    glue.create_database(DatabaseInput={"Name": "cdclake_dev_gold", "LocationUri": f"s3://{bucket}/gold"})
+
+
+def test_an_update_the_guard_cannot_check_goes_on_and_the_reason_is_logged(
+    answers: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # GIVEN Glue refuses the guard's call (a policy changed, a throttle, an outage)
+    monkeypatch.setattr(GUARD.boto3, "client", lambda service: BrokenGlue())
+    # WHEN CloudFormation updates the stack, or rolls an update back (its own Update), or deletes it
+    GUARD.handler(guard_event("Update", old={}), FakeLambdaContext())
+    GUARD.handler(guard_event("Delete"), FakeLambdaContext())
+    # THEN both go on: a FAILED Update would be sent again by the rollback (UPDATE_ROLLBACK_FAILED)
+    assert [status for status, _ in answers] == ["SUCCESS", "SUCCESS"]
+    [logged] = [r for r in caplog.records if r.getMessage() == "deploy guard could not check; the update goes on"]
+    assert logged.exc_info is not None and "AccessDenied" in str(logged.exc_info[1])  # the reason, in its log
+    assert answers[0][1] == "not checked (ClientError; see the deploy guard's log)"
+
+
+def test_a_create_the_guard_cannot_check_fails_with_one_sentence(
+    answers: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(GUARD.boto3, "client", lambda service: BrokenGlue())
+    GUARD.handler(guard_event("Create"), FakeLambdaContext())
+    [(status, reason)] = answers
+    assert status == "FAILED" and reason.startswith("The deploy guard could not read the Glue databases (ClientError")
+    assert reason.endswith("fix the cause and deploy again.") and reason.count(". ") == 0
+
+
+def test_an_update_with_unexpected_properties_goes_on(answers: list[tuple[str, str]]) -> None:
+    # GIVEN an Update without OldResourceProperties and one whose properties lack a key: not the guard's to refuse
+    malformed = guard_event("Update", old={})
+    del malformed["ResourceProperties"]["ExistingGoldDatabase"]
+    no_old = guard_event("Update", ExistingSilverDatabase="true")
+    kept_databases()
+    GUARD.handler(malformed, FakeLambdaContext())
+    GUARD.handler(no_old, FakeLambdaContext())
+    assert [status for status, _ in answers] == ["SUCCESS", "SUCCESS"]
+
+
+def test_an_update_that_brings_a_collision_is_refused_and_its_rollback_is_not(answers: list[tuple[str, str]]) -> None:
+    # GIVEN a stack that adopted the kept databases and their bucket
+    kept_databases()
+    adopted = {"ExistingSilverDatabase": "true", "ExistingGoldDatabase": "true", "ExistingSilverBucket": KEPT}
+    # WHEN an update drops ExistingSilverBucket (a new silver bucket beside the kept tables) THEN it is refused
+    GUARD.handler(guard_event("Update", old=adopted, **{**adopted, "ExistingSilverBucket": ""}), FakeLambdaContext())
+    # AND the rollback's Update, sending the stack's properties back, goes through
+    GUARD.handler(guard_event("Update", old={**adopted, "ExistingSilverBucket": ""}, **adopted), FakeLambdaContext())
+    # AND an update whose collision was there before it (the database moved out of band) is not refused either
+    moved = {**adopted, "ExistingSilverBucket": "another-bucket"}
+    GUARD.handler(guard_event("Update", old=moved, **moved), FakeLambdaContext())
+    [(refused, sentence), (rollback, _), (before, _)] = answers
+    assert refused == "FAILED" and f"ExistingSilverBucket={KEPT}" in sentence
+    assert (rollback, before) == ("SUCCESS", "SUCCESS")

@@ -241,64 +241,167 @@ def test_a_missing_permission_is_found() -> None:
 
 
 # ------------------------------------------------------------------------------------------------- Glue
-# The buckets the jobs' arguments point the boto3 calls at: the configuration (--config) and bronze (--bronze).
-GLUE_BUCKETS = {
-    "s3:GetObject": ["ArtifactsBucket", "BronzeBucket"],
-    "s3:ListBucket": ["BronzeBucket"],
-    # The full-load job's source-catalog step (ops/source_catalog.py): the stack's configuration
-    # object, the source secret and the Glue connection (optional statements, checked as present).
-    "s3:PutObject": ["TableConfigKey"],
-    "secretsmanager:GetSecretValue": ["SourceSecretId"],
-    "glue:GetConnection": ["SourceConnectionName"],
+# One role per job (issue 44): the syntax tree cannot tell which job makes a call of the shared library, so each
+# call's callers are declared here, from the jobs' arguments: every job reads its configuration (--config); only the
+# full-load and CDC jobs read bronze (--bronze listings) and publish table metrics (--metrics_namespace); only the
+# full-load job reads the source (--secret_id, --source_connection) and writes the configuration; only the CDC job
+# follows the queue (--queue_url) and publishes alerts (--alert_topic_arn).
+JOB_ROLES = {"full_load": "FullLoadJobRole", "cdc": "CdcJobRole", "maintain": "MaintenanceJobRole",
+             "gold": "GoldJobRole"}  # fmt: skip
+EVERY_JOB = frozenset(JOB_ROLES)
+BRONZE_READERS = frozenset({"full_load", "cdc"})
+FULL_LOAD = frozenset({"full_load"})
+CDC = frozenset({"cdc"})
+# IAM action -> (the logical resource the call reaches, the jobs that make it).
+GLUE_CALLS: dict[str, list[tuple[str, frozenset[str]]]] = {
+    "s3:GetObject": [("ArtifactsBucket", EVERY_JOB), ("BronzeBucket", BRONZE_READERS)],
+    "s3:ListBucket": [("BronzeBucket", BRONZE_READERS)],
+    # The full-load job's source-catalog step (ops/source_catalog.py): the stack's configuration object, the
+    # source secret and the Glue connection (optional statements, checked as present).
+    # ... and the CDC lane's reload request (--reload_requests, ops/reload_requests.py).
+    "s3:PutObject": [("TableConfigKey", FULL_LOAD), ("state/reloads.json", CDC)],
+    "secretsmanager:GetSecretValue": [("SourceSecretId", FULL_LOAD)],
+    "glue:GetConnection": [("SourceConnectionName", FULL_LOAD)],
+    "cloudwatch:PutMetricData": [("*", BRONZE_READERS)],  # no resource type (narrowed by namespace)
+    "sqs:ReceiveMessage": [("FileQueue", CDC)],
+    "sqs:DeleteMessage": [("FileQueue", CDC)],
+    "sqs:ChangeMessageVisibility": [("FileQueue", CDC)],
+    "sqs:GetQueueAttributes": [("FileQueue", CDC)],
+    "sns:Publish": [("AlertTopic", CDC)],
 }
 # What the Java side of the jobs does (Iceberg GlueCatalog + S3FileIO on the warehouse): no syntax tree shows it.
-ICEBERG_NEEDS = [
-    *(Need(a, "SilverBucket", "Iceberg S3FileIO") for a in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject")),
-    Need("s3:ListBucket", "SilverBucket", "Iceberg S3FileIO"),
-    *(
-        Need(f"glue:{a}", "EnvironmentName", "Iceberg GlueCatalog")  # the database ARNs are built from the name
-        for a in ("GetDatabase", "GetTable", "GetTables", "CreateTable", "UpdateTable", "DeleteTable")
-    ),
-]
+# Every job reads and writes the silver bucket (the marts live under its gold/ folder); the database ARNs are built
+# from the environment name: the silver database for every job, the gold one for the jobs that write marts.
+SILVER_FILES = [Need(a, "SilverBucket", "Iceberg S3FileIO")
+                for a in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket")]  # fmt: skip
+CATALOG_ACTIONS = ("GetDatabase", "GetTable", "GetTables", "CreateTable", "UpdateTable", "DeleteTable")
 
 
-# The CDC job's interface (--queue_url): it follows the encrypted file queue. Declared here as well as read from
-# the code, so the role is checked even before the job's code calls SQS.
-CDC_QUEUE_NEEDS = [
+def catalog_needs(database: str) -> list[Need]:
+    return [Need(f"glue:{a}", database, "Iceberg GlueCatalog") for a in CATALOG_ACTIONS]
+
+
+SILVER_CATALOG = "EnvironmentName"  # any of the stack's databases (the ARNs are built from the name)
+GOLD_CATALOG = "cdclake_${EnvironmentName}_gold"  # the gold database only
+ICEBERG_NEEDS = {
+    "full_load": [*SILVER_FILES, *catalog_needs(SILVER_CATALOG)],
+    "cdc": [*SILVER_FILES, *catalog_needs(SILVER_CATALOG)],
+    "maintain": [*SILVER_FILES, *catalog_needs(SILVER_CATALOG), *catalog_needs(GOLD_CATALOG)],
+    "gold": [*SILVER_FILES, *catalog_needs(SILVER_CATALOG), *catalog_needs(GOLD_CATALOG)],
+}
+# The CDC job's interfaces, declared as well as read from the code so its role is checked before the job's code
+# calls them: it follows the encrypted file queue (--queue_url) and alerts to the encrypted topic (--alert_topic_arn).
+CDC_INTERFACE_NEEDS = [
     *(Need(f"sqs:{a}", "FileQueue", "CDC job --queue_url")
       for a in ("ReceiveMessage", "DeleteMessage", "ChangeMessageVisibility", "GetQueueAttributes")),
     Need("kms:Decrypt", "QueueKey", "CDC job --queue_url"),
     Need("kms:GenerateDataKey", "QueueKey", "CDC job --queue_url"),
+    Need("sns:Publish", "AlertTopic", "CDC job --alert_topic_arn"),
+    *kms_needs("sns:Publish", "AlertTopic", "CDC job --alert_topic_arn"),
 ]  # fmt: skip
 
 
-def test_every_boto3_call_of_the_glue_jobs_is_allowed_by_the_glue_roles() -> None:
-    paths = sorted((ROOT / "glue").rglob("*.py"))
-    calls = boto3_calls(paths)
-    needs = list(ICEBERG_NEEDS)
-    queue_needs = list(CDC_QUEUE_NEEDS)
+def glue_job_needs() -> dict[str, list[Need]]:
+    """job -> what its role must allow: the boto3 calls of glue/ its job makes, Iceberg's, and its interfaces."""
+    calls = boto3_calls(sorted((ROOT / "glue").rglob("*.py")))
+    found = {iam_action(s, o) for s, o, _ in calls}
+    # a call nobody declared the callers of would be checked against no role
+    assert found <= set(GLUE_CALLS), found - set(GLUE_CALLS)
+    assert {"s3:GetObject", "s3:ListBucket", "cloudwatch:PutMetricData", "secretsmanager:GetSecretValue"} <= found
+    needs = {job: list(ICEBERG_NEEDS[job]) for job in JOB_ROLES}
+    needs["cdc"] += CDC_INTERFACE_NEEDS
     for service, operation, where in calls:
         action = iam_action(service, operation)
-        if service == "cloudwatch":
-            needs.append(Need(action, "*", where))  # PutMetricData has no resource type (narrowed by namespace)
-            continue
-        if service == "sqs":  # only the CDC job follows the queue (its own role)
-            queue_needs.append(Need(action, "FileQueue", where))
-            queue_needs.extend(kms_needs(action, "FileQueue", where))
-            continue
-        if service == "sns":  # only the CDC job alerts (--alert_topic_arn: a failing table, quarantined files)
-            queue_needs.append(Need(action, "AlertTopic", where))
-            queue_needs.extend(kms_needs(action, "AlertTopic", where))
-            continue
-        needs.extend(Need(action, bucket, where) for bucket in GLUE_BUCKETS[action])
-    found = {iam_action(s, o) for s, o, _ in calls if s not in ("sqs", "sns")}
-    assert found == {"cloudwatch:PutMetricData", *GLUE_BUCKETS}, found
-    assert missing("GlueJobRole", needs) == []
-    assert missing("CdcJobRole", [*needs, *queue_needs]) == []
-    # and the queue is the CDC job's alone: the full-load, maintenance and gold jobs' role may not consume it
-    assert missing("GlueJobRole", [n for n in queue_needs if n.action.startswith("sqs:")]) == [
-        n for n in queue_needs if n.action.startswith("sqs:")
+        for target, jobs in GLUE_CALLS[action]:
+            for job in jobs:
+                needs[job].append(Need(action, target, where))
+                needs[job].extend(kms_needs(action, target, where))
+    return needs
+
+
+def test_every_boto3_call_of_the_glue_jobs_is_allowed_by_its_jobs_role() -> None:
+    for job, needs in glue_job_needs().items():
+        assert missing(JOB_ROLES[job], needs) == [], job
+
+
+def test_no_glue_job_role_allows_what_only_another_job_calls() -> None:
+    # The source (secret, connection, configuration writes), the queue, the alerts and bronze, each only where used.
+    exclusive = [
+        (FULL_LOAD, Need("secretsmanager:GetSecretValue", "SourceSecretId", "x")),
+        (FULL_LOAD, Need("glue:GetConnection", "SourceConnectionName", "x")),
+        (FULL_LOAD, Need("s3:PutObject", "TableConfigKey", "x")),
+        (FULL_LOAD, Need("ec2:CreateNetworkInterface", "*", "x")),
+        (CDC, Need("sqs:ReceiveMessage", "FileQueue", "x")),
+        (CDC, Need("sqs:DeleteMessage", "FileQueue", "x")),
+        (CDC, Need("sns:Publish", "AlertTopic", "x")),
+        (CDC, Need("kms:GenerateDataKey", "AlertKey", "x")),
+        (BRONZE_READERS, Need("s3:GetObject", "BronzeBucket", "x")),
+        (BRONZE_READERS, Need("s3:ListBucket", "BronzeBucket", "x")),
+        (frozenset({"maintain", "gold"}), Need("glue:CreateTable", GOLD_CATALOG, "x")),
     ]
+    for jobs, need in exclusive:
+        for job, role in JOB_ROLES.items():
+            assert (missing(role, [need]) == []) is (job in jobs), (role, need)
+
+
+# Each role's statements by Sid and their actions, exactly: a statement one job needs and another role carries
+# (as the CDC role once carried the full-load role's whole policy) fails here.
+_SHARED_STATEMENTS = {
+    "ReadArtifacts": ["s3:GetObject", "s3:ListBucket"],
+    "WriteSilver": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket"],
+    "IcebergCatalog": ["glue:GetDatabase", "glue:GetTable", "glue:GetTables", "glue:CreateTable", "glue:UpdateTable",
+                       "glue:DeleteTable", "glue:GetPartitions"],
+    "JobLogs": ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:AssociateKmsKey"],
+    "SecurityConfigurationKey": ["kms:Encrypt", "kms:Decrypt", "kms:GenerateDataKey"],
+    "JobMetrics": ["cloudwatch:PutMetricData"],
+}  # fmt: skip
+EXPECTED_STATEMENTS = {
+    "FullLoadJobRole": {
+        **_SHARED_STATEMENTS,
+        "ReadBronze": ["s3:GetObject", "s3:ListBucket"],
+        "SourceConnection": ["glue:GetConnection"],
+        "SourceSecret": ["secretsmanager:GetSecretValue"],
+        "WriteTableConfiguration": ["s3:PutObject"],
+        "ConnectionNetwork": ["ec2:DescribeVpcEndpoints", "ec2:DescribeRouteTables", "ec2:DescribeSubnets",
+                              "ec2:DescribeSecurityGroups", "ec2:DescribeNetworkInterfaces",
+                              "ec2:CreateNetworkInterface", "ec2:DeleteNetworkInterface", "ec2:CreateTags"],
+    },
+    "CdcJobRole": {
+        **_SHARED_STATEMENTS,
+        "ReadBronze": ["s3:GetObject", "s3:ListBucket"],
+        "FollowFileQueue": ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility",
+                            "sqs:GetQueueAttributes"],
+        "FileQueueKey": ["kms:Decrypt", "kms:GenerateDataKey"],
+        "PublishAlerts": ["sns:Publish"],
+        "AlertTopicKey": ["kms:Decrypt", "kms:GenerateDataKey"],
+        "WriteReloadRequest": ["s3:PutObject"],
+    },
+    "MaintenanceJobRole": _SHARED_STATEMENTS,
+    "GoldJobRole": _SHARED_STATEMENTS,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("role", sorted(EXPECTED_STATEMENTS))
+def test_each_glue_job_has_a_role_of_its_own_with_exactly_what_it_calls(role: str) -> None:
+    statements = {s["Sid"]: _listed(s["Action"]) for s in role_statements(role)}
+    assert statements == EXPECTED_STATEMENTS[role]
+    jobs = {name: r["Properties"]["Role"] for name, r in RESOURCES.items() if r["Type"] == "AWS::Glue::Job"}
+    assert sorted(jobs.values(), key=str) == sorted(({"GetAtt": f"{r}.Arn"} for r in JOB_ROLES.values()), key=str)
+
+
+def test_only_the_jobs_that_publish_table_metrics_may_use_their_namespace() -> None:
+    for role in EXPECTED_STATEMENTS:
+        [metrics] = [s for s in role_statements(role) if s["Sid"] == "JobMetrics"]
+        namespaces = metrics["Condition"]["StringEquals"]["cloudwatch:namespace"]
+        expected = ["Glue", {"Ref": "MetricsNamespace"}] if role in ("FullLoadJobRole", "CdcJobRole") else "Glue"
+        assert namespaces == expected, role
+
+
+def test_the_role_check_finds_a_role_that_lacks_a_call() -> None:
+    # The check itself: the maintenance role may not read bronze, so a call declared for it would be missing.
+    need = Need("s3:ListBucket", "BronzeBucket", "x")
+    assert missing("MaintenanceJobRole", [need]) == [need]
+    assert missing("CdcJobRole", [need]) == []
 
 
 # ---------------------------------------------------------------------------------------- state machine

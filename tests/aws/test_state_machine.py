@@ -130,7 +130,9 @@ def test_queued_files_start_one_run_that_consumes_them(pipeline: Pipeline) -> No
                    and e["taskScheduledEventDetails"]["resource"] == "startJobRun.sync"]  # fmt: skip
     assert json.loads(scheduled["parameters"]) == {"JobName": pipeline.cdc_job}
     [run] = pipeline.job_runs(pipeline.cdc_job)
-    assert run["Arguments"] == {"--queue_url": pipeline.queue_url} and run["JobRunState"] == "SUCCEEDED"
+    assert (
+        run["Arguments"] == {"--queue_url": pipeline.queue_url} and run["JobRunState"] == "SUCCEEDED"
+    )  # CdcIdleSeconds
     # AND that run consumed every message, so the next check found no work and waited
     assert pipeline.cdc_runs == [keys]
     assert queue_counts(pipeline) == (0, 0)
@@ -175,6 +177,11 @@ def test_an_idle_queue_starts_a_sweep_run_every_sweep_every_iterations(pipeline:
         (False, False, "no work"), (False, False, "no work"), (True, True, "sweep due"),
     ]  # fmt: skip
     assert len(pipeline.job_runs(pipeline.cdc_job)) == 1 and pipeline.cdc_runs == [[]]
+    # AND the sweep run was started without an idle wait (nothing is queued: it lists bronze once and ends)
+    [run] = pipeline.job_runs(pipeline.cdc_job)
+    assert run["Arguments"] == {"--queue_url": pipeline.queue_url, "--idle_seconds": "0"}
+    entered = pipeline.states_entered(execution)
+    assert "RunCdcSweep" in entered and "RunCdcJob" not in entered
     # AND the count restarted with the run and goes on in the successor: 1 iteration (the run's) since the sweep
     assert pipeline.input_of(pipeline.successor_of(execution))["sinceSweep"] == 1
 
@@ -284,7 +291,7 @@ def test_maintenance_runs_on_every_second_iteration_between_cdc_jobs(pipeline: P
     entered = pipeline.states_entered(execution)
     assert entered.count("RunMaintenanceJob") == 1
     done = [i for i, name in enumerate(entered) if name == "CdcRunDone"]
-    cdc_runs = [i for i, name in enumerate(entered) if name == "RunCdcJob"]
+    cdc_runs = [i for i, name in enumerate(entered) if name in ("RunCdcJob", "RunCdcSweep")]
     assert done[1] < entered.index("RunMaintenanceJob") < cdc_runs[2]
     assert queue_counts(pipeline) == (0, 0)
     # AND the count goes on in the successor: one iteration since maintenance was handed over, so the

@@ -132,21 +132,22 @@ def test_the_jobs_name_their_environment_and_namespace_and_may_publish_only_ther
             "If": ["HasTableMetrics", {"Ref": "TableMetrics"}, {"Ref": "AWS::NoValue"}]
         }
     assert template()["Parameters"]["TableMetrics"]["Default"] == ""
-    [statement] = [
-        s
-        for s in resources["GlueJobRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
-        if "cloudwatch:PutMetricData" in s.get("Action", [])  # conditional (!If) statements have no Action
-    ]
-    assert statement["Condition"] == {"StringEquals": {"cloudwatch:namespace": ["Glue", {"Ref": "MetricsNamespace"}]}}
-    # the CDC job's own role carries the same policy (a YAML alias of it), so the same statement
-    assert resources["CdcJob"]["Properties"]["Role"] == {"GetAtt": "CdcJobRole.Arn"}
-    assert resources["CdcJobRole"]["Properties"]["Policies"][0] == resources["GlueJobRole"]["Properties"]["Policies"][0]
+    # each of the two jobs that publish has its own role with the same namespace-bound statement (a YAML alias)
+    for job, role in (("CdcJob", "CdcJobRole"), ("FullLoadJob", "FullLoadJobRole")):
+        assert resources[job]["Properties"]["Role"] == {"GetAtt": f"{role}.Arn"}
+        [statement] = [
+            s
+            for s in resources[role]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+            if "cloudwatch:PutMetricData" in s.get("Action", [])  # conditional (!If) statements have no Action
+        ]
+        namespaces = ["Glue", {"Ref": "MetricsNamespace"}]
+        assert statement["Condition"] == {"StringEquals": {"cloudwatch:namespace": namespaces}}, role
 
 
 def dashboard() -> tuple[str, list[dict[str, Any]]]:
     """The dashboard body and its widgets, rendered as CloudFormation's !Sub would with stand-in values."""
     body, variables = template()["Resources"]["PipelineDashboard"]["Properties"]["DashboardBody"]["Sub"]
-    assert set(variables) == {"SecurityConfiguration", "CdcRole", "JobRole"}
+    assert set(variables) == {"SecurityConfiguration", "CdcRole", "FullLoadRole"}
     rendered = re.sub(r"\$\{[A-Za-z0-9:.]+\}", "x", body)
     return body, json.loads(rendered)["widgets"]
 
@@ -168,14 +169,22 @@ def test_the_dashboard_shows_every_pipeline_metric_of_this_environment_and_no_pe
     assert len(cells) == len(set(cells)), "overlapping widgets"
 
 
-def test_the_dashboard_queries_the_per_table_log_lines_of_both_job_roles() -> None:
+def test_the_dashboard_queries_the_per_table_log_lines_of_both_jobs_in_both_log_groups() -> None:
     body, widgets = dashboard()
     [log] = [w for w in widgets if w["type"] == "log"]
     query = log["properties"]["query"]
     assert 'filter cdclake = "table_batch"' in query and query.split("|")[-2].strip().endswith("by table")
-    # the Glue log groups of a job with a security configuration: /aws-glue/jobs/<configuration>-role/<role>/error
-    for role in ("CdcRole", "JobRole"):
-        assert f"SOURCE '/aws-glue/jobs/${{SecurityConfiguration}}-role/${{{role}}}/error'" in body
+    # the Glue log groups of a job with a security configuration: /aws-glue/jobs/<configuration>-role/<role>/<stream>,
+    # stdout in /output and stderr in /error (Glue guide, "Continuous logging"): the table lines' logging handler
+    # decides which, so both are read, for the two jobs that write table lines (their roles' names)
+    sources = re.findall(r"SOURCE '([^']+)'", body)
+    assert sources == [
+        f"/aws-glue/jobs/${{SecurityConfiguration}}-role/${{{role}}}/{stream}"
+        for role in ("CdcRole", "FullLoadRole")
+        for stream in ("output", "error")
+    ]
+    variables = template()["Resources"]["PipelineDashboard"]["Properties"]["DashboardBody"]["Sub"][1]
+    assert (variables["CdcRole"], variables["FullLoadRole"]) == ({"Ref": "CdcJobRole"}, {"Ref": "FullLoadJobRole"})
     # every field it reads is one the jobs write (glue/cdclake/ops/metrics.py)
     from cdclake.ops.metrics import TABLE_BATCH, _batch_record
     from cdclake.report import TableReport

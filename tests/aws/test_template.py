@@ -77,16 +77,33 @@ def test_names_the_database_rule_or_resource_names_reject_are_refused(name: str)
     assert not accepted_environment(name)
 
 
+JOB_ROLES = ("FullLoadJobRole", "CdcJobRole", "MaintenanceJobRole", "GoldJobRole")
+
+
+def statements_of(role: str) -> list[dict[str, Any]]:
+    """Every statement of a role's policies (an optional !If statement as present)."""
+    found = []
+    for policy in RESOURCES[role]["Properties"]["Policies"]:
+        for statement in policy["PolicyDocument"]["Statement"]:
+            found.append(statement["If"][1] if "If" in statement else statement)
+    return found
+
+
+def catalog_statement(role: str) -> dict[str, Any]:
+    [catalog] = [s for s in statements_of(role) if s.get("Sid") == "IcebergCatalog"]
+    return catalog
+
+
 def test_the_jobs_are_given_the_database_iam_allows() -> None:
     assert RESOURCES["GlueDatabase"]["Properties"]["DatabaseInput"]["Name"] == {"Sub": "cdclake_${EnvironmentName}"}
     for job in ("FullLoadJob", "CdcJob", "MaintenanceJob", "GoldJob"):
         assert RESOURCES[job]["Properties"]["DefaultArguments"]["--database"] == {
             "If": ["CreateSilverDatabase", {"Ref": "GlueDatabase"}, {"Sub": "cdclake_${EnvironmentName}"}]
         }, job
-    statements = RESOURCES["GlueJobRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
-    [catalog] = [s for s in statements if isinstance(s, dict) and s.get("Sid") == "IcebergCatalog"]
-    resources = json.dumps(catalog["Resource"])
-    assert "database/cdclake_${EnvironmentName}" in resources and "table/cdclake_${EnvironmentName}/*" in resources
+    for role in JOB_ROLES:
+        resources = json.dumps(catalog_statement(role)["Resource"])
+        assert "database/cdclake_${EnvironmentName}" in resources, role
+        assert "table/cdclake_${EnvironmentName}/*" in resources, role
 
 
 def test_the_gold_job_writes_to_the_gold_database_iam_allows() -> None:
@@ -103,13 +120,14 @@ def test_the_gold_job_writes_to_the_gold_database_iam_allows() -> None:
             gold = {"If": ["CreateGoldDatabase", {"Ref": "GoldDatabase"}, {"Sub": "cdclake_${EnvironmentName}_gold"}]}
             given = gold if name in ("GoldJob", "MaintenanceJob") else None
             assert arguments.get("--gold_database") == given, name
-    # AND the Glue role may create and update its tables, like the silver ones
-    statements = RESOURCES["GlueJobRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
-    [catalog] = [s for s in statements if isinstance(s, dict) and s.get("Sid") == "IcebergCatalog"]
-    resources = json.dumps(catalog["Resource"])
-    assert "database/cdclake_${EnvironmentName}_gold" in resources
-    assert "table/cdclake_${EnvironmentName}_gold/*" in resources
-    assert {"glue:CreateTable", "glue:UpdateTable"} <= set(catalog["Action"])
+    # AND their roles may create and update its tables, like the silver ones; the other jobs' roles may not
+    for role in JOB_ROLES:
+        catalog = catalog_statement(role)
+        resources = json.dumps(catalog["Resource"])
+        writes_marts = role in ("MaintenanceJobRole", "GoldJobRole")
+        assert ("database/cdclake_${EnvironmentName}_gold" in resources) is writes_marts, role
+        assert ("table/cdclake_${EnvironmentName}_gold/*" in resources) is writes_marts, role
+        assert {"glue:CreateTable", "glue:UpdateTable"} <= set(catalog["Action"])
 
 
 def test_the_gold_database_argument_replaces_the_configurations_gold_database() -> None:
@@ -148,10 +166,13 @@ def test_the_database_argument_replaces_the_configurations_database() -> None:
 
 def test_no_kms_grant_on_keys_the_buckets_do_not_use() -> None:
     # The buckets use the AWS managed aws/s3 key, whose key policy already admits the account's principals
-    # through S3; the Glue role's only KMS grant is the stack's own key (logs and bookmarks).
-    statements = RESOURCES["GlueJobRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
-    kms = [s for s in statements if "Action" in s and any(str(a).startswith("kms:") for a in s["Action"])]
-    assert [s["Resource"] for s in kms] == [{"GetAtt": "QueueKey.Arn"}]
+    # through S3; a Glue role's KMS grants are the stack's own key (logs and bookmarks; the CDC job's queue) and,
+    # for the CDC job only, the alert topic's key (it publishes alerts).
+    for role in JOB_ROLES:
+        kms = [s for s in statements_of(role) if any(str(a).startswith("kms:") for a in s["Action"])]
+        keys = [s["Resource"] for s in kms]
+        alert_key = [{"GetAtt": "AlertKey.Arn"}] if role == "CdcJobRole" else []
+        assert [k for k in keys if k != {"GetAtt": "QueueKey.Arn"}] == alert_key, role
 
 
 # ----------------------------------------------------------------- issue 34.1: keys EventBridge can use
@@ -208,7 +229,9 @@ def test_every_service_principal_in_a_key_policy_is_bound_where_aws_supports_a_b
 
 def test_every_encrypted_eventbridge_target_admits_only_its_rule() -> None:
     # With no condition in the key policy, the target's own policy is what keeps other senders out.
-    for rule in ("NewFileRule", "GlueJobFailedRule"):
+    rules = [name for name, r in RESOURCES.items() if r["Type"] == "AWS::Events::Rule"]
+    assert sorted(rules) == ["GlueJobFailedRule", "NewFileRule", "ReplicationTaskStoppedRule"]
+    for rule in rules:
         for target in RESOURCES[rule]["Properties"]["Targets"]:
             [(function, value)] = target["Arn"].items()
             logical = value.split(".")[0] if function == "GetAtt" else value
@@ -219,9 +242,15 @@ def test_every_encrypted_eventbridge_target_admits_only_its_rule() -> None:
                 if r["Type"] in ("AWS::SQS::QueuePolicy", "AWS::SNS::TopicPolicy")
                 and {"Ref": logical} in r["Properties"].get("Queues", r["Properties"].get("Topics", []))
             ]
-            [grant] = [s for s in policy["PolicyDocument"]["Statement"]
-                       if s["Principal"] == {"Service": "events.amazonaws.com"}]  # fmt: skip
-            assert grant["Condition"] == {"ArnEquals": {"aws:SourceArn": {"GetAtt": f"{rule}.Arn"}}}
+            grants = [s for s in policy["PolicyDocument"]["Statement"]
+                      if s["Principal"] == {"Service": "events.amazonaws.com"}]  # fmt: skip
+            # one statement per rule, each bound to its rule's ARN: no other sender (rule or account) may publish
+            assert sorted(str(g["Condition"]) for g in grants) == sorted(
+                str({"ArnEquals": {"aws:SourceArn": {"GetAtt": f"{r}.Arn"}}})
+                for r in rules
+                if any(t["Arn"] == target["Arn"] for t in RESOURCES[r]["Properties"]["Targets"])
+            ), rule
+            assert all(g["Action"] == "sns:Publish" or g["Action"] == "sqs:SendMessage" for g in grants)
 
 
 def test_every_rule_alarms_on_failed_deliveries_through_a_path_without_its_targets_key() -> None:
@@ -258,21 +287,30 @@ def test_every_rule_alarms_on_failed_deliveries_through_a_path_without_its_targe
     assert dlq.get("SqsManagedSseEnabled") is True and "KmsMasterKeyId" not in dlq
 
 
-def test_lake_formation_grants_are_optional_and_for_the_glue_roles() -> None:
+def test_lake_formation_grants_are_optional_and_each_jobs_role_gets_what_its_job_does() -> None:
     granted = {n: r for n, r in RESOURCES.items() if r["Type"] == "AWS::LakeFormation::Permissions"}
-    assert set(granted) == {
-        "LakeFormationDatabasePermissions", "LakeFormationTablePermissions",
-        "LakeFormationGoldDatabasePermissions", "LakeFormationGoldTablePermissions",
-        "LakeFormationCdcDatabasePermissions", "LakeFormationCdcTablePermissions",
+    writes = ["ALTER", "DELETE", "DESCRIBE", "DROP", "INSERT", "SELECT"]
+    creates = ["ALTER", "CREATE_TABLE", "DESCRIBE"]
+    silver = {"If": ["CreateSilverDatabase", {"Ref": "GlueDatabase"}, {"Sub": "cdclake_${EnvironmentName}"}]}
+    gold = {"If": ["CreateGoldDatabase", {"Ref": "GoldDatabase"}, {"Sub": "cdclake_${EnvironmentName}_gold"}]}
+    # (role, database) -> (database permissions, table permissions): the gold job only reads silver
+    expected = {
+        ("FullLoadJobRole", "Silver"): (creates, writes), ("CdcJobRole", "Silver"): (creates, writes),
+        ("MaintenanceJobRole", "Silver"): (creates, writes), ("MaintenanceJobRole", "Gold"): (creates, writes),
+        ("GoldJobRole", "Silver"): (["DESCRIBE"], ["DESCRIBE", "SELECT"]), ("GoldJobRole", "Gold"): (creates, writes),
     }  # fmt: skip
+    found: dict[tuple[str, str], dict[str, list[str]]] = {}
     for name, resource in granted.items():
-        assert resource["Condition"] == "UseLakeFormation"
-        principal = resource["Properties"]["DataLakePrincipal"]["DataLakePrincipalIdentifier"]
-        # the CDC job's role on the silver database only (it writes no mart)
-        assert principal == {"GetAtt": "CdcJobRole.Arn" if "Cdc" in name else "GlueJobRole.Arn"}, name
-    cdc = [granted[f"LakeFormationCdc{kind}Permissions"]["Properties"] for kind in ("Database", "Table")]
-    silver = [granted[f"LakeFormation{kind}Permissions"]["Properties"] for kind in ("Database", "Table")]
-    assert [(c["Resource"], c["Permissions"]) for c in cdc] == [(s["Resource"], s["Permissions"]) for s in silver]
+        assert resource["Condition"] == "UseLakeFormation", name
+        properties = resource["Properties"]
+        role = properties["DataLakePrincipal"]["DataLakePrincipalIdentifier"]["GetAtt"].removesuffix(".Arn")
+        kind, target = next(iter(properties["Resource"].items()))
+        database = target.get("Name", target.get("DatabaseName"))
+        assert database in (silver, gold), name
+        found.setdefault((role, "Silver" if database == silver else "Gold"), {})[kind] = properties["Permissions"]
+    assert found == {
+        key: {"DatabaseResource": database, "TableResource": tables} for key, (database, tables) in expected.items()
+    }
     assert PARAMETERS["GrantLakeFormationPermissions"]["Default"] == "false"
 
 
@@ -398,15 +436,17 @@ def test_the_cdc_job_timeout_exceeds_its_longest_run_plus_one_round_for_any_acce
 
 def test_only_the_cdc_job_may_consume_the_file_queue() -> None:
     def queue_actions(role: str) -> set[str]:
-        statements = [s for p in RESOURCES[role]["Properties"]["Policies"] for s in p["PolicyDocument"]["Statement"]]
-        return {a for s in statements if "Action" in s for a in s["Action"] if str(a).startswith("sqs:")}
+        actions = [
+            a for s in statements_of(role) for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+        ]
+        return {a for a in actions if a.startswith("sqs:")}
 
     assert queue_actions("CdcJobRole") == {
         "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes",
     }  # fmt: skip
-    assert queue_actions("GlueJobRole") == set()
-    [queue] = [s for s in RESOURCES["CdcJobRole"]["Properties"]["Policies"][1]["PolicyDocument"]["Statement"]
-               if s["Sid"] == "FollowFileQueue"]  # fmt: skip
+    for role in ("FullLoadJobRole", "MaintenanceJobRole", "GoldJobRole"):
+        assert queue_actions(role) == set(), role
+    [queue] = [s for s in statements_of("CdcJobRole") if s["Sid"] == "FollowFileQueue"]
     assert queue["Resource"] == {"GetAtt": "FileQueue.Arn"}
 
 
@@ -547,3 +587,141 @@ def test_access_logs_are_delivered_by_policy_and_the_logged_buckets_wait_for_it(
     for name in logged:
         depends = RESOURCES[name].get("DependsOn", [])
         assert "AccessLogBucketPolicy" in ([depends] if isinstance(depends, str) else depends), name
+
+
+# ------------------------------------------------------------------------- issue 44: day two on AWS
+
+
+def test_no_receive_anywhere_in_the_stack_releases_a_message_at_once() -> None:
+    # A message made visible again at once (visibility 0) is received again at once: its receive count grows each
+    # round until it dead-letters, and it holds the FIFO group meanwhile (docs/architecture.md, "Following bronze").
+    for path in (ROOT / "template.yaml", DEFINITION):
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r"VisibilityTimeout\"?\s*:\s*\"?0\b", text), path
+
+
+def test_the_deploy_guard_answers_within_minutes_not_the_default_hour() -> None:
+    guard = RESOURCES["DeployGuard"]["Properties"]
+    assert guard["ServiceTimeout"] == 300  # CloudFormation's default is 3600 s
+    # longer than the function may run, so a slow answer is still an answer
+    assert template()["Globals"]["Function"]["Timeout"] < guard["ServiceTimeout"]
+
+
+TASK = "arn:aws:dms:us-east-1:123456789012:task:ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def dms_rule_pattern(tasks: list[str]) -> EventPattern:
+    """The DMS task rule's pattern as EventBridge would see it, ReplicationTaskArns = ``tasks``."""
+    pattern: dict[str, Any] = json.loads(
+        json.dumps(RESOURCES["ReplicationTaskStoppedRule"]["Properties"]["EventPattern"])
+    )
+    assert pattern["resources"] == {"Ref": "ReplicationTaskArns"}  # a CommaDelimitedList: a list of ARNs
+    pattern["resources"] = tasks
+    return EventPattern.load(json.dumps(pattern))
+
+
+def dms_event(event_type: str, task: str = TASK) -> dict[str, Any]:
+    """A DMS task state change as the DMS user guide's EventBridge example shows it."""
+    return {
+        "source": "aws.dms",
+        "detail-type": "DMS Replication Task State Change",
+        "resources": [task],
+        "detail": {"type": "REPLICATION_TASK", "category": "StateChange", "eventType": event_type,
+                   "detailMessage": "Stopped Replication Task"},
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("event_type", "task", "alerted"),
+    [
+        ("REPLICATION_TASK_STOPPED", TASK, True),
+        ("REPLICATION_TASK_FAILED", TASK, True),
+        ("REPLICATION_TASK_STARTED", TASK, False),
+        ("REPLICATION_TASK_STOPPED", TASK.replace("ABC", "XYZ"), False),  # another stack's task
+    ],
+)
+def test_a_stopped_or_failed_dms_task_of_the_stack_alerts(event_type: str, task: str, alerted: bool) -> None:
+    other = "arn:aws:dms:us-east-1:123456789012:task:SECOND"
+    assert dms_rule_pattern([TASK, other]).matches_event(dms_event(event_type, task)) is alerted
+    assert dms_rule_pattern([TASK, other]).matches_event(dms_event("REPLICATION_TASK_FAILED", other))
+
+
+def test_the_dms_task_rule_publishes_to_the_alert_topic_which_admits_it_alone() -> None:
+    [target] = RESOURCES["ReplicationTaskStoppedRule"]["Properties"]["Targets"]
+    assert target["Arn"] == {"Ref": "AlertTopic"}
+    statements = RESOURCES["AlertTopicPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    [grant] = [s for s in statements if s["Sid"] == "ReplicationTaskStops"]
+    assert grant == {
+        "Sid": "ReplicationTaskStops", "Effect": "Allow", "Principal": {"Service": "events.amazonaws.com"},
+        "Action": "sns:Publish", "Resource": {"Ref": "AlertTopic"},
+        "Condition": {"ArnEquals": {"aws:SourceArn": {"GetAtt": "ReplicationTaskStoppedRule.Arn"}}},
+    }  # fmt: skip
+    # the topic's key admits EventBridge without a source condition (unsupported for encrypted topics): checked above
+
+
+def test_a_silent_pipeline_alarms_on_missing_freshness_data() -> None:
+    alarm = RESOURCES["FreshnessMissingAlarm"]["Properties"]
+    assert (alarm["MetricName"], alarm["Namespace"]) == ("FreshnessLagSeconds", {"Ref": "MetricsNamespace"})
+    assert alarm["Dimensions"] == [{"Name": "Environment", "Value": {"Ref": "EnvironmentName"}}]
+    assert alarm["TreatMissingData"] == "breaching"
+    # a datapoint in any minute is data (SampleCount >= 1): only the silence breaches, not a lag
+    assert (alarm["Statistic"], alarm["ComparisonOperator"], alarm["Threshold"]) == (
+        "SampleCount", "LessThanThreshold", 1,
+    )  # fmt: skip
+    minutes = {"Ref": "FreshnessMissingAlarmMinutes"}
+    assert (alarm["Period"], alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (60, minutes, minutes)
+    assert PARAMETERS["FreshnessMissingAlarmMinutes"]["MaxValue"] * 60 <= 86_400  # CloudWatch's evaluation range
+    assert alarm["AlarmActions"] == [{"Ref": "AlertTopic"}]
+
+
+def test_every_alarm_has_a_line_in_the_runbook_saying_what_it_means_and_what_to_do() -> None:
+    runbook = (ROOT / "docs" / "runbook.md").read_text(encoding="utf-8")
+    section = runbook.split("\n## Alarms\n", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("|")[1].strip().strip("`"): line for line in section.splitlines() if line.startswith("| `")}
+    alarms = sorted(name for name, r in RESOURCES.items() if r["Type"] == "AWS::CloudWatch::Alarm")
+    assert sorted(rows) == alarms
+    for name, line in rows.items():
+        meaning, action = (cell.strip() for cell in line.split("|")[2:4])
+        assert len(meaning) > 30 and len(action) > 30, name
+    assert "paused" in rows["FreshnessMissingAlarm"]  # the false alarm it can raise, and what to do then
+
+
+def test_the_full_relisting_comes_inside_every_run_for_any_accepted_setting() -> None:
+    arguments = RESOURCES["CdcJob"]["Properties"]["DefaultArguments"]
+    assert arguments["--relist_seconds"] == {"Ref": "CdcRelistSeconds"}
+    relist, longest = PARAMETERS["CdcRelistSeconds"], PARAMETERS["CdcMaxRunSeconds"]
+    assert relist["Default"] == 900 and relist["MaxValue"] < longest["MinValue"]
+    assert longest["MinValue"] <= longest["Default"]
+    # and the job refuses the pair the template cannot (a run started by hand with its own arguments)
+    common = ["cdc.py", "--config", "c", "--bronze", "b", "--warehouse", "w"]
+    given = parse_arguments([*common, "--relist_seconds", "900", "--max_run_seconds", "3600"], "cdc")
+    assert (given.follow.relist_seconds, given.follow.max_run_seconds) == (900, 3600)
+    with pytest.raises(ConfigError, match=r"--relist_seconds \(3600\) must be shorter than --max_run_seconds"):
+        parse_arguments([*common, "--relist_seconds", "3600", "--max_run_seconds", "3600"], "cdc")
+    with pytest.raises(ConfigError, match="--relist_seconds must be positive"):
+        parse_arguments([*common, "--relist_seconds", "0"], "cdc")
+
+
+def test_the_cdc_job_is_given_the_alert_topic_and_reads_it() -> None:
+    arguments = RESOURCES["CdcJob"]["Properties"]["DefaultArguments"]
+    assert arguments["--alert_topic_arn"] == {"Ref": "AlertTopic"}
+    topic = "arn:aws:sns:us-east-1:123456789012:cdclake-dev-alerts"
+    common = ["cdc.py", "--config", "c", "--bronze", "b", "--warehouse", "w"]
+    assert parse_arguments([*common, "--alert_topic_arn", topic], "cdc").alert_topic_arn == topic
+    assert parse_arguments(common, "cdc").alert_topic_arn is None
+    assert parse_arguments([*common, "--alert_topic_arn", topic], "full_load").alert_topic_arn is None
+    for job in ("FullLoadJob", "MaintenanceJob", "GoldJob"):
+        assert "--alert_topic_arn" not in RESOURCES[job]["Properties"]["DefaultArguments"], job
+
+
+def test_a_sweep_run_starts_without_an_idle_wait_and_a_run_for_queued_files_with_it() -> None:
+    states = json.loads(DEFINITION.read_text(encoding="utf-8"))["States"]
+    sweep, follow = states["RunCdcSweep"], states["RunCdcJob"]
+    assert sweep["Parameters"] == {"JobName": "${CdcJobName}", "Arguments": {"--idle_seconds": "0"}}
+    assert follow["Parameters"] == {"JobName": "${CdcJobName}"}  # CdcIdleSeconds, its default argument
+    # the same retries and alert, the same next state
+    assert (sweep["Retry"], sweep["Catch"], sweep["Next"]) == (follow["Retry"], follow["Catch"], follow["Next"])
+    [to_sweep, to_follow] = states["ShouldRunCdcJob"]["Choices"]
+    assert to_sweep["Next"] == "RunCdcSweep" and to_follow["Next"] == "RunCdcJob"
+    conditions = {(c["Variable"], next(v for k, v in c.items() if k != "Variable")) for c in to_sweep["And"]}
+    assert conditions == {("$.work.start", True), ("$.work.sweep", True), ("$.work.visible", 0)}

@@ -31,10 +31,11 @@ _METRICS = ("environment", "metrics_namespace", "table_metrics")
 _SOURCE = ("secret_id", "source_connection", "dbname", "source_engine")
 # The maintenance job's whole-number settings (it always skips tables unchanged since their last maintenance).
 _MAINTENANCE = tuple(f.name for f in fields(MaintenanceSettings) if f.type in (int, "int"))
-_FOLLOW = ("queue_url", "poll_seconds", "idle_seconds", "max_run_seconds")
+_FOLLOW = ("queue_url", "poll_seconds", "idle_seconds", "max_run_seconds", "relist_seconds")
 
-# The CDC job's pace when the template gives none (its parameters CdcPollSeconds, CdcIdleSeconds, CdcMaxRunSeconds).
-JOB_FOLLOW = FollowSettings(poll_seconds=30.0, idle_seconds=300.0, max_run_seconds=3600.0)
+# The CDC job's pace when the template gives none (its parameters CdcPollSeconds, CdcIdleSeconds, CdcMaxRunSeconds,
+# CdcRelistSeconds).
+JOB_FOLLOW = FollowSettings(poll_seconds=30.0, idle_seconds=300.0, max_run_seconds=3600.0, relist_seconds=900.0)
 
 DEFAULT_MAINTENANCE = MaintenanceSettings(changed_only=True)
 
@@ -44,7 +45,7 @@ JobName = Literal["full_load", "cdc", "maintain", "gold"]
 # (tests/aws/test_template.py), so an argument that reaches a job is one it uses.
 JOB_ARGUMENTS: dict[JobName, tuple[str, ...]] = {
     "full_load": (*_SHARED, "reload", "tables", *_METRICS, *_SOURCE),
-    "cdc": (*_SHARED, "manifest", "replay", *_METRICS, *_FOLLOW, "reload_requests"),
+    "cdc": (*_SHARED, "manifest", "replay", *_METRICS, *_FOLLOW, "alert_topic_arn", "reload_requests"),
     "maintain": (*_SHARED, *_MAINTENANCE, "gold_database"),  # the marts are maintained where the gold job keeps them
     "gold": (*_SHARED, "gold_database"),
 }
@@ -75,6 +76,7 @@ class JobArguments:
     # CDC job: follow the file queue (S3 events) and apply files as they arrive (engine.follow).
     queue_url: str | None = None
     follow: FollowSettings = JOB_FOLLOW
+    # CDC job: the SNS topic its alerts go to (one per failure episode); None: no alert is published.
     alert_topic_arn: str | None = None
     # Full-load job: the source whose catalog writes (or checks) the configuration; None without a secret.
     source: SourceSettings | None = None
@@ -110,7 +112,9 @@ def parse_arguments(argv: Sequence[str], job: JobName) -> JobArguments:
             poll_seconds=_seconds(values, "poll_seconds", JOB_FOLLOW.poll_seconds) or 0.0,
             idle_seconds=_seconds(values, "idle_seconds", JOB_FOLLOW.idle_seconds),
             max_run_seconds=_seconds(values, "max_run_seconds", JOB_FOLLOW.max_run_seconds),
+            relist_seconds=_relist_seconds(values),
         ),
+        alert_topic_arn=values.get("alert_topic_arn"),
         source=_source(values),
         maintenance=_maintenance(values),
     )
@@ -149,6 +153,21 @@ def _seconds(values: dict[str, str], name: str, default: float | None) -> float 
     if seconds < 0:
         raise ConfigError(f"--{name} must not be negative, not '{text}'.")
     return seconds
+
+
+def _relist_seconds(values: dict[str, str]) -> float:
+    """--relist_seconds: a full listing of bronze this often; positive, and shorter than --max_run_seconds when
+    both are given (else a file whose event was lost waits for the next run's first listing)."""
+    relist = _seconds(values, "relist_seconds", JOB_FOLLOW.relist_seconds) or 0.0
+    if relist <= 0:
+        raise ConfigError(f"--relist_seconds must be positive, not '{values.get('relist_seconds')}'.")
+    longest = _seconds(values, "max_run_seconds", None)
+    if "relist_seconds" in values and longest is not None and relist >= longest:
+        raise ConfigError(
+            f"--relist_seconds ({values['relist_seconds']}) must be shorter than --max_run_seconds "
+            f"({values['max_run_seconds']}): a run would end before it lists all of bronze again."
+        )
+    return relist
 
 
 def _whole(values: dict[str, str], name: str) -> int:
