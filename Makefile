@@ -150,7 +150,8 @@ deploy: $(SAM) deploy-wheel sam-build ## build and deploy everything: stack, Glu
 		--outputs build/stack-outputs.json $(if $(CONFIG),--config $(CONFIG))
 
 # What only the real account can show, checked once after the first deploy (docs/deploy.md, "What a real account
-# still has to prove"): a test file in bronze reaches the file queue, and a test alarm reaches the alert topic.
+# still has to prove"): the new-file rule delivers a test file's event (its metrics; the queue is never read), and a
+# test alarm reaches the alert topic.
 verify-deploy: $(SAM) ## after make deploy: S3 -> EventBridge -> queue, and alarm -> alert topic, in the real account
 	mkdir -p build
 	$(SAM) list stack-outputs --config-env $(SAM_ENV) --output json > build/stack-outputs.json

@@ -8,8 +8,9 @@
                    (glue/requirements-glue.txt), which the jobs install with --no-index (no PyPI at job start)
     upload         the Glue entry points (glue/jobs/*.py), the cdclake wheel and its zip of wheels (dist/) to
                    s3://<artifacts>/glue/, and with --config the table configuration to s3://<artifacts>/<TableConfigKey>
-    verify         after a deploy (make verify-deploy): a test file put into bronze must reach the file queue
-                   (EventBridge, the queue's key), and the delivery alarm is set to ALARM so the alert topic
+    verify         after a deploy (make verify-deploy): a test file put into bronze must be matched and delivered
+                   to the file queue by the new-file rule (its CloudWatch metrics: EventBridge, the queue's key;
+                   the queue itself is never read), and the delivery alarm is set to ALARM so the alert topic
                    e-mails (CloudWatch, the alert topic's key); what only a real account can show
     stop-executions  stop the state machine's running executions (before the stack is deleted)
     delete-bucket  empty a versioned bucket (every version and delete marker) and delete it
@@ -296,36 +297,70 @@ def empty_and_delete_bucket(s3: Any, bucket: str) -> int:
 # A CDC file name (so the new-file rule queues it) of a table no configuration has: the CDC job deletes its message
 # and logs it as unconfigured (engine/follow.py), and it never reaches silver.
 VERIFY_KEY = "{prefix}/cdclake_verify/deploy_check/20000101-000000000.csv"
+# The new-file rule's metrics (AWS/Events, dimension RuleName; each sent only when not zero, per minute).
+DELIVERED = ("MatchedEvents", "Invocations")
+UNDELIVERED = ("FailedInvocations", "InvocationsSentToDlq", "InvocationsFailedToBeSentToDlq", "RetryInvocationAttempts")
 
 
-def verify(s3: Any, sqs: Any, cloudwatch: Any, outputs: dict[str, str], wait_seconds: float = 120) -> list[str]:
-    """Put a test file into bronze and wait for its event in the file queue; then set the new-file delivery alarm
-    to ALARM (its action publishes to the alert topic: check the e-mail). The lines to print; raises DeployError
-    when the event does not arrive.
+def rule_metrics(cloudwatch: Any, rule: str, since: Any, until: Any) -> dict[str, float]:
+    """The sums of the rule's delivery metrics between ``since`` and ``until`` (datetimes), missing ones 0."""
+    sums = {}
+    for name in (*DELIVERED, *UNDELIVERED):
+        points = cloudwatch.get_metric_statistics(
+            Namespace="AWS/Events", MetricName=name, Dimensions=[{"Name": "RuleName", "Value": rule}],
+            StartTime=since, EndTime=until, Period=60, Statistics=["Sum"],
+        )["Datapoints"]  # fmt: skip
+        sums[name] = sum(float(p["Sum"]) for p in points)
+    return sums
 
-    The message is looked at with a zero visibility timeout (it stays available); a CDC run that takes it first
-    deletes it, so a miss while the pipeline runs is reported with where to look, not as proof of a failure.
+
+def verify(
+    s3: Any, cloudwatch: Any, outputs: dict[str, str], wait_seconds: float = 600, poll_seconds: float = 30
+) -> list[str]:
+    """Put a test file into bronze and prove from the new-file rule's CloudWatch metrics that EventBridge matched
+    it and delivered it to the encrypted file queue; then set the new-file delivery alarm to ALARM (its action
+    publishes to the alert topic: check the e-mail). The lines to print; raises DeployError when a delivery failed
+    or nothing was matched in time.
+
+    The file queue is never read: a receive would take a live message from the CDC job (and count towards its
+    dead-letter limit). The metrics count every new file of the minute, the test file's and DMS's: a delivery
+    without failure since the put is what is proved. EventBridge publishes them per minute, best effort, a few
+    minutes late: hence the long wait.
     """
     import time
+    from datetime import UTC, datetime, timedelta
 
     key = VERIFY_KEY.format(prefix=outputs["BronzePrefix"])
+    rule = outputs["NewFileRuleName"]
+    since = datetime.now(UTC).replace(second=0, microsecond=0)
     s3.put_object(Bucket=outputs["BronzeBucketName"], Key=key, Body=b"cdclake make verify-deploy\n")
     lines = [f"put s3://{outputs['BronzeBucketName']}/{key}"]
     deadline = time.monotonic() + wait_seconds
-    seen = False
-    while not seen and time.monotonic() < deadline:
-        answer = sqs.receive_message(
-            QueueUrl=outputs["FileQueueUrl"], MaxNumberOfMessages=10, VisibilityTimeout=0, WaitTimeSeconds=5
-        )
-        seen = any(key in m["Body"] for m in answer.get("Messages", []))
-    if not seen:
-        raise DeployError(
-            f"no message for {key} in the file queue after {wait_seconds:.0f} s: look at the new-file rule's "
-            "FailedInvocations (alarm NewFileRuleDeliveryAlarm), the new-file-events dead-letter queue and the "
-            "file queue's key policy; if a CDC run was active, it may have taken the message (its log names the "
-            "file as unconfigured)."
-        )
-    lines.append("the file queue received its S3 event (EventBridge -> encrypted FIFO queue works)")
+    while True:
+        sums = rule_metrics(cloudwatch, rule, since, datetime.now(UTC) + timedelta(minutes=1))
+        failed = {name: sums[name] for name in UNDELIVERED if sums[name] > 0}
+        if failed:
+            counts = ", ".join(f"{name} {value:.0f}" for name, value in failed.items())
+            raise DeployError(
+                f"the new-file rule {rule} could not deliver to the file queue ({counts}): check the file queue's "
+                "policy and QueueKey's key policy (EventBridgeDelivers); undelivered events wait in the "
+                "new-file-events dead-letter queue."
+            )
+        if all(sums[name] >= 1 for name in DELIVERED):
+            break
+        if time.monotonic() >= deadline:
+            missing = " and ".join(name for name in DELIVERED if sums[name] < 1)
+            raise DeployError(
+                f"no {missing} for the new-file rule {rule} {wait_seconds:.0f} s after the test file was put: check "
+                "that the bronze bucket sends events to EventBridge and that the rule is enabled; CloudWatch may "
+                "also be late (run make verify-deploy again in a few minutes)."
+            )
+        time.sleep(poll_seconds)
+    lines.append(
+        f"the new-file rule matched and delivered to the file queue without a failure (MatchedEvents "
+        f"{sums['MatchedEvents']:.0f}, Invocations {sums['Invocations']:.0f} since the put; the CDC job deletes the "
+        "test file's event as an unconfigured table's)"
+    )
     alarm = outputs["NewFileRuleDeliveryAlarmName"]
     cloudwatch.set_alarm_state(AlarmName=alarm, StateValue="ALARM", StateReason="make verify-deploy: a test alarm")
     lines.append(f"set {alarm} to ALARM: the alert topic's subscribers get an e-mail within minutes")
@@ -397,8 +432,7 @@ def main(argv: list[str]) -> int:
                     f"no CONFIG given: the jobs read s3://{outputs['ArtifactsBucketName']}/{outputs['TableConfigKey']}"
                 )
         elif args.action == "verify":
-            clients = session.client("sqs"), session.client("cloudwatch")
-            for line in verify(s3, *clients, outputs):
+            for line in verify(s3, session.client("cloudwatch"), outputs):
                 print(line)
         elif args.action == "stop-executions":
             for arn in stop_executions(session.client("stepfunctions"), outputs["StateMachineArn"]):

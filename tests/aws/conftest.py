@@ -416,14 +416,19 @@ def patch_moto_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctionsGaps:
     original_send_to_targets = Rule.send_to_targets
 
     def send_to_targets(self: Any, original_event: Any, transform_input: bool = True) -> None:
-        original_send_to_targets(self, original_event, transform_input)
+        targets = list(self.targets)
+        topics = [t for t in targets if parse_arn(t["Arn"]).service == "sns"]
+        self.targets = [t for t in targets if t not in topics]  # moto raises NotImplementedError on the others
+        try:
+            original_send_to_targets(self, original_event, transform_input)
+        finally:
+            self.targets = targets
         if not self.event_pattern.matches_event(original_event):
             return
-        for target in self.targets:
+        for target in topics:
             arn = parse_arn(target["Arn"])
-            if arn.service == "sns":
-                topic = sns_backends[arn.account][arn.region].topics[target["Arn"]]
-                topic.publish(message=json.dumps(original_event, default=str))
+            topic = sns_backends[arn.account][arn.region].topics[target["Arn"]]
+            topic.publish(message=json.dumps(original_event, default=str))
 
     monkeypatch.setattr(Rule, "send_to_targets", send_to_targets)
 

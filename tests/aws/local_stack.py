@@ -346,9 +346,10 @@ def complete_what_moto_skips(template: dict[str, Any], resolver: Resolver, endpo
                 created = sfn.create_state_machine(name=name, definition=text, roleArn=role, type="STANDARD")
                 resolver.physical[logical] = created["stateMachineArn"]
         elif resource["Type"] == "AWS::CloudWatch::Alarm" and logical not in resolver.physical:
-            alarm = _numbers(
-                resolver.value(properties), {"Threshold", "EvaluationPeriods", "DatapointsToAlarm", "Period"}
-            )
+            alarm = _numbers(resolver.value(properties), {"Threshold"})
+            # counts are whole numbers for the API (a parameter's text such as "120" resolves to a string)
+            alarm.update({k: int(float(alarm[k])) for k in ("EvaluationPeriods", "DatapointsToAlarm", "Period")
+                          if k in alarm})  # fmt: skip
             alarm.setdefault("AlarmName", f"{logical}-{resolver.ref('AWS::AccountId')}")
             cloudwatch.put_metric_alarm(**alarm)
             resolver.physical[logical] = alarm["AlarmName"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import re
 import shlex
@@ -10,6 +11,7 @@ import subprocess
 import tomllib
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import boto3
 import pytest
@@ -420,32 +422,47 @@ def test_a_redeploy_keeps_the_stacks_source_secret_when_not_given_again(tmp_path
 # ----------------------------------------------------------- issue 34.8: what only a real account can show
 
 
-def test_verify_deploy_sees_the_test_files_event_and_sets_the_test_alarm(tmp_path: Path) -> None:
+def rule_datapoint(cloudwatch: Any, name: str, value: float, rule: str = "cdclake-dev-new-files") -> None:
+    """What EventBridge publishes for the rule (moto's EventBridge publishes no metric)."""
+    cloudwatch.put_metric_data(
+        Namespace="AWS/Events",
+        MetricData=[{"MetricName": name, "Dimensions": [{"Name": "RuleName", "Value": rule}], "Value": value}],
+    )
+
+
+def test_verify_deploy_proves_the_delivery_from_the_rules_metrics_and_never_reads_the_queue(tmp_path: Path) -> None:
     with mock_aws():
-        s3, sqs, cloudwatch = (boto3.client(s, region_name=REGION) for s in ("s3", "sqs", "cloudwatch"))
+        s3, cloudwatch = (boto3.client(s, region_name=REGION) for s in ("s3", "cloudwatch"))
         s3.create_bucket(Bucket="bronze")
-        queue = sqs.create_queue(QueueName="files.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
         cloudwatch.put_metric_alarm(
             AlarmName="delivery", Namespace="AWS/Events", MetricName="FailedInvocations", Statistic="Sum",
             Period=300, EvaluationPeriods=1, Threshold=1, ComparisonOperator="GreaterThanOrEqualToThreshold",
         )  # fmt: skip
-        outputs = {"BronzeBucketName": "bronze", "BronzePrefix": "dms", "FileQueueUrl": queue,
+        outputs = {"BronzeBucketName": "bronze", "BronzePrefix": "dms", "NewFileRuleName": "cdclake-dev-new-files",
                    "NewFileRuleDeliveryAlarmName": "delivery"}  # fmt: skip
-        # GIVEN no delivery (moto's S3 sends no EventBridge events): verify says where to look
-        with pytest.raises(stack_artifacts.DeployError, match="FailedInvocations"):
-            stack_artifacts.verify(s3, sqs, cloudwatch, outputs, wait_seconds=0.1)
-        # GIVEN the event EventBridge would queue for the test file
         key = stack_artifacts.VERIFY_KEY.format(prefix="dms")
         assert re.fullmatch(r"dms/[^/]+/[^/]+/2\d{7}-\d+\.csv", key)  # a CDC name: the rule's pattern queues it
-        sqs.send_message(QueueUrl=queue, MessageBody=json.dumps({"detail": {"object": {"key": key}}}),
-                         MessageGroupId="dms", MessageDeduplicationId="1")  # fmt: skip
-        # WHEN verify runs THEN it sees it and sets the alarm, whose action reaches the alert topic
-        lines = stack_artifacts.verify(s3, sqs, cloudwatch, outputs, wait_seconds=5)
-        assert lines[1].startswith("the file queue received")
+        # GIVEN no event matched (moto's S3 sends none): verify says where to look, after its wait
+        with pytest.raises(stack_artifacts.DeployError, match="no MatchedEvents and Invocations for the new-file"):
+            stack_artifacts.verify(s3, cloudwatch, outputs, wait_seconds=0.1, poll_seconds=0.05)
+        assert s3.get_object(Bucket="bronze", Key=key)["Body"].read() == b"cdclake make verify-deploy\n"
+        # GIVEN the rule matched the test file and invoked its target without a failure
+        rule_datapoint(cloudwatch, "MatchedEvents", 1)
+        rule_datapoint(cloudwatch, "Invocations", 1)
+        # WHEN verify runs THEN it proves the delivery and sets the alarm, whose action reaches the alert topic
+        lines = stack_artifacts.verify(s3, cloudwatch, outputs, wait_seconds=5, poll_seconds=0.05)
+        assert lines[1].startswith("the new-file rule matched and delivered to the file queue without a failure")
         [alarm] = cloudwatch.describe_alarms(AlarmNames=["delivery"])["MetricAlarms"]
         assert alarm["StateValue"] == "ALARM"
-        # AND the message stays for the pipeline (received with no visibility timeout)
-        assert sqs.receive_message(QueueUrl=queue)["Messages"]
+        # GIVEN deliveries that are retried (the queue or its key refuses EventBridge) THEN verify fails at once
+        rule_datapoint(cloudwatch, "RetryInvocationAttempts", 3)
+        with pytest.raises(
+            stack_artifacts.DeployError, match=r"could not deliver .*RetryInvocationAttempts 3.*QueueKey"
+        ):
+            stack_artifacts.verify(s3, cloudwatch, outputs, wait_seconds=60, poll_seconds=0.05)
+    # AND it is given no SQS client at all: it cannot take a live message from the CDC job (issue 44)
+    assert "sqs" not in inspect.signature(stack_artifacts.verify).parameters
+    assert "receive_message" not in inspect.getsource(stack_artifacts.verify)
     template_outputs = template()["Outputs"]
     assert template_outputs["NewFileRuleDeliveryAlarmName"]["Value"] == {"Ref": "NewFileRuleDeliveryAlarm"}
     assert template_outputs["BronzePrefix"]["Value"] == {"Ref": "BronzePrefix"}

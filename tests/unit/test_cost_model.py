@@ -1,0 +1,58 @@
+"""docs/cost.md's figures are scripts/cost_model.py's output, computed from template.yaml's defaults."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cost_model() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("cost_model", ROOT / "scripts" / "cost_model.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["cost_model"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_docs_figures_are_the_scripts_output() -> None:
+    model = cost_model()
+    doc = (ROOT / "docs" / "cost.md").read_text(encoding="utf-8")
+    block = doc.split(model.BEGIN, 1)[1].split(model.END, 1)[0]
+    assert block == "\n" + model.current(), "run: python scripts/cost_model.py --write"
+
+
+def test_the_figures_follow_the_template_defaults() -> None:
+    # GIVEN the template with the CDC job on twice the workers and sweeps twice as rare
+    model = cost_model()
+    template = model.load_template()
+    definition = json.loads((ROOT / "statemachine" / "cdc_pipeline.asl.json").read_text(encoding="utf-8"))
+    defaults = model.Defaults.of(template)
+    template["Parameters"]["CdcWorkers"]["Default"] = 2 * int(template["Parameters"]["CdcWorkers"]["Default"])
+    changed = model.Defaults.of(template)
+    # THEN the model reads them (an always-on month's CDC line doubles)
+    assert changed.cdc_dpu == 2 * defaults.cdc_dpu
+    always_on = f"| CDC job (Glue) | {model.money(defaults.cdc_dpu * 720 * model.GLUE_DPU_HOUR)} |"
+    assert always_on in model.figures(model.load_template(), definition)
+    assert f"{model.money(2 * defaults.cdc_dpu * 720 * model.GLUE_DPU_HOUR)} |" in model.figures(template, definition)
+
+
+def test_a_sweep_without_idle_wait_costs_the_minimum_not_the_idle_seconds() -> None:
+    model = cost_model()
+    defaults = model.Defaults.of(model.load_template())
+    assert model.glue_cost(defaults.cdc_dpu, 1) == model.glue_cost(defaults.cdc_dpu, model.GLUE_MINIMUM_SECONDS)
+    assert model.glue_cost(defaults.cdc_dpu, model.START_SECONDS + defaults.idle_seconds) > 5 * model.glue_cost(
+        defaults.cdc_dpu, model.START_SECONDS
+    )
+
+
+def test_the_idle_iteration_is_counted_from_the_state_machine() -> None:
+    model = cost_model()
+    definition = json.loads((ROOT / "statemachine" / "cdc_pipeline.asl.json").read_text(encoding="utf-8"))
+    # CheckWork, ShouldRunCdcJob, WaitForFiles, NextIteration, IsGoldDue, IsMaintenanceDue, IsHistoryNearLimit
+    assert model.idle_iteration_transitions(definition) == 7
