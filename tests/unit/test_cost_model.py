@@ -54,5 +54,6 @@ def test_a_sweep_without_idle_wait_costs_the_minimum_not_the_idle_seconds() -> N
 def test_the_idle_iteration_is_counted_from_the_state_machine() -> None:
     model = cost_model()
     definition = json.loads((ROOT / "statemachine" / "cdc_pipeline.asl.json").read_text(encoding="utf-8"))
-    # CheckWork, ShouldRunCdcJob, WaitForFiles, NextIteration, IsGoldDue, IsMaintenanceDue, IsHistoryNearLimit
-    assert model.idle_iteration_transitions(definition) == 7
+    # CheckWork, IsReloadDue, ShouldRunCdcJob, WaitForFiles, NextIteration, IsGoldDue, IsMaintenanceDue,
+    # IsHistoryNearLimit
+    assert model.idle_iteration_transitions(definition) == 8
