@@ -406,3 +406,24 @@ def test_an_alert_that_cannot_be_published_is_logged_and_the_loop_goes_on(caplog
     SnsAlerts(Unreachable(), "arn:aws:sns:us-east-1:123456789012:alerts").send("s.t0 is failing", "why")
     assert [r.levelname for r in caplog.records] == ["ERROR", "ERROR"]
     assert "alert: s.t0 is failing: why" in caplog.text and "not allowed to publish" in caplog.text
+
+
+def test_a_new_run_lists_bronze_once_and_then_only_the_folders_with_news(stack: Stack) -> None:
+    # GIVEN 11 tables with a file each, and their events in the queue
+    for table in TABLES:
+        stack.put(table)
+    rounds = FakeRounds()
+    engine = engine_on(stack)
+
+    def each_round(done: Round) -> None:
+        if done.number == 6:
+            engine.stopping.set()
+
+    # WHEN a new run goes six rounds with nothing new after its first
+    notices = QueueNotices(stack.client(), stack.url, BUCKET, "dms")
+    outcome = run_follow(stack, rounds, FollowSettings(poll_seconds=0.05), notices, each_round, engine=engine)
+    # THEN every file was applied in the first round, and bronze was listed at the start only: no folder is
+    # looked at again without news (it was: every folder, every round, for the run's first 10 minutes)
+    assert set(rounds.applied_in.values()) == {1} and len(rounds.applied_in) == len(TABLES)
+    assert outcome.rounds == 6
+    assert outcome.listings <= 1 + len(TABLES), outcome.listings  # the root, then each table's folder, once

@@ -201,8 +201,11 @@ def follow(
 
     try:
         started = time.monotonic()
-        # folder -> when a new file was last found in it (all of them at the start: the run has work)
-        active = dict.fromkeys({folder_of(index.files[k]) for k in index.relist()}, started)
+        # folder -> when a new file was last found in it. None at the start: the first listing saw every
+        # folder, and the folders with files still to apply are looked at anyway; a new run that marked
+        # every folder active would list all of them every round for its first ``active_seconds``.
+        index.relist()
+        active: dict[str, float] = {}
         last_relist = last_news = started
         due: Sequence[TableConfig] = selected
         first = True
