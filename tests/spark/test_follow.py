@@ -58,7 +58,9 @@ class Source:
         self.log[table] += written
         path = self.bronze / "s" / table / cdc_file_name(written[-1].commit_ts)
         records = cdc_records(written, ["id", "name"], with_timestamp=True, with_seq=False)
-        part = path.with_name(path.name + ".part")  # written whole, then renamed: DMS's upload is atomic too
+        # Written whole beside bronze, then renamed into it: DMS's upload is atomic too (a partial file in the
+        # table's folder could be listed, and be gone by the time it is read)
+        part = self.bronze.parent / "staging" / f"{table}-{path.name}.part"
         write_csv(part, records)
         part.rename(path)
         return path
