@@ -24,12 +24,12 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 
+from cdclake.alerts import Alerts, LoggedAlerts, SnsAlerts
 from cdclake.context import Engine
 from cdclake.dms.manifest import read_manifest
 from cdclake.engine.follow import FollowReport, Round, follow
 from cdclake.engine.run import apply_cdc_files, replay, run
 from cdclake.engine.select import ReplaySelection, files_from_keys
-from cdclake.ops.alerts import Alerts, LoggedAlerts, SnsAlerts
 from cdclake.ops.reload_requests import ReloadRequest, ReloadRequester
 from cdclake.report import RunReport
 from cdclake.shells.glue_job import (

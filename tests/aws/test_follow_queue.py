@@ -23,6 +23,7 @@ from conftest import MAX_RECEIVE_COUNT, ROOT
 from moto import mock_aws
 from work import WorkCheckSettings, check_work
 
+from cdclake.alerts import LoggedAlerts, SnsAlerts
 from cdclake.config import TableConfig, parse_config
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeListing, FileKind
@@ -31,7 +32,6 @@ from cdclake.dms.store import LocalBronze, S3Bronze
 from cdclake.engine.follow import FollowReport, FollowSettings, Polling, Round, follow
 from cdclake.engine.select import TableState
 from cdclake.errors import BronzeError
-from cdclake.ops.alerts import LoggedAlerts, SnsAlerts
 from cdclake.report import RunReport, TableFailure, TableReport
 from cdclake.shells.glue_job import JobArguments
 from s3_events import object_created_event

@@ -18,7 +18,7 @@ ends (idle, the maximum run time, interrupted, an error).
 A table that fails is tried again after growing pauses while the others go on, and alerted once
 per failure episode (from the round it fails after being healthy to the round that applies it
 again), with its reason; files a round sets aside in quarantine are alerted once each, with theirs
-(``ops.alerts``).
+(``alerts``).
 
 Exactly once holds as in a single run: every commit records its files in the table's ledger in the
 same Iceberg commit, and a file is pending only while the ledger lacks it. A loop that dies leaves
@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from cdclake.alerts import Alerts, LoggedAlerts
 from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind, parse_key
@@ -43,7 +44,6 @@ from cdclake.dms.index import BronzeIndex, folder_of
 from cdclake.engine.run import apply_pending, warn
 from cdclake.engine.select import TableState, skip_reason
 from cdclake.errors import first_line
-from cdclake.ops.alerts import Alerts, LoggedAlerts
 from cdclake.report import Backlog, RunReport, TableFailure
 
 log = logging.getLogger("cdclake")
