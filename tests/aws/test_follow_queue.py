@@ -12,7 +12,7 @@ import json
 import runpy
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -60,7 +60,11 @@ class FakeRounds:
         self.crash_in: int | None = None  # the round that raises (the loop's own fault, not a table's)
 
     def __call__(
-        self, engine: Engine, listing: BronzeListing, tables: Sequence[TableConfig]
+        self,
+        engine: Engine,
+        listing: BronzeListing,
+        tables: Sequence[TableConfig],
+        states: Mapping[str, TableState],
     ) -> tuple[RunReport, dict[str, TableState]]:
         self.rounds += 1
         if self.rounds == self.crash_in:

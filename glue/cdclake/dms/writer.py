@@ -7,6 +7,8 @@ commit order in plain Python, independent of Spark and of the engine's code path
 from __future__ import annotations
 
 import gzip
+import shutil
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,11 +52,15 @@ def write_csv(
     null_value: str = "",
     compress: bool = False,
 ) -> Path:
-    """Write a DMS CSV file (gzip when ``compress``); the parent folders are created."""
+    """Write a DMS CSV file (gzip when ``compress``); the parent folders are created. The file
+    appears whole, as DMS's uploads do: it is written outside bronze and renamed into place, so a
+    loop listing bronze meanwhile never sees it empty or partial."""
     path.parent.mkdir(parents=True, exist_ok=True)
     text = (delimiter.join(header) + "\n" if header else "") + csv_text(records, delimiter, null_value)
     data = text.encode("utf-8")
-    path.write_bytes(gzip.compress(data) if compress else data)
+    with tempfile.NamedTemporaryFile(delete=False, suffix=".part") as staged:
+        staged.write(gzip.compress(data) if compress else data)
+    shutil.move(staged.name, path)  # a rename on one file system
     return path
 
 

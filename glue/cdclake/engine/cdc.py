@@ -12,7 +12,8 @@ from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile
 from cdclake.engine.commit import commit_batch
-from cdclake.engine.prepare import BatchPlan, prepare_batch
+from cdclake.engine.plan import BatchPlan
+from cdclake.engine.prepare import prepare_batch
 from cdclake.engine.select import TableState
 from cdclake.errors import FullLoadPendingError
 from cdclake.lake.ledger import committed_snapshot

@@ -523,3 +523,8 @@ def classify_effects(latest: DataFrame, stored: DataFrame, tombstones: DataFrame
         .otherwise(F.lit(EFFECT_INSERT))
     )
     return joined.withColumn(EFFECT, effect).drop(stored_order, tomb_order)
+
+
+def silver_shape(rows: DataFrame) -> DataFrame:
+    """The columns a silver table stores: the data columns and, for keyed tables, ``_cdc_order``."""
+    return rows.select(*data_columns(rows), *([SILVER_ORDER] if SILVER_ORDER in rows.columns else []))

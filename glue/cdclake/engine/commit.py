@@ -20,8 +20,9 @@ from cdclake.columns import COMMIT_TS, OP
 from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile
+from cdclake.engine.changes import silver_shape
 from cdclake.engine.history_sync import BatchHistory, append_batch_history
-from cdclake.engine.prepare import BatchPlan, ChangeSet, Hold, silver_shape, tombstone_rows
+from cdclake.engine.plan import BatchPlan, ChangeSet, Hold, tombstone_rows
 from cdclake.engine.read import BadRows
 from cdclake.engine.select import loaded_files
 from cdclake.engine.statements import merge_statement

@@ -24,7 +24,7 @@ Exactly once holds as in a single run: every commit records its files in the tab
 same Iceberg commit, and a file is pending only while the ledger lacks it. A loop that dies leaves
 committed batches committed and the rest pending; the next run (its first round lists all of
 bronze) applies the rest. Two loops on one table race as two runs do: the loser's commit conflicts,
-it reads the ledger again and skips what the other applied (``run.apply_batch``).
+it reads the ledger again and skips what the other applied (``turn.apply_batch``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -102,8 +102,11 @@ class Polling:
         return 0
 
 
-# What a round runs: ``run.apply_pending`` (a seam: the loop's tests give it tables that fail).
-ApplyPending = Callable[[Engine, BronzeListing, Sequence[TableConfig]], tuple[RunReport, dict[str, TableState]]]
+# What a round runs: ``run.apply_pending`` over the due tables, with the states the loop carries (a
+# seam: the loop's tests give it tables that fail).
+ApplyPending = Callable[
+    [Engine, BronzeListing, Sequence[TableConfig], Mapping[str, TableState]], tuple[RunReport, dict[str, TableState]]
+]
 
 
 @dataclass(frozen=True)
@@ -148,127 +151,187 @@ def follow(
     Failing tables and quarantined files are reported to ``alerts`` (default: logged at ERROR).
     ``apply``: what a round runs (default: ``run.apply_pending``, loading only with ``settings.loads``).
     """
-    if apply is None:
+    follower = Follower(engine, settings, notices, tables, alerts or LoggedAlerts(), apply)
+    return follower.run(on_round)
 
-        def apply(
-            engine: Engine, listing: BronzeListing, due: Sequence[TableConfig]
-        ) -> tuple[RunReport, dict[str, TableState]]:
-            return apply_pending(engine, listing, due, loads=settings.loads)
 
-    config = engine.config
-    alerts = LoggedAlerts() if alerts is None else alerts
-    selected = [t for t in (config.tables if tables is None else tables) if skip_reason(t) is None]
-    by_source = {t.source: t for t in selected}
-    transaction_path = config.bronze.transaction_path
-    folders = {f"{t.source_schema}/{t.source_table}" for t in selected} | (
-        {transaction_path.strip("/")} if transaction_path else set()
-    )
-    index = BronzeIndex(engine.store, transaction_path)
-    states: dict[str, TableState] = {}
-    gone: set[str] = set()
-    arrived: set[str] = set()  # keys their events added to the index since the last round
-    retry_at: dict[str, tuple[float, int]] = {}  # source -> (when it is tried again, failures in a row)
-    episodes = _Episodes(alerts, settings)
-    outcome = FollowReport()
+class Follower:
+    """The loop and what it carries from round to round: the index of bronze, the tables' states,
+    the tables due again after a failure, when it last listed bronze and last found a file.
 
-    def applied(file: BronzeFile) -> bool:
-        return file.source in states and file.key in states[file.source].applied
+    A round hands the states the earlier rounds left to ``apply_pending``, so it reads no ledger and
+    no quarantine journal. A table's state is read again only when the loop cannot vouch for it: the
+    table failed (its state may be behind silver), its load is due (another lane loads it), or bronze
+    was listed whole again (``relist_seconds``: what other processes did in the meantime, such as a
+    quarantine entry dismissed). A commit by another writer is found by the commit itself: each is
+    validated from the snapshot its state was taken at (``turn.apply_batch`` reads the state again).
+    """
 
-    def done(key: str) -> bool:
-        """Whether ``key`` needs no listing: applied, held, gone or not ours."""
-        try:
-            file = parse_key(key, 0, transaction_path)
-        except ValueError:
-            return True
-        if key in gone or file.kind is FileKind.FULL_LOAD:
-            return True  # LOAD files are listed by every round that looks at their folder
-        readers = list(by_source) if file.is_multi_table else [file.source]
-        if not file.is_multi_table and file.source not in by_source:
-            return True  # not a table this loop applies (unconfigured, keyless, or not selected)
-        return all(r in states and (key in states[r].applied or key in states[r].held) for r in readers)
-
-    def known(key: str) -> bool:
-        """Whether an announcement of ``key`` needs nothing more: its key is in the index, or done."""
-        return key in index.files or done(key)
-
-    def note(key: str) -> bool:
-        """Index an announced key (its size read from bronze when no listing showed it)."""
-        if not known(key):
-            added, missing = index.announce([key])
-            arrived.update(added)
-            gone.update(missing)
-        return known(key)
-
-    try:
-        started = time.monotonic()
-        # folder -> when a new file was last found in it. None at the start: the first listing saw every
+    def __init__(
+        self,
+        engine: Engine,
+        settings: FollowSettings,
+        notices: Notices,
+        tables: Sequence[TableConfig] | None,
+        alerts: Alerts,
+        apply: ApplyPending | None = None,
+    ) -> None:
+        config = engine.config
+        self.engine, self.settings, self.notices = engine, settings, notices
+        self.apply = apply or self._apply_pending
+        self.selected = [t for t in (config.tables if tables is None else tables) if skip_reason(t) is None]
+        self.by_source = {t.source: t for t in self.selected}
+        self.transaction_path = config.bronze.transaction_path
+        self.folders = {f"{t.source_schema}/{t.source_table}" for t in self.selected} | (
+            {self.transaction_path.strip("/")} if self.transaction_path else set()
+        )
+        self.index = BronzeIndex(engine.store, self.transaction_path)
+        self.states: dict[str, TableState] = {}  # by source: the last state each table was left in
+        self.unvouched: set[str] = set()  # tables whose state the next round reads again
+        self.gone: set[str] = set()  # announced keys no longer in bronze
+        self.arrived: set[str] = set()  # keys their events added to the index since the last round
+        self.retry_at: dict[str, tuple[float, int]] = {}  # source -> (when tried again, failures in a row)
+        # folder -> when a new file was last found in it. Empty at the start: the first listing saw every
         # folder, and the folders with files still to apply are looked at anyway; a new run that marked
         # every folder active would list all of them every round for its first ``active_seconds``.
-        index.relist()
-        active: dict[str, float] = {}
-        last_relist = last_news = started
-        due: Sequence[TableConfig] = selected
-        first = True
-        while True:
-            round_started = time.monotonic()
-            report, touched = apply(engine, index.listing(), due)
-            states.update(touched)
-            index.forget_applied(applied)
-            if first:
-                warn(report)
-                first = False
-            _record(outcome, report, {t.source for t in due}, retry_at, settings, round_started)
-            episodes.report(report, {t.source for t in due})
-            unapplied = _unapplied(index, states)  # after the round: what is pending, once per round
-            backlog = Backlog(
-                sum(len(sizes) for source, sizes in unapplied.items() if source in by_source),
-                sum(sum(sizes) for source, sizes in unapplied.items() if source in by_source),
-            )
-            if on_round is not None:
-                on_round(Round(outcome.rounds, report, backlog, time.monotonic() - round_started))
-            if any(t.files_applied for t in report.tables):
-                last_news = time.monotonic()
-            if engine.stopping.is_set():
-                outcome.stopped_by = "interrupted"
-                break
-            if settings.max_run_seconds is not None and time.monotonic() - started >= settings.max_run_seconds:
-                outcome.stopped_by = "max run time"
-                break
-            announced = notices.wait(round_started + settings.poll_seconds, engine.stopping, note)
-            if engine.stopping.is_set():
-                outcome.stopped_by = "interrupted"
-                break
-            new = set(arrived)
-            arrived.clear()
-            now = time.monotonic()
-            if now - last_relist >= settings.relist_seconds:
-                new |= index.relist()
-                last_relist = now
-            elif not notices.announces:
-                new |= index.look(folders)
-            else:
-                recent = {f for f, at in active.items() if now - at <= settings.active_seconds}
-                announced_folders = {folder_of(index.files[k]) for k in announced if k in index.files}
-                new |= index.look((recent | announced_folders | _folders_of(index, set(unapplied))) & folders)
-            if any(index.files[k].kind is FileKind.FULL_LOAD for k in new if k in index.files):
-                # A reload: its full load records the CDC files it supersedes, so it needs them all listed.
-                new |= index.relist()
-                last_relist = time.monotonic()
-            for key in new:
-                if key in index.files:
-                    active[folder_of(index.files[key])] = time.monotonic()
-            if new:
-                last_news = time.monotonic()
-            elif settings.idle_seconds is not None and time.monotonic() - last_news >= settings.idle_seconds:
-                outcome.stopped_by = "idle"
-                break
-            due = _due(selected, index, states, new, set(unapplied), retry_at)
-    finally:
-        # Every exit: no event stays in flight for a key the index holds (only one whose key could
-        # not be indexed, when reading bronze failed: it comes back after its visibility timeout).
-        notices.settle(known)
-    outcome.listings = index.requests
-    return outcome
+        self.active: dict[str, float] = {}
+        self.episodes = _Episodes(alerts, settings)
+        self.outcome = FollowReport()
+        self.started = self.last_relist = self.last_news = time.monotonic()
+
+    def run(self, on_round: Callable[[Round], None] | None = None) -> FollowReport:
+        """Rounds until stopped, idle or at the maximum run time."""
+        try:
+            self.index.relist()
+            due: Sequence[TableConfig] = self.selected
+            while True:
+                round_started = time.monotonic()
+                unapplied = self.round(due, on_round)
+                if stop := self._stop_now(busy=True):
+                    break
+                announced = self.notices.wait(
+                    round_started + self.settings.poll_seconds, self.engine.stopping, self.note
+                )
+                if stop := self._stop_now(busy=False):
+                    break
+                new = self.look(announced, set(unapplied))
+                if new:
+                    self.last_news = time.monotonic()
+                elif (
+                    self.settings.idle_seconds is not None
+                    and time.monotonic() - self.last_news >= self.settings.idle_seconds
+                ):
+                    stop = "idle"
+                    break
+                due = _due(self.selected, self.index, self.states, new, set(unapplied), self.retry_at)
+            self.outcome.stopped_by = stop
+        finally:
+            # Every exit: no event stays in flight for a key the index holds (only one whose key could
+            # not be indexed, when reading bronze failed: it comes back after its visibility timeout).
+            self.notices.settle(self.known)
+        self.outcome.listings = self.index.requests
+        return self.outcome
+
+    def round(self, due: Sequence[TableConfig], on_round: Callable[[Round], None] | None) -> dict[str, list[int]]:
+        """Work the due tables with the states the loop vouches for; what is left unapplied after it."""
+        started = time.monotonic()
+        vouched = {s: state for s, state in self.states.items() if s not in self.unvouched}
+        report, touched = self.apply(self.engine, self.index.listing(), due, vouched)
+        self.states.update(touched)
+        self.unvouched -= touched.keys()
+        self.unvouched |= {f.table for f in report.failures} | {t.table for t in report.tables if t.load_pending}
+        self.index.forget_applied(self.applied)
+        if self.outcome.rounds == 0:
+            warn(report)
+        worked_on = {t.source for t in due}
+        _record(self.outcome, report, worked_on, self.retry_at, self.settings, started)
+        self.episodes.report(report, worked_on)
+        unapplied = _unapplied(self.index, self.states)  # after the round: what is pending, once per round
+        backlog = Backlog(
+            sum(len(sizes) for source, sizes in unapplied.items() if source in self.by_source),
+            sum(sum(sizes) for source, sizes in unapplied.items() if source in self.by_source),
+        )
+        if on_round is not None:
+            on_round(Round(self.outcome.rounds, report, backlog, time.monotonic() - started))
+        if any(t.files_applied for t in report.tables):
+            self.last_news = time.monotonic()
+        return unapplied
+
+    def look(self, announced: set[str], unapplied: set[str]) -> set[str]:
+        """The keys new to the index since the last round: announced, found in the folders worth
+        looking at, or found by a whole listing (every ``relist_seconds``, and for a reload)."""
+        new = set(self.arrived)
+        self.arrived.clear()
+        now = time.monotonic()
+        if now - self.last_relist >= self.settings.relist_seconds:
+            new |= self._relist()
+        elif not self.notices.announces:
+            new |= self.index.look(self.folders)
+        else:
+            recent = {f for f, at in self.active.items() if now - at <= self.settings.active_seconds}
+            announced_folders = {folder_of(self.index.files[k]) for k in announced if k in self.index.files}
+            worth = recent | announced_folders | _folders_of(self.index, unapplied)
+            new |= self.index.look(worth & self.folders)
+        if any(self.index.files[k].kind is FileKind.FULL_LOAD for k in new if k in self.index.files):
+            # A reload: its full load records the CDC files it supersedes, so it needs them all listed.
+            new |= self._relist()
+        for key in new:
+            if key in self.index.files:
+                self.active[folder_of(self.index.files[key])] = time.monotonic()
+        return new
+
+    def _relist(self) -> set[str]:
+        """List all of bronze; the tables' states are read again by the next round that works them."""
+        self.last_relist = time.monotonic()
+        self.unvouched |= self.states.keys()
+        return self.index.relist()
+
+    def _idle(self) -> bool:
+        idle = self.settings.idle_seconds
+        return idle is not None and time.monotonic() - self.last_news >= idle
+
+    def _stop_now(self, busy: bool) -> str:
+        """Why the loop ends now ("" to go on): stopped, or (after a round) its maximum run time."""
+        if self.engine.stopping.is_set():
+            return "interrupted"
+        limit = self.settings.max_run_seconds
+        if busy and limit is not None and time.monotonic() - self.started >= limit:
+            return "max run time"
+        return ""
+
+    def _apply_pending(
+        self, engine: Engine, listing: BronzeListing, due: Sequence[TableConfig], states: Mapping[str, TableState]
+    ) -> tuple[RunReport, dict[str, TableState]]:
+        return apply_pending(engine, listing, due, loads=self.settings.loads, states=dict(states))
+
+    def applied(self, file: BronzeFile) -> bool:
+        return file.source in self.states and file.key in self.states[file.source].applied
+
+    def done(self, key: str) -> bool:
+        """Whether ``key`` needs no listing: applied, held, gone or not ours."""
+        try:
+            file = parse_key(key, 0, self.transaction_path)
+        except ValueError:
+            return True
+        if key in self.gone or file.kind is FileKind.FULL_LOAD:
+            return True  # LOAD files are listed by every round that looks at their folder
+        readers = list(self.by_source) if file.is_multi_table else [file.source]
+        if not file.is_multi_table and file.source not in self.by_source:
+            return True  # not a table this loop applies (unconfigured, keyless, or not selected)
+        states = self.states
+        return all(r in states and (key in states[r].applied or key in states[r].held) for r in readers)
+
+    def known(self, key: str) -> bool:
+        """Whether an announcement of ``key`` needs nothing more: its key is in the index, or done."""
+        return key in self.index.files or self.done(key)
+
+    def note(self, key: str) -> bool:
+        """Index an announced key (its size read from bronze when no listing showed it)."""
+        if not self.known(key):
+            added, missing = self.index.announce([key])
+            self.arrived.update(added)
+            self.gone.update(missing)
+        return self.known(key)
 
 
 class _Episodes:

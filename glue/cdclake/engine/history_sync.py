@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import parse_key
-from cdclake.engine.prepare import history_changes
+from cdclake.engine.read import history_changes
 from cdclake.errors import HistoryBehindError
 from cdclake.lake.history import apply_history, history_of, history_started, reflected_sequence, reflecting
 from cdclake.lake.ledger import (

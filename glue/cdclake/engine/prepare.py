@@ -11,33 +11,47 @@ import logging
 import uuid
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from cdclake.columns import (
-    APPEND_ONLY_OP_COLUMN,
     COMMIT_TS,
     EFFECT,
     EFFECT_DELETE,
-    EFFECT_DELETE_MISSING,
     EFFECT_INSERT,
     EFFECT_UPDATE,
     EFFECTS,
-    FILE_BLOCK,
-    OP,
-    ROW_POSITION,
     SILVER_ORDER,
     STORED_FILE,
     STORED_POS,
-    TOMBSTONE_DELETED_AT,
 )
 from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile
 from cdclake.dms.horizon import beyond_horizon
 from cdclake.dms.reader import HeldFileError
-from cdclake.engine.changes import classify_effects, data_columns, has_error, latest_change_per_key, unchanged_flags
-from cdclake.engine.read import BadRows, RowCounts, TooManyBadRowsError, bad_rows, read_changes, unreadable_files
+from cdclake.engine.changes import classify_effects, data_columns, has_error, silver_shape, unchanged_flags
+from cdclake.engine.plan import (
+    APPLIED,
+    TOMBSTONED,
+    BatchPlan,
+    ChangeSet,
+    Hold,
+    collected_tombstone_rows,
+    collected_with_effects,
+    tombstone_rows,
+    with_effects,
+)
+from cdclake.engine.read import (
+    RowCounts,
+    TooManyBadRowsError,
+    bad_rows,
+    cast_columns,
+    history_rows,
+    latest_changes,
+    read_changes,
+    unreadable_files,
+)
 from cdclake.errors import CdclakeError, ConfigError
 from cdclake.identifiers import quote
 from cdclake.lake.batch import (
@@ -59,54 +73,15 @@ from cdclake.lake.journals import tombstones_of
 from cdclake.lake.ledger import KIND_CDC, ledger_properties
 from cdclake.lake.row_delta import append_blocker
 from cdclake.lake.row_delta import blocker as row_delta_blocker
-from cdclake.lake.tables import TableMovedError, silver_columns
+from cdclake.lake.tables import TableMovedError
 from cdclake.runtime.session import interpreted_expressions
 from cdclake.schema import SchemaPlan, plan_schema_change
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import DataFrame, Observation
 
 log = logging.getLogger("cdclake")
-
-
-@dataclass(frozen=True)
-class Hold:
-    """Files to keep in quarantine (not applied, held until a replay), and why."""
-
-    files: list[BronzeFile]
-    reason: str
-
-
-@dataclass(frozen=True)
-class ChangeSet:
-    """A batch's rows to apply, read, classified and materialised once."""
-
-    files: list[BronzeFile]  # the readable files, in apply order (file indexes point into this list)
-    shape: DataFrame  # no rows: the columns of the latest changes (silver's and the tombstones' shape)
-    schema: SchemaPlan
-    creates_table: bool  # silver does not exist yet: the commit creates it
-    counts: RowCounts
-    effects: dict[str, int]  # rows per effect (append-only: all inserts)
-    latest_commit_ts: str | None
-    bad: BadRows | None  # the bad rows, materialised (the commit never reads bronze again)
-    history: DataFrame | None  # every valid change, materialised (tables with ``history: true``)
-    # The data commit, by the way the plan chose, with its rows: the classified latest changes
-    # (keyed tables; collected into the driver for ``DriverRowDelta``), or the rows to append.
-    commit: DataCommit
-
-    @property
-    def deletes(self) -> int:
-        """Keys the batch deletes, whether silver holds them or not: each gets a tombstone."""
-        return self.effects.get(EFFECT_DELETE, 0) + self.effects.get(EFFECT_DELETE_MISSING, 0)
-
-
-@dataclass
-class BatchPlan:
-    """Everything one CDC batch's commit writes; ``changes`` is None when nothing can be applied."""
-
-    holds: list[Hold] = field(default_factory=list)
-    changes: ChangeSet | None = None
 
 
 def prepare_batch(
@@ -183,153 +158,206 @@ def _prepare(
     return plan
 
 
+@dataclass(frozen=True)
+class _BatchRead:
+    """Step 1: the batch's change rows, observed for their counts, and the schema they bring."""
+
+    files: Sequence[BronzeFile]
+    changes: DataFrame  # as read (the bad rows are found in it)
+    observed: DataFrame  # ``changes`` counting ``counts`` when materialised
+    counts: Observation
+    shape: DataFrame  # no rows: the columns of the latest changes
+    schema: SchemaPlan
+    creates_table: bool
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+@dataclass(frozen=True)
+class _Classified:
+    """Step 2: the latest changes, typed as silver stores them, classified against the stored rows."""
+
+    rows: DataFrame  # the latest changes (materialised for keyed tables)
+    observed: DataFrame  # what the commit takes: the rows with their effect, counting ``effects``
+    effects: Observation
+    keys: int  # keyed tables: the batch's keys (each must get exactly one effect)
+    history: DataFrame | None  # every valid change (tables with ``history: true``)
+
+
+@dataclass(frozen=True)
+class _Chosen:
+    """Step 3: the data commit's way, and its rows, collected into the driver or materialised in Spark."""
+
+    way: CommitWay
+    columns: list[str]
+    unchanged: dict[str, str]
+    collected: pa.Table | None
+    materialized: DataFrame
+
+
 def _prepare_readable(
     engine: Engine, table: TableConfig, files: Sequence[BronzeFile], metadata: TableMetadata, plan: BatchPlan
 ) -> BatchPlan:
     """Plan the schema change, then read, count and classify the batch in one pass over its files
-    (the counts are observed while the rows are materialised)."""
-    from pyspark.sql import Observation
-    from pyspark.sql import functions as F
+    (the counts are observed while the rows are materialised): read, classify, choose and
+    materialise, assemble."""
+    read = _read(engine, table, files, metadata)
+    if read.schema.incompatible:
+        plan.holds.append(Hold(list(files), "; ".join(read.schema.incompatible)))
+        return plan
+    classified = _classify_batch(engine, table, read, metadata)
+    chosen = _choose_and_materialise(engine, table, metadata, read, classified)
+    plan.changes = _assemble(engine, table, metadata, read, classified, chosen)
+    return plan
 
-    silver = engine.silver_table(table)
-    batch_bytes = sum(f.size for f in files)
+
+def _read(engine: Engine, table: TableConfig, files: Sequence[BronzeFile], metadata: TableMetadata) -> _BatchRead:
+    """Read the files and plan the schema change their columns bring (no Spark job)."""
+    from pyspark.sql import Observation as Observed
+
     changes = read_changes(engine, table, files)
-    if _one_task(engine, len(files), batch_bytes):
+    if _one_task(engine, len(files), sum(f.size for f in files)):
         # One partition: Spark plans the latest-per-key aggregate and the classification's joins
         # (their other side broadcast) without a shuffle.
         changes = changes.coalesce(1)
     shape = latest_changes(changes, table).limit(0)
     creates_table = not metadata.exists
-    stored = metadata.columns
     incoming = [(f.name, f.dataType.simpleString()) for f in silver_shape(shape).schema.fields]
-    schema = SchemaPlan() if creates_table else plan_schema_change(stored, incoming, bookkeeping=(SILVER_ORDER,))
-    if schema.incompatible:
-        plan.holds.append(Hold(list(files), "; ".join(schema.incompatible)))
-        return plan
+    schema = (
+        SchemaPlan() if creates_table else plan_schema_change(metadata.columns, incoming, bookkeeping=(SILVER_ORDER,))
+    )
     # Observations count what the one materialising action below sees; no other action may
     # run on the observed frames first, or it would be the one observed.
-    read = Observation(f"cdclake_read_{uuid.uuid4().hex}")
-    observed_read = changes.observe(read, *RowCounts.columns())
+    counts = Observed(f"cdclake_read_{uuid.uuid4().hex}")
+    observed = changes.observe(counts, *RowCounts.columns())
+    return _BatchRead(files, changes, observed, counts, shape, schema, creates_table)
+
+
+def _classify_batch(engine: Engine, table: TableConfig, read: _BatchRead, metadata: TableMetadata) -> _Classified:
+    """The latest change per key, typed, and (keyed tables) its effect against the stored rows; the
+    keys are materialised once here (the classification reads them two or three times)."""
+    from pyspark.sql import Observation as Observed
+    from pyspark.sql import functions as F
+
     history, keys = None, 0
     if table.history:
         # Every valid change is kept, not only the latest per key: materialise the read once
         # (this action is the observed one) and take both the history and the latest from it.
-        valid = _cast(observed_read.where(~has_error()), schema.cast).localCheckpoint()
-        history = _history_rows(valid)
+        valid = cast_columns(read.observed.where(~has_error()), read.schema.cast).localCheckpoint()
+        history = history_rows(valid)
         rows = latest_changes(valid, table)
     else:
-        rows = _cast(latest_changes(observed_read, table, valid=~has_error()), schema.cast)
-    applied = Observation(f"cdclake_effects_{uuid.uuid4().hex}")
-    keys_seen = Observation(f"cdclake_keys_{uuid.uuid4().hex}")
-    latest = F.max(COMMIT_TS).alias("_cdc_latest")
+        rows = cast_columns(latest_changes(read.observed, table, valid=~has_error()), read.schema.cast)
+    effects = Observed(f"cdclake_effects_{uuid.uuid4().hex}")
+    latest = F.max(COMMIT_TS).alias(_LATEST)
     if table.append_only:
-        observed = rows.observe(applied, F.count(F.lit(1)).alias(EFFECT_INSERT), latest)
-    else:
-        # Materialised once (the classification reads it two or three times), counted on the way.
-        rows = rows.observe(keys_seen, F.count(F.lit(1)).alias("keys")).localCheckpoint()
-        keys, heap = int(keys_seen.get["keys"]), driver_heap_bytes(engine)
-        small = batch_bytes <= engine.broadcast_batch_bytes and broadcast_fits(
-            keys, heap, engine.parallel_tables, engine.broadcast_heap_share
+        return _Classified(
+            rows, rows.observe(effects, F.count(F.lit(1)).alias(EFFECT_INSERT), latest), effects, 0, history
         )
-        log.debug("classify table=%s keys=%d heap=%d broadcast=%s", table.source, keys, heap, small)
-        classified = _classify(engine, table, rows, shape, metadata, small)
-        observed = classified.observe(applied, *[F.count_if(F.col(EFFECT) == e).alias(e) for e in EFFECTS], latest)
-    columns, unchanged = data_columns(rows), unchanged_flags(rows)
-    way = choose_commit_way(engine, table, metadata, columns, schema.absent, unchanged)
-    # Small enough to collect into the driver (``Engine.driver_write_bytes``)? The one point where
-    # the batch's rows leave Spark or stay: the commit's type says which from here on.
+    keys_seen = Observed(f"cdclake_keys_{uuid.uuid4().hex}")
+    rows = rows.observe(keys_seen, F.count(F.lit(1)).alias("keys")).localCheckpoint()
+    keys, heap = int(keys_seen.get["keys"]), driver_heap_bytes(engine)
+    small = read.bytes <= engine.broadcast_batch_bytes and broadcast_fits(
+        keys, heap, engine.parallel_tables, engine.broadcast_heap_share
+    )
+    log.debug("classify table=%s keys=%d heap=%d broadcast=%s", table.source, keys, heap, small)
+    classified = _classify(engine, table, rows, read.shape, metadata, small)
+    observed = classified.observe(effects, *[F.count_if(F.col(EFFECT) == e).alias(e) for e in EFFECTS], latest)
+    return _Classified(rows, observed, effects, keys, history)
+
+
+def _choose_and_materialise(
+    engine: Engine, table: TableConfig, metadata: TableMetadata, read: _BatchRead, classified: _Classified
+) -> _Chosen:
+    """The commit's way, and the one point where the batch's rows leave Spark or stay: small
+    enough to collect into the driver (``Engine.driver_write_bytes``), the driver writes its files;
+    else the rows are materialised once. The commit's type says which from here on."""
+    columns, unchanged = data_columns(classified.rows), unchanged_flags(classified.rows)
+    way = choose_commit_way(engine, table, metadata, columns, read.schema.absent, unchanged)
     collected: pa.Table | None = None
-    materialized = observed
-    driver_way = way == "row-delta" or (way == "append" and not creates_table and append_blocker(metadata) is None)
-    if driver_way and batch_bytes <= engine.driver_write_bytes and collectable(observed):
-        collected = collect_rows(observed)  # its files are written by the driver, no Spark job
+    materialized = classified.observed
+    driver_way = way == "row-delta" or (way == "append" and not read.creates_table and append_blocker(metadata) is None)
+    if driver_way and read.bytes <= engine.driver_write_bytes and collectable(classified.observed):
+        collected = collect_rows(classified.observed)  # its files are written by the driver, no Spark job
     else:
         # A local checkpoint, not a cache: it also cuts the lineage back to the reader's row ids
         # (monotonically_increasing_id), which a copy-on-write MERGE refuses as non-deterministic.
-        materialized = observed.localCheckpoint()
-    rows.unpersist()  # a checkpoint of its own above, if any; the materialised rows no longer need it
-    stats = applied.get
-    counts = RowCounts.of(read.get)
-    effects = {e: int(stats[e]) for e in stats if e != "_cdc_latest"}
-    if not table.append_only and sum(effects.values()) != keys:
+        materialized = classified.observed.localCheckpoint()
+    classified.rows.unpersist()  # a checkpoint of its own, if any: the materialised rows no longer need it
+    return _Chosen(way, columns, unchanged, collected, materialized)
+
+
+def _assemble(
+    engine: Engine,
+    table: TableConfig,
+    metadata: TableMetadata,
+    read: _BatchRead,
+    classified: _Classified,
+    chosen: _Chosen,
+) -> ChangeSet:
+    """The change set from what the materialising action observed: counts, effects, bad rows, and
+    the data commit with its rows and its ledger record."""
+    silver = engine.silver_table(table)
+    stats = classified.effects.get
+    counts = RowCounts.of(read.counts.get)
+    effects = {e: int(stats[e]) for e in stats if e != _LATEST}
+    if not table.append_only and sum(effects.values()) != classified.keys:
         raise CdclakeError(
             f"Table {table.source}: silver table {silver.identifier} holds some of this batch's keys more "
-            f"than once ({sum(effects.values()) - keys} extra rows); a mirror holds each key "
+            f"than once ({sum(effects.values()) - classified.keys} extra rows); a mirror holds each key "
             "once. Reload the table (`cdclake full-load --reload`) to rebuild it from bronze."
         )
-    bad = bad_rows(engine, table, changes, files, counts)
+    bad = bad_rows(engine, table, read.changes, read.files, counts)
     if bad is not None:  # a few rows: read from bronze once, here, not again by the commit
         bad = replace(bad, rows=bad.rows.localCheckpoint())
-    properties = ledger_properties(KIND_CDC, [f.key for f in files], stats["_cdc_latest"])
-
+    properties = ledger_properties(KIND_CDC, [f.key for f in read.files], stats[_LATEST])
     key = table.silver_key()
+    base = None if read.creates_table else metadata
 
     def keyed(changes: Rows) -> KeyedBatch[Rows]:
         return KeyedBatch(
             table=silver,
             changes=changes,
             key=key,
-            columns=columns,
+            columns=chosen.columns,
             properties=properties,
-            metadata=None if creates_table else metadata,
-            absent=schema.absent,
-            unchanged=unchanged,
+            metadata=base,
+            absent=read.schema.absent,
+            unchanged=chosen.unchanged,
             image_count=effects[EFFECT_INSERT] + effects[EFFECT_UPDATE],
             replaced_count=effects[EFFECT_UPDATE] + effects[EFFECT_DELETE],
         )
 
+    collected, materialized = chosen.collected, chosen.materialized
     commit: DataCommit
     if table.append_only and collected is not None:
         commit = DriverAppend(collected, properties, metadata)
     elif table.append_only:
-        commit = Append(materialized, properties, effects[EFFECT_INSERT], None if creates_table else metadata)
+        commit = Append(materialized, properties, effects[EFFECT_INSERT], base)
     elif collected is not None:
         tombstones = collected_tombstone_rows(collected_with_effects(collected, TOMBSTONED), key)
         commit = DriverRowDelta(keyed(collected_with_effects(collected, APPLIED)), tombstones)
     else:
         deletes = tombstone_rows(with_effects(materialized, TOMBSTONED), key)
-        commit = _IN_SPARK[way](keyed(with_effects(materialized, APPLIED)), deletes, materialized)
-    plan.changes = ChangeSet(
-        files=list(files),
-        shape=shape,
-        schema=schema,
-        creates_table=creates_table,
+        commit = _IN_SPARK[chosen.way](keyed(with_effects(materialized, APPLIED)), deletes, materialized)
+    return ChangeSet(
+        files=list(read.files),
+        shape=read.shape,
+        schema=read.schema,
+        creates_table=read.creates_table,
         counts=counts,
         effects=effects,
-        latest_commit_ts=stats["_cdc_latest"],
+        latest_commit_ts=stats[_LATEST],
         bad=bad,
-        history=history,
+        history=classified.history,
         commit=commit,
     )
-    return plan
 
 
-def _history_rows(valid: DataFrame) -> DataFrame:
-    """Every valid change as history takes it: data columns, ``_cdc_order``, ``_cdc_op``, ``_cdc_ts``.
-
-    History's ``_cdc_order`` is silver's with the change's place in its file after it: changes of
-    one key at one instant in one file with no change sequence (a transaction that updates then
-    deletes a row) share silver's order text, and history keeps each as a version of its own, in
-    file order. A re-read of the same file gives the same text (history adds a change once)."""
-    from pyspark.sql import functions as F
-
-    def digits(column: str) -> Column:
-        return F.lpad(F.coalesce(F.col(column), F.lit(0)).cast("string"), 20, "0")
-
-    order = F.concat(F.col(SILVER_ORDER), F.lit("#"), digits(FILE_BLOCK), digits(ROW_POSITION))
-    return valid.select(*data_columns(valid), order.alias(SILVER_ORDER), OP, COMMIT_TS)
-
-
-def history_changes(engine: Engine, table: TableConfig, files: Sequence[BronzeFile]) -> DataFrame:
-    """Every valid change of ``files`` (CDC files silver has applied), typed as silver stores them,
-    as a batch's history takes them (``BatchPlan.changes.history``): what history lacks when a crash
-    fell between silver's data commit and history's. Bad rows are left out, as the batch left them
-    out (quarantined; a replay adds them to both)."""
-    silver = engine.silver_table(table)
-    changes = read_changes(engine, table, files)
-    incoming = [(f.name, f.dataType.simpleString()) for f in silver_shape(latest_changes(changes, table)).schema.fields]
-    schema = plan_schema_change(silver_columns(engine.spark, silver), incoming, bookkeeping=(SILVER_ORDER,))
-    return _history_rows(_cast(changes.where(~has_error()), schema.cast)).localCheckpoint()
+# The observed name of the batch's newest commit time.
+_LATEST = "_cdc_latest"
 
 
 def choose_commit_way(
@@ -361,30 +389,12 @@ def choose_commit_way(
     return "merge" if metadata.total_records < engine.merge_below_records else "publish"
 
 
-# The effects a keyed batch's data commit applies, and those that leave a tombstone.
-APPLIED = (EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE)
-TOMBSTONED = (EFFECT_DELETE, EFFECT_DELETE_MISSING)
 # The ways whose rows stay in Spark, by the name ``choose_commit_way`` gives them.
 _IN_SPARK: dict[CommitWay, type[RowDelta] | type[Merge] | type[Publish]] = {
     "row-delta": RowDelta,
     "merge": Merge,
     "publish": Publish,
 }
-
-
-def with_effects(rows: DataFrame, effects: Sequence[str]) -> DataFrame:
-    """The classified ``rows`` whose effect is one of ``effects``."""
-    from pyspark.sql import functions as F
-
-    return rows.where(F.col(EFFECT).isin(*effects))
-
-
-def collected_with_effects(rows: pa.Table, effects: Sequence[str]) -> pa.Table:
-    """``with_effects`` of classified rows collected into the driver."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    return rows.filter(pc.is_in(rows.column(EFFECT), value_set=pa.array(list(effects))))
 
 
 # What one touched stored row costs in a broadcast: its key, ``_cdc_order`` (35 characters), its
@@ -412,14 +422,6 @@ def _one_task(engine: Engine, files: int, batch_bytes: int) -> bool:
     """Whether a batch of ``files`` files and ``batch_bytes`` bytes is small enough to prepare in
     one task (``Engine.single_task_batch_bytes``)."""
     return batch_bytes <= engine.single_task_batch_bytes or (files == 1 and batch_bytes <= engine.broadcast_batch_bytes)
-
-
-def _cast(rows: DataFrame, casts: dict[str, str]) -> DataFrame:
-    from pyspark.sql import functions as F
-
-    for column, type_name in casts.items():
-        rows = rows.withColumn(column, F.col(column).cast(type_name))
-    return rows
 
 
 def _classify(
@@ -457,38 +459,3 @@ def _classify(
         # At most one stored row per change: small enough to broadcast into the classification.
         touched = F.broadcast(stored.join(batch_keys, list(key), "left_semi"))
     return classify_effects(rows, touched, known_deleted, key)
-
-
-def latest_changes(changes: DataFrame, table: TableConfig, valid: Column | None = None) -> DataFrame:
-    """What a batch applies: the latest change per key with its operation (deletes included);
-    append-only tables: every change, with its operation kept in a column. ``valid``: rows where
-    it is false are left out."""
-    from pyspark.sql import functions as F
-
-    if table.append_only:
-        kept = changes if valid is None else changes.where(valid)
-        return kept.withColumn(APPEND_ONLY_OP_COLUMN, F.col(OP)).select(
-            *data_columns(changes), APPEND_ONLY_OP_COLUMN, OP, COMMIT_TS
-        )
-    columns = [*data_columns(changes), SILVER_ORDER, OP, COMMIT_TS]
-    latest = latest_change_per_key(changes, table.silver_key(), columns, valid)
-    flags = list(unchanged_flags(latest).values())
-    return latest.select(*data_columns(changes), SILVER_ORDER, OP, COMMIT_TS, *flags)
-
-
-def silver_shape(rows: DataFrame) -> DataFrame:
-    """The columns a silver table stores: the data columns and, for keyed tables, ``_cdc_order``."""
-    return rows.select(*data_columns(rows), *([SILVER_ORDER] if SILVER_ORDER in rows.columns else []))
-
-
-def tombstone_rows(changes: DataFrame, key: Sequence[str]) -> DataFrame:
-    """What a tombstone holds: the deleted key, the delete's order and its commit time."""
-    from pyspark.sql import functions as F
-
-    return changes.select(*key, SILVER_ORDER, F.col(COMMIT_TS).alias(TOMBSTONE_DELETED_AT))
-
-
-def collected_tombstone_rows(changes: pa.Table, key: Sequence[str]) -> pa.Table:
-    """``tombstone_rows`` of changes collected into the driver."""
-    kept = [*key, SILVER_ORDER, COMMIT_TS]
-    return changes.select(kept).rename_columns([*key, SILVER_ORDER, TOMBSTONE_DELETED_AT])

@@ -33,10 +33,14 @@ from cdclake.engine.changes import (
     flag_missing_keys,
     has_error,
     latest_change_per_key,
+    silver_shape,
     to_changes,
+    unchanged_flags,
     with_silver_order,
 )
 from cdclake.errors import BadInputError, ConfigError, first_line, java_cause
+from cdclake.lake.tables import silver_columns
+from cdclake.schema import plan_schema_change
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -302,3 +306,56 @@ def stored_rows(changes: DataFrame, table: TableConfig, deduplicate: bool = True
     columns = [*data_columns(changes), SILVER_ORDER, OP]
     latest = latest_change_per_key(changes, table.silver_key(), columns) if deduplicate else changes
     return latest.where(F.col(OP) != "D").select(*data_columns(changes), SILVER_ORDER)
+
+
+def latest_changes(changes: DataFrame, table: TableConfig, valid: Column | None = None) -> DataFrame:
+    """What a batch applies: the latest change per key with its operation (deletes included);
+    append-only tables: every change, with its operation kept in a column. ``valid``: rows where
+    it is false are left out."""
+    from pyspark.sql import functions as F
+
+    if table.append_only:
+        kept = changes if valid is None else changes.where(valid)
+        return kept.withColumn(APPEND_ONLY_OP_COLUMN, F.col(OP)).select(
+            *data_columns(changes), APPEND_ONLY_OP_COLUMN, OP, COMMIT_TS
+        )
+    columns = [*data_columns(changes), SILVER_ORDER, OP, COMMIT_TS]
+    latest = latest_change_per_key(changes, table.silver_key(), columns, valid)
+    flags = list(unchanged_flags(latest).values())
+    return latest.select(*data_columns(changes), SILVER_ORDER, OP, COMMIT_TS, *flags)
+
+
+def cast_columns(rows: DataFrame, casts: dict[str, str]) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    for column, type_name in casts.items():
+        rows = rows.withColumn(column, F.col(column).cast(type_name))
+    return rows
+
+
+def history_rows(valid: DataFrame) -> DataFrame:
+    """Every valid change as history takes it: data columns, ``_cdc_order``, ``_cdc_op``, ``_cdc_ts``.
+
+    History's ``_cdc_order`` is silver's with the change's place in its file after it: changes of
+    one key at one instant in one file with no change sequence (a transaction that updates then
+    deletes a row) share silver's order text, and history keeps each as a version of its own, in
+    file order. A re-read of the same file gives the same text (history adds a change once)."""
+    from pyspark.sql import functions as F
+
+    def digits(column: str) -> Column:
+        return F.lpad(F.coalesce(F.col(column), F.lit(0)).cast("string"), 20, "0")
+
+    order = F.concat(F.col(SILVER_ORDER), F.lit("#"), digits(FILE_BLOCK), digits(ROW_POSITION))
+    return valid.select(*data_columns(valid), order.alias(SILVER_ORDER), OP, COMMIT_TS)
+
+
+def history_changes(engine: Engine, table: TableConfig, files: Sequence[BronzeFile]) -> DataFrame:
+    """Every valid change of ``files`` (CDC files silver has applied), typed as silver stores them,
+    as a batch's history takes them (``BatchPlan.changes.history``): what history lacks when a crash
+    fell between silver's data commit and history's. Bad rows are left out, as the batch left them
+    out (quarantined; a replay adds them to both)."""
+    silver = engine.silver_table(table)
+    changes = read_changes(engine, table, files)
+    incoming = [(f.name, f.dataType.simpleString()) for f in silver_shape(latest_changes(changes, table)).schema.fields]
+    schema = plan_schema_change(silver_columns(engine.spark, silver), incoming, bookkeeping=(SILVER_ORDER,))
+    return history_rows(cast_columns(changes.where(~has_error()), schema.cast)).localCheckpoint()

@@ -1,56 +1,28 @@
-"""A whole run: list bronze once, read the tables' states, full loads, then CDC batches.
+"""The commands' runs: each lists bronze once and chooses its tables' works (``engine.turn``).
 
-Each table's work starts by catching its history up with silver (``engine.history_sync``), should
-a crash have fallen between silver's commit and history's.
-
-Tables are worked on concurrently (``engine.parallel``): each table's full load, or its batches
-one after the other, is one unit of work. Each commit hands back the table's new state, from which
-the next batch's pending files follow: no table's ledger is read twice and bronze is never listed
-again during a run. A table that fails is in the report's ``failures``; the others go on.
+``run`` loads where a load is due and applies every pending CDC file; ``full_load`` loads (or
+reloads); ``apply_cdc_files`` applies a state machine's manifest, one commit per table; ``replay``
+applies files again. How a table is worked (history caught up, its state read once, its load, its
+batches, each commit handing the next its state) is written once, in ``engine.turn.run_tables``.
 """
 
 from __future__ import annotations
 
 import logging
-import random
-import threading
-import time
 from collections.abc import Sequence
 
 from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind
 from cdclake.dms.store import list_bronze
-from cdclake.engine.cdc import apply_cdc_batch
-from cdclake.engine.full_load import full_load_table
-from cdclake.engine.history_sync import catch_up_history
-from cdclake.engine.parallel import TableRun, for_each_table
-from cdclake.engine.select import ReplaySelection, TableState, batches, group_by_table, load_due, skip_reason
-from cdclake.errors import ConcurrentWriterError, first_line
+from cdclake.engine.select import ReplaySelection, TableState, group_by_table, skip_reason
+from cdclake.engine.turn import HeldFiles, LoadStep, TableWork, apply_batch, read_state, run_tables
 from cdclake.lake.journals import files_with_quarantined_rows, quarantined_files_by_table
-from cdclake.lake.ledger import read_ledger
-from cdclake.lake.tables import is_commit_conflict
-from cdclake.report import Progress, RunReport, TableReport
-from cdclake.schema import is_type_change
+from cdclake.report import RunReport
 
 log = logging.getLogger("cdclake")
 
-HeldFiles = dict[str, frozenset[str]]  # silver table name -> bronze keys held in quarantine
-
-
-def held_files(engine: Engine) -> HeldFiles:
-    """Every table's quarantined files, in one read of the database's quarantine journal."""
-    return quarantined_files_by_table(engine.spark, engine.catalog, engine.config.database)
-
-
-def read_state(engine: Engine, table: TableConfig, held: HeldFiles | None = None) -> TableState:
-    """What the lake says of ``table``: its ledger (table metadata only) and its quarantine
-    (``held``, read once for the run; read now when not given)."""
-    silver = engine.silver_table(table)
-    ledger = read_ledger(engine.spark, silver)
-    quarantine = held_files(engine) if held is None else held
-    keys = quarantine.get(silver.name, frozenset())
-    return TableState(ledger.full_load_done, ledger.applied, keys, ledger.loaded, ledger.snapshot_id)
+__all__ = ["apply_batch", "apply_cdc_files", "apply_pending", "full_load", "read_state", "replay", "run", "warn"]
 
 
 def list_all(engine: Engine) -> BronzeListing:
@@ -67,10 +39,15 @@ def run(engine: Engine, tables: Sequence[TableConfig] | None = None) -> RunRepor
 
 
 def apply_pending(
-    engine: Engine, listing: BronzeListing, tables: Sequence[TableConfig] | None = None, loads: bool = True
+    engine: Engine,
+    listing: BronzeListing,
+    tables: Sequence[TableConfig] | None = None,
+    loads: bool = True,
+    states: dict[str, TableState] | None = None,
 ) -> tuple[RunReport, dict[str, TableState]]:
     """What ``run`` does with a listing it is given: the report, and the state each table was left
-    in (by source name; a table that failed before its state was read is absent).
+    in (by source; a table that failed is absent). ``states``: the tables' states as an earlier
+    round left them (the follow loop), used instead of reading them again.
 
     ``loads`` False: the CDC lane (the Glue CDC job's loop), which never runs a (re)load: a table
     whose load is due is reported (``TableReport.load_pending``, ``RunReport.loads_pending``) and
@@ -83,71 +60,23 @@ def apply_pending(
         else:
             selected.append(table)
     report.no_files = [t.source for t in selected if not listing.may_hold(t.source_schema, t.source_table)]
-    held = held_files(engine)
-
-    def load(table_run: TableRun) -> None:
-        table = table_run.table
-        catch_up_history(engine, table)
-        state = read_state(engine, table, held)
-        if not loads:
-            files = listing.for_table(table.source_schema, table.source_table, FileKind.FULL_LOAD)
-            if why := load_due(table, state, files):
-                pending = TableReport(table=table.source, kind="full-load", load_pending=why)
-                pending.note = f"load pending in the full-load lane, CDC held until then: {why}"
-                table_run.reports.append(pending)
-                return  # no state: its CDC files stay pending
-        done, table_run.state = full_load_table(engine, table, listing, state)
-        if done.note != "already loaded":
-            table_run.reports.append(done)
-
-    started = time.monotonic()
-    loaded = for_each_table(engine, selected, "full-load", load)
-    report.phase_seconds["full loads"] = time.monotonic() - started
-    _collect(report, loaded)
-    states = {r.table.source: r.state for r in loaded if r.state is not None}
     cdc_files = [f for f in listing.files if f.kind is FileKind.CDC]
-    grouped = [(t, fs) for t, fs in group_by_table(engine.config, cdc_files, report) if t.source in states]
-    files_of = {t.source: fs for t, fs in grouped}
-    pending = [f for t, fs in grouped for f in states[t.source].pending(fs)]
-    progress = Progress(len(pending), sum(f.size for f in pending), time.monotonic(), total_tables=len(grouped))
-    lock = threading.Lock()
-
-    def apply(table_run: TableRun) -> None:
-        table = table_run.table
-        table_run.state = states[table.source]
-        _apply_in_batches(
-            engine, table_run, files_of[table.source], listing, table_run.state, progress=(progress, lock)
-        )
-        with lock:
-            progress.tables += 1
-
-    started = time.monotonic()
-    applied = for_each_table(engine, [t for t, _ in grouped], "cdc", apply)
-    report.phase_seconds["CDC"] = time.monotonic() - started
-    _collect(report, applied)
-    states |= {r.table.source: r.state for r in applied if r.state is not None}
+    files_of = {t.source: tuple(fs) for t, fs in group_by_table(engine.config, cdc_files, report)}
+    step = LoadStep.IF_DUE if loads else LoadStep.LANE
+    works = [TableWork(t, step, files_of.get(t.source)) for t in selected]
+    report, left = run_tables(engine, works, listing, states, report)
     unconfigured = {f"{s}.{t}" for s, t in listing.sources() if engine.config.table_for_source(s, t) is None}
     report.unconfigured = sorted(set(report.unconfigured) | unconfigured)
-    return report, states
+    return report, left
 
 
 def full_load(engine: Engine, tables: Sequence[TableConfig] | None = None, reload: bool = False) -> RunReport:
     """Full load of the tables (all configured ones by default), concurrently; loaded tables are
     left alone unless ``reload``."""
     listing = list_all(engine)
-    report = RunReport(unrecognised=list(listing.unrecognised))
-    held = held_files(engine)
-
-    def load(table_run: TableRun) -> None:
-        catch_up_history(engine, table_run.table)
-        state = read_state(engine, table_run.table, held)
-        loaded, table_run.state = full_load_table(engine, table_run.table, listing, state, reload)
-        table_run.reports.append(loaded)
-
-    started = time.monotonic()
-    loads = for_each_table(engine, list(tables or engine.config.tables), "full-load", load)
-    report.phase_seconds["full loads"] = time.monotonic() - started
-    _collect(report, loads)
+    step = LoadStep.AGAIN if reload else LoadStep.ASKED
+    works = [TableWork(t, step) for t in tables or engine.config.tables]
+    report, _ = run_tables(engine, works, listing, report=RunReport(unrecognised=list(listing.unrecognised)))
     warn(report)
     return report
 
@@ -156,26 +85,8 @@ def apply_cdc_files(engine: Engine, files: Sequence[BronzeFile]) -> RunReport:
     """Apply an explicit set of CDC files (a state-machine manifest): one commit per table, tables
     concurrently."""
     report = RunReport()
-    grouped = group_by_table(engine.config, files, report)
-    files_of = {t.source: fs for t, fs in grouped}
-    held = held_files(engine) if grouped else {}
-
-    def apply(table_run: TableRun) -> None:
-        table = table_run.table
-        catch_up_history(engine, table)
-        state = read_state(engine, table, held)
-        listing = (
-            None if state.full_load_done else list_bronze(engine.store, f"{table.source_schema}/{table.source_table}")
-        )
-        applied, table_run.state = apply_batch(
-            engine, table, files_of[table.source], state, _loads_pending(table, listing)
-        )
-        table_run.reports.append(applied)
-
-    started = time.monotonic()
-    applied = for_each_table(engine, [t for t, _ in grouped], "cdc", apply)
-    report.phase_seconds["CDC"] = time.monotonic() - started
-    _collect(report, applied)
+    works = [TableWork(t, cdc=tuple(fs), one_batch=True) for t, fs in group_by_table(engine.config, files, report)]
+    report, _ = run_tables(engine, works, None, report=report)
     warn(report)
     return report
 
@@ -197,8 +108,7 @@ def replay(engine: Engine, selection: ReplaySelection, tables: Sequence[TableCon
         for t, fs in group_by_table(engine.config, [f for f in listing.files if f.kind is FileKind.CDC], report)
         if t.source in selected
     ]
-    files_of = {t.source: fs for t, fs in grouped}
-    held = held_files(engine)
+    held = quarantined_files_by_table(engine.spark, engine.catalog, engine.config.database)
     # Files whose bad rows were set aside were applied; replaying them applies the fixed rows.
     with_rows = files_with_quarantined_rows(engine.spark, engine.catalog, engine.config.database)
     for table in tables or engine.config.tables:
@@ -215,15 +125,13 @@ def replay(engine: Engine, selection: ReplaySelection, tables: Sequence[TableCon
     quarantined = {t: held.get(t, frozenset()) | with_rows.get(t, frozenset()) for t in {*held, *with_rows}}
     if selection.quarantined:
         _warn_missing(engine, [t for t in (tables or engine.config.tables)], listing, quarantined)
-
-    def apply(table_run: TableRun) -> None:
-        catch_up_history(engine, table_run.table)
-        state = read_state(engine, table_run.table, held)
-        in_quarantine = quarantined.get(engine.silver_table(table_run.table).name, frozenset())
-        chosen = selection.choose(files_of[table_run.table.source], in_quarantine)
-        _apply_in_batches(engine, table_run, chosen, listing, state, force=True)
-
-    _collect(report, for_each_table(engine, [t for t, _ in grouped], "cdc", apply))
+    works = [
+        TableWork(
+            t, cdc=tuple(selection.choose(fs, quarantined.get(engine.silver_table(t).name, frozenset()))), force=True
+        )
+        for t, fs in grouped
+    ]
+    report, _ = run_tables(engine, works, listing, report=report)
     warn(report)
     return report
 
@@ -241,83 +149,6 @@ def _warn_missing(
                 table.source,
                 key,
             )
-
-
-def _collect(report: RunReport, runs: Sequence[TableRun]) -> None:
-    """The tables' reports in table order (each table's batches in apply order), then the failures."""
-    for table_run in runs:
-        report.tables.extend(table_run.reports)
-        if table_run.failure is not None:
-            report.failures.append(table_run.failure)
-
-
-def apply_batch(
-    engine: Engine,
-    table: TableConfig,
-    files: Sequence[BronzeFile],
-    state: TableState,
-    loads_pending: bool = False,
-    force: bool = False,
-) -> tuple[TableReport, TableState]:
-    """Apply one batch; when another writer commits to the table first, read the table's state
-    again and retry (the ledger makes that safe: what the other writer applied is skipped), a
-    bounded number of times with growing pauses, then give up with ConcurrentWriterError."""
-    for attempt in range(1, engine.commit_attempts + 1):
-        try:
-            return apply_cdc_batch(engine, table, files, state, loads_pending, force)
-        except Exception as failure:
-            if not is_commit_conflict(failure):
-                raise
-            if attempt == engine.commit_attempts:
-                raise ConcurrentWriterError(
-                    f"Table {table.source}: another writer committed to {engine.silver_table(table).identifier} "
-                    f"{attempt} times while this batch was applied (a second cdclake run, a Glue job or "
-                    "maintenance on the same catalog); nothing of this batch is lost: run it again later."
-                ) from None
-            pause = engine.commit_backoff_seconds * 2 ** (attempt - 1) * (1 + random.random())
-            log.warning("commit conflict table=%s attempt=%d retry_in=%.1fs: %s", table.source, attempt, pause,
-                        first_line(failure))  # fmt: skip
-            time.sleep(pause)
-            # The conflict may have been history's, after silver's commit: history catches up first.
-            catch_up_history(engine, table)
-            state = read_state(engine, table)
-    raise AssertionError("unreachable")
-
-
-def _loads_pending(table: TableConfig, listing: BronzeListing | None) -> bool:
-    return bool(listing and listing.for_table(table.source_schema, table.source_table, FileKind.FULL_LOAD))
-
-
-def _apply_in_batches(
-    engine: Engine,
-    table_run: TableRun,
-    files: Sequence[BronzeFile],
-    listing: BronzeListing,
-    state: TableState,
-    force: bool = False,
-    progress: tuple[Progress, threading.Lock] | None = None,
-) -> None:
-    table = table_run.table
-    pending = state.pending(files, force)
-    loads_pending = _loads_pending(table, listing)
-    for batch in batches(pending, engine.config.max_files_per_batch, engine.config.max_batch_bytes):
-        if table_run.stopping.is_set():
-            return
-        applied, state = apply_batch(engine, table, batch, state, loads_pending, force)
-        table_run.reports.append(applied)
-        table_run.state = state
-        if progress is not None:
-            run_progress, lock = progress
-            with lock:
-                line = run_progress.advance(applied, time.monotonic())
-            if run_progress.total_files > len(batch):
-                log.info("progress %s", line.text, extra={"progress": line.fraction})
-        if (
-            applied.quarantined_files
-            and not applied.files_applied
-            and is_type_change(applied.note.removeprefix("quarantined: "))
-        ):
-            break  # a type change held the whole batch: the next ones would be held the same way
 
 
 def warn(report: RunReport) -> None:

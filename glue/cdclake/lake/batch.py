@@ -164,7 +164,7 @@ class _InSpark:
     checkpoint): ``batch.changes`` and ``tombstones`` are read from it."""
 
     batch: KeyedBatch[DataFrame]
-    tombstones: DataFrame  # what the batch's deletes leave as tombstones (``engine.prepare.tombstone_rows``)
+    tombstones: DataFrame  # what the batch's deletes leave as tombstones (``engine.plan.tombstone_rows``)
     classified: DataFrame  # every classified change, materialised
     way: ClassVar[CommitWay]
 

@@ -348,7 +348,7 @@ def append_validated(
     would both append the same files' rows. So the rows are appended on a private branch created
     at the base and published as one RowDelta validated from it (``commit_staged``): a commit on
     main since then that added data or delete files makes it fail as a conflict, and the batch is
-    planned again from the ledger as it is now (``engine.run.apply_batch``).
+    planned again from the ledger as it is now (``engine.turn.apply_batch``).
     """
     return _validated(
         spark, table_identifier, base_snapshot_id, properties, lambda target: rows.writeTo(target).append()

@@ -1,7 +1,7 @@
 """One writer per local warehouse: a lock file that a second run waits on, naming who holds it.
 
 On AWS the state machine runs one Glue job at a time; a manual run beside it is caught by the
-engine's commit-conflict retries instead (``engine.run.apply_batch``).
+engine's commit-conflict retries instead (``engine.turn.apply_batch``).
 """
 
 from __future__ import annotations

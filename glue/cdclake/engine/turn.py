@@ -1,0 +1,265 @@
+"""A table's turn: the one way every command works a table.
+
+``run``, ``full-load``, a state machine's manifest, ``replay`` and each round of the follow loop only
+choose their works (``TableWork``: the table, the load it asks for, the CDC files it considers);
+``run_tables`` works them, tables concurrently (``engine.parallel``), in two passes:
+
+1. **Loads** (works that ask for one): the table's state, then its full load, reload or, in the
+   CDC lane, the report that a load is due (its CDC then waits, in order, for the full-load lane).
+2. **CDC** (works with files): the state (from the load, or handed in, or read), then the pending
+   files in batches, each batch one commit whose new state plans the next.
+
+A table's state is read (``fresh_state``: history caught up with silver first, should a crash have
+fallen between their commits, then the ledger and the quarantine) only when the caller hands none
+in: the follow loop hands in the states its rounds left, so a round reads no ledger and no
+quarantine. A state handed in is as good as read: every commit is validated from the snapshot the
+state was taken at, so a table another writer moved since is refused before anything is written
+and its state is read again (``apply_batch``). The quarantine journal is read once per call, and
+only if some table's state must be read.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from cdclake.config import TableConfig
+from cdclake.context import Engine
+from cdclake.dms.files import BronzeFile, BronzeListing, FileKind
+from cdclake.dms.store import list_bronze
+from cdclake.engine.cdc import apply_cdc_batch
+from cdclake.engine.full_load import full_load_table
+from cdclake.engine.history_sync import catch_up_history
+from cdclake.engine.parallel import TableRun, for_each_table
+from cdclake.engine.select import TableState, batches, load_due
+from cdclake.errors import ConcurrentWriterError, first_line
+from cdclake.lake.journals import quarantined_files_by_table
+from cdclake.lake.ledger import read_ledger
+from cdclake.lake.tables import TableMovedError, is_commit_conflict
+from cdclake.report import Progress, RunReport, TableReport
+from cdclake.schema import is_type_change
+
+log = logging.getLogger("cdclake")
+
+HeldFiles = Mapping[str, frozenset[str]]  # silver table name -> bronze keys held in quarantine
+
+
+class LoadStep(Enum):
+    """What a table's turn does about its full load."""
+
+    NONE = "none"  # CDC only (a manifest, a replay)
+    IF_DUE = "if due"  # load a table that has none, or whose bronze holds a new load (``run``)
+    LANE = "lane"  # the CDC lane: a due load is reported, and holds the table's CDC until loaded
+    ASKED = "asked"  # ``full-load``: load if due, and report the table either way
+    AGAIN = "again"  # ``full-load --reload``
+
+
+@dataclass(frozen=True)
+class TableWork:
+    """What one table's turn is asked to do."""
+
+    table: TableConfig
+    load: LoadStep = LoadStep.NONE
+    cdc: tuple[BronzeFile, ...] | None = None  # the CDC files considered (None: no CDC pass)
+    force: bool = False  # apply them even if the ledger or the quarantine has them (a replay)
+    one_batch: bool = False  # all pending files in one commit (a manifest), not in batches
+
+
+@dataclass
+class _Quarantine:
+    """The database's quarantine journal, read at most once per ``run_tables``, when first needed."""
+
+    engine: Engine
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    read: HeldFiles | None = None
+
+    def held(self) -> HeldFiles:
+        with self.lock:
+            if self.read is None:
+                engine = self.engine
+                self.read = quarantined_files_by_table(engine.spark, engine.catalog, engine.config.database)
+            return self.read
+
+
+def read_state(engine: Engine, table: TableConfig, held: HeldFiles | None = None) -> TableState:
+    """What the lake says of ``table``: its ledger (table metadata only) and its quarantine
+    (``held``: the journal as read once for the run; read now when not given)."""
+    silver = engine.silver_table(table)
+    ledger = read_ledger(engine.spark, silver)
+    quarantine = _Quarantine(engine).held() if held is None else held
+    keys = quarantine.get(silver.name, frozenset())
+    return TableState(ledger.full_load_done, ledger.applied, keys, ledger.loaded, ledger.snapshot_id)
+
+
+def fresh_state(engine: Engine, table: TableConfig, held: Callable[[], HeldFiles]) -> TableState:
+    """The table's state read from the lake, its history caught up with silver first (the rule:
+    every turn that reads a table starts by catching its history up)."""
+    catch_up_history(engine, table)
+    return read_state(engine, table, held())
+
+
+def run_tables(
+    engine: Engine,
+    works: Sequence[TableWork],
+    listing: BronzeListing | None,
+    states: Mapping[str, TableState] | None = None,
+    report: RunReport | None = None,
+) -> tuple[RunReport, dict[str, TableState]]:
+    """Work every table of ``works`` (tables concurrently): the report (``report``, if given, is
+    added to), and the state each table was left in, by source (a table that failed is absent:
+    its state is read again on its next turn). ``listing``: bronze as listed for the run (None: a
+    manifest, whose tables' folders are listed only when a table has no full load yet). ``states``:
+    the tables' states as a previous turn left them (the follow loop), not read again."""
+    report = RunReport() if report is None else report
+    quarantine = _Quarantine(engine)
+    given = dict(states or {})
+    left: dict[str, TableState] = {}
+
+    def state_of(table: TableConfig) -> TableState:
+        return given.get(table.source) or fresh_state(engine, table, quarantine.held)
+
+    def load(table_run: TableRun, work: TableWork) -> None:
+        table = table_run.table
+        state = state_of(table)
+        assert listing is not None, "a load needs the run's listing"
+        if work.load is LoadStep.LANE:
+            files = listing.for_table(table.source_schema, table.source_table, FileKind.FULL_LOAD)
+            if why := load_due(table, state, files):
+                pending = TableReport(table=table.source, kind="full-load", load_pending=why)
+                pending.note = f"load pending in the full-load lane, CDC held until then: {why}"
+                table_run.reports.append(pending)
+                return  # no state: its CDC files stay pending
+        done, table_run.state = full_load_table(engine, table, listing, state, work.load is LoadStep.AGAIN)
+        if work.load in (LoadStep.ASKED, LoadStep.AGAIN) or done.note != "already loaded":
+            table_run.reports.append(done)
+
+    by_source = {w.table.source: w for w in works}
+    loading = [w.table for w in works if w.load is not LoadStep.NONE]
+    if loading:
+        started = time.monotonic()
+        loaded = for_each_table(engine, loading, "full-load", lambda r: load(r, by_source[r.table.source]))
+        report.phase_seconds["full loads"] = time.monotonic() - started
+        _collect(report, loaded, left)
+        given |= left
+    # A table whose load pass failed or left no state (a load pending in the CDC lane) has no CDC pass.
+    cdc = [w for w in works if w.cdc is not None and (w.load is LoadStep.NONE or w.table.source in left)]
+    if not cdc:
+        return report, left
+    pending = [f for w in cdc if w.table.source in given for f in given[w.table.source].pending(w.cdc or (), w.force)]
+    progress = Progress(len(pending), sum(f.size for f in pending), time.monotonic(), total_tables=len(cdc))
+    lock = threading.Lock()
+
+    def apply(table_run: TableRun, work: TableWork) -> None:
+        table = table_run.table
+        table_run.state = state_of(table)
+        files = work.cdc or ()
+        table_listing = listing
+        if listing is None and not table_run.state.full_load_done:
+            table_listing = list_bronze(engine.store, f"{table.source_schema}/{table.source_table}")
+        loads_pending = bool(
+            table_listing and table_listing.for_table(table.source_schema, table.source_table, FileKind.FULL_LOAD)
+        )
+        if work.one_batch:
+            applied, table_run.state = apply_batch(
+                engine, table, files, table_run.state, loads_pending, work.force, quarantine.held
+            )
+            table_run.reports.append(applied)
+        else:
+            _apply_in_batches(engine, table_run, work, loads_pending, quarantine.held, (progress, lock))
+        with lock:
+            progress.tables += 1
+
+    started = time.monotonic()
+    applied = for_each_table(engine, [w.table for w in cdc], "cdc", lambda r: apply(r, by_source[r.table.source]))
+    report.phase_seconds["CDC"] = time.monotonic() - started
+    _collect(report, applied, left)
+    return report, left
+
+
+def apply_batch(
+    engine: Engine,
+    table: TableConfig,
+    files: Sequence[BronzeFile],
+    state: TableState,
+    loads_pending: bool = False,
+    force: bool = False,
+    held: Callable[[], HeldFiles] | None = None,
+) -> tuple[TableReport, TableState]:
+    """Apply one batch; when another writer commits to the table first, read the table's state
+    again and retry (the ledger makes that safe: what the other writer applied is skipped), a
+    bounded number of times with growing pauses, then give up with ConcurrentWriterError.
+
+    A table found moved before anything was written (``TableMovedError``: the state was handed in
+    from an earlier turn, or read before another writer's commit) is planned again at once."""
+    quarantine = _Quarantine(engine).held if held is None else held
+    conflicts, replanned = 0, False
+    while True:
+        try:
+            return apply_cdc_batch(engine, table, files, state, loads_pending, force)
+        except Exception as failure:
+            if not is_commit_conflict(failure):
+                raise
+            if isinstance(failure, TableMovedError) and not replanned:
+                replanned = True  # nothing written yet: planned again at once, from a fresh state
+                log.info("table moved table=%s: %s; its state is read again", table.source, first_line(failure))
+            else:
+                conflicts += 1
+                if conflicts == engine.commit_attempts:
+                    raise ConcurrentWriterError(
+                        f"Table {table.source}: another writer committed to "
+                        f"{engine.silver_table(table).identifier} {conflicts} times while this batch was applied "
+                        "(a second cdclake run, a Glue job or maintenance on the same catalog); nothing of this "
+                        "batch is lost: run it again later."
+                    ) from None
+                pause = engine.commit_backoff_seconds * 2 ** (conflicts - 1) * (1 + random.random())
+                log.warning("commit conflict table=%s attempt=%d retry_in=%.1fs: %s", table.source, conflicts,
+                            pause, first_line(failure))  # fmt: skip
+                time.sleep(pause)
+            # The conflict may have been history's, after silver's commit: history catches up first.
+            state = fresh_state(engine, table, quarantine)
+
+
+def _apply_in_batches(
+    engine: Engine,
+    table_run: TableRun,
+    work: TableWork,
+    loads_pending: bool,
+    held: Callable[[], HeldFiles],
+    progress: tuple[Progress, threading.Lock],
+) -> None:
+    table = table_run.table
+    assert table_run.state is not None
+    pending = table_run.state.pending(work.cdc or (), work.force)
+    for batch in batches(pending, engine.config.max_files_per_batch, engine.config.max_batch_bytes):
+        if table_run.stopping.is_set():
+            return
+        applied, table_run.state = apply_batch(engine, table, batch, table_run.state, loads_pending, work.force, held)
+        table_run.reports.append(applied)
+        run_progress, lock = progress
+        with lock:
+            line = run_progress.advance(applied, time.monotonic())
+        if run_progress.total_files > len(batch):
+            log.info("progress %s", line.text, extra={"progress": line.fraction})
+        if (
+            applied.quarantined_files
+            and not applied.files_applied
+            and is_type_change(applied.note.removeprefix("quarantined: "))
+        ):
+            break  # a type change held the whole batch: the next ones would be held the same way
+
+
+def _collect(report: RunReport, runs: Sequence[TableRun], states: dict[str, TableState]) -> None:
+    """The tables' reports in table order (each table's batches in apply order), then the failures;
+    the states of the tables that did not fail."""
+    for table_run in runs:
+        report.tables.extend(table_run.reports)
+        if table_run.failure is not None:
+            report.failures.append(table_run.failure)
+            states.pop(table_run.table.source, None)
+        elif table_run.state is not None:
+            states[table_run.table.source] = table_run.state
