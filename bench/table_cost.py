@@ -5,9 +5,10 @@
 ``tables`` small tables (``bench/many_tables.py``'s data) are full-loaded, then their CDC files are
 applied in one batch, one table at a time (``cdc.parallel_tables: 1``, so that Python's profiler,
 which sees the calling thread only, sees every table's work). A first round warms the JVM; the
-second, in fresh databases, is profiled. The output lists cdclake's functions by cumulative time
-per table and the Python<->JVM round trips per table; the bare MERGE per table (the first seed's
-apply) is timed beside it, one table at a time too, as the floor under that cost.
+second, in fresh databases, is profiled; a third applies them as one warm round of the follow loop
+(the tables' states handed in, as the loop's earlier rounds leave them). The output lists cdclake's
+functions by cumulative time per table and the Python<->JVM round trips per table; the bare MERGE
+per table (the demo's apply) is timed beside it, one table at a time too, as the floor under that cost.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def measure(work: Path, tables: int, changes_per_table: int, top: int, stats: Pa
         sizes = ManyTables(tables, rows=tables * 1000, changes=tables * changes_per_table, parallel_tables=1)
         _, many = generate(spark, work / "data", sizes)
         result: dict[str, Any] = {"tables": tables, "changes_per_table": changes_per_table}
-        for round_ in ("warm-up", "profiled"):
+        for round_ in ("warm-up", "profiled", "follow"):
             database = f"cost_{round_.replace('-', '_')}"
             engine = table_engine(spark, many, tables, database, parallel=1)
             full_load(engine).checked()
@@ -48,10 +49,13 @@ def measure(work: Path, tables: int, changes_per_table: int, top: int, stats: Pa
             if round_ == "profiled":
                 result["driver_read_seconds"] = round(driver_read(engine, files), 2)
             profiler = cProfile.Profile()
-            started = time.perf_counter()
-            with _profiled_tables(profiler if round_ == "profiled" else None):
-                apply_cdc_files(engine, files).checked()
-            cdc = time.perf_counter() - started
+            if round_ == "follow":
+                cdc = _follow_round(engine)
+            else:
+                started = time.perf_counter()
+                with _profiled_tables(profiler if round_ == "profiled" else None):
+                    apply_cdc_files(engine, files).checked()
+                cdc = time.perf_counter() - started
             started = time.perf_counter()
             plain_merges(spark, many, files, copies, 1)
             merge = time.perf_counter() - started
@@ -64,10 +68,29 @@ def measure(work: Path, tables: int, changes_per_table: int, top: int, stats: Pa
                     profiler.dump_stats(stats)
             drop_database(spark, database)
         shutil.rmtree(work / "data", ignore_errors=True)
-    profiled = result["profiled"]
+    profiled, warm = result["profiled"], result["follow"]
     result["cdc_vs_bare_merge"] = round(profiled["cdc_seconds"] / profiled["bare_merge_seconds"], 2)
+    result["follow_round_vs_bare_merge"] = round(warm["cdc_seconds"] / warm["bare_merge_seconds"], 2)
     result["driver_read_seconds_per_table"] = round(result["driver_read_seconds"] / tables, 3)
     return result
+
+
+def _follow_round(engine: Any) -> float:
+    """Seconds of a warm round of the follow loop that applies every table's CDC files: the tables'
+    states are handed in as an earlier round would have left them (read before the clock starts)."""
+    from cdclake.alerts import LoggedAlerts
+    from cdclake.engine.follow import Follower, FollowSettings, Polling
+    from cdclake.engine.turn import read_state
+
+    follower = Follower(engine, FollowSettings(), Polling(), None, LoggedAlerts())
+    follower.index.relist()
+    follower.states = {t.source: read_state(engine, t) for t in follower.selected}
+    started = time.perf_counter()
+    follower.round(follower.selected, None)
+    seconds = time.perf_counter() - started
+    if follower.outcome.failures:
+        raise RuntimeError(f"the follow round failed: {follower.outcome.failures}")
+    return seconds
 
 
 def driver_read(engine: Any, files: list[Any]) -> float:

@@ -150,11 +150,13 @@ def _scan(
         cdc = [f for _, f in members if f.kind is FileKind.CDC]
         if cdc and DMS_OP_COLUMN not in frame.columns:
             raise MissingOpError(cdc[0].key)
-        frame = (
-            frame.withColumn(FILE_INDEX, file_index)
-            .withColumn(FILE_BLOCK, F.lit(0).cast("long"))
-            .withColumn(ROW_POSITION, F.col("_metadata.row_index"))
-            .withColumn(CORRUPT_RECORD, F.lit(None).cast("string"))
+        frame = frame.withColumns(
+            {
+                FILE_INDEX: file_index,
+                FILE_BLOCK: F.lit(0).cast("long"),
+                ROW_POSITION: F.col("_metadata.row_index"),
+                CORRUPT_RECORD: F.lit(None).cast("string"),
+            }
         )
     else:
         split = splittable_files(spark, settings, [(f, paths[f.key]) for _, f in members])

@@ -444,9 +444,7 @@ def _classify(
     exists = metadata.tombstones_exist
     known_deleted = engine.spark.table(tombstones.identifier).select(*key, SILVER_ORDER) if exists else nothing
     if base is None:
-        stored = nothing.withColumn(STORED_FILE, F.lit(None).cast("string")).withColumn(
-            STORED_POS, F.lit(None).cast("long")
-        )
+        stored = nothing.withColumns({STORED_FILE: F.lit(None).cast("string"), STORED_POS: F.lit(None).cast("long")})
     else:
         stored = engine.spark.sql(
             f"SELECT {', '.join(quote(k) for k in key)}, {SILVER_ORDER}, _file AS {STORED_FILE}, _pos AS {STORED_POS} "

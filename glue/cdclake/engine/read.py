@@ -328,9 +328,9 @@ def latest_changes(changes: DataFrame, table: TableConfig, valid: Column | None 
 def cast_columns(rows: DataFrame, casts: dict[str, str]) -> DataFrame:
     from pyspark.sql import functions as F
 
-    for column, type_name in casts.items():
-        rows = rows.withColumn(column, F.col(column).cast(type_name))
-    return rows
+    if not casts:
+        return rows
+    return rows.withColumns({column: F.col(column).cast(type_name) for column, type_name in casts.items()})
 
 
 def history_rows(valid: DataFrame) -> DataFrame:
