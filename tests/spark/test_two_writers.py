@@ -15,6 +15,7 @@ import pytest
 
 from cdclake.context import CommitPath, Engine
 from cdclake.dms.writer import SourceChange, cdc_file_name, cdc_records, change_sequence, write_csv
+from cdclake.engine.cdc import CdcBatch
 from cdclake.engine.follow import FollowSettings, Polling, follow
 from cdclake.engine.run import apply_batch, apply_cdc_files, read_state, run
 from cdclake.engine.select import files_from_keys
@@ -148,7 +149,7 @@ def test_a_state_read_before_the_other_loop_committed_is_planned_again(
     files = files_from_keys(engine.store, [second])
     apply_cdc_files(engine, files).checked()
     # WHEN the first loop applies the file from the state it read before
-    applied, after = apply_batch(engine, config, files, stale)
+    applied, after = apply_batch(engine, CdcBatch(config, files), stale)
     # THEN the file is skipped (the ledger was read again), recorded and applied once
     assert (applied.files_applied, applied.files_skipped) == (0, 1)
     assert second in after.applied and after.snapshot_id == read_state(engine, config).snapshot_id

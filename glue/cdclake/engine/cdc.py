@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from cdclake.columns import EFFECT_DELETE, EFFECT_DELETE_MISSING, EFFECT_INSERT, EFFECT_LATE, EFFECT_UPDATE
 from cdclake.config import TableConfig
@@ -22,14 +22,17 @@ from cdclake.report import TableReport
 log = logging.getLogger("cdclake")
 
 
-def apply_cdc_batch(
-    engine: Engine,
-    table: TableConfig,
-    files: Sequence[BronzeFile],
-    state: TableState,
-    loads_pending: bool = False,
-    force: bool = False,
-) -> tuple[TableReport, TableState]:
+@dataclass(frozen=True)
+class CdcBatch:
+    """One batch of one table's CDC files, and how to apply it."""
+
+    table: TableConfig
+    files: Sequence[BronzeFile]
+    loads_pending: bool = False  # bronze holds LOAD files of the table (not applied yet: an error)
+    force: bool = False  # a replay: apply the files even if the ledger or the quarantine lists them
+
+
+def apply_cdc_batch(engine: Engine, batch: CdcBatch, state: TableState) -> tuple[TableReport, TableState]:
     """Apply one batch of CDC files of one table as one Iceberg data commit; skip files already
     applied (``state``, the ledger) and held in quarantine. Returns the report and the new state.
 
@@ -40,9 +43,8 @@ def apply_cdc_batch(
     to ``cdclake_quarantine_rows`` (a file above ``max_bad_row_ratio`` is held whole instead);
     unreadable or empty files and batches with an incompatible schema change go to
     ``cdclake_quarantine`` and are held until a replay.
-    ``loads_pending``: bronze holds LOAD files of the table. ``force`` (a replay) applies the files
-    even if the ledger or the quarantine lists them.
     """
+    table, files, force = batch.table, batch.files, batch.force
     started = time.monotonic()
     keys = {f.key for f in files}
     pending = state.pending(files, force)
@@ -52,7 +54,7 @@ def apply_cdc_batch(
         report = TableReport(table=table.source, kind="cdc", files_skipped=skipped, files_held=held_before)
         report.note = "nothing new"
         return report, state
-    if not state.full_load_done and loads_pending:
+    if not state.full_load_done and batch.loads_pending:
         # Creating the table from CDC alone would mark it loaded and its LOAD files would never
         # be applied; only a table that had no rows at full load (no LOAD files) starts from CDC.
         raise FullLoadPendingError(

@@ -32,7 +32,7 @@ from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind
 from cdclake.dms.store import list_bronze
-from cdclake.engine.cdc import apply_cdc_batch
+from cdclake.engine.cdc import CdcBatch, apply_cdc_batch
 from cdclake.engine.full_load import full_load_table
 from cdclake.engine.history_sync import catch_up_history
 from cdclake.engine.parallel import TableRun, for_each_table
@@ -116,16 +116,53 @@ def run_tables(
     manifest, whose tables' folders are listed only when a table has no full load yet). ``states``:
     the tables' states as a previous turn left them (the follow loop), not read again."""
     report = RunReport() if report is None else report
-    quarantine = _Quarantine(engine)
-    given = dict(states or {})
+    turns = _Turns(engine, listing, {w.table.source: w for w in works}, dict(states or {}))
     left: dict[str, TableState] = {}
+    loading = [w.table for w in works if w.load is not LoadStep.NONE]
+    if loading:
+        started = time.monotonic()
+        loaded = for_each_table(engine, loading, "full-load", turns.load)
+        report.phase_seconds["full loads"] = time.monotonic() - started
+        _collect(report, loaded, left)
+        turns.states |= left
+    # A table whose load pass failed or left no state (a load pending in the CDC lane) has no CDC pass.
+    cdc = [w for w in works if w.cdc is not None and (w.load is LoadStep.NONE or w.table.source in left)]
+    if cdc:
+        turns.progress = Progress(0, 0, time.monotonic(), total_tables=len(cdc))
+        for work in cdc:
+            if (known := turns.states.get(work.table.source)) is not None:
+                pending = known.pending(work.cdc or (), work.force)
+                turns.progress.total_files += len(pending)
+                turns.progress.total_bytes += sum(f.size for f in pending)
+        started = time.monotonic()
+        applied = for_each_table(engine, [w.table for w in cdc], "cdc", turns.apply)
+        report.phase_seconds["CDC"] = time.monotonic() - started
+        _collect(report, applied, left)
+    return report, left
 
-    def state_of(table: TableConfig) -> TableState:
-        return given.get(table.source) or fresh_state(engine, table, quarantine.held)
 
-    def load(table_run: TableRun, work: TableWork) -> None:
-        table = table_run.table
-        state = state_of(table)
+class _Turns:
+    """The tables' turns of one ``run_tables``: what they share (the listing, the states handed in,
+    the quarantine journal read at most once, the progress) and the two passes' work per table."""
+
+    def __init__(
+        self, engine: Engine, listing: BronzeListing | None, works: dict[str, TableWork], states: dict[str, TableState]
+    ) -> None:
+        self.engine, self.listing, self.works, self.states = engine, listing, works, states
+        self.quarantine = _Quarantine(engine)
+        self.progress = Progress(0, 0, time.monotonic())
+        self.lock = threading.Lock()
+
+    def state_of(self, table: TableConfig) -> TableState:
+        """The state handed in (or left by the table's load), else read."""
+        known = self.states.get(table.source)
+        return known if known is not None else fresh_state(self.engine, table, self.quarantine.held)
+
+    def load(self, table_run: TableRun) -> None:
+        """The load pass of one table: its state, then the load its work asks for."""
+        table, work = table_run.table, self.works[table_run.table.source]
+        state = self.state_of(table)
+        listing = self.listing
         assert listing is not None, "a load needs the run's listing"
         if work.load is LoadStep.LANE:
             files = listing.for_table(table.source_schema, table.source_table, FileKind.FULL_LOAD)
@@ -134,61 +171,50 @@ def run_tables(
                 pending.note = f"load pending in the full-load lane, CDC held until then: {why}"
                 table_run.reports.append(pending)
                 return  # no state: its CDC files stay pending
-        done, table_run.state = full_load_table(engine, table, listing, state, work.load is LoadStep.AGAIN)
+        done, table_run.state = full_load_table(self.engine, table, listing, state, work.load is LoadStep.AGAIN)
         if work.load in (LoadStep.ASKED, LoadStep.AGAIN) or done.note != "already loaded":
             table_run.reports.append(done)
 
-    by_source = {w.table.source: w for w in works}
-    loading = [w.table for w in works if w.load is not LoadStep.NONE]
-    if loading:
-        started = time.monotonic()
-        loaded = for_each_table(engine, loading, "full-load", lambda r: load(r, by_source[r.table.source]))
-        report.phase_seconds["full loads"] = time.monotonic() - started
-        _collect(report, loaded, left)
-        given |= left
-    # A table whose load pass failed or left no state (a load pending in the CDC lane) has no CDC pass.
-    cdc = [w for w in works if w.cdc is not None and (w.load is LoadStep.NONE or w.table.source in left)]
-    if not cdc:
-        return report, left
-    pending = [f for w in cdc if w.table.source in given for f in given[w.table.source].pending(w.cdc or (), w.force)]
-    progress = Progress(len(pending), sum(f.size for f in pending), time.monotonic(), total_tables=len(cdc))
-    lock = threading.Lock()
-
-    def apply(table_run: TableRun, work: TableWork) -> None:
-        table = table_run.table
-        table_run.state = state_of(table)
-        files = work.cdc or ()
-        table_listing = listing
+    def apply(self, table_run: TableRun) -> None:
+        """The CDC pass of one table: its pending files in batches (a manifest's in one), each
+        batch's commit handing the next its state."""
+        table, work = table_run.table, self.works[table_run.table.source]
+        table_run.state = self.state_of(table)
+        listing = self.listing
         if listing is None and not table_run.state.full_load_done:
-            table_listing = list_bronze(engine.store, f"{table.source_schema}/{table.source_table}")
-        loads_pending = bool(
-            table_listing and table_listing.for_table(table.source_schema, table.source_table, FileKind.FULL_LOAD)
-        )
+            listing = list_bronze(self.engine.store, f"{table.source_schema}/{table.source_table}")
+        loads_pending = bool(listing and listing.for_table(table.source_schema, table.source_table, FileKind.FULL_LOAD))
+        pending = table_run.state.pending(work.cdc or (), work.force)
         if work.one_batch:
-            applied, table_run.state = apply_batch(
-                engine, table, files, table_run.state, loads_pending, work.force, quarantine.held
-            )
-            table_run.reports.append(applied)
+            chosen = [list(work.cdc or ())]
         else:
-            _apply_in_batches(engine, table_run, work, loads_pending, quarantine.held, (progress, lock))
-        with lock:
-            progress.tables += 1
+            engine_config = self.engine.config
+            chosen = batches(pending, engine_config.max_files_per_batch, engine_config.max_batch_bytes)
+        for files in chosen:
+            if table_run.stopping.is_set():
+                break
+            batch = CdcBatch(table, files, loads_pending, work.force)
+            applied, table_run.state = apply_batch(self.engine, batch, table_run.state, self.quarantine.held)
+            table_run.reports.append(applied)
+            self._advance(applied, len(files))
+            if (
+                applied.quarantined_files
+                and not applied.files_applied
+                and is_type_change(applied.note.removeprefix("quarantined: "))
+            ):
+                break  # a type change held the whole batch: the next ones would be held the same way
+        with self.lock:
+            self.progress.tables += 1
 
-    started = time.monotonic()
-    applied = for_each_table(engine, [w.table for w in cdc], "cdc", lambda r: apply(r, by_source[r.table.source]))
-    report.phase_seconds["CDC"] = time.monotonic() - started
-    _collect(report, applied, left)
-    return report, left
+    def _advance(self, applied: TableReport, files: int) -> None:
+        with self.lock:
+            line = self.progress.advance(applied, time.monotonic())
+        if self.progress.total_files > files:
+            log.info("progress %s", line.text, extra={"progress": line.fraction})
 
 
 def apply_batch(
-    engine: Engine,
-    table: TableConfig,
-    files: Sequence[BronzeFile],
-    state: TableState,
-    loads_pending: bool = False,
-    force: bool = False,
-    held: Callable[[], HeldFiles] | None = None,
+    engine: Engine, batch: CdcBatch, state: TableState, held: Callable[[], HeldFiles] | None = None
 ) -> tuple[TableReport, TableState]:
     """Apply one batch; when another writer commits to the table first, read the table's state
     again and retry (the ledger makes that safe: what the other writer applied is skipped), a
@@ -196,11 +222,12 @@ def apply_batch(
 
     A table found moved before anything was written (``TableMovedError``: the state was handed in
     from an earlier turn, or read before another writer's commit) is planned again at once."""
+    table = batch.table
     quarantine = _Quarantine(engine).held if held is None else held
     conflicts, replanned = 0, False
     while True:
         try:
-            return apply_cdc_batch(engine, table, files, state, loads_pending, force)
+            return apply_cdc_batch(engine, batch, state)
         except Exception as failure:
             if not is_commit_conflict(failure):
                 raise
@@ -222,35 +249,6 @@ def apply_batch(
                 time.sleep(pause)
             # The conflict may have been history's, after silver's commit: history catches up first.
             state = fresh_state(engine, table, quarantine)
-
-
-def _apply_in_batches(
-    engine: Engine,
-    table_run: TableRun,
-    work: TableWork,
-    loads_pending: bool,
-    held: Callable[[], HeldFiles],
-    progress: tuple[Progress, threading.Lock],
-) -> None:
-    table = table_run.table
-    assert table_run.state is not None
-    pending = table_run.state.pending(work.cdc or (), work.force)
-    for batch in batches(pending, engine.config.max_files_per_batch, engine.config.max_batch_bytes):
-        if table_run.stopping.is_set():
-            return
-        applied, table_run.state = apply_batch(engine, table, batch, table_run.state, loads_pending, work.force, held)
-        table_run.reports.append(applied)
-        run_progress, lock = progress
-        with lock:
-            line = run_progress.advance(applied, time.monotonic())
-        if run_progress.total_files > len(batch):
-            log.info("progress %s", line.text, extra={"progress": line.fraction})
-        if (
-            applied.quarantined_files
-            and not applied.files_applied
-            and is_type_change(applied.note.removeprefix("quarantined: "))
-        ):
-            break  # a type change held the whole batch: the next ones would be held the same way
 
 
 def _collect(report: RunReport, runs: Sequence[TableRun], states: dict[str, TableState]) -> None:
