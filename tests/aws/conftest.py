@@ -97,6 +97,20 @@ def lambda_context() -> FakeLambdaContext:
 # ---------------------------------------------------------------------------------------- moto gaps
 
 
+def a_started_replication_task(dms: Any) -> str:
+    """The DMS task the stack watches (full load and CDC into bronze), created and started; its ARN."""
+    task_arn: str = dms.create_replication_task(
+        ReplicationTaskIdentifier="source-to-bronze",
+        SourceEndpointArn=f"arn:aws:dms:{REGION}:{ACCOUNT}:endpoint:SOURCE",
+        TargetEndpointArn=f"arn:aws:dms:{REGION}:{ACCOUNT}:endpoint:TARGET",
+        ReplicationInstanceArn=f"arn:aws:dms:{REGION}:{ACCOUNT}:rep:INSTANCE",
+        MigrationType="full-load-and-cdc",
+        TableMappings=json.dumps({"rules": []}),
+    )["ReplicationTask"]["ReplicationTaskArn"]
+    dms.start_replication_task(ReplicationTaskArn=task_arn, StartReplicationTaskType="start-replication")
+    return task_arn
+
+
 @dataclass
 class MotoStepFunctionsGaps:
     """Knobs the gap workarounds expose to tests (moto cannot model these itself)."""
@@ -648,15 +662,7 @@ def pipeline(moto_step_functions_gaps: MotoStepFunctionsGaps, request: pytest.Fi
                 DefaultArguments={"--queue_url": queue_url} if job == "cdclake-cdc" else {},
             )
         dms = boto3.client("dms", region_name=REGION)
-        task_arn = dms.create_replication_task(
-            ReplicationTaskIdentifier="source-to-bronze",
-            SourceEndpointArn=f"arn:aws:dms:{REGION}:{ACCOUNT}:endpoint:SOURCE",
-            TargetEndpointArn=f"arn:aws:dms:{REGION}:{ACCOUNT}:endpoint:TARGET",
-            ReplicationInstanceArn=f"arn:aws:dms:{REGION}:{ACCOUNT}:rep:INSTANCE",
-            MigrationType="full-load-and-cdc",
-            TableMappings=json.dumps({"rules": []}),
-        )["ReplicationTask"]["ReplicationTaskArn"]
-        dms.start_replication_task(ReplicationTaskArn=task_arn, StartReplicationTaskType="start-replication")
+        task_arn = a_started_replication_task(dms)
 
         lam = boto3.client("lambda", region_name=REGION)
         work_check_arn = lam.create_function(

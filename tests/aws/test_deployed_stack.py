@@ -27,9 +27,8 @@ from typing import Any
 
 import boto3
 import pytest
-from conftest import MotoStepFunctionsGaps, patch_moto_gaps
+from conftest import MotoStepFunctionsGaps, a_started_replication_task, patch_moto_gaps
 from local_stack import (
-    ACCOUNT,
     FAKE_CREDENTIALS,
     REGION,
     SAM,
@@ -205,15 +204,7 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
 def deploy(work: Path, endpoint: str, gaps: MotoStepFunctionsGaps, config_text: str = CONFIG) -> Deployed:
     """The deploy as `make deploy` does it, into the emulator: preflight, stack, upload; then the test's wiring."""
     s3, sqs, sns, dms = (boto3.client(s, region_name=REGION) for s in ("s3", "sqs", "sns", "dms"))
-    task = dms.create_replication_task(
-        ReplicationTaskIdentifier="source-to-bronze",
-        SourceEndpointArn=f"arn:aws:dms:{REGION}:{ACCOUNT}:endpoint:SOURCE",
-        TargetEndpointArn=f"arn:aws:dms:{REGION}:{ACCOUNT}:endpoint:TARGET",
-        ReplicationInstanceArn=f"arn:aws:dms:{REGION}:{ACCOUNT}:rep:INSTANCE",
-        MigrationType="full-load-and-cdc",
-        TableMappings=json.dumps({"rules": []}),
-    )["ReplicationTask"]["ReplicationTaskArn"]
-    dms.start_replication_task(ReplicationTaskArn=task, StartReplicationTaskType="start-replication")
+    task = a_started_replication_task(dms)
     template = build_and_transform(work, endpoint)
     root = wheel_into(work / "root")
     config = work / "cdclake.yaml"
