@@ -97,6 +97,22 @@ def lambda_context() -> FakeLambdaContext:
 # ---------------------------------------------------------------------------------------- moto gaps
 
 
+@contextlib.contextmanager
+def environment_set(variables: dict[str, str]) -> Iterator[None]:
+    """``variables`` in the process environment for the block, as a Lambda's configuration sets them; each
+    one's value (or absence) before it is restored after."""
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def a_started_replication_task(dms: Any) -> str:
     """The DMS task the stack watches (full load and CDC into bronze), created and started; its ARN."""
     task_arn: str = dms.create_replication_task(
@@ -275,18 +291,11 @@ def patch_moto_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctionsGaps:
         payload = event if isinstance(event, dict) else json.loads(event or "{}")
         knobs.lambda_calls.append((self.function_name, payload))
         # The environment the function was created with (CloudFormation's, in the deployed stack), as in Lambda.
-        saved = {name: os.environ.get(name) for name in self.environment_vars}
-        os.environ.update({name: str(value) for name, value in self.environment_vars.items()})
-        try:
-            return json.dumps(handler(payload, FakeLambdaContext(function_name=self.function_name))), False, ""
-        except Exception as exc:  # reported to Step Functions the way Lambda reports an unhandled error
-            return json.dumps({"errorType": type(exc).__name__, "errorMessage": str(exc)}), True, ""
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+        with environment_set({name: str(value) for name, value in self.environment_vars.items()}):
+            try:
+                return json.dumps(handler(payload, FakeLambdaContext(function_name=self.function_name))), False, ""
+            except Exception as exc:  # reported to Step Functions the way Lambda reports an unhandled error
+                return json.dumps({"errorType": type(exc).__name__, "errorMessage": str(exc)}), True, ""
 
     monkeypatch.setattr(LambdaFunction, "_invoke_lambda", invoke_in_process)
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import boto3
 import pytest
-from conftest import MotoStepFunctionsGaps, a_started_replication_task, patch_moto_gaps
+from conftest import MotoStepFunctionsGaps, a_started_replication_task, environment_set, patch_moto_gaps
 from local_stack import (
     FAKE_CREDENTIALS,
     REGION,
@@ -244,21 +244,13 @@ def deploy(work: Path, endpoint: str, gaps: MotoStepFunctionsGaps, config_text: 
 
 def handler_imported_with(function: str, environment: dict[str, str]) -> Any:
     """functions/<function>/app.py imported afresh while ``environment`` is set, as in a Lambda cold start."""
-    saved = {name: os.environ.get(name) for name in environment}
-    os.environ.update(environment)
-    try:
+    with environment_set(environment):
         spec = importlib.util.spec_from_file_location(
             f"deployed_{function}_app", ROOT / "functions" / function / "app.py"
         )
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
     return module.handler
 
 
