@@ -27,7 +27,7 @@ from typing import Any
 
 import boto3
 import pytest
-from conftest import MotoStepFunctionsGaps, a_started_replication_task, environment_set, patch_moto_gaps
+from conftest import MotoStepFunctionsGaps, a_started_replication_task, patch_moto_gaps
 from local_stack import (
     FAKE_CREDENTIALS,
     REGION,
@@ -38,6 +38,7 @@ from local_stack import (
     create_stack,
     moto_server,
 )
+from task_calls import environment_set
 from test_deploy import stack_artifacts
 
 from cdclake.dms.writer import SourceChange, cdc_file_name, cdc_records, csv_text
