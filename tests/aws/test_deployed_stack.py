@@ -7,7 +7,8 @@ machine definition as CloudFormation rendered it, the Lambda handlers with the e
 them, and the Glue entry points the upload step put in S3 (glue/jobs/*.py), run on local Spark with the
 uploaded configuration. Silver is compared with a plain-Python replay of the change log (tests/oracle.py).
 
-Workarounds: moto's gaps are the `patch_moto_gaps` patches (conftest.py) plus `complete_what_moto_skips`
+Workarounds: moto's gaps are the `patch_moto_gaps` fixture (conftest.py, with the task calls answered by
+task_calls.py) plus `complete_what_moto_skips`
 (local_stack.py). One is ours: local Spark cannot write to S3 (no hadoop-aws), so the jobs' `--warehouse`
 is a local directory; everything else they are given is what CloudFormation gave them.
 """

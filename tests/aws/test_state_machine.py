@@ -1,7 +1,8 @@
 """The state machine definition executed by moto's Step Functions interpreter, scenario by scenario.
 
 The definition file is used as deployed (placeholders filled as CloudFormation would); moto's gaps are
-patched in the `moto_step_functions_gaps` fixture (conftest.py), and our Lambda handlers run in-process.
+worked around in the `moto_step_functions_gaps` fixture (conftest.py), and our Lambda handlers run in-process
+(task_calls.py answers the state machine's task calls).
 """
 
 from __future__ import annotations
