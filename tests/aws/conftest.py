@@ -9,12 +9,10 @@ import contextlib
 import datetime
 import importlib.util
 import json
-import os
 import re
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +21,8 @@ from typing import Any
 
 import boto3
 import pytest
-from botocore.exceptions import ClientError
 from moto import mock_aws
+from task_calls import TaskCalls
 
 from s3_events import ACCOUNT, REGION, object_created_event
 
@@ -97,26 +95,34 @@ def lambda_context() -> FakeLambdaContext:
 # ---------------------------------------------------------------------------------------- moto gaps
 
 
+def a_started_replication_task(dms: Any) -> str:
+    """The DMS task the stack watches (full load and CDC into bronze), created and started; its ARN."""
+    task_arn: str = dms.create_replication_task(
+        ReplicationTaskIdentifier="source-to-bronze",
+        SourceEndpointArn=f"arn:aws:dms:{REGION}:{ACCOUNT}:endpoint:SOURCE",
+        TargetEndpointArn=f"arn:aws:dms:{REGION}:{ACCOUNT}:endpoint:TARGET",
+        ReplicationInstanceArn=f"arn:aws:dms:{REGION}:{ACCOUNT}:rep:INSTANCE",
+        MigrationType="full-load-and-cdc",
+        TableMappings=json.dumps({"rules": []}),
+    )["ReplicationTask"]["ReplicationTaskArn"]
+    dms.start_replication_task(ReplicationTaskArn=task_arn, StartReplicationTaskType="start-replication")
+    return task_arn
+
+
 @dataclass
-class MotoStepFunctionsGaps:
-    """Knobs the gap workarounds expose to tests (moto cannot model these itself)."""
+class MotoStepFunctionsGaps(TaskCalls):
+    """Knobs the gap workarounds expose to tests (moto cannot model these itself); the task calls' own
+    (Lambda handlers, the hand-over's faults) are ``TaskCalls``'."""
 
     full_load_percent: dict[str, int] = field(default_factory=dict)  # task ARN -> FullLoadProgressPercent
     never_started: set[str] = field(default_factory=set)  # task ARNs created but never started
     failing_jobs: set[str] = field(default_factory=set)  # Glue job names whose runs end FAILED
-    lambda_handlers: dict[str, Callable[[dict[str, Any], Any], Any]] = field(default_factory=dict)
-    lambda_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     # Every Glue job run's start and end, in the order they happened: (event, job name, run id).
     glue_timeline: list[tuple[str, str, str]] = field(default_factory=list)
     # $$.Execution.StartTime of the executions started from now on (None: the real start time).
     execution_start_time: datetime.datetime | None = None
     # Glue job name -> seconds its runs stay RUNNING before they end (moto ends them at once).
     running_seconds: dict[str, float] = field(default_factory=dict)
-    # The first states:startExecution reaches Step Functions but its answer is lost (StepFunctions.SdkClientException).
-    lose_first_start_response: bool = False
-    # ... and the successor it started has ended before the retry arrives (ExecutionAlreadyExists).
-    successor_ended_before_retry: bool = False
-    successor_starts: int = 0  # states:startExecution calls delivered to moto
     # Runs a Glue job for real (job name, its arguments: default then run's); an exception fails the run.
     glue_runner: Callable[[str, dict[str, str]], None] | None = None
     # Run it in a thread of its own, the run RUNNING until it returns (a Glue run is asynchronous; a run
@@ -139,24 +145,17 @@ def moto_step_functions_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctio
 
 def patch_moto_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctionsGaps:
     """The patches of ``moto_step_functions_gaps``, for a fixture of any scope (``pytest.MonkeyPatch.context()``)."""
-    from moto.awslambda.models import LambdaFunction
     from moto.core.utils import utcnow
     from moto.dms.models import FakeReplicationTask
     from moto.glue.models import FakeJob, FakeJobRun
     from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service import (
         StateTaskService,
     )
-    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_aws_sdk import (
-        StateTaskServiceAwsSdk,
-    )
     from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_glue import (
         StateTaskServiceGlue,
     )
-    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_sfn import (
-        StateTaskServiceSfn,
-    )
 
-    knobs = MotoStepFunctionsGaps()
+    knobs = MotoStepFunctionsGaps(lambda_context=lambda name: FakeLambdaContext(function_name=name))
 
     # GAP 1: `aws-sdk:databasemigration:*` fails with "Unknown service: 'databasemigration'": moto maps only the
     # sfn/states service names to boto3 names. Step Functions calls DMS "databasemigration"; boto3 calls it "dms".
@@ -254,81 +253,12 @@ def patch_moto_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctionsGaps:
 
     monkeypatch.setattr(FakeReplicationTask, "to_dict", task_as_dict)
 
-    # GAP 5: moto runs Lambda code only in Docker (absent here) and otherwise echoes a canned payload.
-    # Invoke our handlers in-process instead, with the event the state machine sent, against moto.
-    def invoke_in_process(self: Any, event: Any = None) -> tuple[str, bool, str]:
-        handler = knobs.lambda_handlers[self.function_name]
-        payload = event if isinstance(event, dict) else json.loads(event or "{}")
-        knobs.lambda_calls.append((self.function_name, payload))
-        # The environment the function was created with (CloudFormation's, in the deployed stack), as in Lambda.
-        saved = {name: os.environ.get(name) for name in self.environment_vars}
-        os.environ.update({name: str(value) for name, value in self.environment_vars.items()})
-        try:
-            return json.dumps(handler(payload, FakeLambdaContext(function_name=self.function_name))), False, ""
-        except Exception as exc:  # reported to Step Functions the way Lambda reports an unhandled error
-            return json.dumps({"errorType": type(exc).__name__, "errorMessage": str(exc)}), True, ""
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+    # GAPS 5, 6, 7 and 10 (Lambda code, the sfn names' casing, timestamps in results, unnamed executions) are
+    # closed where the interpreter makes its calls, on botocore's event hooks: task_calls.py.
+    import botocore.handlers
 
-    monkeypatch.setattr(LambdaFunction, "_invoke_lambda", invoke_in_process)
-
-    # GAP 6: `aws-sdk:*` results holding timestamps (DescribeReplicationTasks, ListExecutions) fail with
-    # "Object of type datetime is not JSON serializable" (AWS returns them as strings/numbers). And for
-    # `aws-sdk:sfn:*` moto hands the PascalCase parameter names Step Functions uses (StateMachineArn) to boto3,
-    # whose stepfunctions client wants camelCase (stateMachineArn) and answers in camelCase.
-    original_sdk_call = StateTaskServiceAwsSdk._eval_service_task
-
-    def sdk_call(
-        self: Any, env: Any, resource_runtime_part: Any, normalised_parameters: dict[str, Any], state_credentials: Any
-    ) -> None:
-        is_sfn = self._get_boto_service_name() == "stepfunctions"
-        if is_sfn:
-            normalised_parameters = {key[:1].lower() + key[1:]: value for key, value in normalised_parameters.items()}
-        original_sdk_call(self, env, resource_runtime_part, normalised_parameters, state_credentials)
-        response = env.stack.pop()
-        if is_sfn:
-            response = {key[:1].upper() + key[1:]: value for key, value in response.items()}
-        env.stack.append(json.loads(json.dumps(response, default=str)))
-
-    monkeypatch.setattr(StateTaskServiceAwsSdk, "_eval_service_task", sdk_call)
-
-    # GAP 7: `states:startExecution` (the optimised integration) has the same casing gap: boto3 gets
-    # StateMachineArn/Input where it wants stateMachineArn/input. Same translation, same reason.
-    original_sfn_call = StateTaskServiceSfn._eval_service_task
-
-    def sfn_call(
-        self: Any, env: Any, resource_runtime_part: Any, normalised_parameters: dict[str, Any], state_credentials: Any
-    ) -> None:
-        camel = {key[:1].lower() + key[1:]: value for key, value in normalised_parameters.items()}
-        # GAP 10: an execution started without a name is named "None" by moto (AWS generates a UUID), so a
-        # second hand-over in one test would fail with ExecutionAlreadyExists. Name it as AWS would.
-        camel.setdefault("name", str(uuid.uuid4()))
-        knobs.successor_starts += 1
-        if knobs.successor_ended_before_retry and knobs.successor_starts == 2:
-            # Not a gap: the fault a test asks for. What Step Functions answers when the execution of that name
-            # has ended (moto cannot stop an execution from inside the interpreter: 'set_stop' on None).
-            raise ClientError(
-                {"Error": {"Code": "ExecutionAlreadyExists", "Message": f"Execution Already Exists: {camel['name']}"},
-                 "ResponseMetadata": {"HTTPStatusCode": 400, "RequestId": "again"}},
-                "StartExecution",
-            )  # fmt: skip
-        original_sfn_call(self, env, resource_runtime_part, camel, state_credentials)
-        response = env.stack.pop()
-        if knobs.lose_first_start_response and knobs.successor_starts == 1:
-            # Not a gap: the fault a test asks for. The start was delivered; the caller never hears of it.
-            raise ClientError(
-                {"Error": {"Code": "SdkClient", "Message": "Unable to execute HTTP request: Read timed out"},
-                 "ResponseMetadata": {"HTTPStatusCode": 500, "RequestId": "lost"}},
-                "StartExecution",
-            )  # fmt: skip
-        pascal = {key[:1].upper() + key[1:]: value for key, value in response.items()}
-        env.stack.append(json.loads(json.dumps(pascal, default=str)))
-
-    monkeypatch.setattr(StateTaskServiceSfn, "_eval_service_task", sfn_call)
+    monkeypatch.setattr(botocore.handlers, "BUILTIN_HANDLERS", [*botocore.handlers.BUILTIN_HANDLERS, *knobs.handlers()])
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # a session made before has none of them
 
     # GAP 9: `$$.Execution.StartTime` is a Python datetime in moto; AWS gives an ISO 8601 string
     # ("2024-03-01T12:00:00.000Z"), which the definition splits into year and month for the hand-over time.
@@ -648,15 +578,7 @@ def pipeline(moto_step_functions_gaps: MotoStepFunctionsGaps, request: pytest.Fi
                 DefaultArguments={"--queue_url": queue_url} if job == "cdclake-cdc" else {},
             )
         dms = boto3.client("dms", region_name=REGION)
-        task_arn = dms.create_replication_task(
-            ReplicationTaskIdentifier="source-to-bronze",
-            SourceEndpointArn=f"arn:aws:dms:{REGION}:{ACCOUNT}:endpoint:SOURCE",
-            TargetEndpointArn=f"arn:aws:dms:{REGION}:{ACCOUNT}:endpoint:TARGET",
-            ReplicationInstanceArn=f"arn:aws:dms:{REGION}:{ACCOUNT}:rep:INSTANCE",
-            MigrationType="full-load-and-cdc",
-            TableMappings=json.dumps({"rules": []}),
-        )["ReplicationTask"]["ReplicationTaskArn"]
-        dms.start_replication_task(ReplicationTaskArn=task_arn, StartReplicationTaskType="start-replication")
+        task_arn = a_started_replication_task(dms)
 
         lam = boto3.client("lambda", region_name=REGION)
         work_check_arn = lam.create_function(

@@ -182,15 +182,20 @@ def test_a_versioned_bucket_is_emptied_of_every_version_and_deleted() -> None:
         assert "artifacts" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
 
 
+def a_running_pipeline(sfn: Any) -> tuple[str, str]:
+    """A state machine named as the stack's, with an execution that waits ten minutes: (its ARN, the execution's)."""
+    arn: str = sfn.create_state_machine(
+        name="cdclake-dev-pipeline",
+        definition=json.dumps({"StartAt": "W", "States": {"W": {"Type": "Wait", "Seconds": 600, "End": True}}}),
+        roleArn="arn:aws:iam::123456789012:role/x",
+    )["stateMachineArn"]
+    return arn, sfn.start_execution(stateMachineArn=arn)["executionArn"]
+
+
 def test_stop_executions_stops_the_running_pipeline() -> None:
     with mock_aws():
         sfn = boto3.client("stepfunctions", region_name=REGION)
-        arn = sfn.create_state_machine(
-            name="cdclake-dev-pipeline",
-            definition=json.dumps({"StartAt": "W", "States": {"W": {"Type": "Wait", "Seconds": 600, "End": True}}}),
-            roleArn="arn:aws:iam::123456789012:role/x",
-        )["stateMachineArn"]
-        running = sfn.start_execution(stateMachineArn=arn)["executionArn"]
+        arn, running = a_running_pipeline(sfn)
         assert stack_artifacts.stop_executions(sfn, arn) == [running]
         assert sfn.describe_execution(executionArn=running)["status"] == "ABORTED"
 
@@ -368,12 +373,7 @@ def test_the_region_given_wins_over_the_shells_default(tmp_path: Path, monkeypat
     # GIVEN a running pipeline in us-east-1 and a shell whose default region is another one
     with mock_aws():
         sfn = boto3.client("stepfunctions", region_name=REGION)
-        arn = sfn.create_state_machine(
-            name="cdclake-dev-pipeline",
-            definition=json.dumps({"StartAt": "W", "States": {"W": {"Type": "Wait", "Seconds": 600, "End": True}}}),
-            roleArn="arn:aws:iam::123456789012:role/x",
-        )["stateMachineArn"]
-        running = sfn.start_execution(stateMachineArn=arn)["executionArn"]
+        arn, running = a_running_pipeline(sfn)
         monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
         monkeypatch.setenv("AWS_REGION", "eu-west-1")
         path = outputs_file(tmp_path, {"StateMachineArn": arn})

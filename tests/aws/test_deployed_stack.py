@@ -7,7 +7,8 @@ machine definition as CloudFormation rendered it, the Lambda handlers with the e
 them, and the Glue entry points the upload step put in S3 (glue/jobs/*.py), run on local Spark with the
 uploaded configuration. Silver is compared with a plain-Python replay of the change log (tests/oracle.py).
 
-Workarounds: moto's gaps are the `patch_moto_gaps` patches (conftest.py) plus `complete_what_moto_skips`
+Workarounds: moto's gaps are the `patch_moto_gaps` fixture (conftest.py, with the task calls answered by
+task_calls.py) plus `complete_what_moto_skips`
 (local_stack.py). One is ours: local Spark cannot write to S3 (no hadoop-aws), so the jobs' `--warehouse`
 is a local directory; everything else they are given is what CloudFormation gave them.
 """
@@ -27,9 +28,8 @@ from typing import Any
 
 import boto3
 import pytest
-from conftest import MotoStepFunctionsGaps, patch_moto_gaps
+from conftest import MotoStepFunctionsGaps, a_started_replication_task, patch_moto_gaps
 from local_stack import (
-    ACCOUNT,
     FAKE_CREDENTIALS,
     REGION,
     SAM,
@@ -39,6 +39,7 @@ from local_stack import (
     create_stack,
     moto_server,
 )
+from task_calls import environment_set
 from test_deploy import stack_artifacts
 
 from cdclake.dms.writer import SourceChange, cdc_file_name, cdc_records, csv_text
@@ -205,15 +206,7 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
 def deploy(work: Path, endpoint: str, gaps: MotoStepFunctionsGaps, config_text: str = CONFIG) -> Deployed:
     """The deploy as `make deploy` does it, into the emulator: preflight, stack, upload; then the test's wiring."""
     s3, sqs, sns, dms = (boto3.client(s, region_name=REGION) for s in ("s3", "sqs", "sns", "dms"))
-    task = dms.create_replication_task(
-        ReplicationTaskIdentifier="source-to-bronze",
-        SourceEndpointArn=f"arn:aws:dms:{REGION}:{ACCOUNT}:endpoint:SOURCE",
-        TargetEndpointArn=f"arn:aws:dms:{REGION}:{ACCOUNT}:endpoint:TARGET",
-        ReplicationInstanceArn=f"arn:aws:dms:{REGION}:{ACCOUNT}:rep:INSTANCE",
-        MigrationType="full-load-and-cdc",
-        TableMappings=json.dumps({"rules": []}),
-    )["ReplicationTask"]["ReplicationTaskArn"]
-    dms.start_replication_task(ReplicationTaskArn=task, StartReplicationTaskType="start-replication")
+    task = a_started_replication_task(dms)
     template = build_and_transform(work, endpoint)
     root = wheel_into(work / "root")
     config = work / "cdclake.yaml"
@@ -253,21 +246,13 @@ def deploy(work: Path, endpoint: str, gaps: MotoStepFunctionsGaps, config_text: 
 
 def handler_imported_with(function: str, environment: dict[str, str]) -> Any:
     """functions/<function>/app.py imported afresh while ``environment`` is set, as in a Lambda cold start."""
-    saved = {name: os.environ.get(name) for name in environment}
-    os.environ.update(environment)
-    try:
+    with environment_set(environment):
         spec = importlib.util.spec_from_file_location(
             f"deployed_{function}_app", ROOT / "functions" / function / "app.py"
         )
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
     return module.handler
 
 

@@ -1,7 +1,8 @@
 """The state machine definition executed by moto's Step Functions interpreter, scenario by scenario.
 
 The definition file is used as deployed (placeholders filled as CloudFormation would); moto's gaps are
-patched in the `moto_step_functions_gaps` fixture (conftest.py), and our Lambda handlers run in-process.
+worked around in the `moto_step_functions_gaps` fixture (conftest.py), and our Lambda handlers run in-process
+(task_calls.py answers the state machine's task calls).
 """
 
 from __future__ import annotations
@@ -273,14 +274,21 @@ def job_runs_in_order(pipeline: Pipeline) -> list[str]:
     return [job for _, job, _ in starts]
 
 
+def three_iterations_with_a_cdc_run_each(pipeline: Pipeline) -> str:
+    """Seven CDC files queued (with a sweep due after every iteration, a CDC run in each), then one execution
+    run to its end: its 3 iterations and the hand-over. The execution's ARN, once it SUCCEEDED."""
+    for stamp in range(7):
+        pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
+    execution = pipeline.start({"fullLoadDone": True})
+    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    return execution
+
+
 @pytest.mark.parametrize("pipeline", [{"SweepEveryIterations": "1"}], indirect=True)
 def test_maintenance_runs_on_every_second_iteration_between_cdc_jobs(pipeline: Pipeline) -> None:
     # GIVEN queued CDC files, and a sweep due after every iteration without a run: a CDC run in every iteration
-    for stamp in range(7):
-        pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
     # WHEN one execution runs its 3 iterations and hands over
-    execution = pipeline.start({"fullLoadDone": True})
-    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    execution = three_iterations_with_a_cdc_run_each(pipeline)
     # THEN maintenance ran once, after the second CDC run ended, and before the third began
     assert job_runs_in_order(pipeline) == [
         pipeline.cdc_job,
@@ -345,11 +353,8 @@ def test_maintenance_every_zero_iterations_never_runs_it(pipeline: Pipeline) -> 
 @pytest.mark.parametrize("pipeline", [{"GoldEveryIterations": "2", "SweepEveryIterations": "1"}], indirect=True)
 def test_gold_runs_every_second_iteration_after_cdc_and_before_maintenance(pipeline: Pipeline) -> None:
     # GIVEN queued CDC files, and a sweep due after every iteration without a run: a CDC run in every iteration
-    for stamp in range(7):
-        pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
     # WHEN one execution runs its 3 iterations and hands over
-    execution = pipeline.start({"fullLoadDone": True})
-    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    execution = three_iterations_with_a_cdc_run_each(pipeline)
     # THEN the gold job ran once, after the second CDC run ended, in the serial lane:
     # no two Glue jobs overlapped, gold before maintenance (it reads silver before files are rewritten)
     assert job_runs_in_order(pipeline) == [
@@ -406,10 +411,7 @@ def test_a_fresh_start_refreshes_the_marts_once_without_waiting_for_cdc(pipeline
 @pytest.mark.parametrize("pipeline", [{"SweepEveryIterations": "1"}], indirect=True)
 def test_gold_every_zero_iterations_never_runs_it(pipeline: Pipeline) -> None:
     # GIVEN the fixture's GoldEveryIterations 0, a CDC run in every iteration and maintenance every 2 iterations
-    for stamp in range(7):
-        pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
-    execution = pipeline.start({"fullLoadDone": True})
-    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    execution = three_iterations_with_a_cdc_run_each(pipeline)
     # THEN every run happened, maintenance ran, and gold never did
     assert "RunGoldJob" not in pipeline.states_entered(execution)
     assert job_runs_in_order(pipeline) == [

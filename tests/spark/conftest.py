@@ -15,6 +15,7 @@ from cdclake.config import DEFAULT_CATALOG, PipelineConfig, parse_config
 from cdclake.context import Engine
 from cdclake.dms.store import BronzeStore, LocalBronze
 from cdclake.runtime.session import LocalCatalog, SessionSettings, build_spark_session
+from local_databases import MariaServer, PgServer, running_mariadb, running_postgres
 
 CACHE_DIR = Path.home() / ".cache" / "cdclake"
 
@@ -33,6 +34,20 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     )
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """The session's PostgreSQL server (tests/spark/postgres): started at its first use."""
+    with running_postgres() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def mariadb_server() -> Iterator[MariaServer]:
+    """The session's MariaDB server (tests/spark/mariadb): started at its first use."""
+    with running_mariadb() as server:
+        yield server
 
 
 @pytest.fixture(autouse=True)

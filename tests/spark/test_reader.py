@@ -34,15 +34,20 @@ def _read(spark: SparkSession, bronze: Path, config_text: str, kind: FileKind = 
     return [r.asDict() for r in changes.orderBy(FILE_INDEX, ROW_POSITION).collect()]
 
 
+def _cdc_file(bronze: Path, text: str) -> None:
+    """One CDC file of table s.t in ``bronze``, holding ``text`` as it is."""
+    path = bronze / "s" / "t" / "20240101-1000000000.csv"
+    path.parent.mkdir(parents=True)
+    path.write_text(text, encoding="utf-8")
+
+
 def test_rfc4180_quoting_and_null_versus_empty_string(spark: SparkSession, tmp_path: Path) -> None:
     # GIVEN a CDC file with an embedded delimiter, doubled quotes, a newline, NULL and ""
-    path = tmp_path / "s" / "t" / "20240101-1000000000.csv"
-    path.parent.mkdir(parents=True)
-    path.write_text(
+    _cdc_file(
+        tmp_path,
         'I,2024-01-01 10:00:00.000000,1,"Smith, Jane","she said ""hi"""\n'
         'U,2024-01-01 10:00:01.000000,2,"two\nlines",\n'
         'U,2024-01-01 10:00:02.000000,3,"",x\n',
-        encoding="utf-8",
     )
     # WHEN it is read
     rows = _read(spark, tmp_path, HEADERLESS)
@@ -57,9 +62,7 @@ def test_rfc4180_quoting_and_null_versus_empty_string(spark: SparkSession, tmp_p
 
 def test_custom_null_marker(spark: SparkSession, tmp_path: Path) -> None:
     # GIVEN CsvNullValue=NULL and a quoted "NULL" that is real text
-    path = tmp_path / "s" / "t" / "20240101-1000000000.csv"
-    path.parent.mkdir(parents=True)
-    path.write_text('I,2024-01-01 10:00:00.000000,1,NULL,"NULL"\n', encoding="utf-8")
+    _cdc_file(tmp_path, 'I,2024-01-01 10:00:00.000000,1,NULL,"NULL"\n')
     config = HEADERLESS.replace(
         "bronze: {timestamp_column: ts}", "bronze: {timestamp_column: ts, csv_null_value: 'NULL'}"
     )
@@ -133,14 +136,12 @@ def test_parquet_files(spark: SparkSession, tmp_path: Path) -> None:
 
 def test_bad_rows_are_flagged_with_a_reason(spark: SparkSession, tmp_path: Path) -> None:
     # GIVEN an unknown Op, a value that is not an int, and a row with too many fields
-    path = tmp_path / "s" / "t" / "20240101-1000000000.csv"
-    path.parent.mkdir(parents=True)
-    path.write_text(
+    _cdc_file(
+        tmp_path,
         "X,2024-01-01 10:00:00.000000,1,a,b\n"
         "I,2024-01-01 10:00:00.000000,abc,a,b\n"
         "I,2024-01-01 10:00:00.000000,3,a,b,extra\n"
         "I,2024-01-01 10:00:00.000000,4,a,b\n",
-        encoding="utf-8",
     )
     # WHEN read
     rows = _read(spark, tmp_path, HEADERLESS)

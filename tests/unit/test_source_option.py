@@ -3,7 +3,6 @@ from the same option and environment variable; the old names keep working."""
 
 from __future__ import annotations
 
-import socket
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from cdclake.shells.cli import build_parser, main
 from cdclake.sources.catalog.connect import SourceAddress, libpq_dsn, parse_source
 from cdclake.sources.catalog.model import SourceCatalogError
 from cdclake.sources.postgres.settings import without_password
+from local_databases import free_port
 
 COMMANDS = ("init", "capture", "verify")
 
@@ -21,12 +21,6 @@ COMMANDS = ("init", "capture", "verify")
 def _no_source_in_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CDCLAKE_SOURCE", raising=False)
     monkeypatch.delenv("CDCLAKE_PG_DSN", raising=False)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -88,7 +82,7 @@ def test_capture_and_verify_give_libpq_what_it_reads() -> None:
 
 def test_init_reaches_the_server_a_libpq_string_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # GIVEN a libpq string for a loopback port nothing listens on
-    port = _free_port()
+    port = free_port()
     # WHEN init is given it THEN it tried that server (it did not refuse the form) and wrote nothing
     code = main(["-q", "--config", str(tmp_path / "c.yaml"), "init", "--source", f"host=127.0.0.1 port={port}"])
     err = capsys.readouterr().err

@@ -302,28 +302,27 @@ def test_s3_spark_paths_downloads_into_staging(s3_client: Any, tmp_path: Path) -
     assert (paths, local.read_bytes()) == ({file.key: str(local.resolve())}, b"1,a\n")
 
 
-def test_s3_spark_paths_reuses_staged_file_of_same_size(s3_client: Any, tmp_path: Path) -> None:
-    # GIVEN a staged copy with the object's size (but other bytes, to see whether it is fetched again)
+@pytest.mark.parametrize(
+    ("staged_bytes", "after"),
+    [
+        # a staged copy with the object's size (but other bytes, to see whether it is fetched again) is reused
+        pytest.param(b"XXXX", b"XXXX", id="same-size-reused"),
+        # a partial staged copy (an interrupted download) is downloaded again
+        pytest.param(b"1,", b"1,a\n", id="other-size-refreshed"),
+    ],
+)
+def test_s3_spark_paths_reuse_a_staged_file_only_of_the_objects_size(
+    s3_client: Any, tmp_path: Path, staged_bytes: bytes, after: bytes
+) -> None:
+    # GIVEN an object of 4 bytes and a staged copy of it
     put(s3_client, "dms/s/t/LOAD00000001.csv", b"1,a\n")
     staged = tmp_path / "s/t/LOAD00000001.csv"
     staged.parent.mkdir(parents=True)
-    staged.write_bytes(b"XXXX")
+    staged.write_bytes(staged_bytes)
     # WHEN Spark paths are asked for
     S3Bronze(s3_client, BUCKET, "dms", staging_dir=tmp_path).spark_paths([parse_key("s/t/LOAD00000001.csv", 4)])
-    # THEN the staged copy is reused
-    assert staged.read_bytes() == b"XXXX"
-
-
-def test_s3_spark_paths_refreshes_staged_file_of_other_size(s3_client: Any, tmp_path: Path) -> None:
-    # GIVEN a partial staged copy (an interrupted download)
-    put(s3_client, "dms/s/t/LOAD00000001.csv", b"1,a\n")
-    staged = tmp_path / "s/t/LOAD00000001.csv"
-    staged.parent.mkdir(parents=True)
-    staged.write_bytes(b"1,")
-    # WHEN Spark paths are asked for
-    S3Bronze(s3_client, BUCKET, "dms", staging_dir=tmp_path).spark_paths([parse_key("s/t/LOAD00000001.csv", 4)])
-    # THEN the object is downloaded again
-    assert staged.read_bytes() == b"1,a\n"
+    # THEN the staged file holds what it should
+    assert staged.read_bytes() == after
 
 
 def test_a_load_file_written_again_with_the_same_size_has_a_new_version(s3_client: Any, tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
-"""A real PostgreSQL server for the capture tests: started once per session on a free loopback
-port with ``wal_level=logical`` (by ``scripts/postgres-local.sh``), stopped at the end.
+"""The capture tests' source databases on the session's PostgreSQL server (``pg_server``, from
+tests/local_databases.py through tests/spark/conftest.py).
 
 Each test gets its own database, bronze folder and capture state, and builds its engine on the
 shared Spark session (``make_engine`` from ``tests/spark/conftest.py``).
@@ -7,12 +7,7 @@ shared Spark session (``make_engine`` from ``tests/spark/conftest.py``).
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
-import tempfile
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -27,49 +22,7 @@ from cdclake.report import RunReport
 from cdclake.sources.postgres.capture import capture
 from cdclake.sources.postgres.settings import CaptureReport, CaptureSettings
 from cdclake.sources.postgres.verify import TableComparison, verify
-
-REPO = Path(__file__).resolve().parents[3]
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
-
-
-@dataclass(frozen=True)
-class PgServer:
-    port: int
-
-    def dsn(self, database: str = "postgres") -> str:
-        return f"host=127.0.0.1 port={self.port} user=postgres dbname={database}"
-
-    def create_database(self) -> str:
-        name = f"src_{uuid.uuid4().hex[:10]}"
-        conn = psycopg2.connect(self.dsn())
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute(f"CREATE DATABASE {name}")
-        conn.close()
-        return name
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[PgServer]:
-    if not (PG_BIN / "postgres").exists():
-        pytest.fail("PostgreSQL 15 is not installed: run `make setup` (scripts/install-system-deps.sh installs it)")
-    # Not under pytest's tmp_path: that is private to this user, and as root the server runs as `postgres`.
-    home = Path(tempfile.mkdtemp(prefix="cdclake-pg-"))
-    home.chmod(0o755)
-    data = home / "data"
-    server = PgServer(_free_port())
-    subprocess.run([REPO / "scripts" / "postgres-local.sh", "start", data, str(server.port)], check=True)
-    try:
-        yield server
-    finally:
-        subprocess.run([REPO / "scripts" / "postgres-local.sh", "stop", data], check=False)
-        shutil.rmtree(home, ignore_errors=True)
+from local_databases import PgServer
 
 
 @dataclass

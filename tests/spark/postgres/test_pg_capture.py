@@ -19,8 +19,8 @@ import pytest
 
 from cdclake.sources.postgres.capture import ChangeCapture
 from cdclake.sources.postgres.verify import TableComparison, format_comparisons
+from local_databases import PG_BIN
 
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
 SourceDatabase = Any  # conftest.SourceDatabase (a conftest cannot be imported by name)
 Verify = Callable[[SourceDatabase], list[TableComparison]]
 

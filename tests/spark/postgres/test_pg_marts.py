@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from local_databases import PG_BIN
+
 REPO = Path(__file__).resolve().parents[3]
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
 SourceDatabase = Any  # conftest.SourceDatabase (a conftest cannot be imported by name)
 
 MART_SQL = """SELECT b.bid, b.bbalance, sum(a.abalance) AS accounts_balance, count(*) AS accounts
