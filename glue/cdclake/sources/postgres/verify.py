@@ -1,4 +1,7 @@
-"""``cdclake verify``: compare every silver table with its PostgreSQL source table, row by row.
+"""``cdclake verify``: compare every silver table with its PostgreSQL source table.
+
+Checksums of key ranges first, computed where the data is (``sources.checksum``): an equal table
+sends a few numbers; only ranges that differ are read row by row, as follows.
 
 Both sides are reduced to one canonical text per value, chosen by the column's configured Spark
 type, and each row to a digest per column (8 bytes), so a differing row names the
@@ -39,9 +42,13 @@ from typing import TYPE_CHECKING, Any
 from cdclake.config import TableConfig
 from cdclake.errors import first_line
 from cdclake.identifiers import quote_pg
+from cdclake.sources.checksum import KeyRange, kind_of, range_key, search, spark_boundaries, spark_condition, spark_sums
 from cdclake.sources.postgres.catalog import SourceTable, read_tables
+from cdclake.sources.postgres.checksums import key_text, source_sums
 
 if TYPE_CHECKING:
+    from pyspark.sql import Column
+
     from cdclake.context import Engine
 
 log = logging.getLogger("cdclake.verify")
@@ -64,10 +71,42 @@ class TableComparison:
     # (rows older than that column and not written since)
     unlogged_defaults: list[str] = field(default_factory=list)
     problem: str = ""  # a reason the table could not be compared (it is skipped)
+    # How: "checksums" (key ranges, only differing ranges read row by row) or "rows" (every row read)
+    method: str = "rows"
+    why_rows: str = ""  # why every row was read (columns without a canonical text), for the report
+    ranges: int = 0  # key ranges whose checksums were compared
+    ranges_differing: int = 0  # ranges then read row by row
+    rows_read: int = 0  # rows read from the two sides to compare them value by value
 
     @property
     def equal(self) -> bool:
         return not (self.missing or self.unexpected or self.different or self.unlogged_defaults or self.problem)
+
+    def how(self) -> str:
+        """How the table was compared, in a phrase."""
+        if self.method == "checksums":
+            return f"checksums of {self.ranges} key range(s), {self.ranges_differing} read row by row"
+        return self.why_rows or "row by row"
+
+    def as_json(self) -> dict[str, Any]:
+        """The comparison for ``--format json``."""
+        verdict = "skipped" if self.problem else "equal" if self.equal else "differing"
+        return {
+            "table": self.table,
+            "verdict": verdict,
+            "problem": self.problem or None,
+            "source_rows": self.source_rows,
+            "silver_rows": self.silver_rows,
+            "method": self.method,
+            "how": self.how(),
+            "ranges": self.ranges,
+            "ranges_differing": self.ranges_differing,
+            "rows_read": self.rows_read,
+            "missing": self.missing,
+            "unexpected": self.unexpected,
+            "different": {k: self.differing_columns.get(k, []) for k in self.different},
+            "default_not_in_silver": self.unlogged_defaults,
+        }
 
 
 def canonical(value: Any, spark_type: str) -> str:
@@ -130,9 +169,30 @@ def _value_expression(table: SourceTable, name: str, spark_type: str) -> str:
     return quoted
 
 
-def _source_select(table: SourceTable, columns: Sequence[str], types: dict[str, str]) -> str:
+def _source_select(table: SourceTable, columns: Sequence[str], types: dict[str, str], where: str = "") -> str:
     parts = [_value_expression(table, name, types[name]) for name in columns]
-    return f"SELECT {', '.join(parts)} FROM {quote_pg(table.schema)}.{quote_pg(table.name)}"
+    query = f"SELECT {', '.join(parts)} FROM {quote_pg(table.schema)}.{quote_pg(table.name)}"
+    return f"{query} WHERE {where}" if where else query
+
+
+def _source_where(key: tuple[str, str] | None, ranges: Sequence[KeyRange] | None) -> tuple[str, list[Any]]:
+    """A WHERE condition (and its parameters) for the rows of ``ranges`` (None: every row)."""
+    if ranges is None or key is None:
+        return ("" if ranges is None or ranges else "false"), []
+    column = key_text(*key)
+    conditions, parameters = [], []
+    for part in ranges:
+        bounds = []
+        if part.low is not None:
+            bounds.append(f"{column} >= %s")
+            parameters.append(part.low)
+        if part.high is not None:
+            bounds.append(f"{column} < %s")
+            parameters.append(part.high)
+        if not bounds:
+            return "", []
+        conditions.append("(" + " AND ".join(bounds) + ")")
+    return (" OR ".join(conditions) or "false"), parameters
 
 
 _CONSTANT = re.compile(r"^(?:'(?:[^']|'')*'|-?[\d.]+(?:e[-+]?\d+)?|true|false)(?:::[\w .\"\[\](),]+)*$")
@@ -172,13 +232,18 @@ def _added_defaults(
 
 
 def _source_rows(
-    conn: Any, table: SourceTable, columns: Sequence[str], types: dict[str, str]
+    conn: Any, table: SourceTable, columns: Sequence[str], types: dict[str, str], where: tuple[str, list[Any]]
 ) -> Generator[tuple[Any, ...], None, None]:
+    condition, parameters = where
     conn.autocommit = False  # a named (server-side) cursor streams rows inside a transaction
     try:
         with conn.cursor(name="cdclake_verify") as cur:
             cur.itersize = 5000
-            cur.execute(_source_select(table, columns, types))
+            query = _source_select(table, columns, types, condition)
+            if parameters:
+                cur.execute(_escaped(query, condition), parameters)
+            else:
+                cur.execute(query)
             yield from cur
         conn.commit()
     finally:
@@ -187,13 +252,23 @@ def _source_rows(
         conn.autocommit = True
 
 
-def _silver_rows(engine: Engine, config: TableConfig, columns: Sequence[str], types: dict[str, str]) -> Any:
+def _escaped(query: str, condition: str) -> str:
+    """``query`` for a cursor with parameters: every ``%`` doubled but the condition's placeholders."""
+    head = query[: len(query) - len(condition)]
+    return head.replace("%", "%%") + condition
+
+
+def _silver_rows(
+    engine: Engine, config: TableConfig, columns: Sequence[str], types: dict[str, str], where: Column | None = None
+) -> Any:
     from pyspark.sql import functions as F
 
     frame = engine.spark.table(engine.silver_table(config).identifier)
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         return missing
+    if where is not None:
+        frame = frame.where(where)
     selected = [
         F.date_format(F.col(c), "yyyy-MM-dd HH:mm:ss.SSSSSS").alias(c)
         if types[c] in ("timestamp", "timestamp_ntz")
@@ -203,8 +278,25 @@ def _silver_rows(engine: Engine, config: TableConfig, columns: Sequence[str], ty
     return frame.select(*selected).toLocalIterator()
 
 
-def compare_table(engine: Engine, conn: Any, config: TableConfig, source: SourceTable) -> TableComparison:
-    """Compare one silver table with its source table (the table's configured columns)."""
+@dataclass(frozen=True)
+class ChecksumSettings:
+    """How the checksums cut a table: ranges a level, rows a range read row by row, levels."""
+
+    split: int = 64
+    row_limit: int = 5000
+    depth: int = 4
+
+
+def compare_table(
+    engine: Engine,
+    conn: Any,
+    config: TableConfig,
+    source: SourceTable,
+    checksums: ChecksumSettings | None = ChecksumSettings(),
+) -> TableComparison:
+    """Compare one silver table with its source table (the table's configured columns): by
+    checksums of key ranges first (``sources.checksum``; ``checksums`` None: every row), then value
+    by value in the ranges that differ."""
     from cdclake.lake.tables import table_exists
 
     result = TableComparison(table=config.source)
@@ -214,6 +306,52 @@ def compare_table(engine: Engine, conn: Any, config: TableConfig, source: Source
     if not table_exists(engine.spark, engine.silver_table(config)):
         result.problem = "no silver table"
         return result
+    key = list(config.primary_key)
+    kinds = {c: kind_of(types[c]) for c in columns}
+    first_kind = kinds.get(key[0]) if key else None
+    range_column = (key[0], first_kind) if key and first_kind is not None and range_key(first_kind) else None
+    ranges: list[KeyRange] | None = None  # None: every row
+    frame = engine.spark.table(engine.silver_table(config).identifier)
+    if missing := [c for c in columns if c not in frame.columns]:
+        result.problem = f"silver lacks column(s) {', '.join(missing)}"
+        return result
+    if unhashable := [f"{c} ({types[c]})" for c in columns if kinds[c] is None]:
+        result.why_rows = f"no canonical text for {', '.join(unhashable)}: compared value by value"
+    elif checksums is not None:
+        hashed = [(c, kinds[c] or "") for c in columns]
+        frame = frame.select(*columns)
+        found = search(
+            source_sums(conn, source, range_column, hashed),
+            spark_sums(frame, range_column[0] if range_column else None, hashed),
+            spark_boundaries(frame, *range_column) if range_column else (lambda whole, parts: []),
+            checksums.split,
+            checksums.row_limit,
+            checksums.depth if range_column else 1,
+        )
+        result.method, result.ranges, result.ranges_differing = "checksums", found.ranges, len(found.differing)
+        ranges = found.differing
+        result.source_rows, result.silver_rows = found.source_rows, found.silver_rows
+        if not ranges:
+            return result
+        if range_column is None:
+            ranges = None  # one range, the whole table: every row
+    _compare_rows(engine, conn, config, source, columns, types, result, (range_column, ranges))
+    return result
+
+
+def _compare_rows(
+    engine: Engine,
+    conn: Any,
+    config: TableConfig,
+    source: SourceTable,
+    columns: Sequence[str],
+    types: dict[str, str],
+    result: TableComparison,
+    within: tuple[tuple[str, str] | None, list[KeyRange] | None],
+) -> None:
+    """Read the rows of both sides (those of ``within``'s ranges, or every row) and compare them
+    value by value, into ``result``."""
+    range_column, ranges = within
     key = list(config.primary_key)
     key_index = [columns.index(k) for k in key]
     null = value_digest(_NULL)
@@ -245,16 +383,17 @@ def compare_table(engine: Engine, conn: Any, config: TableConfig, source: Source
                 return False
         return True
 
-    silver = _silver_rows(engine, config, columns, types)
-    if isinstance(silver, list):
-        result.problem = f"silver lacks column(s) {', '.join(silver)}"
-        return result
-    result.silver_rows, silver_digest, silver_multiset = digest(silver)
-    source_rows = _source_rows(conn, source, columns, types)
+    where = None if range_column is None or ranges is None else spark_condition(range_column[0], ranges)
+    silver = _silver_rows(engine, config, columns, types, where)
+    silver_rows, silver_digest, silver_multiset = digest(silver)
+    source_rows = _source_rows(conn, source, columns, types, _source_where(range_column, ranges))
     try:
-        result.source_rows, source_digest, source_multiset = digest(source_rows)
+        read_source, source_digest, source_multiset = digest(source_rows)
     finally:
         source_rows.close()  # ends the reading transaction now, also after a failure
+    result.rows_read = silver_rows + read_source
+    if ranges is None or range_column is None:
+        result.source_rows, result.silver_rows = read_source, silver_rows
     if key:
         result.missing = sorted(set(source_digest) - set(silver_digest))
         result.unexpected = sorted(set(silver_digest) - set(source_digest))
@@ -267,7 +406,6 @@ def compare_table(engine: Engine, conn: Any, config: TableConfig, source: Source
     else:
         result.missing = [f"row {h.hex()[:12]} x{n}" for h, n in sorted((source_multiset - silver_multiset).items())]
         result.unexpected = [f"row {h.hex()[:12]} x{n}" for h, n in sorted((silver_multiset - source_multiset).items())]
-    return result
 
 
 def verify(engine: Engine, conn: Any, tables: Sequence[TableConfig] | None = None) -> list[TableComparison]:
@@ -296,6 +434,15 @@ def verify(engine: Engine, conn: Any, tables: Sequence[TableConfig] | None = Non
     return results
 
 
+def comparisons_json(results: Sequence[TableComparison]) -> str:
+    """Every table's comparison and the summary, as one JSON document."""
+    import json
+
+    tables = [r.as_json() for r in results]
+    summary = {v: sum(1 for t in tables if t["verdict"] == v) for v in ("equal", "differing", "skipped")}
+    return json.dumps({"tables": tables, "summary": summary}, indent=2, default=str) + "\n"
+
+
 def format_comparisons(results: Sequence[TableComparison], show: int = 20) -> str:
     """One line per table, then up to ``show`` differing keys of each kind (a row whose content
     differs with the columns that differ), then one summary line: tables equal, differing, skipped."""
@@ -305,7 +452,7 @@ def format_comparisons(results: Sequence[TableComparison], show: int = 20) -> st
             lines.append(f"SKIPPED {r.table}: {r.problem}")
             continue
         verdict = "OK     " if r.equal else "DIFFERS"
-        lines.append(f"{verdict} {r.table}: source rows={r.source_rows} silver rows={r.silver_rows}")
+        lines.append(f"{verdict} {r.table}: source rows={r.source_rows} silver rows={r.silver_rows} ({r.how()})")
         different = [f"{k} (columns: {', '.join(r.differing_columns.get(k, ()))})" for k in r.different]
         for label, keys in (("missing from silver", r.missing), ("not at the source", r.unexpected),
                             ("content differs", different),

@@ -1,0 +1,247 @@
+"""Checksums by key range: silver compared with its source where the data is, a few kilobytes a table.
+
+Each side reduces each row to one number and each range of keys to two: its row count and the sum
+of its rows' numbers. A row's number is the MD5 of its canonical text (each compared column's
+canonical text with its length in front, ``-`` for NULL, so no two rows share a text by accident),
+its first 15 hexadecimal digits read as a 60-bit integer. Equal ranges are done. A differing range
+is split again at quantiles of silver's keys in it, until it holds at most ``row_limit`` rows on
+either side; then only its rows are read from both sides and compared value by value, which names
+the differing columns (``sources.postgres.verify``). An equal table costs one query a side.
+
+The canonical text of a value is defined once per configured (Spark) type, here, as a *kind*; each
+dialect (Spark for silver, one module per source engine) writes the kind in its own SQL:
+
+=============  ==========================================================================
+kind           text
+=============  ==========================================================================
+text           the string as stored (a source type without text form: its output text)
+integer        decimal digits, ``-`` in front when negative
+boolean        ``true`` / ``false``
+decimal:S      the value rounded to S fraction digits, S digits printed, no exponent
+date           ``YYYY-MM-DD``
+timestamp      ``YYYY-MM-DD HH:MM:SS.ffffff`` in UTC
+binary         lower-case hexadecimal
+=============  ==========================================================================
+
+``float`` and ``double`` have no kind: their decimal text differs between engines (Java prints
+``1.0E20`` where PostgreSQL prints ``1e+20``), so a table with such a column is compared row by
+row, and the result says so and names the columns.
+
+Ranges are cut on the first key column when its type orders alike on both sides (integers,
+decimals, dates, and strings compared by code point: ``COLLATE "C"`` at the source); a table keyed
+otherwise, or append-only, is one range (append-only tables compare as multisets: count and sum).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+NULL_TEXT = "-"  # a NULL's canonical text: no length in front, so it is no string's text
+HASH_DIGITS = 15  # hexadecimal digits of the MD5 a row's number takes (60 bits: a sum of them stays exact)
+_DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
+_INTEGERS = {"tinyint", "smallint", "int", "bigint"}
+_RANGE_KEY_KINDS = ("integer", "text", "date", "decimal")
+
+
+def kind_of(spark_type: str) -> str | None:
+    """The canonical text's kind of a configured type; None: compared row by row (floating point)."""
+    if spark_type == "string":
+        return "text"
+    if spark_type in _INTEGERS:
+        return "integer"
+    if spark_type in ("boolean", "date", "binary"):
+        return spark_type
+    if spark_type in ("timestamp", "timestamp_ntz"):
+        return "timestamp"
+    if match := _DECIMAL.match(spark_type):
+        return f"decimal:{match.group(2)}"
+    return None
+
+
+def range_key(kind: str | None) -> bool:
+    """Whether a first key column of this kind orders alike at the source and in silver."""
+    return kind is not None and kind.split(":")[0] in _RANGE_KEY_KINDS
+
+
+@dataclass(frozen=True)
+class KeyRange:
+    """Keys from ``low`` (inclusive) to ``high`` (exclusive); None: unbounded on that side."""
+
+    low: Any = None
+    high: Any = None
+
+    def describe(self) -> str:
+        low = "" if self.low is None else repr(self.low)
+        high = "" if self.high is None else repr(self.high)
+        return f"[{low}, {high})"
+
+
+@dataclass(frozen=True)
+class RangeSum:
+    """What one side says of one range: its rows and the sum of their numbers."""
+
+    rows: int
+    total: int
+
+
+EMPTY = RangeSum(0, 0)
+
+# One side's sums for the buckets a range is cut into at ``boundaries``: bucket i holds the keys
+# from boundary i-1 (inclusive; the range's low for i = 0) to boundary i (exclusive; its high last).
+Sums = Callable[[KeyRange, Sequence[Any]], dict[int, RangeSum]]
+
+
+@dataclass
+class RangeSearch:
+    """Where two sides differ, found by checksums: the ranges left to compare row by row."""
+
+    differing: list[KeyRange] = field(default_factory=list)
+    ranges: int = 0  # ranges whose checksums were compared
+    queries: int = 0  # checksum queries a side ran
+    source_rows: int = 0
+    silver_rows: int = 0
+
+
+def search(
+    source: Sums,
+    silver: Sums,
+    boundaries: Callable[[KeyRange, int], list[Any]],
+    split: int = 64,
+    row_limit: int = 5000,
+    depth: int = 4,
+) -> RangeSearch:
+    """The ranges of keys where ``source`` and ``silver`` differ, each small enough (at most
+    ``row_limit`` rows a side) to compare row by row, or not to be cut further (``depth`` levels,
+    or silver has no distinct keys left to cut at). ``boundaries(range, n)``: up to ``n - 1``
+    increasing keys inside the range (silver's quantiles) to cut it at."""
+    found = RangeSearch()
+
+    def visit(whole: KeyRange, level: int) -> None:
+        cuts = boundaries(whole, split) if level < depth else []
+        theirs, ours = source(whole, cuts), silver(whole, cuts)
+        found.queries += 1
+        if level == 0:
+            found.source_rows = sum(s.rows for s in theirs.values())
+            found.silver_rows = sum(s.rows for s in ours.values())
+        edges = [whole.low, *cuts, whole.high]
+        for bucket in range(len(cuts) + 1):
+            found.ranges += 1
+            left, right = theirs.get(bucket, EMPTY), ours.get(bucket, EMPTY)
+            if left == right:
+                continue
+            part = KeyRange(edges[bucket], edges[bucket + 1])
+            small = max(left.rows, right.rows) <= row_limit
+            if small or level + 1 >= depth or not cuts:
+                found.differing.append(part)
+            else:
+                visit(part, level + 1)
+
+    visit(KeyRange(), 0)
+    return found
+
+
+# --- Spark: silver's side ---------------------------------------------------------------------------
+
+
+def spark_text(column: Column, kind: str) -> Column:
+    """A column's canonical text in Spark SQL."""
+    from pyspark.sql import functions as F
+
+    if kind == "text":
+        return column
+    if kind == "integer":
+        return column.cast("string")
+    if kind == "boolean":
+        return F.when(column, F.lit("true")).otherwise(F.lit("false"))
+    if kind.startswith("decimal:"):
+        scale = int(kind.split(":")[1])
+        # Plain digits (a cast to string prints 0E-10): grouped by format_number, the commas taken out.
+        return F.regexp_replace(F.format_number(column, scale), ",", "")
+    if kind == "date":
+        return F.date_format(column, "yyyy-MM-dd")
+    if kind == "timestamp":
+        return F.date_format(column, "yyyy-MM-dd HH:mm:ss.SSSSSS")  # the session's zone is UTC
+    if kind == "binary":
+        return F.lower(F.hex(column))
+    raise ValueError(f"no canonical text for kind {kind}")
+
+
+def spark_row_number(columns: Sequence[tuple[str, str]]) -> Column:
+    """A row's number in Spark SQL, over ``columns`` as (name, kind)."""
+    from pyspark.sql import functions as F
+
+    parts = []
+    for name, kind in columns:
+        text = spark_text(F.col(name), kind)
+        framed = F.concat(F.length(text).cast("string"), F.lit(":"), text)
+        parts.append(F.when(F.col(name).isNull(), F.lit(NULL_TEXT)).otherwise(framed))
+    digest = F.md5(F.concat(*parts).cast("binary"))
+    return F.conv(F.substring(digest, 1, HASH_DIGITS), 16, 10).cast("decimal(20,0)")
+
+
+def spark_range(frame: DataFrame, key: str, whole: KeyRange) -> DataFrame:
+    """``frame``'s rows whose ``key`` lies in ``whole``."""
+    condition = spark_condition(key, [whole])
+    return frame if condition is None else frame.where(condition)
+
+
+def spark_condition(key: str, ranges: Sequence[KeyRange]) -> Column | None:
+    """Whether ``key`` lies in one of ``ranges`` (None: no bound at all)."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    conditions = []
+    for whole in ranges:
+        bounds = []
+        if whole.low is not None:
+            bounds.append(F.col(key) >= F.lit(whole.low))
+        if whole.high is not None:
+            bounds.append(F.col(key) < F.lit(whole.high))
+        if not bounds:
+            return None
+        conditions.append(reduce(lambda a, b: a & b, bounds))
+    return reduce(lambda a, b: a | b, conditions) if conditions else F.lit(False)
+
+
+def spark_sums(frame: DataFrame, key: str | None, columns: Sequence[tuple[str, str]]) -> Sums:
+    """Silver's ``Sums`` over ``frame`` (``key`` None: the whole table is one range)."""
+    from pyspark.sql import functions as F
+
+    def sums(whole: KeyRange, cuts: Sequence[Any]) -> dict[int, RangeSum]:
+        rows = frame if key is None else spark_range(frame, key, whole)
+        bucket: Any = F.lit(len(cuts))
+        for index in reversed(range(len(cuts))):
+            bucket = F.when(F.col(key) < F.lit(cuts[index]), F.lit(index)).otherwise(bucket)  # type: ignore[arg-type]
+        grouped = rows.select(bucket.alias("bucket"), spark_row_number(columns).alias("number")).groupBy("bucket")
+        found = grouped.agg(F.count(F.lit(1)).alias("rows"), F.sum("number").alias("total")).collect()
+        return {int(r["bucket"]): RangeSum(int(r["rows"]), int(r["total"] or 0)) for r in found}
+
+    return sums
+
+
+def spark_boundaries(frame: DataFrame, key: str, kind: str) -> Callable[[KeyRange, int], list[Any]]:
+    """Cut points inside a range: silver's key quantiles (approximate for numbers and dates, the
+    first key of each of n equal tiles for strings), distinct and increasing."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    def cuts(whole: KeyRange, parts: int) -> list[Any]:
+        rows = spark_range(frame, key, whole).select(key)
+        if kind == "text":
+            tiles = rows.withColumn("_tile", F.ntile(parts).over(Window.orderBy(key)))
+            found = [r[1] for r in tiles.groupBy("_tile").agg(F.min(key)).orderBy("_tile").collect()][1:]
+        else:
+            fractions = [i / parts for i in range(1, parts)]
+            row = rows.agg(F.percentile_approx(key, fractions, 10_000)).first()
+            found = list(row[0] or []) if row is not None else []
+        inside = [v for v in found if (whole.low is None or v > whole.low) and (whole.high is None or v < whole.high)]
+        return sorted(set(inside))
+
+    return cuts

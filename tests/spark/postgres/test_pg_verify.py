@@ -1,0 +1,97 @@
+"""``cdclake verify`` by checksums of key ranges against a real PostgreSQL: an equal table reads no row,
+and each planted difference is found, by key, with its columns, after reading only the ranges that hold it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import replace
+
+from conftest import SourceDatabase
+
+from cdclake.config import parse_config
+from cdclake.context import Engine
+from cdclake.engine.run import run
+from cdclake.sources.postgres.verify import comparisons_json, verify
+
+SCHEMA = """
+CREATE TABLE items (
+    id int PRIMARY KEY, name text, price numeric(12,2), due date, at timestamptz, data bytea, flag boolean,
+    note text, small smallint, big bigint
+);
+INSERT INTO items
+SELECT i, 'item ' || i, (i * 1.25)::numeric(12,2), date '2024-01-01' + i,
+       timestamptz '2024-01-01 00:00:00+00' + i * interval '1 second 7 microseconds',
+       decode(lpad(to_hex(i), 8, '0'), 'hex'), i % 2 = 0, CASE WHEN i % 3 = 0 THEN NULL ELSE 'n' || i END,
+       i % 100, i * 1000000000::bigint
+FROM generate_series(1, 3000) AS i;
+CREATE TABLE codes (code text PRIMARY KEY, label text);
+INSERT INTO codes
+SELECT chr(65 + i % 26) || chr(97 + i % 7) || i || CASE WHEN i % 5 = 0 THEN 'é' ELSE '' END, 'label ' || i
+FROM generate_series(1, 500) AS i;
+CREATE TABLE events (what text, at date);
+INSERT INTO events SELECT 'event ' || (i % 10), date '2024-02-01' + i % 3 FROM generate_series(1, 200) AS i;
+CREATE TABLE measures (id int PRIMARY KEY, ratio double precision);
+INSERT INTO measures SELECT i, i / 3.0 FROM generate_series(1, 50) AS i;
+"""
+
+
+def _loaded(source_db: SourceDatabase, make_engine: Callable[..., Engine]) -> Engine:
+    source_db.execute(SCHEMA)
+    source_db.capture()
+    text = source_db.config_path.read_text("utf-8")
+    engine = make_engine(text)
+    config = parse_config(text, str(source_db.config_path))
+    engine = replace(engine, config=replace(config, database=engine.config.database, bronze=engine.config.bronze))
+    run(engine).checked()
+    return engine
+
+
+def test_equal_tables_are_proved_by_checksums_and_every_planted_difference_is_named(
+    source_db: SourceDatabase, make_engine: Callable[..., Engine]
+) -> None:
+    # GIVEN four tables captured and applied: integer, text (with non-ASCII keys) and no key, and one with a double
+    engine = _loaded(source_db, make_engine)
+    conn = source_db.connect()
+    try:
+        before = {r.table: r for r in verify(engine, conn)}
+    finally:
+        conn.close()
+    # THEN each is equal; the keyed and keyless ones by checksums alone: no row read from either side
+    assert all(r.equal for r in before.values()), {t: r.as_json() for t, r in before.items()}
+    for table in ("public.items", "public.codes", "public.events"):
+        assert before[table].method == "checksums" and before[table].rows_read == 0, before[table].as_json()
+        assert before[table].ranges_differing == 0
+    assert before["public.items"].ranges > 1 and before["public.items"].source_rows == 3000
+    assert before["public.codes"].ranges > 1 and before["public.events"].ranges == 1
+    # AND the double column is compared value by value, and the result says why
+    assert before["public.measures"].method == "rows" and "ratio (double)" in before["public.measures"].why_rows
+
+    # WHEN the source changes in ways capture never sees (planted differences)
+    source_db.execute(
+        "UPDATE items SET price = price + 0.01 WHERE id = 10",  # a numeric off in its last digit
+        "UPDATE items SET note = '' WHERE id = 21",  # NULL in silver, an empty string at the source
+        "UPDATE items SET at = at + interval '1 microsecond' WHERE id = 1500",  # a timestamp off by 1 µs
+        "UPDATE items SET data = '\\x00'::bytea WHERE id = 2999",
+        "INSERT INTO items (id, name) VALUES (3001, 'new')",  # missing from silver
+        "DELETE FROM items WHERE id = 5",  # only in silver
+        "UPDATE codes SET label = 'changed' WHERE code = 'Ff5é'",
+        "INSERT INTO events VALUES ('event 0', date '2024-02-02')",
+    )
+    conn = source_db.connect()
+    try:
+        after = {r.table: r for r in verify(engine, conn)}
+        report = json.loads(comparisons_json(list(after.values())))
+    finally:
+        conn.close()
+
+    # THEN each difference is named by key with its columns, nothing else
+    items = after["public.items"]
+    assert items.missing == ["id=3001"] and items.unexpected == ["id=5"]
+    assert items.differing_columns == {"id=10": ["price"], "id=21": ["note"], "id=1500": ["at"], "id=2999": ["data"]}
+    # AND only the ranges holding them were read row by row (a few hundred rows of 3000, each side)
+    assert 0 < items.ranges_differing <= 6 and items.rows_read < 1200, items.as_json()
+    assert after["public.codes"].differing_columns == {"code=Ff5é": ["label"]}
+    assert len(after["public.events"].missing) == 1 and not after["public.events"].unexpected
+    assert after["public.measures"].equal
+    assert report["summary"] == {"equal": 1, "differing": 3, "skipped": 0}
