@@ -146,7 +146,7 @@ class CliSettings:
 
     @property
     def home(self) -> Path:
-        """``.cdclake`` next to the configuration file: where the capture keeps its state."""
+        """``.cdclake`` next to the configuration file: the capture's state, bronze without a file."""
         return self.config.parent / DEFAULT_HOME
 
 

@@ -107,7 +107,7 @@ def _capture(settings: CliSettings) -> int:
     captured = CaptureSettings(
         dsn=libpq_dsn(options.source),
         bronze=DEFAULT_HOME / "bronze",
-        state_dir=options.state_dir or settings.config.parent / DEFAULT_HOME / "capture",
+        state_dir=options.state_dir or settings.home / "capture",
         slot=options.slot,
         publication=options.publication,
         schemas=tuple(options.schema or ("public",)),
@@ -146,7 +146,7 @@ def _capture_follows_config(captured: CaptureSettings, settings: CliSettings) ->
 
     path = settings.config
     if not path.exists():
-        bronze = Path(settings.bronze) if settings.bronze else path.parent / DEFAULT_HOME / "bronze"
+        bronze = Path(settings.bronze) if settings.bronze else settings.home / "bronze"
         return replace(captured, bronze=bronze)
     config = load_config(path)
     if settings.bronze:

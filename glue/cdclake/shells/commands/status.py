@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 from cdclake.shells.commands import Command
 from cdclake.shells.local_engine import on_engine
-from cdclake.shells.settings import DEFAULT_HOME
 
 if TYPE_CHECKING:
     from cdclake.context import Engine
@@ -31,7 +30,7 @@ def _status(engine: Engine, settings: CliSettings) -> int:
     from cdclake.sources.postgres.state import capture_holds
 
     marts = mart_statuses(engine) if engine.config.gold.marts else []
-    holds = capture_holds(settings.config.parent / DEFAULT_HOME / "capture", settings.config)
+    holds = capture_holds(settings.home / "capture", settings.config)
     statuses = table_statuses(engine, capture_holds=holds)
     print(status_text(statuses, marts, settings.options.format, settings.options.wide), end="")
     return 0
