@@ -24,6 +24,10 @@ if TYPE_CHECKING:
 # The setting: "auto" (``engine.prepare.choose_commit_way`` decides per batch) or one way pinned.
 CommitPath = Literal["auto"] | CommitWay
 
+# How often a long Spark action (a full load's scan) logs how far it is, by default: plain log lines
+# every 30 s at most (the CLI's terminal bar moves faster).
+LOG_PROGRESS_SECONDS = 30.0
+
 
 @dataclass(frozen=True)
 class Engine:
@@ -65,7 +69,7 @@ class Engine:
     # branch-staged RowDelta, whose cost follows the batch (docs/benchmarks.md).
     merge_below_records: int = 2_000_000
     # How often a long Spark action (a full load's scan) logs how far it is; 0: never.
-    progress_seconds: float = 30.0
+    progress_seconds: float = LOG_PROGRESS_SECONDS
     # A batch whose commit loses a race with another writer is retried this many times in all,
     # after pauses of about 1, 2, 4 ... times ``commit_backoff_seconds``.
     commit_attempts: int = 4
@@ -94,7 +98,7 @@ def open_engine(
     catalog: LocalCatalog | GlueCatalog,
     catalog_name: str = DEFAULT_CATALOG,
     staging_dir: Path | None = None,
-    progress_seconds: float = 30.0,
+    progress_seconds: float = LOG_PROGRESS_SECONDS,
 ) -> Engine:
     """The one way a shell builds its engine: the Spark session for ``catalog`` (the Glue Data
     Catalog on S3, or a local Hadoop catalog), bronze at ``config.bronze.path`` (``staging_dir``:

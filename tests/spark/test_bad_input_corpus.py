@@ -24,7 +24,7 @@ from cdclake.dms.writer import write_csv
 from cdclake.engine.run import run
 from cdclake.lake.journals import QUARANTINE_ROWS_TABLE, QUARANTINE_TABLE
 from cdclake.report import RunReport
-from cdclake.shells import cli
+from cdclake.shells.commands.run import print_report
 
 EngineFactory = Callable[..., Engine]
 
@@ -293,7 +293,7 @@ def test_bad_input_is_held_or_refused_and_nothing_else_changes(
     mine = report.of_table(source)
     # THEN the exit code and the sentence are the CLI's for this table
     capsys.readouterr()
-    assert cli._print_report(mine) == case.exit_code
+    assert print_report(mine) == case.exit_code
     printed = capsys.readouterr()
     assert case.sentence in printed.out + printed.err, printed
     # AND silver holds exactly what should be applied

@@ -14,7 +14,7 @@ from cdclake.dms.store import list_bronze
 from cdclake.dms.writer import write_csv
 from cdclake.engine.run import apply_pending, full_load, run
 from cdclake.ops.status import table_statuses
-from cdclake.shells.cli import _print_report
+from cdclake.shells.commands.run import print_report
 
 EngineFactory = Callable[..., Engine]
 
@@ -60,7 +60,7 @@ def test_load_files_after_a_run_are_loaded_reloaded_or_refused(
     write_csv(bronze / "mixed" / "20240104-0000000000.csv", [["U", "2024-01-04 00:00:00.000000", "1", "m3"]])
     before = {s.source: s for s in table_statuses(engine)}
     report = run(engine)
-    exit_code = _print_report(report)
+    exit_code = print_report(report)
     printed = capsys.readouterr()
     after = {s.source: s for s in table_statuses(engine)}
     # THEN status listed the LOAD files no load holds, with what loads them

@@ -13,7 +13,7 @@ from cdclake.dms.writer import SourceChange, change_sequence, write_csv
 from cdclake.engine.run import apply_cdc_files, run
 from cdclake.engine.select import files_from_keys
 from cdclake.lake.committer import IcebergCommitter
-from cdclake.shells.cli import _print_report
+from cdclake.shells.commands.run import print_report
 from oracle import replay_change_log
 
 EngineFactory = Callable[..., Engine]
@@ -152,7 +152,7 @@ def test_a_failing_table_stops_only_itself_and_the_report_says_which(
         ("gamma", "s/gamma/20240102-0000000001.csv"),
     ]
     # AND the command line prints every table's lines, names the failed table and exits 1 (a fault)
-    assert _print_report(report) == 1
+    assert print_report(report) == 1
     out, err = capsys.readouterr()
     assert "s.alpha" in out and "s.gamma" in out
     assert "cdclake: s.beta: storage refused the commit" in err

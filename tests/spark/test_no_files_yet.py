@@ -12,7 +12,7 @@ from cdclake.context import Engine
 from cdclake.dms.writer import write_csv
 from cdclake.engine.run import run
 from cdclake.ops.status import NO_FILES, table_statuses
-from cdclake.shells.cli import _print_report
+from cdclake.shells.commands.run import print_report
 from cdclake.shells.status_view import table_state
 
 EngineFactory = Callable[..., Engine]
@@ -33,7 +33,7 @@ def test_tables_without_files_load_nothing_say_why_and_are_not_up_to_date(
     engine = make_engine(CONFIG)
     # WHEN run applies bronze
     report = run(engine)
-    code = _print_report(report)
+    code = print_report(report)
     printed = capsys.readouterr().out
     # THEN it says, per table, that nothing was loaded and why, and which tables have no files yet
     notes = {t.table: t.note for t in report.tables}
@@ -47,7 +47,7 @@ def test_tables_without_files_load_nothing_say_why_and_are_not_up_to_date(
     assert table_state(statuses["s.declared"]) == NO_FILES
     assert statuses["s.declared"].behind.startswith(f"{NO_FILES}: bronze has no LOAD or CDC file under s/declared/")
     # AND a second run, with still nothing for them, says so again instead of "nothing to apply" alone
-    _print_report(run(engine))
+    print_report(run(engine))
     assert "no files yet for s.declared:" in capsys.readouterr().out
     # AND once a CDC file arrives and is applied, the table is no longer "no files yet"
     change = ["I", "2024-01-02 00:00:00.000000", "2", "b"]

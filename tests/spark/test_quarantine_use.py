@@ -22,7 +22,9 @@ from cdclake.engine.select import ReplaySelection
 from cdclake.errors import CdclakeError
 from cdclake.lake.journals import DISMISSED_TABLE, QUARANTINE_ROWS_TABLE, QUARANTINE_TABLE
 from cdclake.ops.status import table_statuses
-from cdclake.shells import cli
+from cdclake.shells.cli import build_parser
+from cdclake.shells.commands.quarantine import quarantine
+from cdclake.shells.settings import CliSettings, cli_settings
 
 EngineFactory = Callable[..., Engine]
 
@@ -102,12 +104,14 @@ def test_held_rows_and_files_are_explained_replayed_once_fixed_and_dismissed_onc
     assert _qty(engine) == {1: 10, 2: 99, 3: 15, 4: 40, 5: 50}
 
     # WHEN its entry is dismissed while the file is still in bronze THEN that is refused
-    parse = cli.build_parser().parse_args
+    def parse(argv: list[str]) -> CliSettings:
+        return cli_settings(build_parser().parse_args(argv), started=0.0, progress_bar=False)
+
     with pytest.raises(CdclakeError, match=f"{CORRUPT} is still in bronze: fix it there and run `cdclake replay"):
-        cli._quarantine(engine, parse(["quarantine", "dismiss", "--file", CORRUPT]))
+        quarantine(engine, parse(["quarantine", "dismiss", "--file", CORRUPT]))
     # WHEN the corrupt file is deleted from bronze instead of fixed, and its entry dismissed
     (bronze / CORRUPT).unlink()
-    assert cli._quarantine(engine, parse(["quarantine", "dismiss", "--missing"])) == 0
+    assert quarantine(engine, parse(["quarantine", "dismiss", "--missing"])) == 0
     # THEN the entry is gone, on the record, and status is up to date
     assert _journal(engine, QUARANTINE_TABLE) == []
     assert _journal(engine, DISMISSED_TABLE) == [("items", CORRUPT, 1, 0, reason, "the file is no longer in bronze")]

@@ -3,7 +3,6 @@ new tables to it, or report how it drifted from the catalog (``--check``)."""
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import re
@@ -44,6 +43,10 @@ class InitSettings:
     check: bool = False  # compare, print, exit 1 on drift; write nothing
     database: str | None = None  # silver.database; default: the source database's name
     bronze: BronzeDefaults = field(default_factory=BronzeDefaults)
+
+    def __post_init__(self) -> None:
+        if self.add_new and self.force:
+            raise CdclakeError("--add-new keeps the file and --force replaces it: choose one.")
 
 
 def default_database(address: SourceAddress) -> str:
@@ -158,22 +161,3 @@ def _write(path: Path, text: str) -> None:
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     temporary.write_text(text, encoding="utf-8")
     temporary.replace(path)
-
-
-def cli_init(args: argparse.Namespace) -> int:
-    """``cdclake init`` from the command line's arguments (cdclake.shells.cli)."""
-    if args.add_new and args.force:
-        raise CdclakeError("--add-new keeps the file and --force replaces it: choose one.")
-    bronze = BronzeDefaults(path=args.bronze) if args.bronze else BronzeDefaults()
-    settings = InitSettings(
-        source_url=args.source,
-        config_path=args.config,
-        include=tuple(args.include),
-        exclude=tuple(args.exclude),
-        force=args.force,
-        add_new=args.add_new,
-        check=args.check,
-        database=args.database,
-        bronze=bronze,
-    )
-    return init(settings)

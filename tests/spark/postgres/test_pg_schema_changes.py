@@ -19,7 +19,7 @@ from cdclake.engine.run import replay
 from cdclake.engine.select import ReplaySelection
 from cdclake.lake.journals import QUARANTINE_TABLE
 from cdclake.schema import type_change_advice
-from cdclake.shells.cli import _print_report
+from cdclake.shells.commands.run import print_report
 from cdclake.sources.postgres.verify import TableComparison, format_comparisons
 
 SourceDatabase = Any  # conftest.SourceDatabase (a conftest cannot be imported by name)
@@ -170,7 +170,7 @@ def test_incompatible_type_change_quarantines_only_its_table(
         "public.texty": "quarantined: column v changed type from int to string",
         "public.dated": "quarantined: column v changed type from int to date",
     }
-    assert _print_report(report) == 1
+    assert print_report(report) == 1
     engine = _engine_of(apply_and_verify, source_db)
     journal = engine.spark.table(f"silver.{engine.config.database}.{QUARANTINE_TABLE}").collect()
     # (texty's batch holds its file from before the change too: the whole batch waits)

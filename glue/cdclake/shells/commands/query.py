@@ -1,0 +1,60 @@
+"""``query``: one Spark SQL statement on the silver catalog, printed for a terminal, as CSV or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from cdclake.shells.commands import Command
+from cdclake.shells.local_engine import on_engine
+from cdclake.shells.query import TABLE_ROWS
+
+if TYPE_CHECKING:
+    from cdclake.context import Engine
+    from cdclake.shells.settings import CliSettings
+
+
+def _row_count(text: str) -> int:
+    """``--limit``: a whole number of rows, 0 or more."""
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"a number of rows (0 or more), not '{text}'")
+    return int(text)
+
+
+def _configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "sql", help="one Spark SQL statement; tables are silver.<database>.<table> or <database>.<table>"
+    )
+    parser.add_argument(
+        "--format",
+        choices=("table", "csv", "json"),
+        default="table",
+        help='table: for a terminal; csv: NULL as an empty field, the empty string as ""; json: one object per '
+        "line (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--limit",
+        type=_row_count,
+        default=None,
+        help=f"at most this many rows, 0 for all (default: all for csv and json, {TABLE_ROWS} for table; "
+        "rows left out are always reported on stderr)",
+    )
+
+
+def _query(engine: Engine, settings: CliSettings) -> int:
+    from cdclake.shells.query import run_query
+
+    options = settings.options
+    output = run_query(engine.spark, options.sql, options.format, options.limit)
+    print(output.text, end="")
+    if output.note:
+        print(f"cdclake: {output.note}", file=sys.stderr)
+    return 0
+
+
+COMMANDS = (
+    Command(
+        "query", "run SQL on the silver catalog", _configure, lambda settings: on_engine(settings, _query, writes=False)
+    ),
+)

@@ -1,0 +1,248 @@
+"""The source database: ``capture`` (PostgreSQL into DMS-format files), ``verify`` (silver against
+the source) and ``init`` (the configuration from the source's catalog)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cdclake.config import load_config
+from cdclake.errors import CdclakeError, UnknownTableError
+from cdclake.shells.commands import Command, tables_option
+from cdclake.shells.local_engine import on_engine, selected_tables
+from cdclake.shells.settings import DEFAULT_HOME
+
+if TYPE_CHECKING:
+    from cdclake.context import Engine
+    from cdclake.ops.init import InitSettings
+    from cdclake.shells.settings import CliSettings
+    from cdclake.sources.postgres.settings import CaptureSettings
+
+
+def source_option(parser: argparse.ArgumentParser, note: str) -> None:
+    # One option and one variable for init, capture and verify; --dsn and CDCLAKE_PG_DSN are
+    # the names capture and verify had before.
+    parser.add_argument(
+        "--source",
+        "--dsn",
+        dest="source",
+        default=os.environ.get("CDCLAKE_SOURCE") or os.environ.get("CDCLAKE_PG_DSN", ""),
+        help="the source database: a URL (postgresql://user:password@host:5432/db) or a libpq string "
+        f"(host=... port=... dbname=... user=...); {note} (env CDCLAKE_SOURCE; the old names "
+        "--dsn and CDCLAKE_PG_DSN work too)",
+    )
+
+
+# --------------------------------------------------------------------------- capture
+def _configure_capture(parser: argparse.ArgumentParser) -> None:
+    source_option(parser, "empty: the PG* variables")
+    parser.add_argument(
+        "--slot", default="cdclake", help="replication slot, created with the full load (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--publication",
+        default="cdclake",
+        help="publication name; keyless tables: NAME_inserts (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--schema",
+        action="append",
+        help="without a --config file: capture the tables of this schema (repeatable; default: public)",
+    )
+    parser.add_argument(
+        "--table",
+        action="append",
+        help="only this schema.table (repeatable; default: every table of --config, once there is one)",
+    )
+    parser.add_argument(
+        "--reload",
+        action="append",
+        metavar="SCHEMA.TABLE",
+        help="load this captured table again as it is now (repeatable): new LOAD files, which the next "
+        "`cdclake run` loads in place of the table; lifts a hold (after a type change or REPLICA IDENTITY FULL)",
+    )
+    parser.add_argument(
+        "--follow", action="store_true", help="keep capturing until stopped (default: pending changes, then exit)"
+    )
+    parser.add_argument(
+        "--max-batch-interval",
+        type=float,
+        default=60.0,
+        help="seconds before buffered changes are written, CdcMaxBatchInterval (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--min-file-size",
+        type=int,
+        default=32_000,
+        help="KB of one table's changes that write a file at once, CdcMinFileSize (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--poll-interval",
+        type=float,
+        default=1.0,
+        help="seconds between polls when idle, with --follow (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        help=f"where the capture keeps its state (default: {DEFAULT_HOME / 'capture'} next to the --config file)",
+    )
+
+
+def _capture(settings: CliSettings) -> int:
+    import signal
+
+    from cdclake.sources.catalog.connect import libpq_dsn
+    from cdclake.sources.postgres.capture import capture
+    from cdclake.sources.postgres.settings import CaptureSettings
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)  # a stop between polls: buffered changes are re-read next time
+    options = settings.options
+    captured = CaptureSettings(
+        dsn=libpq_dsn(options.source),
+        bronze=DEFAULT_HOME / "bronze",
+        state_dir=options.state_dir or settings.home / "capture",
+        slot=options.slot,
+        publication=options.publication,
+        schemas=tuple(options.schema or ("public",)),
+        tables=tuple(options.table or ()),
+        reload=tuple(options.reload or ()),
+        follow=options.follow,
+        max_batch_interval=options.max_batch_interval,
+        min_file_size=options.min_file_size * 1024,
+        poll_interval=options.poll_interval,
+        config_path=settings.config,
+    )
+    captured = _capture_follows_config(captured, settings)
+    report = capture(captured)
+    print(
+        f"capture: full load files={report.load_files} rows={report.load_rows}; cdc files={report.cdc_files} "
+        f"changes={report.changes} transactions={report.transactions} already in bronze={report.skipped_changes}; "
+        f"slot confirmed at {report.confirmed_lsn}"
+    )
+    for table, reason in sorted(report.held.items()):
+        print(f"capture: table {table} held: {reason}", file=sys.stderr)
+    for table in report.removed_tables:
+        print(
+            f"capture: table {table} is no longer in {settings.config}: no longer captured (its files stay in "
+            "bronze; put it back with `cdclake init --add-new` and the next capture loads it afresh)",
+            file=sys.stderr,
+        )
+    return 1 if report.held else 0
+
+
+def _capture_follows_config(captured: CaptureSettings, settings: CliSettings) -> CaptureSettings:
+    """What capture takes from the configuration file, whichever directory it runs from: bronze
+    (``bronze.path``, relative to the file; ``--bronze`` overrides it) and the tables (all of the
+    file's, or the ones ``--table`` names, each of which must be in it). Without a file: ``--bronze``
+    or ``.cdclake/bronze`` next to where the file will be written, and the tables of ``--schema``."""
+    from dataclasses import replace
+
+    path = settings.config
+    if not path.exists():
+        bronze = Path(settings.bronze) if settings.bronze else settings.home / "bronze"
+        return replace(captured, bronze=bronze)
+    config = load_config(path)
+    if settings.bronze:
+        bronze = Path(settings.bronze)
+    elif config.bronze.path.startswith("s3://"):
+        raise CdclakeError(
+            f"{path} has bronze on S3 ({config.bronze.path}): capture writes a local folder, give --bronze."
+        )
+    else:
+        bronze = path.parent / config.bronze.path
+    configured = [t.source for t in config.tables]
+    unknown = [name for name in (*captured.tables, *captured.reload) if name not in configured]
+    if unknown:
+        raise UnknownTableError(
+            f"Table(s) {', '.join(unknown)} not in {path} (known: {', '.join(configured)}): "
+            "add them with cdclake init --add-new, or name configured ones."
+        )
+    if settings.options.schema:
+        raise CdclakeError(f"capture takes its tables from {path}: --schema chooses them only when there is none.")
+    return replace(captured, bronze=bronze, tables=captured.tables or tuple(configured), configured=tuple(configured))
+
+
+# --------------------------------------------------------------------------- verify
+def _configure_verify(parser: argparse.ArgumentParser) -> None:
+    source_option(parser, "empty: the PG* variables")
+    tables_option(parser)
+    parser.add_argument(
+        "--show", type=int, default=20, help="differing keys printed per table and kind (default: %(default)s)"
+    )
+
+
+def _verify(engine: Engine, settings: CliSettings) -> int:
+    from cdclake.sources.catalog.connect import libpq_dsn
+    from cdclake.sources.postgres.settings import connect
+    from cdclake.sources.postgres.verify import format_comparisons, verify
+
+    args = settings.options
+    conn = connect(libpq_dsn(args.source))
+    try:
+        results = verify(engine, conn, selected_tables(engine, args))
+    finally:
+        conn.close()
+    print(format_comparisons(results, args.show), end="")
+    return 0 if all(r.equal for r in results) else 1
+
+
+# --------------------------------------------------------------------------- init
+def _configure_init(parser: argparse.ArgumentParser) -> None:
+    source_option(parser, "also mysql:// and sqlserver:// URLs")
+    parser.add_argument(
+        "--include", action="append", default=[], help="schema.table glob to take (repeatable; default: all)"
+    )
+    parser.add_argument("--exclude", action="append", default=[], help="schema.table glob to leave out (repeatable)")
+    parser.add_argument("--force", action="store_true", help="overwrite a configuration that was edited by hand")
+    parser.add_argument("--add-new", action="store_true", help="add only the tables the configuration lacks")
+    parser.add_argument("--check", action="store_true", help="print the drift from the catalog; exit 1 on any")
+    parser.add_argument("--database", help="silver.database (default: the source database's name)")
+
+
+def init_settings(settings: CliSettings) -> InitSettings:
+    """``cdclake init``'s settings from the command line's."""
+    from cdclake.ops.init import InitSettings
+    from cdclake.sources.catalog.plan import BronzeDefaults
+
+    options = settings.options
+    return InitSettings(
+        source_url=options.source,
+        config_path=settings.config,
+        include=tuple(options.include),
+        exclude=tuple(options.exclude),
+        force=options.force,
+        add_new=options.add_new,
+        check=options.check,
+        database=options.database,
+        bronze=BronzeDefaults(path=settings.bronze) if settings.bronze else BronzeDefaults(),
+    )
+
+
+def _init(settings: CliSettings) -> int:
+    from cdclake.ops.init import init
+
+    return init(init_settings(settings))
+
+
+COMMANDS = (
+    Command(
+        "capture",
+        "PostgreSQL logical decoding -> DMS-format full-load and CDC files in --bronze",
+        _configure_capture,
+        _capture,
+    ),
+    Command(
+        "verify",
+        "compare every silver table with its PostgreSQL source table",
+        _configure_verify,
+        lambda settings: on_engine(settings, _verify, writes=False),
+    ),
+    Command("init", "write --config from a source database's catalog (or --check drift)", _configure_init, _init),
+)
