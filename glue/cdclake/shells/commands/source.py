@@ -176,20 +176,26 @@ def _configure_verify(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--show", type=int, default=20, help="differing keys printed per table and kind (default: %(default)s)"
     )
+    parser.add_argument(
+        "--format", choices=("text", "json"), default="text", help="text lines, or one JSON document (every key)"
+    )
+    parser.add_argument(
+        "--rows", action="store_true", help="read every row of both sides instead of comparing key-range checksums"
+    )
 
 
 def _verify(engine: Engine, settings: CliSettings) -> int:
     from cdclake.sources.catalog.connect import libpq_dsn
     from cdclake.sources.postgres.settings import connect
-    from cdclake.sources.postgres.verify import format_comparisons, verify
+    from cdclake.sources.postgres.verify import ChecksumSettings, comparisons_json, format_comparisons, verify
 
     args = settings.options
     conn = connect(libpq_dsn(args.source))
     try:
-        results = verify(engine, conn, selected_tables(engine, args))
+        results = verify(engine, conn, selected_tables(engine, args), None if args.rows else ChecksumSettings())
     finally:
         conn.close()
-    print(format_comparisons(results, args.show), end="")
+    print(comparisons_json(results) if args.format == "json" else format_comparisons(results, args.show), end="")
     return 0 if all(r.equal for r in results) else 1
 
 

@@ -408,7 +408,12 @@ def _compare_rows(
         result.unexpected = [f"row {h.hex()[:12]} x{n}" for h, n in sorted((silver_multiset - source_multiset).items())]
 
 
-def verify(engine: Engine, conn: Any, tables: Sequence[TableConfig] | None = None) -> list[TableComparison]:
+def verify(
+    engine: Engine,
+    conn: Any,
+    tables: Sequence[TableConfig] | None = None,
+    checksums: ChecksumSettings | None = ChecksumSettings(),
+) -> list[TableComparison]:
     """Compare each configured table (or ``tables``) with the source database behind ``conn``.
 
     A table that cannot be compared (no source table, no silver table, a failure while reading
@@ -425,7 +430,7 @@ def verify(engine: Engine, conn: Any, tables: Sequence[TableConfig] | None = Non
             results.append(TableComparison(table=table.source, problem="no such table at the source"))
             continue
         try:
-            results.append(compare_table(engine, conn, table, source))
+            results.append(compare_table(engine, conn, table, source, checksums))
         except Exception as exc:  # one table's failure is reported, and the others are compared
             problem = f"could not be compared: {type(exc).__name__}: {first_line(exc)}"
             log.error("verify table=%s %s", table.source, problem)
