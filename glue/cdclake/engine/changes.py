@@ -280,6 +280,33 @@ def instant_of_parts(parts: str) -> str:
     return f"CASE WHEN NOT contains({parts}, '|') THEN {parts} ELSE {general} END"
 
 
+def _row_reasons(
+    raw: DataFrame, op: str, ts_name: str | None, ts_text: str, decoded: bool, full_load: bool
+) -> list[_Reason]:
+    """Why a raw row cannot be applied, before its values' casts: a wrong number of fields, an
+    unknown operation, text that was not UTF-8 (``decoded``: CSV text Spark decoded), a commit
+    timestamp that does not parse or (CDC rows) is missing."""
+    reasons = [
+        _Reason(f"{quote(CORRUPT_RECORD)} IS NOT NULL", "'wrong number of fields'"),
+        _Reason(f"NOT coalesce(({op}) IN {VALID_OPS!r}, false)", _sql_reason(UNKNOWN_OP, op)),
+    ]
+    text = [f.name for f in raw.schema.fields if f.dataType.simpleString() == "string" and f.name != CORRUPT_RECORD]
+    if text and decoded:
+        # Spark decodes CSV bytes that are not UTF-8 as U+FFFD instead of failing; say so per row.
+        # One byte search of the row's text (NULLs skipped; decoded text is valid UTF-8, so U+FFFD
+        # cannot straddle two values): ``instr`` counts characters as it goes, several times slower,
+        # and a search per column makes the generated code too big for the JIT (``hugeMethodLimit``).
+        replaced = f"contains(concat_ws('', {', '.join(quote(c) for c in text)}), '\ufffd')"
+        reasons.insert(1, _Reason(replaced, "'bytes that are not valid UTF-8'"))
+    if ts_name:
+        invalid = f"value '%s' of column {ts_name} is not a valid commit timestamp"
+        reasons.append(_Reason(f"{ts_text} IS NOT NULL AND {COMMIT_TS} IS NULL", _sql_reason(invalid, ts_text)))
+        if not full_load:
+            missing = sql_string(f"commit timestamp column {ts_name} is NULL")
+            reasons.append(_Reason(f"{ts_text} IS NULL", missing))
+    return reasons
+
+
 def to_changes(
     raw: DataFrame, settings: BronzeSettings, table: TableConfig, full_load: bool = False, csv: bool | None = None
 ) -> DataFrame:
@@ -291,7 +318,7 @@ def to_changes(
     (change sequence text),
     ``_cdc_file``, ``_cdc_row``, ``_cdc_error`` (NULL, or why the row cannot be applied) and
     ``_cdc_invalid`` (whether it has an error: ``has_error``).
-    The timestamp column stays a data column (as in the first seed's silver table); the change
+    The timestamp column stays a data column (as in the demo's silver table); the change
     sequence does not. A commit timestamp that does not parse is an error, and so is a NULL one
     on a CDC row (``full_load`` False): either would order the change before every stored row.
     ``csv``: whether rows were read from CSV files (default: ``settings.format`` says so), whose
@@ -300,25 +327,9 @@ def to_changes(
     columns = set(raw.columns)
     op = f"upper(trim({quote(DMS_OP_COLUMN)}))" if DMS_OP_COLUMN in columns else "'I'"
     ts_name, seq_name = settings.timestamp_column, settings.change_sequence_column
-    reasons = [
-        _Reason(f"{quote(CORRUPT_RECORD)} IS NOT NULL", "'wrong number of fields'"),
-        _Reason(f"NOT coalesce(({op}) IN {VALID_OPS!r}, false)", _sql_reason(UNKNOWN_OP, op)),
-    ]
-    text = [f.name for f in raw.schema.fields if f.dataType.simpleString() == "string" and f.name != CORRUPT_RECORD]
-    if text and (settings.format == "csv" if csv is None else csv):
-        # Spark decodes CSV bytes that are not UTF-8 as U+FFFD instead of failing; say so per row.
-        # One byte search of the row's text (NULLs skipped; decoded text is valid UTF-8, so U+FFFD
-        # cannot straddle two values): ``instr`` counts characters as it goes, several times slower,
-        # and a search per column makes the generated code too big for the JIT (``hugeMethodLimit``).
-        replaced = f"contains(concat_ws('', {', '.join(quote(c) for c in text)}), '\ufffd')"
-        reasons.insert(1, _Reason(replaced, "'bytes that are not valid UTF-8'"))
     ts_text = f"CAST({quote(ts_name)} AS STRING)" if ts_name in columns else "CAST(NULL AS STRING)"
-    if ts_name:
-        invalid = f"value '%s' of column {ts_name} is not a valid commit timestamp"
-        reasons.append(_Reason(f"{ts_text} IS NOT NULL AND {COMMIT_TS} IS NULL", _sql_reason(invalid, ts_text)))
-        if not full_load:
-            missing = sql_string(f"commit timestamp column {ts_name} is NULL")
-            reasons.append(_Reason(f"{ts_text} IS NULL", missing))
+    decoded = settings.format == "csv" if csv is None else csv
+    reasons = _row_reasons(raw, op, ts_name, ts_text, decoded, full_load)
     sources = {f.name: f.dataType.simpleString() for f in raw.schema.fields}
     # A column already of its declared type (Parquet) has nothing to convert and nothing to check.
     typed = {c: t for c, t in table.columns.items() if c in columns and c != seq_name and sources[c] != t}
