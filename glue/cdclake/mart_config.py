@@ -44,11 +44,11 @@ class GoldSettings:
     # A keyed mart refreshes in full when finding the groups its changes affect reads this share
     # of what a full refresh reads or more (the files the changes touch, the tables joined to a
     # changed one twice): on top of the recomputation, that costs more than the full refresh's
-    # aggregation and write it saves (``gold.cost``; docs/benchmarks.md, "Gold").
+    # aggregation and write it saves (``gold.cost``; docs/benchmarks-journal.md, "Gold").
     full_refresh_share: float = 1 / 3
     # ... and when the tables it reads hold less than this: the incremental path's fixed work
     # (about ten Spark jobs and a MERGE, ~3-4 s on 2 cores) costs more than a full refresh of them
-    # (1-3 s for 5-28 MB there; docs/benchmarks.md, "Gold").
+    # (1-3 s for 5-28 MB there; docs/benchmarks-journal.md, "Gold").
     full_refresh_below_bytes: int = 64 * 1024 * 1024
 
     def mart(self, name: str) -> MartConfig:
