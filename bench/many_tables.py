@@ -9,7 +9,7 @@ slope is what one more table adds to a batch when the total work stays the same.
 Both sides go through the engine's real entry points (``engine.run.full_load`` and
 ``engine.run.apply_cdc_files``, the AWS path, with every table of the batch in one call).
 
-Beside them, the baseline a user would write without cdclake: the first seed's apply (read a
+Beside them, the baseline a user would write without cdclake: the plain-MERGE baseline's apply (read a
 table's CDC files, keep each key's last change, one Iceberg MERGE) for every table, as many tables
 at once as cdclake works on, into copies of the same full-loaded tables. It carries none of
 cdclake's checks, ledger or tombstones; it says what a table costs Spark and Iceberg alone.
@@ -144,7 +144,7 @@ def plain_copies(spark: SparkSession, engine: Engine, database: str) -> dict[str
 def plain_merges(
     spark: SparkSession, bronze: Path, files: list[BronzeFile], copies: dict[str, str], threads: int
 ) -> None:
-    """The first seed's MERGE of each table's CDC files into its copy, ``threads`` tables at once."""
+    """The plain-MERGE baseline's MERGE of each table's CDC files into its copy, ``threads`` tables at once."""
     from concurrent.futures import ThreadPoolExecutor
 
     from bench.seed import seed_merge

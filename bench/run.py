@@ -52,7 +52,7 @@ class Profile:
     change_files: int
     small_rows: int  # the scaling comparison's small table (also seed and CoW/MoR tables)
     fixed_changes: int  # the scaling comparison: into small_rows and into rows; 1% of rows
-    seed_files: int  # one MERGE per file, copy-on-write (the first seed's approach)
+    seed_files: int  # one MERGE per file, copy-on-write (the plain-MERGE baseline)
     seed_changes_per_file: int
     seed_files_timed: int  # files the seed approach is timed on; the rest is extrapolated linearly
     batches: int  # CoW vs MoR: batches applied before reading
@@ -315,7 +315,7 @@ def run_profile(spark: SparkSession, profile: Profile, work: Path) -> dict[str, 
     b.best_of(f"full-snapshot rewrite {p.rows:,} rows", r, lambda: b.full_load("orders_snapshot", data / "snapshot"))
     _check(b.count("orders_snapshot"), _expected_rows(p.rows, large_fixed), "snapshot rewrite")
 
-    # ------------------------------------------------------------------ the first seed: one MERGE per file, CoW
+    # ------------------------------------------------------------ the plain-MERGE baseline: one MERGE per file, CoW
     with b.timed("prepare seed tables"):
         b.full_load("orders_seed_cdclake", data / "load_small")
         spark.sql(
@@ -637,7 +637,7 @@ def many_tables_comparisons(result: dict[str, Any]) -> list[Comparison]:
         *(
             [
                 Comparison(
-                    f"CDC of {n} tables × {changes // n:,} changes vs the first seed's MERGE per table",
+                    f"CDC of {n} tables × {changes // n:,} changes vs the plain-MERGE baseline's MERGE per table",
                     t[f"CDC {n} tables"],
                     t[f"plain MERGE per table {n} tables"],
                     "plain Iceberg MERGE per table, as many at once",
@@ -697,7 +697,7 @@ def many_tables_text(result: dict[str, Any]) -> list[str]:
         "",
         *(
             [
-                f"The first seed's plain MERGE per table (no checks, ledger or tombstones; as many tables at once) "
+                f"The plain-MERGE baseline per table (no checks, ledger or tombstones; as many tables at once) "
                 f"costs {many['plain_slope_seconds']:.2f} s per extra table and {many['plain_ratio']:.1f}× for "
                 f"{n} tables vs one: what a table costs Spark and Iceberg alone, the floor under the slope above.",
                 "",

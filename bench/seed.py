@@ -1,4 +1,4 @@
-"""The first seed's apply, the baseline the benchmarks measure cdclake against: read a table's CDC
+"""The plain-MERGE baseline the benchmarks measure cdclake against: read a table's CDC
 files, keep each key's last change by the change sequence, one Iceberg MERGE."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 def seed_merge(spark: SparkSession, path: Path | list[Path], target: str, view: str = "seed_changes") -> None:
-    """The first seed's apply: read one CDC file (or several), keep the last change per key, one MERGE
+    """the plain-MERGE baseline's apply: read one CDC file (or several), keep the last change per key, one MERGE
     (``view``: the changes' temporary view, one per thread when tables are merged at once)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F

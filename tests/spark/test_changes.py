@@ -62,7 +62,7 @@ def test_latest_change_per_key_skips_invalid_rows_and_keeps_the_named_columns(sp
 
 
 def test_cleaning_casts_derives_renames_and_drops(spark: SparkSession) -> None:
-    # GIVEN the first seed's hosts cleaning
+    # GIVEN the demo's hosts cleaning
     frame = spark.createDataFrame(
         [("2015-04-12", "Berlin, Germany", "2024-03-01 09:00:00.000001", "U")],
         "since string, location string, last_updated_ts string, _cdc_op string",

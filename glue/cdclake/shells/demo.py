@@ -1,4 +1,4 @@
-"""``cdclake demo``: the first seed's Airbnb hosts example, end to end on local Spark and Iceberg.
+"""``cdclake demo``: the Airbnb hosts example, end to end on local Spark and Iceberg.
 
 It writes a full load and several CDC batches as DMS files, applies them batch by batch, delivers
 one batch again to show it is a no-op, prints the silver table, and compares it with the source
