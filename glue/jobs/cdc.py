@@ -27,9 +27,11 @@ from dataclasses import replace
 from cdclake.alerts import Alerts, LoggedAlerts, SnsAlerts
 from cdclake.context import Engine
 from cdclake.dms.manifest import read_manifest
+from cdclake.dms.store import read_text as read_stored_text
 from cdclake.engine.follow import FollowReport, Round, follow
 from cdclake.engine.run import apply_cdc_files, replay, run
 from cdclake.engine.select import ReplaySelection, files_from_keys
+from cdclake.errors import first_line
 from cdclake.ops.reload_requests import ReloadRequest, ReloadRequester
 from cdclake.report import RunReport
 from cdclake.shells.glue_job import (
@@ -102,10 +104,14 @@ def _follow(args: JobArguments, engine: Engine) -> FollowReport:
 def _requested(uri: str) -> frozenset[str] | None:
     """The tables the reload request at ``uri`` holds now (None: none written, or unreadable): an unchanged
     request is not written again, so the full-load lane counts its attempts from when it was first made."""
+    text = read_stored_text(uri)  # None: none written yet
+    if text is None:
+        log.info("no reload request at %s: the first round writes one", uri)
+        return None
     try:
-        return frozenset(ReloadRequest.from_json(read_text(uri)).tables)
-    except Exception as error:  # none written yet (NoSuchKey, a missing file), or unreadable: written anew
-        log.info("no reload request read from %s (%s): the first round writes one", uri, type(error).__name__)
+        return frozenset(ReloadRequest.from_json(text).tables)
+    except Exception as error:  # unreadable: written anew
+        log.warning("the reload request at %s is unreadable (%s): it is written anew", uri, first_line(error))
         return None
 
 

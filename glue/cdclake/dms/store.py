@@ -350,7 +350,7 @@ class S3Bronze:
         try:
             head = self.client.head_object(Bucket=self.bucket, Key=self._object_key(key))
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            if exc.response.get("Error", {}).get("Code") in MISSING_KEY_CODES:
                 return None
             raise self._failed(f"Reading the size of {self._uri(key)}", exc) from None
         except BotoCoreError as exc:
@@ -375,3 +375,30 @@ def open_store(
             s3_client = boto3.client("s3", config=settings.client_config())
         return S3Bronze.from_uri(s3_client, uri, staging_dir, settings)
     return LocalBronze(Path(uri))
+
+
+# Error codes S3 answers for a key that is not there.
+MISSING_KEY_CODES = ("404", "NoSuchKey", "NotFound")
+
+
+def read_text(uri: str, s3: Any | None = None) -> str | None:
+    """A small text object (configuration, manifest, request) at an ``s3://`` URI or a local path;
+    None when there is none (S3's error code says the key is missing, or no such file). Any other
+    failure (access denied, a network fault) is raised. ``s3``: the client (made here if not given)."""
+    if not uri.startswith("s3://"):
+        path = Path(uri)
+        return path.read_text(encoding="utf-8") if path.exists() else None
+    from botocore.exceptions import ClientError
+
+    if s3 is None:
+        import boto3
+
+        s3 = boto3.client("s3")
+    bucket, _, key = uri[len("s3://") :].partition("/")
+    try:
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in MISSING_KEY_CODES:
+            return None
+        raise
+    return str(body.decode("utf-8"))

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cdclake.config import parse_config
+from cdclake.dms.store import read_text
 from cdclake.ops.drift import Drift, drift
 from cdclake.sources.catalog.connect import SourceAddress, address_from_secret, read_catalog
 from cdclake.sources.catalog.model import CatalogTable, SourceCatalogError
@@ -98,17 +99,9 @@ def _split(uri: str) -> tuple[str, str]:
 
 
 def _read_text(uri: str, s3: Any | None) -> str | None:
-    if uri.startswith("s3://"):
-        bucket, key = _split(uri)
-        try:
-            body = s3.get_object(Bucket=bucket, Key=key)["Body"].read() if s3 else None
-        except Exception as exc:
-            if "NoSuchKey" in str(exc) or "Not Found" in str(exc) or "404" in str(exc):
-                return None
-            raise
-        return None if body is None else str(body.decode("utf-8"))
-    path = Path(uri)
-    return path.read_text(encoding="utf-8") if path.exists() else None
+    if uri.startswith("s3://") and s3 is None:
+        return None
+    return read_text(uri, s3)
 
 
 def _write_text(uri: str, text: str, s3: Any | None) -> None:

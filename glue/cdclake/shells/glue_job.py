@@ -205,17 +205,16 @@ def write_text(uri: str, text: str, content_type: str = "application/json") -> N
 
 
 def read_text(uri: str) -> str:
-    """Read a small text object (configuration, manifest) from S3 or a local path."""
-    if uri.startswith("s3://"):
-        import boto3
+    """Read a small text object (configuration, manifest) from S3 or a local path; missing is an error."""
+    from cdclake.dms.store import read_text as read_stored_text
 
-        bucket, _, key = uri[len("s3://") :].partition("/")
-        body = boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
-        return str(body.decode("utf-8"))
     try:
-        return Path(uri).read_text(encoding="utf-8")
+        text = read_stored_text(uri)
     except OSError as exc:
         raise ConfigError(f"{uri} cannot be read: {exc.strerror}.") from None
+    if text is None:
+        raise ConfigError(f"{uri} does not exist.")
+    return text
 
 
 def job_config(args: JobArguments) -> PipelineConfig:
