@@ -56,7 +56,7 @@ from cdclake.lake.batch import (
 )
 from cdclake.lake.driver_write import collect_rows, collectable
 from cdclake.lake.journals import tombstones_of
-from cdclake.lake.ledger import KIND_CDC, ledger_properties
+from cdclake.lake.ledger import LedgerRecord
 from cdclake.lake.row_delta import append_blocker
 from cdclake.lake.row_delta import blocker as row_delta_blocker
 from cdclake.lake.tables import TableMovedError, silver_columns
@@ -260,7 +260,7 @@ def _prepare_readable(
     bad = bad_rows(engine, table, changes, files, counts)
     if bad is not None:  # a few rows: read from bronze once, here, not again by the commit
         bad = replace(bad, rows=bad.rows.localCheckpoint())
-    properties = ledger_properties(KIND_CDC, [f.key for f in files], stats["_cdc_latest"])
+    properties = LedgerRecord.batch([f.key for f in files], stats["_cdc_latest"]).properties()
 
     key = table.silver_key()
 

@@ -10,7 +10,7 @@ leave their entries in the ``cdclake_ledger`` archive first.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -84,32 +84,73 @@ class LedgerState:
     snapshot_id: int | None = field(default=None, compare=False)
 
 
-def ledger_properties(kind: str, files: Sequence[str], latest_commit_ts: str | None = None) -> dict[str, str]:
-    """Snapshot-summary properties recording a batch: its kind, files and newest commit time."""
-    properties = {KIND_PROPERTY: kind, FILES_PROPERTY: json.dumps(list(files), separators=(",", ":"))}
-    if latest_commit_ts:
-        properties[LATEST_COMMIT_TS_PROPERTY] = latest_commit_ts
-    return properties
+FULL_LOAD_KINDS = frozenset({KIND_FULL_LOAD, KIND_FULL_LOAD_STAGED})
 
 
-def full_load_properties(kind: str, loaded: Sequence[LoadedFile]) -> dict[str, str]:
-    """Snapshot-summary properties recording a full load (``kind``: staged or done): its files,
-    with the sizes and versions of its LOAD files."""
-    properties = ledger_properties(kind, [f.key for f in loaded])
-    sizes = {f.key: f.size for f in loaded if f.size is not None}
-    properties[LOAD_SIZES_PROPERTY] = json.dumps(sizes, separators=(",", ":"))
-    if versions := {f.key: f.version for f in loaded if f.version is not None}:
-        properties[LOAD_VERSIONS_PROPERTY] = json.dumps(versions, separators=(",", ":"))
-    return properties
+def _compact(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class LedgerRecord:
+    """One commit's ledger entry: what it applied, as the snapshot summary holds it.
+
+    ``kind`` is a CDC batch or a full load (staged or done); ``files`` are the bronze files it
+    applied, in order, each with the size and version a full load keeps of its LOAD files (a CDC
+    file has neither); ``latest_commit_ts`` is the newest source commit time of a CDC batch.
+    """
+
+    kind: str
+    files: tuple[LoadedFile, ...]
+    latest_commit_ts: str | None = None
+
+    @classmethod
+    def batch(cls, files: Iterable[str], latest_commit_ts: str | None = None) -> LedgerRecord:
+        """The record of a CDC batch of the bronze files ``files``."""
+        return cls(KIND_CDC, tuple(LoadedFile(key) for key in files), latest_commit_ts)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The bronze keys applied, in order."""
+        return tuple(f.key for f in self.files)
+
+    def properties(self) -> dict[str, str]:
+        """The snapshot-summary properties holding this record, as ledgers always have: a full load
+        keeps its LOAD files' sizes (always) and versions (where known), a CDC batch neither."""
+        properties = {KIND_PROPERTY: self.kind, FILES_PROPERTY: _compact(list(self.keys))}
+        if self.latest_commit_ts:
+            properties[LATEST_COMMIT_TS_PROPERTY] = self.latest_commit_ts
+        if self.kind in FULL_LOAD_KINDS:
+            properties[LOAD_SIZES_PROPERTY] = _compact({f.key: f.size for f in self.files if f.size is not None})
+            if versions := {f.key: f.version for f in self.files if f.version is not None}:
+                properties[LOAD_VERSIONS_PROPERTY] = _compact(versions)
+        return properties
+
+    @classmethod
+    def from_summary(cls, summary: Mapping[str, str]) -> LedgerRecord | None:
+        """The record a snapshot summary holds; None for a commit that recorded none (maintenance,
+        a foreign writer). Other properties are ignored; what an older ledger did not keep (sizes,
+        versions, the commit time) reads as unknown."""
+        kind = summary.get(KIND_PROPERTY)
+        if not kind:
+            return None
+        files = _loaded_files(summary.get(FILES_PROPERTY), summary.get(LOAD_SIZES_PROPERTY),
+                              summary.get(LOAD_VERSIONS_PROPERTY))  # fmt: skip
+        return cls(kind, tuple(files), summary.get(LATEST_COMMIT_TS_PROPERTY) or None)
+
+
+def _loaded_files(files: str | None, sizes: str | None, versions: str | None) -> list[LoadedFile]:
+    """The files a stored ledger entry records, each with its size and version where it has them:
+    the one reader of the stored format."""
+    size_of = json.loads(sizes) if sizes else {}
+    version_of = json.loads(versions) if versions else {}
+    return [LoadedFile(key, size_of.get(key), version_of.get(key)) for key in (json.loads(files) if files else [])]
 
 
 def _recorded(row: Mapping[str, Any]) -> list[LoadedFile]:
-    """The files a lineage row records, each with its size and version where the row has them (a
-    full load's LOAD files; a CDC batch's files have neither): the one reader of the stored format."""
-    files = json.loads(row["files"]) if row["files"] else []
-    sizes = json.loads(row["sizes"]) if row.get("sizes") else {}
-    versions = json.loads(row["versions"]) if row.get("versions") else {}
-    return [LoadedFile(key, sizes.get(key), versions.get(key)) for key in files]
+    """The files a lineage (or archive) row records (a full load's LOAD files with their sizes and
+    versions; a CDC batch's files with neither)."""
+    return _loaded_files(row["files"], row.get("sizes"), row.get("versions"))
 
 
 def _lineage(spark: SparkSession, table: SilverTable) -> Iterator[dict[str, Any]]:
@@ -374,7 +415,7 @@ def record_full_load(spark: SparkSession, table: SilverTable, loaded: Sequence[L
     iceberg = iceberg_table(spark, table.identifier)
     iceberg.refresh()
     append = iceberg.newAppend()
-    for name, value in full_load_properties(KIND_FULL_LOAD, loaded).items():
+    for name, value in LedgerRecord(KIND_FULL_LOAD, tuple(loaded)).properties().items():
         append = append.set(name, value)
     append.commit()
 
@@ -389,4 +430,4 @@ def replace_table(
     """Create or atomically replace ``table`` with ``rows``: the full load of ``loaded``, recorded
     in the ledger (as ``kind``: a staged load is recorded as done only by ``record_full_load``
     after it)."""
-    create_or_replace(spark, table, rows, full_load_properties(kind, loaded))
+    create_or_replace(spark, table, rows, LedgerRecord(kind, tuple(loaded)).properties())
