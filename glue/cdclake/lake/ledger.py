@@ -12,15 +12,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cdclake.identifiers import sql_string
+from cdclake.lake.iceberg import IcebergTable
 from cdclake.lake.tables import (
     SilverTable,
     create_or_replace,
     ensure_table,
-    iceberg_table,
     merge_frame,
     table_exists,
 )
@@ -153,6 +153,9 @@ def _recorded(row: Mapping[str, Any]) -> list[LoadedFile]:
     return _loaded_files(row["files"], row.get("sizes"), row.get("versions"))
 
 
+_LINEAGE_KEYS = (KIND_PROPERTY, FILES_PROPERTY, LOAD_SIZES_PROPERTY, LOAD_VERSIONS_PROPERTY, "total-records")
+
+
 def _lineage(spark: SparkSession, table: SilverTable) -> Iterator[dict[str, Any]]:
     """Ancestors of the current snapshot, newest first, with their ledger properties.
 
@@ -160,24 +163,19 @@ def _lineage(spark: SparkSession, table: SilverTable) -> Iterator[dict[str, Any]
     first one maintenance has not expired): table metadata only, no Spark job. Lazily: a reader
     that stops early (at a full load, at the snapshot it looks for) walks no further.
     """
-    iceberg = iceberg_table(spark, table.identifier)
-    iceberg.refresh()
-    snapshot = iceberg.currentSnapshot()
-    while snapshot is not None:
-        summary = snapshot.summary()
-        parent = snapshot.parentId()
+    for snapshot in IcebergTable.latest(spark, table.identifier).lineage(_LINEAGE_KEYS):
+        summary = snapshot.summary
         yield {
-            "snapshot_id": int(snapshot.snapshotId()),
-            "sequence_number": int(snapshot.sequenceNumber()),
-            "parent_id": None if parent is None else int(parent),
-            "committed_at": datetime.fromtimestamp(snapshot.timestampMillis() / 1000, UTC).replace(tzinfo=None),
+            "snapshot_id": snapshot.snapshot_id,
+            "sequence_number": snapshot.sequence_number,
+            "parent_id": snapshot.parent_id,
+            "committed_at": snapshot.committed_at,
             "kind": summary.get(KIND_PROPERTY),
             "files": summary.get(FILES_PROPERTY),
             "sizes": summary.get(LOAD_SIZES_PROPERTY),
             "versions": summary.get(LOAD_VERSIONS_PROPERTY),
             "records": summary.get("total-records"),
         }
-        snapshot = iceberg.snapshot(parent) if parent is not None else None
 
 
 @dataclass(frozen=True)
@@ -200,9 +198,10 @@ class BatchesAfter:
 
 def snapshot_ref(spark: SparkSession, table: SilverTable, snapshot_id: int) -> SnapshotRef:
     """``snapshot_id`` of ``table`` with its sequence number."""
-    iceberg = iceberg_table(spark, table.identifier)
-    iceberg.refresh()
-    return SnapshotRef(snapshot_id, int(iceberg.snapshot(snapshot_id).sequenceNumber()))
+    snapshot = IcebergTable.latest(spark, table.identifier).snapshot(snapshot_id)
+    if snapshot is None:
+        raise LookupError(f"{table.identifier} has no snapshot {snapshot_id}")
+    return SnapshotRef(snapshot_id, snapshot.sequence_number)
 
 
 def committed_snapshot(spark: SparkSession, table: SilverTable, properties: Mapping[str, str]) -> SnapshotRef:
@@ -412,12 +411,9 @@ def record_full_load(spark: SparkSession, table: SilverTable, loaded: Sequence[L
     """Record a staged full load of ``loaded`` as done: a commit that adds no data, only the ledger
     entry (an append of no files through the Iceberg Java API, what an empty Spark append commits,
     without its Spark job)."""
-    iceberg = iceberg_table(spark, table.identifier)
-    iceberg.refresh()
-    append = iceberg.newAppend()
-    for name, value in LedgerRecord(KIND_FULL_LOAD, tuple(loaded)).properties().items():
-        append = append.set(name, value)
-    append.commit()
+    IcebergTable.latest(spark, table.identifier).append_nothing(
+        LedgerRecord(KIND_FULL_LOAD, tuple(loaded)).properties()
+    )
 
 
 def replace_table(
