@@ -37,7 +37,7 @@ from cdclake.engine.statements import merge_statement
 from cdclake.lake.batch import KeyedBatch
 from cdclake.lake.committer import IcebergCommitter
 from cdclake.lake.layout import Layout, apply_layout
-from cdclake.lake.ledger import ledger_properties
+from cdclake.lake.ledger import LedgerRecord
 from cdclake.lake.publish import (
     drop_leftover_branches,
     key_bounds,
@@ -178,7 +178,7 @@ def run_case(spark: SparkSession, case: Case, database: str, scratch: Path) -> l
     base = _create(spark, identifier, case)
     changes = _changes(spark, case)
     files, in_range = _files_in_range(spark, identifier, changes)
-    properties = ledger_properties("cdc", ["bench-batch"], "2024-01-01 00:00:00")
+    properties = LedgerRecord.batch(["bench-batch"], "2024-01-01 00:00:00").properties()
     expected: tuple[int, int] | None = None
     results = []
 

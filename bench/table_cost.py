@@ -108,7 +108,7 @@ def driver_read(engine: Any, files: list[Any]) -> float:
     from cdclake.dms.files import FileKind
     from cdclake.dms.layout import headerless_columns
     from cdclake.lake.counts import table_files
-    from cdclake.lake.tables import iceberg_table
+    from cdclake.lake.iceberg import IcebergTable
 
     arrow_types = {
         "bigint": pa.int64(),
@@ -133,7 +133,7 @@ def driver_read(engine: Any, files: list[Any]) -> float:
         ordered = ordered.append_column("_place", pa.array(range(ordered.num_rows), pa.int64()))
         last = ordered.group_by("id").aggregate([("_place", "max")])
         latest = ordered.take(last["_place_max"])
-        metadata = table_files(iceberg_table(engine.spark, engine.silver_table(table).identifier))
+        metadata = table_files(IcebergTable.load(engine.spark, engine.silver_table(table).identifier))
         stored = StaticTable.from_metadata(
             metadata.metadata_location, {"py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO"}
         )

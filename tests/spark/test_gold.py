@@ -641,12 +641,12 @@ marts:
 
 def _cdc_commit(spark: SparkSession, identifier: str, values: str, commit_ts: str) -> None:
     """Append rows as one silver CDC commit that is complete up to ``commit_ts``."""
-    from cdclake.lake.ledger import KIND_CDC, ledger_properties
+    from cdclake.lake.ledger import LedgerRecord
     from cdclake.lake.tables import commit_with_properties
 
     statement = f"INSERT INTO {identifier} VALUES {values}"
     commit_with_properties(
-        spark, ledger_properties(KIND_CDC, [f"f-{uuid.uuid4().hex}"], commit_ts), lambda: spark.sql(statement)
+        spark, LedgerRecord.batch([f"f-{uuid.uuid4().hex}"], commit_ts).properties(), lambda: spark.sql(statement)
     )
 
 

@@ -21,8 +21,8 @@ from cdclake.lake.ledger import (
     FILES_PROPERTY,
     KIND_CDC,
     KIND_PROPERTY,
+    LedgerRecord,
     LoadedFile,
-    ledger_properties,
     read_ledger,
     replace_table,
 )
@@ -147,7 +147,7 @@ def test_same_table_as_merge_one_snapshot_per_batch(spark: SparkSession, databas
             changes = _planned(spark, published, raw, key)
             _merge(spark, merged, changes, key)
             history_before = _main_history(spark, published)
-            properties = ledger_properties(KIND_CDC, [f"batch-{step}"], "2024-01-01 00:00:00")
+            properties = LedgerRecord.batch([f"batch-{step}"], "2024-01-01 00:00:00").properties()
             snapshot = publish_changes(spark, _batch(published, changes, key, properties))
             boundaries.add(snapshot)
             # THEN the tables are equal, main gained exactly one snapshot that carries the ledger
@@ -179,7 +179,7 @@ def test_ledger_reader_sees_every_published_batch(spark: SparkSession, database:
     for step in (1, 2):
         raw = spark.createDataFrame(_random_batch(rng, 60, 20, step), CHANGE_SCHEMA)
         changes = _planned(spark, silver.identifier, raw, ["id"])
-        properties = ledger_properties(KIND_CDC, [f"cdc-{step}.csv"])
+        properties = LedgerRecord.batch([f"cdc-{step}.csv"]).properties()
         publish_changes(spark, _batch(silver, changes, ["id"], properties))
     # THEN read_ledger walks main's lineage through both batches back to the full load
     ledger = read_ledger(spark, silver)

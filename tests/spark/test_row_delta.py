@@ -20,7 +20,7 @@ from cdclake.engine.statements import merge_statement
 from cdclake.lake.batch import KeyedBatch, TableMetadata, read_table_metadata
 from cdclake.lake.committer import IcebergCommitter
 from cdclake.lake.driver_write import apply_collected_row_delta, collect_rows, shape, write_parquet
-from cdclake.lake.ledger import KIND_CDC, ledger_properties
+from cdclake.lake.ledger import LedgerRecord
 from cdclake.lake.row_delta import WrittenFile, WrittenFiles, apply_row_delta, blocker
 from cdclake.lake.tables import SilverTable, iceberg_fields, iceberg_table, is_commit_conflict
 from faults import iceberg_failure
@@ -158,7 +158,7 @@ def test_same_table_as_merge_one_snapshot_per_batch(
             classified, metadata = _classified(spark, written, changes, ["id"])
             _merge(spark, merged, classified, ["id"])
             before = _history(spark, written)
-            properties = ledger_properties(KIND_CDC, [f"batch-{step}"], "2024-01-01 00:00:00")
+            properties = LedgerRecord.batch([f"batch-{step}"], "2024-01-01 00:00:00").properties()
             if writer == "spark":
                 snapshot = apply_row_delta(spark, _batch(written, classified, metadata, properties))
             else:

@@ -15,8 +15,8 @@ from cdclake.context import Engine
 from cdclake.dms.writer import write_csv
 from cdclake.engine.run import run
 from cdclake.lake.counts import table_files
+from cdclake.lake.iceberg import IcebergTable
 from cdclake.lake.journals import tombstones_of
-from cdclake.lake.tables import iceberg_table
 from cdclake.ops.status import NO_FILES, TableToCount, count_rows_and_tombstones, table_statuses
 from status_oracle import per_table_statuses
 
@@ -82,9 +82,13 @@ def test_status_answers_as_before_with_a_few_jobs_for_all_tables(
     silver = engine.silver_table(engine.config.table("s.changed"))
     tombstones = tombstones_of(silver)
     elsewhere = {
-        "rows": TableToCount(silver, replace(table_files(iceberg_table(spark, silver.identifier)), counted_here=False)),
+        "rows": TableToCount(
+            silver, replace(table_files(IcebergTable.load(spark, silver.identifier)), counted_here=False)
+        ),
         "keys": TableToCount(
-            tombstones, replace(table_files(iceberg_table(spark, tombstones.identifier)), counted_here=False), ["id"]
+            tombstones,
+            replace(table_files(IcebergTable.load(spark, tombstones.identifier)), counted_here=False),
+            ["id"],
         ),
     }
     here = {name: replace(c, files=replace(c.files, counted_here=True)) for name, c in elsewhere.items()}

@@ -11,7 +11,7 @@ from cdclake.dms.files import BronzeFile, parse_key
 from cdclake.dms.layout import undeclared_header_columns
 from cdclake.engine.select import TableState, load_again, loaded_files, unloaded_load_files
 from cdclake.errors import LoadFilesConflictError
-from cdclake.lake.ledger import KIND_FULL_LOAD, LoadedFile, full_load_properties
+from cdclake.lake.ledger import KIND_FULL_LOAD, LedgerRecord, LoadedFile
 
 TABLE = TableConfig(source_schema="s", source_table="t", target="t", columns={"id": "int", "qty": "int"})
 LOAD1, LOAD2, CDC = "s/t/LOAD00000001.csv", "s/t/LOAD00000002.csv", "s/t/20240102-0000000000.csv"
@@ -61,7 +61,7 @@ def test_a_full_load_records_its_files_as_ledgers_always_have() -> None:
     # GIVEN the files a full load records: a LOAD file with a version, one without, a superseded CDC file
     recorded = loaded_files([replace(_load(LOAD1, 10), version="v1"), _load(LOAD2, 4), _load(CDC, 7)])
     # WHEN they are recorded in a snapshot summary
-    properties = full_load_properties(KIND_FULL_LOAD, recorded)
+    properties = LedgerRecord(KIND_FULL_LOAD, recorded).properties()
     # THEN the properties are the ones ledgers in existing warehouses hold (a CDC file's size is not kept)
     assert properties == {
         "cdclake.kind": "full-load",
@@ -70,7 +70,7 @@ def test_a_full_load_records_its_files_as_ledgers_always_have() -> None:
         "cdclake.load-versions": f'{{"{LOAD1}":"v1"}}',
     }
     # AND a load of no files records an empty list and no sizes
-    assert full_load_properties(KIND_FULL_LOAD, []) == {
+    assert LedgerRecord(KIND_FULL_LOAD, ()).properties() == {
         "cdclake.kind": "full-load",
         "cdclake.files": "[]",
         "cdclake.load-sizes": "{}",

@@ -22,11 +22,10 @@ from cdclake.engine.read import history_changes
 from cdclake.errors import HistoryBehindError
 from cdclake.lake.history import apply_history, history_of, history_started, reflected_sequence, reflecting
 from cdclake.lake.ledger import (
-    KIND_CDC,
+    LedgerRecord,
     SnapshotRef,
     batches_after,
     full_load_unfinished,
-    ledger_properties,
     newest_load,
 )
 from cdclake.lake.tables import table_exists
@@ -147,7 +146,11 @@ def _append(engine: Engine, table: TableConfig, batch: BatchHistory | None) -> i
         key=lambda r: r.sequence_number,
     )
     recorded = [*behind, *(batch.files if batch else ())]
-    properties = {**(batch.properties if batch else {}), **ledger_properties(KIND_CDC, recorded), **reflecting(newest)}
+    properties = {
+        **(batch.properties if batch else {}),
+        **LedgerRecord.batch(recorded).properties(),
+        **reflecting(newest),
+    }
     apply_history(engine.spark, history, rows, table.silver_key(), properties)
     if behind:
         log.warning("history caught up table=%s files=%d silver_snapshot=%d", table.source, len(behind),

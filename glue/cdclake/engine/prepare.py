@@ -70,7 +70,7 @@ from cdclake.lake.batch import (
 )
 from cdclake.lake.driver_write import collect_rows, collectable
 from cdclake.lake.journals import tombstones_of
-from cdclake.lake.ledger import KIND_CDC, ledger_properties
+from cdclake.lake.ledger import LedgerRecord
 from cdclake.lake.row_delta import append_blocker
 from cdclake.lake.row_delta import blocker as row_delta_blocker
 from cdclake.lake.tables import TableMovedError
@@ -312,7 +312,7 @@ def _assemble(
     bad = bad_rows(engine, table, read.changes, read.files, counts)
     if bad is not None:  # a few rows: read from bronze once, here, not again by the commit
         bad = replace(bad, rows=bad.rows.localCheckpoint())
-    properties = ledger_properties(KIND_CDC, [f.key for f in read.files], stats[_LATEST])
+    properties = LedgerRecord.batch([f.key for f in read.files], stats[_LATEST]).properties()
     key = table.silver_key()
     base = None if read.creates_table else metadata
 

@@ -51,13 +51,13 @@ from cdclake.gold.snapshots import (
     table_bytes,
 )
 from cdclake.identifiers import quote
+from cdclake.lake.iceberg import IcebergTable
 from cdclake.lake.ledger import KIND_PROPERTY, MART_SOURCES_PROPERTY
 from cdclake.lake.tables import (
     TABLE_PROPERTIES,
     SilverTable,
     commit_with_properties,
     ensure_database,
-    iceberg_table,
     table_exists,
 )
 from cdclake.mart_config import MartConfig
@@ -130,18 +130,15 @@ def last_refresh(spark: SparkSession, target: SilverTable) -> LastRefresh | None
 
     if not table_exists(spark, target):
         return None
-    found = iceberg_table(spark, target.identifier)
-    found.refresh()
-    snapshot = found.currentSnapshot()
-    while snapshot is not None and snapshot.summary().get(SOURCES_PROPERTY) is None:
-        parent = snapshot.parentId()
-        snapshot = None if parent is None else found.snapshot(parent)
+    keys = (SOURCES_PROPERTY, DEFINITION_PROPERTY, PATH_PROPERTY, REASON_PROPERTY, CUT_PROPERTY)
+    lineage = IcebergTable.latest(spark, target.identifier).lineage(keys)
+    snapshot = next((s for s in lineage if SOURCES_PROPERTY in s.summary), None)
     if snapshot is None:
         return None
-    summary = {str(k): str(v) for k, v in dict(snapshot.summary()).items()}
-    committed = datetime.fromtimestamp(int(snapshot.timestampMillis()) / 1000, UTC)
+    summary = snapshot.summary
+    committed = datetime.fromtimestamp(snapshot.timestamp_millis / 1000, UTC)
     return LastRefresh(
-        snapshot_id=int(snapshot.snapshotId()),
+        snapshot_id=snapshot.snapshot_id,
         committed_at=committed.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
         sources={k: int(v) for k, v in json.loads(summary[SOURCES_PROPERTY]).items()},
         definition=summary.get(DEFINITION_PROPERTY),

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from cdclake.lake.iceberg import IcebergTable
 from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY
 from cdclake.lake.tables import SilverTable, iceberg_table, table_exists
 
@@ -87,24 +88,16 @@ def current_snapshot(spark: SparkSession, table: SilverTable) -> int | None:
     """The snapshot id of ``table``'s main branch (None: missing table or no commit yet)."""
     if not table_exists(spark, table):
         return None
-    snapshot = _table(spark, table).currentSnapshot()
-    return None if snapshot is None else int(snapshot.snapshotId())
+    return IcebergTable.latest(spark, table.identifier).current_snapshot_id
 
 
 def latest_commit_ts_at(spark: SparkSession, table: SilverTable, snapshot_id: int) -> str | None:
     """The newest source commit time applied up to ``snapshot_id``: the largest
     ``cdclake.latest-commit-ts`` of it and its ancestors (the lineage's running maximum), read from
     the table's metadata like the ledger is, without a Spark job."""
-    found = _table(spark, table)
-    newest: str | None = None
-    snapshot = found.snapshot(int(snapshot_id))
-    while snapshot is not None:
-        value = snapshot.summary().get(LATEST_COMMIT_TS_PROPERTY)
-        if value is not None and (newest is None or str(value) > newest):
-            newest = str(value)
-        parent = snapshot.parentId()
-        snapshot = None if parent is None else found.snapshot(parent)
-    return newest
+    lineage = IcebergTable.latest(spark, table.identifier).lineage((LATEST_COMMIT_TS_PROPERTY,), start=snapshot_id)
+    return max((s.summary[LATEST_COMMIT_TS_PROPERTY] for s in lineage if LATEST_COMMIT_TS_PROPERTY in s.summary),
+               default=None)  # fmt: skip
 
 
 def snapshots_after(spark: SparkSession, table: SilverTable, snapshot_id: int) -> list[Any]:

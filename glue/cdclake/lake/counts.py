@@ -12,8 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
+
+if TYPE_CHECKING:
+    from cdclake.lake.iceberg import IcebergTable
 
 _FILE_IO = {"py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO"}  # local files (named: pyiceberg logs a guess)
 
@@ -27,13 +30,12 @@ class TableFiles:
     counted_here: bool
 
 
-def table_files(iceberg: Any) -> TableFiles:
-    """``TableFiles`` of an Iceberg Java ``Table`` (its metadata as loaded: refresh it first)."""
-    location = str(iceberg.operations().current().metadataFileLocation())
-    snapshot = iceberg.currentSnapshot()
-    equality = 0 if snapshot is None else int(snapshot.summary().get("total-equality-deletes") or 0)
-    first_column = str(iceberg.schema().columns().get(0).name())
-    return TableFiles(location, first_column, urlparse(location).scheme in ("", "file") and equality == 0)
+def table_files(iceberg: IcebergTable) -> TableFiles:
+    """``TableFiles`` of a table (its metadata as loaded: refresh it first)."""
+    location = iceberg.metadata_location
+    snapshot = iceberg.current(("total-equality-deletes",))
+    equality = 0 if snapshot is None else int(snapshot.summary.get("total-equality-deletes") or 0)
+    return TableFiles(location, iceberg.first_column, urlparse(location).scheme in ("", "file") and equality == 0)
 
 
 def live_rows(files: TableFiles) -> int:

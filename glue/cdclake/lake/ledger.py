@@ -10,17 +10,17 @@ leave their entries in the ``cdclake_ledger`` archive first.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cdclake.identifiers import sql_string
+from cdclake.lake.iceberg import IcebergTable
 from cdclake.lake.tables import (
     SilverTable,
     create_or_replace,
     ensure_table,
-    iceberg_table,
     merge_frame,
     table_exists,
 )
@@ -84,32 +84,76 @@ class LedgerState:
     snapshot_id: int | None = field(default=None, compare=False)
 
 
-def ledger_properties(kind: str, files: Sequence[str], latest_commit_ts: str | None = None) -> dict[str, str]:
-    """Snapshot-summary properties recording a batch: its kind, files and newest commit time."""
-    properties = {KIND_PROPERTY: kind, FILES_PROPERTY: json.dumps(list(files), separators=(",", ":"))}
-    if latest_commit_ts:
-        properties[LATEST_COMMIT_TS_PROPERTY] = latest_commit_ts
-    return properties
+FULL_LOAD_KINDS = frozenset({KIND_FULL_LOAD, KIND_FULL_LOAD_STAGED})
 
 
-def full_load_properties(kind: str, loaded: Sequence[LoadedFile]) -> dict[str, str]:
-    """Snapshot-summary properties recording a full load (``kind``: staged or done): its files,
-    with the sizes and versions of its LOAD files."""
-    properties = ledger_properties(kind, [f.key for f in loaded])
-    sizes = {f.key: f.size for f in loaded if f.size is not None}
-    properties[LOAD_SIZES_PROPERTY] = json.dumps(sizes, separators=(",", ":"))
-    if versions := {f.key: f.version for f in loaded if f.version is not None}:
-        properties[LOAD_VERSIONS_PROPERTY] = json.dumps(versions, separators=(",", ":"))
-    return properties
+def _compact(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class LedgerRecord:
+    """One commit's ledger entry: what it applied, as the snapshot summary holds it.
+
+    ``kind`` is a CDC batch or a full load (staged or done); ``files`` are the bronze files it
+    applied, in order, each with the size and version a full load keeps of its LOAD files (a CDC
+    file has neither); ``latest_commit_ts`` is the newest source commit time of a CDC batch.
+    """
+
+    kind: str
+    files: tuple[LoadedFile, ...]
+    latest_commit_ts: str | None = None
+
+    @classmethod
+    def batch(cls, files: Iterable[str], latest_commit_ts: str | None = None) -> LedgerRecord:
+        """The record of a CDC batch of the bronze files ``files``."""
+        return cls(KIND_CDC, tuple(LoadedFile(key) for key in files), latest_commit_ts)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The bronze keys applied, in order."""
+        return tuple(f.key for f in self.files)
+
+    def properties(self) -> dict[str, str]:
+        """The snapshot-summary properties holding this record, as ledgers always have: a full load
+        keeps its LOAD files' sizes (always) and versions (where known), a CDC batch neither."""
+        properties = {KIND_PROPERTY: self.kind, FILES_PROPERTY: _compact(list(self.keys))}
+        if self.latest_commit_ts:
+            properties[LATEST_COMMIT_TS_PROPERTY] = self.latest_commit_ts
+        if self.kind in FULL_LOAD_KINDS:
+            properties[LOAD_SIZES_PROPERTY] = _compact({f.key: f.size for f in self.files if f.size is not None})
+            if versions := {f.key: f.version for f in self.files if f.version is not None}:
+                properties[LOAD_VERSIONS_PROPERTY] = _compact(versions)
+        return properties
+
+    @classmethod
+    def from_summary(cls, summary: Mapping[str, str]) -> LedgerRecord | None:
+        """The record a snapshot summary holds; None for a commit that recorded none (maintenance,
+        a foreign writer). Other properties are ignored; what an older ledger did not keep (sizes,
+        versions, the commit time) reads as unknown."""
+        kind = summary.get(KIND_PROPERTY)
+        if not kind:
+            return None
+        files = _loaded_files(summary.get(FILES_PROPERTY), summary.get(LOAD_SIZES_PROPERTY),
+                              summary.get(LOAD_VERSIONS_PROPERTY))  # fmt: skip
+        return cls(kind, tuple(files), summary.get(LATEST_COMMIT_TS_PROPERTY) or None)
+
+
+def _loaded_files(files: str | None, sizes: str | None, versions: str | None) -> list[LoadedFile]:
+    """The files a stored ledger entry records, each with its size and version where it has them:
+    the one reader of the stored format."""
+    size_of = json.loads(sizes) if sizes else {}
+    version_of = json.loads(versions) if versions else {}
+    return [LoadedFile(key, size_of.get(key), version_of.get(key)) for key in (json.loads(files) if files else [])]
 
 
 def _recorded(row: Mapping[str, Any]) -> list[LoadedFile]:
-    """The files a lineage row records, each with its size and version where the row has them (a
-    full load's LOAD files; a CDC batch's files have neither): the one reader of the stored format."""
-    files = json.loads(row["files"]) if row["files"] else []
-    sizes = json.loads(row["sizes"]) if row.get("sizes") else {}
-    versions = json.loads(row["versions"]) if row.get("versions") else {}
-    return [LoadedFile(key, sizes.get(key), versions.get(key)) for key in files]
+    """The files a lineage (or archive) row records (a full load's LOAD files with their sizes and
+    versions; a CDC batch's files with neither)."""
+    return _loaded_files(row["files"], row.get("sizes"), row.get("versions"))
+
+
+_LINEAGE_KEYS = (KIND_PROPERTY, FILES_PROPERTY, LOAD_SIZES_PROPERTY, LOAD_VERSIONS_PROPERTY, "total-records")
 
 
 def _lineage(spark: SparkSession, table: SilverTable) -> Iterator[dict[str, Any]]:
@@ -119,24 +163,19 @@ def _lineage(spark: SparkSession, table: SilverTable) -> Iterator[dict[str, Any]
     first one maintenance has not expired): table metadata only, no Spark job. Lazily: a reader
     that stops early (at a full load, at the snapshot it looks for) walks no further.
     """
-    iceberg = iceberg_table(spark, table.identifier)
-    iceberg.refresh()
-    snapshot = iceberg.currentSnapshot()
-    while snapshot is not None:
-        summary = snapshot.summary()
-        parent = snapshot.parentId()
+    for snapshot in IcebergTable.latest(spark, table.identifier).lineage(_LINEAGE_KEYS):
+        summary = snapshot.summary
         yield {
-            "snapshot_id": int(snapshot.snapshotId()),
-            "sequence_number": int(snapshot.sequenceNumber()),
-            "parent_id": None if parent is None else int(parent),
-            "committed_at": datetime.fromtimestamp(snapshot.timestampMillis() / 1000, UTC).replace(tzinfo=None),
+            "snapshot_id": snapshot.snapshot_id,
+            "sequence_number": snapshot.sequence_number,
+            "parent_id": snapshot.parent_id,
+            "committed_at": snapshot.committed_at,
             "kind": summary.get(KIND_PROPERTY),
             "files": summary.get(FILES_PROPERTY),
             "sizes": summary.get(LOAD_SIZES_PROPERTY),
             "versions": summary.get(LOAD_VERSIONS_PROPERTY),
             "records": summary.get("total-records"),
         }
-        snapshot = iceberg.snapshot(parent) if parent is not None else None
 
 
 @dataclass(frozen=True)
@@ -159,9 +198,10 @@ class BatchesAfter:
 
 def snapshot_ref(spark: SparkSession, table: SilverTable, snapshot_id: int) -> SnapshotRef:
     """``snapshot_id`` of ``table`` with its sequence number."""
-    iceberg = iceberg_table(spark, table.identifier)
-    iceberg.refresh()
-    return SnapshotRef(snapshot_id, int(iceberg.snapshot(snapshot_id).sequenceNumber()))
+    snapshot = IcebergTable.latest(spark, table.identifier).snapshot(snapshot_id)
+    if snapshot is None:
+        raise LookupError(f"{table.identifier} has no snapshot {snapshot_id}")
+    return SnapshotRef(snapshot_id, snapshot.sequence_number)
 
 
 def committed_snapshot(spark: SparkSession, table: SilverTable, properties: Mapping[str, str]) -> SnapshotRef:
@@ -371,12 +411,9 @@ def record_full_load(spark: SparkSession, table: SilverTable, loaded: Sequence[L
     """Record a staged full load of ``loaded`` as done: a commit that adds no data, only the ledger
     entry (an append of no files through the Iceberg Java API, what an empty Spark append commits,
     without its Spark job)."""
-    iceberg = iceberg_table(spark, table.identifier)
-    iceberg.refresh()
-    append = iceberg.newAppend()
-    for name, value in full_load_properties(KIND_FULL_LOAD, loaded).items():
-        append = append.set(name, value)
-    append.commit()
+    IcebergTable.latest(spark, table.identifier).append_nothing(
+        LedgerRecord(KIND_FULL_LOAD, tuple(loaded)).properties()
+    )
 
 
 def replace_table(
@@ -389,4 +426,4 @@ def replace_table(
     """Create or atomically replace ``table`` with ``rows``: the full load of ``loaded``, recorded
     in the ledger (as ``kind``: a staged load is recorded as done only by ``record_full_load``
     after it)."""
-    create_or_replace(spark, table, rows, full_load_properties(kind, loaded))
+    create_or_replace(spark, table, rows, LedgerRecord(kind, tuple(loaded)).properties())

@@ -28,13 +28,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cdclake.columns import TOMBSTONE_DELETED_AT
 from cdclake.config import TableConfig, gold_database
 from cdclake.dms.horizon import pruned_before_after
 from cdclake.identifiers import procedure_table
 from cdclake.lake.history import history_of, reflecting_snapshot_id
+from cdclake.lake.iceberg import IcebergTable
 from cdclake.lake.journals import (
     DISMISSED_TABLE,
     PRUNED_BEFORE_PROPERTY,
@@ -52,7 +53,7 @@ from cdclake.lake.ledger import (
     expiring_snapshots,
     full_load_unfinished,
 )
-from cdclake.lake.tables import SilverTable, iceberg_table, table_exists
+from cdclake.lake.tables import SilverTable, table_exists
 
 if TYPE_CHECKING:
     from cdclake.context import Engine
@@ -134,24 +135,15 @@ class MaintenanceRun:
 
 def _file_counts(engine: Engine, table: SilverTable) -> tuple[int, int]:
     """(data files, delete files) of the current snapshot, from its summary (no Spark job)."""
-    found = iceberg_table(engine.spark, table.identifier)
-    found.refresh()
-    current = found.currentSnapshot()
+    totals = ("total-data-files", "total-delete-files")
+    current = IcebergTable.latest(engine.spark, table.identifier).current(totals)
     if current is None:
         return 0, 0
-    summary = current.summary()
-    return int(summary.getOrDefault("total-data-files", "0")), int(summary.getOrDefault("total-delete-files", "0"))
+    return int(current.summary.get(totals[0], "0")), int(current.summary.get(totals[1], "0"))
 
 
 def _snapshot_count(engine: Engine, table: SilverTable) -> int:
-    found = iceberg_table(engine.spark, table.identifier)
-    found.refresh()
-    snapshots = found.snapshots().iterator()
-    count = 0
-    while snapshots.hasNext():
-        snapshots.next()
-        count += 1
-    return count
+    return IcebergTable.latest(engine.spark, table.identifier).snapshot_count()
 
 
 def _call(engine: Engine, procedure: str, arguments: str) -> list[object]:
@@ -185,14 +177,10 @@ def snapshots_marts_reflect(engine: Engine) -> frozenset[int]:
         target = SilverTable(engine.catalog, database, mart.name)
         if not table_exists(engine.spark, target):
             continue
-        found = iceberg_table(engine.spark, target.identifier)
-        found.refresh()
-        snapshot = found.currentSnapshot()
-        while snapshot is not None and snapshot.summary().get(MART_SOURCES_PROPERTY) is None:
-            parent = snapshot.parentId()
-            snapshot = None if parent is None else found.snapshot(parent)
-        if snapshot is not None:
-            kept.update(int(v) for v in json.loads(str(snapshot.summary().get(MART_SOURCES_PROPERTY))).values())
+        lineage = IcebergTable.latest(engine.spark, target.identifier).lineage((MART_SOURCES_PROPERTY,))
+        refresh = next((s for s in lineage if MART_SOURCES_PROPERTY in s.summary), None)
+        if refresh is not None:
+            kept.update(int(v) for v in json.loads(refresh.summary[MART_SOURCES_PROPERTY]).values())
     return frozenset(kept)
 
 
@@ -204,10 +192,9 @@ def _expiry_cutoff(
     cutoff = now - timedelta(hours=settings.snapshot_retention_hours)
     if not keep:
         return cutoff
-    found = iceberg_table(engine.spark, table.identifier)
-    found.refresh()
+    found = IcebergTable.latest(engine.spark, table.identifier)
     kept = [found.snapshot(snapshot_id) for snapshot_id in keep]  # None: another table's
-    times = [int(snapshot.timestampMillis()) for snapshot in kept if snapshot is not None]
+    times = [snapshot.timestamp_millis for snapshot in kept if snapshot is not None]
     if times:
         oldest = datetime.fromtimestamp(min(times) / 1000, UTC)
         if oldest < cutoff:
@@ -229,9 +216,7 @@ def _expire(engine: Engine, table: SilverTable, cutoff: datetime, retain_last: i
     # Whole seconds, rounded down: a snapshot committed at the cut-off itself stays.
     whole = cutoff.replace(microsecond=0)
     if on_driver:
-        found = iceberg_table(engine.spark, table.identifier)
-        found.refresh()
-        found.expireSnapshots().expireOlderThan(int(whole.timestamp() * 1000)).retainLast(retain_last).commit()
+        IcebergTable.latest(engine.spark, table.identifier).expire_snapshots(whole, retain_last)
     else:
         stamp = whole.strftime("%Y-%m-%d %H:%M:%S")
         arguments = (
@@ -264,20 +249,7 @@ def _holds_file_older_than(engine: Engine, table: SilverTable, cutoff: datetime)
     """Whether a file under ``table``'s location is older than ``cutoff``: only such a file can be
     an orphan to remove. One listing through the table's FileIO, stopped at the first such file
     (a mature table's first page has one); True when the FileIO cannot list."""
-    found = iceberg_table(engine.spark, table.identifier)
-    io = found.io()
-    jvm: Any = engine.spark.sparkContext._jvm
-    listing = jvm.java.lang.Class.forName(
-        "org.apache.iceberg.io.SupportsPrefixOperations", True, io.getClass().getClassLoader()
-    )
-    if not listing.isInstance(io):
-        return True
-    limit = int(cutoff.timestamp() * 1000)
-    files = io.listPrefix(str(found.location()).rstrip("/") + "/").iterator()  # not the table beside it
-    while files.hasNext():
-        if int(files.next().createdAtMillis()) < limit:
-            return True
-    return False
+    return IcebergTable.load(engine.spark, table.identifier).holds_file_created_before(engine.spark, cutoff)
 
 
 def _remove_orphans(engine: Engine, table: SilverTable, now: datetime, settings: MaintenanceSettings) -> int:
@@ -307,20 +279,18 @@ def _compact(engine: Engine, table: SilverTable, data_files: int, delete_files: 
 
 def _unchanged(engine: Engine, table: SilverTable) -> bool:
     """Whether ``table``'s current snapshot is the one its last maintenance recorded."""
-    iceberg = iceberg_table(engine.spark, table.identifier)
-    iceberg.refresh()
-    current = iceberg.currentSnapshot()
-    recorded = iceberg.properties().get(MAINTAINED_SNAPSHOT_PROPERTY)
-    return current is not None and recorded is not None and str(recorded) == str(current.snapshotId())
+    iceberg = IcebergTable.latest(engine.spark, table.identifier)
+    current = iceberg.current_snapshot_id
+    recorded = iceberg.property(MAINTAINED_SNAPSHOT_PROPERTY)
+    return current is not None and recorded is not None and recorded == str(current)
 
 
 def _record_maintained(engine: Engine, table: SilverTable) -> None:
     """Record the snapshot maintenance left ``table`` at (a metadata change: no snapshot made)."""
-    iceberg = iceberg_table(engine.spark, table.identifier)
-    iceberg.refresh()
-    current = iceberg.currentSnapshot()
+    iceberg = IcebergTable.latest(engine.spark, table.identifier)
+    current = iceberg.current_snapshot_id
     if current is not None:
-        iceberg.updateProperties().set(MAINTAINED_SNAPSHOT_PROPERTY, str(current.snapshotId())).commit()
+        iceberg.set_property(MAINTAINED_SNAPSHOT_PROPERTY, str(current))
 
 
 def maintain_beside(

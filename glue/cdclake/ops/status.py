@@ -17,6 +17,7 @@ from cdclake.errors import BadInputError, LoadFilesConflictError
 from cdclake.identifiers import quote, sql_string
 from cdclake.lake.counts import TableFiles, distinct_keys, live_rows, table_files
 from cdclake.lake.history import HISTORY_SINCE_PROPERTY, history_of, history_started
+from cdclake.lake.iceberg import IcebergTable
 from cdclake.lake.journals import (
     QUARANTINE_ROWS_TABLE,
     QUARANTINE_TABLE,
@@ -25,7 +26,7 @@ from cdclake.lake.journals import (
     tombstones_of,
 )
 from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY, LEDGER_ARCHIVE_TABLE, read_ledger, read_ledger_archive
-from cdclake.lake.tables import SilverTable, current_snapshot_id, iceberg_table, table_names
+from cdclake.lake.tables import SilverTable, current_snapshot_id, table_names
 from cdclake.ops.metrics import freshness_lag
 from cdclake.schema import is_type_change, type_change_advice
 
@@ -120,29 +121,26 @@ def _metadata(engine: Engine, silver: SilverTable) -> _Metadata:
     iceberg = _refreshed(engine, silver)
     count = 0
     stamps: list[str] = []
-    for snapshot in iceberg.snapshots():
+    for snapshot in iceberg.snapshots((LATEST_COMMIT_TS_PROPERTY,)):
         count += 1
-        stamp = snapshot.summary().get(LATEST_COMMIT_TS_PROPERTY)
-        if stamp is not None:
-            stamps.append(str(stamp))
+        if (stamp := snapshot.summary.get(LATEST_COMMIT_TS_PROPERTY)) is not None:
+            stamps.append(stamp)
     exact = _exact_rows(iceberg)
     return _Metadata(count, max(stamps, default=None), exact, None if exact is not None else table_files(iceberg))
 
 
-def _refreshed(engine: Engine, table: SilverTable) -> Any:
-    """The Iceberg Java ``Table`` of ``table``, with its latest metadata."""
-    iceberg = iceberg_table(engine.spark, table.identifier)
-    iceberg.refresh()
-    return iceberg
+def _refreshed(engine: Engine, table: SilverTable) -> IcebergTable:
+    """The Iceberg table of ``table``, with its latest metadata."""
+    return IcebergTable.latest(engine.spark, table.identifier)
 
 
-def _exact_rows(iceberg: Any) -> int | None:
-    """The rows of an Iceberg Java ``Table`` when its current snapshot's summary says them exactly:
+def _exact_rows(iceberg: IcebergTable) -> int | None:
+    """The rows of a table when its current snapshot's summary says them exactly:
     ``total-records`` with no delete file (``total-delete-files`` 0); 0 without a snapshot; else None."""
-    current = iceberg.currentSnapshot()
+    current = iceberg.current(("total-records", "total-delete-files"))
     if current is None:
         return 0
-    summary = current.summary()
+    summary = current.summary
     records, deletes = summary.get("total-records"), summary.get("total-delete-files")
     return int(records) if records is not None and deletes is not None and int(deletes) == 0 else None
 
@@ -354,7 +352,7 @@ def history_note(
         started = history.name in existing and current_snapshot_id(engine.spark, history.identifier) is not None
     if not started:
         return "history not started: starts from silver's rows with the next batch" if rows else ""
-    since = iceberg_table(engine.spark, history.identifier).properties().get(HISTORY_SINCE_PROPERTY)
+    since = IcebergTable.load(engine.spark, history.identifier).property(HISTORY_SINCE_PROPERTY)
     return f"history since {since} (started from silver's rows; no versions before)" if since else ""
 
 

@@ -1,0 +1,163 @@
+"""A typed handle over one Iceberg table: its snapshots, properties and commits.
+
+Read and written through the Iceberg Java API (table metadata only: no Spark job). The py4j
+objects stay inside ``lake/``: callers above it read typed values (``Snapshot``) and call named
+operations; ``java`` is for the ``lake/`` modules that build Iceberg operations of their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One snapshot of a table, with the entries of its summary that were asked for (each entry
+    is a call to the JVM: a reader asks for the ones it uses)."""
+
+    snapshot_id: int
+    sequence_number: int
+    parent_id: int | None
+    timestamp_millis: int
+    summary: Mapping[str, str]
+
+    @property
+    def committed_at(self) -> datetime:
+        """When it was committed, in UTC (naive, as Spark's timestamps are read)."""
+        return datetime.fromtimestamp(self.timestamp_millis / 1000, UTC).replace(tzinfo=None)
+
+
+def _snapshot(java: Any, keys: Iterable[str] | None) -> Snapshot:
+    summary = java.summary()
+    if keys is None:
+        values = {str(k): str(v) for k, v in dict(summary).items()}
+    else:
+        values = {key: str(value) for key in keys if (value := summary.get(key)) is not None}
+    parent = java.parentId()
+    return Snapshot(
+        snapshot_id=int(java.snapshotId()),
+        sequence_number=int(java.sequenceNumber()),
+        parent_id=None if parent is None else int(parent),
+        timestamp_millis=int(java.timestampMillis()),
+        summary=values,
+    )
+
+
+class IcebergTable:
+    """The Iceberg table behind one identifier (the catalog's cached instance), as loaded or last
+    refreshed. ``keys``: the summary entries each returned ``Snapshot`` holds (None: all)."""
+
+    def __init__(self, java: Any) -> None:
+        self.java = java
+
+    @classmethod
+    def load(cls, spark: SparkSession, identifier: str) -> IcebergTable:
+        """The table as the catalog holds it (maybe cached: ``refresh`` for its latest metadata)."""
+        jvm: Any = spark.sparkContext._jvm
+        return cls(jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, identifier))
+
+    @classmethod
+    def latest(cls, spark: SparkSession, identifier: str) -> IcebergTable:
+        """The table with its latest metadata."""
+        return cls.load(spark, identifier).refresh()
+
+    def refresh(self) -> IcebergTable:
+        self.java.refresh()
+        return self
+
+    @property
+    def location(self) -> str:
+        return str(self.java.location())
+
+    @property
+    def metadata_location(self) -> str:
+        """The metadata file the handle was loaded or last refreshed at."""
+        return str(self.java.operations().current().metadataFileLocation())
+
+    @property
+    def first_column(self) -> str:
+        """The name of the schema's first top-level column."""
+        return str(self.java.schema().columns().get(0).name())
+
+    @property
+    def current_snapshot_id(self) -> int | None:
+        current = self.java.currentSnapshot()
+        return None if current is None else int(current.snapshotId())
+
+    def current(self, keys: Iterable[str] | None = ()) -> Snapshot | None:
+        current = self.java.currentSnapshot()
+        return None if current is None else _snapshot(current, keys)
+
+    def snapshot(self, snapshot_id: int, keys: Iterable[str] | None = ()) -> Snapshot | None:
+        """Snapshot ``snapshot_id`` (None: not this table's, or expired)."""
+        found = self.java.snapshot(int(snapshot_id))
+        return None if found is None else _snapshot(found, keys)
+
+    def lineage(self, keys: Iterable[str] | None = (), start: int | None = None) -> Iterator[Snapshot]:
+        """The current snapshot (or ``start``) and its ancestors, newest first, back to the first one
+        maintenance has not expired. Lazily: a reader that stops early walks no further."""
+        wanted = None if keys is None else tuple(keys)
+        found = self.java.currentSnapshot() if start is None else self.java.snapshot(int(start))
+        while found is not None:
+            snapshot = _snapshot(found, wanted)
+            yield snapshot
+            found = None if snapshot.parent_id is None else self.java.snapshot(snapshot.parent_id)
+
+    def snapshots(self, keys: Iterable[str] | None = ()) -> Iterator[Snapshot]:
+        """Every snapshot the metadata holds (its lineage and any other), oldest first."""
+        wanted = None if keys is None else tuple(keys)
+        for found in self.java.snapshots():
+            yield _snapshot(found, wanted)
+
+    def snapshot_count(self) -> int:
+        count = 0
+        snapshots = self.java.snapshots().iterator()
+        while snapshots.hasNext():
+            snapshots.next()
+            count += 1
+        return count
+
+    def property(self, name: str) -> str | None:
+        value = self.java.properties().get(name)
+        return None if value is None else str(value)
+
+    def set_property(self, name: str, value: str) -> None:
+        """Set a table property: a metadata commit, no snapshot."""
+        self.java.updateProperties().set(name, value).commit()
+
+    def append_nothing(self, summary: Mapping[str, str]) -> None:
+        """Commit a snapshot that adds no data, only ``summary`` (what an empty Spark append commits,
+        without its Spark job)."""
+        append = self.java.newAppend()
+        for name, value in summary.items():
+            append = append.set(name, value)
+        append.commit()
+
+    def expire_snapshots(self, older_than: datetime, retain_last: int) -> None:
+        """Expire the snapshots committed before ``older_than`` but the last ``retain_last`` (on the
+        driver: reads the expired snapshots' manifests, no Spark job)."""
+        millis = int(older_than.timestamp() * 1000)
+        self.java.expireSnapshots().expireOlderThan(millis).retainLast(retain_last).commit()
+
+    def holds_file_created_before(self, spark: SparkSession, cutoff: datetime) -> bool:
+        """Whether a file under the table's location was created before ``cutoff``: one listing
+        through the table's FileIO, stopped at the first such file; True when it cannot list."""
+        io = self.java.io()
+        jvm: Any = spark.sparkContext._jvm
+        listing = jvm.java.lang.Class.forName(
+            "org.apache.iceberg.io.SupportsPrefixOperations", True, io.getClass().getClassLoader()
+        )
+        if not listing.isInstance(io):
+            return True
+        limit = int(cutoff.timestamp() * 1000)
+        files = io.listPrefix(self.location.rstrip("/") + "/").iterator()  # not the table beside it
+        while files.hasNext():
+            if int(files.next().createdAtMillis()) < limit:
+                return True
+        return False

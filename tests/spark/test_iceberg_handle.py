@@ -1,0 +1,77 @@
+"""``IcebergTable``: the typed handle reads snapshots, lineage and properties, and commits metadata."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from pyspark.sql import SparkSession
+
+from cdclake.lake.iceberg import IcebergTable, Snapshot
+from cdclake.lake.ledger import KIND_CDC, KIND_PROPERTY, LedgerRecord
+
+
+def _table(spark: SparkSession) -> str:
+    database = f"silver.handle_{uuid.uuid4().hex[:10]}"
+    spark.sql(f"CREATE NAMESPACE {database}")
+    identifier = f"{database}.t"
+    spark.sql(f"CREATE TABLE {identifier} (id int, v string) USING iceberg")
+    return identifier
+
+
+def test_the_handle_reads_each_commit_as_a_typed_snapshot_newest_first(spark: SparkSession) -> None:
+    # GIVEN a new table: no snapshot
+    identifier = _table(spark)
+    handle = IcebergTable.latest(spark, identifier)
+    assert handle.current_snapshot_id is None and handle.current() is None and list(handle.lineage()) == []
+    # WHEN two inserts and an empty commit recording a ledger entry land
+    before = datetime.now(UTC).replace(tzinfo=None) - timedelta(seconds=1)
+    spark.sql(f"INSERT INTO {identifier} VALUES (1, 'a')")
+    spark.sql(f"INSERT INTO {identifier} VALUES (2, 'b'), (3, 'c')")
+    record = LedgerRecord.batch(["s/t/20240101-1.csv"], "2024-01-01 00:00:00")
+    IcebergTable.latest(spark, identifier).append_nothing(record.properties())
+    # THEN the refreshed handle reads them
+    lineage = list(handle.refresh().lineage(("total-records", KIND_PROPERTY)))
+    # AND the lineage is the three commits, newest first, each the parent of the one before
+    assert len(lineage) == 3 and handle.snapshot_count() == 3
+    assert lineage[0].snapshot_id == handle.current_snapshot_id
+    assert [s.parent_id for s in lineage] == [lineage[1].snapshot_id, lineage[2].snapshot_id, None]
+    assert [s.sequence_number for s in lineage] == [3, 2, 1]
+    # AND each snapshot holds the summary entries asked for (those it has), its totals among them
+    assert [s.summary.get("total-records") for s in lineage] == ["3", "3", "1"]
+    assert [s.summary.get(KIND_PROPERTY) for s in lineage] == [KIND_CDC, None, None]
+    current = handle.current(None)  # the whole summary
+    assert current is not None and LedgerRecord.from_summary(current.summary) == record
+    assert all(before <= s.committed_at <= datetime.now(UTC).replace(tzinfo=None) for s in lineage)
+    # AND a snapshot is found by id (None for one this table does not have), the lineage from it
+    assert handle.snapshot(lineage[1].snapshot_id) == Snapshot(
+        lineage[1].snapshot_id, 2, lineage[2].snapshot_id, lineage[1].timestamp_millis, {}
+    )
+    assert handle.snapshot(12345) is None
+    assert [s.snapshot_id for s in handle.lineage(start=lineage[1].snapshot_id)] == [
+        lineage[1].snapshot_id,
+        lineage[2].snapshot_id,
+    ]
+    assert sorted(s.snapshot_id for s in handle.snapshots()) == sorted(s.snapshot_id for s in lineage)
+
+
+def test_the_handle_sets_properties_and_expires_snapshots(spark: SparkSession) -> None:
+    # GIVEN a table with three commits
+    identifier = _table(spark)
+    for value in range(3):
+        spark.sql(f"INSERT INTO {identifier} VALUES ({value}, 'x')")
+    handle = IcebergTable.latest(spark, identifier)
+    # WHEN a property is set THEN another handle reads it, and an unset one is None
+    assert handle.property("cdclake.test") is None
+    handle.set_property("cdclake.test", "42")
+    assert IcebergTable.latest(spark, identifier).property("cdclake.test") == "42"
+    # WHEN every snapshot older than now expires but the last two THEN two are left, the current first
+    newest_two = [s.snapshot_id for s in handle.refresh().lineage()][:2]
+    handle.expire_snapshots(datetime.now(UTC) + timedelta(seconds=1), retain_last=2)
+    after = IcebergTable.latest(spark, identifier)
+    assert after.snapshot_count() == 2
+    assert [s.snapshot_id for s in after.lineage()] == newest_two
+    # AND the table's location holds files created before a minute from now, none from an hour ago
+    assert after.holds_file_created_before(spark, datetime.now(UTC) + timedelta(minutes=1))
+    assert not after.holds_file_created_before(spark, datetime.now(UTC) - timedelta(hours=1))
+    assert after.metadata_location.endswith(".metadata.json") and after.first_column == "id"
