@@ -19,9 +19,9 @@ from cdclake.engine.changes import classify_effects
 from cdclake.engine.statements import merge_statement
 from cdclake.lake.batch import KeyedBatch, TableMetadata, read_table_metadata
 from cdclake.lake.committer import IcebergCommitter
-from cdclake.lake.driver_write import apply_collected_row_delta, collect_rows, shape, write_parquet
+from cdclake.lake.driver_write import apply_collected_row_delta, arrow_shape, collect_rows, write_parquet
 from cdclake.lake.ledger import LedgerRecord
-from cdclake.lake.row_delta import WrittenFile, WrittenFiles, apply_row_delta, blocker
+from cdclake.lake.row_delta import WrittenFile, WrittenFiles, apply_row_delta, why_not_row_delta
 from cdclake.lake.tables import SilverTable, iceberg_fields, iceberg_table, is_commit_conflict
 from faults import iceberg_failure
 from readers import MainPoller, delete_file_schemas
@@ -147,7 +147,7 @@ def test_same_table_as_merge_one_snapshot_per_batch(
         _create(spark, identifier, initial)
     if sorted_layout:
         spark.sql(f"ALTER TABLE {written} WRITE ORDERED BY id")
-    assert blocker(_metadata(spark, written), ["id"], COLUMNS, ABSENT) is None
+    assert why_not_row_delta(_metadata(spark, written), ["id"], COLUMNS, ABSENT) is None
     boundaries = {_history(spark, written)[-1]}
     poller = MainPoller(spark, written)
     poller.start()
@@ -209,7 +209,7 @@ def test_metrics_parsed_from_a_kept_footer_are_those_read_back_from_the_file(
     rows = pa.Table.from_batches(spark.table(written)._collect_as_arrow())
     ids = {f.name: f.id for f in iceberg_fields(spark, table)}
     columns = [(f.name, ids[f.name], f.dataType) for f in spark.table(written).schema.fields]
-    file = write_parquet(table, shape(rows, columns, nulls={"gone"}), "data")
+    file = write_parquet(table, arrow_shape(rows, columns, nulls={"gone"}), "data")
     files = WrittenFiles(spark, table)
     config = spark.sparkContext._jvm.org.apache.iceberg.MetricsConfig.forTable(table)
     # WHEN its metrics are parsed from the footer kept in memory and read back from storage
@@ -349,4 +349,4 @@ def test_what_keeps_a_table_off_this_path(
     _create(spark, table, _initial_rows(random.Random(1), 5), **table_properties)
     if ddl:
         spark.sql(ddl.format(t=table))
-    assert blocker(_metadata(spark, table), ["id"], columns, ABSENT, unchanged) == reason
+    assert why_not_row_delta(_metadata(spark, table), ["id"], columns, ABSENT, unchanged) == reason

@@ -8,7 +8,7 @@ from decimal import Decimal
 import pyarrow as pa
 from pyspark.sql.types import DecimalType, IntegerType, LongType, StringType, TimestampType
 
-from cdclake.lake.driver_write import shape, sorted_ascending
+from cdclake.lake.driver_write import arrow_shape, sorted_ascending
 
 FIELD_ID = b"PARQUET:field_id"
 
@@ -31,7 +31,7 @@ def test_rows_are_shaped_as_the_table_stores_them() -> None:
         ("n", 5, IntegerType()),
     ]
     # WHEN shaped, ``deleted_at`` taken from the commit time and ``n`` set NULL on purpose
-    shaped = shape(rows, columns, renamed={"deleted_at": "_cdc_commit_ts"}, nulls={"n"})
+    shaped = arrow_shape(rows, columns, renamed={"deleted_at": "_cdc_commit_ts"}, nulls={"n"})
     # THEN the file holds exactly the table's columns, in its types, with their field ids
     assert shaped.column_names == ["id", "amount", "deleted_at", "gone", "n"]
     assert [f.type for f in shaped.schema] == [
@@ -50,7 +50,7 @@ def test_rows_are_shaped_as_the_table_stores_them() -> None:
 
 def test_a_position_delete_file_has_required_fields_sorted_by_path_and_position() -> None:
     rows = pa.table({"_cdc_stored_file": ["b", "a", "a"], "_cdc_stored_pos": [0, 7, 3]})
-    deletes = shape(
+    deletes = arrow_shape(
         rows,
         [("file_path", 2147483546, StringType()), ("pos", 2147483545, LongType())],
         renamed={"file_path": "_cdc_stored_file", "pos": "_cdc_stored_pos"},

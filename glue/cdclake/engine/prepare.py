@@ -71,8 +71,7 @@ from cdclake.lake.batch import (
 from cdclake.lake.driver_write import collect_rows, collectable
 from cdclake.lake.journals import tombstones_of
 from cdclake.lake.ledger import LedgerRecord
-from cdclake.lake.row_delta import append_blocker
-from cdclake.lake.row_delta import blocker as row_delta_blocker
+from cdclake.lake.row_delta import append_blocker, why_not_row_delta
 from cdclake.lake.tables import TableMovedError
 from cdclake.runtime.session import interpreted_expressions
 from cdclake.schema import SchemaPlan, plan_schema_change
@@ -378,7 +377,7 @@ def choose_commit_way(
         return "append"
     base = metadata.snapshot_id
     if engine.commit_path in ("auto", "row-delta", "driver-row-delta") and base is not None:
-        why_not = row_delta_blocker(metadata, table.silver_key(), columns, absent, unchanged)
+        why_not = why_not_row_delta(metadata, table.silver_key(), columns, absent, unchanged)
         if why_not is None:
             return "row-delta"
         log.debug("commit table=%s not through a RowDelta: %s", metadata.table.name, why_not)

@@ -71,7 +71,7 @@ def arrow_type(data_type: DataType) -> pa.DataType:
     return to_arrow_type(data_type)
 
 
-def shape(
+def arrow_shape(
     rows: pa.Table,
     columns: Sequence[tuple[str, int, DataType]],
     renamed: Mapping[str, str] | None = None,
@@ -170,7 +170,7 @@ def apply_collected_row_delta(
     silver = [(f.name, ids[f.name], f.dataType) for f in metadata.schema.fields]
     present = {*batch.columns, SILVER_ORDER}
     absent = batch.absent
-    images = shape(
+    images = arrow_shape(
         changes.filter(pc.not_equal(changes.column(OP), "D")),
         silver,
         nulls={name for name, _, _ in silver if name not in present or name in absent},
@@ -179,7 +179,7 @@ def apply_collected_row_delta(
     replaced = changes.filter(pc.is_valid(changes.column(STORED_FILE)))
     path_id, pos_id = DELETE_FILE_COLUMNS
     deletes = sorted_ascending(
-        shape(
+        arrow_shape(
             replaced,
             [("file_path", path_id, StringType()), ("pos", pos_id, LongType())],
             renamed={"file_path": STORED_FILE, "pos": STORED_POS},
@@ -214,9 +214,8 @@ def append_collected_validated(
     assert metadata.schema is not None and metadata.snapshot_id is not None
     table = iceberg_table(spark, metadata.table.identifier)
     ids = {f.name: f.id for f in metadata.fields}
-    images = sorted_ascending(
-        shape(rows, [(f.name, ids[f.name], f.dataType) for f in metadata.schema.fields]), sort_order_columns(table)
-    )
+    shaped = arrow_shape(rows, [(f.name, ids[f.name], f.dataType) for f in metadata.schema.fields])
+    images = sorted_ascending(shaped, sort_order_columns(table))
     files = WrittenFiles(spark, table)
 
     def write() -> tuple[list[Any], list[Any], list[str]]:
@@ -235,7 +234,8 @@ def append_collected(spark: SparkSession, table_identifier: str, rows: pa.Table)
     table.refresh()
     files = WrittenFiles(spark, table)
     try:
-        written = [files.track(write_parquet(table, shape(rows, _columns(spark, table, table_identifier)), "data"))]
+        shaped = arrow_shape(rows, _columns(spark, table, table_identifier))
+        written = [files.track(write_parquet(table, shaped, "data"))]
         append_files(table, files.content_files(written, deletes=False))
     except BaseException:
         files.remove()

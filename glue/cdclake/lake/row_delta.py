@@ -19,7 +19,7 @@ branch:
 A crash before the RowDelta leaves files no snapshot references (orphan-file removal deletes
 them); the ledger does not list the batch, so the next run applies it again.
 
-``blocker`` names what keeps a table on the MERGE or branch-staged path instead: format v3
+``why_not_row_delta`` names what keeps a table on the MERGE or branch-staged path instead: format v3
 (deletion vectors, not position delete files), a partition spec (delete files must carry their
 data file's partition), copy-on-write (the user chose rewritten files), column types outside the
 plain Parquet mapping, or updates that keep stored values (CsvNoSupValue columns, columns a batch
@@ -72,7 +72,7 @@ class WrittenFile:
     footer: bytes | None = None
 
 
-def blocker(
+def why_not_row_delta(
     metadata: TableMetadata,
     key: Sequence[str],
     columns: Sequence[str],
@@ -342,7 +342,7 @@ def apply_row_delta(
     """Apply the batch's classified changes (a DataFrame; effects insert, update and delete only, one
     per key, with the place of the key's stored row read at the batch's base snapshot:
     ``_cdc_stored_file``, ``_cdc_stored_pos``) as one RowDelta on ``main`` carrying its properties;
-    return the new snapshot's id. ``blocker`` must have found nothing in the way.
+    return the new snapshot's id. ``why_not_row_delta`` must have found nothing in the way.
 
     The stored row of every changed key is deleted (an insert's key may hold a stored row the
     classification did not count as matched, one with a NULL ``_cdc_order``: MERGE would update
