@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from cdclake.config import TableConfig
-from cdclake.dms.files import BronzeFile, FileKind
+from cdclake.dms.files import BronzeFile, BronzeListing, FileKind
 from cdclake.dms.layout import parse_header, undeclared_header_columns
 from cdclake.dms.store import head_text, list_bronze
 from cdclake.engine.history_sync import history_lag
@@ -229,6 +229,28 @@ def table_statuses(
     job together, and each journal and the ledger archive are read once for all tables.
     """
     now = now or datetime.now(UTC)
+    facts = _read_database(engine)
+    statuses = [_status_of(engine, table, facts, now) for table in engine.config.tables]
+    holds = capture_holds or {}
+    return [_held(s, holds[s.source]) if s.source in holds else s for s in statuses]
+
+
+@dataclass(frozen=True)
+class _DatabaseFacts:
+    """What every table's status reads, read once for the database."""
+
+    existing: frozenset[str]  # the database's table names
+    schema_changes: dict[str, tuple[int, Any]]  # by silver table: count, latest
+    quarantined: dict[str, tuple[int, Any]]  # files held: count, last reason
+    bad_rows: dict[str, tuple[int, Any]]  # rows held: count, last reason
+    listing: BronzeListing
+    held_keys: Mapping[str, frozenset[str]]
+    archive: Any  # the ledger archive, for read_ledger
+    metadata: dict[str, _Metadata]  # by silver table, for the tables that exist
+    counts: dict[tuple[str, str], int]  # ("rows" | "tombstones", table) -> count
+
+
+def _read_database(engine: Engine) -> _DatabaseFacts:
     existing = table_names(engine.spark, engine.catalog, engine.config.database)
     filled = {
         name
@@ -268,67 +290,67 @@ def table_statuses(
         if tombstones.name in existing and _exact_rows(kept := _refreshed(engine, tombstones)) != 0:
             keys_of[table.target] = TableToCount(tombstones, table_files(kept), table.silver_key())
     counts = count_rows_and_tombstones(engine, to_count, keys_of)
-    statuses = []
-    for table in engine.config.tables:
-        silver = engine.silver_table(table)
-        name = f"{engine.config.database}.{table.target}"
-        loads = listing.for_table(table.source_schema, table.source_table, FileKind.FULL_LOAD)
-        cdc = listing.for_table(table.source_schema, table.source_table, FileKind.CDC)
-        arrived = listing.may_hold(table.source_schema, table.source_table)
-        if table.target not in metadata:
-            reason = no_files_yet(table, arrived, 0) or (
-                f"not loaded: {len(loads)} full-load and {len(cdc)} CDC files in bronze"
-            )
-            statuses.append(TableStatus(table.source, name, exists=False, pending_files=len(cdc), behind=reason))
-            continue
-        facts = metadata[table.target]
-        ledger = read_ledger(engine.spark, silver, archive)
-        state = TableState(ledger.full_load_done, ledger.applied, frozenset(), ledger.loaded)
-        held, last_reason = quarantined.get(table.target, (0, None))
-        held_rows, last_row_reason = bad_rows.get(table.target, (0, None))
-        pending = [f for f in cdc if f.key not in ledger.applied]
-        waiting = len(pending) - held
-        rows = facts.exact_rows if facts.exact_rows is not None else counts.get(("rows", table.target), 0)
-        changes, last_change = schema_changes.get(table.target, (0, None))
-        lag = history_lag(engine, table)
-        history_behind = lag.describe() if lag else None
-        statuses.append(
-            TableStatus(
-                source=table.source,
-                silver_table=name,
-                exists=True,
-                rows=rows,
-                snapshots=facts.snapshots,
-                files_applied=len(ledger.applied),
-                last_applied_file=ledger.last_file,
-                latest_change=facts.latest_change,
-                lag_seconds=_lag(facts.latest_change, now),
-                tombstones=counts.get(("tombstones", table.target), 0),
-                schema_changes=changes,
-                last_schema_change=last_change,
-                quarantined_files=held,
-                pending_files=max(waiting, 0),
-                quarantined_rows=held_rows,
-                unloaded_load_files=", ".join(f.name for f in unloaded_load_files(state, loads)),
-                undeclared_columns=_undeclared_columns(
-                    engine, table, [f for f in cdc if f.key in held_keys.get(table.target, ())]
-                ),
-                history_note=history_behind or history_note(engine, table, silver, rows, existing),
-                behind=no_files_yet(table, arrived, len(ledger.applied))
-                or _behind(
-                    table.source,
-                    ledger.full_load_done,
-                    bool(loads),
-                    max(waiting, 0),
-                    (held, last_reason),
-                    (held_rows, last_row_reason),
-                    _unloaded(table, state, loads),
-                    history_behind,
-                ),
-            )
+    return _DatabaseFacts(
+        frozenset(existing), schema_changes, quarantined, bad_rows, listing, held_keys, archive, metadata, dict(counts)
+    )
+
+
+def _status_of(engine: Engine, table: TableConfig, facts: _DatabaseFacts, now: datetime) -> TableStatus:
+    """One table's status from the database's facts (and its own ledger and history lag)."""
+    silver = engine.silver_table(table)
+    name = f"{engine.config.database}.{table.target}"
+    listing = facts.listing
+    loads = listing.for_table(table.source_schema, table.source_table, FileKind.FULL_LOAD)
+    cdc = listing.for_table(table.source_schema, table.source_table, FileKind.CDC)
+    arrived = listing.may_hold(table.source_schema, table.source_table)
+    if table.target not in facts.metadata:
+        reason = (
+            no_files_yet(table, arrived, 0) or f"not loaded: {len(loads)} full-load and {len(cdc)} CDC files in bronze"
         )
-    holds = capture_holds or {}
-    return [_held(s, holds[s.source]) if s.source in holds else s for s in statuses]
+        return TableStatus(table.source, name, exists=False, pending_files=len(cdc), behind=reason)
+    metadata = facts.metadata[table.target]
+    ledger = read_ledger(engine.spark, silver, facts.archive)
+    state = TableState(ledger.full_load_done, ledger.applied, frozenset(), ledger.loaded)
+    held, last_reason = facts.quarantined.get(table.target, (0, None))
+    held_rows, last_row_reason = facts.bad_rows.get(table.target, (0, None))
+    waiting = max(len([f for f in cdc if f.key not in ledger.applied]) - held, 0)
+    exact = metadata.exact_rows
+    rows = exact if exact is not None else facts.counts.get(("rows", table.target), 0)
+    changes, last_change = facts.schema_changes.get(table.target, (0, None))
+    lag = history_lag(engine, table)
+    history_behind = lag.describe() if lag else None
+    held_here = [f for f in cdc if f.key in facts.held_keys.get(table.target, ())]
+    behind = no_files_yet(table, arrived, len(ledger.applied)) or _behind(
+        table.source,
+        ledger.full_load_done,
+        bool(loads),
+        waiting,
+        (held, last_reason),
+        (held_rows, last_row_reason),
+        _unloaded(table, state, loads),
+        history_behind,
+    )
+    return TableStatus(
+        source=table.source,
+        silver_table=name,
+        exists=True,
+        rows=rows,
+        snapshots=metadata.snapshots,
+        files_applied=len(ledger.applied),
+        last_applied_file=ledger.last_file,
+        latest_change=metadata.latest_change,
+        lag_seconds=_lag(metadata.latest_change, now),
+        tombstones=facts.counts.get(("tombstones", table.target), 0),
+        schema_changes=changes,
+        last_schema_change=last_change,
+        quarantined_files=held,
+        pending_files=waiting,
+        quarantined_rows=held_rows,
+        unloaded_load_files=", ".join(f.name for f in unloaded_load_files(state, loads)),
+        undeclared_columns=_undeclared_columns(engine, table, held_here),
+        history_note=history_behind or history_note(engine, table, silver, rows, facts.existing),
+        behind=behind,
+    )
 
 
 def _held(status: TableStatus, reason: str) -> TableStatus:
