@@ -284,22 +284,30 @@ def _affected_groups(
     return keys.distinct()
 
 
-def _refresh_incremental(
-    engine: Engine,
-    mart: MartConfig,
-    target: SilverTable,
-    pinned: Sequence[PinnedSource],
-    previous: dict[str, int],
-    scopes: dict[str, ChangeScope],
-    current: DataFrame,
-    views: dict[str, str],
-    registered: PinnedViews,
-    source_commit_ts: str | None,
-) -> int:
+@dataclass(frozen=True)
+class _IncrementalRefresh:
+    """One mart's incremental refresh: the mart and its table, the source snapshots it pins, the
+    ones it reflected before and what changed since, the mart's query over them."""
+
+    mart: MartConfig
+    target: SilverTable
+    pinned: Sequence[PinnedSource]
+    previous: dict[str, int]  # source table -> the snapshot the mart reflected
+    scopes: dict[str, ChangeScope]  # what changed in each source since
+    current: DataFrame  # the mart's query at the pinned snapshots
+    views: dict[str, str]
+    registered: PinnedViews
+    source_commit_ts: str | None
+
+
+def _refresh_incremental(engine: Engine, refresh: _IncrementalRefresh) -> int:
     """Recompute the affected groups and MERGE them; return how many groups."""
     from pyspark.sql import functions as F
 
     spark = engine.spark
+    mart, target, pinned, current = refresh.mart, refresh.target, refresh.pinned, refresh.current
+    previous, scopes, views, registered = refresh.previous, refresh.scopes, refresh.views, refresh.registered
+    source_commit_ts = refresh.source_commit_ts
     with staged_scans(spark) as scans:
         affected = _affected_groups(engine, mart, pinned, previous, scopes, views, registered, scans).localCheckpoint()
     groups, ranges = groups_and_key_ranges(affected, mart.keys)
@@ -365,10 +373,10 @@ def refresh_pinned(engine: Engine, mart: MartConfig) -> MartRefresh:
                 try:
                     scopes, reason = _weigh_paths(engine, label, pinned, previous.sources)
                     if reason is None:
-                        groups = _refresh_incremental(
-                            engine, mart, target, pinned, previous.sources, scopes, current, views, registered,
-                            commit_ts,
-                        )  # fmt: skip
+                        refresh = _IncrementalRefresh(
+                            mart, target, pinned, previous.sources, scopes, current, views, registered, commit_ts
+                        )
+                        groups = _refresh_incremental(engine, refresh)
                         outcome = MartRefresh(label, REFRESHED, PATH_INCREMENTAL, groups=groups, sources=sources_now)
                         log.info("gold mart refreshed mart=%s path=incremental groups=%d", label, groups)
                         return timed(outcome, started)
