@@ -126,13 +126,13 @@ def _profiled_tables(profiler: cProfile.Profile | None) -> Iterator[None]:
     """Each table's unit of work (run in a pool thread, one at a time) under ``profiler``."""
     from cdclake.engine import parallel
 
-    original = parallel._attempt
+    original = parallel._run_unit
     if profiler is not None:
-        parallel._attempt = lambda *args: profiler.runcall(original, *args)
+        parallel._run_unit = lambda *args: profiler.runcall(original, *args)
     try:
         yield
     finally:
-        parallel._attempt = original
+        parallel._run_unit = original
 
 
 def _functions(profiler: cProfile.Profile, tables: int, top: int) -> list[dict[str, Any]]:

@@ -60,7 +60,7 @@ def for_each_table(
         return runs
     workers = min(engine.parallel_tables, len(runs))
     with ThreadPoolExecutor(max(workers, 1), thread_name_prefix="cdclake-table") as pool:
-        futures = [pool.submit(_attempt, engine, table_run, work, workers > 1) for table_run in runs]
+        futures = [pool.submit(_run_unit, engine, table_run, work, workers > 1) for table_run in runs]
         try:
             # Waits that wake up: a signal reaches Python's handler only when the main thread runs
             # (an endless wait on a lock may sleep through Ctrl-C until the table is done).
@@ -82,7 +82,7 @@ def for_each_table(
     return runs
 
 
-def _attempt(engine: Engine, table_run: TableRun, work: Callable[[TableRun], None], pooled: bool) -> None:
+def _run_unit(engine: Engine, table_run: TableRun, work: Callable[[TableRun], None], pooled: bool) -> None:
     if table_run.stopping.is_set():
         return
     context = engine.spark.sparkContext

@@ -104,7 +104,9 @@ def key_bounds(changes: DataFrame, key: Sequence[str]) -> tuple[Any, Any] | None
     return row["lo"], row["hi"]
 
 
-def _decide(spark: SparkSession, base_snapshot_id: int, batch: KeyedBatch[DataFrame]) -> tuple[DataFrame, list[Column]]:
+def _images_and_replaced(
+    spark: SparkSession, base_snapshot_id: int, batch: KeyedBatch[DataFrame]
+) -> tuple[DataFrame, list[Column]]:
     """The batch's changes with ``_cdc_stored_matched`` (a stored row is replaced), and the
     expressions of their new images in table column order.
 
@@ -175,7 +177,7 @@ def stage_changes(spark: SparkSession, batch: KeyedBatch[DataFrame]) -> StagedBa
     base = batch.base_snapshot_id
     if base is None:  # a silver table is created with a snapshot (``lake.ledger.replace_table``)
         raise ValueError(f"{table_identifier}: the batch was classified against no snapshot, nothing to stage it on")
-    applied, image = _decide(spark, base, batch)
+    applied, image = _images_and_replaced(spark, base, batch)
     # Decided once, on a frame the size of the batch: the DELETE and the INSERT read it, not the table.
     applied = applied.localCheckpoint()
     started = time.monotonic()
