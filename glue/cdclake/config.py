@@ -18,6 +18,7 @@ from cdclake.identifiers import name_problem
 from cdclake.lake.history import HISTORY_SUFFIX
 from cdclake.lake.layout import LAYOUTS, Layout
 from cdclake.mart_config import GoldSettings, parse_gold, with_silver_database
+from cdclake.types import INTEGRAL_TYPES
 from cdclake.yaml_doc import YamlDoc
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ DEFAULT_CATALOG = "silver"
 BronzeFormat = Literal["csv", "parquet"]
 
 
-_INTEGRAL_TYPES = ("tinyint", "smallint", "int", "bigint")
+_INTEGRAL_TYPES = INTEGRAL_TYPES
 
 
 def fraction_digits(type_name: str) -> int | None:

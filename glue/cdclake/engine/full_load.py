@@ -30,6 +30,7 @@ from cdclake.lake.ledger import newest_load, staged_load
 from cdclake.lake.tables import added_data, parallel_scan
 from cdclake.report import TableReport
 from cdclake.runtime.progress import watch_stages
+from cdclake.types import INTEGRAL_TYPES
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -207,7 +208,7 @@ def _has_repeated_keys(
     return bool(counted.where(F.col("_cdc_rows") > 1).limit(1).collect())
 
 
-_INTEGRAL = ("tinyint", "smallint", "int", "bigint")
+_INTEGRAL = INTEGRAL_TYPES
 # Spark's bitmaps (``bitmap_construct_agg``) hold 32,768 consecutive values each, in 4 KiB. At most
 # this many of them per task (16 MiB, 134M consecutive keys); keys spread wider are sorted instead.
 BITMAP_KEYS, MAX_KEY_BUCKETS = 32_768, 4_096

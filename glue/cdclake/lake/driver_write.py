@@ -22,6 +22,7 @@ from cdclake.columns import OP, SILVER_ORDER, STORED_FILE, STORED_POS
 from cdclake.lake.batch import KeyedBatch, TableMetadata
 from cdclake.lake.row_delta import DELETE_FILE_COLUMNS, WrittenFile, WrittenFiles, row_delta_input, sort_order_columns
 from cdclake.lake.tables import iceberg_fields, iceberg_table
+from cdclake.types import DRIVER_WRITE_TYPES
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -29,10 +30,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType
 
 # Spark types whose Arrow form converts both ways without loss (what ``collect_rows`` accepts).
-_ARROW_TYPES = {
-    *("boolean", "tinyint", "smallint", "int", "bigint", "float", "double", "decimal", "date", "timestamp"),
-    *("timestamp_ntz", "string", "binary"),
-}
+_ARROW_TYPES = DRIVER_WRITE_TYPES
 # Iceberg's codec names (``write.parquet.compression-codec``) as pyarrow spells them.
 _CODECS = {"uncompressed": "none", "zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "brotli": "brotli"}
 _FIELD_ID = b"PARQUET:field_id"

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from cdclake.columns import OP, SILVER_ORDER, STORED_FILE, STORED_POS
 from cdclake.lake.batch import KeyedBatch, Rows, TableMetadata
 from cdclake.lake.tables import iceberg_table
+from cdclake.types import ROW_DELTA_PLAIN_ICEBERG_TYPES
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -52,9 +53,7 @@ DELETE_FILE_COLUMNS = (_DELETE_PATH_ID, _DELETE_POS_ID)  # file_path, pos
 # Iceberg types whose Parquet form Spark writes exactly as Iceberg's writer does (timestamps as
 # INT64 microseconds: the write sets Spark's outputTimestampType).
 # Iceberg's JSON names of them (``iceberg_fields``): timestamps with and without a zone, not nanoseconds.
-_PLAIN_TYPES = {
-    *("boolean", "int", "long", "float", "double", "decimal", "date", "timestamp", "timestamptz", "string", "binary")
-}
+_PLAIN_TYPES = ROW_DELTA_PLAIN_ICEBERG_TYPES
 _FIELD_ID = "parquet.field.id"
 _ROWS_PER_WRITER = 500_000
 # Beside a position delete: a number standing for its data file, so each data file's deletes are
