@@ -63,26 +63,40 @@ def key_text(name: str, kind: str) -> str:
     return f'{quote_pg(name)} COLLATE "C"' if kind == "text" else quote_pg(name)
 
 
+def range_condition(key: tuple[str, str] | None, ranges: Sequence[KeyRange] | None) -> tuple[str, list[Any]]:
+    """A WHERE condition (and its parameters) for the rows in one of ``ranges``: "" for every row
+    (no ranges, no key, or an unbounded range), "false" for none."""
+    if ranges is None or key is None:
+        return ("" if ranges is None or ranges else "false"), []
+    column = key_text(*key)
+    conditions, parameters = [], []
+    for part in ranges:
+        bounds = []
+        if part.low is not None:
+            bounds.append(f"{column} >= %s")
+            parameters.append(part.low)
+        if part.high is not None:
+            bounds.append(f"{column} < %s")
+            parameters.append(part.high)
+        if not bounds:
+            return "", []
+        conditions.append("(" + " AND ".join(bounds) + ")")
+    return (" OR ".join(conditions) or "false"), parameters
+
+
 def sums_query(
     table: SourceTable, key: tuple[str, str] | None, columns: Sequence[tuple[str, str]], whole: KeyRange, cuts: int
 ) -> tuple[str, list[Any]]:
     """The query (and its parameters, boundaries after the range's ends) of ``cuts`` + 1 buckets' sums."""
-    where, parameters = [], []
+    where, parameters = range_condition(key, [whole])
     bucket = "0"
-    if key is not None:
+    if key is not None and cuts:
         column = key_text(*key)
-        if whole.low is not None:
-            where.append(f"{column} >= %s")
-            parameters.append(whole.low)
-        if whole.high is not None:
-            where.append(f"{column} < %s")
-            parameters.append(whole.high)
-        if cuts:
-            bucket = "CASE " + " ".join(f"WHEN {column} < %s THEN {i}" for i in range(cuts)) + f" ELSE {cuts} END"
+        bucket = "CASE " + " ".join(f"WHEN {column} < %s THEN {i}" for i in range(cuts)) + f" ELSE {cuts} END"
     name = f"{quote_pg(table.schema)}.{quote_pg(table.name)}"
     query = (
         f"SELECT {bucket} AS bucket, count(*), coalesce(sum({row_number(table, columns)}), 0) "
-        f"FROM {name}{' WHERE ' + ' AND '.join(where) if where else ''} GROUP BY 1"
+        f"FROM {name}{' WHERE ' + where if where else ''} GROUP BY 1"
     )
     return query, parameters
 

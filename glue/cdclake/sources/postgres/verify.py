@@ -44,7 +44,7 @@ from cdclake.errors import first_line
 from cdclake.identifiers import quote_pg
 from cdclake.sources.checksum import KeyRange, kind_of, range_key, search, spark_boundaries, spark_condition, spark_sums
 from cdclake.sources.postgres.catalog import SourceTable, read_tables
-from cdclake.sources.postgres.checksums import key_text, source_sums
+from cdclake.sources.postgres.checksums import range_condition, source_sums
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -173,26 +173,6 @@ def _source_select(table: SourceTable, columns: Sequence[str], types: dict[str, 
     parts = [_value_expression(table, name, types[name]) for name in columns]
     query = f"SELECT {', '.join(parts)} FROM {quote_pg(table.schema)}.{quote_pg(table.name)}"
     return f"{query} WHERE {where}" if where else query
-
-
-def _source_where(key: tuple[str, str] | None, ranges: Sequence[KeyRange] | None) -> tuple[str, list[Any]]:
-    """A WHERE condition (and its parameters) for the rows of ``ranges`` (None: every row)."""
-    if ranges is None or key is None:
-        return ("" if ranges is None or ranges else "false"), []
-    column = key_text(*key)
-    conditions, parameters = [], []
-    for part in ranges:
-        bounds = []
-        if part.low is not None:
-            bounds.append(f"{column} >= %s")
-            parameters.append(part.low)
-        if part.high is not None:
-            bounds.append(f"{column} < %s")
-            parameters.append(part.high)
-        if not bounds:
-            return "", []
-        conditions.append("(" + " AND ".join(bounds) + ")")
-    return (" OR ".join(conditions) or "false"), parameters
 
 
 _CONSTANT = re.compile(r"^(?:'(?:[^']|'')*'|-?[\d.]+(?:e[-+]?\d+)?|true|false)(?:::[\w .\"\[\](),]+)*$")
@@ -386,7 +366,7 @@ def _compare_rows(
     where = None if range_column is None or ranges is None else spark_condition(range_column[0], ranges)
     silver = _silver_rows(engine, config, columns, types, where)
     silver_rows, silver_digest, silver_multiset = digest(silver)
-    source_rows = _source_rows(conn, source, columns, types, _source_where(range_column, ranges))
+    source_rows = _source_rows(conn, source, columns, types, range_condition(range_column, ranges))
     try:
         read_source, source_digest, source_multiset = digest(source_rows)
     finally:
