@@ -25,8 +25,9 @@ from cdclake.dms.writer import (
 from cdclake.engine.commit import commit_batch
 from cdclake.engine.full_load import MAX_KEY_BUCKETS, has_repeated_integers, key_buckets
 from cdclake.engine.prepare import prepare_batch
-from cdclake.engine.run import apply_cdc_files, full_load, read_state, run
+from cdclake.engine.run import apply_cdc_files, full_load, run
 from cdclake.engine.select import files_from_keys
+from cdclake.engine.turn import read_state
 from cdclake.errors import BadInputError, FullLoadPendingError
 from cdclake.lake.batch import DriverRowDelta, RowDelta
 from cdclake.lake.journals import tombstones_of

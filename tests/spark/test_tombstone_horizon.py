@@ -17,8 +17,9 @@ from cdclake.context import Engine
 from cdclake.dms.store import list_bronze
 from cdclake.dms.writer import write_csv
 from cdclake.engine.prepare import prepare_batch
-from cdclake.engine.run import read_state, replay, run
+from cdclake.engine.run import replay, run
 from cdclake.engine.select import ReplaySelection
+from cdclake.engine.turn import read_state
 from cdclake.lake.journals import QUARANTINE_TABLE, tombstones_of, tombstones_pruned_before
 from cdclake.ops.maintenance import MaintenanceSettings, maintain
 

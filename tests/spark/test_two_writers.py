@@ -17,8 +17,9 @@ from cdclake.context import CommitPath, Engine
 from cdclake.dms.writer import SourceChange, cdc_file_name, cdc_records, change_sequence, write_csv
 from cdclake.engine.cdc import CdcBatch
 from cdclake.engine.follow import FollowSettings, Polling, follow
-from cdclake.engine.run import apply_batch, apply_cdc_files, read_state, run
+from cdclake.engine.run import apply_cdc_files, run
 from cdclake.engine.select import files_from_keys
+from cdclake.engine.turn import apply_batch, read_state
 from cdclake.lake.committer import IcebergCommitter
 from cdclake.lake.ledger import FILES_PROPERTY
 from cdclake.lake.tables import iceberg_table

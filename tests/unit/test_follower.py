@@ -62,6 +62,11 @@ def _arrive(tmp_path: Path, table: str, name: str) -> None:
     write_csv(tmp_path / "s" / table / f"{name}.csv", [["I", "1"]])
 
 
+def _arrive_in_both(tmp_path: Path, name: str) -> None:
+    for table in ("a", "b"):
+        _arrive(tmp_path, table, name)
+
+
 def _next_round(follower: Follower) -> None:
     new = follower.look(set(), set())
     follower.round(_due(follower.selected, follower.index, follower.states, new, set(), follower.retry_at), None)
@@ -69,16 +74,14 @@ def _next_round(follower: Follower) -> None:
 
 def test_a_round_is_handed_the_states_the_rounds_before_it_left(tmp_path: Path) -> None:
     # GIVEN a first round that applied a file of each table
-    _arrive(tmp_path, "a", "20240102-0000010000")
-    _arrive(tmp_path, "b", "20240102-0000010000")
+    _arrive_in_both(tmp_path, "20240102-0000010000")
     rounds = Rounds()
     follower = _follower(tmp_path, rounds)
     follower.round(follower.selected, None)
     assert rounds.handed == [{}]  # the first round reads every state
     first = dict(follower.states)
     # WHEN new files arrive and the next round applies them
-    _arrive(tmp_path, "a", "20240102-0000020000")
-    _arrive(tmp_path, "b", "20240102-0000020000")
+    _arrive_in_both(tmp_path, "20240102-0000020000")
     _next_round(follower)
     # THEN that round was handed the states the first one left: nothing to read again
     assert rounds.handed[1] == first
@@ -87,21 +90,18 @@ def test_a_round_is_handed_the_states_the_rounds_before_it_left(tmp_path: Path) 
 
 def test_a_table_that_failed_is_read_again_until_a_round_applies_it(tmp_path: Path) -> None:
     # GIVEN both tables applied once, then a round in which s.a fails
-    _arrive(tmp_path, "a", "20240102-0000010000")
-    _arrive(tmp_path, "b", "20240102-0000010000")
+    _arrive_in_both(tmp_path, "20240102-0000010000")
     rounds = Rounds()
     follower = _follower(tmp_path, rounds)
     follower.round(follower.selected, None)
     rounds.failing = {"s.a"}
-    _arrive(tmp_path, "a", "20240102-0000020000")
-    _arrive(tmp_path, "b", "20240102-0000020000")
+    _arrive_in_both(tmp_path, "20240102-0000020000")
     _next_round(follower)
     assert set(rounds.handed[1]) == {"s.a", "s.b"}
     # WHEN the next rounds work the tables again, s.a healthy again
     rounds.failing = set()
     follower.retry_at.clear()  # its retry is due
-    _arrive(tmp_path, "a", "20240102-0000030000")
-    _arrive(tmp_path, "b", "20240102-0000030000")
+    _arrive_in_both(tmp_path, "20240102-0000030000")
     _next_round(follower)
     _arrive(tmp_path, "a", "20240102-0000040000")
     _next_round(follower)
@@ -112,8 +112,7 @@ def test_a_table_that_failed_is_read_again_until_a_round_applies_it(tmp_path: Pa
 
 def test_a_table_whose_load_is_due_elsewhere_is_read_again(tmp_path: Path) -> None:
     # GIVEN a round in which s.b's load is pending in the other lane
-    _arrive(tmp_path, "a", "20240102-0000010000")
-    _arrive(tmp_path, "b", "20240102-0000010000")
+    _arrive_in_both(tmp_path, "20240102-0000010000")
     rounds = Rounds()
     follower = _follower(tmp_path, rounds)
     follower.round(follower.selected, None)
@@ -130,14 +129,12 @@ def test_a_table_whose_load_is_due_elsewhere_is_read_again(tmp_path: Path) -> No
 
 def test_a_whole_listing_reads_every_state_again(tmp_path: Path) -> None:
     # GIVEN a loop that lists bronze whole before every round
-    _arrive(tmp_path, "a", "20240102-0000010000")
-    _arrive(tmp_path, "b", "20240102-0000010000")
+    _arrive_in_both(tmp_path, "20240102-0000010000")
     rounds = Rounds()
     follower = _follower(tmp_path, rounds, relist_seconds=0.0)
     follower.round(follower.selected, None)
     # WHEN the next round works the tables
-    _arrive(tmp_path, "a", "20240102-0000020000")
-    _arrive(tmp_path, "b", "20240102-0000020000")
+    _arrive_in_both(tmp_path, "20240102-0000020000")
     _next_round(follower)
     # THEN it was handed no state: what other processes did since is read
     assert rounds.handed[1] == {}

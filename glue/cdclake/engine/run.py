@@ -16,13 +16,11 @@ from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind
 from cdclake.dms.store import list_bronze
 from cdclake.engine.select import ReplaySelection, TableState, group_by_table, skip_reason
-from cdclake.engine.turn import HeldFiles, LoadStep, TableWork, apply_batch, read_state, run_tables
+from cdclake.engine.turn import HeldFiles, LoadStep, TableWork, run_tables
 from cdclake.lake.journals import files_with_quarantined_rows, quarantined_files_by_table
 from cdclake.report import RunReport
 
 log = logging.getLogger("cdclake")
-
-__all__ = ["apply_batch", "apply_cdc_files", "apply_pending", "full_load", "read_state", "replay", "run", "warn"]
 
 
 def list_all(engine: Engine) -> BronzeListing:
@@ -131,7 +129,7 @@ def replay(engine: Engine, selection: ReplaySelection, tables: Sequence[TableCon
         )
         for t, fs in grouped
     ]
-    report, _ = run_tables(engine, works, listing, report=report)
+    report, _ = run_tables(engine, works, listing, report=report, held=held)
     warn(report)
     return report
 

@@ -109,14 +109,17 @@ def run_tables(
     listing: BronzeListing | None,
     states: Mapping[str, TableState] | None = None,
     report: RunReport | None = None,
+    held: HeldFiles | None = None,
 ) -> tuple[RunReport, dict[str, TableState]]:
     """Work every table of ``works`` (tables concurrently): the report (``report``, if given, is
     added to), and the state each table was left in, by source (a table that failed is absent:
     its state is read again on its next turn). ``listing``: bronze as listed for the run (None: a
     manifest, whose tables' folders are listed only when a table has no full load yet). ``states``:
-    the tables' states as a previous turn left them (the follow loop), not read again."""
+    the tables' states as a previous turn left them (the follow loop), not read again. ``held``:
+    the quarantine journal as the caller already read it (else read here, once, if needed)."""
     report = RunReport() if report is None else report
     turns = _Turns(engine, listing, {w.table.source: w for w in works}, dict(states or {}))
+    turns.quarantine.read = held
     left: dict[str, TableState] = {}
     loading = [w.table for w in works if w.load is not LoadStep.NONE]
     if loading:
