@@ -1,6 +1,6 @@
 """cdclake benchmarks: every figure is a ratio against a baseline measured in the same run.
 
-    .venv/bin/python -m bench.run --profile quick     # make bench            (< 10 min on 2 cores, + ~6 min follow)
+    .venv/bin/python -m bench.run --profile quick     # make bench (< 10 min on 2 cores, + ~6 min follow, ~2 verify)
     .venv/bin/python -m bench.run --profile full      # make bench PROFILE=full (the issue's sizes)
 
 cdclake's numbers come from its real code path (``cdclake.engine.run.full_load`` and
@@ -68,6 +68,8 @@ class Profile:
     freshness_minutes: float = 0.0  # measured load of capture --follow + run --follow (0: not run)
     follow_tables: int = 30  # source tables of the freshness run, tables of the warm/cold batch
     warm_processes: int = 0  # new JVMs whose first and tenth 30-table batches are timed (0: not run)
+    # Verify (bench/verify.py) in a process of its own after the rest: a PostgreSQL table of this many rows (0: not run)
+    verify_rows: int = 0
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,7 @@ PROFILES = {
         peer=True,
         freshness_minutes=1.0,
         warm_processes=1,
+        verify_rows=1_000_000,
     ),
     # A harness check in 2-4 minutes (figures are meaningless at this size).
     "smoke": Profile(
@@ -119,6 +122,7 @@ PROFILES = {
         freshness_minutes=0.5,
         follow_tables=5,
         warm_processes=1,
+        verify_rows=20_000,
     ),
     "full": Profile(
         rows=10_000_000,
@@ -135,6 +139,7 @@ PROFILES = {
         many_tables=300,
         many_rows=3_000_000,
         many_changes=300_000,
+        verify_rows=10_000_000,
     ),
 }
 
@@ -987,6 +992,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-follow", action="store_true", help="skip the follow benchmarks (freshness, warm vs cold) of the profile"
     )
+    parser.add_argument("--no-verify", action="store_true", help="skip the verify benchmark of the profile")
     parser.add_argument("--chart-only", action="store_true", help="redraw the chart from the stored results")
     parser.add_argument(
         "--render-only", action="store_true", help="rewrite the profile's section and chart from its stored results"
@@ -1055,6 +1061,9 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(work, ignore_errors=True)
     if isinstance(profile, Profile) and not args.no_follow:
         follow_benches(profile, args.docs if args.profile != "smoke" else None)
+    if isinstance(profile, Profile) and profile.verify_rows and not args.no_verify:
+        written = ["--docs", str(args.docs)] if args.profile != "smoke" else []
+        subprocess.run([sys.executable, "-m", "bench.verify", "--rows", str(profile.verify_rows), *written], check=True)
     return 0
 
 

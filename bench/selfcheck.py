@@ -5,7 +5,7 @@
 The test suite (tests/) tests the product; these checks test bench/'s own arithmetic and text: the
 report's ratios and generated section, the change generator's mix and keys, the profiles every make
 target names, the scale section, the follow benchmarks' percentiles, rounds and load script, and the
-warm/cold summary. Each check is a function ``check_*``; the first failure ends the run with 1.
+warm/cold summary, the verify section. Each check is a function ``check_*``; the first failure ends the run with 1.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import math
 import sys
 from collections.abc import Callable
 
-from bench import freshness, report, warm_cold
+from bench import freshness, report, verify, warm_cold
 from bench import generate as gen
 
 
@@ -176,6 +176,33 @@ def check_cold_and_warm_are_the_first_and_last_rounds_per_table_over_processes()
     assert _near(summary["warm_per_table"], 4.5)
     assert _near(summary["saved_per_table"], 6.5)
     assert _near(summary["session_seconds"], 5.0)
+
+
+def check_the_verify_section_sets_each_figure_beside_its_target() -> None:
+    def side(seconds: float, source_bytes: int, rows_read: int = 0, ranges: int = 64) -> dict[str, object]:
+        return {"seconds": seconds, "source_bytes": source_bytes, "rows_read": rows_read, "ranges": ranges}
+
+    result = {
+        "rows": 10_000_000,
+        "finished": "2026-11-29 04:00",
+        "command": "make bench-verify ROWS=10000000",
+        "capture_seconds": 120.0,
+        "apply_seconds": 60.0,
+        "checksums": side(40.0, 4_200),
+        "row_by_row": side(400.0, 520_000_000, 20_000_000),
+        "one_differing_row": side(50.0, 30_000, 490, 512),
+        "plain_select": {"seconds": 24.0},
+        "row_by_row_vs_checksums": 10.0,
+        "one_differing_vs_equal": 1.25,
+    }
+    section = verify.render(result)
+    assert "#### Verify, 10M rows — measured 2026-11-29 04:00" in section
+    assert "| checksums vs every row read | 10× faster | ≥ 10×: **met** |" in section
+    assert "| bytes from the source, equal, by checksums | 4.2 KB | ≤ 1 MB: **met** |" in section
+    assert "| bytes from the source, every row read | 520.0 MB | |" in section
+    assert "| one differing row found (490 rows read) | 50.0 s, 1.25× the equal case | ≤ 2×: **met** |" in section
+    result["row_by_row_vs_checksums"] = 4.5
+    assert "≥ 10×: **missed**" in verify.render(result)
 
 
 CHECKS: list[Callable[[], None]] = [
