@@ -1,0 +1,87 @@
+"""sources/live.py: when silver has caught up with the moment a comparison started, and what lag looks like."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from cdclake.sources.live import (
+    LiveSettings,
+    SilverPosition,
+    SourcePosition,
+    caught_up,
+    lag_seconds,
+    lag_text,
+    persisting,
+    wait_for_silver,
+)
+
+START = datetime(2026, 11, 29, 4, 0, 0)
+SETTINGS = LiveSettings(wait_seconds=60.0, delivery_seconds=20.0, poll_seconds=5.0)
+
+
+def started() -> SourcePosition:
+    return SourcePosition(clock=START, log_position="0/16B3748", noted_at=1000.0)
+
+
+def test_a_busy_table_catches_up_when_its_newest_change_reaches_the_noted_clock() -> None:
+    behind = SilverPosition(START - timedelta(microseconds=1), pending_files=3)
+    assert not caught_up(behind, started(), SETTINGS, now=1001.0)
+    assert caught_up(SilverPosition(START, pending_files=3), started(), SETTINGS, now=1001.0)
+
+
+def test_a_quiet_table_catches_up_once_nothing_waits_and_the_delivery_window_has_passed() -> None:
+    quiet = SilverPosition(START - timedelta(hours=5), pending_files=0)
+    assert not caught_up(quiet, started(), SETTINGS, now=1019.9)  # a change may still be on its way to bronze
+    assert caught_up(quiet, started(), SETTINGS, now=1020.0)
+    waiting = SilverPosition(START - timedelta(hours=5), pending_files=1)
+    assert not caught_up(waiting, started(), SETTINGS, now=5000.0)  # a file waits: not caught up, however late
+
+
+def test_lag_is_told_with_its_size() -> None:
+    silver = SilverPosition(START - timedelta(seconds=42), pending_files=2)
+    told = "newest change applied 42 s before verify started, 2 file(s) waiting in bronze"
+    assert lag_text(silver, started()) == told
+    assert lag_seconds(silver, started()) == 42.0
+    assert lag_text(SilverPosition(None, 0), started()) == "no change applied yet"
+    assert lag_seconds(SilverPosition(None, 0), started()) is None
+    assert started().describe() == "2026-11-29 04:00:00.000000 UTC, log position 0/16B3748"
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_waiting_polls_until_silver_catches_up() -> None:
+    clock = Clock(1002.0)
+    positions = iter([SilverPosition(START - timedelta(seconds=9), 1)] * 2 + [SilverPosition(START, 0)])
+    waited = wait_for_silver(
+        lambda: next(positions), started(), SETTINGS, deadline=1062.0, clock=clock, sleep=clock.sleep
+    )
+    assert waited.caught_up and waited.silver == SilverPosition(START, 0)
+    assert clock.slept == [5.0, 5.0]
+
+
+def test_waiting_wakes_when_the_delivery_window_ends_and_gives_up_at_the_deadline() -> None:
+    clock = Clock(1017.0)
+    quiet = SilverPosition(START - timedelta(hours=1), 0)
+    waited = wait_for_silver(lambda: quiet, started(), SETTINGS, deadline=1062.0, clock=clock, sleep=clock.sleep)
+    assert waited.caught_up and clock.slept == [3.0]  # woke as the window ended, not a whole poll later
+    clock = Clock(1050.0)
+    stuck = SilverPosition(START - timedelta(seconds=30), 4)
+    waited = wait_for_silver(lambda: stuck, started(), SETTINGS, deadline=1062.0, clock=clock, sleep=clock.sleep)
+    assert not waited.caught_up and waited.silver == stuck
+    assert clock.now == 1062.0 and clock.slept == [5.0, 5.0, 2.0]
+
+
+def test_only_keys_differing_both_times_persist() -> None:
+    assert persisting(["id=1", "id=2", "id=3"], ["id=3", "id=4", "id=1"]) == ["id=3", "id=1"]
+    assert persisting(["id=1"], []) == []
