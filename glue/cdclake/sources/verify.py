@@ -113,6 +113,11 @@ class SourceDialect(Protocol[TableT]):
         """Column -> values the source shows for rows no change was logged for (empty: none)."""
         ...
 
+    def inexact(self, table: TableT, columns: Sequence[tuple[str, str]]) -> list[str]:
+        """The columns whose canonical text this engine's SQL cannot produce exactly: compared by
+        reading them, row by row, never skipped."""
+        ...
+
 
 @dataclass
 class TableComparison:
@@ -274,10 +279,12 @@ def compare_table(
     if missing := [c for c in columns if c not in frame.columns]:
         result.problem = f"silver lacks column(s) {', '.join(missing)}"
         return result
-    if unhashable := [f"{c} ({types[c]})" for c in columns if kinds[c] is None]:
+    unhashable = [f"{c} ({types[c]})" for c in columns if kinds[c] is None]
+    hashed = [(c, kinds[c] or "") for c in columns]
+    unhashable += [f"{c} ({types[c]}, not exact in the source's SQL)" for c in dialect.inexact(source, hashed)]
+    if unhashable:
         result.why_rows = f"no canonical text for {', '.join(unhashable)}: compared value by value"
     elif checksums is not None:
-        hashed = [(c, kinds[c] or "") for c in columns]
         frame = frame.select(*columns)
         found = search(
             dialect.sums(source, range_column, hashed),

@@ -92,6 +92,9 @@ class MysqlDialect:
     ) -> dict[str, list[Any]]:
         return {}  # the catalog does not say which rows predate an added column (module docstring)
 
+    def inexact(self, table: CatalogTable, columns: Sequence[tuple[str, str]]) -> list[str]:
+        return []  # every kind is written exactly (module docstring)
+
 
 def _text(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes | bytearray) else str(value)
