@@ -28,7 +28,9 @@ counts bytes), and the MD5 is over the utf8mb4 bytes of the row's text. The row 
 
 Ranges of a string key are compared as the bytes of its UTF-8 text (``CAST(... AS BINARY)``): the
 order of code points, as Spark orders strings. A collation would not do: the ``_bin`` collations
-of MariaDB and of MySQL 5.7 ignore trailing spaces (PAD SPACE), the ``_ci`` ones fold case.
+of MariaDB and of MySQL 5.7 ignore trailing spaces (PAD SPACE), the ``_ci`` ones fold case. The
+cast keeps the key's index out of use: each range of a string-keyed table is a scan of the table
+(integer, decimal and date keys use their index).
 """
 
 from __future__ import annotations
