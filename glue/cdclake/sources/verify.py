@@ -16,7 +16,8 @@ What is the source engine's lives behind one small protocol, ``SourceDialect``, 
 engine beside its catalog reader: ``sources.postgres.verify`` (psycopg2), ``sources.mysql.verify``
 (MariaDB and MySQL, PyMySQL) and ``sources.sqlserver.verify`` (python-tds). A dialect reads the
 source tables and their columns' Spark types, computes the range sums in its own SQL (each kind of
-canonical text, the row number, the range condition: its ``checksums`` module), streams the typed
+canonical text, the row number, the range condition: its ``checksums`` module), names the columns
+its SQL cannot write exactly (those tables are read row by row, never skipped), streams the typed
 rows of given ranges, and may name values the source shows for rows it never logged (PostgreSQL's
 ``ADD COLUMN ... DEFAULT``). ``sources.dialects.open_dialect`` picks one by the ``--source`` URL.
 
