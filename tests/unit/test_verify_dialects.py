@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from cdclake.sources import dialects
+from cdclake.sources.catalog.connect import SourceAddress, parse_source
 from cdclake.sources.catalog.model import CatalogColumn, CatalogTable
 from cdclake.sources.checksum import KeyRange, kind_of
 from cdclake.sources.mysql import checksums as mysql
@@ -238,3 +239,11 @@ def test_postgres_keeps_its_libpq_connection(monkeypatch: pytest.MonkeyPatch) ->
         with dialects.open_dialect(source) as chosen:
             assert type(chosen).__name__ == "PostgresDialect"
     assert given == ["", "host=db dbname=shop", "postgresql://u@db/shop"]
+
+
+def test_a_postgres_address_from_a_secret_reaches_libpq_whole() -> None:
+    # GIVEN an address as a secret resolves it, with a password libpq must read quoted
+    secret = "it's a \\ secret"
+    address = SourceAddress("postgres", "db.internal", 5433, "shop", "reader", secret, (("sslmode", "require"),))
+    # WHEN it is written for libpq THEN reading it back by libpq's quoting rules (parse_source) gives it whole
+    assert parse_source(dialects.conninfo(address)) == address
