@@ -6,10 +6,11 @@ canonical text with its length in front, ``-`` for NULL, so no two rows share a 
 its first 15 hexadecimal digits read as a 60-bit integer. Equal ranges are done. A differing range
 is split again at quantiles of silver's keys in it, until it holds at most ``row_limit`` rows on
 either side; then only its rows are read from both sides and compared value by value, which names
-the differing columns (``sources.postgres.verify``). An equal table costs one query a side.
+the differing columns (``sources.verify``). An equal table costs one query a side.
 
 The canonical text of a value is defined once per configured (Spark) type, here, as a *kind*; each
-dialect (Spark for silver, one module per source engine) writes the kind in its own SQL:
+dialect (Spark for silver; ``sources/<engine>/checksums.py`` for PostgreSQL, MariaDB/MySQL and SQL
+Server) writes the kind in its own SQL:
 
 =============  ==========================================================================
 kind           text
@@ -28,7 +29,8 @@ binary         lower-case hexadecimal
 row, and the result says so and names the columns.
 
 Ranges are cut on the first key column when its type orders alike on both sides (integers,
-decimals, dates, and strings compared by code point: ``COLLATE "C"`` at the source); a table keyed
+decimals, dates, and strings compared by code point: PostgreSQL's ``COLLATE "C"``, MySQL's UTF-8
+bytes, SQL Server's ``BIN2`` collation); a table keyed
 otherwise, or append-only, is one range (append-only tables compare as multisets: count and sum).
 """
 

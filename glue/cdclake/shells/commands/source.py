@@ -171,7 +171,7 @@ def _capture_follows_config(captured: CaptureSettings, settings: CliSettings) ->
 
 # --------------------------------------------------------------------------- verify
 def _configure_verify(parser: argparse.ArgumentParser) -> None:
-    source_option(parser, "empty: the PG* variables")
+    source_option(parser, "also mysql:// and sqlserver:// URLs; empty: the PG* variables")
     tables_option(parser)
     parser.add_argument(
         "--show", type=int, default=20, help="differing keys printed per table and kind (default: %(default)s)"
@@ -185,16 +185,12 @@ def _configure_verify(parser: argparse.ArgumentParser) -> None:
 
 
 def _verify(engine: Engine, settings: CliSettings) -> int:
-    from cdclake.sources.catalog.connect import libpq_dsn
-    from cdclake.sources.postgres.settings import connect
-    from cdclake.sources.postgres.verify import ChecksumSettings, comparisons_json, format_comparisons, verify
+    from cdclake.sources.dialects import open_dialect
+    from cdclake.sources.verify import ChecksumSettings, comparisons_json, format_comparisons, verify
 
     args = settings.options
-    conn = connect(libpq_dsn(args.source))
-    try:
-        results = verify(engine, conn, selected_tables(engine, args), None if args.rows else ChecksumSettings())
-    finally:
-        conn.close()
+    with open_dialect(args.source) as dialect:
+        results = verify(engine, dialect, selected_tables(engine, args), None if args.rows else ChecksumSettings())
     print(comparisons_json(results) if args.format == "json" else format_comparisons(results, args.show), end="")
     return 0 if all(r.equal for r in results) else 1
 
@@ -246,7 +242,7 @@ COMMANDS = (
     ),
     Command(
         "verify",
-        "compare every silver table with its PostgreSQL source table",
+        "compare every silver table with its source table (PostgreSQL, MariaDB/MySQL, SQL Server)",
         _configure_verify,
         lambda settings: on_engine(settings, _verify, writes=False),
     ),

@@ -138,7 +138,7 @@ def parse_source(text: str) -> SourceAddress:
 
 
 def libpq_dsn(text: str) -> str:
-    """The source as libpq (psycopg2, for ``capture`` and ``verify``) takes it: empty (the PG*
+    """The source as libpq (psycopg2, for ``capture`` and PostgreSQL's ``verify``) takes it: empty (the PG*
     environment variables), a key=value string, or a ``postgresql://`` URL (a ``jdbc:`` prefix is
     dropped). Another engine's URL is refused with one sentence."""
     if not text or is_conninfo(text):
@@ -148,9 +148,7 @@ def libpq_dsn(text: str) -> str:
     if engine is None:
         parse_source_url(text)  # raises its sentence on what a source URL looks like
     if engine != "postgres":
-        raise SourceCatalogError(
-            f"capture and verify read PostgreSQL only; the source is {engine} ({_without_password(text)})."
-        )
+        raise SourceCatalogError(f"capture reads PostgreSQL only; the source is {engine} ({_without_password(text)}).")
     return url  # libpq reads the URL itself: postgresql:///db (a Unix socket) is fine there
 
 

@@ -1,0 +1,1 @@
+"""MariaDB and MySQL as a source of ``cdclake verify``."""

@@ -1,0 +1,1 @@
+"""SQL Server as a source of ``cdclake verify``."""

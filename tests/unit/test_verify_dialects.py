@@ -1,0 +1,249 @@
+"""The source dialects of ``cdclake verify`` (``sources/{postgres,mysql,sqlserver}/checksums.py``): every
+engine writes every kind of canonical text ``sources.checksum`` defines, its queries take their
+parameters as its driver formats them, and SQL Server's T-SQL (no server here) is pinned as golden
+strings written from Microsoft's documentation. PostgreSQL and MariaDB run for real in
+tests/spark/postgres/test_pg_verify.py and tests/spark/mariadb/test_mariadb_verify.py."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from cdclake.sources import dialects
+from cdclake.sources.catalog.connect import SourceAddress, parse_source
+from cdclake.sources.catalog.model import CatalogColumn, CatalogTable
+from cdclake.sources.checksum import KeyRange, kind_of
+from cdclake.sources.mysql import checksums as mysql
+from cdclake.sources.mysql.verify import MysqlDialect
+from cdclake.sources.postgres import checksums as postgres
+from cdclake.sources.postgres.catalog import SourceColumn, SourceTable
+from cdclake.sources.sqlserver import checksums as sqlserver
+from cdclake.sources.sqlserver.verify import SqlServerDialect, select_rows
+
+# Every configured type init writes (sources.catalog.dms_types), as the kinds the dialects must write.
+CONFIGURED = ["string", "tinyint", "smallint", "int", "bigint", "boolean", "decimal(20,0)", "decimal(12,2)", "date"]
+CONFIGURED += ["timestamp", "timestamp_ntz", "binary"]
+KINDS = sorted({kind for kind in map(kind_of, CONFIGURED) if kind is not None})
+
+ORDERS = CatalogTable(
+    "dbo",
+    "orders",
+    (
+        CatalogColumn("id", "int", "int"),
+        CatalogColumn("name", "nvarchar(40)", "string"),
+        CatalogColumn("price", "money", "decimal(19,4)"),
+        CatalogColumn("placed", "datetimeoffset(3)", "string"),
+        CatalogColumn("raw", "varbinary(16)", "string"),
+        CatalogColumn("due", "date", "date"),
+        CatalogColumn("paid", "bit", "boolean"),
+        CatalogColumn("at_time", "time(7)", "string"),
+        CatalogColumn("seen", "datetime2(3)", "timestamp_ntz"),
+        CatalogColumn("logged", "datetime2(7)", "timestamp_ntz"),
+        CatalogColumn("legacy", "datetime", "timestamp_ntz"),
+    ),
+    ("id",),
+)
+ITEMS = CatalogTable(
+    "shop",
+    "items",
+    (
+        CatalogColumn("code", "varchar(12)", "string"),
+        CatalogColumn("bits", "bit(12)", "string"),
+        CatalogColumn("at", "timestamp(6)", "timestamp"),
+    ),
+    ("code",),
+)
+PG_ITEMS = SourceTable(
+    "public", "items", (SourceColumn("code", "text", -1, "string"), SourceColumn("at", "timestamptz", -1, "timestamp")),
+    ("code",), "d",
+)  # fmt: skip
+
+
+def _texts() -> dict[str, Callable[[str], str]]:
+    """Each engine's SQL of one kind, for a column of a type that kind is written for."""
+    return {
+        "postgres": lambda kind: postgres.text(PG_ITEMS, "code", kind),
+        "mysql": lambda kind: mysql.text("varchar(12)", "code", kind),
+        "sqlserver": lambda kind: sqlserver.text("nvarchar(40)", "name", kind),
+    }
+
+
+@pytest.mark.parametrize("engine", ["postgres", "mysql", "sqlserver"])
+def test_every_engine_writes_every_kind_of_canonical_text_and_refuses_floating_point(engine: str) -> None:
+    # GIVEN the kinds of every type init configures (float and double have none)
+    assert KINDS == ["binary", "boolean", "date", "decimal:0", "decimal:2", "integer", "text", "timestamp"]
+    assert kind_of("double") is None and kind_of("float") is None
+    text = _texts()[engine]
+    # WHEN each engine writes them THEN each kind has its own SQL, and a kind it does not know is refused
+    written = {kind: text(kind) for kind in KINDS}
+    assert len(set(written.values())) == len(KINDS), written
+    with pytest.raises(ValueError, match="no canonical text for kind double"):
+        text("double")
+
+
+def test_sqlserver_writes_each_kind_as_documented() -> None:
+    def text(name: str, kind: str) -> str:
+        return sqlserver.text(ORDERS.column(name).source_type, name, kind)
+
+    assert text("id", "integer") == "CAST([id] AS nvarchar(20))"
+    assert text("name", "text") == "CAST([name] AS nvarchar(max))"
+    assert text("raw", "text") == "CAST(CONVERT(varchar(max), [raw], 2) AS nvarchar(max))"  # upper-case hex
+    assert text("raw", "binary") == "CAST(LOWER(CONVERT(varchar(max), [raw], 2)) AS nvarchar(max))"
+    assert text("at_time", "text") == "CAST(CAST([at_time] AS time(6)) AS nvarchar(15))"
+    assert text("price", "decimal:4") == "CAST(CAST([price] AS decimal(38,4)) AS nvarchar(50))"
+    assert text("due", "date") == "CONVERT(nvarchar(10), [due], 23)"
+    assert text("paid", "boolean") == "CASE WHEN [paid] = 1 THEN N'true' ELSE N'false' END"
+    assert text("seen", "timestamp") == "CONVERT(nvarchar(26), CAST([seen] AS datetime2(6)), 121)"
+    assert text("placed", "timestamp") == (
+        "CONVERT(nvarchar(26), CAST(SWITCHOFFSET([placed], '+00:00') AS datetime2(6)), 121)"
+    )
+
+
+def test_sqlserver_row_number_hashes_the_utf8_text_of_length_framed_values() -> None:
+    number = sqlserver.row_number(ORDERS, [("id", "integer"), ("name", "text")])
+    framed = (
+        "CASE WHEN [{c}] IS NULL THEN N'-' ELSE CONCAT(CAST(LEN({v} COLLATE Latin1_General_100_CI_AS_SC_UTF8 + N'x') "
+        "- 1 AS nvarchar(20)), N':', {v}) END"
+    )
+    row = " + ".join([
+        "CAST(N'' AS nvarchar(max))",
+        framed.format(c="id", v="CAST([id] AS nvarchar(20))"),
+        framed.format(c="name", v="CAST([name] AS nvarchar(max))"),
+    ])  # fmt: skip
+    digest = f"HASHBYTES('MD5', CONVERT(varchar(max), ({row}) COLLATE Latin1_General_100_CI_AS_SC_UTF8))"
+    assert number == (
+        f"CAST(CAST(CONVERT(varbinary(8), '0' + LEFT(CONVERT(varchar(32), {digest}, 2), 15), 2) AS bigint) "
+        "AS decimal(38,0))"
+    )
+
+
+def test_sqlserver_sums_cut_string_keys_by_code_unit_and_group_in_a_derived_table() -> None:
+    query, parameters = sqlserver.sums_query(ORDERS, ("name", "text"), [("id", "integer")], KeyRange("a", "q"), 2)
+    key = "CAST([name] AS nvarchar(max)) COLLATE Latin1_General_100_BIN2"
+    assert query.startswith(
+        f"SELECT bucket, COUNT_BIG(*), COALESCE(SUM(number), 0) FROM (SELECT CASE WHEN {key} < %s THEN 0 "
+        f"WHEN {key} < %s THEN 1 ELSE 2 END AS bucket, CAST(CAST(CONVERT(varbinary(8)"
+    )
+    assert query.endswith(f"FROM [dbo].[orders] WHERE ({key} >= %s AND {key} < %s)) AS numbered GROUP BY bucket")
+    assert parameters == ["a", "q"]
+
+
+def test_sqlserver_reads_the_columns_it_cannot_hash_exactly_row_by_row() -> None:
+    dialect = SqlServerDialect(conn=None)
+    columns = [(c.name, kind_of(c.spark_type) or "") for c in ORDERS.columns]
+    # datetime2(7) keeps 100 ns and datetime counts 1/300 s: a cast to six digits is not silver's text
+    assert dialect.inexact(ORDERS, columns) == ["logged", "legacy"]
+    types = {"id": "int", "placed": "timestamp", "raw": "string"}
+    within = (("id", "integer"), [KeyRange(10, 20), KeyRange(None, 3)])
+    query, parameters = select_rows(ORDERS, ["id", "placed", "raw"], types, within)
+    assert query == (
+        "SELECT [id], CAST(SWITCHOFFSET([placed], '+00:00') AS datetime2(6)), "
+        "CAST(CONVERT(varchar(max), [raw], 2) AS nvarchar(max)) FROM [dbo].[orders] "
+        "WHERE ([id] >= %s AND [id] < %s) OR ([id] < %s)"
+    )
+    assert parameters == [10, 20, 3]
+
+
+@pytest.mark.parametrize("engine", ["mysql", "sqlserver"])
+def test_queries_take_their_parameters_as_the_driver_formats_them(engine: str) -> None:
+    # GIVEN a table with a name and a column holding % (PyMySQL and python-tds format the query with %)
+    table = CatalogTable("s%", "t%", (*ITEMS.columns, CatalogColumn("r%", "datetime(6)", "timestamp_ntz")), ("code",))
+    columns = [(c.name, kind_of(c.spark_type) or "") for c in table.columns]
+    module: Any = mysql if engine == "mysql" else sqlserver
+    # WHEN a range cut in three is summed
+    query, parameters = module.sums_query(table, ("code", "text"), columns, KeyRange("b", "y"), 2)
+    # THEN the driver's formatting finds one placeholder per value (the two cuts first) and nothing else
+    formatted = query % tuple(f"@P{i}" for i in range(1, 5))
+    assert parameters == ["b", "y"] and re.findall(r"@P\d", formatted) == ["@P1", "@P2", "@P3", "@P4"]
+    assert "%" in formatted  # the names and DATE_FORMAT's %Y are there, once formatted
+    if engine == "mysql":
+        assert "DATE_FORMAT(`r%`, '%Y-%m-%d %H:%i:%s.%f')" in formatted
+        assert "HEX(CAST(`bits` AS BINARY))" in formatted  # a BIT's bytes, leading zero digits kept
+        assert re.search(r"CAST\(CONVERT\(`code` USING utf8mb4\) AS BINARY\) < @P1", formatted)  # code points
+
+
+def test_mysql_writes_each_kind_to_match_what_dms_wrote() -> None:
+    assert mysql.text("time(6)", "t", "text") == "TIME_FORMAT(`t`, '%%H:%%i:%%s.%%f')"
+    assert mysql.text("varbinary(16)", "raw", "text") == "HEX(`raw`)"  # DMS's CSV: upper-case hex
+    assert mysql.text("blob", "raw", "binary") == "LOWER(HEX(`raw`))"  # Parquet: the bytes
+    assert mysql.text("bit(1)", "flag", "boolean") == "CASE WHEN `flag` <> 0 THEN 'true' ELSE 'false' END"
+    assert mysql.text("decimal(40,10)", "wide", "text") == "CAST(`wide` AS CHAR)"
+    assert mysql.text("bigint(20) unsigned", "n", "decimal:0") == "CAST(CAST(`n` AS DECIMAL(65,0)) AS CHAR)"
+    number = mysql.row_number(ITEMS, [("code", "text")])
+    assert number == (
+        "CAST(CONV(SUBSTRING(MD5(CONVERT(CONCAT(CASE WHEN `code` IS NULL THEN '-' ELSE CONCAT(CHAR_LENGTH("
+        "CONVERT(`code` USING utf8mb4)), ':', CONVERT(`code` USING utf8mb4)) END) USING utf8mb4)), 1, 15), 16, 10) "
+        "AS UNSIGNED)"
+    )
+
+
+class _Cursor:
+    def __init__(self, statements: list[str]) -> None:
+        self.statements = statements
+
+    def __enter__(self) -> _Cursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def execute(self, statement: str, parameters: Any = None) -> None:
+        self.statements.append(statement)
+
+
+class _Connection:
+    def __init__(self) -> None:
+        self.statements: list[str] = []
+        self.closed = False
+
+    def cursor(self, *args: Any) -> _Cursor:
+        return _Cursor(self.statements)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.parametrize(
+    ("source", "dialect"),
+    [("mysql://root@db:3306/shop", MysqlDialect), ("mariadb://db/shop", MysqlDialect),
+     ("sqlserver://sa@db:1433/shop", SqlServerDialect)],
+)  # fmt: skip
+def test_the_source_url_picks_the_dialect(source: str, dialect: type, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN connections that record what they are asked
+    opened: list[_Connection] = []
+
+    def connect(address: Any) -> _Connection:
+        opened.append(_Connection())
+        return opened[-1]
+
+    monkeypatch.setattr(dialects, "connect", connect)
+    # WHEN verify opens the source
+    with dialects.open_dialect(source) as chosen:
+        # THEN the engine's dialect reads it (MySQL's session in UTC: TIMESTAMP as DMS writes it)
+        assert isinstance(chosen, dialect)
+        assert opened[0].statements == (["SET time_zone = '+00:00'"] if dialect is MysqlDialect else [])
+    # AND the connection is closed afterwards
+    assert opened[0].closed
+
+
+def test_postgres_keeps_its_libpq_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cdclake.sources.postgres.settings as pg_settings
+
+    given: list[str] = []
+
+    monkeypatch.setattr(pg_settings, "connect", lambda dsn: given.append(dsn) or _Connection())
+    for source in ("", "host=db dbname=shop", "postgresql://u@db/shop"):
+        with dialects.open_dialect(source) as chosen:
+            assert type(chosen).__name__ == "PostgresDialect"
+    assert given == ["", "host=db dbname=shop", "postgresql://u@db/shop"]
+
+
+def test_a_postgres_address_from_a_secret_reaches_libpq_whole() -> None:
+    # GIVEN an address as a secret resolves it, with a password libpq must read quoted
+    secret = "it's a \\ secret"
+    address = SourceAddress("postgres", "db.internal", 5433, "shop", "reader", secret, (("sslmode", "require"),))
+    # WHEN it is written for libpq THEN reading it back by libpq's quoting rules (parse_source) gives it whole
+    assert parse_source(dialects.conninfo(address)) == address
