@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import logging
 import struct
+import time
 from array import array
 from collections import Counter
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import Decimal
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from cdclake.config import TableConfig
@@ -50,6 +52,15 @@ from cdclake.sources.checksum import (
     spark_boundaries,
     spark_condition,
     spark_sums,
+)
+from cdclake.sources.live import (
+    LiveSettings,
+    SilverPosition,
+    SourcePosition,
+    lag_seconds,
+    lag_text,
+    persisting,
+    wait_for_silver,
 )
 
 if TYPE_CHECKING:
@@ -119,6 +130,10 @@ class SourceDialect(Protocol[TableT]):
         reading them, row by row, never skipped."""
         ...
 
+    def position(self) -> SourcePosition:
+        """Where the source stands now: its clock in UTC, and its log position where it has one."""
+        ...
+
 
 @dataclass
 class TableComparison:
@@ -139,10 +154,36 @@ class TableComparison:
     ranges: int = 0  # key ranges whose checksums were compared
     ranges_differing: int = 0  # ranges then read row by row
     rows_read: int = 0  # rows read from the two sides to compare them value by value
+    # Against a live source (``sources.live``): where the source stood when verify started, the keys that
+    # differed at first and not once silver had caught up (lag), and, when silver did not catch up in time,
+    # how far behind it was (the table is then lagging: its differing keys are not confirmed).
+    position: str = ""
+    lag_resolved: int = 0
+    lagging: str = ""
+    lag_seconds: float | None = None
+    # The rows to read again to confirm a difference (None: nothing to confirm), and each differing key's
+    # source row as read (its digest; None: not at the source), to tell whether it moved since
+    read_again: Within | None = field(default=None, repr=False)
+    source_digests: dict[str, bytes | None] = field(default_factory=dict, repr=False)
+
+    def differing(self) -> list[str]:
+        """Every differing key, of every kind."""
+        return [*self.missing, *self.unexpected, *self.different, *self.unlogged_defaults]
+
+    @property
+    def differing_keys(self) -> int:
+        return len(self.missing) + len(self.unexpected) + len(self.different) + len(self.unlogged_defaults)
 
     @property
     def equal(self) -> bool:
-        return not (self.missing or self.unexpected or self.different or self.unlogged_defaults or self.problem)
+        return not (self.differing_keys or self.problem or self.lagging)
+
+    @property
+    def verdict(self) -> str:
+        """equal, differing, lagging (silver had not caught up with the source in time) or skipped."""
+        if self.problem:
+            return "skipped"
+        return "lagging" if self.lagging else "equal" if self.equal else "differing"
 
     def how(self) -> str:
         """How the table was compared, in a phrase."""
@@ -152,10 +193,9 @@ class TableComparison:
 
     def as_json(self) -> dict[str, Any]:
         """The comparison for ``--format json``."""
-        verdict = "skipped" if self.problem else "equal" if self.equal else "differing"
         return {
             "table": self.table,
-            "verdict": verdict,
+            "verdict": self.verdict,
             "problem": self.problem or None,
             "source_rows": self.source_rows,
             "silver_rows": self.silver_rows,
@@ -168,6 +208,10 @@ class TableComparison:
             "unexpected": self.unexpected,
             "different": {k: self.differing_columns.get(k, []) for k in self.different},
             "default_not_in_silver": self.unlogged_defaults,
+            "source_position": self.position or None,
+            "lag_resolved": self.lag_resolved,
+            "lagging": self.lagging or None,
+            "lag_seconds": self.lag_seconds,
         }
 
 
@@ -264,10 +308,7 @@ def compare_table(
     from cdclake.lake.tables import table_exists
 
     result = TableComparison(table=config.source)
-    # The source's columns as they are now (a column dropped at the source is not compared).
-    source_types = {c.name: c.spark_type for c in source.columns}
-    columns = list(source_types)
-    types = {c: config.columns.get(c) or source_types[c] for c in columns}
+    columns, types = _columns_and_types(config, source)
     if not table_exists(engine.spark, engine.silver_table(config)):
         result.problem = "no silver table"
         return result
@@ -303,6 +344,26 @@ def compare_table(
         if range_column is None:
             ranges = None  # one range, the whole table: every row
     _compare_rows(engine, dialect, config, source, columns, types, result, (range_column, ranges))
+    if result.differing_keys:
+        result.read_again = (range_column, ranges)
+    return result
+
+
+def _columns_and_types(config: TableConfig, source: SourceTableShape) -> tuple[list[str], dict[str, str]]:
+    """The columns compared (the source's, as they are now: a column dropped at the source is not
+    compared) and the Spark type each is compared as (the configured one, else the source's)."""
+    source_types = {c.name: c.spark_type for c in source.columns}
+    columns = list(source_types)
+    return columns, {c: config.columns.get(c) or source_types[c] for c in columns}
+
+
+def compare_again(
+    engine: Engine, dialect: SourceDialect[TableT], config: TableConfig, source: TableT, within: Within
+) -> TableComparison:
+    """Read the rows of ``within`` from both sides again and compare them value by value."""
+    columns, types = _columns_and_types(config, source)
+    result = TableComparison(table=config.source, method="rows")
+    _compare_rows(engine, dialect, config, source, columns, types, result, within)
     return result
 
 
@@ -370,9 +431,24 @@ def _compare_rows(
             else:
                 result.different.append(k)
                 result.differing_columns[k] = differing_columns(columns, source_digest[k], silver_digest[k])
+        result.source_digests = {k: source_digest.get(k) for k in result.differing()}
     else:
         result.missing = [f"row {h.hex()[:12]} x{n}" for h, n in sorted((source_multiset - silver_multiset).items())]
         result.unexpected = [f"row {h.hex()[:12]} x{n}" for h, n in sorted((silver_multiset - source_multiset).items())]
+
+
+@dataclass(frozen=True)
+class LiveCheck:
+    """Verify against a live source (``sources.live``): how long to wait, and how far silver has applied a
+    table (``ops.status.silver_position``, handed in by the shell)."""
+
+    settings: LiveSettings
+    silver_at: Callable[[TableConfig], SilverPosition]
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+
+_READS_AGAIN = 3  # reads of a differing table's ranges at most, while some of its differing source rows move
 
 
 def verify(
@@ -380,29 +456,128 @@ def verify(
     dialect: SourceDialect[Any],
     tables: Sequence[TableConfig] | None = None,
     checksums: ChecksumSettings | None = DEFAULT_CHECKSUMS,
+    live: LiveCheck | None = None,
 ) -> list[TableComparison]:
     """Compare each configured table (or ``tables``) with the source database behind ``dialect``.
 
     A table that cannot be compared (no source table, no silver table, a failure while reading
-    either side) comes back with ``problem`` set, and the others are still compared.
+    either side) comes back with ``problem`` set, and the others are still compared. With ``live``,
+    a differing table is compared again once silver has caught up with where the source stood when
+    it was read, and only the keys that still differ are reported (``_settle``).
     """
     selected = list(tables or engine.config.tables)
+    started = dialect.position()
     schemas = sorted({t.source.split(".", 1)[0] for t in selected})
     sources = {t.qualified: t for t in dialect.read_tables(schemas)}
-    results = []
+    results: list[TableComparison] = []
+    read_at: dict[int, SourcePosition] = {}  # a differing table's position once its first read ended
     for table in selected:
         source = sources.get(table.source)
         if source is None:
             results.append(TableComparison(table=table.source, problem="no such table at the source"))
             continue
-        try:
-            results.append(compare_table(engine, dialect, table, source, checksums))
-        except Exception as exc:  # one table's failure is reported, and the others are compared
-            problem = f"could not be compared: {type(exc).__name__}: {first_line(exc)}"
-            log.error("verify table=%s %s", table.source, problem)
-            log.debug("verify table=%s failure", table.source, exc_info=True)  # the traceback, for -v
-            results.append(TableComparison(table=table.source, problem=problem))
+
+        def compare(table: TableConfig = table, source: Any = source) -> TableComparison:
+            return compare_table(engine, dialect, table, source, checksums)
+
+        results.append(_guarded(table, compare))
+        results[-1].position = started.describe()
+        if live is not None and results[-1].read_again is not None:
+            read_at[len(results) - 1] = dialect.position()
+    if live is not None:
+        deadline = live.clock() + live.settings.wait_seconds
+        for index, noted in read_at.items():
+            table, first = selected[index], results[index]
+
+            def settle(table: TableConfig = table, first: TableComparison = first, noted: Any = noted) -> Any:
+                return _settle(engine, dialect, (table, sources[table.source]), (first, noted), live, deadline)
+
+            results[index] = _guarded(table, settle)
+            results[index].position = started.describe()
     return results
+
+
+def _guarded(table: TableConfig, compare: Callable[[], TableComparison]) -> TableComparison:
+    """``compare()``'s comparison, or the table skipped with the reason it could not be compared."""
+    try:
+        return compare()
+    except Exception as exc:  # one table's failure is reported, and the others are compared
+        problem = f"could not be compared: {type(exc).__name__}: {first_line(exc)}"
+        log.error("verify table=%s %s", table.source, problem)
+        log.debug("verify table=%s failure", table.source, exc_info=True)  # the traceback, for -v
+        return TableComparison(table=table.source, problem=problem)
+
+
+def _settle(
+    engine: Engine,
+    dialect: SourceDialect[TableT],
+    tables: tuple[TableConfig, TableT],
+    read: tuple[TableComparison, SourcePosition],
+    live: LiveCheck,
+    deadline: float,
+) -> TableComparison:
+    """A differing table's keys confirmed against a live source.
+
+    Silver is waited for until it has caught up with where the source stood once the table was read
+    (``noted``); then the differing ranges are read again from both sides. A key still differing whose
+    source row did not move between the two reads is confirmed: silver has applied every change of that
+    row the first read saw, and none came after. A key whose source row moved is read again the same way
+    (``_READS_AGAIN`` reads at most); one still moving then is not confirmed, and is told as lag. A key
+    that no longer differs was lag. A table silver has not caught up with by ``deadline`` is lagging.
+    """
+    config, source = tables
+    first, noted = read
+    assert first.read_again is not None
+    previous, kept, rows_read, moving = first, first, first.rows_read, list[str]()
+    silver_at = partial(live.silver_at, config)
+    for _ in range(_READS_AGAIN):
+        waited = wait_for_silver(silver_at, noted, live.settings, deadline, live.clock, live.sleep)
+        if not waited.caught_up:
+            kept.lagging = lag_text(waited.silver, noted)
+            kept.lag_seconds = lag_seconds(waited.silver, noted)
+            break
+        again = compare_again(engine, dialect, config, source, first.read_again)
+        noted = dialect.position()
+        rows_read += again.rows_read
+        kept = _both(kept, again)
+        moving = [k for k in kept.differing() if again.source_digests.get(k) != previous.source_digests.get(k)]
+        if not moving:
+            break
+        previous = again
+    if moving and not kept.lagging:
+        kept = _without(kept, set(moving))
+        if not kept.differing_keys:
+            kept.lagging = f"{len(moving)} differing key(s) still changing at the source after {_READS_AGAIN} reads"
+    kept.lag_resolved = first.differing_keys - kept.differing_keys - (len(moving) if kept.lagging else 0)
+    kept.rows_read = rows_read
+    kept.method, kept.why_rows = first.method, first.why_rows
+    kept.ranges, kept.ranges_differing = first.ranges, first.ranges_differing
+    kept.source_rows, kept.silver_rows = first.source_rows, first.silver_rows
+    return kept
+
+
+def _both(before: TableComparison, again: TableComparison) -> TableComparison:
+    """The keys that differ in both comparisons, with ``again``'s differing columns and source rows."""
+    kept = TableComparison(table=again.table, read_again=before.read_again)
+    kept.missing = persisting(before.missing, again.missing)
+    kept.unexpected = persisting(before.unexpected, again.unexpected)
+    kept.different = persisting(before.different, again.different)
+    kept.unlogged_defaults = persisting(before.unlogged_defaults, again.unlogged_defaults)
+    kept.differing_columns = {k: again.differing_columns[k] for k in kept.different}
+    kept.source_digests = {k: again.source_digests.get(k) for k in kept.differing()}
+    return kept
+
+
+def _without(comparison: TableComparison, keys: set[str]) -> TableComparison:
+    """``comparison`` without ``keys`` (those not confirmed)."""
+    kept = TableComparison(table=comparison.table, read_again=comparison.read_again)
+    kept.missing = [k for k in comparison.missing if k not in keys]
+    kept.unexpected = [k for k in comparison.unexpected if k not in keys]
+    kept.different = [k for k in comparison.different if k not in keys]
+    kept.unlogged_defaults = [k for k in comparison.unlogged_defaults if k not in keys]
+    kept.differing_columns = {k: comparison.differing_columns[k] for k in kept.different}
+    kept.source_digests = {k: comparison.source_digests.get(k) for k in kept.differing()}
+    return kept
 
 
 def comparisons_json(results: Sequence[TableComparison]) -> str:
@@ -410,7 +585,7 @@ def comparisons_json(results: Sequence[TableComparison]) -> str:
     import json
 
     tables = [r.as_json() for r in results]
-    summary = {v: sum(1 for t in tables if t["verdict"] == v) for v in ("equal", "differing", "skipped")}
+    summary = {v: sum(1 for t in tables if t["verdict"] == v) for v in ("equal", "differing", "lagging", "skipped")}
     return json.dumps({"tables": tables, "summary": summary}, indent=2, default=str) + "\n"
 
 
@@ -422,8 +597,12 @@ def format_comparisons(results: Sequence[TableComparison], show: int = 20) -> st
         if r.problem:
             lines.append(f"SKIPPED {r.table}: {r.problem}")
             continue
-        verdict = "OK     " if r.equal else "DIFFERS"
+        verdict = {"equal": "OK     ", "differing": "DIFFERS", "lagging": "LAGGING"}[r.verdict]
         lines.append(f"{verdict} {r.table}: source rows={r.source_rows} silver rows={r.silver_rows} ({r.how()})")
+        if r.lagging:
+            lines.append(f"  silver had not caught up with the source ({r.position}) in time: {r.lagging}")
+        if r.lag_resolved:
+            lines.append(f"  {r.lag_resolved} key(s) differed only until silver caught up (lag, not reported)")
         different = [f"{k} (columns: {', '.join(r.differing_columns.get(k, ()))})" for k in r.different]
         for label, keys in (("missing from silver", r.missing), ("not at the source", r.unexpected),
                             ("content differs", different),
@@ -433,7 +612,10 @@ def format_comparisons(results: Sequence[TableComparison], show: int = 20) -> st
                 lines.append(f"  {label}: {k}")
             if len(keys) > show:
                 lines.append(f"  ... and {len(keys) - show} more {label}")
-    skipped = sum(1 for r in results if r.problem)
-    equal = sum(1 for r in results if r.equal)
-    lines.append(f"verify: {equal} table(s) equal, {len(results) - equal - skipped} differing, {skipped} skipped")
+    count = Counter(r.verdict for r in results)
+    lines.append(
+        f"verify: {count['equal']} table(s) equal, {count['differing']} differing, "
+        + (f"{count['lagging']} lagging, " if count["lagging"] else "")
+        + f"{count['skipped']} skipped"
+    )
     return "\n".join(lines) + "\n"

@@ -143,7 +143,7 @@ def test_every_mysql_type_is_proved_equal_by_checksums_and_each_planted_differen
         cursor.execute("SET GLOBAL time_zone = '+02:00'")
     try:
         code = main(["-q", "--config", str(cli_config), "--warehouse", warehouse, "verify", "--source", url,
-                     "--format", "json"])  # fmt: skip
+                     "--format", "json", "--delivery", "1"])  # fmt: skip
     finally:
         with conn.cursor() as cursor:
             cursor.execute("SET GLOBAL time_zone = 'SYSTEM'")
@@ -152,8 +152,10 @@ def test_every_mysql_type_is_proved_equal_by_checksums_and_each_planted_differen
     # THEN it exits 1 and its JSON names the same differences (TIMESTAMP read in UTC all the same)
     report = json.loads(capsys.readouterr().out)
     assert code == 1
-    assert report["summary"] == {"equal": 1, "differing": 3, "skipped": 0}
+    assert report["summary"] == {"equal": 1, "differing": 3, "lagging": 0, "skipped": 0}
     tables = {t["table"].split(".", 1)[1]: t for t in report["tables"]}
     assert tables["items"]["different"] == {k: items.differing_columns[k] for k in items.different}
     assert tables["items"]["missing"] == ["id=3001"] and tables["items"]["method"] == "checksums"
+    # AND each difference was confirmed by reading it again once silver had caught up: none was lag
+    assert tables["items"]["lag_resolved"] == 0 and tables["items"]["source_position"].endswith(" UTC")
     conn.close()

@@ -82,6 +82,18 @@ class SourceDatabase:
         return connect(self.dsn)
 
 
+def loaded_engine(source_db: SourceDatabase, make_engine: Callable[..., Engine], schema: str) -> Engine:
+    """An engine on the shared Spark session whose silver holds ``schema``'s tables, captured and applied."""
+    source_db.execute(schema)
+    source_db.capture()
+    text = source_db.config_path.read_text("utf-8")
+    engine = make_engine(text)
+    config = parse_config(text, str(source_db.config_path))
+    engine = replace(engine, config=replace(config, database=engine.config.database, bronze=engine.config.bronze))
+    run(engine).checked()
+    return engine
+
+
 @pytest.fixture
 def source_db(pg_server: PgServer, tmp_path: Path) -> SourceDatabase:
     return SourceDatabase(pg_server, pg_server.create_database(), tmp_path)

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import replace
 
-from conftest import SourceDatabase
+from conftest import SourceDatabase, loaded_engine
 
-from cdclake.config import parse_config
 from cdclake.context import Engine
-from cdclake.engine.run import run
 from cdclake.sources.postgres.verify import comparisons_json, verify
 
 SCHEMA = """
@@ -36,22 +33,11 @@ INSERT INTO measures SELECT i, i / 3.0 FROM generate_series(1, 50) AS i;
 """
 
 
-def _loaded(source_db: SourceDatabase, make_engine: Callable[..., Engine]) -> Engine:
-    source_db.execute(SCHEMA)
-    source_db.capture()
-    text = source_db.config_path.read_text("utf-8")
-    engine = make_engine(text)
-    config = parse_config(text, str(source_db.config_path))
-    engine = replace(engine, config=replace(config, database=engine.config.database, bronze=engine.config.bronze))
-    run(engine).checked()
-    return engine
-
-
 def test_equal_tables_are_proved_by_checksums_and_every_planted_difference_is_named(
     source_db: SourceDatabase, make_engine: Callable[..., Engine]
 ) -> None:
     # GIVEN four tables captured and applied: integer, text (with non-ASCII keys) and no key, and one with a double
-    engine = _loaded(source_db, make_engine)
+    engine = loaded_engine(source_db, make_engine, SCHEMA)
     conn = source_db.connect()
     try:
         before = {r.table: r for r in verify(engine, conn)}
@@ -94,4 +80,4 @@ def test_equal_tables_are_proved_by_checksums_and_every_planted_difference_is_na
     assert after["public.codes"].differing_columns == {"code=Ff5é": ["label"]}
     assert len(after["public.events"].missing) == 1 and not after["public.events"].unexpected
     assert after["public.measures"].equal
-    assert report["summary"] == {"equal": 1, "differing": 3, "skipped": 0}
+    assert report["summary"] == {"equal": 1, "differing": 3, "lagging": 0, "skipped": 0}

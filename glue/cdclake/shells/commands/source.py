@@ -182,6 +182,24 @@ def _configure_verify(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rows", action="store_true", help="read every row of both sides instead of comparing key-range checksums"
     )
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="a live source: how long differing tables may take to catch up with where the source stood when "
+        "verify started before they are reported as lagging; their differing rows are then read again and "
+        "only keys that still differ are reported (0: report at once; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--delivery",
+        type=float,
+        default=90.0,
+        metavar="SECONDS",
+        help="the longest a committed change takes to reach bronze (DMS's CdcMaxBatchInterval or capture's "
+        "--max-batch-interval, plus writing): a quiet table has caught up once nothing waits and this has "
+        "passed (default: %(default)s)",
+    )
 
 
 def _verify(engine: Engine, settings: CliSettings) -> int:
@@ -189,8 +207,17 @@ def _verify(engine: Engine, settings: CliSettings) -> int:
     from cdclake.sources.verify import ChecksumSettings, comparisons_json, format_comparisons, verify
 
     args = settings.options
+    live = None
+    if args.wait > 0:
+        from cdclake.ops.status import silver_position
+        from cdclake.sources.live import LiveSettings
+        from cdclake.sources.verify import LiveCheck
+
+        waits = LiveSettings(wait_seconds=args.wait, delivery_seconds=args.delivery)
+        live = LiveCheck(waits, lambda table: silver_position(engine, table))
     with open_dialect(args.source) as dialect:
-        results = verify(engine, dialect, selected_tables(engine, args), None if args.rows else ChecksumSettings())
+        checksums = None if args.rows else ChecksumSettings()
+        results = verify(engine, dialect, selected_tables(engine, args), checksums, live)
     print(comparisons_json(results) if args.format == "json" else format_comparisons(results, args.show), end="")
     return 0 if all(r.equal for r in results) else 1
 

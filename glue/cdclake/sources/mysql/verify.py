@@ -24,6 +24,7 @@ from typing import Any
 from cdclake.sources.catalog.model import CatalogTable
 from cdclake.sources.catalog.readers import MYSQL_COLUMNS_SQL, MYSQL_KEYS_SQL, mysql_tables
 from cdclake.sources.checksum import Sums, kind_of
+from cdclake.sources.live import SourcePosition
 from cdclake.sources.mysql.checksums import (
     quote_mysql,
     range_condition,
@@ -94,6 +95,16 @@ class MysqlDialect:
 
     def inexact(self, table: CatalogTable, columns: Sequence[tuple[str, str]]) -> list[str]:
         return []  # every kind is written exactly (module docstring)
+
+    def position(self) -> SourcePosition:
+        """The server's clock in UTC (a binary log position needs privileges verify does not ask for)."""
+        cur = self.conn.cursor()
+        try:
+            cur.execute("SELECT UTC_TIMESTAMP(6)")
+            (clock,) = cur.fetchone()
+        finally:
+            cur.close()
+        return SourcePosition(clock=clock)
 
 
 def _text(value: Any) -> str:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.identifiers import quote_pg
 from cdclake.sources.checksum import Sums
+from cdclake.sources.live import SourcePosition
 from cdclake.sources.postgres.catalog import SourceTable, read_tables
 from cdclake.sources.postgres.checksums import range_condition, source_sums
 from cdclake.sources.verify import (
@@ -167,6 +168,21 @@ class PostgresDialect:
 
     def inexact(self, table: SourceTable, columns: Sequence[tuple[str, str]]) -> list[str]:
         return []  # every kind is written exactly (module docstring)
+
+    def position(self) -> SourcePosition:
+        """The server's clock and its WAL position (on a standby: the position replayed)."""
+        with self.conn.cursor() as cur:
+            cur.execute(POSITION_SQL)
+            clock, lsn = cur.fetchone()
+        if self.conn.status != 1:  # not autocommit: end the transaction the query opened
+            self.conn.rollback()
+        return SourcePosition(clock=clock, log_position=lsn)
+
+
+POSITION_SQL = (
+    "SELECT clock_timestamp() AT TIME ZONE 'UTC', (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() "
+    "ELSE pg_current_wal_lsn() END)::text"
+)
 
 
 def verify(

@@ -14,6 +14,7 @@ from typing import Any
 from cdclake.sources.catalog.model import CatalogTable
 from cdclake.sources.catalog.readers import SQLSERVER_COLUMNS_SQL, SQLSERVER_KEYS_SQL, sqlserver_tables
 from cdclake.sources.checksum import Sums, kind_of
+from cdclake.sources.live import SourcePosition
 from cdclake.sources.sqlserver.checksums import (
     base_type,
     inexact,
@@ -88,3 +89,13 @@ class SqlServerDialect:
 
     def inexact(self, table: CatalogTable, columns: Sequence[tuple[str, str]]) -> list[str]:
         return [name for name, kind in columns if inexact(table.column(name).source_type, kind)]
+
+    def position(self) -> SourcePosition:
+        """The server's clock in UTC."""
+        cur = self.conn.cursor()
+        try:
+            cur.execute("SELECT SYSUTCDATETIME()")
+            (clock,) = cur.fetchone()
+        finally:
+            cur.close()
+        return SourcePosition(clock=clock)
