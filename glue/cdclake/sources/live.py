@@ -1,20 +1,20 @@
 """Verify against a live source: a difference is reported only once silver has caught up with the moment the
 comparison started, so lag is reported as lag, with its size, and not as a difference.
 
-The comparison notes where the source stands when it starts (``SourcePosition``: the source's clock, which the
-DMS commit timestamps silver records are comparable with, and its log position where the engine has one, such
-as PostgreSQL's LSN). A table found differing is compared again, in the ranges that differed, once silver has
-caught up with that moment:
+The comparison notes where the source stands (``SourcePosition``: the source's clock, which the DMS commit
+timestamps silver records are comparable with, and its log position where the engine has one, such as
+PostgreSQL's LSN) when it starts, and again once a table found differing has been read. That table is compared
+again, in the ranges that differed, once silver has caught up with the second position:
 
 * its newest applied change was committed at or after the noted clock (a busy table catches up this way), or
 * no CDC file of it is waiting in bronze, and ``delivery_seconds`` have passed since the noted moment: the
   longest a change committed before it takes to reach bronze (DMS's ``CdcMaxBatchInterval``, or `capture`'s
   ``--max-batch-interval``, plus the writing). A quiet table catches up this way.
 
-Only the keys that differ in both comparisons are reported; the others were lag, and are counted as such.
+Only the keys that differ in both comparisons can be reported; the others were lag, and are counted as such.
 A table that has not caught up when ``wait_seconds`` have passed (counted from the end of the first pass, for
 every table at once) is reported as lagging: how far its newest change is behind the noted clock, and how many
-files wait. This module is the rule alone; the reading is the caller's (``sources.postgres.verify``).
+files wait. This module is the rule alone; the reading, and which keys are confirmed, is ``sources.verify``'s.
 """
 
 from __future__ import annotations
