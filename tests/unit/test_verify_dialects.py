@@ -102,7 +102,7 @@ def test_sqlserver_writes_each_kind_as_documented() -> None:
     )
 
 
-def test_sqlserver_row_number_hashes_the_utf8_text_of_length_framed_values() -> None:
+def test_sqlserver_row_number_hashes_the_utf8_text_of_length_framed_strings_and_ended_values() -> None:
     number = sqlserver.row_number(ORDERS, [("id", "integer"), ("name", "text")])
     framed = (
         "CASE WHEN [{c}] IS NULL THEN N'-' ELSE CONCAT(CAST(LEN({v} COLLATE Latin1_General_100_CI_AS_SC_UTF8 + N'x') "
@@ -110,7 +110,7 @@ def test_sqlserver_row_number_hashes_the_utf8_text_of_length_framed_values() -> 
     )
     row = " + ".join([
         "CAST(N'' AS nvarchar(max))",
-        framed.format(c="id", v="CAST([id] AS nvarchar(20))"),
+        "CASE WHEN [id] IS NULL THEN N'-,' ELSE CONCAT(CAST([id] AS nvarchar(20)), N',') END",
         framed.format(c="name", v="CAST([name] AS nvarchar(max))"),
     ])  # fmt: skip
     digest = f"HASHBYTES('MD5', CONVERT(varchar(max), ({row}) COLLATE Latin1_General_100_CI_AS_SC_UTF8))"

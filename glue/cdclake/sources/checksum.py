@@ -1,9 +1,11 @@
 """Checksums by key range: silver compared with its source where the data is, a few kilobytes a table.
 
 Each side reduces each row to one number and each range of keys to two: its row count and the sum
-of its rows' numbers. A row's number is the MD5 of its canonical text (each compared column's
-canonical text with its length in front, ``-`` for NULL, so no two rows share a text by accident),
-its first 15 hexadecimal digits read as a 60-bit integer. Equal ranges are done. A differing range
+of its rows' numbers. A row's number is the MD5 of its canonical text, its first 15 hexadecimal digits
+read as a 60-bit integer. A row's text is its columns' pieces in order: a text column's value with its
+length in front (``5:hello``; NULL ``-``), any other column's value with ``,`` after it (``42,``; NULL
+``-,``: no value of those kinds holds a comma or is ``-``), so no two rows share a text by accident and
+only strings pay for their length. Equal ranges are done. A differing range
 is split again at quantiles of silver's keys in it, until it holds at most ``row_limit`` rows on
 either side; then only its rows are read from both sides and compared value by value, which names
 the differing columns (``sources.verify``). An equal table costs one query a side.
@@ -45,11 +47,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-NULL_TEXT = "-"  # a NULL's canonical text: no length in front, so it is no string's text
+NULL_TEXT = "-"  # a NULL text's piece: no length in front, so it is no string's piece
+END = ","  # ends the piece of a value of any other kind (no such value's text holds it)
+NULL_PIECE = NULL_TEXT + END  # a NULL's piece in a column of any other kind (no such value's text is "-")
 HASH_DIGITS = 15  # hexadecimal digits of the MD5 a row's number takes (60 bits: a sum of them stays exact)
 _DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
 _INTEGERS = {"tinyint", "smallint", "int", "bigint"}
 _RANGE_KEY_KINDS = ("integer", "text", "date", "decimal")
+# Java's BigDecimal.toString (Spark's cast to string) writes an exponent only when more than 6 fraction digits
+_PLAIN_SCALE = 6
 
 
 def kind_of(spark_type: str) -> str | None:
@@ -167,6 +173,8 @@ def spark_text(column: Column, kind: str) -> Column:
         return F.when(column, F.lit("true")).otherwise(F.lit("false"))
     if kind.startswith("decimal:"):
         scale = int(kind.split(":")[1])
+        if scale <= _PLAIN_SCALE:  # a cast prints plain digits at this scale, and is the cheapest way
+            return column.cast(f"decimal(38,{scale})").cast("string")
         # Plain digits (a cast to string prints 0E-10): grouped by format_number, the commas taken out.
         return F.regexp_replace(F.format_number(column, scale), ",", "")
     if kind == "date":
@@ -185,8 +193,11 @@ def spark_row_number(columns: Sequence[tuple[str, str]]) -> Column:
     parts = []
     for name, kind in columns:
         text = spark_text(F.col(name), kind)
-        framed = F.concat(F.length(text).cast("string"), F.lit(":"), text)
-        parts.append(F.when(F.col(name).isNull(), F.lit(NULL_TEXT)).otherwise(framed))
+        if kind == "text":
+            piece, null = F.concat(F.length(text).cast("string"), F.lit(":"), text), NULL_TEXT
+        else:
+            piece, null = F.concat(text, F.lit(END)), NULL_PIECE
+        parts.append(F.when(F.col(name).isNull(), F.lit(null)).otherwise(piece))
     digest = F.md5(F.concat(*parts).cast("binary"))
     return F.conv(F.substring(digest, 1, HASH_DIGITS), 16, 10).cast("decimal(20,0)")
 

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cdclake.sources.catalog.model import CatalogTable
-from cdclake.sources.checksum import HASH_DIGITS, NULL_TEXT, KeyRange, RangeSum, Sums
+from cdclake.sources.checksum import END, HASH_DIGITS, NULL_PIECE, NULL_TEXT, KeyRange, RangeSum, Sums
 
 BINARY_TYPES = frozenset(
     {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry", "point", "linestring"}
@@ -98,10 +98,11 @@ def row_number(table: CatalogTable, columns: Sequence[tuple[str, str]]) -> str:
     parts = []
     for name, kind in columns:
         value = text(table.column(name).source_type, name, kind)
-        parts.append(
-            f"CASE WHEN {quote_mysql(name)} IS NULL THEN '{NULL_TEXT}' "
-            f"ELSE CONCAT(CHAR_LENGTH({value}), ':', {value}) END"
-        )
+        if kind == "text":
+            piece, null = f"CONCAT(CHAR_LENGTH({value}), ':', {value})", NULL_TEXT
+        else:
+            piece, null = f"CONCAT({value}, '{END}')", NULL_PIECE
+        parts.append(f"CASE WHEN {quote_mysql(name)} IS NULL THEN '{null}' ELSE {piece} END")
     digest = f"MD5(CONVERT(CONCAT({', '.join(parts)}) USING utf8mb4))"
     return f"CAST(CONV(SUBSTRING({digest}, 1, {HASH_DIGITS}), 16, 10) AS UNSIGNED)"
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cdclake.identifiers import quote_pg as _quote_pg
-from cdclake.sources.checksum import HASH_DIGITS, NULL_TEXT, KeyRange, RangeSum, Sums
+from cdclake.sources.checksum import END, HASH_DIGITS, NULL_PIECE, NULL_TEXT, KeyRange, RangeSum, Sums
 from cdclake.sources.postgres.catalog import SourceTable
 
 _TEXT_TYPES = {"text", "varchar", "bpchar", "name"}
@@ -51,9 +51,11 @@ def row_number(table: SourceTable, columns: Sequence[tuple[str, str]]) -> str:
     parts = []
     for name, kind in columns:
         value = text(table, name, kind)
-        parts.append(
-            f"CASE WHEN {quote_pg(name)} IS NULL THEN '{NULL_TEXT}' ELSE length({value})::text || ':' || {value} END"
-        )
+        if kind == "text":
+            piece, null = f"length({value})::text || ':' || {value}", NULL_TEXT
+        else:
+            piece, null = f"{value} || '{END}'", NULL_PIECE
+        parts.append(f"CASE WHEN {quote_pg(name)} IS NULL THEN '{null}' ELSE {piece} END")
     digest = f"md5(convert_to({' || '.join(parts)}, 'UTF8'))"
     return f"('x' || substr({digest}, 1, {HASH_DIGITS}))::bit({HASH_DIGITS * 4})::bigint"
 

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cdclake.sources.catalog.model import CatalogTable
-from cdclake.sources.checksum import HASH_DIGITS, NULL_TEXT, KeyRange, RangeSum, Sums
+from cdclake.sources.checksum import END, HASH_DIGITS, NULL_PIECE, NULL_TEXT, KeyRange, RangeSum, Sums
 
 BINARY_TYPES = frozenset({"binary", "varbinary", "image", "timestamp", "rowversion"})
 UTF8 = "Latin1_General_100_CI_AS_SC_UTF8"
@@ -98,10 +98,12 @@ def row_number(table: CatalogTable, columns: Sequence[tuple[str, str]]) -> str:
     parts = []
     for name, kind in columns:
         value = text(table.column(name).source_type, name, kind)
-        length = f"CAST(LEN({value} COLLATE {UTF8} + N'x') - 1 AS nvarchar(20))"
-        parts.append(
-            f"CASE WHEN {quote_tsql(name)} IS NULL THEN N'{NULL_TEXT}' ELSE CONCAT({length}, N':', {value}) END"
-        )
+        if kind == "text":
+            length = f"CAST(LEN({value} COLLATE {UTF8} + N'x') - 1 AS nvarchar(20))"
+            piece, null = f"CONCAT({length}, N':', {value})", NULL_TEXT
+        else:
+            piece, null = f"CONCAT({value}, N'{END}')", NULL_PIECE
+        parts.append(f"CASE WHEN {quote_tsql(name)} IS NULL THEN N'{null}' ELSE {piece} END")
     # ``+``, not CONCAT (at most 254 arguments): no part is NULL
     row_text = " + ".join(["CAST(N'' AS nvarchar(max))", *parts])
     digest = f"HASHBYTES('MD5', CONVERT(varchar(max), ({row_text}) COLLATE {UTF8}))"
