@@ -217,9 +217,9 @@ def test_no_alarm_or_widget_needs_a_per_table_metric() -> None:
 def test_every_glue_job_failure_alerts_and_the_state_machine_may_run_every_job() -> None:
     resources = template()["Resources"]
     jobs = [name for name, r in resources.items() if r["Type"] == "AWS::Glue::Job"]
-    assert sorted(jobs) == ["CdcJob", "FullLoadJob", "GoldJob", "MaintenanceJob"]
+    assert sorted(jobs) == ["CdcJob", "FullLoadJob", "GoldJob", "MaintenanceJob", "VerifyJob"]
     rule = resources["GlueJobFailedRule"]["Properties"]["EventPattern"]["detail"]["jobName"]
-    assert rule == [{"Ref": job} for job in ("FullLoadJob", "CdcJob", "MaintenanceJob", "GoldJob")]
+    assert rule == [{"Ref": job} for job in ("FullLoadJob", "CdcJob", "MaintenanceJob", "GoldJob", "VerifyJob")]
     statements = resources["PipelineStateMachine"]["Properties"]["Policies"][-1]["Statement"]
     [run_jobs] = [s for s in statements if s["Sid"] == "RunGlueJobs"]
-    assert len(run_jobs["Resource"]) == 4 and all(f"${{{job}}}" in str(run_jobs["Resource"]) for job in jobs)
+    assert len(run_jobs["Resource"]) == 5 and all(f"${{{job}}}" in str(run_jobs["Resource"]) for job in jobs)

@@ -32,7 +32,7 @@ def test_no_arn_is_spelled_for_one_partition() -> None:
 
 def test_every_glue_job_runs_glue_5_1() -> None:
     jobs = [r for r in RESOURCES.values() if r["Type"] == "AWS::Glue::Job"]
-    assert [job["Properties"]["GlueVersion"] for job in jobs] == ["5.1"] * 4
+    assert [job["Properties"]["GlueVersion"] for job in jobs] == ["5.1"] * 5
 
 
 def test_no_job_argument_glue_5_ignores() -> None:
