@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 VERIFY_TABLE = "cdclake_verify"
 SAMPLE_KEYS = 20  # differing keys kept per table in sample_keys
+# One datapoint a run each, dimension Environment (the dashboard's verify widget; two alarms).
+VERIFY_METRICS = ("TablesDiffering", "RowsDiffering", "TablesSkipped", "TablesVerified")
 Verdict = Literal["equal", "differing", "skipped"]
 
 # The table's columns, in order (Athena: SELECT * FROM cdclake_<env>.cdclake_verify ORDER BY started DESC).
@@ -135,12 +137,13 @@ def summary_of(rows: Sequence[VerifyRow]) -> VerifySummary:
 
 def verify_metric_data(summary: VerifySummary, environment: str, now: datetime) -> list[dict[str, Any]]:
     """One datapoint a run of each verify metric, dimension Environment (the stack's alarms watch these)."""
-    values = {
-        "TablesDiffering": summary.tables_differing,
-        "RowsDiffering": summary.rows_differing,
-        "TablesSkipped": summary.tables_skipped,
-        "TablesVerified": summary.tables_compared,
-    }
+    values = dict(
+        zip(
+            VERIFY_METRICS,
+            (summary.tables_differing, summary.rows_differing, summary.tables_skipped, summary.tables_compared),
+            strict=True,
+        )
+    )
     dimensions = [{"Name": "Environment", "Value": environment}]
     return [
         {"MetricName": name, "Dimensions": dimensions, "Value": float(value), "Unit": "Count", "Timestamp": now}
