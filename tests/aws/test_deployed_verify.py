@@ -13,6 +13,7 @@ A module of its own (one deploy, with a source secret) so the other deployed tes
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -129,6 +130,7 @@ def test_the_verify_job_runs_after_the_full_load_and_finds_a_difference_planted_
     [[row]] = verify_rows(deployed).values()
     assert (row["source_table"], row["verdict"], row["method"]) == ("s.people", "equal", "checksums"), row
     assert row["source_rows"] == row["silver_rows"] == len(INITIAL) and row["rows_differing"] == 0
+    assert re.fullmatch(r"[0-9A-F]+/[0-9A-F]+", row["source_position"]), row  # the source's WAL position (LSN)
     assert metric("TablesDiffering") == (0.0, 1.0) and metric("TablesSkipped") == (0.0, 1.0)
 
     # WHEN a value is changed in silver behind the pipeline's back, and the verify job is started as the schedule does

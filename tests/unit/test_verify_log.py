@@ -19,8 +19,8 @@ from cdclake.sources.catalog.connect import SourceAddress
 T0 = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)
 
 
-def _verified(comparison: TableComparison, seconds: int = 2) -> TableVerified:
-    return TableVerified(comparison, T0, T0 + timedelta(seconds=seconds))
+def _verified(comparison: TableComparison, seconds: int = 2, position: str | None = None) -> TableVerified:
+    return TableVerified(comparison, T0, T0 + timedelta(seconds=seconds), position)
 
 
 def test_an_equal_table_is_one_row_with_its_counts_and_no_keys() -> None:
@@ -46,7 +46,7 @@ def test_a_differing_table_names_each_key_with_its_kind_and_columns() -> None:
         differing_columns={"id=10": ["price"], "id=21": ["note", "at"]}, unlogged_defaults=["id=7"],
     )  # fmt: skip
     # WHEN its row is built
-    [row] = verify_rows("jr_1", [_verified(differing)], position="0/16B3748")
+    [row] = verify_rows("jr_1", [_verified(differing, position="0/16B3748")])
     # THEN it counts every differing key and lists them, missing first, with the columns of those that differ
     assert (row.verdict, row.rows_differing, row.ranges_differing, row.rows_read) == ("differing", 5, 2, 40)
     assert json.loads(row.sample_keys) == [

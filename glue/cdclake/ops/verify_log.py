@@ -15,6 +15,7 @@ from dataclasses import astuple, dataclass, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from cdclake.lake.journals import VERIFY_TABLE
 from cdclake.lake.tables import SilverTable, ensure_table, merge_frame
 
 if TYPE_CHECKING:
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
 
     from cdclake.ops.verify_source import TableComparison, TableVerified
 
-VERIFY_TABLE = "cdclake_verify"
 SAMPLE_KEYS = 20  # differing keys kept per table in sample_keys
 # One datapoint a run each, dimension Environment (the dashboard's verify widget; two alarms).
 VERIFY_METRICS = ("TablesDiffering", "RowsDiffering", "TablesSkipped", "TablesVerified")
@@ -44,7 +44,7 @@ class VerifyRow:
     source_table: str  # schema.table at the source
     started: datetime
     finished: datetime
-    source_position: str | None  # where the source stood when the table was compared; None: not known
+    source_position: str | None  # the source's WAL position (LSN) when the table's comparison began; None: not known
     method: str  # "checksums" (key ranges) or "rows" (every row read)
     ranges_compared: int
     ranges_differing: int
@@ -98,7 +98,7 @@ def differing_keys(comparison: TableComparison) -> list[dict[str, Any]]:
     return found
 
 
-def verify_rows(run_id: str, verified: Sequence[TableVerified], position: str | None = None) -> list[VerifyRow]:
+def verify_rows(run_id: str, verified: Sequence[TableVerified]) -> list[VerifyRow]:
     """The ``cdclake_verify`` rows of one run: one per table compared (or skipped), in the order given."""
     rows = []
     for item in verified:
@@ -110,7 +110,7 @@ def verify_rows(run_id: str, verified: Sequence[TableVerified], position: str | 
                 source_table=c.table,
                 started=item.started,
                 finished=item.finished,
-                source_position=position,
+                source_position=item.position,
                 method=c.method,
                 ranges_compared=c.ranges,
                 ranges_differing=c.ranges_differing,

@@ -32,11 +32,13 @@ __all__ = ["TableComparison", "TableVerified", "conninfo", "verify_tables"]
 
 @dataclass(frozen=True)
 class TableVerified:
-    """One table's comparison and when it ran (UTC)."""
+    """One table's comparison, when it ran (UTC), and where the source's WAL stood when it started (None: not
+    known)."""
 
     comparison: TableComparison
     started: datetime
     finished: datetime
+    position: str | None = None
 
 
 def _quoted(value: str) -> str:
@@ -62,6 +64,36 @@ def _skipped(tables: Sequence[TableConfig], problem: str, now: Callable[[], date
     log.error("verify: every table skipped: %s", problem)
     at = now()
     return [TableVerified(TableComparison(table=t.source, problem=problem), at, at) for t in tables]
+
+
+# Where the source stands: its WAL position (on a standby, the position it has replayed), the point a live
+# source's comparison is made at. PostgreSQL's SQL, here until the verify engine notes positions itself.
+_POSITION_QUERY = (
+    "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)::text"
+)
+
+
+def source_position(conn: Any) -> str | None:
+    """The source's WAL position now, as PostgreSQL prints an LSN (``0/16B3748``); None when it cannot say."""
+    try:
+        with conn.cursor() as cur:
+            cur.execute(_POSITION_QUERY)
+            row = cur.fetchone()
+    except Exception as exc:  # a server or role that refuses the functions: the column stays NULL
+        log.warning("verify: the source's WAL position is not known: %s", exc)
+        return None
+    return str(row[0]) if row and row[0] is not None else None
+
+
+def _compare(engine: Engine, conn: Any, table: TableConfig) -> TableComparison:
+    """One table's comparison; a failure outside the engine's own per-table guard (the source's catalog read,
+    a lost connection) becomes the table's problem, so the other tables are still compared and recorded."""
+    try:
+        [comparison] = compare_tables(engine, conn, [table], ChecksumSettings())
+    except Exception as exc:
+        log.error("verify table=%s failed: %s", table.source, exc)
+        return TableComparison(table=table.source, problem=f"could not be compared: {type(exc).__name__}: {exc}")
+    return comparison
 
 
 def _connect(address: SourceAddress) -> Any:
@@ -93,9 +125,9 @@ def verify_tables(
     verified = []
     try:
         for table in tables:
-            started = now()
-            [comparison] = compare_tables(engine, conn, [table], ChecksumSettings())
-            verified.append(TableVerified(comparison, started, now()))
+            started, position = now(), source_position(conn)
+            comparison = _compare(engine, conn, table)
+            verified.append(TableVerified(comparison, started, now(), position))
     finally:
         conn.close()
     return verified

@@ -68,6 +68,21 @@ def _metric_sums(name: str) -> tuple[float, float]:
     return sum(p["Sum"] for p in points), sum(p["SampleCount"] for p in points)
 
 
+def _lsn(text: str) -> int:
+    """A PostgreSQL LSN (``0/16B3748``) as a number."""
+    high, low = text.split("/")
+    return (int(high, 16) << 32) + int(low, 16)
+
+
+def _current_lsn(source_db: SourceDatabase) -> int:
+    conn = source_db.connect()
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_current_wal_lsn()::text")
+        lsn = _lsn(cur.fetchone()[0])
+    conn.close()
+    return lsn
+
+
 def _recorded(spark: SparkSession, catalog: str, run_id: str) -> dict[str, dict[str, Any]]:
     rows = spark.sql(f"SELECT * FROM {catalog}.cdclake_dev.cdclake_verify WHERE run_id = '{run_id}'").collect()
     return {r["source_table"]: r.asDict() for r in rows}
@@ -90,7 +105,9 @@ def test_the_verify_job_records_equal_then_names_a_planted_difference_and_publis
               "--metrics_namespace", "cdclake", "--environment", "dev"]  # fmt: skip
 
     # WHEN the verify job runs
+    before = _current_lsn(source_db)
     first: VerifyRun = _job("verify")(["verify.py", *verify, "--JOB_RUN_ID", "jr_first"])
+    after = _current_lsn(source_db)
 
     # THEN cdclake_verify holds one row per table, each equal, with the source's row counts (read here from the source)
     recorded = _recorded(spark, catalog, "jr_first")
@@ -104,6 +121,7 @@ def test_the_verify_job_records_equal_then_names_a_planted_difference_and_publis
         assert (row["verdict"], row["rows_differing"], row["problem"]) == ("equal", 0, None), row
         assert row["source_rows"] == row["silver_rows"] == counts[table] and row["method"] == "checksums", row
         assert row["started"] <= row["finished"] and json.loads(row["sample_keys"]) == []
+        assert before <= _lsn(row["source_position"]) <= after, row  # where the source's WAL stood
     assert recorded["public.items"]["ranges_compared"] > 1 and recorded["public.items"]["rows_read"] == 0
     assert (first.summary.tables_differing, first.summary.tables_skipped) == (0, 0)
     assert _metric_sums("TablesDiffering") == (0.0, 1.0) and _metric_sums("TablesVerified") == (2.0, 1.0)
