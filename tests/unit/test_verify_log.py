@@ -5,6 +5,7 @@ the run id. No Spark, no AWS."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import psycopg2.extensions
@@ -131,3 +132,62 @@ def test_the_verify_job_reads_its_source_tables_and_metrics_and_nothing_else() -
     assert (args.table_metrics, args.reload, args.queue_url) == ("", False, None)
     with pytest.raises(ConfigError, match="The verify job needs --warehouse"):
         parse_arguments(["verify.py", *COMMON[:4]], "verify")
+
+
+class _Spark:
+    """Only what record_verify_run asks of a session before its MERGE: a frame of the rows."""
+
+    def createDataFrame(self, rows: list[tuple[object, ...]], schema: str) -> list[tuple[object, ...]]:
+        return rows
+
+
+@pytest.mark.parametrize(("failures", "merges"), [(1, 2), (2, 3)])
+def test_a_record_that_loses_a_commit_race_is_merged_again(
+    monkeypatch: pytest.MonkeyPatch, failures: int, merges: int
+) -> None:
+    # GIVEN a MERGE that loses to another writer's commit (maintenance compacting the table) the first times
+    from cdclake.lake.tables import TableMovedError
+    from cdclake.ops import verify_log
+
+    statements: list[str] = []
+
+    def merge(spark: object, frame: object, statement: Callable[[str], str]) -> None:
+        statements.append(statement("incoming"))
+        if len(statements) <= failures:
+            raise TableMovedError("another writer committed first")
+
+    monkeypatch.setattr(verify_log, "ensure_table", lambda spark, table, frame: None)
+    monkeypatch.setattr(verify_log, "merge_frame", merge)
+    rows = verify_rows("jr_1", [_verified(TableComparison(table="s.t"))])
+    # WHEN the run's rows are recorded THEN the MERGE is run again until it commits, keyed on run and table
+    verify_log.record_verify_run(_Spark(), "silver", "cdclake_dev", rows)  # type: ignore[arg-type]
+    assert len(statements) == merges
+    assert "ON t.run_id = s.run_id AND t.source_table = s.source_table" in statements[-1]
+
+
+def test_a_record_that_keeps_losing_or_fails_otherwise_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cdclake.lake.tables import TableMovedError
+    from cdclake.ops import verify_log
+
+    attempts: list[int] = []
+
+    def always_moved(spark: object, frame: object, statement: Callable[[str], str]) -> None:
+        attempts.append(1)
+        raise TableMovedError("another writer committed first")
+
+    monkeypatch.setattr(verify_log, "ensure_table", lambda spark, table, frame: None)
+    monkeypatch.setattr(verify_log, "merge_frame", always_moved)
+    rows = verify_rows("jr_1", [_verified(TableComparison(table="s.t"))])
+    with pytest.raises(TableMovedError):
+        verify_log.record_verify_run(_Spark(), "silver", "cdclake_dev", rows)  # type: ignore[arg-type]
+    assert len(attempts) == verify_log.RECORD_ATTEMPTS == 3
+
+    def broken(spark: object, frame: object, statement: Callable[[str], str]) -> None:
+        attempts.append(1)
+        raise ValueError("not a conflict")
+
+    attempts.clear()
+    monkeypatch.setattr(verify_log, "merge_frame", broken)
+    with pytest.raises(ValueError):
+        verify_log.record_verify_run(_Spark(), "silver", "cdclake_dev", rows)  # type: ignore[arg-type]
+    assert len(attempts) == 1  # anything else is not tried again

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from cdclake.lake.journals import VERIFY_TABLE
-from cdclake.lake.tables import SilverTable, ensure_table, merge_frame
+from cdclake.lake.tables import SilverTable, ensure_table, is_commit_conflict, merge_frame
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from cdclake.ops.verify_source import TableComparison, TableVerified
 
 SAMPLE_KEYS = 20  # differing keys kept per table in sample_keys
+# A MERGE that loses to another commit (maintenance compacting the table) is tried again, this often in all.
+RECORD_ATTEMPTS = 3
 # One datapoint a run each, dimension Environment (the dashboard's verify widget; two alarms).
 VERIFY_METRICS = ("TablesDiffering", "RowsDiffering", "TablesSkipped", "TablesVerified")
 Verdict = Literal["equal", "differing", "skipped"]
@@ -160,7 +162,8 @@ def publish_verify_metrics(
 
 def record_verify_run(spark: SparkSession, catalog: str, database: str, rows: Sequence[VerifyRow]) -> None:
     """MERGE the run's rows into ``<database>.cdclake_verify`` (created on first use) on (run_id, source_table):
-    a run recorded again (a retry) replaces its rows, never adds a second set."""
+    a run recorded again (a retry) replaces its rows, never adds a second set. A MERGE that loses a race with
+    another commit (the maintenance job compacting the table) is tried again."""
     if not rows:
         return
     log_table = SilverTable(catalog, database, VERIFY_TABLE)
@@ -168,12 +171,18 @@ def record_verify_run(spark: SparkSession, catalog: str, database: str, rows: Se
     ensure_table(spark, log_table, frame)
     names = [f.name for f in fields(VerifyRow)]
     updates = ", ".join(f"t.{n} = s.{n}" for n in names)
-    merge_frame(
-        spark,
-        frame,
-        lambda view: (
-            f"MERGE INTO {log_table.identifier} t USING {view} s "
-            "ON t.run_id = s.run_id AND t.source_table = s.source_table "
-            f"WHEN MATCHED THEN UPDATE SET {updates} WHEN NOT MATCHED THEN INSERT *"
-        ),
-    )
+    for attempt in range(1, RECORD_ATTEMPTS + 1):
+        try:
+            merge_frame(
+                spark,
+                frame,
+                lambda view: (
+                    f"MERGE INTO {log_table.identifier} t USING {view} s "
+                    "ON t.run_id = s.run_id AND t.source_table = s.source_table "
+                    f"WHEN MATCHED THEN UPDATE SET {updates} WHEN NOT MATCHED THEN INSERT *"
+                ),
+            )
+            return
+        except Exception as exc:
+            if attempt == RECORD_ATTEMPTS or not is_commit_conflict(exc):
+                raise
