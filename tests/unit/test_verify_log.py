@@ -191,3 +191,36 @@ def test_a_record_that_keeps_losing_or_fails_otherwise_raises(monkeypatch: pytes
     with pytest.raises(ValueError):
         verify_log.record_verify_run(_Spark(), "silver", "cdclake_dev", rows)  # type: ignore[arg-type]
     assert len(attempts) == 1  # anything else is not tried again
+
+
+def test_a_source_verify_cannot_read_skips_every_table_with_the_reason() -> None:
+    # GIVEN the stack's secret naming a MySQL source, and a secret id that does not exist (moto Secrets Manager)
+    import boto3
+    from moto import mock_aws
+
+    from cdclake.config import parse_config
+    from cdclake.ops.source_catalog import SourceSettings
+    from cdclake.ops.verify_source import verify_tables
+
+    config = parse_config(
+        "bronze: {format: csv}\nsilver: {database: shop}\ntables:\n"
+        "  s.a: {primary_key: [id], columns: {id: int}}\n  s.b: {primary_key: [id], columns: {id: int}}\n"
+    )
+    with mock_aws():
+        secrets = boto3.client("secretsmanager", region_name="eu-west-1")
+        secrets.create_secret(
+            Name="mysql", SecretString='{"engine": "mysql", "host": "db", "username": "u", "password": "p"}'
+        )
+        clients = (secrets, None)
+        # WHEN each is verified (no engine is needed: nothing is compared)
+        mysql = verify_tables(None, SourceSettings("mysql"), config.tables, clients, now=lambda: T0)  # type: ignore[arg-type]
+        absent = verify_tables(None, SourceSettings("absent"), config.tables, clients, now=lambda: T0)  # type: ignore[arg-type]
+    # THEN every table is skipped, each saying why, at the time given
+    assert [(v.comparison.table, v.comparison.problem) for v in mysql] == [
+        ("s.a", "verify compares PostgreSQL sources only; the source is mysql"),
+        ("s.b", "verify compares PostgreSQL sources only; the source is mysql"),
+    ]
+    assert all(v.started == v.finished == T0 and v.position is None for v in mysql)
+    assert [v.comparison.table for v in absent] == ["s.a", "s.b"]
+    assert all(v.comparison.problem.startswith("The secret absent cannot be read") for v in absent)
+    assert [r.verdict for r in verify_rows("r", [*mysql, *absent])] == ["skipped"] * 4
