@@ -20,7 +20,14 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from cdclake.errors import ConfigError
-from cdclake.ops.verify_log import VerifyRun, publish_verify_metrics, record_verify_run, summary_of, verify_rows
+from cdclake.ops.verify_log import (
+    VerifyRun,
+    log_record,
+    publish_verify_metrics,
+    record_verify_run,
+    summary_of,
+    verify_rows,
+)
 from cdclake.ops.verify_source import verify_tables
 from cdclake.shells.glue_job import build_engine, job_run_id, parse_arguments
 
@@ -40,7 +47,7 @@ def main(argv: Sequence[str]) -> VerifyRun:
     rows = verify_rows(run_id, verified)
     record_verify_run(engine.spark, engine.catalog, engine.config.database, rows)
     for item in verified:
-        log.info("%s", json.dumps({"cdclake": "verify_table", "run_id": run_id, **item.comparison.as_json()}))
+        log.info("%s", json.dumps(log_record(run_id, item.comparison), ensure_ascii=False, default=str))
     summary = summary_of(rows)
     log.info(
         "verify run_id=%s tables=%d differing=%d rows_differing=%d skipped=%d",

@@ -224,3 +224,20 @@ def test_a_source_verify_cannot_read_skips_every_table_with_the_reason() -> None
     assert [v.comparison.table for v in absent] == ["s.a", "s.b"]
     assert all(v.comparison.problem.startswith("The secret absent cannot be read") for v in absent)
     assert [r.verdict for r in verify_rows("r", [*mysql, *absent])] == ["skipped"] * 4
+
+
+def test_a_tables_log_line_keeps_the_first_keys_of_each_kind_and_counts_them_all() -> None:
+    from cdclake.ops.verify_log import log_record
+
+    comparison = TableComparison(
+        table="s.t", missing=[f"id={i}" for i in range(5)], different=["id=7", "id=8", "id=9"],
+        differing_columns={"id=7": ["a"], "id=8": ["b"], "id=9": ["c"]},
+    )  # fmt: skip
+    record = log_record("jr_1", comparison, limit=2)
+    assert (record["cdclake"], record["run_id"], record["table"], record["verdict"]) == (
+        "verify_table", "jr_1", "s.t", "differing",
+    )  # fmt: skip
+    assert (record["missing"], record["missing_count"]) == (["id=0", "id=1"], 5)
+    assert (record["different"], record["different_count"]) == ({"id=7": ["a"], "id=8": ["b"]}, 3)
+    assert (record["unexpected"], record["unexpected_count"]) == ([], 0)
+    json.dumps(record)  # one JSON line

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 SAMPLE_KEYS = 20  # differing keys kept per table in sample_keys
 # A MERGE that loses to another commit (maintenance compacting the table) is tried again, this often in all.
 RECORD_ATTEMPTS = 3
+# Keys of each kind in a table's log line: a line stays well under CloudWatch Logs' 256 KB event limit.
+LOGGED_KEYS = 1000
 # One datapoint a run each, dimension Environment (the dashboard's verify widget; two alarms).
 VERIFY_METRICS = ("TablesDiffering", "RowsDiffering", "TablesSkipped", "TablesVerified")
 Verdict = Literal["equal", "differing", "skipped"]
@@ -98,6 +100,17 @@ def differing_keys(comparison: TableComparison) -> list[dict[str, Any]]:
             columns = comparison.differing_columns.get(key, []) if kind == "different" else []
             found.append({"key": key, "kind": kind, "columns": list(columns)})
     return found
+
+
+def log_record(run_id: str, comparison: TableComparison, limit: int = LOGGED_KEYS) -> dict[str, Any]:
+    """A table's comparison as the job logs it (``"cdclake": "verify_table"``): ``--format json``'s fields with at
+    most ``limit`` keys of each kind, and each kind's full count."""
+    record: dict[str, Any] = {"cdclake": "verify_table", "run_id": run_id, **comparison.as_json()}
+    for kind in ("missing", "unexpected", "different", "default_not_in_silver"):
+        keys = record[kind]
+        record[f"{kind}_count"] = len(keys)
+        record[kind] = dict(list(keys.items())[:limit]) if isinstance(keys, dict) else keys[:limit]
+    return record
 
 
 def verify_rows(run_id: str, verified: Sequence[TableVerified]) -> list[VerifyRow]:
