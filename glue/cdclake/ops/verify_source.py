@@ -3,8 +3,11 @@ engine compares each table, and each comparison keeps when it started and ended.
 
 This module is the one place the AWS side imports the verify engine from (``compare_tables`` below). The engine
 reads PostgreSQL through psycopg2 (typed values, a server-side cursor), so the job does too: the Glue jobs'
-zip of wheels bundles psycopg2-binary (docs/deploy.md). Any failure to reach the source makes every table
-"skipped" with the reason, never a job failure: the run still records its rows and publishes TablesSkipped.
+zip of wheels bundles psycopg2-binary (docs/deploy.md). When the engine reads other engines, the lines to change
+are that import, ``_connect`` (the connection it is handed) and the engine check in ``verify_tables``.
+
+Any failure to reach the source makes every table "skipped" with the reason, never a job failure: the run still
+records its rows and publishes TablesSkipped.
 """
 
 from __future__ import annotations
