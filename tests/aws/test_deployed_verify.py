@@ -37,6 +37,9 @@ tables:
   s.people: {primary_key: [id], columns: {id: int, name: string, city: string}}
 """
 SECRET = "cdclake/source"
+# An environment of its own: the Glue entry points of both deployed modules run in one Spark session, whose
+# "silver" catalog keeps the warehouse of the first module that opened it; another database keeps them apart.
+ENVIRONMENT = "vfy"
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +79,8 @@ def deployed(tmp_path_factory: pytest.TempPathFactory, source: tuple[PgServer, s
             boto3.client("secretsmanager", region_name=REGION).create_secret(
                 Name=SECRET, SecretString=json.dumps(secret)
             )
-            stack = deploy(work, endpoint, gaps, CONFIG, {"SourceSecretId": SECRET, "SourceEngine": "postgres"})
+            given = {"SourceSecretId": SECRET, "SourceEngine": "postgres", "EnvironmentName": ENVIRONMENT}
+            stack = deploy(work, endpoint, gaps, CONFIG, given)
             yield stack
             stack.stop_all()
 
@@ -102,7 +106,7 @@ def metric(name: str) -> tuple[float, float]:
     """(sum, datapoints) of a verify metric of the stack's namespace over the last hour."""
     now = datetime.now(UTC)
     answer = boto3.client("cloudwatch", region_name=REGION).get_metric_statistics(
-        Namespace="cdclake", MetricName=name, Dimensions=[{"Name": "Environment", "Value": "dev"}],
+        Namespace="cdclake", MetricName=name, Dimensions=[{"Name": "Environment", "Value": ENVIRONMENT}],
         StartTime=now - timedelta(hours=1), EndTime=now + timedelta(minutes=1), Period=7200,
         Statistics=["Sum", "SampleCount"],
     )  # fmt: skip
