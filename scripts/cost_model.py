@@ -69,6 +69,7 @@ class Defaults:
     cdc_dpu: int
     maintenance_dpu: int
     full_load_dpu: int
+    verify_dpu: int
     poll_seconds: int
     sweep_every: int
     idle_seconds: int
@@ -83,6 +84,7 @@ class Defaults:
             cdc_dpu=int(p["CdcWorkers"]) * DPU_PER_WORKER[p["CdcWorkerType"]],
             maintenance_dpu=int(p["MaintenanceWorkers"]) * DPU_PER_WORKER[p["MaintenanceWorkerType"]],
             full_load_dpu=int(p["FullLoadWorkers"]) * DPU_PER_WORKER[p["FullLoadWorkerType"]],
+            verify_dpu=int(p["VerifyWorkers"]) * DPU_PER_WORKER[p["VerifyWorkerType"]],
             poll_seconds=int(p["PollSeconds"]),
             sweep_every=int(p["SweepEveryIterations"]),
             idle_seconds=int(p["CdcIdleSeconds"]),
@@ -222,7 +224,15 @@ def figures(template: dict[str, Any], definition: dict[str, Any]) -> str:
         "|---|---:|",
         f"| the shortest (1-minute minimum) | {money(glue_cost(d.full_load_dpu, 0))} |",
         f"| an hour | {money(glue_cost(d.full_load_dpu, 3600))} |",
+        "",
+        "**The verify job** (with a source secret: after the full load, and on `VerifySchedule` when one is set):",
+        "",
+        "| a verify run | cost | weekly, a month |",
+        "|---|---:|---:|",
     ]
+    for label, seconds in (("the shortest (1-minute minimum)", 0), ("10 minutes", 600), ("an hour", 3600)):
+        run = glue_cost(d.verify_dpu, seconds)
+        lines.append(f"| {label} | {money(run)} | {money(run * 52 / 12)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -408,6 +408,7 @@ class Pipeline:
     # What the fake CDC job (fake_cdc_job) did: the bronze keys of the messages each run consumed, per run.
     cdc_runs: list[list[str]] = field(default_factory=list)
     cdc_failures_left: int = 0  # the next runs of the CDC job that fail (before consuming anything)
+    verify_job: str = "cdclake-verify"
 
     def send_file(self, key: str, size: int) -> None:
         """Announce a bronze file of ``size`` bytes (the event carries the size; the object itself is a stand-in)."""
@@ -568,7 +569,7 @@ def pipeline(moto_step_functions_gaps: MotoStepFunctionsGaps, request: pytest.Fi
         ]
         sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=alerts_arn)
         glue = boto3.client("glue", region_name=REGION)
-        for job in ("cdclake-full-load", "cdclake-cdc", "cdclake-maintenance", "cdclake-gold"):
+        for job in ("cdclake-full-load", "cdclake-cdc", "cdclake-maintenance", "cdclake-gold", "cdclake-verify"):
             glue.create_job(
                 Name=job,
                 Role=role,
@@ -619,6 +620,8 @@ def pipeline(moto_step_functions_gaps: MotoStepFunctionsGaps, request: pytest.Fi
                 "MaintenanceEveryIterations": "2",
                 "GoldJobName": "cdclake-gold",
                 "GoldEveryIterations": "0",  # off unless a test turns it on: the gold tests below
+                "VerifyJobName": "cdclake-verify",
+                "VerifyAfterFullLoad": "true",  # the template's value with a source secret (the default)
                 "HandOverWaitSeconds": "1",  # the template's 5 s, shortened as PollSeconds is
                 **settings,
             }

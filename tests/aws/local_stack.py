@@ -60,6 +60,9 @@ def moto_server() -> Iterator[str]:
     try:
         import urllib.request
 
+        # moto's backends live in the process, not in the server: a server started after another module's begins
+        # empty, as a new emulator would (the DMS task and the stacks of the last one would otherwise still exist).
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=10).read()
         request = urllib.request.Request(
             f"{endpoint}/moto-api/config",
             data=json.dumps({"stepfunctions": {"execute_state_machine": True}}).encode(),

@@ -203,8 +203,15 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
             yield deploy(work, endpoint, gaps)
 
 
-def deploy(work: Path, endpoint: str, gaps: MotoStepFunctionsGaps, config_text: str = CONFIG) -> Deployed:
-    """The deploy as `make deploy` does it, into the emulator: preflight, stack, upload; then the test's wiring."""
+def deploy(
+    work: Path,
+    endpoint: str,
+    gaps: MotoStepFunctionsGaps,
+    config_text: str = CONFIG,
+    parameters: dict[str, str] | None = None,
+) -> Deployed:
+    """The deploy as `make deploy` does it, into the emulator: preflight, stack, upload; then the test's wiring.
+    ``parameters``: stack parameters beside (or over) the ones every deployed test uses."""
     s3, sqs, sns, dms = (boto3.client(s, region_name=REGION) for s in ("s3", "sqs", "sns", "dms"))
     task = a_started_replication_task(dms)
     template = build_and_transform(work, endpoint)
@@ -213,7 +220,7 @@ def deploy(work: Path, endpoint: str, gaps: MotoStepFunctionsGaps, config_text: 
     config.write_text(config_text, encoding="utf-8")
     given = {"EnvironmentName": "dev", "ReplicationTaskArns": task, "AlertEmail": "ops@example.com",
              "PollSeconds": "1", "CdcPollSeconds": "1", "CdcIdleSeconds": "2", "SweepEveryIterations": "4",
-             "MaintenanceEveryIterations": "0"}  # fmt: skip
+             "MaintenanceEveryIterations": "0"} | (parameters or {})  # fmt: skip
     # The deploy's own preflight: the wheel's key, and no retained database to adopt on a first deploy.
     overrides = stack_artifacts.preflight(
         boto3.client("cloudformation", region_name=REGION), boto3.client("glue", region_name=REGION), s3,

@@ -80,8 +80,8 @@ def third_party_imports() -> set[str]:
 
 def test_the_import_scan_sees_the_drivers_and_the_runtime() -> None:
     found = third_party_imports()
-    assert {"yaml", "pg8000", "pymysql", "pytds", "pyarrow", "boto3", "pyspark"} <= found
-    assert "psycopg2" not in found  # `cdclake capture` (local only) needs it; no Glue job reaches it
+    # psycopg2: the verify job reads PostgreSQL through the verify engine's psycopg2 connection
+    assert {"yaml", "pg8000", "pymysql", "pytds", "pyarrow", "boto3", "pyspark", "psycopg2"} <= found
 
 
 @pytest.fixture(scope="module")

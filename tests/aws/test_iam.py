@@ -245,13 +245,17 @@ def test_a_missing_permission_is_found() -> None:
 # call's callers are declared here, from the jobs' arguments: every job reads its configuration (--config); only the
 # full-load and CDC jobs read bronze (--bronze listings) and publish table metrics (--metrics_namespace); only the
 # full-load job reads the source (--secret_id, --source_connection) and writes the configuration; only the CDC job
-# follows the queue (--queue_url) and publishes alerts (--alert_topic_arn).
+# follows the queue (--queue_url) and publishes alerts (--alert_topic_arn). The verify job reads the source as the
+# full-load job does (--secret_id, --source_connection) and publishes its own metrics (--metrics_namespace).
 JOB_ROLES = {"full_load": "FullLoadJobRole", "cdc": "CdcJobRole", "maintain": "MaintenanceJobRole",
-             "gold": "GoldJobRole"}  # fmt: skip
+             "gold": "GoldJobRole", "verify": "VerifyJobRole"}  # fmt: skip
 EVERY_JOB = frozenset(JOB_ROLES)
 BRONZE_READERS = frozenset({"full_load", "cdc"})
 FULL_LOAD = frozenset({"full_load"})
 CDC = frozenset({"cdc"})
+SOURCE_READERS = frozenset({"full_load", "verify"})
+METRICS_PUBLISHERS = frozenset({"full_load", "cdc", "verify"})
+SILVER_WRITERS = EVERY_JOB - {"verify"}
 # IAM action -> (the logical resource the call reaches, the jobs that make it).
 GLUE_CALLS: dict[str, list[tuple[str, frozenset[str]]]] = {
     "s3:GetObject": [("ArtifactsBucket", EVERY_JOB), ("BronzeBucket", BRONZE_READERS)],
@@ -260,9 +264,9 @@ GLUE_CALLS: dict[str, list[tuple[str, frozenset[str]]]] = {
     # source secret and the Glue connection (optional statements, checked as present).
     # ... and the CDC lane's reload request (--reload_requests, ops/reload_requests.py).
     "s3:PutObject": [("TableConfigKey", FULL_LOAD), ("state/reloads.json", CDC)],
-    "secretsmanager:GetSecretValue": [("SourceSecretId", FULL_LOAD)],
-    "glue:GetConnection": [("SourceConnectionName", FULL_LOAD)],
-    "cloudwatch:PutMetricData": [("*", BRONZE_READERS)],  # no resource type (narrowed by namespace)
+    "secretsmanager:GetSecretValue": [("SourceSecretId", SOURCE_READERS)],
+    "glue:GetConnection": [("SourceConnectionName", SOURCE_READERS)],
+    "cloudwatch:PutMetricData": [("*", METRICS_PUBLISHERS)],  # no resource type (narrowed by namespace)
     "sqs:ReceiveMessage": [("FileQueue", CDC)],
     "sqs:DeleteMessage": [("FileQueue", CDC)],
     "sqs:ChangeMessageVisibility": [("FileQueue", CDC)],
@@ -288,6 +292,13 @@ ICEBERG_NEEDS = {
     "cdc": [*SILVER_FILES, *catalog_needs(SILVER_CATALOG)],
     "maintain": [*SILVER_FILES, *catalog_needs(SILVER_CATALOG), *catalog_needs(GOLD_CATALOG)],
     "gold": [*SILVER_FILES, *catalog_needs(SILVER_CATALOG), *catalog_needs(GOLD_CATALOG)],
+    # The verify job reads silver and writes its results table alone (files and catalog entry).
+    "verify": [
+        *(Need(a, "SilverBucket", "Iceberg S3FileIO") for a in ("s3:GetObject", "s3:ListBucket")),
+        *(Need(a, "cdclake_verify", "Iceberg S3FileIO") for a in ("s3:PutObject", "s3:DeleteObject")),
+        *(Need(f"glue:{a}", SILVER_CATALOG, "Iceberg GlueCatalog") for a in ("GetDatabase", "GetTable", "GetTables")),
+        *(Need(f"glue:{a}", "cdclake_verify", "Iceberg GlueCatalog") for a in ("CreateTable", "UpdateTable")),
+    ],
 }
 # The CDC job's interfaces, declared as well as read from the code so its role is checked before the job's code
 # calls them: it follows the encrypted file queue (--queue_url) and alerts to the encrypted topic (--alert_topic_arn).
@@ -327,10 +338,11 @@ def test_every_boto3_call_of_the_glue_jobs_is_allowed_by_its_jobs_role() -> None
 def test_no_glue_job_role_allows_what_only_another_job_calls() -> None:
     # The source (secret, connection, configuration writes), the queue, the alerts and bronze, each only where used.
     exclusive = [
-        (FULL_LOAD, Need("secretsmanager:GetSecretValue", "SourceSecretId", "x")),
-        (FULL_LOAD, Need("glue:GetConnection", "SourceConnectionName", "x")),
+        (SOURCE_READERS, Need("secretsmanager:GetSecretValue", "SourceSecretId", "x")),
+        (SOURCE_READERS, Need("glue:GetConnection", "SourceConnectionName", "x")),
         (FULL_LOAD, Need("s3:PutObject", "TableConfigKey", "x")),
-        (FULL_LOAD, Need("ec2:CreateNetworkInterface", "*", "x")),
+        (SOURCE_READERS, Need("ec2:CreateNetworkInterface", "*", "x")),
+        (SILVER_WRITERS, Need("glue:DeleteTable", SILVER_CATALOG, "x")),
         (CDC, Need("sqs:ReceiveMessage", "FileQueue", "x")),
         (CDC, Need("sqs:DeleteMessage", "FileQueue", "x")),
         (CDC, Need("sns:Publish", "AlertTopic", "x")),
@@ -378,6 +390,21 @@ EXPECTED_STATEMENTS = {
     },
     "MaintenanceJobRole": _SHARED_STATEMENTS,
     "GoldJobRole": _SHARED_STATEMENTS,
+    "VerifyJobRole": {
+        "ReadArtifacts": ["s3:GetObject", "s3:ListBucket"],
+        "ReadSilver": ["s3:GetObject", "s3:ListBucket"],
+        "WriteVerifyResults": ["s3:PutObject", "s3:DeleteObject"],
+        "ReadCatalog": ["glue:GetDatabase", "glue:GetTable", "glue:GetTables", "glue:GetPartitions"],
+        "WriteVerifyTable": ["glue:CreateTable", "glue:UpdateTable"],
+        "SourceConnection": ["glue:GetConnection"],
+        "SourceSecret": ["secretsmanager:GetSecretValue"],
+        "JobLogs": _SHARED_STATEMENTS["JobLogs"],
+        "SecurityConfigurationKey": _SHARED_STATEMENTS["SecurityConfigurationKey"],
+        "JobMetrics": ["cloudwatch:PutMetricData"],
+        "ConnectionNetwork": ["ec2:DescribeVpcEndpoints", "ec2:DescribeRouteTables", "ec2:DescribeSubnets",
+                              "ec2:DescribeSecurityGroups", "ec2:DescribeNetworkInterfaces",
+                              "ec2:CreateNetworkInterface", "ec2:DeleteNetworkInterface", "ec2:CreateTags"],
+    },
 }  # fmt: skip
 
 
@@ -393,8 +420,23 @@ def test_only_the_jobs_that_publish_table_metrics_may_use_their_namespace() -> N
     for role in EXPECTED_STATEMENTS:
         [metrics] = [s for s in role_statements(role) if s["Sid"] == "JobMetrics"]
         namespaces = metrics["Condition"]["StringEquals"]["cloudwatch:namespace"]
-        expected = ["Glue", {"Ref": "MetricsNamespace"}] if role in ("FullLoadJobRole", "CdcJobRole") else "Glue"
+        publishers = ("FullLoadJobRole", "CdcJobRole", "VerifyJobRole")
+        expected = ["Glue", {"Ref": "MetricsNamespace"}] if role in publishers else "Glue"
         assert namespaces == expected, role
+
+
+def test_the_verify_job_writes_its_results_table_and_nothing_else_of_silver() -> None:
+    # Every write the verify role allows (S3 objects, catalog tables) names the results table: the rest of silver,
+    # bronze and the configuration are read-only to it (IAM needs the catalog and database ARNs beside the table's).
+    writes = ("s3:PutObject", "s3:DeleteObject", "glue:CreateTable", "glue:UpdateTable", "glue:DeleteTable")
+    for statement in role_statements("VerifyJobRole"):
+        actions = _listed(statement["Action"])
+        if not any(fnmatch.fnmatchcase(w, str(a)) for w in writes for a in actions):
+            continue
+        resources = [json.dumps(r) for r in _listed(statement["Resource"])]
+        tables_or_objects = [r for r in resources if ':catalog"' not in r and "database/" not in r]
+        assert tables_or_objects and all("cdclake_verify" in r for r in tables_or_objects), statement["Sid"]
+    assert missing("VerifyJobRole", [Need("s3:ListBucket", "BronzeBucket", "x")]) != []
 
 
 def test_the_role_check_finds_a_role_that_lacks_a_call() -> None:

@@ -17,7 +17,13 @@ from cdclake.ops.maintenance import MaintenanceSettings
 from cdclake.shells.glue_job import JOB_ARGUMENTS, REQUIRED_ARGUMENTS, JobName, parse_arguments
 
 COMMON = ["--config", "s3://a/config/cdclake.yaml", "--bronze", "s3://b/dms", "--warehouse", "s3://s/warehouse"]
-JOBS = {"FullLoadJob": "full_load", "CdcJob": "cdc", "MaintenanceJob": "maintain", "GoldJob": "gold"}
+JOBS = {
+    "FullLoadJob": "full_load",
+    "CdcJob": "cdc",
+    "MaintenanceJob": "maintain",
+    "GoldJob": "gold",
+    "VerifyJob": "verify",
+}
 
 
 def test_absent_settings_keep_the_engine_defaults_and_skip_unchanged_tables() -> None:

@@ -72,6 +72,52 @@ def test_full_load_complete_runs_the_full_load_job_once_then_cdc_starts_in_a_fre
     assert pipeline.job_runs(pipeline.cdc_job) == []
 
 
+def test_the_verify_job_is_started_after_the_full_load_and_the_cdc_loop_starts_without_waiting_for_it(
+    pipeline: Pipeline,
+) -> None:
+    # GIVEN a stack with a source secret (VerifyAfterFullLoad true)
+    # WHEN the full load completes
+    execution = pipeline.start({})
+    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    # THEN the verify job was started once, after the full-load job, with the job's own arguments
+    [verify] = pipeline.job_runs(pipeline.verify_job)
+    [full_load] = pipeline.job_runs(pipeline.full_load_job)
+    assert verify["StartedOn"] >= full_load["StartedOn"] and verify.get("Arguments", {}) == {}
+    entered = pipeline.states_entered(execution)
+    assert entered[entered.index("RunFullLoadJob") :] == [
+        "RunFullLoadJob", "IsVerifyAfterFullLoad", "StartVerifyJob", "MarkFullLoadDone", "StartSuccessor", "HandedOver",
+    ]  # fmt: skip
+    # AND the CDC loop runs in the successor, which never starts verify again
+    successor = pipeline.successor_of(execution)
+    pipeline.wait_for_state(successor, "WaitForFiles", times=2)
+    assert len(pipeline.job_runs(pipeline.verify_job)) == 1
+    assert "StartVerifyJob" not in pipeline.states_entered(successor)
+
+
+def test_a_verify_job_that_cannot_start_never_stops_the_pipeline(pipeline: Pipeline) -> None:
+    # GIVEN a verify job Glue refuses to start (here: it does not exist)
+    pipeline.glue.delete_job(JobName=pipeline.verify_job)
+    # WHEN the full load completes
+    execution = pipeline.start({})
+    # THEN the refusal is caught: the full load is marked done and the CDC loop starts; nothing alerts
+    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    entered = pipeline.states_entered(execution)
+    assert entered[-4:] == ["StartVerifyJob", "MarkFullLoadDone", "StartSuccessor", "HandedOver"]
+    assert "NotifyFailure" not in entered
+    assert "EntityNotFound" in pipeline.state_input(execution, "MarkFullLoadDone")["verifyError"]["Error"]
+    pipeline.wait_for_state(pipeline.successor_of(execution), "WaitForFiles")
+    assert pipeline.alerts() == []
+
+
+@pytest.mark.parametrize("pipeline", [{"VerifyAfterFullLoad": "false"}], indirect=True)
+def test_without_a_source_secret_no_verify_job_runs(pipeline: Pipeline) -> None:
+    execution = pipeline.start({})
+    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    assert pipeline.job_runs(pipeline.verify_job) == []
+    assert "StartVerifyJob" not in pipeline.states_entered(execution)
+    assert pipeline.states_entered(execution)[-3:] == ["MarkFullLoadDone", "StartSuccessor", "HandedOver"]
+
+
 def test_full_load_skipped_when_the_input_says_it_ran(pipeline: Pipeline) -> None:
     execution = pipeline.start({"fullLoadDone": True})
     pipeline.wait_for_state(execution, "WaitForFiles")

@@ -119,6 +119,7 @@ def test_function_code_is_strictly_typed(function: str) -> None:
 # ------------------------------------------------------------------------------------------ observability
 PIPELINE_METRICS = ["FilesApplied", "BytesApplied", "RowsInserted", "RowsUpdated", "RowsDeleted", "TablesFailed",
                     "FilesQuarantined", "FreshnessLagSeconds", "BacklogFiles", "BacklogBytes"]  # fmt: skip
+VERIFY_METRICS = ["TablesDiffering", "RowsDiffering", "TablesSkipped", "TablesVerified"]  # the verify job's
 
 
 def test_the_jobs_name_their_environment_and_namespace_and_may_publish_only_there() -> None:
@@ -157,9 +158,9 @@ def test_the_dashboard_shows_every_pipeline_metric_of_this_environment_and_no_pe
     assert "SEARCH(" not in body and "SCHEMA(" not in body
     rows = [row for w in widgets for row in w["properties"].get("metrics", [])]
     ours = {row[1]: row for row in rows if row[0] == "x"}  # the namespace, rendered
-    assert sorted(ours) == sorted(PIPELINE_METRICS)
+    assert sorted(ours) == sorted(PIPELINE_METRICS + VERIFY_METRICS)
     assert all(row[2:4] == ["Environment", "x"] for row in ours.values())
-    assert body.count('["${MetricsNamespace}", ') == len(PIPELINE_METRICS)
+    assert body.count('["${MetricsNamespace}", ') == len(PIPELINE_METRICS) + len(VERIFY_METRICS)
     plain = {row[1] for row in rows if isinstance(row[0], str)}
     assert {"ApproximateNumberOfMessagesVisible", "ApproximateAgeOfOldestMessage", "ExecutionsFailed"} <= plain
     assert "${FileDeadLetterQueue.QueueName}" in body and "${PipelineStateMachine}" in body
@@ -217,9 +218,9 @@ def test_no_alarm_or_widget_needs_a_per_table_metric() -> None:
 def test_every_glue_job_failure_alerts_and_the_state_machine_may_run_every_job() -> None:
     resources = template()["Resources"]
     jobs = [name for name, r in resources.items() if r["Type"] == "AWS::Glue::Job"]
-    assert sorted(jobs) == ["CdcJob", "FullLoadJob", "GoldJob", "MaintenanceJob"]
+    assert sorted(jobs) == ["CdcJob", "FullLoadJob", "GoldJob", "MaintenanceJob", "VerifyJob"]
     rule = resources["GlueJobFailedRule"]["Properties"]["EventPattern"]["detail"]["jobName"]
-    assert rule == [{"Ref": job} for job in ("FullLoadJob", "CdcJob", "MaintenanceJob", "GoldJob")]
+    assert rule == [{"Ref": job} for job in ("FullLoadJob", "CdcJob", "MaintenanceJob", "GoldJob", "VerifyJob")]
     statements = resources["PipelineStateMachine"]["Properties"]["Policies"][-1]["Statement"]
     [run_jobs] = [s for s in statements if s["Sid"] == "RunGlueJobs"]
-    assert len(run_jobs["Resource"]) == 4 and all(f"${{{job}}}" in str(run_jobs["Resource"]) for job in jobs)
+    assert len(run_jobs["Resource"]) == 5 and all(f"${{{job}}}" in str(run_jobs["Resource"]) for job in jobs)

@@ -32,7 +32,7 @@ def test_no_arn_is_spelled_for_one_partition() -> None:
 
 def test_every_glue_job_runs_glue_5_1() -> None:
     jobs = [r for r in RESOURCES.values() if r["Type"] == "AWS::Glue::Job"]
-    assert [job["Properties"]["GlueVersion"] for job in jobs] == ["5.1"] * 4
+    assert [job["Properties"]["GlueVersion"] for job in jobs] == ["5.1"] * 5
 
 
 def test_no_job_argument_glue_5_ignores() -> None:
@@ -322,11 +322,42 @@ def test_without_a_source_connection_the_jobs_run_outside_any_vpc() -> None:
     assert template()["Conditions"]["HasSourceConnection"] == {
         "Not": [{"Equals": [{"Ref": "SourceConnectionName"}, ""]}]
     }
-    connections = RESOURCES["FullLoadJob"]["Properties"]["Connections"]
-    assert connections["If"][0] == "HasSourceConnection" and connections["If"][2] == {"Ref": "AWS::NoValue"}
+    for job in ("FullLoadJob", "VerifyJob"):  # the jobs that read the source
+        connections = RESOURCES[job]["Properties"]["Connections"]
+        assert connections["If"][0] == "HasSourceConnection" and connections["If"][2] == {"Ref": "AWS::NoValue"}
     # issue 34.2: the jobs that never talk to the source database are never put into its VPC
     for job in ("CdcJob", "MaintenanceJob", "GoldJob"):
         assert "Connections" not in RESOURCES[job]["Properties"], job
+
+
+def test_the_verify_job_runs_only_with_a_source_after_the_full_load_and_on_an_optional_schedule() -> None:
+    conditions = template()["Conditions"]
+    assert conditions["VerifyAfterLoad"] == {
+        "And": [{"Condition": "HasSourceSecret"}, {"Equals": [{"Ref": "VerifyAfterFullLoad"}, "true"]}]
+    }
+    assert conditions["HasVerifySchedule"] == {
+        "And": [{"Condition": "HasSourceSecret"}, {"Not": [{"Equals": [{"Ref": "VerifySchedule"}, ""]}]}]
+    }
+    assert PARAMETERS["VerifySchedule"]["Default"] == ""  # no schedule unless asked for
+    pattern = PARAMETERS["VerifySchedule"]["AllowedPattern"]
+    for accepted in ("", "rate(1 day)", "cron(0 3 ? * SUN *)"):
+        assert re.fullmatch(pattern, accepted), accepted
+    for refused in ("daily", "rate 1 day", "at(2026-01-01T00:00:00)"):
+        assert not re.fullmatch(pattern, refused), refused
+    substitutions = RESOURCES["PipelineStateMachine"]["Properties"]["DefinitionSubstitutions"]
+    assert substitutions["VerifyAfterFullLoad"] == {"If": ["VerifyAfterLoad", "true", "false"]}
+    assert substitutions["VerifyJobName"] == {"Ref": "VerifyJob"}
+    # The schedule starts the verify job itself (never a second state machine execution), with a role for that alone
+    schedule = RESOURCES["VerifyScheduleEntry"]
+    assert schedule["Condition"] == RESOURCES["VerifyScheduleRole"]["Condition"] == "HasVerifySchedule"
+    target = schedule["Properties"]["Target"]
+    assert target["Arn"] == {"Sub": "arn:${AWS::Partition}:scheduler:::aws-sdk:glue:startJobRun"}
+    assert json.loads(target["Input"]["Sub"].replace("${VerifyJob}", "cdclake-dev-verify")) == {
+        "JobName": "cdclake-dev-verify"
+    }
+    [policy] = RESOURCES["VerifyScheduleRole"]["Properties"]["Policies"]
+    [statement] = policy["PolicyDocument"]["Statement"]
+    assert statement["Action"] == "glue:StartJobRun" and "job/${VerifyJob}" in statement["Resource"]["Sub"]
 
 
 def test_the_optional_dms_endpoint_writes_what_cdclake_reads_to_bronze() -> None:

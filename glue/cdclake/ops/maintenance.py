@@ -42,6 +42,7 @@ from cdclake.lake.journals import (
     QUARANTINE_ROWS_TABLE,
     QUARANTINE_TABLE,
     SCHEMA_CHANGES_TABLE,
+    VERIFY_TABLE,
     tombstones_of,
     tombstones_pruned_before,
 )
@@ -61,7 +62,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("cdclake")
 
 # The tables every silver table of a database shares, maintained once per run.
-JOURNALS = (SCHEMA_CHANGES_TABLE, QUARANTINE_TABLE, QUARANTINE_ROWS_TABLE, DISMISSED_TABLE)
+JOURNALS = (SCHEMA_CHANGES_TABLE, QUARANTINE_TABLE, QUARANTINE_ROWS_TABLE, DISMISSED_TABLE, VERIFY_TABLE)
 SILVER, TOMBSTONES, HISTORY, LEDGER_ARCHIVE, JOURNAL, GOLD_MART = (
     "silver", "tombstones", "history", "ledger archive", "journal", "mart"
 )  # fmt: skip

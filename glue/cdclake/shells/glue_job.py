@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -39,7 +41,7 @@ JOB_FOLLOW = FollowSettings(poll_seconds=30.0, idle_seconds=300.0, max_run_secon
 
 DEFAULT_MAINTENANCE = MaintenanceSettings(changed_only=True)
 
-JobName = Literal["full_load", "cdc", "maintain", "gold"]
+JobName = Literal["full_load", "cdc", "maintain", "gold", "verify"]
 
 # The arguments each job reads, and no other: the template gives each job exactly these
 # (tests/aws/test_template.py), so an argument that reaches a job is one it uses.
@@ -48,6 +50,9 @@ JOB_ARGUMENTS: dict[JobName, tuple[str, ...]] = {
     "cdc": (*_SHARED, "manifest", "replay", *_METRICS, *_FOLLOW, "alert_topic_arn", "reload_requests"),
     "maintain": (*_SHARED, *_MAINTENANCE, "gold_database"),  # the marts are maintained where the gold job keeps them
     "gold": (*_SHARED, "gold_database"),
+    # Compares silver with the source (through the full-load job's secret and connection), publishes its
+    # pipeline metrics and records each table's result in cdclake_verify; no per-table metrics.
+    "verify": (*_SHARED, "tables", "environment", "metrics_namespace", *_SOURCE),
 }
 
 
@@ -118,6 +123,16 @@ def parse_arguments(argv: Sequence[str], job: JobName) -> JobArguments:
         source=_source(values),
         maintenance=_maintenance(values),
     )
+
+
+def job_run_id(argv: Sequence[str]) -> str:
+    """The run's id: Glue's ``--JOB_RUN_ID`` (without the ``_attempt_N`` Glue adds to a retry of the same run, so
+    a retried run writes the same rows again), or a new one outside Glue."""
+    given = list(argv)
+    if "--JOB_RUN_ID" in given[:-1]:
+        run_id = given[given.index("--JOB_RUN_ID") + 1]
+        return re.sub(r"_attempt_\d+$", "", run_id)
+    return f"local_{uuid.uuid4().hex}"
 
 
 def _maintenance(values: dict[str, str]) -> MaintenanceSettings:
