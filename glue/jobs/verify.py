@@ -2,11 +2,15 @@
 
 Arguments: --config, --bronze, --warehouse, --secret_id (the stack's SourceSecretId; with --source_connection,
 --dbname and --source_engine as the full-load job is given them); optional --catalog, --database, --tables s.a,s.b
-(only those; empty: every configured table), --environment and --metrics_namespace.
+(only those; empty: every configured table), --environment, --metrics_namespace, --wait_seconds (how long a
+differing table may take to catch up with the live source: 0 reports the first read as it is) and
+--delivery_seconds (the longest a committed change takes to reach bronze).
 
-Each table is compared by key-range checksums (``sources.postgres.verify``); the run MERGEs one row per table
-into ``cdclake_verify`` (keyed by Glue's job run id, so a retried run does not add rows) and publishes
-TablesDiffering, RowsDiffering, TablesSkipped and TablesVerified under --metrics_namespace. A differing table is a
+Each table is compared by key-range checksums (``sources.verify``, the source's dialect); a differing one is read
+again once silver has caught up with the source (the CDC loop runs beside this job), so lag is not reported as a
+difference, and a table that does not catch up in time is lagging. The run MERGEs one row per table into
+``cdclake_verify`` (keyed by Glue's job run id, so a retried run does not add rows) and publishes TablesDiffering,
+RowsDiffering, TablesSkipped, TablesVerified and TablesLagging under --metrics_namespace. A differing table is a
 finding, not a failure: the run succeeds and the stack's alarm on TablesDiffering alerts. A table that cannot be
 compared (the source unreachable, no silver table yet) is skipped with its reason, counted in TablesSkipped.
 """
@@ -43,7 +47,8 @@ def main(argv: Sequence[str]) -> VerifyRun:
     tables = [engine.config.table(t) for t in args.tables] or list(engine.config.tables)
     import boto3
 
-    verified = verify_tables(engine, args.source, tables, (boto3.client("secretsmanager"), boto3.client("glue")))
+    clients = (boto3.client("secretsmanager"), boto3.client("glue"))
+    verified = verify_tables(engine, args.source, tables, clients, args.live if args.live.wait_seconds > 0 else None)
     rows = verify_rows(run_id, verified)
     record_verify_run(engine.spark, engine.catalog, engine.config.database, rows)
     for item in verified:

@@ -119,7 +119,7 @@ def test_function_code_is_strictly_typed(function: str) -> None:
 # ------------------------------------------------------------------------------------------ observability
 PIPELINE_METRICS = ["FilesApplied", "BytesApplied", "RowsInserted", "RowsUpdated", "RowsDeleted", "TablesFailed",
                     "FilesQuarantined", "FreshnessLagSeconds", "BacklogFiles", "BacklogBytes"]  # fmt: skip
-VERIFY_METRICS = ["TablesDiffering", "RowsDiffering", "TablesSkipped", "TablesVerified"]  # the verify job's
+VERIFY_METRICS = ["TablesDiffering", "RowsDiffering", "TablesSkipped", "TablesVerified", "TablesLagging"]  # verify's
 
 
 def test_the_jobs_name_their_environment_and_namespace_and_may_publish_only_there() -> None:

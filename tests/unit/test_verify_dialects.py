@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -245,5 +246,7 @@ def test_a_postgres_address_from_a_secret_reaches_libpq_whole() -> None:
     # GIVEN an address as a secret resolves it, with a password libpq must read quoted
     secret = "it's a \\ secret"
     address = SourceAddress("postgres", "db.internal", 5433, "shop", "reader", secret, (("sslmode", "require"),))
-    # WHEN it is written for libpq THEN reading it back by libpq's quoting rules (parse_source) gives it whole
-    assert parse_source(dialects.conninfo(address)) == address
+    # WHEN it is written for libpq THEN reading it back by libpq's quoting rules (parse_source) gives it whole,
+    # with the time to connect
+    timed = (("connect_timeout", "15"), ("sslmode", "require"))
+    assert parse_source(dialects.conninfo(address, timeout=15)) == replace(address, options=timed)

@@ -1,4 +1,4 @@
-"""The verify job's pure core (cdclake.ops.verify_log, ops.verify_source.conninfo, shells.glue_job.job_run_id):
+"""The verify job's pure core (cdclake.ops.verify_log, sources.dialects.conninfo, shells.glue_job.job_run_id):
 the cdclake_verify rows built from comparisons, the run's summary and metric data, the source's libpq string and
 the run id. No Spark, no AWS."""
 
@@ -13,9 +13,10 @@ import pytest
 
 from cdclake.errors import ConfigError
 from cdclake.ops.verify_log import SAMPLE_KEYS, summary_of, verify_metric_data, verify_rows
-from cdclake.ops.verify_source import TableComparison, TableVerified, conninfo
+from cdclake.ops.verify_source import TableComparison, TableVerified
 from cdclake.shells.glue_job import job_run_id, parse_arguments
 from cdclake.sources.catalog.connect import SourceAddress
+from cdclake.sources.dialects import conninfo
 
 T0 = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)
 
@@ -74,23 +75,26 @@ def test_a_table_that_could_not_be_compared_is_skipped_with_its_reason() -> None
 
 
 def test_the_summary_and_its_metrics_count_tables_and_rows() -> None:
-    # GIVEN a run of four tables: equal, differing by 3 keys, differing by 1 key, skipped
+    # GIVEN a run of five tables: equal, differing by 3 keys, differing by 1 key, skipped, lagging
     comparisons = [
         TableComparison(table="s.a"),
         TableComparison(table="s.b", missing=["id=1"], unexpected=["id=2"], different=["id=3"]),
         TableComparison(table="s.c", unlogged_defaults=["id=9"]),
         TableComparison(table="s.d", problem="no such table at the source"),
+        TableComparison(table="s.e", lagging="newest change applied 40 s before verify started"),
     ]
     rows = verify_rows("r", [_verified(c) for c in comparisons])
     # WHEN summarised
     summary = summary_of(rows)
     # THEN
     assert (summary.tables_compared, summary.tables_differing, summary.rows_differing, summary.tables_skipped) == (
-        3, 2, 4, 1,
+        4, 2, 4, 1,
     )  # fmt: skip
+    assert summary.tables_lagging == 1 and [r.verdict for r in rows][-1] == "lagging"
     data = verify_metric_data(summary, "prod", T0)
     assert {d["MetricName"]: d["Value"] for d in data} == {
-        "TablesDiffering": 2.0, "RowsDiffering": 4.0, "TablesSkipped": 1.0, "TablesVerified": 3.0,
+        "TablesDiffering": 2.0, "RowsDiffering": 4.0, "TablesSkipped": 1.0, "TablesVerified": 4.0,
+        "TablesLagging": 1.0,
     }  # fmt: skip
     assert all(d["Dimensions"] == [{"Name": "Environment", "Value": "prod"}] and d["Timestamp"] == T0 for d in data)
 
@@ -193,8 +197,10 @@ def test_a_record_that_keeps_losing_or_fails_otherwise_raises(monkeypatch: pytes
     assert len(attempts) == 1  # anything else is not tried again
 
 
-def test_a_source_verify_cannot_read_skips_every_table_with_the_reason() -> None:
-    # GIVEN the stack's secret naming a MySQL source, and a secret id that does not exist (moto Secrets Manager)
+def test_a_source_verify_cannot_reach_or_read_skips_every_table_with_the_reason() -> None:
+    # GIVEN the stack's secret naming a MySQL source nothing listens for, and a secret id that does not exist
+    import socket
+
     import boto3
     from moto import mock_aws
 
@@ -206,20 +212,21 @@ def test_a_source_verify_cannot_read_skips_every_table_with_the_reason() -> None
         "bronze: {format: csv}\nsilver: {database: shop}\ntables:\n"
         "  s.a: {primary_key: [id], columns: {id: int}}\n  s.b: {primary_key: [id], columns: {id: int}}\n"
     )
+    with socket.socket() as probe:  # a loopback port no server holds: the connection is refused at once
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     with mock_aws():
         secrets = boto3.client("secretsmanager", region_name="eu-west-1")
-        secrets.create_secret(
-            Name="mysql", SecretString='{"engine": "mysql", "host": "db", "username": "u", "password": "p"}'
-        )
+        secret = {"engine": "mysql", "host": "127.0.0.1", "port": port, "username": "u", "password": "s3cret"}
+        secrets.create_secret(Name="mysql", SecretString=json.dumps(secret))
         clients = (secrets, None)
         # WHEN each is verified (no engine is needed: nothing is compared)
         mysql = verify_tables(None, SourceSettings("mysql"), config.tables, clients, now=lambda: T0)  # type: ignore[arg-type]
         absent = verify_tables(None, SourceSettings("absent"), config.tables, clients, now=lambda: T0)  # type: ignore[arg-type]
-    # THEN every table is skipped, each saying why, at the time given
-    assert [(v.comparison.table, v.comparison.problem) for v in mysql] == [
-        ("s.a", "verify compares PostgreSQL sources only; the source is mysql"),
-        ("s.b", "verify compares PostgreSQL sources only; the source is mysql"),
-    ]
+    # THEN every table is skipped, each saying why (never the password), at the time given
+    assert [v.comparison.table for v in mysql] == ["s.a", "s.b"]
+    assert all(v.comparison.problem.startswith("could not be compared: ") for v in mysql), mysql[0].comparison
+    assert all("s3cret" not in v.comparison.problem for v in mysql)
     assert all(v.started == v.finished == T0 and v.position is None for v in mysql)
     assert [v.comparison.table for v in absent] == ["s.a", "s.b"]
     assert all(v.comparison.problem.startswith("The secret absent cannot be read") for v in absent)

@@ -13,7 +13,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import astuple, dataclass, fields
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from cdclake.lake.journals import VERIFY_TABLE
 from cdclake.lake.tables import SilverTable, ensure_table, is_commit_conflict, merge_frame
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from cdclake.ops.verify_source import TableComparison, TableVerified
+    from cdclake.sources.verify import Verdict
 
 SAMPLE_KEYS = 20  # differing keys kept per table in sample_keys
 # A MERGE that loses to another commit (maintenance compacting the table) is tried again, this often in all.
@@ -29,12 +30,12 @@ RECORD_ATTEMPTS = 3
 # Keys of each kind in a table's log line: a line stays well under CloudWatch Logs' 256 KB event limit.
 LOGGED_KEYS = 1000
 # One datapoint a run each, dimension Environment (the dashboard's verify widget; two alarms).
-VERIFY_METRICS = ("TablesDiffering", "RowsDiffering", "TablesSkipped", "TablesVerified")
-Verdict = Literal["equal", "differing", "skipped"]
+VERIFY_METRICS = ("TablesDiffering", "RowsDiffering", "TablesSkipped", "TablesVerified", "TablesLagging")
 
 # The table's columns, in order (Athena: SELECT * FROM cdclake_<env>.cdclake_verify ORDER BY started DESC).
 VERIFY_SCHEMA = (
     "run_id string, source_table string, started timestamp, finished timestamp, source_position string, "
+    "source_clock timestamp, "
     "method string, ranges_compared bigint, ranges_differing bigint, rows_read bigint, source_rows bigint, "
     "silver_rows bigint, rows_differing bigint, verdict string, problem string, sample_keys string"
 )
@@ -48,7 +49,10 @@ class VerifyRow:
     source_table: str  # schema.table at the source
     started: datetime
     finished: datetime
-    source_position: str | None  # the source's WAL position (LSN) when the table's comparison began; None: not known
+    # Where the source stood when the run began: its log position (PostgreSQL's LSN), else its clock; None: not
+    # known (the source unreachable)
+    source_position: str | None
+    source_clock: datetime | None  # the source's clock then (UTC), which silver's commit times are compared with
     method: str  # "checksums" (key ranges) or "rows" (every row read)
     ranges_compared: int
     ranges_differing: int
@@ -69,6 +73,7 @@ class VerifySummary:
     tables_differing: int
     rows_differing: int
     tables_skipped: int
+    tables_lagging: int = 0  # silver had not caught up with the source within the run's wait
 
 
 @dataclass(frozen=True)
@@ -81,9 +86,7 @@ class VerifyRun:
 
 
 def verdict_of(comparison: TableComparison) -> Verdict:
-    if comparison.problem:
-        return "skipped"
-    return "equal" if comparison.equal else "differing"
+    return comparison.verdict
 
 
 def differing_keys(comparison: TableComparison) -> list[dict[str, Any]]:
@@ -126,6 +129,7 @@ def verify_rows(run_id: str, verified: Sequence[TableVerified]) -> list[VerifyRo
                 started=item.started,
                 finished=item.finished,
                 source_position=item.position,
+                source_clock=item.source_clock,
                 method=c.method,
                 ranges_compared=c.ranges,
                 ranges_differing=c.ranges_differing,
@@ -147,6 +151,7 @@ def summary_of(rows: Sequence[VerifyRow]) -> VerifySummary:
         tables_differing=sum(1 for r in rows if r.verdict == "differing"),
         rows_differing=sum(r.rows_differing for r in rows),
         tables_skipped=sum(1 for r in rows if r.verdict == "skipped"),
+        tables_lagging=sum(1 for r in rows if r.verdict == "lagging"),
     )
 
 
@@ -155,7 +160,13 @@ def verify_metric_data(summary: VerifySummary, environment: str, now: datetime) 
     values = dict(
         zip(
             VERIFY_METRICS,
-            (summary.tables_differing, summary.rows_differing, summary.tables_skipped, summary.tables_compared),
+            (
+                summary.tables_differing,
+                summary.rows_differing,
+                summary.tables_skipped,
+                summary.tables_compared,
+                summary.tables_lagging,
+            ),
             strict=True,
         )
     )

@@ -24,6 +24,7 @@ from cdclake.ops.maintenance import MaintenanceSettings
 from cdclake.ops.source_catalog import SourceSettings
 from cdclake.report import Backlog, RunReport
 from cdclake.runtime.session import GlueCatalog, LocalCatalog
+from cdclake.sources.live import LiveSettings
 
 log = logging.getLogger("cdclake")
 
@@ -41,6 +42,10 @@ JOB_FOLLOW = FollowSettings(poll_seconds=30.0, idle_seconds=300.0, max_run_secon
 
 DEFAULT_MAINTENANCE = MaintenanceSettings(changed_only=True)
 
+# The verify job's patience with a live source when the template gives none (VerifyWaitSeconds,
+# VerifyDeliverySeconds): DMS's CdcMaxBatchInterval (60 s) plus the CDC job's poll (30 s) and the writing.
+JOB_LIVE = LiveSettings(wait_seconds=900.0, delivery_seconds=120.0, poll_seconds=15.0)
+
 JobName = Literal["full_load", "cdc", "maintain", "gold", "verify"]
 
 # The arguments each job reads, and no other: the template gives each job exactly these
@@ -52,7 +57,7 @@ JOB_ARGUMENTS: dict[JobName, tuple[str, ...]] = {
     "gold": (*_SHARED, "gold_database"),
     # Compares silver with the source (through the full-load job's secret and connection), publishes its
     # pipeline metrics and records each table's result in cdclake_verify; no per-table metrics.
-    "verify": (*_SHARED, "tables", "environment", "metrics_namespace", *_SOURCE),
+    "verify": (*_SHARED, "tables", "environment", "metrics_namespace", *_SOURCE, "wait_seconds", "delivery_seconds"),
 }
 
 
@@ -86,6 +91,8 @@ class JobArguments:
     # Full-load job: the source whose catalog writes (or checks) the configuration; None without a secret.
     source: SourceSettings | None = None
     maintenance: MaintenanceSettings = DEFAULT_MAINTENANCE  # maintenance job
+    # Verify job: how long differing tables may take to catch up with a live source (sources.live)
+    live: LiveSettings = JOB_LIVE
 
 
 def parse_arguments(argv: Sequence[str], job: JobName) -> JobArguments:
@@ -122,6 +129,11 @@ def parse_arguments(argv: Sequence[str], job: JobName) -> JobArguments:
         alert_topic_arn=values.get("alert_topic_arn"),
         source=_source(values),
         maintenance=_maintenance(values),
+        live=LiveSettings(
+            wait_seconds=_seconds(values, "wait_seconds", JOB_LIVE.wait_seconds) or 0.0,
+            delivery_seconds=_seconds(values, "delivery_seconds", JOB_LIVE.delivery_seconds) or 0.0,
+            poll_seconds=JOB_LIVE.poll_seconds,
+        ),
     )
 
 

@@ -13,7 +13,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from cdclake.sources.catalog.connect import SourceAddress, connect, is_conninfo, libpq_dsn, parse_source
+from cdclake.sources.catalog.connect import (
+    CONNECT_TIMEOUT_SECONDS,
+    SourceAddress,
+    connect,
+    is_conninfo,
+    libpq_dsn,
+    parse_source,
+)
 from cdclake.sources.verify import SourceDialect
 
 
@@ -57,15 +64,21 @@ def _postgres(dsn: str) -> Iterator[SourceDialect[Any]]:
         conn.close()
 
 
-def conninfo(address: SourceAddress) -> str:
-    """A PostgreSQL address as the libpq key=value string psycopg2 takes (values quoted)."""
-    pairs = {
-        "host": address.host,
-        "port": str(address.port),
-        "dbname": address.database,
-        "user": address.user,
-        "password": address.password,
-        **dict(address.options),
-    }
-    quoted = {k: "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'" for k, v in pairs.items() if v}
-    return " ".join(f"{k}={v}" for k, v in quoted.items())
+def conninfo(address: SourceAddress, timeout: float = CONNECT_TIMEOUT_SECONDS) -> str:
+    """A PostgreSQL address as the libpq key=value string psycopg2 takes (every value quoted), with ``timeout``
+    seconds to connect."""
+    pairs = [
+        ("host", address.host),
+        ("port", str(address.port)),
+        ("dbname", address.database),
+        ("user", address.user),
+        ("password", address.password),
+        *address.options,  # sslmode=require and the like, from the JDBC URL's query
+        ("connect_timeout", str(max(1, round(timeout)))),
+    ]
+    return " ".join(f"{key}={_quoted(value)}" for key, value in pairs if value)
+
+
+def _quoted(value: str) -> str:
+    escaped = value.replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{escaped}'"

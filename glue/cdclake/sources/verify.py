@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from cdclake.config import TableConfig
 from cdclake.errors import first_line
@@ -72,6 +72,8 @@ log = logging.getLogger("cdclake.verify")
 
 _DECIMAL_SCALE_PREFIX = "decimal("
 _NULL = "\x00NULL"
+
+Verdict = Literal["equal", "differing", "lagging", "skipped"]
 
 # The rows to read: the key column as (name, kind) and the ranges of it (None: every row).
 Within = tuple[tuple[str, str] | None, list[KeyRange] | None]
@@ -158,6 +160,9 @@ class TableComparison:
     # differed at first and not once silver had caught up (lag), and, when silver did not catch up in time,
     # how far behind it was (the table is then lagging: its differing keys are not confirmed).
     position: str = ""
+    source_at: SourcePosition | None = field(default=None, repr=False)  # the same, as a value
+    started: datetime | None = None  # when its comparison started and ended (UTC)
+    finished: datetime | None = None
     lag_resolved: int = 0
     lagging: str = ""
     lag_seconds: float | None = None
@@ -179,7 +184,7 @@ class TableComparison:
         return not (self.differing_keys or self.problem or self.lagging)
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Verdict:
         """equal, differing, lagging (silver had not caught up with the source in time) or skipped."""
         if self.problem:
             return "skipped"
@@ -480,8 +485,11 @@ def verify(
         def compare(table: TableConfig = table, source: Any = source) -> TableComparison:
             return compare_table(engine, dialect, table, source, checksums)
 
+        began = datetime.now(UTC)
         results.append(_guarded(table, compare))
-        results[-1].position = started.describe()
+        results[-1].position, results[-1].source_at = started.describe(), started
+        results[-1].started = began
+        results[-1].finished = datetime.now(UTC)
         if live is not None and results[-1].read_again is not None:
             read_at[len(results) - 1] = dialect.position()
     if live is not None:
@@ -492,8 +500,10 @@ def verify(
             def settle(table: TableConfig = table, first: TableComparison = first, noted: Any = noted) -> Any:
                 return _settle(engine, dialect, (table, sources[table.source]), (first, noted), live, deadline)
 
+            first_started = results[index].started
             results[index] = _guarded(table, settle)
-            results[index].position = started.describe()
+            results[index].position, results[index].source_at = started.describe(), started
+            results[index].started, results[index].finished = first_started, datetime.now(UTC)
     return results
 
 

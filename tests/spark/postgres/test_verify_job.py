@@ -101,8 +101,9 @@ def test_the_verify_job_records_equal_then_names_a_planted_difference_and_publis
     secret = {"engine": "postgres", "host": "127.0.0.1", "port": source_db.server.port, "username": "postgres",
               "password": "", "dbname": source_db.name}  # fmt: skip
     boto3.client("secretsmanager").create_secret(Name="cdclake/source", SecretString=json.dumps(secret))
+    # (a quiet source: a difference is confirmed once no file waits and 1 s has passed, not the stack's 120 s)
     verify = [*common, "--secret_id", "cdclake/source", "--source_engine", "postgres",
-              "--metrics_namespace", "cdclake", "--environment", "dev"]  # fmt: skip
+              "--metrics_namespace", "cdclake", "--environment", "dev", "--delivery_seconds", "1"]  # fmt: skip
 
     # WHEN the verify job runs
     before = _current_lsn(source_db)
@@ -122,6 +123,7 @@ def test_the_verify_job_records_equal_then_names_a_planted_difference_and_publis
         assert row["source_rows"] == row["silver_rows"] == counts[table] and row["method"] == "checksums", row
         assert row["started"] <= row["finished"] and json.loads(row["sample_keys"]) == []
         assert before <= _lsn(row["source_position"]) <= after, row  # where the source's WAL stood
+        assert row["source_clock"] is not None, row  # and its clock, which silver's commit times are compared with
     assert recorded["public.items"]["ranges_compared"] > 1 and recorded["public.items"]["rows_read"] == 0
     assert (first.summary.tables_differing, first.summary.tables_skipped) == (0, 0)
     assert _metric_sums("TablesDiffering") == (0.0, 1.0) and _metric_sums("TablesVerified") == (2.0, 1.0)
