@@ -229,6 +229,44 @@ class IcebergTable:
     def unstage_scan(self, set_id: str) -> None:
         self.jvm.org.apache.iceberg.spark.ScanTaskSetManager.get().removeTasks(self.java, set_id)
 
+    def commit_row_delta(
+        self,
+        base_snapshot_id: int,
+        properties: Mapping[str, str],
+        added_data: Sequence[Any] = (),
+        added_deletes: Sequence[Any] = (),
+        removed_data: Sequence[Any] = (),
+        removed_deletes: Sequence[Any] = (),
+        referenced: Iterable[str] = (),
+    ) -> None:
+        """Commit one RowDelta on ``main`` of Iceberg's content file entries (``ContentFile.java``,
+        or those ``lake/`` builds) carrying ``properties``, validated against ``base_snapshot_id``:
+        it fails (a commit conflict) if a data or delete file was added since, a file it removes is
+        gone, or a data file in ``referenced`` (the paths its deletes point into) no longer exists."""
+        delta = self.java.newRowDelta()
+        for file in added_data:
+            delta = delta.addRows(file)
+        for file in removed_data:
+            delta = delta.removeRows(file)
+        for file in added_deletes:
+            delta = delta.addDeletes(file)
+        for file in removed_deletes:
+            delta = delta.removeDeletes(file)
+        paths = self.jvm.java.util.ArrayList()
+        for path in referenced:
+            paths.add(path)
+        delta = (
+            delta.validateFromSnapshot(base_snapshot_id)
+            .conflictDetectionFilter(self.jvm.org.apache.iceberg.expressions.Expressions.alwaysTrue())
+            .validateNoConflictingDataFiles()
+            .validateNoConflictingDeleteFiles()
+            .validateDeletedFiles()
+            .validateDataFilesExist(paths)
+        )
+        for name, value in properties.items():
+            delta = delta.set(name, value)
+        delta.commit()
+
     def snapshots(self, keys: Iterable[str] | None = ()) -> Iterator[Snapshot]:
         """Every snapshot the metadata holds (its lineage and any other), oldest first."""
         wanted = None if keys is None else tuple(keys)

@@ -48,7 +48,6 @@ from cdclake.columns import EFFECT, EFFECT_DELETE, EFFECT_UPDATE, OP, SILVER_ORD
 from cdclake.identifiers import quote
 from cdclake.lake.batch import KeyedBatch
 from cdclake.lake.iceberg import IcebergTable
-from cdclake.lake.row_delta import commit_row_delta
 from cdclake.lake.tables import iceberg_table, merge_frame
 
 if TYPE_CHECKING:
@@ -242,8 +241,9 @@ def commit_staged(spark: SparkSession, staged: StagedBatch, properties: Mapping[
     jvm: Any = spark.sparkContext._jvm
     table = iceberg_table(spark, staged.table_identifier)
     table.refresh()
-    net = IcebergTable(table, jvm).net_files(staged.branch_snapshot_ids)
-    referenced = jvm.java.util.ArrayList()
+    handle = IcebergTable(table, jvm)
+    net = handle.net_files(staged.branch_snapshot_ids)
+    referenced = []
     for file in net.added_deletes:
         # A DV names its data file; a file-scoped position delete file says it by its bounds.
         if file.referenced is None:
@@ -252,9 +252,9 @@ def commit_staged(spark: SparkSession, staged: StagedBatch, properties: Mapping[
             if int(table.currentSnapshot().snapshotId()) != staged.base_snapshot_id:
                 raise RuntimeError(f"{staged.table_identifier}: main moved since the batch was staged")
         else:
-            referenced.add(file.referenced)
-    commit_row_delta(
-        spark, table, staged.base_snapshot_id, properties,
+            referenced.append(file.referenced)
+    handle.commit_row_delta(
+        staged.base_snapshot_id, properties,
         added_data=[f.java for f in net.added_data], added_deletes=[f.java for f in net.added_deletes],
         removed_data=[f.java for f in net.removed_data], removed_deletes=[f.java for f in net.removed_deletes],
         referenced=referenced,

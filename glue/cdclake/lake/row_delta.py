@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.columns import OP, SILVER_ORDER, STORED_FILE, STORED_POS
 from cdclake.lake.batch import KeyedBatch, Rows, TableMetadata
+from cdclake.lake.iceberg import IcebergTable
 from cdclake.lake.tables import iceberg_table
 from cdclake.types import ROW_DELTA_PLAIN_ICEBERG_TYPES
 
@@ -258,15 +259,12 @@ class WrittenFiles:
     ) -> int:
         """Call ``before_commit``, then commit the batch's content files (its data files, its delete
         files and the paths of the data files those delete from) as one RowDelta
-        (``commit_row_delta``). Returns the new snapshot's id; from then on the files are the
+        (``IcebergTable.commit_row_delta``). Returns the new snapshot's id; from then on the files are the
         table's and the block keeps them whatever follows."""
-        referenced = self.jvm.java.util.ArrayList()
-        for path in deleted_from:
-            referenced.add(path)
         if before_commit is not None:
             before_commit()
-        commit_row_delta(
-            self.spark, self.table, base_snapshot_id, properties, data_files, delete_files, referenced=referenced
+        IcebergTable(self.table, self.jvm).commit_row_delta(
+            base_snapshot_id, properties, data_files, delete_files, referenced=deleted_from
         )
         self.keep()
         return int(self.table.currentSnapshot().snapshotId())
@@ -293,44 +291,6 @@ def sort_order_columns(table: Any) -> list[str]:
     written data file is sorted by)."""
     schema, order = table.schema(), table.sortOrder()
     return [str(schema.findColumnName(order.fields().get(i).sourceId())) for i in range(order.fields().size())]
-
-
-def commit_row_delta(
-    spark: SparkSession,
-    table: Any,
-    base_snapshot_id: int,
-    properties: Mapping[str, str],
-    added_data: Sequence[Any] = (),
-    added_deletes: Sequence[Any] = (),
-    removed_data: Sequence[Any] = (),
-    removed_deletes: Sequence[Any] = (),
-    referenced: Any = None,
-) -> None:
-    """Commit one RowDelta on ``main`` carrying ``properties``, validated against
-    ``base_snapshot_id``: it fails (a commit conflict) if a data or delete file was added since, a
-    file it removes is gone, or a data file in ``referenced`` (a Java list of paths its deletes
-    point into) no longer exists."""
-    jvm: Any = spark.sparkContext._jvm
-    delta = table.newRowDelta()
-    for file in added_data:
-        delta = delta.addRows(file)
-    for file in removed_data:
-        delta = delta.removeRows(file)
-    for file in added_deletes:
-        delta = delta.addDeletes(file)
-    for file in removed_deletes:
-        delta = delta.removeDeletes(file)
-    delta = (
-        delta.validateFromSnapshot(base_snapshot_id)
-        .conflictDetectionFilter(jvm.org.apache.iceberg.expressions.Expressions.alwaysTrue())
-        .validateNoConflictingDataFiles()
-        .validateNoConflictingDeleteFiles()
-        .validateDeletedFiles()
-        .validateDataFilesExist(referenced if referenced is not None else jvm.java.util.ArrayList())
-    )
-    for name, value in properties.items():
-        delta = delta.set(name, value)
-    delta.commit()
 
 
 def _writers(spark: SparkSession, rows: int) -> int:
