@@ -233,7 +233,7 @@ class WrittenFiles:
     def _metrics(self, file: WrittenFile, config: Any) -> Any:
         """Iceberg ``Metrics`` of ``file``: from the footer it kept, else read from storage. Reading
         opens Parquet with default options, and those load Hadoop's XML configuration anew each
-        time (about 20 ms); parsing a kept footer costs one call."""
+        time; parsing a kept footer costs one call."""
         iceberg = self.jvm.org.apache.iceberg
         if file.footer is None:
             return iceberg.parquet.ParquetUtil.fileMetrics(self.table.io().newInputFile(file.path), config)
