@@ -1,4 +1,4 @@
-"""The status as it was before issue 35: the baseline ``bench/status.py`` times and the oracle
+"""The status as it was before it read each database once: the baseline ``bench/status.py`` times and the oracle
 ``tests/spark/test_status_at_size.py`` compares ``cdclake.ops.status.table_statuses`` with."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 
 def per_table_statuses(engine: Engine, now: datetime | None = None) -> list[TableStatus]:
-    """The status as it was before issue 35 (the baseline, kept verbatim but for imports): for each
+    """The status as it was before it read each database once (the baseline, kept verbatim but for imports): for each
     table, its existence, ledger, a row count, a snapshots query, a tombstone count and its history,
     each a catalog call or a Spark job of its own."""
     from cdclake.dms.files import FileKind

@@ -18,7 +18,7 @@ from cdclake.identifiers import name_problem
 from cdclake.lake.history import HISTORY_SUFFIX
 from cdclake.lake.layout import LAYOUTS, Layout
 from cdclake.mart_config import GoldSettings, parse_gold, with_silver_database
-from cdclake.types import INTEGRAL_TYPES
+from cdclake.types import fraction_digits
 from cdclake.yaml_doc import YamlDoc
 
 if TYPE_CHECKING:
@@ -28,18 +28,6 @@ if TYPE_CHECKING:
 DEFAULT_CATALOG = "silver"
 
 BronzeFormat = Literal["csv", "parquet"]
-
-
-_INTEGRAL_TYPES = INTEGRAL_TYPES
-
-
-def fraction_digits(type_name: str) -> int | None:
-    """How many fraction digits a (normalised) integer or decimal type stores; None for others."""
-    if type_name in _INTEGRAL_TYPES:
-        return 0
-    if type_name.startswith("decimal(") and type_name.endswith(")"):
-        return int(type_name[len("decimal(") : -1].split(",")[1])
-    return None
 
 
 @dataclass(frozen=True)

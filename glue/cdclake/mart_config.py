@@ -47,8 +47,8 @@ class GoldSettings:
     # aggregation and write it saves (``gold.cost``; docs/benchmarks-journal.md, "Gold").
     full_refresh_share: float = 1 / 3
     # ... and when the tables it reads hold less than this: the incremental path's fixed work
-    # (about ten Spark jobs and a MERGE, ~3-4 s on 2 cores) costs more than a full refresh of them
-    # (1-3 s for 5-28 MB there; docs/benchmarks-journal.md, "Gold").
+    # (about ten Spark jobs and a MERGE) costs more than a full refresh of them (the figures:
+    # docs/benchmarks-journal.md, "Figures that were code comments").
     full_refresh_below_bytes: int = 64 * 1024 * 1024
 
     def mart(self, name: str) -> MartConfig:

@@ -12,11 +12,11 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-_INTEGERS = ("tinyint", "smallint", "int", "bigint")
+from cdclake.types import compare_types
+
 _CHANGED_TYPE = " changed type from "
 
 
@@ -35,10 +35,6 @@ def type_change_advice(table: str) -> str:
         f'"Reload table data", or locally `cdclake capture --reload {table}`), then '
         f"`cdclake replay --quarantined --table {table}`"
     )
-
-
-_FLOATS = ("float", "double")
-_DECIMAL = re.compile(r"^decimal\((\d+),(\d+)\)$")
 
 
 @dataclass(frozen=True)
@@ -60,24 +56,6 @@ class SchemaPlan:
         lines = [f"added column {c} {t}" for c, t in self.add]
         lines += [f"widened column {c} from {a} to {b}" for c, a, b in self.widen]
         return lines
-
-
-def _rank(type_name: str, family: Sequence[str]) -> int | None:
-    return family.index(type_name) if type_name in family else None
-
-
-def compare_types(stored: str, incoming: str) -> str:
-    """``same``, ``widen`` (promote silver), ``narrower`` (cast the batch) or ``incompatible``."""
-    if stored == incoming:
-        return "same"
-    for family in (_INTEGERS, _FLOATS):
-        a, b = _rank(stored, family), _rank(incoming, family)
-        if a is not None and b is not None:
-            return "widen" if b > a else "narrower"
-    da, db = _DECIMAL.match(stored), _DECIMAL.match(incoming)
-    if da and db and da.group(2) == db.group(2):
-        return "widen" if int(db.group(1)) > int(da.group(1)) else "narrower"
-    return "incompatible"
 
 
 def plan_schema_change(

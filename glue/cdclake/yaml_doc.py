@@ -3,32 +3,13 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from cdclake.errors import ConfigError
 from cdclake.identifiers import IDENTIFIER, name_problem
-
-# Spark SQL type names accepted for declared columns and casts.
-_SIMPLE_TYPES = {
-    "string", "boolean", "tinyint", "smallint", "int", "integer", "bigint", "long", "float",
-    "double", "date", "timestamp", "timestamp_ntz", "binary",
-}  # fmt: skip
-_DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
-
-
-def normalise_type(type_name: str) -> str:
-    """Canonical Spark SQL spelling of a type name, or ``ValueError``."""
-    lowered = type_name.strip().lower()
-    aliases = {"integer": "int", "long": "bigint"}
-    if lowered in _SIMPLE_TYPES:
-        return aliases.get(lowered, lowered)
-    match = _DECIMAL.match(lowered)
-    if match and 1 <= int(match.group(1)) <= 38 and int(match.group(2)) <= int(match.group(1)):
-        return f"decimal({match.group(1)},{match.group(2)})"
-    raise ValueError(f"unknown type '{type_name}' (use one of {', '.join(sorted(_SIMPLE_TYPES))} or decimal(p,s))")
+from cdclake.types import normalise_type
 
 
 class YamlDoc:

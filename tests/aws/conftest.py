@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import importlib.util
 import json
 import re
 import sys
@@ -24,6 +23,7 @@ import pytest
 from moto import mock_aws
 from task_calls import TaskCalls
 
+from file_modules import module_at
 from s3_events import ACCOUNT, REGION, object_created_event
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,12 +51,7 @@ def load_handler_module(function: str) -> ModuleType:
     name = f"{function}_app"
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, FUNCTIONS / function / "app.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return module_at(FUNCTIONS / function / "app.py", name)
 
 
 @pytest.fixture(autouse=True)

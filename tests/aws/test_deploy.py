@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import json
 import re
@@ -10,7 +9,6 @@ import shlex
 import subprocess
 import tomllib
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import boto3
@@ -19,19 +17,13 @@ from conftest import REGION, ROOT
 from moto import mock_aws
 from test_static import SAM, needs, template
 
+from file_modules import module_at
+
 SAMCONFIG = tomllib.loads((ROOT / "samconfig.toml").read_text())
 ENVIRONMENTS = [name for name in SAMCONFIG if name != "version"]
 
 
-def load_stack_artifacts() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("stack_artifacts", ROOT / "scripts" / "stack_artifacts.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-stack_artifacts = load_stack_artifacts()
+stack_artifacts = module_at(ROOT / "scripts" / "stack_artifacts.py", "stack_artifacts")
 
 
 def make_dry_run(*arguments: str) -> list[str]:

@@ -16,7 +16,6 @@ is a local directory; everything else they are given is what CloudFormation gave
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import subprocess
@@ -43,6 +42,7 @@ from task_calls import environment_set
 from test_deploy import stack_artifacts
 
 from cdclake.dms.writer import SourceChange, cdc_file_name, cdc_records, csv_text
+from file_modules import module_at
 from oracle import replay_change_log
 
 pytestmark = [pytest.mark.spark, pytest.mark.stack]
@@ -156,10 +156,7 @@ def run_glue_entry_point(s3: Any, work: Path, warehouse: Path, broken: set[str],
         script = work / "scripts" / key
         script.parent.mkdir(parents=True, exist_ok=True)
         script.write_bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
-        spec = importlib.util.spec_from_file_location(f"glue_script_{script.stem}", script)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = module_at(script, f"glue_script_{script.stem}")
         # Ours, not moto's: local Spark cannot write to S3 (no hadoop-aws), so the warehouse is local.
         given = {**arguments, "--warehouse": str(warehouse)}
         try:
@@ -254,12 +251,7 @@ def deploy(
 def handler_imported_with(function: str, environment: dict[str, str]) -> Any:
     """functions/<function>/app.py imported afresh while ``environment`` is set, as in a Lambda cold start."""
     with environment_set(environment):
-        spec = importlib.util.spec_from_file_location(
-            f"deployed_{function}_app", ROOT / "functions" / function / "app.py"
-        )
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = module_at(ROOT / "functions" / function / "app.py", f"deployed_{function}_app")
     return module.handler
 
 

@@ -6,7 +6,6 @@ PostgreSQL marts test); here the engine and the refresh are stand-ins, so no Spa
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
@@ -20,14 +19,11 @@ from test_static import template
 from cdclake.gold.refresh import FAILED, PATH_FULL, PATH_INCREMENTAL, REFRESHED, UP_TO_DATE, MartRefresh
 from cdclake.mart_config import GoldSettings, MartConfig, with_silver_database
 from cdclake.shells.glue_job import JobArguments, job_config
+from file_modules import module_at
 
 
 def load_entry_point() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("glue_job_gold", ROOT / "glue" / "jobs" / "gold.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return module_at(ROOT / "glue" / "jobs" / "gold.py", "glue_job_gold")
 
 
 gold = load_entry_point()

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from conftest import DEFINITION, ROOT
+
+from file_modules import module_at
 
 TOOLS = ROOT / ".venv" / "tools"
 SAM = TOOLS / "sam" / "bin" / "sam"
@@ -25,24 +26,14 @@ CHECKOV = TOOLS / "checkov" / "bin" / "checkov"
 OFFLINE = {**os.environ, "SAM_CLI_TELEMETRY": "0", "BC_SKIP_MAPPING": "TRUE", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
-class _CfnLoader(yaml.SafeLoader):
-    """Reads CloudFormation short-form tags as one-key mappings: ``!Sub text`` -> ``{"Sub": "text"}``."""
-
-
-def _short_form(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
-    if isinstance(node, yaml.ScalarNode):
-        return {suffix: loader.construct_scalar(node)}
-    if isinstance(node, yaml.SequenceNode):
-        return {suffix: loader.construct_sequence(node, deep=True)}
-    assert isinstance(node, yaml.MappingNode)
-    return {suffix: loader.construct_mapping(node, deep=True)}
-
-
-_CfnLoader.add_multi_constructor("!", _short_form)
+_COST_MODEL = module_at(ROOT / "scripts" / "cost_model.py", "cost_model")
 
 
 def template() -> dict[str, Any]:
-    return yaml.load((ROOT / "template.yaml").read_text(), Loader=_CfnLoader)  # a SafeLoader subclass
+    """template.yaml, CloudFormation's short-form tags read as one-key mappings (``!Sub text`` ->
+    ``{"Sub": "text"}``): scripts/cost_model.py's reader, the one the cost figures come from."""
+    loaded: dict[str, Any] = _COST_MODEL.load_template(ROOT / "template.yaml")
+    return loaded
 
 
 def needs(tool: Path) -> None:

@@ -1,6 +1,6 @@
 """Dates and timestamps of any year Spark accepts (0001 to 9999, and the year 10000 a load takes) are
 stored as proleptic Gregorian values by every writer of a batch's files, and read the same by Spark
-and by pyiceberg (issue 37, items 2 and 5).
+and by pyiceberg.
 
 The oracle is plain arithmetic on the source's text: days and microseconds since 1970-01-01 in the
 proleptic Gregorian calendar, what the Iceberg spec stores. A value shifted into Spark's old hybrid

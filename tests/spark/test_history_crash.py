@@ -1,4 +1,4 @@
-"""History is crash-consistent with silver (issue 37, item 3): killed between any silver commit and
+"""History is crash-consistent with silver: killed between any silver commit and
 the history append after it (a CDC batch on every commit path, a history started from silver's
 rows, a table loaded empty, the catch-up itself, with maintenance in between), the next run
 catches history up before anything else: its versions equal a plain-Python replay of the change

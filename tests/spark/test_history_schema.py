@@ -1,4 +1,4 @@
-"""Property: history follows every schema change silver follows (issue 37, item 2).
+"""Property: history follows every schema change silver follows.
 
 A random sequence of CDC batches, some of them changing the source schema first (a column added,
 int -> bigint, float -> double, decimal(10,2) -> decimal(14,2), a column dropped at the source),

@@ -1,4 +1,4 @@
-"""`history: true` turned on after a table was loaded (issue 37, item 4).
+"""`history: true` turned on after a table was loaded.
 
 History starts from silver's rows as the next batch finds them, valid from the moment it starts,
 before that batch's changes; `status` says since when. Before, history held only the keys changed

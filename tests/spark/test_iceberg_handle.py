@@ -5,9 +5,9 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from pyspark.sql import SparkSession
+from pyspark.sql import Row, SparkSession
 
-from cdclake.lake.iceberg import IcebergTable, Snapshot
+from cdclake.lake.iceberg import DATA, POSITION_DELETES, IcebergTable, Snapshot
 from cdclake.lake.ledger import KIND_CDC, KIND_PROPERTY, LedgerRecord
 
 
@@ -75,3 +75,47 @@ def test_the_handle_sets_properties_and_expires_snapshots(spark: SparkSession) -
     assert after.holds_file_created_before(spark, datetime.now(UTC) + timedelta(minutes=1))
     assert not after.holds_file_created_before(spark, datetime.now(UTC) - timedelta(hours=1))
     assert after.metadata_location.endswith(".metadata.json") and after.first_column == "id"
+
+
+def test_the_handle_nets_the_files_snapshots_added_and_removed(spark: SparkSession) -> None:
+    # GIVEN a merge-on-read table: an insert (file A), another (file B), a delete of one row of A
+    # (a position delete file), then B removed
+    identifier = _table(spark)
+    spark.sql(
+        f"ALTER TABLE {identifier} SET TBLPROPERTIES ('format-version' = '2', 'write.delete.mode' = 'merge-on-read')"
+    )
+    spark.createDataFrame([(1, "a"), (2, "b")], "id int, v string").coalesce(1).writeTo(identifier).append()
+    spark.sql(f"INSERT INTO {identifier} VALUES (3, 'c')")
+    spark.sql(f"DELETE FROM {identifier} WHERE id = 1")
+    files = {r["id"]: (r["file_path"], r["file_size_in_bytes"]) for r in _data_files(spark, identifier)}
+    (path_a, size_a), (path_b, _) = files[1], files[3]
+    handle = IcebergTable.latest(spark, identifier)
+    first, second, deleted = reversed([s.snapshot_id for s in handle.lineage()])
+    (added_b,) = handle.net_files([second]).added_data
+    delete = handle.java.newDelete()
+    delete.deleteFile(added_b.java)  # Iceberg's own entry, as lake/ commits it again
+    delete.commit()
+    removed = handle.refresh().current_snapshot_id
+    assert removed is not None
+    # WHEN the snapshots after the first are listed and their files netted
+    after_first = handle.snapshots_after(first, removed)
+    # THEN they are the three later commits, newest first, and none lead back from the first to a later one
+    assert after_first == [removed, deleted, second]
+    assert handle.snapshots_after(removed, first) is None
+    # AND B, added and removed again among them, is in neither list; the delete file points into A
+    net = handle.net_files(after_first)
+    assert net.added_data == net.removed_data == net.removed_deletes == ()
+    (delete_file,) = net.added_deletes
+    assert (delete_file.content, delete_file.records, delete_file.referenced) == (POSITION_DELETES, 1, path_a)
+    # AND the last commit alone removed B; the second alone added it
+    assert [f.path for f in handle.net_files([removed]).removed_data] == [path_b]
+    assert (added_b.path, added_b.content, added_b.records) == (path_b, DATA, 1)
+    # AND the first snapshot's scan plans A alone, with its size
+    assert [(t.path, t.size) for t in handle.planned_files(first)] == [(path_a, size_a)]
+
+
+def _data_files(spark: SparkSession, identifier: str) -> list[Row]:
+    """Each data file of the current snapshot with the first id it holds (the ``files`` table)."""
+    return spark.sql(
+        f"SELECT file_path, file_size_in_bytes, readable_metrics.id.lower_bound AS id FROM {identifier}.data_files"
+    ).collect()

@@ -1,4 +1,4 @@
-"""Another engine reads the warehouse as Spark does (issue 37, item 8).
+"""Another engine reads the warehouse as Spark does.
 
 After a CDC workload with deletes, a column widened from int to bigint and a column added, every
 table cdclake keeps (silver, its change history, its bookkeeping tables and a gold mart) is read

@@ -1,7 +1,7 @@
 """A table DMS can write but plain identifiers cannot name (``inventory.order-items``, columns with a
 hyphen and a space) goes through full load, CDC, history, maintenance, status and query; and
 ``query`` prints what silver holds: NULL apart from the empty string, booleans as true/false,
-timestamps Python cannot hold, Spark's reason for a bad statement (issue 24, items 8, 9, 10)."""
+timestamps Python cannot hold, Spark's reason for a bad statement."""
 
 from __future__ import annotations
 

@@ -277,6 +277,31 @@ def test_a_concurrent_commit_makes_it_fail_and_leaves_nothing(spark: SparkSessio
     assert set(_files_under(data_dir)) == written_before
 
 
+def test_written_files_leave_with_the_block_unless_the_table_keeps_them(spark: SparkSession, database: str) -> None:
+    # GIVEN a table and two files the driver writes for it inside a WrittenFiles block each
+    written = f"{database}.kept"
+    _create(spark, written, _initial_rows(random.Random(9), 10))
+    table = iceberg_table(spark, written)
+    rows = pa.Table.from_batches(spark.table(written)._collect_as_arrow())
+    ids = {f.name: f.id for f in iceberg_fields(spark, table)}
+    shaped = arrow_shape(rows, [(f.name, ids[f.name], f.dataType) for f in spark.table(written).schema.fields])
+    data_dir = iceberg_table(spark, written).location().replace("file:", "") + "/data"
+    before = set(_files_under(data_dir))
+    # WHEN the first block fails before its files are the table's, and the second after
+    with pytest.raises(RuntimeError), WrittenFiles(spark, table) as files:
+        files.track(write_parquet(table, shaped, "data"))
+        assert len(set(_files_under(data_dir)) - before) == 1
+        raise RuntimeError("the commit failed")
+    removed = set(_files_under(data_dir))
+    with pytest.raises(RuntimeError), WrittenFiles(spark, table) as files:
+        kept = files.track(write_parquet(table, shaped, "data"))
+        files.keep()
+        raise RuntimeError("a failure after the commit")
+    # THEN the first block's file is gone and the second's stays
+    assert removed == before
+    assert set(_files_under(data_dir)) - before == {kept.path.replace("file:", "")}
+
+
 def test_a_compaction_since_the_classification_makes_it_fail(spark: SparkSession, database: str) -> None:
     # GIVEN a batch classified at the current snapshot, then a compaction rewriting every data file
     written = f"{database}.written"

@@ -1,4 +1,4 @@
-"""`status` at database size (issue 35, item 9): the same answer as the per-table status it
+"""`status` at database size: the same answer as the per-table status it
 replaces, from table metadata and a few Spark jobs for the whole database, not six to eight a table."""
 
 from __future__ import annotations

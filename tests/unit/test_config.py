@@ -9,7 +9,7 @@ import pytest
 
 from cdclake.config import BronzeSettings, CleaningRules, StoreSettings, load_config, parse_config
 from cdclake.errors import ConfigError, UnknownTableError
-from cdclake.yaml_doc import normalise_type
+from cdclake.types import normalise_type
 
 TWO_TABLES = """
 tables:

@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
+
+from file_modules import module_at
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def cost_model() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("cost_model", ROOT / "scripts" / "cost_model.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["cost_model"] = module
-    spec.loader.exec_module(module)
-    return module
+    return module_at(ROOT / "scripts" / "cost_model.py", "cost_model")
 
 
 def test_the_docs_figures_are_the_scripts_output() -> None:

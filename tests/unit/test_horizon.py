@@ -1,4 +1,4 @@
-"""The tombstone horizon (issue 25, defect 5): a file written before it is held, never applied blindly."""
+"""The tombstone horizon: a file written before it is held, never applied blindly."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A run ends with one line saying where its time went (issue 35, item 9)."""
+"""A run ends with one line saying where its time went."""
 
 from __future__ import annotations
 

@@ -99,7 +99,7 @@ def test_binary_values_print_as_hex_in_every_style(style: str) -> None:
     assert text.endswith("\n")
 
 
-# --------------------------------------------------------------------------- query output (issue 24, item 8)
+# --------------------------------------------------------------------------- query output
 
 
 def test_csv_tells_null_from_the_empty_string() -> None:
@@ -137,7 +137,7 @@ def test_exports_are_whole_unless_a_limit_is_given(style: str, limit: int | None
     assert row_limit(style, limit) == rows
 
 
-# --------------------------------------------------------------------------- status views (issue 24, item 10)
+# --------------------------------------------------------------------------- status views
 
 
 @pytest.mark.parametrize(

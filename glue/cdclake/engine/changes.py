@@ -29,10 +29,11 @@ from cdclake.columns import (
     SILVER_ORDER,
     UNCHANGED_PREFIX,
 )
-from cdclake.config import BronzeSettings, CleaningRules, TableConfig, fraction_digits
+from cdclake.config import BronzeSettings, CleaningRules, TableConfig
 from cdclake.dms.layout import DMS_OP_COLUMN
 from cdclake.errors import ConfigError
 from cdclake.identifiers import quote, sql_string
+from cdclake.types import NUMERIC_TYPES, TIMESTAMP_TYPES, fraction_digits
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -197,9 +198,6 @@ def _cast_value(value: str, source: str, type_name: str, rounded: bool) -> str:
     return _rounded(value, source, type_name) if rounded else f"CAST({value} AS {type_name})"
 
 
-_NUMERIC_SOURCE = ("tinyint", "smallint", "int", "bigint", "float", "double", "decimal")
-
-
 def _loses_digits(value: str, source: str, cast: str, scale: int) -> str:
     """SQL text: whether ``cast``, the SQL text of ``value`` (of Spark type ``source``) cast to an
     integer or decimal type, drops digits: Spark's cast truncates text into integers, rounds into
@@ -216,7 +214,7 @@ def _loses_digits(value: str, source: str, cast: str, scale: int) -> str:
         exponent = f"(contains({value}, 'e') OR contains({value}, 'E'))"
         scientific = f"{exponent} AND CAST({cast} AS DOUBLE) != CAST({value} AS DOUBLE)"
         return f"coalesce(({plain}) OR ({scientific}), false)"
-    if source.startswith(_NUMERIC_SOURCE):
+    if source.startswith(NUMERIC_TYPES):
         return f"coalesce({cast} != {value}, false)"
     return "false"
 
@@ -361,7 +359,7 @@ def to_changes(
     # them, so Spark keeps the projections apart (CollapseProject inlines no costly expression
     # used twice) and evaluates, and analyses, each parse and cast once per row instead of twice.
     # The instant's parts likewise: the instant reads them several times.
-    if ts_name and sources.get(ts_name) in ("timestamp", "timestamp_ntz"):
+    if ts_name and sources.get(ts_name) in TIMESTAMP_TYPES:
         # Already a timestamp (Parquet): its text in the normalised form, nothing to parse. The
         # session's time zone is UTC (``runtime.session``), as for the text cast it replaces.
         parts, instant = "CAST(NULL AS STRING)", f"date_format({quote(ts_name)}, {_DMS_TS_TEXT})"

@@ -127,8 +127,8 @@ def _load_in_one_scan(
     # The check sits in a column the load writes, not in a filter, and the rows and the key's range
     # are read from the staged commit's metadata, not observed (``CollectMetrics`` ends the
     # generated code; only the earliest instant above is observed, and only with CDC files listed).
-    # 2M Parquet rows to ``noop``, JVM CPU: observed and filtered 2.35 s, filtered alone 2.66 s,
-    # this 1.62 s.
+    # Of the three ways measured, this one costs the least CPU (docs/benchmarks-journal.md,
+    # "Figures that were code comments").
     source = OP if table.append_only else SILVER_ORDER
     failing = F.raise_error(F.lit(_NEEDS_SCREENING)).cast("string")
     valid = changes.withColumn(source, F.when(has_error(changes), failing).otherwise(F.col(source)))
@@ -190,11 +190,12 @@ def _has_repeated_keys(
     ``key_range``: the smallest and largest value of a key of one integer column, when known.
 
     A count over a window per key, not a group-by: the keys are nearly all distinct, so a hash
-    aggregate's map-side pass reduces nothing and costs more than sorting (4M keys: 1.0 s vs 1.75 s).
+    aggregate's map-side pass reduces nothing and costs more than sorting.
     Up to ``engine.one_task_keys`` keys are read and sorted in one task: one partition already satisfies
     the window's clustering, so the check is one Spark job instead of a shuffle's two. More keys
     of one integer column within a range of at most ``MAX_KEY_BUCKETS`` bitmaps are counted with
-    bitmaps instead (``has_repeated_integers``: 10M keys 0.8 s instead of the window's 2.1 s).
+    bitmaps instead (``has_repeated_integers``), faster than the window. The figures:
+    docs/benchmarks-journal.md, "Figures that were code comments".
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F

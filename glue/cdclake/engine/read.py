@@ -272,8 +272,9 @@ def _locate_bad_rows(changes: DataFrame, files: Sequence[BronzeFile]) -> DataFra
     )
     # One aggregate per split of a file: its bad rows, its first row id and its row count. No
     # filter and no join over ``changes``: for those, Spark infers constraints through every
-    # projection that types and checks the row, which grows exponentially with the columns (a
-    # full load of 40 columns took 75 s to plan, 50 ran out of memory); aggregates are spared.
+    # projection that types and checks the row, which grows exponentially with the columns (a wide
+    # table's plan takes minutes or runs out of memory: the journal's "Figures that were code
+    # comments"); aggregates are spared.
     # Row ids grow with the position inside a file's split (the whole file, unless it was read in
     # splits), so each split's first id and the rows of the splits before it give row numbers.
     splits = changes.groupBy(FILE_INDEX, FILE_BLOCK).agg(

@@ -30,9 +30,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cdclake.lake.iceberg import IcebergTable
+from cdclake.lake.iceberg import EQUALITY_DELETES, IcebergTable, ScanTask
 from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY
-from cdclake.lake.tables import SilverTable, iceberg_table, table_exists
+from cdclake.lake.tables import SilverTable, table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -74,14 +74,12 @@ class ChangeScope:
     """What an incremental refresh reads of one table between two snapshots, planned from metadata."""
 
     files: ChangedFiles
-    before_files: list[Any]  # the older snapshot's FileScanTasks of the data files removed or deleted from since
+    before_files: list[ScanTask]  # the older snapshot's data files removed or deleted from since
     changed_bytes: int  # those files', the added data and delete files': what the before- and after-images read
 
 
-def _table(spark: SparkSession, table: SilverTable) -> Any:
-    found = iceberg_table(spark, table.identifier)
-    found.refresh()
-    return found
+def _table(spark: SparkSession, table: SilverTable) -> IcebergTable:
+    return IcebergTable.latest(spark, table.identifier)
 
 
 def current_snapshot(spark: SparkSession, table: SilverTable) -> int | None:
@@ -123,50 +121,24 @@ def changed_files(spark: SparkSession, table: SilverTable, older: int, newer: in
     found = _table(spark, table)
     if found.snapshot(int(older)) is None:
         raise IncrementalUnavailable(f"{table.name}: the snapshot last reflected has expired")
-    between: list[Any] = []
-    snapshot = found.snapshot(int(newer))
-    while snapshot is not None and int(snapshot.snapshotId()) != int(older):
-        between.append(snapshot)
-        parent = snapshot.parentId()
-        snapshot = None if parent is None else found.snapshot(parent)
-    if snapshot is None:
+    between = found.snapshots_after(int(older), int(newer))
+    if between is None:
         raise IncrementalUnavailable(f"{table.name}: the snapshot last reflected is no longer in its lineage")
-    io = found.io()
-    content_files = spark.sparkContext._jvm.org.apache.iceberg.util.ContentFileUtil  # type: ignore[union-attr]
-    added: dict[str, int] = {}  # path -> content (0 data, 1 position deletes, 2 equality deletes)
-    records: dict[str, int] = {}
-    sizes: dict[str, int] = {}
-    referenced: dict[str, str | None] = {}  # position delete file -> the data file it points into
-    removed_data: set[str] = set()
-    for snap in reversed(between):  # oldest first
-        for files, is_data in ((snap.removedDataFiles(io), True), (snap.removedDeleteFiles(io), False)):
-            for file in files:
-                path = str(file.location())
-                if added.pop(path, None) is None and is_data:
-                    removed_data.add(path)
-                    sizes[path] = int(file.fileSizeInBytes())
-        for files in (snap.addedDataFiles(io), snap.addedDeleteFiles(io)):
-            for file in files:
-                path = str(file.location())
-                added[path] = int(file.content().id())
-                records[path] = int(file.recordCount())
-                sizes[path] = int(file.fileSizeInBytes())
-                if added[path] == 1:
-                    data_file = content_files.referencedDataFileLocation(file)
-                    referenced[path] = None if data_file is None else str(data_file)
-    if 2 in added.values():
+    net = found.net_files(between)
+    if any(file.content == EQUALITY_DELETES for file in net.added_deletes):
         raise IncrementalUnavailable(f"{table.name} has equality delete files")
-    added_data = sorted(p for p, content in added.items() if content == 0)
-    deletes = sorted(p for p, content in added.items() if content == 1)
-    pointed = [referenced[p] for p in deletes]
+    added_data = sorted(net.added_data, key=lambda f: f.path)
+    deletes = sorted(net.added_deletes, key=lambda f: f.path)
+    removed = sorted(net.removed_data, key=lambda f: f.path)
+    pointed = [file.referenced for file in deletes]
     return ChangedFiles(
-        added_data=added_data,
-        removed_data=sorted(removed_data),
-        added_position_deletes=deletes,
-        deleted_positions=sum(records[p] for p in deletes),
-        added_bytes=sum(sizes[p] for p in added_data),
-        added_delete_bytes=sum(sizes[p] for p in deletes),
-        removed_bytes=sum(sizes[p] for p in removed_data),
+        added_data=[f.path for f in added_data],
+        removed_data=[f.path for f in removed],
+        added_position_deletes=[f.path for f in deletes],
+        deleted_positions=sum(f.records for f in deletes),
+        added_bytes=sum(f.size for f in added_data),
+        added_delete_bytes=sum(f.size for f in deletes),
+        removed_bytes=sum(f.size for f in removed),
         deleted_from=None if None in pointed else sorted({p for p in pointed if p is not None}),
     )
 
@@ -177,13 +149,8 @@ def change_scope(spark: SparkSession, table: SilverTable, older: int, newer: int
     ``IncrementalUnavailable`` as ``changed_files`` does."""
     files = changed_files(spark, table, older, newer)
     wanted = None if files.deleted_from is None else {*files.deleted_from, *files.removed_data}
-    before_files: list[Any] = []
-    before_bytes = 0
-    for task, path, size in _planned_files(_table(spark, table), older):
-        if wanted is None or path in wanted:
-            before_files.append(task)
-            before_bytes += size
-    changed = before_bytes + files.added_bytes + files.added_delete_bytes
+    before_files = [t for t in _table(spark, table).planned_files(older) if wanted is None or t.path in wanted]
+    changed = sum(t.size for t in before_files) + files.added_bytes + files.added_delete_bytes
     return ChangeScope(files=files, before_files=before_files, changed_bytes=changed)
 
 
@@ -191,24 +158,10 @@ def table_bytes(spark: SparkSession, table: SilverTable, snapshot_id: int) -> in
     """The bytes of the data and delete files of ``table`` at ``snapshot_id``: what a scan of it
     reads. From the snapshot's summary (``total-files-size``), else its manifests; no Spark job."""
     found = _table(spark, table)
-    total = found.snapshot(int(snapshot_id)).summary().get("total-files-size")
-    if total is not None:
-        return int(total)
-    return sum(size for _, _, size in _planned_files(found, snapshot_id))
-
-
-def _planned_files(found: Any, snapshot_id: int) -> Iterator[tuple[Any, str, int]]:
-    """Each data file of a snapshot as Iceberg plans its scan: (FileScanTask with the snapshot's
-    delete files, path, bytes)."""
-    tasks = found.newScan().useSnapshot(int(snapshot_id)).planFiles()
-    try:
-        iterator = tasks.iterator()
-        while iterator.hasNext():
-            task = iterator.next()
-            data_file = task.file()
-            yield task, str(data_file.location()), int(data_file.fileSizeInBytes())
-    finally:
-        tasks.close()
+    snapshot = found.snapshot(int(snapshot_id), keys=("total-files-size",))
+    if snapshot is not None and "total-files-size" in snapshot.summary:
+        return int(snapshot.summary["total-files-size"])
+    return sum(task.size for task in found.planned_files(snapshot_id))
 
 
 class StagedScans:
@@ -218,29 +171,24 @@ class StagedScans:
 
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
-        self.staged: list[tuple[Any, str]] = []
+        self.staged: list[tuple[IcebergTable, str]] = []
 
-    def read(self, table: SilverTable, tasks: Sequence[Any]) -> DataFrame:
+    def read(self, table: SilverTable, tasks: Sequence[ScanTask]) -> DataFrame:
         """The rows of ``tasks`` with the table's current columns, ``_file`` and ``_pos``."""
         from pyspark.sql import functions as F
 
         if not tasks:
             return self.spark.table(table.identifier).select("*", "_file", "_pos").where(F.lit(False))
-        jvm: Any = self.spark.sparkContext._jvm
         found = _table(self.spark, table)
-        listed = jvm.java.util.ArrayList()
-        for task in tasks:
-            listed.add(task)
         set_id = f"cdclake-gold-{uuid.uuid4().hex}"
-        jvm.org.apache.iceberg.spark.ScanTaskSetManager.get().stageTasks(found, set_id, listed)
+        found.stage_scan(set_id, tasks)
         self.staged.append((found, set_id))
         frame = self.spark.read.format("iceberg").option("scan-task-set-id", set_id).load(table.identifier)
         return frame.select("*", "_file", "_pos")
 
     def close(self) -> None:
-        manager = self.spark.sparkContext._jvm.org.apache.iceberg.spark.ScanTaskSetManager.get()  # type: ignore[union-attr]
         for found, set_id in self.staged:
-            manager.removeTasks(found, set_id)
+            found.unstage_scan(set_id)
         self.staged.clear()
 
 
@@ -278,6 +226,6 @@ def changed_rows(
         condition = (old["_file"] == positions["_cdc_deleted_file"]) & (old["_pos"] == positions["_cdc_deleted_pos"])
         before = before.unionByName(old.join(positions, condition, "left_semi"))
     added = set(files.added_data)
-    after_files = [task for task, path, _ in _planned_files(_table(spark, table), newer) if path in added]
+    after_files = [task for task in _table(spark, table).planned_files(newer) if task.path in added]
     after = scans.read(table, after_files)
     return ChangedRows(before=before.select(*columns), after=after.select(*columns))

@@ -185,9 +185,8 @@ def apply_collected_row_delta(
         ),
         ["file_path", "pos"],
     )
-    files = WrittenFiles(spark, table)
-
-    def write() -> tuple[list[Any], list[Any], list[str]]:
+    assert metadata.snapshot_id is not None
+    with WrittenFiles(spark, table) as files:
         written_deletes, written_images = [], []
         deleted_from = pc.unique(deletes.column("file_path")).to_pylist()
         # One delete file per data file, as Iceberg's own writer makes them (file-scoped deletes).
@@ -197,10 +196,10 @@ def apply_collected_row_delta(
         if images.num_rows:
             written_images.append(files.track(write_parquet(table, images, "data")))
         data_files = files.content_files(written_images, deletes=False)
-        return data_files, files.content_files(written_deletes, deletes=True), deleted_from
-
-    assert metadata.snapshot_id is not None
-    return files.commit_row_delta(write, metadata.snapshot_id, batch.properties, before_commit)
+        delete_files = files.content_files(written_deletes, deletes=True)
+        return files.commit(
+            metadata.snapshot_id, batch.properties, data_files, delete_files, deleted_from, before_commit
+        )
 
 
 def append_collected_validated(
@@ -214,13 +213,9 @@ def append_collected_validated(
     ids = {f.name: f.id for f in metadata.fields}
     shaped = arrow_shape(rows, [(f.name, ids[f.name], f.dataType) for f in metadata.schema.fields])
     images = sorted_ascending(shaped, sort_order_columns(table))
-    files = WrittenFiles(spark, table)
-
-    def write() -> tuple[list[Any], list[Any], list[str]]:
+    with WrittenFiles(spark, table) as files:
         written = [files.track(write_parquet(table, images, "data"))] if images.num_rows else []
-        return files.content_files(written, deletes=False), [], []
-
-    return files.commit_row_delta(write, metadata.snapshot_id, properties)
+        return files.commit(metadata.snapshot_id, properties, files.content_files(written, deletes=False))
 
 
 def append_collected(spark: SparkSession, table_identifier: str, rows: pa.Table) -> None:
@@ -230,11 +225,8 @@ def append_collected(spark: SparkSession, table_identifier: str, rows: pa.Table)
         return
     table = iceberg_table(spark, table_identifier)
     table.refresh()
-    files = WrittenFiles(spark, table)
-    try:
+    with WrittenFiles(spark, table) as files:
         shaped = arrow_shape(rows, _columns(spark, table, table_identifier))
         written = [files.track(write_parquet(table, shaped, "data"))]
         append_files(table, files.content_files(written, deletes=False))
-    except BaseException:
-        files.remove()
-        raise
+        files.keep()

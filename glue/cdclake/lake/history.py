@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import reduce
 from operator import and_
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cdclake.columns import COMMIT_TS, OP, SILVER_ORDER
 from cdclake.errors import CdclakeError
 from cdclake.identifiers import quote
+from cdclake.lake.iceberg import IcebergTable, Snapshot
 from cdclake.lake.ledger import SnapshotRef
 from cdclake.lake.tables import (
     SilverTable,
@@ -41,7 +42,6 @@ from cdclake.lake.tables import (
     current_snapshot_id,
     ensure_table,
     evolve_schema,
-    iceberg_table,
     silver_columns,
     table_exists,
 )
@@ -78,28 +78,22 @@ def reflected_sequence(spark: SparkSession, history: SilverTable) -> int | None:
     ``SILVER_SEQUENCE_PROPERTY`` in its lineage (a compaction of history commits without one);
     None when history has no commit that says (a history written before the property was kept)."""
     found = _reflecting_snapshot(spark, history)
-    return None if found is None else int(found.summary()[SILVER_SEQUENCE_PROPERTY])
+    return None if found is None else int(found.summary[SILVER_SEQUENCE_PROPERTY])
 
 
 def reflecting_snapshot_id(spark: SparkSession, history: SilverTable) -> int | None:
     """The id of history's newest snapshot that records the silver snapshot it reflects: maintenance
     keeps it (and every later one), or history would look as if it recorded none."""
     found = _reflecting_snapshot(spark, history)
-    return None if found is None else int(found.snapshotId())
+    return None if found is None else found.snapshot_id
 
 
-def _reflecting_snapshot(spark: SparkSession, history: SilverTable) -> Any | None:
+def _reflecting_snapshot(spark: SparkSession, history: SilverTable) -> Snapshot | None:
+    """History's newest snapshot whose summary records the silver snapshot it reflects."""
     if not table_exists(spark, history):
         return None
-    iceberg = iceberg_table(spark, history.identifier)
-    iceberg.refresh()
-    snapshot = iceberg.currentSnapshot()
-    while snapshot is not None:
-        if snapshot.summary().get(SILVER_SEQUENCE_PROPERTY) is not None:
-            return snapshot
-        parent = snapshot.parentId()
-        snapshot = iceberg.snapshot(parent) if parent is not None else None
-    return None
+    lineage = IcebergTable.latest(spark, history.identifier).lineage((SILVER_SEQUENCE_PROPERTY,))
+    return next((s for s in lineage if SILVER_SEQUENCE_PROPERTY in s.summary), None)
 
 
 def history_of(table: SilverTable) -> SilverTable:

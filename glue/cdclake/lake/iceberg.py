@@ -7,8 +7,8 @@ operations; ``java`` is for the ``lake/`` modules that build Iceberg operations 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -49,18 +49,64 @@ def _snapshot(java: Any, keys: Iterable[str] | None) -> Snapshot:
     )
 
 
+DATA, POSITION_DELETES, EQUALITY_DELETES = 0, 1, 2  # Iceberg's FileContent ids
+
+
+@dataclass(frozen=True)
+class ContentFile:
+    """A data or delete file, as a snapshot added or removed it. ``java`` is Iceberg's own entry,
+    for the ``lake/`` modules that commit it again."""
+
+    path: str
+    content: int  # DATA, POSITION_DELETES or EQUALITY_DELETES
+    records: int
+    size: int
+    # A deletion vector's place in its Puffin file (the DVs one task writes share one file).
+    offset: int | None
+    # The data file a position delete file points into, where it names one (a DV; a file-scoped
+    # delete file, by its bounds); None for data files and partition-scoped deletes.
+    referenced: str | None
+    java: Any = field(compare=False, repr=False)
+
+    @property
+    def identity(self) -> tuple[str, int | None]:
+        """What tells content files apart: the path, and a deletion vector's offset."""
+        return self.path, self.offset
+
+
+@dataclass(frozen=True)
+class NetFiles:
+    """The files some snapshots added and removed, netted: a file added and removed again within
+    them is in neither list."""
+
+    added_data: tuple[ContentFile, ...]
+    removed_data: tuple[ContentFile, ...]
+    added_deletes: tuple[ContentFile, ...]
+    removed_deletes: tuple[ContentFile, ...]
+
+
+@dataclass(frozen=True)
+class ScanTask:
+    """One data file of a snapshot as Iceberg plans its scan (its delete files attached)."""
+
+    path: str
+    size: int
+    java: Any = field(compare=False, repr=False)
+
+
 class IcebergTable:
     """The Iceberg table behind one identifier (the catalog's cached instance), as loaded or last
     refreshed. ``keys``: the summary entries each returned ``Snapshot`` holds (None: all)."""
 
-    def __init__(self, java: Any) -> None:
+    def __init__(self, java: Any, jvm: Any) -> None:
         self.java = java
+        self.jvm = jvm
 
     @classmethod
     def load(cls, spark: SparkSession, identifier: str) -> IcebergTable:
         """The table as the catalog holds it (maybe cached: ``refresh`` for its latest metadata)."""
         jvm: Any = spark.sparkContext._jvm
-        return cls(jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, identifier))
+        return cls(jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, identifier), jvm)
 
     @classmethod
     def latest(cls, spark: SparkSession, identifier: str) -> IcebergTable:
@@ -108,6 +154,118 @@ class IcebergTable:
             snapshot = _snapshot(found, wanted)
             yield snapshot
             found = None if snapshot.parent_id is None else self.java.snapshot(snapshot.parent_id)
+
+    def snapshots_after(self, older: int, newer: int) -> list[int] | None:
+        """The snapshots from ``newer`` back to ``older`` (not included), newest first; None when
+        ``older`` is not in ``newer``'s lineage (a rollback, a replace, or expired)."""
+        between: list[int] = []
+        for snapshot in self.lineage(start=newer):
+            if snapshot.snapshot_id == older:
+                return between
+            between.append(snapshot.snapshot_id)
+        return None
+
+    def net_files(self, snapshot_ids: Sequence[int]) -> NetFiles:
+        """The files the snapshots ``snapshot_ids`` (newest first, as ``snapshots_after`` lists
+        them) added and removed, netted (their manifests: no Spark job)."""
+        io = self.java.io()
+        added_data: dict[tuple[str, int | None], ContentFile] = {}
+        removed_data: dict[tuple[str, int | None], ContentFile] = {}
+        added_deletes: dict[tuple[str, int | None], ContentFile] = {}
+        removed_deletes: dict[tuple[str, int | None], ContentFile] = {}
+        for snapshot_id in reversed(snapshot_ids):
+            snapshot = self.java.snapshot(int(snapshot_id))
+            for added, removed, add_files, remove_files in (
+                (added_data, removed_data, snapshot.addedDataFiles(io), snapshot.removedDataFiles(io)),
+                (added_deletes, removed_deletes, snapshot.addedDeleteFiles(io), snapshot.removedDeleteFiles(io)),
+            ):
+                for file in map(self._content_file, remove_files):
+                    if added.pop(file.identity, None) is None:
+                        removed[file.identity] = file
+                for file in map(self._content_file, add_files):
+                    added[file.identity] = file
+        return NetFiles(
+            *(tuple(files.values()) for files in (added_data, removed_data, added_deletes, removed_deletes))
+        )
+
+    def _content_file(self, java: Any) -> ContentFile:
+        content = int(java.content().id())
+        offset = java.contentOffset() if hasattr(java, "contentOffset") else None
+        referenced = None
+        if content == POSITION_DELETES:
+            found = self.jvm.org.apache.iceberg.util.ContentFileUtil.referencedDataFileLocation(java)
+            referenced = None if found is None else str(found)
+        return ContentFile(
+            path=str(java.location()),
+            content=content,
+            records=int(java.recordCount()),
+            size=int(java.fileSizeInBytes()),
+            offset=None if offset is None else int(offset),
+            referenced=referenced,
+            java=java,
+        )
+
+    def planned_files(self, snapshot_id: int) -> Iterator[ScanTask]:
+        """Each data file of snapshot ``snapshot_id`` as Iceberg plans its scan, with the
+        snapshot's delete files (its manifests: no Spark job)."""
+        tasks = self.java.newScan().useSnapshot(int(snapshot_id)).planFiles()
+        try:
+            iterator = tasks.iterator()
+            while iterator.hasNext():
+                task = iterator.next()
+                data_file = task.file()
+                yield ScanTask(str(data_file.location()), int(data_file.fileSizeInBytes()), task)
+        finally:
+            tasks.close()
+
+    def stage_scan(self, set_id: str, tasks: Sequence[ScanTask]) -> None:
+        """Stage ``tasks`` as the scan task set ``set_id`` (Spark reads it with the
+        ``scan-task-set-id`` option, as Iceberg's compaction does); ``unstage_scan`` drops it."""
+        listed = self.jvm.java.util.ArrayList()
+        for task in tasks:
+            listed.add(task.java)
+        self.jvm.org.apache.iceberg.spark.ScanTaskSetManager.get().stageTasks(self.java, set_id, listed)
+
+    def unstage_scan(self, set_id: str) -> None:
+        self.jvm.org.apache.iceberg.spark.ScanTaskSetManager.get().removeTasks(self.java, set_id)
+
+    def commit_row_delta(
+        self,
+        base_snapshot_id: int,
+        properties: Mapping[str, str],
+        added_data: Sequence[Any] = (),
+        added_deletes: Sequence[Any] = (),
+        removed_data: Sequence[Any] = (),
+        removed_deletes: Sequence[Any] = (),
+        referenced: Iterable[str] = (),
+    ) -> None:
+        """Commit one RowDelta on ``main`` of Iceberg's content file entries (``ContentFile.java``,
+        or those ``lake/`` builds) carrying ``properties``, validated against ``base_snapshot_id``:
+        it fails (a commit conflict) if a data or delete file was added since, a file it removes is
+        gone, or a data file in ``referenced`` (the paths its deletes point into) no longer exists."""
+        delta = self.java.newRowDelta()
+        for file in added_data:
+            delta = delta.addRows(file)
+        for file in removed_data:
+            delta = delta.removeRows(file)
+        for file in added_deletes:
+            delta = delta.addDeletes(file)
+        for file in removed_deletes:
+            delta = delta.removeDeletes(file)
+        paths = self.jvm.java.util.ArrayList()
+        for path in referenced:
+            paths.add(path)
+        delta = (
+            delta.validateFromSnapshot(base_snapshot_id)
+            .conflictDetectionFilter(self.jvm.org.apache.iceberg.expressions.Expressions.alwaysTrue())
+            .validateNoConflictingDataFiles()
+            .validateNoConflictingDeleteFiles()
+            .validateDeletedFiles()
+            .validateDataFilesExist(paths)
+        )
+        for name, value in properties.items():
+            delta = delta.set(name, value)
+        delta.commit()
 
     def snapshots(self, keys: Iterable[str] | None = ()) -> Iterator[Snapshot]:
         """Every snapshot the metadata holds (its lineage and any other), oldest first."""

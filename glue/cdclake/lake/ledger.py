@@ -126,6 +126,10 @@ class LedgerRecord:
                 properties[LOAD_VERSIONS_PROPERTY] = _compact(versions)
         return properties
 
+    def recording(self, other: LedgerRecord) -> bool:
+        """Whether this record (read back) records what ``other`` does: the same kind and files."""
+        return self.kind == other.kind and self.keys == other.keys
+
     @classmethod
     def from_summary(cls, summary: Mapping[str, str]) -> LedgerRecord | None:
         """The record a snapshot summary holds; None for a commit that recorded none (maintenance,
@@ -147,35 +151,43 @@ def _loaded_files(files: str | None, sizes: str | None, versions: str | None) ->
     return [LoadedFile(key, size_of.get(key), version_of.get(key)) for key in (json.loads(files) if files else [])]
 
 
-def _recorded(row: Mapping[str, Any]) -> list[LoadedFile]:
-    """The files a lineage (or archive) row records (a full load's LOAD files with their sizes and
-    versions; a CDC batch's files with neither)."""
-    return _loaded_files(row["files"], row.get("sizes"), row.get("versions"))
-
-
 _LINEAGE_KEYS = (KIND_PROPERTY, FILES_PROPERTY, LOAD_SIZES_PROPERTY, LOAD_VERSIONS_PROPERTY, "total-records")
 
 
-def _lineage(spark: SparkSession, table: SilverTable) -> Iterator[dict[str, Any]]:
-    """Ancestors of the current snapshot, newest first, with their ledger properties.
+@dataclass(frozen=True)
+class LineageEntry:
+    """One snapshot of a table's current lineage, with the ledger record its commit carries."""
+
+    snapshot: SnapshotRef
+    committed_at: datetime  # UTC, naive
+    record: LedgerRecord | None  # None: a commit that recorded none (maintenance, another writer)
+    total_records: int  # the rows the table held at it
+
+    @property
+    def kind(self) -> str | None:
+        return None if self.record is None else self.record.kind
+
+    @property
+    def files(self) -> tuple[LoadedFile, ...]:
+        """The files it records (a full load's LOAD files with their sizes and versions; a CDC
+        batch's files with neither)."""
+        return () if self.record is None else self.record.files
+
+
+def _lineage(spark: SparkSession, table: SilverTable) -> Iterator[LineageEntry]:
+    """Ancestors of the current snapshot, newest first, with their ledger records.
 
     Read through the Iceberg Java API (parent pointers from the current snapshot back to the
     first one maintenance has not expired): table metadata only, no Spark job. Lazily: a reader
     that stops early (at a full load, at the snapshot it looks for) walks no further.
     """
     for snapshot in IcebergTable.latest(spark, table.identifier).lineage(_LINEAGE_KEYS):
-        summary = snapshot.summary
-        yield {
-            "snapshot_id": snapshot.snapshot_id,
-            "sequence_number": snapshot.sequence_number,
-            "parent_id": snapshot.parent_id,
-            "committed_at": snapshot.committed_at,
-            "kind": summary.get(KIND_PROPERTY),
-            "files": summary.get(FILES_PROPERTY),
-            "sizes": summary.get(LOAD_SIZES_PROPERTY),
-            "versions": summary.get(LOAD_VERSIONS_PROPERTY),
-            "records": summary.get("total-records"),
-        }
+        yield LineageEntry(
+            SnapshotRef(snapshot.snapshot_id, snapshot.sequence_number),
+            snapshot.committed_at,
+            LedgerRecord.from_summary(snapshot.summary),
+            int(snapshot.summary.get("total-records") or 0),
+        )
 
 
 @dataclass(frozen=True)
@@ -207,17 +219,18 @@ def snapshot_ref(spark: SparkSession, table: SilverTable, snapshot_id: int) -> S
 def committed_snapshot(spark: SparkSession, table: SilverTable, properties: Mapping[str, str]) -> SnapshotRef:
     """The newest snapshot of the lineage whose ledger record is ``properties`` (the batch or load
     just committed with them: the current snapshot, unless another writer committed since)."""
-    for row in _lineage(spark, table):
-        if row["kind"] == properties.get(KIND_PROPERTY) and row["files"] == properties.get(FILES_PROPERTY):
-            return SnapshotRef(row["snapshot_id"], row["sequence_number"])
+    wanted = LedgerRecord.from_summary(properties)
+    for entry in _lineage(spark, table):
+        if wanted is not None and entry.record is not None and entry.record.recording(wanted):
+            return entry.snapshot
     raise LookupError(f"{table.identifier} has no snapshot recording {properties.get(FILES_PROPERTY)}")
 
 
 def staged_load(spark: SparkSession, table: SilverTable) -> SnapshotRef:
     """The snapshot of the newest staged full load in the lineage (the one being finished)."""
-    for row in _lineage(spark, table):
-        if row["kind"] == KIND_FULL_LOAD_STAGED:
-            return SnapshotRef(row["snapshot_id"], row["sequence_number"])
+    for entry in _lineage(spark, table):
+        if entry.kind == KIND_FULL_LOAD_STAGED:
+            return entry.snapshot
     raise LookupError(f"{table.identifier} has no staged full load")
 
 
@@ -229,22 +242,22 @@ def batches_after(spark: SparkSession, table: SilverTable, sequence_number: int)
     files: list[str] = []
     newest: SnapshotRef | None = None
     reached = False
-    newer: dict[str, Any] | None = None  # a load's kind, held until its parent says whether it was a record
-    for row in _lineage(spark, table):
-        if newer is not None and row["kind"] != KIND_FULL_LOAD_STAGED:
+    newer: LineageEntry | None = None  # a load, held until its parent says whether it was a record
+    for entry in _lineage(spark, table):
+        if newer is not None and entry.kind != KIND_FULL_LOAD_STAGED:
             return BatchesAfter(tuple(_unique(files)), newest, load_after=True)  # a load of its own
         newer = None
-        if row["sequence_number"] <= sequence_number:
+        if entry.snapshot.sequence_number <= sequence_number:
             reached = True
             break
-        if row["kind"] == KIND_FULL_LOAD_STAGED:
+        if entry.kind == KIND_FULL_LOAD_STAGED:
             return BatchesAfter(tuple(_unique(files)), newest, load_after=True)
-        if row["kind"] == KIND_FULL_LOAD:
-            newer = row  # the record of a staged load (its parent), or a load of its own
+        if entry.kind == KIND_FULL_LOAD:
+            newer = entry  # the record of a staged load (its parent), or a load of its own
             continue
-        if row["kind"] == KIND_CDC and row["files"]:
-            files[:0] = json.loads(row["files"])
-            newest = newest or SnapshotRef(row["snapshot_id"], row["sequence_number"])
+        if entry.kind == KIND_CDC and entry.files:
+            files[:0] = [f.key for f in entry.files]
+            newest = newest or entry.snapshot
     archive = _ledger_archive(table)
     if not reached and table_exists(spark, archive) and "sequence_number" in spark.table(archive.identifier).columns:
         expired = (
@@ -264,9 +277,9 @@ def batches_after(spark: SparkSession, table: SilverTable, sequence_number: int)
 def newest_load(spark: SparkSession, table: SilverTable) -> tuple[SnapshotRef, int] | None:
     """The newest snapshot of the lineage that a full load made (its staged replace or its record,
     or a load of its own) with the rows silver held then; None when maintenance expired them all."""
-    for row in _lineage(spark, table):
-        if row["kind"] in (KIND_FULL_LOAD, KIND_FULL_LOAD_STAGED):
-            return SnapshotRef(row["snapshot_id"], row["sequence_number"]), int(row["records"] or 0)
+    for entry in _lineage(spark, table):
+        if entry.kind in (KIND_FULL_LOAD, KIND_FULL_LOAD_STAGED):
+            return entry.snapshot, entry.total_records
     return None
 
 
@@ -295,16 +308,16 @@ def read_ledger(
     last_file: str | None = None
     full_load_done = False
     head: int | None = None
-    for row in _lineage(spark, table):
-        head = row["snapshot_id"] if head is None else head
-        if row["kind"] == KIND_FULL_LOAD_STAGED:
+    for entry in _lineage(spark, table):
+        head = entry.snapshot.snapshot_id if head is None else head
+        if entry.kind == KIND_FULL_LOAD_STAGED:
             # A full load that never finished: whatever came before it no longer describes silver.
             return LedgerState(False, frozenset(applied), last_file, snapshot_id=head)
-        recorded = _recorded(row)
+        recorded = entry.files
         applied.update(f.key for f in recorded)
         if last_file is None and recorded:
             last_file = max(f.key for f in recorded)
-        if row["kind"] == KIND_FULL_LOAD:
+        if entry.kind == KIND_FULL_LOAD:
             loaded = {f.key: f for f in recorded}
             full_load_done = True
             break
@@ -343,36 +356,38 @@ def read_ledger_archive(spark: SparkSession, catalog: str, database: str) -> dic
 def full_load_unfinished(spark: SparkSession, table: SilverTable) -> bool:
     """Whether the current lineage ends in a staged full load that was never recorded as done (a
     load that crashed before its record): the next run loads the table again."""
-    for row in _lineage(spark, table):
-        if row["kind"] == KIND_FULL_LOAD:
+    for entry in _lineage(spark, table):
+        if entry.kind == KIND_FULL_LOAD:
             return False
-        if row["kind"] == KIND_FULL_LOAD_STAGED:
+        if entry.kind == KIND_FULL_LOAD_STAGED:
             return True
     return False
 
 
-def expiring_snapshots(spark: SparkSession, table: SilverTable, older_than: datetime, retain_last: int) -> list[Any]:
+def expiring_snapshots(
+    spark: SparkSession, table: SilverTable, older_than: datetime, retain_last: int
+) -> list[LineageEntry]:
     """The lineage snapshots (back to the last full load) that expiry at ``older_than`` removes."""
     lineage = []
-    for row in _lineage(spark, table):
-        lineage.append(row)
-        if row["kind"] == KIND_FULL_LOAD:
+    for entry in _lineage(spark, table):
+        lineage.append(entry)
+        if entry.kind == KIND_FULL_LOAD:
             break
     cutoff = older_than.replace(tzinfo=None)
-    return [r for r in lineage[retain_last:] if r["committed_at"].replace(tzinfo=None) < cutoff]
+    return [e for e in lineage[retain_last:] if e.committed_at < cutoff]
 
 
-def archive_ledger(spark: SparkSession, table: SilverTable, snapshots: Sequence[Any]) -> int:
+def archive_ledger(spark: SparkSession, table: SilverTable, snapshots: Sequence[LineageEntry]) -> int:
     """Copy the ledger entries of ``snapshots`` into ``cdclake_ledger``; return how many.
 
     Idempotent, and done before the snapshots expire, so the record of applied files survives.
     """
     rows = [
-        (table.name, file.key, row["kind"] or KIND_CDC, row["snapshot_id"], file.size, row.get("sequence_number"),
+        (table.name, file.key, entry.kind, entry.snapshot.snapshot_id, file.size, entry.snapshot.sequence_number,
          file.version)
-        for row in snapshots
-        for file in _recorded(row) or [LoadedFile("")]
-        if row["kind"]
+        for entry in snapshots
+        for file in entry.files or [LoadedFile("")]
+        if entry.kind
     ]  # fmt: skip
     if not rows:
         return 0

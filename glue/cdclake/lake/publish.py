@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from cdclake.columns import EFFECT, EFFECT_DELETE, EFFECT_UPDATE, OP, SILVER_ORDER
 from cdclake.identifiers import quote
 from cdclake.lake.batch import KeyedBatch
-from cdclake.lake.row_delta import commit_row_delta
+from cdclake.lake.iceberg import IcebergTable
 from cdclake.lake.tables import iceberg_table, merge_frame
 
 if TYPE_CHECKING:
@@ -231,40 +231,6 @@ def stage_changes(spark: SparkSession, batch: KeyedBatch[DataFrame]) -> StagedBa
     return StagedBatch(table_identifier, base, branch, tuple(ids), replaced, written)
 
 
-def _file_id(file: Any) -> tuple[str, int | None]:
-    """What tells content files apart: the path, and for a deletion vector also its offset (the
-    DVs one task writes share one Puffin file)."""
-    offset = file.contentOffset() if hasattr(file, "contentOffset") else None
-    return str(file.location()), None if offset is None else int(offset)
-
-
-def _net_files(table: Any, snapshot_ids: Sequence[int]) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
-    """(data files added, data files removed, delete files added, delete files removed) by the
-    snapshots, oldest first, netted: a file added and removed again within them is in neither."""
-    io = table.io()
-    added_data: dict[tuple[str, int | None], Any] = {}
-    removed_data: dict[tuple[str, int | None], Any] = {}
-    added_deletes: dict[tuple[str, int | None], Any] = {}
-    removed_deletes: dict[tuple[str, int | None], Any] = {}
-    for snapshot_id in reversed(snapshot_ids):
-        snapshot = table.snapshot(snapshot_id)
-        for added, removed, add_files, remove_files in (
-            (added_data, removed_data, snapshot.addedDataFiles(io), snapshot.removedDataFiles(io)),
-            (added_deletes, removed_deletes, snapshot.addedDeleteFiles(io), snapshot.removedDeleteFiles(io)),
-        ):
-            for file in remove_files:
-                if added.pop(_file_id(file), None) is None:
-                    removed[_file_id(file)] = file
-            for file in add_files:
-                added[_file_id(file)] = file
-    return (
-        list(added_data.values()),
-        list(removed_data.values()),
-        list(added_deletes.values()),
-        list(removed_deletes.values()),
-    )
-
-
 def commit_staged(spark: SparkSession, staged: StagedBatch, properties: Mapping[str, str]) -> int:
     """Publish a staged batch to ``main`` as one RowDelta carrying ``properties``; return its id.
 
@@ -275,22 +241,23 @@ def commit_staged(spark: SparkSession, staged: StagedBatch, properties: Mapping[
     jvm: Any = spark.sparkContext._jvm
     table = iceberg_table(spark, staged.table_identifier)
     table.refresh()
-    added_data, removed_data, added_deletes, removed_deletes = _net_files(table, staged.branch_snapshot_ids)
-    referenced = jvm.java.util.ArrayList()
-    content_files = jvm.org.apache.iceberg.util.ContentFileUtil
-    for file in added_deletes:
+    handle = IcebergTable(table, jvm)
+    net = handle.net_files(staged.branch_snapshot_ids)
+    referenced = []
+    for file in net.added_deletes:
         # A DV names its data file; a file-scoped position delete file says it by its bounds.
-        data_file = content_files.referencedDataFileLocation(file)
-        if data_file is None:
+        if file.referenced is None:
             # Partition-scoped position deletes (write.delete.granularity=partition) do not say
             # which data files they reference: then refuse any commit on main since the base.
             if int(table.currentSnapshot().snapshotId()) != staged.base_snapshot_id:
                 raise RuntimeError(f"{staged.table_identifier}: main moved since the batch was staged")
         else:
-            referenced.add(data_file)
-    commit_row_delta(
-        spark, table, staged.base_snapshot_id, properties, added_data, added_deletes, removed_data, removed_deletes,
-        referenced,
+            referenced.append(file.referenced)
+    handle.commit_row_delta(
+        staged.base_snapshot_id, properties,
+        added_data=[f.java for f in net.added_data], added_deletes=[f.java for f in net.added_deletes],
+        removed_data=[f.java for f in net.removed_data], removed_deletes=[f.java for f in net.removed_deletes],
+        referenced=referenced,
     )  # fmt: skip
     committed = int(table.currentSnapshot().snapshotId())
     _forget_branch(table, staged)

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.columns import OP, SILVER_ORDER, STORED_FILE, STORED_POS
 from cdclake.lake.batch import KeyedBatch, Rows, TableMetadata
+from cdclake.lake.iceberg import IcebergTable
 from cdclake.lake.tables import iceberg_table
 from cdclake.types import ROW_DELTA_PLAIN_ICEBERG_TYPES
 
@@ -154,13 +155,25 @@ def _written(spark: SparkSession, location: str) -> list[WrittenFile]:
 
 
 class WrittenFiles:
-    """The files one batch writes, turned into Iceberg content files; removed again on failure."""
+    """The files one batch writes, turned into Iceberg content files, as a ``with`` block: leaving
+    it by an exception before ``commit`` has committed them removes every file written in it.
+
+    ``with WrittenFiles(spark, table) as files:`` write (``write``, ``write_both``, ``track``),
+    turn them into content files, then ``return files.commit(...)``."""
 
     def __init__(self, spark: SparkSession, table: Any) -> None:
         self.spark = spark
         self.table = table
         self.jvm: Any = spark.sparkContext._jvm
         self.paths: list[str] = []
+        self.committed = False
+
+    def __enter__(self) -> WrittenFiles:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: Any) -> None:
+        if error is not None and not self.committed:
+            self.remove()
 
     def write(self, frame: DataFrame, kind: str, file_per: str | None = None) -> list[WrittenFile]:
         """Write ``frame`` as Parquet files of their own (Iceberg's Parquet settings on); ``file_per``:
@@ -220,7 +233,7 @@ class WrittenFiles:
     def _metrics(self, file: WrittenFile, config: Any) -> Any:
         """Iceberg ``Metrics`` of ``file``: from the footer it kept, else read from storage. Reading
         opens Parquet with default options, and those load Hadoop's XML configuration anew each
-        time (about 20 ms); parsing a kept footer costs one call."""
+        time; parsing a kept footer costs one call."""
         iceberg = self.jvm.org.apache.iceberg
         if file.footer is None:
             return iceberg.parquet.ParquetUtil.fileMetrics(self.table.io().newInputFile(file.path), config)
@@ -235,31 +248,30 @@ class WrittenFiles:
         self.paths.append(written.path)
         return written
 
-    def commit_row_delta(
+    def commit(
         self,
-        write: Callable[[], tuple[list[Any], list[Any], list[str]]],
         base_snapshot_id: int,
         properties: Mapping[str, str],
+        data_files: Sequence[Any],
+        delete_files: Sequence[Any] = (),
+        deleted_from: Sequence[str] = (),
         before_commit: Callable[[], None] | None = None,
     ) -> int:
-        """Write a batch's files (``write``: its data files, its delete files and the paths of the
-        data files those delete from), call ``before_commit``, then commit them as one RowDelta
-        (``commit_row_delta``); every written file is removed if anything fails. Returns the new
-        snapshot's id."""
-        try:
-            data_files, delete_files, deleted_from = write()
-            referenced = self.jvm.java.util.ArrayList()
-            for path in deleted_from:
-                referenced.add(path)
-            if before_commit is not None:
-                before_commit()
-            commit_row_delta(
-                self.spark, self.table, base_snapshot_id, properties, data_files, delete_files, referenced=referenced
-            )
-        except BaseException:
-            self.remove()
-            raise
+        """Call ``before_commit``, then commit the batch's content files (its data files, its delete
+        files and the paths of the data files those delete from) as one RowDelta
+        (``IcebergTable.commit_row_delta``). Returns the new snapshot's id; from then on the files are the
+        table's and the block keeps them whatever follows."""
+        if before_commit is not None:
+            before_commit()
+        IcebergTable(self.table, self.jvm).commit_row_delta(
+            base_snapshot_id, properties, data_files, delete_files, referenced=deleted_from
+        )
+        self.keep()
         return int(self.table.currentSnapshot().snapshotId())
+
+    def keep(self) -> None:
+        """The files are the table's now (committed): leaving the block no longer removes them."""
+        self.committed = True
 
     def remove(self) -> None:
         io = self.table.io()
@@ -279,44 +291,6 @@ def sort_order_columns(table: Any) -> list[str]:
     written data file is sorted by)."""
     schema, order = table.schema(), table.sortOrder()
     return [str(schema.findColumnName(order.fields().get(i).sourceId())) for i in range(order.fields().size())]
-
-
-def commit_row_delta(
-    spark: SparkSession,
-    table: Any,
-    base_snapshot_id: int,
-    properties: Mapping[str, str],
-    added_data: Sequence[Any] = (),
-    added_deletes: Sequence[Any] = (),
-    removed_data: Sequence[Any] = (),
-    removed_deletes: Sequence[Any] = (),
-    referenced: Any = None,
-) -> None:
-    """Commit one RowDelta on ``main`` carrying ``properties``, validated against
-    ``base_snapshot_id``: it fails (a commit conflict) if a data or delete file was added since, a
-    file it removes is gone, or a data file in ``referenced`` (a Java list of paths its deletes
-    point into) no longer exists."""
-    jvm: Any = spark.sparkContext._jvm
-    delta = table.newRowDelta()
-    for file in added_data:
-        delta = delta.addRows(file)
-    for file in removed_data:
-        delta = delta.removeRows(file)
-    for file in added_deletes:
-        delta = delta.addDeletes(file)
-    for file in removed_deletes:
-        delta = delta.removeDeletes(file)
-    delta = (
-        delta.validateFromSnapshot(base_snapshot_id)
-        .conflictDetectionFilter(jvm.org.apache.iceberg.expressions.Expressions.alwaysTrue())
-        .validateNoConflictingDataFiles()
-        .validateNoConflictingDeleteFiles()
-        .validateDeletedFiles()
-        .validateDataFilesExist(referenced if referenced is not None else jvm.java.util.ArrayList())
-    )
-    for name, value in properties.items():
-        delta = delta.set(name, value)
-    delta.commit()
 
 
 def _writers(spark: SparkSession, rows: int) -> int:
@@ -397,15 +371,14 @@ def apply_row_delta(
     replaced = replaced.withColumn(_DATA_FILE, F.xxhash64("file_path")).sortWithinPartitions(
         _DATA_FILE, "file_path", "pos"
     )
-    files = WrittenFiles(spark, table)
-
-    def write() -> tuple[list[Any], list[Any], list[str]]:
+    assert metadata.snapshot_id is not None
+    with WrittenFiles(spark, table) as files:
         delete_files, data_files = files.write_both(replaced, images)
         # Data file paths hold no newline. No metrics at all: Spark found nothing to delete.
-        return data_files, delete_files, list(filter(None, str(deleted.get.get("files") or "").split("\n")))
-
-    assert metadata.snapshot_id is not None
-    return files.commit_row_delta(write, metadata.snapshot_id, batch.properties, before_commit)
+        deleted_from = list(filter(None, str(deleted.get.get("files") or "").split("\n")))
+        return files.commit(
+            metadata.snapshot_id, batch.properties, data_files, delete_files, deleted_from, before_commit
+        )
 
 
 def append_blocker(metadata: TableMetadata) -> str | None:
@@ -442,13 +415,9 @@ def append_written(
     ).coalesce(_image_files(spark, table, metadata, count))
     if sort_columns := sort_order_columns(table):
         images = images.sortWithinPartitions(*sort_columns)
-    files = WrittenFiles(spark, table)
-
-    def write() -> tuple[list[Any], list[Any], list[str]]:
+    with WrittenFiles(spark, table) as files:
         _ensure_iceberg_parquet(spark)
-        return files.content_files(files.write(images, "data"), deletes=False), [], []
-
-    return files.commit_row_delta(write, metadata.snapshot_id, properties)
+        return files.commit(metadata.snapshot_id, properties, files.content_files(files.write(images, "data"), False))
 
 
 def row_delta_input(batch: KeyedBatch[Rows]) -> tuple[TableMetadata, Rows]:

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cdclake.config import PipelineConfig
-from cdclake.schema import compare_types, type_change_advice
+from cdclake.schema import type_change_advice
 from cdclake.sources.catalog.model import CatalogTable
+from cdclake.types import compare_types
 
 DriftKind = Literal["new table", "dropped table", "added column", "dropped column", "retyped column", "changed key"]
 

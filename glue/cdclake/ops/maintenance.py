@@ -22,7 +22,6 @@ lag), and would otherwise recompute in full.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Sequence
@@ -34,7 +33,7 @@ from cdclake.columns import TOMBSTONE_DELETED_AT
 from cdclake.config import TableConfig, gold_database
 from cdclake.dms.horizon import pruned_before_after
 from cdclake.identifiers import procedure_table
-from cdclake.lake.history import history_of, reflecting_snapshot_id
+from cdclake.lake.history import history_of
 from cdclake.lake.iceberg import IcebergTable
 from cdclake.lake.journals import (
     DISMISSED_TABLE,
@@ -46,13 +45,12 @@ from cdclake.lake.journals import (
     tombstones_of,
     tombstones_pruned_before,
 )
+from cdclake.lake.keep import snapshots_marts_read, snapshots_to_keep
 from cdclake.lake.layout import apply_layout
 from cdclake.lake.ledger import (
     LEDGER_ARCHIVE_TABLE,
-    MART_SOURCES_PROPERTY,
     archive_ledger,
     expiring_snapshots,
-    full_load_unfinished,
 )
 from cdclake.lake.tables import SilverTable, table_exists
 
@@ -167,22 +165,9 @@ def _record_pruned_before(engine: Engine, tombstones: SilverTable, now: datetime
     )
 
 
-def snapshots_marts_reflect(engine: Engine) -> frozenset[int]:
-    """The snapshot ids the configured marts' last refreshes read (silver's, history's, other
-    marts'), from each mart's newest commit that recorded them: its next incremental refresh
-    reads the changes since them. Iceberg snapshot ids are random 64-bit numbers, so a set of
-    ids names them in whichever table they are."""
-    kept: set[int] = set()
-    database = gold_database(engine.config)
-    for mart in engine.config.gold.marts:
-        target = SilverTable(engine.catalog, database, mart.name)
-        if not table_exists(engine.spark, target):
-            continue
-        lineage = IcebergTable.latest(engine.spark, target.identifier).lineage((MART_SOURCES_PROPERTY,))
-        refresh = next((s for s in lineage if MART_SOURCES_PROPERTY in s.summary), None)
-        if refresh is not None:
-            kept.update(int(v) for v in json.loads(refresh.summary[MART_SOURCES_PROPERTY]).values())
-    return frozenset(kept)
+def _mart_tables(engine: Engine) -> list[SilverTable]:
+    gold = gold_database(engine.config)
+    return [SilverTable(engine.catalog, gold, mart.name) for mart in engine.config.gold.marts]
 
 
 def _expiry_cutoff(
@@ -351,10 +336,11 @@ def maintain_table(
     keep: frozenset[int] | None = None,
 ) -> MaintenanceReport | None:
     """Maintain one silver table, its tombstones and its history; None when the table does not
-    exist yet. ``keep``: the snapshot ids gold marts reflect (None: read them)."""
+    exist yet. ``keep``: the snapshot ids gold marts read (None: read them); what else stays is
+    ``lake.keep``'s to say."""
     started = time.monotonic()
     now = now or datetime.now(UTC)
-    keep = snapshots_marts_reflect(engine) if keep is None else keep
+    keep = snapshots_marts_read(engine.spark, _mart_tables(engine)) if keep is None else keep
     silver = engine.silver_table(table)
     if not table_exists(engine.spark, silver):
         return None
@@ -372,9 +358,8 @@ def maintain_table(
     strategy = "strategy => 'sort', " if table.layout == "sorted" else ""
     _call(engine, "rewrite_data_files", f"table => {name}, {strategy}options => {compaction}")
     _call(engine, "rewrite_position_delete_files", f"table => {name}, options => map('rewrite-all', 'true')")
-    if full_load_unfinished(engine.spark, silver):
-        # Expiring the staged load's snapshot would archive the old load's ledger past it, and
-        # the archive would then call the half-finished load done.
+    kept = snapshots_to_keep(engine.spark, silver, keep)
+    if not kept.silver_expires:
         log.warning("snapshots kept table=%s: its full load is unfinished; the next run loads it again", table.source)
     else:
         report.ledger_entries_archived, report.snapshots_expired = _expire_snapshots(
@@ -384,13 +369,11 @@ def maintain_table(
     tombstones = tombstones_of(silver)
     if table_exists(engine.spark, tombstones):
         report.tombstones_removed = _prune_tombstones(engine, tombstones, now, settings)
-    history = history_of(silver)
-    # History keeps its newest commit that records the silver snapshot it reflects (a compaction
-    # records none): without it a history behind silver could not be told (engine.history_sync).
-    reflecting = reflecting_snapshot_id(engine.spark, history)
-    history_keep = keep if reflecting is None else keep | {reflecting}
-    for side, role, kept in ((tombstones, TOMBSTONES, keep), (history, HISTORY, history_keep)):
-        upkeep = maintain_beside(engine, side, role, settings, now, kept)
+    for side, role, side_keep in (
+        (tombstones, TOMBSTONES, kept.marts_read),
+        (history_of(silver), HISTORY, kept.history),
+    ):
+        upkeep = maintain_beside(engine, side, role, settings, now, side_keep)
         if upkeep is not None:
             report.side_tables.append(upkeep)
     report.data_files_after, report.delete_files_after = _file_counts(engine, silver)
@@ -410,8 +393,7 @@ def shared_tables(engine: Engine) -> list[tuple[SilverTable, str]]:
     catalog, database = engine.catalog, engine.config.database
     shared = [(SilverTable(catalog, database, LEDGER_ARCHIVE_TABLE), LEDGER_ARCHIVE)]
     shared += [(SilverTable(catalog, database, journal), JOURNAL) for journal in JOURNALS]
-    gold = gold_database(engine.config)
-    shared += [(SilverTable(catalog, gold, mart.name), GOLD_MART) for mart in engine.config.gold.marts]
+    shared += [(mart, GOLD_MART) for mart in _mart_tables(engine)]
     return shared
 
 
@@ -425,7 +407,7 @@ def maintain(
     then the shared tables and the marts (after the silver tables: their expiry archives ledger
     entries into ``cdclake_ledger``)."""
     now = now or datetime.now(UTC)
-    keep = snapshots_marts_reflect(engine)
+    keep = snapshots_marts_read(engine.spark, _mart_tables(engine))
     reports = []
     for table in tables or engine.config.tables:
         report = maintain_table(engine, table, settings, now, keep)

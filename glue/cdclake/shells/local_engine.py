@@ -9,8 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cdclake.config import load_config
+from cdclake.shells.commands import Command
 
 if TYPE_CHECKING:
+    import argparse
+
     from cdclake.config import TableConfig
     from cdclake.context import Engine
     from cdclake.shells.settings import CliSettings, Options
@@ -53,6 +56,18 @@ def on_engine(settings: CliSettings, work: EngineCommand, writes: bool) -> int:
 
     with warehouse_lock(settings.warehouse, settings.command, settings.lock_wait):
         return work(_interruptible(open_local_engine(settings, settings.config)), settings)
+
+
+def engine_command(
+    name: str, description: str, configure: Callable[[argparse.ArgumentParser], None], writes: bool
+) -> Callable[[EngineCommand], Command]:
+    """Declare the command ``name`` above its work on the engine: the decorated function becomes
+    the ``Command``, whose ``run`` is the work ``on_engine`` (holding the warehouse if it ``writes``)."""
+
+    def command(work: EngineCommand) -> Command:
+        return Command(name, description, configure, lambda settings: on_engine(settings, work, writes))
+
+    return command
 
 
 def selected_tables(engine: Engine, options: Options) -> list[TableConfig] | None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from cdclake.shells.commands import Command, tables_option
-from cdclake.shells.local_engine import on_engine, selected_tables
+from cdclake.shells.commands import tables_option
+from cdclake.shells.local_engine import engine_command, selected_tables
 
 if TYPE_CHECKING:
     from cdclake.context import Engine
@@ -38,6 +38,13 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
+@engine_command(
+    "maintain",
+    "compact, expire snapshots, remove orphans, prune tombstones: silver, its side tables, the ledger, "
+    "journals and marts",
+    _configure,
+    writes=True,
+)
 def _maintain(engine: Engine, settings: CliSettings) -> int:
     from cdclake.ops.maintenance import MaintenanceSettings, maintain
 
@@ -59,12 +66,4 @@ def _maintain(engine: Engine, settings: CliSettings) -> int:
     return 0
 
 
-COMMANDS = (
-    Command(
-        "maintain",
-        "compact, expire snapshots, remove orphans, prune tombstones: silver, its side tables, the ledger, "
-        "journals and marts",
-        _configure,
-        lambda settings: on_engine(settings, _maintain, writes=True),
-    ),
-)
+COMMANDS = (_maintain,)

@@ -6,8 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from cdclake.shells.commands import Command
-from cdclake.shells.local_engine import on_engine
+from cdclake.shells.local_engine import engine_command
 from cdclake.shells.query import TABLE_ROWS
 
 if TYPE_CHECKING:
@@ -42,6 +41,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
+@engine_command("query", "run SQL on the silver catalog", _configure, writes=False)
 def _query(engine: Engine, settings: CliSettings) -> int:
     from cdclake.shells.query import run_query
 
@@ -53,8 +53,4 @@ def _query(engine: Engine, settings: CliSettings) -> int:
     return 0
 
 
-COMMANDS = (
-    Command(
-        "query", "run SQL on the silver catalog", _configure, lambda settings: on_engine(settings, _query, writes=False)
-    ),
-)
+COMMANDS = (_query,)

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cdclake.shells.commands import Command, tables_option
-from cdclake.shells.local_engine import on_engine, selected_tables
+from cdclake.shells.commands import tables_option
+from cdclake.shells.local_engine import engine_command, selected_tables
 
 if TYPE_CHECKING:
     from cdclake.context import Engine
@@ -53,6 +53,7 @@ def _configure_run(parser: argparse.ArgumentParser) -> None:
     )
 
 
+@engine_command("run", "full load where a table has none yet, then all pending CDC", _configure_run, writes=True)
 def _run(engine: Engine, settings: CliSettings) -> int:
     from cdclake.engine.run import run
 
@@ -94,6 +95,9 @@ def _configure_full_load(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reload", action="store_true", help="replace tables that are already loaded (atomically)")
 
 
+@engine_command(
+    "full-load", "load LOAD files into tables that have no full load yet", _configure_full_load, writes=True
+)
 def _full_load(engine: Engine, settings: CliSettings) -> int:
     from cdclake.engine.run import full_load
 
@@ -109,6 +113,7 @@ def _configure_apply(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--manifest", type=Path, help='a JSON manifest: {"files": [{"key":..., "size":...}]}')
 
 
+@engine_command("apply", "apply the given CDC files (keys, paths or s3:// URIs)", _configure_apply, writes=True)
 def _apply(engine: Engine, settings: CliSettings) -> int:
     from cdclake.dms.manifest import read_manifest
     from cdclake.engine.run import apply_cdc_files
@@ -130,6 +135,12 @@ def _configure_replay(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--file", action="append", default=[], help="this bronze key (repeatable)")
 
 
+@engine_command(
+    "replay",
+    "apply CDC files from bronze again (fixed files, quarantined ones); safe to repeat",
+    _configure_replay,
+    writes=True,
+)
 def _replay(engine: Engine, settings: CliSettings) -> int:
     from cdclake.engine.run import replay
     from cdclake.engine.select import ReplaySelection
@@ -139,29 +150,4 @@ def _replay(engine: Engine, settings: CliSettings) -> int:
     return print_report(replay(engine, selection, selected_tables(engine, options)))
 
 
-COMMANDS = (
-    Command(
-        "run",
-        "full load where a table has none yet, then all pending CDC",
-        _configure_run,
-        lambda settings: on_engine(settings, _run, writes=True),
-    ),
-    Command(
-        "full-load",
-        "load LOAD files into tables that have no full load yet",
-        _configure_full_load,
-        lambda settings: on_engine(settings, _full_load, writes=True),
-    ),
-    Command(
-        "apply",
-        "apply the given CDC files (keys, paths or s3:// URIs)",
-        _configure_apply,
-        lambda settings: on_engine(settings, _apply, writes=True),
-    ),
-    Command(
-        "replay",
-        "apply CDC files from bronze again (fixed files, quarantined ones); safe to repeat",
-        _configure_replay,
-        lambda settings: on_engine(settings, _replay, writes=True),
-    ),
-)
+COMMANDS = (_run, _full_load, _apply, _replay)

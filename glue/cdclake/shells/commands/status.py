@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from cdclake.shells.commands import Command
-from cdclake.shells.local_engine import on_engine
+from cdclake.shells.local_engine import engine_command
 
 if TYPE_CHECKING:
     from cdclake.context import Engine
@@ -23,6 +22,9 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wide", action="store_true", help="the table format with every field")
 
 
+@engine_command(
+    "status", "per table: rows, applied and pending files, lag, what needs attention", _configure, writes=False
+)
 def _status(engine: Engine, settings: CliSettings) -> int:
     from cdclake.gold.status import mart_statuses
     from cdclake.ops.status import table_statuses
@@ -36,11 +38,4 @@ def _status(engine: Engine, settings: CliSettings) -> int:
     return 0
 
 
-COMMANDS = (
-    Command(
-        "status",
-        "per table: rows, applied and pending files, lag, what needs attention",
-        _configure,
-        lambda settings: on_engine(settings, _status, writes=False),
-    ),
-)
+COMMANDS = (_status,)

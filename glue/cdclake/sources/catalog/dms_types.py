@@ -41,8 +41,7 @@ import re
 from dataclasses import dataclass
 
 from cdclake.config import BronzeFormat
-
-MAX_SPARK_PRECISION = 38
+from cdclake.types import MAX_DECIMAL_PRECISION, SPARK_BY_DMS
 
 
 @dataclass(frozen=True)
@@ -55,37 +54,26 @@ class DmsType:
     utc_instant: bool = False  # DATETIME of a type that stores an instant (written in UTC)
 
 
-_SPARK = {
-    "BOOLEAN": "boolean",
-    "INT1": "tinyint",
-    "INT2": "smallint",
-    "INT4": "int",
-    "INT8": "bigint",
-    "UINT1": "smallint",
-    "UINT2": "int",
-    "UINT4": "bigint",
-    "UINT8": "decimal(20,0)",
-    "REAL4": "float",
-    "REAL8": "double",
-    "DATE": "date",
-    "TIME": "string",
-}
+# The DMS types whose Spark type has no parameters are the type table's ``dms`` column (``types.py``).
+_UINT8 = "decimal(20,0)"
 _BINARY = {"BYTES", "BLOB"}
 
 
 def spark_type(dms: DmsType, bronze_format: BronzeFormat = "csv") -> str:
-    """The Spark SQL type for a DMS type (module table)."""
-    if dms.name in _SPARK:
-        return _SPARK[dms.name]
+    """The Spark SQL type for a DMS type (the table above)."""
+    if dms.name in SPARK_BY_DMS:
+        return SPARK_BY_DMS[dms.name]
+    if dms.name == "UINT8":
+        return _UINT8
     if dms.name == "NUMERIC":
-        if 1 <= dms.precision <= MAX_SPARK_PRECISION and 0 <= dms.scale <= dms.precision:
+        if 1 <= dms.precision <= MAX_DECIMAL_PRECISION and 0 <= dms.scale <= dms.precision:
             return f"decimal({dms.precision},{dms.scale})"
         return "string"
     if dms.name == "DATETIME":
         return "timestamp" if dms.utc_instant else "timestamp_ntz"
     if dms.name in _BINARY:
         return "binary" if bronze_format == "parquet" else "string"
-    return "string"  # STRING, WSTRING, CLOB, NCLOB
+    return "string"  # a DMS type the guide added after this table
 
 
 # --------------------------------------------------------------------------- PostgreSQL
