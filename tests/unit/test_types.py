@@ -117,7 +117,7 @@ def test_widening_families_are_ranked_from_one() -> None:
 _TYPE_LISTS = {
     "sources/catalog/dms_types.py": "source engines' own type names (MySQL's and SQL Server's match Spark's)",
     "sources/checksum.py": "verify's canonical text of each type (its kinds)",
-    "sources/postgres/verify.py": "verify's reading of each type from PostgreSQL",
+    "sources/sqlserver/checksums.py": "SQL Server's own type names (its binary types; rowversion is its timestamp)",
 }
 _NAMES = {t.spark for t in COLUMN_TYPES} | {alias for t in COLUMN_TYPES for alias in t.aliases}
 

@@ -62,6 +62,7 @@ from cdclake.sources.live import (
     persisting,
     wait_for_silver,
 )
+from cdclake.types import TIMESTAMP_TYPES
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -236,7 +237,7 @@ def canonical(value: Any, spark_type: str) -> str:
         return repr(struct.unpack("f", struct.pack("f", float(value)))[0])
     if spark_type == "double":
         return repr(float(value))
-    if spark_type in ("timestamp", "timestamp_ntz"):
+    if spark_type in TIMESTAMP_TYPES:
         if isinstance(value, datetime):
             if value.tzinfo is not None:
                 value = value.astimezone(UTC).replace(tzinfo=None)
@@ -280,9 +281,7 @@ def _silver_rows(
     if where is not None:
         frame = frame.where(where)
     selected = [
-        F.date_format(F.col(c), "yyyy-MM-dd HH:mm:ss.SSSSSS").alias(c)
-        if types[c] in ("timestamp", "timestamp_ntz")
-        else F.col(c)
+        F.date_format(F.col(c), "yyyy-MM-dd HH:mm:ss.SSSSSS").alias(c) if types[c] in TIMESTAMP_TYPES else F.col(c)
         for c in columns
     ]
     return frame.select(*selected).toLocalIterator()
