@@ -158,6 +158,62 @@ def search(
     return found
 
 
+# --- The sources' side: what every dialect's SQL shares ----------------------------------------------------
+
+
+def where_in_ranges(column: str | None, ranges: Sequence[KeyRange] | None, none: str) -> tuple[str, list[Any]]:
+    """A WHERE condition on the key ``column`` (its SQL) for the rows in one of ``ranges``, with its ``%s``
+    parameters: "" for every row (no ranges, no key column, or an unbounded range), ``none`` (the dialect's
+    false) for no row."""
+    if ranges is None or column is None:
+        return ("" if ranges is None or ranges else none), []
+    conditions, parameters = [], []
+    for part in ranges:
+        bounds = []
+        if part.low is not None:
+            bounds.append(f"{column} >= %s")
+            parameters.append(part.low)
+        if part.high is not None:
+            bounds.append(f"{column} < %s")
+            parameters.append(part.high)
+        if not bounds:
+            return "", []
+        conditions.append("(" + " AND ".join(bounds) + ")")
+    return (" OR ".join(conditions) or none), parameters
+
+
+@dataclass(frozen=True)
+class PieceSql:
+    """How a dialect's SQL writes a row's pieces (module docstring): a text's length in characters as text, the
+    concatenation of texts, and a string literal."""
+
+    length: Callable[[str], str]
+    concat: Callable[[Sequence[str]], str]
+    literal: Callable[[str], str]
+
+
+def row_pieces(
+    columns: Sequence[tuple[str, str]], value: Callable[[str, str], str], quote: Callable[[str], str], sql: PieceSql
+) -> list[str]:
+    """Each column's piece of a row's text in a dialect's SQL (``value(name, kind)``: its canonical text)."""
+    parts = []
+    for name, kind in columns:
+        text = value(name, kind)
+        if kind == "text":
+            piece, null = sql.concat([sql.length(text), sql.literal(":"), text]), NULL_TEXT
+        else:
+            piece, null = sql.concat([text, sql.literal(END)]), NULL_PIECE
+        parts.append(f"CASE WHEN {quote(name)} IS NULL THEN {sql.literal(null)} ELSE {piece} END")
+    return parts
+
+
+def bucket_of(column: str | None, cuts: int) -> str:
+    """The bucket of a row by its key ``column`` (SQL) and ``cuts`` ``%s`` boundaries: 0 below the first."""
+    if column is None or not cuts:
+        return "0"
+    return "CASE " + " ".join(f"WHEN {column} < %s THEN {i}" for i in range(cuts)) + f" ELSE {cuts} END"
+
+
 # --- Spark: silver's side ---------------------------------------------------------------------------
 
 

@@ -39,7 +39,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from cdclake.sources.catalog.model import CatalogTable
-from cdclake.sources.checksum import END, HASH_DIGITS, NULL_PIECE, NULL_TEXT, KeyRange, RangeSum, Sums
+from cdclake.sources.checksum import (
+    HASH_DIGITS,
+    KeyRange,
+    PieceSql,
+    RangeSum,
+    Sums,
+    bucket_of,
+    row_pieces,
+    where_in_ranges,
+)
 
 BINARY_TYPES = frozenset(
     {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry", "point", "linestring"}
@@ -93,16 +102,18 @@ def text(column_type: str, name: str, kind: str) -> str:
     raise ValueError(f"no canonical text for kind {kind}")
 
 
+PIECES = PieceSql(
+    length=lambda value: f"CHAR_LENGTH({value})",
+    concat=lambda texts: f"CONCAT({', '.join(texts)})",
+    literal=lambda s: f"'{s}'",
+)
+
+
 def row_number(table: CatalogTable, columns: Sequence[tuple[str, str]]) -> str:
     """A row's number in MySQL's SQL: the first 15 hex digits of the MD5 of its canonical text."""
-    parts = []
-    for name, kind in columns:
-        value = text(table.column(name).source_type, name, kind)
-        if kind == "text":
-            piece, null = f"CONCAT(CHAR_LENGTH({value}), ':', {value})", NULL_TEXT
-        else:
-            piece, null = f"CONCAT({value}, '{END}')", NULL_PIECE
-        parts.append(f"CASE WHEN {quote_mysql(name)} IS NULL THEN '{null}' ELSE {piece} END")
+    parts = row_pieces(
+        columns, lambda name, kind: text(table.column(name).source_type, name, kind), quote_mysql, PIECES
+    )
     digest = f"MD5(CONVERT(CONCAT({', '.join(parts)}) USING utf8mb4))"
     return f"CAST(CONV(SUBSTRING({digest}, 1, {HASH_DIGITS}), 16, 10) AS UNSIGNED)"
 
@@ -119,22 +130,7 @@ def range_condition(
 ) -> tuple[str, list[Any]]:
     """A WHERE condition (and its parameters) for the rows in one of ``ranges``: "" for every row
     (no ranges, no key, or an unbounded range), "FALSE" for none."""
-    if ranges is None or key is None:
-        return ("" if ranges is None or ranges else "FALSE"), []
-    column = key_text(table, *key)
-    conditions, parameters = [], []
-    for part in ranges:
-        bounds = []
-        if part.low is not None:
-            bounds.append(f"{column} >= %s")
-            parameters.append(part.low)
-        if part.high is not None:
-            bounds.append(f"{column} < %s")
-            parameters.append(part.high)
-        if not bounds:
-            return "", []
-        conditions.append("(" + " AND ".join(bounds) + ")")
-    return (" OR ".join(conditions) or "FALSE"), parameters
+    return where_in_ranges(key_text(table, *key) if key else None, ranges, "FALSE")
 
 
 def table_name(table: CatalogTable) -> str:
@@ -147,10 +143,7 @@ def sums_query(
     """The query of ``cuts`` + 1 buckets' sums and the parameters of the range's ends; the
     boundaries' parameters go before them (the CASE comes first)."""
     where, parameters = range_condition(table, key, [whole])
-    bucket = "0"
-    if key is not None and cuts:
-        column = key_text(table, *key)
-        bucket = "CASE " + " ".join(f"WHEN {column} < %s THEN {i}" for i in range(cuts)) + f" ELSE {cuts} END"
+    bucket = bucket_of(key_text(table, *key) if key else None, cuts)
     query = (
         f"SELECT {bucket} AS bucket, COUNT(*), COALESCE(SUM({row_number(table, columns)}), 0) "
         f"FROM {table_name(table)}{' WHERE ' + where if where else ''} GROUP BY 1"

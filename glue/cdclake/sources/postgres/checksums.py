@@ -7,7 +7,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from cdclake.identifiers import quote_pg as _quote_pg
-from cdclake.sources.checksum import END, HASH_DIGITS, NULL_PIECE, NULL_TEXT, KeyRange, RangeSum, Sums
+from cdclake.sources.checksum import (
+    HASH_DIGITS,
+    KeyRange,
+    PieceSql,
+    RangeSum,
+    Sums,
+    bucket_of,
+    row_pieces,
+    where_in_ranges,
+)
 from cdclake.sources.postgres.catalog import SourceTable
 
 _TEXT_TYPES = {"text", "varchar", "bpchar", "name"}
@@ -46,16 +55,12 @@ def text(table: SourceTable, name: str, kind: str) -> str:
     raise ValueError(f"no canonical text for kind {kind}")
 
 
+PIECES = PieceSql(length=lambda value: f"length({value})::text", concat=" || ".join, literal=lambda s: f"'{s}'")
+
+
 def row_number(table: SourceTable, columns: Sequence[tuple[str, str]]) -> str:
     """A row's number in PostgreSQL's SQL: the first 15 hex digits of the MD5 of its canonical text."""
-    parts = []
-    for name, kind in columns:
-        value = text(table, name, kind)
-        if kind == "text":
-            piece, null = f"length({value})::text || ':' || {value}", NULL_TEXT
-        else:
-            piece, null = f"{value} || '{END}'", NULL_PIECE
-        parts.append(f"CASE WHEN {quote_pg(name)} IS NULL THEN '{null}' ELSE {piece} END")
+    parts = row_pieces(columns, lambda name, kind: text(table, name, kind), quote_pg, PIECES)
     digest = f"md5(convert_to({' || '.join(parts)}, 'UTF8'))"
     return f"('x' || substr({digest}, 1, {HASH_DIGITS}))::bit({HASH_DIGITS * 4})::bigint"
 
@@ -68,22 +73,7 @@ def key_text(name: str, kind: str) -> str:
 def range_condition(key: tuple[str, str] | None, ranges: Sequence[KeyRange] | None) -> tuple[str, list[Any]]:
     """A WHERE condition (and its parameters) for the rows in one of ``ranges``: "" for every row
     (no ranges, no key, or an unbounded range), "false" for none."""
-    if ranges is None or key is None:
-        return ("" if ranges is None or ranges else "false"), []
-    column = key_text(*key)
-    conditions, parameters = [], []
-    for part in ranges:
-        bounds = []
-        if part.low is not None:
-            bounds.append(f"{column} >= %s")
-            parameters.append(part.low)
-        if part.high is not None:
-            bounds.append(f"{column} < %s")
-            parameters.append(part.high)
-        if not bounds:
-            return "", []
-        conditions.append("(" + " AND ".join(bounds) + ")")
-    return (" OR ".join(conditions) or "false"), parameters
+    return where_in_ranges(key_text(*key) if key else None, ranges, "false")
 
 
 def sums_query(
@@ -91,10 +81,7 @@ def sums_query(
 ) -> tuple[str, list[Any]]:
     """The query (and its parameters, boundaries after the range's ends) of ``cuts`` + 1 buckets' sums."""
     where, parameters = range_condition(key, [whole])
-    bucket = "0"
-    if key is not None and cuts:
-        column = key_text(*key)
-        bucket = "CASE " + " ".join(f"WHEN {column} < %s THEN {i}" for i in range(cuts)) + f" ELSE {cuts} END"
+    bucket = bucket_of(key_text(*key) if key else None, cuts)
     name = f"{quote_pg(table.schema)}.{quote_pg(table.name)}"
     query = (
         f"SELECT {bucket} AS bucket, count(*), coalesce(sum({row_number(table, columns)}), 0) "

@@ -39,7 +39,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from cdclake.sources.catalog.model import CatalogTable
-from cdclake.sources.checksum import END, HASH_DIGITS, NULL_PIECE, NULL_TEXT, KeyRange, RangeSum, Sums
+from cdclake.sources.checksum import (
+    HASH_DIGITS,
+    KeyRange,
+    PieceSql,
+    RangeSum,
+    Sums,
+    bucket_of,
+    row_pieces,
+    where_in_ranges,
+)
 
 BINARY_TYPES = frozenset({"binary", "varbinary", "image", "timestamp", "rowversion"})
 UTF8 = "Latin1_General_100_CI_AS_SC_UTF8"
@@ -93,17 +102,21 @@ def text(column_type: str, name: str, kind: str) -> str:
     raise ValueError(f"no canonical text for kind {kind}")
 
 
+# LEN ignores trailing spaces: the length of the text and one more character, less one
+PIECES = PieceSql(
+    length=lambda value: f"CAST(LEN({value} COLLATE {UTF8} + N'x') - 1 AS nvarchar(20))",
+    concat=lambda texts: f"CONCAT({', '.join(texts)})",
+    literal=lambda s: f"N'{s}'",
+)
+
+
 def row_number(table: CatalogTable, columns: Sequence[tuple[str, str]]) -> str:
     """A row's number in T-SQL: the first 15 hex digits of the MD5 of its UTF-8 canonical text."""
-    parts = []
-    for name, kind in columns:
-        value = text(table.column(name).source_type, name, kind)
-        if kind == "text":
-            length = f"CAST(LEN({value} COLLATE {UTF8} + N'x') - 1 AS nvarchar(20))"
-            piece, null = f"CONCAT({length}, N':', {value})", NULL_TEXT
-        else:
-            piece, null = f"CONCAT({value}, N'{END}')", NULL_PIECE
-        parts.append(f"CASE WHEN {quote_tsql(name)} IS NULL THEN N'{null}' ELSE {piece} END")
+
+    def value(name: str, kind: str) -> str:
+        return text(table.column(name).source_type, name, kind)
+
+    parts = row_pieces(columns, value, quote_tsql, PIECES)
     # ``+``, not CONCAT (at most 254 arguments): no part is NULL
     row_text = " + ".join(["CAST(N'' AS nvarchar(max))", *parts])
     digest = f"HASHBYTES('MD5', CONVERT(varchar(max), ({row_text}) COLLATE {UTF8}))"
@@ -124,22 +137,7 @@ def range_condition(
 ) -> tuple[str, list[Any]]:
     """A WHERE condition (and its parameters) for the rows in one of ``ranges``: "" for every row
     (no ranges, no key, or an unbounded range), ``1 = 0`` for none."""
-    if ranges is None or key is None:
-        return ("" if ranges is None or ranges else "1 = 0"), []
-    column = key_text(table, *key)
-    conditions, parameters = [], []
-    for part in ranges:
-        bounds = []
-        if part.low is not None:
-            bounds.append(f"{column} >= %s")
-            parameters.append(part.low)
-        if part.high is not None:
-            bounds.append(f"{column} < %s")
-            parameters.append(part.high)
-        if not bounds:
-            return "", []
-        conditions.append("(" + " AND ".join(bounds) + ")")
-    return (" OR ".join(conditions) or "1 = 0"), parameters
+    return where_in_ranges(key_text(table, *key) if key else None, ranges, "1 = 0")
 
 
 def table_name(table: CatalogTable) -> str:
@@ -153,10 +151,7 @@ def sums_query(
     boundaries' parameters go before them. T-SQL groups by no position nor by an expression with
     parameters: the buckets are computed in a derived table."""
     where, parameters = range_condition(table, key, [whole])
-    bucket = "0"
-    if key is not None and cuts:
-        column = key_text(table, *key)
-        bucket = "CASE " + " ".join(f"WHEN {column} < %s THEN {i}" for i in range(cuts)) + f" ELSE {cuts} END"
+    bucket = bucket_of(key_text(table, *key) if key else None, cuts)
     numbered = (
         f"SELECT {bucket} AS bucket, {row_number(table, columns)} AS number "
         f"FROM {table_name(table)}{' WHERE ' + where if where else ''}"
