@@ -78,14 +78,14 @@ def _accounts(results: list[TableComparison]) -> TableComparison:
 def test_lag_under_load_is_not_a_difference_and_a_planted_difference_persists(
     source_db: SourceDatabase, make_engine: Callable[..., Engine]
 ) -> None:
-    # GIVEN a table captured and applied, and a difference planted in silver (a row the load never touches)
+    # GIVEN a table captured and applied, and a load changing the source, nothing of it applied yet
     engine = loaded_engine(source_db, make_engine, SCHEMA)
-    silver = engine.silver_table(engine.config.tables[0]).identifier
-    engine.spark.sql(f"UPDATE {silver} SET owner = 'planted' WHERE id = 7")
-    # AND a load changing the source, nothing of it applied yet
     load, catchup = Load(source_db), Catchup(source_db, engine)
     load.thread.start()
-    time.sleep(2.0)
+    # AND, during the load, a difference planted in silver (a row the load never touches)
+    silver = engine.silver_table(engine.config.tables[0]).identifier
+    engine.spark.sql(f"UPDATE {silver} SET owner = 'planted' WHERE id = 7")
+    time.sleep(1.0)
 
     def silver_at(table: object) -> SilverPosition:
         """Silver's position; the first call (verify starts waiting) lets capture and run catch up, and stops
