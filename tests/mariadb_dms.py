@@ -156,3 +156,17 @@ def silver_rows(spark: Any, identifier: str, table: TableConfig) -> Counter[tupl
     return Counter(
         tuple(canonical(v, t) for v, t in zip(row, table.columns.values(), strict=True)) for row in frame.collect()
     )
+
+
+def init_and_load(url: str, conn: Any, database: str, config_path: Path, make_engine: Any) -> tuple[Any, Any]:
+    """``cdclake init`` of the MariaDB database at ``url`` into ``config_path``, then DMS's full-load files of each
+    configured table applied by ``run``: the engine (``make_engine`` of the configuration) and the run's report."""
+    from cdclake.engine.run import run
+    from cdclake.shells.cli import main
+
+    assert main(["-q", "--config", str(config_path), "init", "--source", url]) == 0
+    engine = make_engine(config_path.read_text())
+    dms = DmsTask(conn, database, Path(engine.config.bronze.path))
+    for table in engine.config.tables:
+        dms.full_load(table.source_table)
+    return engine, run(engine)

@@ -184,11 +184,12 @@ def wheel_into(root: Path) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
-def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
+@contextlib.contextmanager
+def local_aws() -> Iterator[tuple[str, MotoStepFunctionsGaps]]:
+    """The AWS a stack is deployed into here: fake credentials, moto's gaps patched, a moto server (its
+    endpoint and the gaps' record); skipped without the SAM CLI."""
     if not SAM.exists():
         pytest.skip(f"{SAM} is missing: run `make aws-tools`")
-    work = tmp_path_factory.mktemp("deployed")
     with pytest.MonkeyPatch.context() as patch:
         for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
             patch.delenv(name, raising=False)
@@ -197,7 +198,13 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
         gaps = patch_moto_gaps(patch)
         with moto_server() as endpoint:
             patch.setenv("AWS_ENDPOINT_URL", endpoint)
-            yield deploy(work, endpoint, gaps)
+            yield endpoint, gaps
+
+
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
+    with local_aws() as (endpoint, gaps):
+        yield deploy(tmp_path_factory.mktemp("deployed"), endpoint, gaps)
 
 
 def deploy(

@@ -21,9 +21,8 @@ from typing import Any
 
 import boto3
 import pytest
-from conftest import patch_moto_gaps
-from local_stack import FAKE_CREDENTIALS, REGION, SAM, moto_server
-from test_deployed_stack import INITIAL, LOADED_AT, Deployed, deploy
+from local_stack import REGION
+from test_deployed_stack import INITIAL, LOADED_AT, Deployed, deploy, local_aws
 
 from cdclake.dms.writer import csv_text
 from local_databases import PgServer, running_postgres
@@ -61,30 +60,19 @@ def source() -> Iterator[tuple[PgServer, str]]:
 
 @pytest.fixture(scope="module")
 def deployed(tmp_path_factory: pytest.TempPathFactory, source: tuple[PgServer, str]) -> Iterator[Deployed]:
-    if not SAM.exists():
-        pytest.skip(f"{SAM} is missing: run `make aws-tools`")
     server, database = source
-    work = tmp_path_factory.mktemp("deployed-verify")
-    with pytest.MonkeyPatch.context() as patch:
-        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
-            patch.delenv(name, raising=False)
-        for name, value in {**FAKE_CREDENTIALS, "POWERTOOLS_TRACE_DISABLED": "true"}.items():
-            patch.setenv(name, value)
-        gaps = patch_moto_gaps(patch)
-        with moto_server() as endpoint:
-            patch.setenv("AWS_ENDPOINT_URL", endpoint)
-            # The source secret as RDS writes one; the stack is given its name (SourceSecretId).
-            secret = {"engine": "postgres", "host": "127.0.0.1", "port": server.port, "username": "postgres",
-                      "password": "", "dbname": database}  # fmt: skip
-            boto3.client("secretsmanager", region_name=REGION).create_secret(
-                Name=SECRET, SecretString=json.dumps(secret)
-            )
-            # A quiet source: a difference is confirmed 1 s after nothing waits (the default allows for DMS's 60 s).
-            given = {"SourceSecretId": SECRET, "SourceEngine": "postgres", "EnvironmentName": ENVIRONMENT,
-                     "VerifyDeliverySeconds": "1"}  # fmt: skip
-            stack = deploy(work, endpoint, gaps, CONFIG, given)
-            yield stack
-            stack.stop_all()
+    with local_aws() as (endpoint, gaps):
+        work = tmp_path_factory.mktemp("deployed-verify")
+        # The source secret as RDS writes one; the stack is given its name (SourceSecretId).
+        secret = {"engine": "postgres", "host": "127.0.0.1", "port": server.port, "username": "postgres",
+                  "password": "", "dbname": database}  # fmt: skip
+        boto3.client("secretsmanager", region_name=REGION).create_secret(Name=SECRET, SecretString=json.dumps(secret))
+        # A quiet source: a difference is confirmed 1 s after nothing waits (the default allows for DMS's 60 s).
+        given = {"SourceSecretId": SECRET, "SourceEngine": "postgres", "EnvironmentName": ENVIRONMENT,
+                 "VerifyDeliverySeconds": "1"}  # fmt: skip
+        stack = deploy(work, endpoint, gaps, CONFIG, given)
+        yield stack
+        stack.stop_all()
 
 
 def verify_rows(deployed: Deployed) -> dict[str, list[dict[str, Any]]]:

@@ -6,9 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from cdclake.engine.run import run
-from cdclake.shells.cli import main
-from mariadb_dms import DmsTask, silver_rows, source_rows
+from mariadb_dms import init_and_load, silver_rows, source_rows
 
 SHAPES = [
     # (key clause, extra columns): a primary key, a composite one, a unique index only, none at all
@@ -40,12 +38,7 @@ def test_fifty_tables_init_and_run_without_a_hand_edit(mariadb_server: Any, make
                 cursor.execute(statement.format(table=f"t{n:02d}"))
     # WHEN init writes the configuration and DMS's full-load files are applied with it
     config_path = tmp_path / "cdclake.yaml"
-    assert main(["-q", "--config", str(config_path), "init", "--source", mariadb_server.url(database)]) == 0
-    engine = make_engine(config_path.read_text())
-    dms = DmsTask(conn, database, Path(engine.config.bronze.path))
-    for table in engine.config.tables:
-        dms.full_load(table.source_table)
-    report = run(engine)
+    engine, report = init_and_load(mariadb_server.url(database), conn, database, config_path, make_engine)
     # THEN 50 tables are configured, keyed as their shape says, and each silver table equals MariaDB
     tables = engine.config.tables
     assert len(tables) == 50 and not report.quarantined

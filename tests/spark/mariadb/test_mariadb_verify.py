@@ -13,11 +13,10 @@ from typing import Any
 import pytest
 
 from cdclake.context import Engine
-from cdclake.engine.run import run
 from cdclake.shells.cli import main
 from cdclake.sources.mysql.verify import MysqlDialect
 from cdclake.sources.verify import TableComparison, format_comparisons, verify
-from mariadb_dms import DmsTask
+from mariadb_dms import init_and_load
 
 ROWS = 2000
 SCHEMA = [
@@ -73,12 +72,8 @@ def _loaded(mariadb_server: Any, make_engine: Any, tmp_path: Path) -> tuple[Engi
         for statement in SCHEMA:
             cursor.execute(statement)
     config_path = tmp_path / "cdclake.yaml"
-    assert main(["-q", "--config", str(config_path), "init", "--source", mariadb_server.url(database)]) == 0
-    engine = make_engine(config_path.read_text())
-    dms = DmsTask(conn, database, Path(engine.config.bronze.path))
-    for table in engine.config.tables:
-        dms.full_load(table.source_table)
-    assert not run(engine).quarantined
+    engine, report = init_and_load(mariadb_server.url(database), conn, database, config_path, make_engine)
+    assert not report.quarantined
     return engine, database, conn
 
 

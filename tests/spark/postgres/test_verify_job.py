@@ -83,6 +83,17 @@ def _current_lsn(source_db: SourceDatabase) -> int:
     return lsn
 
 
+def _loaded(source_db: SourceDatabase, tmp_path: Path) -> tuple[str, list[str]]:
+    """SCHEMA's tables captured as DMS files and loaded by the full-load job into a catalog of their own: the
+    catalog's name and the jobs' shared arguments."""
+    source_db.execute(SCHEMA)
+    source_db.capture()
+    catalog = f"job{uuid.uuid4().hex[:8]}"
+    common = _job_arguments(source_db, tmp_path, catalog)
+    _job("full_load")(["full_load.py", *common]).checked()
+    return catalog, common
+
+
 def _recorded(spark: SparkSession, catalog: str, run_id: str) -> dict[str, dict[str, Any]]:
     rows = spark.sql(f"SELECT * FROM {catalog}.cdclake_dev.cdclake_verify WHERE run_id = '{run_id}'").collect()
     return {r["source_table"]: r.asDict() for r in rows}
@@ -92,11 +103,7 @@ def test_the_verify_job_records_equal_then_names_a_planted_difference_and_publis
     aws: None, source_db: SourceDatabase, spark: SparkSession, tmp_path: Path
 ) -> None:
     # GIVEN a PostgreSQL source with a keyed and a keyless table, captured as DMS files and loaded by the full-load job
-    source_db.execute(SCHEMA)
-    source_db.capture()
-    catalog = f"job{uuid.uuid4().hex[:8]}"
-    common = _job_arguments(source_db, tmp_path, catalog)
-    _job("full_load")(["full_load.py", *common]).checked()
+    catalog, common = _loaded(source_db, tmp_path)
     # AND the stack's source secret (RDS's format) naming that database
     secret = {"engine": "postgres", "host": "127.0.0.1", "port": source_db.server.port, "username": "postgres",
               "password": "", "dbname": source_db.name}  # fmt: skip
@@ -158,11 +165,7 @@ def test_an_unreachable_source_skips_every_table_and_the_run_succeeds(
     aws: None, source_db: SourceDatabase, spark: SparkSession, tmp_path: Path
 ) -> None:
     # GIVEN a loaded table and a secret naming a port nothing listens on
-    source_db.execute(SCHEMA)
-    source_db.capture()
-    catalog = f"job{uuid.uuid4().hex[:8]}"
-    common = _job_arguments(source_db, tmp_path, catalog)
-    _job("full_load")(["full_load.py", *common]).checked()
+    catalog, common = _loaded(source_db, tmp_path)
     secret = {"engine": "postgres", "host": "127.0.0.1", "port": 1, "username": "u", "password": "p"}
     boto3.client("secretsmanager").create_secret(Name="cdclake/source", SecretString=json.dumps(secret))
     # WHEN the verify job runs
