@@ -607,7 +607,9 @@ def format_comparisons(results: Sequence[TableComparison], show: int = 20) -> st
             lines.append(f"SKIPPED {r.table}: {r.problem}")
             continue
         verdict = {"equal": "OK     ", "differing": "DIFFERS", "lagging": "LAGGING"}[r.verdict]
-        lines.append(f"{verdict} {r.table}: source rows={r.source_rows} silver rows={r.silver_rows} ({r.how()})")
+        differ = f"{r.differing_keys} row(s) differ; " if r.differing_keys else ""
+        rows = f"source rows={r.source_rows} silver rows={r.silver_rows}"
+        lines.append(f"{verdict} {r.table}: {differ}{rows} ({r.how()})")
         if r.lagging:
             lines.append(f"  silver had not caught up with the source ({r.position}) in time: {r.lagging}")
         if r.lag_resolved:

@@ -117,6 +117,7 @@ def test_lag_under_load_is_not_a_difference_and_a_planted_difference_persists(
     assert accounts.lag_resolved > 0 and load.transactions > 50, (accounts.lag_resolved, load.transactions)
     # AND it says where the source stood when verify started (PostgreSQL's clock and WAL position)
     assert "UTC, log position " in accounts.position
+    assert "DIFFERS public.accounts: 1 row(s) differ; " in format_comparisons(results)
     assert "differed only until silver caught up" in format_comparisons(results)
 
     # WHEN silver has caught up, then more changes are captured but not applied, and verify may wait only 2 s
