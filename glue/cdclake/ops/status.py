@@ -26,10 +26,9 @@ from cdclake.lake.journals import (
     tombstones_of,
 )
 from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY, LEDGER_ARCHIVE_TABLE, read_ledger, read_ledger_archive
-from cdclake.lake.tables import SilverTable, current_snapshot_id, table_exists, table_names
+from cdclake.lake.tables import SilverTable, current_snapshot_id, table_names
 from cdclake.ops.metrics import freshness_lag
 from cdclake.schema import is_type_change, type_change_advice
-from cdclake.sources.live import SilverPosition
 
 if TYPE_CHECKING:
     from cdclake.context import Engine
@@ -469,24 +468,3 @@ def attention(status: TableStatus) -> list[str]:
     """The compact view's markers for ``status``, in ``ATTENTION_MARKERS`` order."""
     values = asdict(status)
     return [marker(values[name]) for name, marker in ATTENTION_MARKERS if values.get(name)]
-
-
-def silver_position(engine: Engine, table: TableConfig) -> SilverPosition:
-    """How far silver has applied ``table``, for verify against a live source (``sources.live``): the newest
-    source commit it applied, and its CDC files in bronze neither applied nor held in quarantine. No Spark job
-    but the quarantine journal's read, when it holds rows."""
-    silver = engine.silver_table(table)
-    listing = list_bronze(engine.store, f"{table.source_schema}/{table.source_table}")
-    cdc = listing.for_table(table.source_schema, table.source_table, FileKind.CDC)
-    if not table_exists(engine.spark, silver):
-        return SilverPosition(None, len(cdc))
-    existing = table_names(engine.spark, engine.catalog, engine.config.database)
-    held = (
-        quarantined_files_by_table(engine.spark, engine.catalog, engine.config.database).get(table.target, frozenset())
-        if QUARANTINE_TABLE in existing
-        else frozenset()
-    )
-    ledger = read_ledger(engine.spark, silver)
-    latest = _metadata(engine, silver).latest_change
-    waiting = sum(1 for f in cdc if f.key not in ledger.applied and f.key not in held)
-    return SilverPosition(datetime.fromisoformat(latest) if latest else None, waiting)

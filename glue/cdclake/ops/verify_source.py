@@ -20,8 +20,8 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import first_line
+from cdclake.ops.applied import silver_position
 from cdclake.ops.source_catalog import SourceSettings, source_address
-from cdclake.ops.status import silver_position
 from cdclake.sources.catalog.model import SourceCatalogError
 from cdclake.sources.dialects import open_dialect_at
 from cdclake.sources.live import LiveSettings

@@ -444,7 +444,7 @@ def _compare_rows(
 @dataclass(frozen=True)
 class LiveCheck:
     """Verify against a live source (``sources.live``): how long to wait, and how far silver has applied a
-    table (``ops.status.silver_position``, handed in by the shell)."""
+    table (``ops.applied.silver_position``, handed in by the shell)."""
 
     settings: LiveSettings
     silver_at: Callable[[TableConfig], SilverPosition]

@@ -18,7 +18,7 @@ from conftest import SourceDatabase, loaded_engine
 
 from cdclake.context import Engine
 from cdclake.engine.run import run
-from cdclake.ops.status import silver_position
+from cdclake.ops.applied import silver_position
 from cdclake.sources.live import LiveSettings, SilverPosition
 from cdclake.sources.postgres.verify import PostgresDialect
 from cdclake.sources.verify import LiveCheck, TableComparison, format_comparisons, verify

@@ -209,7 +209,7 @@ def _verify(engine: Engine, settings: CliSettings) -> int:
     args = settings.options
     live = None
     if args.wait > 0:
-        from cdclake.ops.status import silver_position
+        from cdclake.ops.applied import silver_position
         from cdclake.sources.live import LiveSettings
         from cdclake.sources.verify import LiveCheck
 

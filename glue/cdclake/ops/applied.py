@@ -1,0 +1,46 @@
+"""How far silver has applied one table, for verify against a live source (``sources.live``): the newest source
+commit it applied (the ledger's commit times in the snapshot summaries) and its CDC files in bronze neither
+applied nor held in quarantine. Table metadata and a bronze listing of the table's folder; no Spark job but the
+quarantine journal's read, when it holds rows. Kept apart from ``ops.status`` so the verify Glue job reaches no
+local-only reader (``lake.counts`` reads a local warehouse with pyiceberg, which Glue does not install)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from cdclake.dms.files import FileKind
+from cdclake.dms.store import list_bronze
+from cdclake.lake.iceberg import IcebergTable
+from cdclake.lake.journals import QUARANTINE_TABLE, quarantined_files_by_table
+from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY, read_ledger
+from cdclake.lake.tables import table_exists, table_names
+from cdclake.sources.live import SilverPosition
+
+if TYPE_CHECKING:
+    from cdclake.config import TableConfig
+    from cdclake.context import Engine
+
+
+def silver_position(engine: Engine, table: TableConfig) -> SilverPosition:
+    """How far silver has applied ``table``: its newest applied source commit, and its CDC files waiting."""
+    silver = engine.silver_table(table)
+    listing = list_bronze(engine.store, f"{table.source_schema}/{table.source_table}")
+    cdc = listing.for_table(table.source_schema, table.source_table, FileKind.CDC)
+    if not table_exists(engine.spark, silver):
+        return SilverPosition(None, len(cdc))
+    held: frozenset[str] = frozenset()
+    if QUARANTINE_TABLE in table_names(engine.spark, engine.catalog, engine.config.database):
+        held = quarantined_files_by_table(engine.spark, engine.catalog, engine.config.database).get(
+            table.target, frozenset()
+        )
+    applied = read_ledger(engine.spark, silver).applied
+    iceberg = IcebergTable.latest(engine.spark, silver.identifier)
+    stamps = [
+        stamp
+        for snapshot in iceberg.snapshots((LATEST_COMMIT_TS_PROPERTY,))
+        if (stamp := snapshot.summary.get(LATEST_COMMIT_TS_PROPERTY)) is not None
+    ]
+    latest = max(stamps, default=None)
+    waiting = sum(1 for f in cdc if f.key not in applied and f.key not in held)
+    return SilverPosition(datetime.fromisoformat(latest) if latest else None, waiting)
