@@ -138,6 +138,18 @@ class SourceDialect(Protocol[TableT]):
         ...
 
 
+def clock_position(conn: Any, query: str) -> SourcePosition:
+    """Where a source without a log position to read stands: its clock in UTC, from ``query`` (one value) on a
+    DB-API connection."""
+    cur = conn.cursor()
+    try:
+        cur.execute(query)
+        (clock,) = cur.fetchone()
+    finally:
+        cur.close()
+    return SourcePosition(clock=clock)
+
+
 @dataclass
 class TableComparison:
     table: str

@@ -26,6 +26,13 @@ class Command:
     run: Callable[[CliSettings], int]
 
 
+def seconds_option(
+    parser: argparse.ArgumentParser, flag: str, default: float | None, help: str, metavar: str | None = None
+) -> None:
+    """An option that takes a number of seconds (``default`` None: not given)."""
+    parser.add_argument(flag, type=float, default=default, metavar=metavar, help=help)
+
+
 def tables_option(parser: argparse.ArgumentParser) -> None:
     """``--table``, the same for every command that works on some of the tables."""
     parser.add_argument("--table", action="append", help="only this table (repeatable; default: every table)")

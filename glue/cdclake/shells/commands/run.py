@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cdclake.shells.commands import tables_option
+from cdclake.shells.commands import seconds_option, tables_option
 from cdclake.shells.local_engine import engine_command, selected_tables
 
 if TYPE_CHECKING:
@@ -36,17 +36,18 @@ def _configure_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--follow", action="store_true", help="then keep applying files as they arrive, until Ctrl-C (or --idle-exit)"
     )
-    parser.add_argument(
+    seconds_option(
+        parser,
         "--poll-interval",
-        type=float,
-        default=5.0,
-        help="with --follow: seconds between looks at bronze (default: %(default)s)",
+        5.0,
+        "with --follow: seconds between looks at bronze (default: %(default)s)",
     )
-    parser.add_argument(
+    seconds_option(
+        parser,
         "--idle-exit",
-        type=float,
+        None,
+        "with --follow: end after this many seconds without a new file (default: never)",
         metavar="SECONDS",
-        help="with --follow: end after this many seconds without a new file (default: never)",
     )
     parser.add_argument(
         "--max-run", type=float, metavar="SECONDS", help="with --follow: end after this many seconds (default: never)"

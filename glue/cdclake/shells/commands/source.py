@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from cdclake.config import load_config
 from cdclake.errors import CdclakeError, UnknownTableError
-from cdclake.shells.commands import Command, tables_option
+from cdclake.shells.commands import Command, seconds_option, tables_option
 from cdclake.shells.local_engine import on_engine, selected_tables
 from cdclake.shells.settings import DEFAULT_HOME
 
@@ -67,11 +67,11 @@ def _configure_capture(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--follow", action="store_true", help="keep capturing until stopped (default: pending changes, then exit)"
     )
-    parser.add_argument(
+    seconds_option(
+        parser,
         "--max-batch-interval",
-        type=float,
-        default=60.0,
-        help="seconds before buffered changes are written, CdcMaxBatchInterval (default: %(default)s)",
+        60.0,
+        "seconds before buffered changes are written, CdcMaxBatchInterval (default: %(default)s)",
     )
     parser.add_argument(
         "--min-file-size",
@@ -79,11 +79,11 @@ def _configure_capture(parser: argparse.ArgumentParser) -> None:
         default=32_000,
         help="KB of one table's changes that write a file at once, CdcMinFileSize (default: %(default)s)",
     )
-    parser.add_argument(
+    seconds_option(
+        parser,
         "--poll-interval",
-        type=float,
-        default=1.0,
-        help="seconds between polls when idle, with --follow (default: %(default)s)",
+        1.0,
+        "seconds between polls when idle, with --follow (default: %(default)s)",
     )
     parser.add_argument(
         "--state-dir",
@@ -182,23 +182,23 @@ def _configure_verify(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rows", action="store_true", help="read every row of both sides instead of comparing key-range checksums"
     )
-    parser.add_argument(
+    seconds_option(
+        parser,
         "--wait",
-        type=float,
-        default=300.0,
-        metavar="SECONDS",
-        help="a live source: how long differing tables may take to catch up with where the source stood when "
+        300.0,
+        "a live source: how long differing tables may take to catch up with where the source stood when "
         "verify started before they are reported as lagging; their differing rows are then read again and "
         "only keys that still differ are reported (0: report at once; default: %(default)s)",
-    )
-    parser.add_argument(
-        "--delivery",
-        type=float,
-        default=90.0,
         metavar="SECONDS",
-        help="the longest a committed change takes to reach bronze (DMS's CdcMaxBatchInterval or capture's "
+    )
+    seconds_option(
+        parser,
+        "--delivery",
+        90.0,
+        "the longest a committed change takes to reach bronze (DMS's CdcMaxBatchInterval or capture's "
         "--max-batch-interval, plus writing): a quiet table has caught up once nothing waits and this has "
         "passed (default: %(default)s)",
+        metavar="SECONDS",
     )
 
 

@@ -33,7 +33,7 @@ from cdclake.sources.mysql.checksums import (
     table_name,
     text,
 )
-from cdclake.sources.verify import Within
+from cdclake.sources.verify import Within, clock_position
 
 STREAM_ROWS = 5000  # rows fetched from the server at a time
 
@@ -98,13 +98,7 @@ class MysqlDialect:
 
     def position(self) -> SourcePosition:
         """The server's clock in UTC (a binary log position needs privileges verify does not ask for)."""
-        cur = self.conn.cursor()
-        try:
-            cur.execute("SELECT UTC_TIMESTAMP(6)")
-            (clock,) = cur.fetchone()
-        finally:
-            cur.close()
-        return SourcePosition(clock=clock)
+        return clock_position(self.conn, "SELECT UTC_TIMESTAMP(6)")
 
 
 def _text(value: Any) -> str:

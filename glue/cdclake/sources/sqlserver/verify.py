@@ -24,7 +24,7 @@ from cdclake.sources.sqlserver.checksums import (
     table_name,
     text,
 )
-from cdclake.sources.verify import Within
+from cdclake.sources.verify import Within, clock_position
 
 STREAM_ROWS = 5000
 
@@ -92,10 +92,4 @@ class SqlServerDialect:
 
     def position(self) -> SourcePosition:
         """The server's clock in UTC."""
-        cur = self.conn.cursor()
-        try:
-            cur.execute("SELECT SYSUTCDATETIME()")
-            (clock,) = cur.fetchone()
-        finally:
-            cur.close()
-        return SourcePosition(clock=clock)
+        return clock_position(self.conn, "SELECT SYSUTCDATETIME()")
