@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from cdclake.sources.live import (
     LiveSettings,
@@ -85,3 +86,54 @@ def test_waiting_wakes_when_the_delivery_window_ends_and_gives_up_at_the_deadlin
 def test_only_keys_differing_both_times_persist() -> None:
     assert persisting(["id=1", "id=2", "id=3"], ["id=3", "id=4", "id=1"]) == ["id=3", "id=1"]
     assert persisting(["id=1"], []) == []
+
+
+# --- sources.verify._settle: which keys are confirmed, which were lag (the reads faked; no Spark) ----------
+
+
+def _settled(reads: list[dict[str, bytes | None]], positions: list[SilverPosition]) -> Any:
+    """``_settle`` over a first read of id=1..4 differing, then ``reads`` (each: key -> its source row digest),
+    silver at ``positions`` poll after poll."""
+    from cdclake.sources import verify as engine_verify
+    from cdclake.sources.verify import LiveCheck, TableComparison
+
+    def comparison(digests: dict[str, bytes | None]) -> TableComparison:
+        columns = {k: ["v"] for k in digests}
+        return TableComparison(
+            table="s.t", different=sorted(digests), differing_columns=columns, source_digests=dict(digests)
+        )
+
+    first = comparison({f"id={i}": b"a" for i in range(1, 5)})
+    first.read_again = (("id", "integer"), [])
+    again = iter(comparison(d) for d in reads)
+    polls = iter(positions)
+    clock = Clock(1000.0)
+
+    class Dialect:
+        def position(self) -> SourcePosition:
+            return started()
+
+    live = LiveCheck(SETTINGS, lambda table: next(polls), clock=clock, sleep=clock.sleep)
+    original = engine_verify.compare_again
+    engine_verify.compare_again = lambda *args: next(again)  # type: ignore[assignment]
+    try:
+        return engine_verify._settle(None, Dialect(), (None, None), (first, started()), live, deadline=1060.0)  # type: ignore[arg-type]
+    finally:
+        engine_verify.compare_again = original
+
+
+def test_a_key_whose_source_row_stood_still_is_confirmed_and_one_that_kept_moving_is_not() -> None:
+    caught = SilverPosition(START, 0)
+    # id=1 and id=2 no longer differ (lag); id=3 differs with its source row as first read; id=4 moves every read
+    reads = [{"id=3": b"a", "id=4": b"b"}, {"id=3": b"a", "id=4": b"c"}, {"id=3": b"a", "id=4": b"d"}]
+    result = _settled(reads, [caught] * 10)
+    assert result.different == ["id=3"] and result.verdict == "differing"
+    assert (result.lag_resolved, result.unconfirmed) == (2, 1)
+
+
+def test_a_table_silver_does_not_catch_up_with_is_lagging_with_every_key_kept() -> None:
+    behind = SilverPosition(START - timedelta(seconds=30), 2)
+    result = _settled([], [behind] * 100)
+    assert result.verdict == "lagging" and result.different == ["id=1", "id=2", "id=3", "id=4"]
+    assert (result.lag_resolved, result.unconfirmed) == (0, 0)
+    assert result.lagging == "newest change applied 30 s before verify started, 2 file(s) waiting in bronze"

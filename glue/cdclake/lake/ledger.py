@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cdclake.identifiers import sql_string
-from cdclake.lake.iceberg import IcebergTable
+from cdclake.lake.iceberg import IcebergTable, Snapshot
 from cdclake.lake.tables import (
     SilverTable,
     create_or_replace,
@@ -89,6 +89,13 @@ FULL_LOAD_KINDS = frozenset({KIND_FULL_LOAD, KIND_FULL_LOAD_STAGED})
 
 def _compact(value: object) -> str:
     return json.dumps(value, separators=(",", ":"))
+
+
+def newest_commit_ts(snapshots: Iterable[Snapshot]) -> str | None:
+    """The newest source commit time the ledger recorded over ``snapshots`` (read with
+    LATEST_COMMIT_TS_PROPERTY in their summaries); None: none recorded."""
+    stamps = (s.summary.get(LATEST_COMMIT_TS_PROPERTY) for s in snapshots)
+    return max((stamp for stamp in stamps if stamp is not None), default=None)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """How far silver has applied one table, for verify against a live source (``sources.live``): the newest source
-commit it applied (the ledger's commit times in the snapshot summaries) and its CDC files in bronze neither
+commit it applied (``lake.ledger.newest_commit_ts``) and its CDC files in bronze neither
 applied nor held in quarantine. Table metadata and a bronze listing of the table's folder; no Spark job but the
 quarantine journal's read, when it holds rows. Kept apart from ``ops.status`` so the verify Glue job reaches no
 local-only reader (``lake.counts`` reads a local warehouse with pyiceberg, which Glue does not install)."""
@@ -13,7 +13,7 @@ from cdclake.dms.files import FileKind
 from cdclake.dms.store import list_bronze
 from cdclake.lake.iceberg import IcebergTable
 from cdclake.lake.journals import QUARANTINE_TABLE, quarantined_files_by_table
-from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY, read_ledger
+from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY, newest_commit_ts, read_ledger
 from cdclake.lake.tables import table_exists, table_names
 from cdclake.sources.live import SilverPosition
 
@@ -36,11 +36,6 @@ def silver_position(engine: Engine, table: TableConfig) -> SilverPosition:
         )
     applied = read_ledger(engine.spark, silver).applied
     iceberg = IcebergTable.latest(engine.spark, silver.identifier)
-    stamps = [
-        stamp
-        for snapshot in iceberg.snapshots((LATEST_COMMIT_TS_PROPERTY,))
-        if (stamp := snapshot.summary.get(LATEST_COMMIT_TS_PROPERTY)) is not None
-    ]
-    latest = max(stamps, default=None)
+    latest = newest_commit_ts(iceberg.snapshots((LATEST_COMMIT_TS_PROPERTY,)))
     waiting = sum(1 for f in cdc if f.key not in applied and f.key not in held)
     return SilverPosition(datetime.fromisoformat(latest) if latest else None, waiting)

@@ -25,7 +25,13 @@ from cdclake.lake.journals import (
     quarantined_files_by_table,
     tombstones_of,
 )
-from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY, LEDGER_ARCHIVE_TABLE, read_ledger, read_ledger_archive
+from cdclake.lake.ledger import (
+    LATEST_COMMIT_TS_PROPERTY,
+    LEDGER_ARCHIVE_TABLE,
+    newest_commit_ts,
+    read_ledger,
+    read_ledger_archive,
+)
 from cdclake.lake.tables import SilverTable, current_snapshot_id, table_names
 from cdclake.ops.metrics import freshness_lag
 from cdclake.schema import is_type_change, type_change_advice
@@ -119,14 +125,10 @@ def _metadata(engine: Engine, silver: SilverTable) -> _Metadata:
     is 0); otherwise, or when the summary lacks the totals, the rows are counted by a scan.
     """
     iceberg = _refreshed(engine, silver)
-    count = 0
-    stamps: list[str] = []
-    for snapshot in iceberg.snapshots((LATEST_COMMIT_TS_PROPERTY,)):
-        count += 1
-        if (stamp := snapshot.summary.get(LATEST_COMMIT_TS_PROPERTY)) is not None:
-            stamps.append(stamp)
+    snapshots = list(iceberg.snapshots((LATEST_COMMIT_TS_PROPERTY,)))
     exact = _exact_rows(iceberg)
-    return _Metadata(count, max(stamps, default=None), exact, None if exact is not None else table_files(iceberg))
+    files = None if exact is not None else table_files(iceberg)
+    return _Metadata(len(snapshots), newest_commit_ts(snapshots), exact, files)
 
 
 def _refreshed(engine: Engine, table: SilverTable) -> IcebergTable:

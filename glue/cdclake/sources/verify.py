@@ -172,11 +172,11 @@ class TableComparison:
     # Against a live source (``sources.live``): where the source stood when verify started, the keys that
     # differed at first and not once silver had caught up (lag), and, when silver did not catch up in time,
     # how far behind it was (the table is then lagging: its differing keys are not confirmed).
-    position: str = ""
-    source_at: SourcePosition | None = field(default=None, repr=False)  # the same, as a value
+    source_at: SourcePosition | None = field(default=None, repr=False)
     started: datetime | None = None  # when its comparison started and ended (UTC)
     finished: datetime | None = None
     lag_resolved: int = 0
+    unconfirmed: int = 0  # differing keys whose source rows kept moving: neither reported nor lag
     lagging: str = ""
     lag_seconds: float | None = None
     # The rows to read again to confirm a difference (None: nothing to confirm), and each differing key's
@@ -187,6 +187,11 @@ class TableComparison:
     def differing(self) -> list[str]:
         """Every differing key, of every kind."""
         return [*self.missing, *self.unexpected, *self.different, *self.unlogged_defaults]
+
+    @property
+    def position(self) -> str:
+        """Where the source stood when verify started, for people ("" when it was not reached)."""
+        return self.source_at.describe() if self.source_at else ""
 
     @property
     def differing_keys(self) -> int:
@@ -228,6 +233,7 @@ class TableComparison:
             "default_not_in_silver": self.unlogged_defaults,
             "source_position": self.position or None,
             "lag_resolved": self.lag_resolved,
+            "unconfirmed": self.unconfirmed,
             "lagging": self.lagging or None,
             "lag_seconds": self.lag_seconds,
         }
@@ -498,7 +504,7 @@ def verify(
 
         began = datetime.now(UTC)
         results.append(_guarded(table, compare))
-        results[-1].position, results[-1].source_at = started.describe(), started
+        results[-1].source_at = started
         results[-1].started = began
         results[-1].finished = datetime.now(UTC)
         if live is not None and results[-1].read_again is not None:
@@ -513,7 +519,7 @@ def verify(
 
             first_started = results[index].started
             results[index] = _guarded(table, settle)
-            results[index].position, results[index].source_at = started.describe(), started
+            results[index].source_at = started
             results[index].started, results[index].finished = first_started, datetime.now(UTC)
     return results
 
@@ -565,11 +571,15 @@ def _settle(
         if not moving:
             break
         previous = again
-    if moving and not kept.lagging:
-        kept = _without(kept, set(moving))
+    unconfirmed = [] if kept.lagging else moving  # a lagging table keeps its keys, none of them confirmed
+    if unconfirmed:
+        kept = _without(kept, set(unconfirmed))
+        kept.unconfirmed = len(unconfirmed)
         if not kept.differing_keys:
-            kept.lagging = f"{len(moving)} differing key(s) still changing at the source after {_READS_AGAIN} reads"
-    kept.lag_resolved = first.differing_keys - kept.differing_keys - (len(moving) if kept.lagging else 0)
+            kept.lagging = (
+                f"{len(unconfirmed)} differing key(s) still changing at the source after {_READS_AGAIN} reads"
+            )
+    kept.lag_resolved = first.differing_keys - kept.differing_keys - len(unconfirmed)
     kept.rows_read = rows_read
     kept.method, kept.why_rows = first.method, first.why_rows
     kept.ranges, kept.ranges_differing = first.ranges, first.ranges_differing
@@ -626,6 +636,8 @@ def format_comparisons(results: Sequence[TableComparison], show: int = 20) -> st
             lines.append(f"  silver had not caught up with the source ({r.position}) in time: {r.lagging}")
         if r.lag_resolved:
             lines.append(f"  {r.lag_resolved} key(s) differed only until silver caught up (lag, not reported)")
+        if r.unconfirmed and not r.lagging:
+            lines.append(f"  {r.unconfirmed} more key(s) kept changing at the source: not confirmed, not reported")
         different = [f"{k} (columns: {', '.join(r.differing_columns.get(k, ()))})" for k in r.different]
         for label, keys in (("missing from silver", r.missing), ("not at the source", r.unexpected),
                             ("content differs", different),
