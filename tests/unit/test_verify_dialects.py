@@ -66,9 +66,9 @@ PG_ITEMS = SourceTable(
 def _texts() -> dict[str, Callable[[str], str]]:
     """Each engine's SQL of one kind, for a column of a type that kind is written for."""
     return {
-        "postgres": lambda kind: postgres.text(PG_ITEMS, "code", kind),
-        "mysql": lambda kind: mysql.text("varchar(12)", "code", kind),
-        "sqlserver": lambda kind: sqlserver.text("nvarchar(40)", "name", kind),
+        "postgres": lambda kind: postgres.SQL.text(PG_ITEMS.column("code").source_type, "code", kind),
+        "mysql": lambda kind: mysql.SQL.text("varchar(12)", "code", kind),
+        "sqlserver": lambda kind: sqlserver.SQL.text("nvarchar(40)", "name", kind),
     }
 
 
@@ -87,7 +87,7 @@ def test_every_engine_writes_every_kind_of_canonical_text_and_refuses_floating_p
 
 def test_sqlserver_writes_each_kind_as_documented() -> None:
     def text(name: str, kind: str) -> str:
-        return sqlserver.text(ORDERS.column(name).source_type, name, kind)
+        return sqlserver.SQL.text(ORDERS.column(name).source_type, name, kind)
 
     assert text("id", "integer") == "CAST([id] AS nvarchar(20))"
     assert text("name", "text") == "CAST([name] AS nvarchar(max))"
@@ -104,7 +104,7 @@ def test_sqlserver_writes_each_kind_as_documented() -> None:
 
 
 def test_sqlserver_row_number_hashes_the_utf8_text_of_length_framed_strings_and_ended_values() -> None:
-    number = sqlserver.row_number(ORDERS, [("id", "integer"), ("name", "text")])
+    number = sqlserver.SQL.row_number(ORDERS, [("id", "integer"), ("name", "text")])
     framed = (
         "CASE WHEN [{c}] IS NULL THEN N'-' ELSE CONCAT(CAST(LEN({v} COLLATE Latin1_General_100_CI_AS_SC_UTF8 + N'x') "
         "- 1 AS nvarchar(20)), N':', {v}) END"
@@ -122,7 +122,7 @@ def test_sqlserver_row_number_hashes_the_utf8_text_of_length_framed_strings_and_
 
 
 def test_sqlserver_sums_cut_string_keys_by_code_unit_and_group_in_a_derived_table() -> None:
-    query, parameters = sqlserver.sums_query(ORDERS, ("name", "text"), [("id", "integer")], KeyRange("a", "q"), 2)
+    query, parameters = sqlserver.SQL.sums_query(ORDERS, ("name", "text"), [("id", "integer")], KeyRange("a", "q"), 2)
     key = "CAST([name] AS nvarchar(max)) COLLATE Latin1_General_100_BIN2"
     assert query.startswith(
         f"SELECT bucket, COUNT_BIG(*), COALESCE(SUM(number), 0) FROM (SELECT CASE WHEN {key} < %s THEN 0 "
@@ -153,7 +153,7 @@ def test_queries_take_their_parameters_as_the_driver_formats_them(engine: str) -
     # GIVEN a table with a name and a column holding % (PyMySQL and python-tds format the query with %)
     table = CatalogTable("s%", "t%", (*ITEMS.columns, CatalogColumn("r%", "datetime(6)", "timestamp_ntz")), ("code",))
     columns = [(c.name, kind_of(c.spark_type) or "") for c in table.columns]
-    module: Any = mysql if engine == "mysql" else sqlserver
+    module: Any = mysql.SQL if engine == "mysql" else sqlserver.SQL
     # WHEN a range cut in three is summed
     query, parameters = module.sums_query(table, ("code", "text"), columns, KeyRange("b", "y"), 2)
     # THEN the driver's formatting finds one placeholder per value (the two cuts first) and nothing else
@@ -167,13 +167,13 @@ def test_queries_take_their_parameters_as_the_driver_formats_them(engine: str) -
 
 
 def test_mysql_writes_each_kind_to_match_what_dms_wrote() -> None:
-    assert mysql.text("time(6)", "t", "text") == "TIME_FORMAT(`t`, '%%H:%%i:%%s.%%f')"
-    assert mysql.text("varbinary(16)", "raw", "text") == "HEX(`raw`)"  # DMS's CSV: upper-case hex
-    assert mysql.text("blob", "raw", "binary") == "LOWER(HEX(`raw`))"  # Parquet: the bytes
-    assert mysql.text("bit(1)", "flag", "boolean") == "CASE WHEN `flag` <> 0 THEN 'true' ELSE 'false' END"
-    assert mysql.text("decimal(40,10)", "wide", "text") == "CAST(`wide` AS CHAR)"
-    assert mysql.text("bigint(20) unsigned", "n", "decimal:0") == "CAST(CAST(`n` AS DECIMAL(65,0)) AS CHAR)"
-    number = mysql.row_number(ITEMS, [("code", "text")])
+    assert mysql.SQL.text("time(6)", "t", "text") == "TIME_FORMAT(`t`, '%%H:%%i:%%s.%%f')"
+    assert mysql.SQL.text("varbinary(16)", "raw", "text") == "HEX(`raw`)"  # DMS's CSV: upper-case hex
+    assert mysql.SQL.text("blob", "raw", "binary") == "LOWER(HEX(`raw`))"  # Parquet: the bytes
+    assert mysql.SQL.text("bit(1)", "flag", "boolean") == "CASE WHEN `flag` <> 0 THEN 'true' ELSE 'false' END"
+    assert mysql.SQL.text("decimal(40,10)", "wide", "text") == "CAST(`wide` AS CHAR)"
+    assert mysql.SQL.text("bigint(20) unsigned", "n", "decimal:0") == "CAST(CAST(`n` AS DECIMAL(65,0)) AS CHAR)"
+    number = mysql.SQL.row_number(ITEMS, [("code", "text")])
     assert number == (
         "CAST(CONV(SUBSTRING(MD5(CONVERT(CONCAT(CASE WHEN `code` IS NULL THEN '-' ELSE CONCAT(CHAR_LENGTH("
         "CONVERT(`code` USING utf8mb4)), ':', CONVERT(`code` USING utf8mb4)) END) USING utf8mb4)), 1, 15), 16, 10) "

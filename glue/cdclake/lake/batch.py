@@ -159,14 +159,11 @@ class DriverAppend:
 
 
 @dataclass(frozen=True)
-class _InSpark:
-    """A keyed batch whose classified rows stay in Spark, materialised once (``classified``, a local
-    checkpoint): ``batch.changes`` and ``tombstones`` are read from it."""
+class _Keyed(Generic[Rows]):
+    """A keyed batch and the tombstones its deletes leave (``engine.plan.tombstone_rows``), in Spark or Arrow."""
 
-    batch: KeyedBatch[DataFrame]
-    tombstones: DataFrame  # what the batch's deletes leave as tombstones (``engine.plan.tombstone_rows``)
-    classified: DataFrame  # every classified change, materialised
-    way: ClassVar[CommitWay]
+    batch: KeyedBatch[Rows]
+    tombstones: Rows
 
     def with_metadata(self, metadata: TableMetadata) -> Self:
         """The same commit of a batch whose table's metadata was read again (an evolved schema)."""
@@ -176,6 +173,15 @@ class _InSpark:
     def properties(self) -> Mapping[str, str]:
         """The ledger record the batch's data commit carries."""
         return self.batch.properties
+
+
+@dataclass(frozen=True)
+class _InSpark(_Keyed["DataFrame"]):
+    """A keyed batch whose classified rows stay in Spark, materialised once (``classified``, a local
+    checkpoint): ``batch.changes`` and ``tombstones`` are read from it."""
+
+    classified: DataFrame  # every classified change, materialised
+    way: ClassVar[CommitWay]
 
     def release(self) -> None:
         """Free the materialised rows once the commit is done (or failed)."""
@@ -201,23 +207,12 @@ class Publish(_InSpark):
 
 
 @dataclass(frozen=True)
-class DriverRowDelta:
+class DriverRowDelta(_Keyed["pa.Table"]):
     """A batch small enough for the driver, collected as Arrow once: its files are written by the
     driver and committed as one RowDelta, its tombstones appended as a file the driver writes
     (``lake.driver_write``: no Spark job)."""
 
-    batch: KeyedBatch[pa.Table]
-    tombstones: pa.Table
     way: ClassVar[CommitWay] = "driver-row-delta"
-
-    def with_metadata(self, metadata: TableMetadata) -> Self:
-        """The same commit of a batch whose table's metadata was read again (an evolved schema)."""
-        return replace(self, batch=replace(self.batch, metadata=metadata))
-
-    @property
-    def properties(self) -> Mapping[str, str]:
-        """The ledger record the batch's data commit carries."""
-        return self.batch.properties
 
     def release(self) -> None:
         """Nothing to free in Spark: the rows are the driver's."""

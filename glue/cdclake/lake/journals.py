@@ -40,6 +40,24 @@ def _journal_write(journal: SilverTable) -> Iterator[None]:
         yield
 
 
+def _merge(
+    spark: SparkSession, journal: SilverTable, frame: DataFrame, on: Sequence[str], clauses: str, create: bool = True
+) -> None:
+    """MERGE ``frame`` into ``journal`` matching rows on the columns ``on``, by the WHEN ``clauses`` (``t``: the
+    journal, ``s``: the frame); ``create``: the journal is created with the frame's columns when missing."""
+    matching = " AND ".join(f"t.{column} = s.{column}" for column in on)
+    with _journal_write(journal):
+        if create:
+            ensure_table(spark, journal, frame)
+        merge_frame(
+            spark, frame, lambda view: f"MERGE INTO {journal.identifier} t USING {view} s ON {matching} {clauses}"
+        )
+
+
+_FILE_ENTRY = ("silver_table", "file_key")  # a quarantined file's entry
+_ROW_ENTRY = (*_FILE_ENTRY, "row_number")  # a quarantined row's entry
+
+
 def tombstones_of(table: SilverTable) -> SilverTable:
     """Where the delete tombstones of ``table`` live: ``<table>__tombstones`` beside it."""
     return SilverTable(table.catalog, table.database, f"{table.name}{TOMBSTONE_SUFFIX}")
@@ -85,18 +103,8 @@ def record_quarantine(spark: SparkSession, table: SilverTable, files: Sequence[s
         [(table.name, key, reason, at) for key in files],
         "silver_table string, file_key string, reason string, quarantined_at timestamp",
     )
-    with _journal_write(journal):
-        ensure_table(spark, journal, frame)
-        merge_frame(
-            spark,
-            frame,
-            lambda view: (
-                f"MERGE INTO {journal.identifier} t USING {view} s "
-                "ON t.silver_table = s.silver_table AND t.file_key = s.file_key "
-                "WHEN MATCHED THEN UPDATE SET t.reason = s.reason, t.quarantined_at = s.quarantined_at "
-                "WHEN NOT MATCHED THEN INSERT *"
-            ),
-        )
+    updated = "WHEN MATCHED THEN UPDATE SET t.reason = s.reason, t.quarantined_at = s.quarantined_at"
+    _merge(spark, journal, frame, _FILE_ENTRY, f"{updated} WHEN NOT MATCHED THEN INSERT *")
 
 
 def quarantined_files_by_table(spark: SparkSession, catalog: str, database: str) -> dict[str, frozenset[str]]:
@@ -145,20 +153,13 @@ def release_quarantined_rows(
         return
     from pyspark.sql import functions as F
 
-    with _journal_write(journal):
-        if still_bad is None:
+    if still_bad is None:
+        with _journal_write(journal):
             spark.sql(f"DELETE FROM {journal.identifier} WHERE {_in_files(table, files)}")
-            return
-        kept = still_bad.select(F.lit(table.name).alias("silver_table"), "file_key", "row_number")
-        merge_frame(
-            spark,
-            kept,
-            lambda view: (
-                f"MERGE INTO {journal.identifier} t USING {view} s "
-                "ON t.silver_table = s.silver_table AND t.file_key = s.file_key AND t.row_number = s.row_number "
-                f"WHEN NOT MATCHED BY SOURCE AND {_in_files(table, files, 't.')} THEN DELETE"
-            ),
-        )
+        return
+    kept = still_bad.select(F.lit(table.name).alias("silver_table"), "file_key", "row_number")
+    clauses = f"WHEN NOT MATCHED BY SOURCE AND {_in_files(table, files, 't.')} THEN DELETE"
+    _merge(spark, journal, kept, _ROW_ENTRY, clauses, create=False)
 
 
 def record_quarantined_rows(spark: SparkSession, table: SilverTable, rows: DataFrame) -> None:
@@ -172,17 +173,7 @@ def record_quarantined_rows(spark: SparkSession, table: SilverTable, rows: DataF
     frame = rows.select(
         F.lit(table.name).alias("silver_table"), "file_key", "row_number", "raw", "reason", "quarantined_at"
     )
-    with _journal_write(journal):
-        ensure_table(spark, journal, frame)
-        merge_frame(
-            spark,
-            frame,
-            lambda view: (
-                f"MERGE INTO {journal.identifier} t USING {view} s "
-                "ON t.silver_table = s.silver_table AND t.file_key = s.file_key AND t.row_number = s.row_number "
-                "WHEN NOT MATCHED THEN INSERT *"
-            ),
-        )
+    _merge(spark, journal, frame, _ROW_ENTRY, "WHEN NOT MATCHED THEN INSERT *")
 
 
 def dismiss_quarantine(

@@ -53,6 +53,7 @@ from cdclake.sources.checksum import (
     spark_condition,
     spark_sums,
 )
+from cdclake.sources.checksum_sql import SourceTableShape, Within
 from cdclake.sources.live import (
     LiveSettings,
     SilverPosition,
@@ -75,29 +76,6 @@ _DECIMAL_SCALE_PREFIX = "decimal("
 _NULL = "\x00NULL"
 
 Verdict = Literal["equal", "differing", "lagging", "skipped"]
-
-# The rows to read: the key column as (name, kind) and the ranges of it (None: every row).
-Within = tuple[tuple[str, str] | None, list[KeyRange] | None]
-
-
-class SourceColumnShape(Protocol):
-    """What verify needs of a source column: its name and the Spark type its values map to."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def spark_type(self) -> str: ...
-
-
-class SourceTableShape(Protocol):
-    """What verify needs of a source table: ``schema.table`` and its columns as they are now."""
-
-    @property
-    def qualified(self) -> str: ...
-
-    @property
-    def columns(self) -> Sequence[SourceColumnShape]: ...
 
 
 TableT = TypeVar("TableT", bound=SourceTableShape)

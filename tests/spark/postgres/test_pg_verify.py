@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from hashlib import md5
+from uuid import UUID
 
 from conftest import SourceDatabase, loaded_engine
 
@@ -30,13 +32,16 @@ CREATE TABLE events (what text, at date);
 INSERT INTO events SELECT 'event ' || (i % 10), date '2024-02-01' + i % 3 FROM generate_series(1, 200) AS i;
 CREATE TABLE measures (id int PRIMARY KEY, ratio double precision);
 INSERT INTO measures SELECT i, i / 3.0 FROM generate_series(1, 50) AS i;
+CREATE TABLE tags (id uuid PRIMARY KEY, "share%" text);
+INSERT INTO tags SELECT md5(i::text)::uuid, i || '%' FROM generate_series(1, 400) AS i;
 """
 
 
 def test_equal_tables_are_proved_by_checksums_and_every_planted_difference_is_named(
     source_db: SourceDatabase, make_engine: Callable[..., Engine]
 ) -> None:
-    # GIVEN four tables captured and applied: integer, text (with non-ASCII keys) and no key, and one with a double
+    # GIVEN five tables captured and applied: integer, text (with non-ASCII keys), uuid (a key with no collation,
+    # a column named with the drivers' %) and no key, and one with a double
     engine = loaded_engine(source_db, make_engine, SCHEMA)
     conn = source_db.connect()
     try:
@@ -45,11 +50,13 @@ def test_equal_tables_are_proved_by_checksums_and_every_planted_difference_is_na
         conn.close()
     # THEN each is equal; the keyed and keyless ones by checksums alone: no row read from either side
     assert all(r.equal for r in before.values()), {t: r.as_json() for t, r in before.items()}
-    for table in ("public.items", "public.codes", "public.events"):
+    for table in ("public.items", "public.codes", "public.events", "public.tags"):
         assert before[table].method == "checksums" and before[table].rows_read == 0, before[table].as_json()
         assert before[table].ranges_differing == 0
     assert before["public.items"].ranges > 1 and before["public.items"].source_rows == 3000
-    assert before["public.codes"].ranges > 1 and before["public.events"].ranges == 1
+    assert (
+        before["public.codes"].ranges > 1 and before["public.events"].ranges == 1 and before["public.tags"].ranges > 1
+    )
     # AND the double column is compared value by value, and the result says why
     assert before["public.measures"].method == "rows" and "ratio (double)" in before["public.measures"].why_rows
 
@@ -63,6 +70,7 @@ def test_equal_tables_are_proved_by_checksums_and_every_planted_difference_is_na
         "DELETE FROM items WHERE id = 5",  # only in silver
         "UPDATE codes SET label = 'changed' WHERE code = 'Ff5é'",
         "INSERT INTO events VALUES ('event 0', date '2024-02-02')",
+        "UPDATE tags SET \"share%\" = 'x%' WHERE id = md5('7')::uuid",
     )
     conn = source_db.connect()
     try:
@@ -79,5 +87,6 @@ def test_equal_tables_are_proved_by_checksums_and_every_planted_difference_is_na
     assert 0 < items.ranges_differing <= 6 and items.rows_read < 1200, items.as_json()
     assert after["public.codes"].differing_columns == {"code=Ff5é": ["label"]}
     assert len(after["public.events"].missing) == 1 and not after["public.events"].unexpected
+    assert after["public.tags"].differing_columns == {f"id={UUID(md5(b'7').hexdigest())}": ["share%"]}
     assert after["public.measures"].equal
-    assert report["summary"] == {"equal": 1, "differing": 3, "lagging": 0, "skipped": 0}
+    assert report["summary"] == {"equal": 1, "differing": 4, "lagging": 0, "skipped": 0}

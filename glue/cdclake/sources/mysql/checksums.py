@@ -1,5 +1,6 @@
 """MariaDB's and MySQL's side of the checksums (``sources.checksum``): canonical text, row numbers and
-range sums in their SQL, so an equal table sends a few numbers, not its rows.
+range sums in their SQL (``sources.checksum_sql`` builds the queries from the table here), so an equal
+table sends a few numbers, not its rows.
 
 Each kind of canonical text, written to match what silver holds from DMS's files
 (``sources.catalog.dms_types``):
@@ -36,27 +37,17 @@ cast keeps the key's index out of use: each range of a string-keyed table is a s
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from cdclake.sources.catalog.model import CatalogTable
-from cdclake.sources.checksum import (
-    HASH_DIGITS,
-    KeyRange,
-    PieceSql,
-    RangeSum,
-    Sums,
-    bucket_of,
-    row_pieces,
-    where_in_ranges,
-)
+from cdclake.sources.checksum import HASH_DIGITS, PieceSql
+from cdclake.sources.checksum_sql import ChecksumSql, by_types
 
-BINARY_TYPES = frozenset(
-    {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry", "point", "linestring"}
-    | {"polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection"}
+BINARY_TYPES = (
+    *("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry", "point", "linestring"),
+    *("polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection"),
 )
-CHARACTER_TYPES = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"})
-TIME_FORMAT = "%H:%i:%s.%f"
-TIMESTAMP_FORMAT = "%Y-%m-%d %H:%i:%s.%f"
+CHARACTER_TYPES = ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json")
+TIME_FORMAT = "%%H:%%i:%%s.%%f"  # ``%`` doubled: PyMySQL formats every query with ``%``
+DATE_FORMAT = "%%Y-%%m-%%d"
 
 
 def quote_mysql(name: str) -> str:
@@ -74,92 +65,37 @@ def stored_bytes(column: str, column_type: str) -> str:
     return f"CAST({column} AS BINARY)" if base_type(column_type) == "bit" else column
 
 
-def text(column_type: str, name: str, kind: str) -> str:
-    """A column's canonical text (``sources.checksum``'s kinds) in MySQL's SQL; ``%`` doubled."""
-    column = quote_mysql(name)
-    base = base_type(column_type)
-    if kind == "text":
-        if base in BINARY_TYPES or base == "bit":
-            return f"HEX({stored_bytes(column, column_type)})"
-        if base == "time":
-            return f"TIME_FORMAT({column}, '{TIME_FORMAT.replace('%', '%%')}')"
-        if base in CHARACTER_TYPES:
-            return f"CONVERT({column} USING utf8mb4)"
-        return f"CAST({column} AS CHAR)"
-    if kind == "integer":
-        return f"CAST({column} AS CHAR)"
-    if kind == "boolean":
-        return f"CASE WHEN {column} <> 0 THEN 'true' ELSE 'false' END"
-    if kind.startswith("decimal:"):
-        scale = int(kind.split(":")[1])
-        return f"CAST(CAST({column} AS DECIMAL(65,{scale})) AS CHAR)"
-    if kind == "date":
-        return f"DATE_FORMAT({column}, '%%Y-%%m-%%d')"
-    if kind == "timestamp":
-        return f"DATE_FORMAT({column}, '{TIMESTAMP_FORMAT.replace('%', '%%')}')"
-    if kind == "binary":
-        return f"LOWER(HEX({stored_bytes(column, column_type)}))"
-    raise ValueError(f"no canonical text for kind {kind}")
-
-
-PIECES = PieceSql(
-    length=lambda value: f"CHAR_LENGTH({value})",
-    concat=lambda texts: f"CONCAT({', '.join(texts)})",
-    literal=lambda s: f"'{s}'",
-)
-
-
-def row_number(table: CatalogTable, columns: Sequence[tuple[str, str]]) -> str:
-    """A row's number in MySQL's SQL: the first 15 hex digits of the MD5 of its canonical text."""
-    parts = row_pieces(
-        columns, lambda name, kind: text(table.column(name).source_type, name, kind), quote_mysql, PIECES
-    )
-    digest = f"MD5(CONVERT(CONCAT({', '.join(parts)}) USING utf8mb4))"
+def _number(pieces: Sequence[str]) -> str:
+    """The first 15 hex digits of the MD5 of the row's utf8mb4 text, as an unsigned integer."""
+    digest = f"MD5(CONVERT(CONCAT({', '.join(pieces)}) USING utf8mb4))"
     return f"CAST(CONV(SUBSTRING({digest}, 1, {HASH_DIGITS}), 16, 10) AS UNSIGNED)"
 
 
-def key_text(table: CatalogTable, name: str, kind: str) -> str:
-    """The key column as compared with range boundaries: strings by their UTF-8 bytes (code points)."""
-    if kind == "text":
-        return f"CAST({text(table.column(name).source_type, name, kind)} AS BINARY)"
-    return quote_mysql(name)
-
-
-def range_condition(
-    table: CatalogTable, key: tuple[str, str] | None, ranges: Sequence[KeyRange] | None
-) -> tuple[str, list[Any]]:
-    """A WHERE condition (and its parameters) for the rows in one of ``ranges``: "" for every row
-    (no ranges, no key, or an unbounded range), "FALSE" for none."""
-    return where_in_ranges(key_text(table, *key) if key else None, ranges, "FALSE")
-
-
-def table_name(table: CatalogTable) -> str:
-    return f"{quote_mysql(table.schema)}.{quote_mysql(table.name)}"
-
-
-def sums_query(
-    table: CatalogTable, key: tuple[str, str] | None, columns: Sequence[tuple[str, str]], whole: KeyRange, cuts: int
-) -> tuple[str, list[Any]]:
-    """The query of ``cuts`` + 1 buckets' sums and the parameters of the range's ends; the
-    boundaries' parameters go before them (the CASE comes first)."""
-    where, parameters = range_condition(table, key, [whole])
-    bucket = bucket_of(key_text(table, *key) if key else None, cuts)
-    query = (
-        f"SELECT {bucket} AS bucket, COUNT(*), COALESCE(SUM({row_number(table, columns)}), 0) "
-        f"FROM {table_name(table)}{' WHERE ' + where if where else ''} GROUP BY 1"
-    )
-    return query, parameters
-
-
-def source_sums(
-    conn: Any, table: CatalogTable, key: tuple[str, str] | None, columns: Sequence[tuple[str, str]]
-) -> Sums:
-    """MySQL's ``Sums`` of ``table`` over a PyMySQL connection (``key`` None: one range)."""
-
-    def sums(whole: KeyRange, cuts: Sequence[Any]) -> dict[int, RangeSum]:
-        query, parameters = sums_query(table, key, columns, whole, len(cuts))
-        with conn.cursor() as cur:
-            cur.execute(query, (*cuts, *parameters))
-            return {int(b): RangeSum(int(n), int(total)) for b, n, total in cur.fetchall()}
-
-    return sums
+SQL = ChecksumSql(
+    quote=quote_mysql,
+    base_type=base_type,
+    kinds={
+        "text": "CAST({column} AS CHAR)",
+        "integer": "CAST({column} AS CHAR)",
+        "boolean": "CASE WHEN {column} <> 0 THEN 'true' ELSE 'false' END",
+        "decimal": "CAST(CAST({column} AS DECIMAL(65,{scale})) AS CHAR)",
+        "date": f"DATE_FORMAT({{column}}, '{DATE_FORMAT}')",
+        "timestamp": f"DATE_FORMAT({{column}}, '{DATE_FORMAT} {TIME_FORMAT}')",
+        "binary": "LOWER(HEX({column}))",
+    },
+    by_type={
+        **by_types(BINARY_TYPES, "text", "HEX({column})"),
+        **by_types(CHARACTER_TYPES, "text", "CONVERT({column} USING utf8mb4)"),
+        ("bit", "text"): "HEX(CAST({column} AS BINARY))",
+        ("bit", "binary"): "LOWER(HEX(CAST({column} AS BINARY)))",
+        ("time", "text"): f"TIME_FORMAT({{column}}, '{TIME_FORMAT}')",
+    },
+    pieces=PieceSql(
+        length=lambda value: f"CHAR_LENGTH({value})",
+        concat=lambda texts: f"CONCAT({', '.join(texts)})",
+        literal=lambda s: f"'{s}'",
+    ),
+    number=_number,
+    string_key="CAST({text} AS BINARY)",
+    false="FALSE",
+)

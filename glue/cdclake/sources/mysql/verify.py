@@ -24,26 +24,20 @@ from typing import Any
 from cdclake.sources.catalog.model import CatalogTable
 from cdclake.sources.catalog.readers import MYSQL_COLUMNS_SQL, MYSQL_KEYS_SQL, mysql_tables
 from cdclake.sources.checksum import Sums, kind_of
+from cdclake.sources.checksum_sql import Within
 from cdclake.sources.live import SourcePosition
-from cdclake.sources.mysql.checksums import (
-    quote_mysql,
-    range_condition,
-    source_sums,
-    stored_bytes,
-    table_name,
-    text,
-)
-from cdclake.sources.verify import Within, clock_position
+from cdclake.sources.mysql.checksums import SQL, stored_bytes
+from cdclake.sources.verify import clock_position
 
 STREAM_ROWS = 5000  # rows fetched from the server at a time
 
 
 def read_value(table: CatalogTable, name: str, spark_type: str) -> str:
     """A column the way verify reads it: typed where its Spark type is typed, else as DMS's text."""
-    column = quote_mysql(name)
+    column = SQL.quote(name)
     kind = kind_of(spark_type)
     if kind == "text":
-        return text(table.column(name).source_type, name, kind)
+        return SQL.text(table.column(name).source_type, name, kind)
     if kind == "boolean":
         return f"({column} <> 0)"
     if kind == "binary":
@@ -70,16 +64,14 @@ class MysqlDialect:
         return mysql_tables(column_rows, key_rows)
 
     def sums(self, table: CatalogTable, key: tuple[str, str] | None, columns: Sequence[tuple[str, str]]) -> Sums:
-        return source_sums(self.conn, table, key, columns)
+        return SQL.source_sums(self.conn, table, key, columns)
 
     def rows(
         self, table: CatalogTable, columns: Sequence[str], types: Mapping[str, str], within: Within
     ) -> Generator[tuple[Any, ...], None, None]:
         import pymysql.cursors
 
-        where, parameters = range_condition(table, *within)
-        select = ", ".join(read_value(table, name, types[name]) for name in columns)
-        query = f"SELECT {select} FROM {table_name(table)}{' WHERE ' + where if where else ''}"
+        query, parameters = SQL.select_within(table, [read_value(table, name, types[name]) for name in columns], within)
         cur = self.conn.cursor(pymysql.cursors.SSCursor)  # streamed: the rows are not held in memory
         try:
             cur.execute(query, tuple(parameters))

@@ -67,6 +67,11 @@ class SourceColumn:
     spark_type: str
     not_null: bool = False
 
+    @property
+    def source_type(self) -> str:
+        """The type as the checksums' SQL reads it (``sources.checksum_sql``)."""
+        return self.pg_type
+
 
 @dataclass(frozen=True)
 class SourceTable:

@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.identifiers import quote_pg
 from cdclake.sources.checksum import Sums
+from cdclake.sources.checksum_sql import Within
 from cdclake.sources.live import SourcePosition
 from cdclake.sources.postgres.catalog import SourceTable, read_tables
-from cdclake.sources.postgres.checksums import range_condition, source_sums
+from cdclake.sources.postgres.checksums import SQL, TEXT_TYPES
 from cdclake.sources.verify import (
     DEFAULT_CHECKSUMS,
     ChecksumSettings,
     TableComparison,
-    Within,
     canonical,
     comparisons_json,
     differing_columns,
@@ -59,25 +59,19 @@ __all__ = [
 ]
 
 _DECIMAL_SCALE_PREFIX = "decimal("
-_TEXT_TYPES = {"text", "varchar", "bpchar", "name"}  # psycopg2 returns these as printed
 
 
 def _value_expression(table: SourceTable, name: str, spark_type: str) -> str:
     """A column the way verify reads it: typed where the Spark type is typed, else as printed
-    (the type's output function: ``concat`` calls it, a ``::text`` cast may not)."""
+    (the type's output function: ``concat`` calls it, a ``::text`` cast may not). Every query built
+    from it runs with parameters (``%`` doubled), none or some."""
     column = table.column(name)
-    quoted = quote_pg(name)
+    quoted = SQL.quote(name)
     if column.pg_type == "money" and spark_type.startswith(_DECIMAL_SCALE_PREFIX):
         return f"{quoted}::numeric"  # psycopg2 reads money as its text ($1.25)
-    if spark_type == "string" and column.pg_type not in (*_TEXT_TYPES, "bytea"):
+    if spark_type == "string" and column.pg_type not in (*TEXT_TYPES, "bytea"):
         return f"CASE WHEN {quoted} IS NULL THEN NULL ELSE concat({quoted}) END"
     return quoted
-
-
-def _source_select(table: SourceTable, columns: Sequence[str], types: Mapping[str, str], where: str = "") -> str:
-    parts = [_value_expression(table, name, types[name]) for name in columns]
-    query = f"SELECT {', '.join(parts)} FROM {quote_pg(table.schema)}.{quote_pg(table.name)}"
-    return f"{query} WHERE {where}" if where else query
 
 
 _CONSTANT = re.compile(r"^(?:'(?:[^']|'')*'|-?[\d.]+(?:e[-+]?\d+)?|true|false)(?:::[\w .\"\[\](),]+)*$")
@@ -87,7 +81,7 @@ def _added_defaults(
     conn: Any, table: SourceTable, columns: Sequence[str], types: Mapping[str, str]
 ) -> dict[str, list[Any]]:
     """Column -> the values PostgreSQL may show for rows older than an ``ADD COLUMN ... DEFAULT``,
-    read the way ``_source_select`` reads the column: the value stored when the column was added
+    read the way ``_value_expression`` reads the column: the value stored when the column was added
     (``pg_attribute.attmissingval``, until a table rewrite materialises it) and the current
     default when it is a constant (other defaults are never evaluated: they may have effects)."""
     with conn.cursor() as cur:
@@ -97,21 +91,20 @@ def _added_defaults(
             "FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
             "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped "
             "AND (a.atthasmissing OR d.adbin IS NOT NULL)",
-            (f"{quote_pg(table.schema)}.{quote_pg(table.name)}",),
+            (f"{quote_pg(table.schema)}.{quote_pg(table.name)}",),  # a parameter's value: no % doubled
         )
         found = [row for row in cur.fetchall() if row[0] in columns]
         defaults: dict[str, list[Any]] = {}
         for name, type_name, missing, default in found:
-            read = _value_expression(table, name, types[name])
+            read, alias, cast = _value_expression(table, name, types[name]), SQL.quote(name), _doubled(type_name)
             queries: list[tuple[str, tuple[str, ...]]] = []
-            if missing is not None:  # a parameter: the query's other % signs are escaped
-                escaped = read.replace("%", "%%")
-                stored = f"(%s::{type_name}[])[1]"
-                queries.append((f"SELECT {escaped} FROM (SELECT {stored} AS {quote_pg(name)}) s", (missing,)))
+            if missing is not None:
+                queries.append((f"SELECT {read} FROM (SELECT (%s::{cast}[])[1] AS {alias}) s", (missing,)))
             if default is not None and _CONSTANT.match(default.strip()):
-                queries.append((f"SELECT {read} FROM (SELECT ({default})::{type_name} AS {quote_pg(name)}) s", ()))
+                value = _doubled(default)
+                queries.append((f"SELECT {read} FROM (SELECT ({value})::{cast} AS {alias}) s", ()))
             for query, parameters in queries:
-                cur.execute(query, parameters or None)
+                cur.execute(query, parameters)  # formatted even when empty: every % is doubled
                 defaults.setdefault(name, []).append(cur.fetchone()[0])
     return defaults
 
@@ -124,11 +117,8 @@ def _source_rows(
     try:
         with conn.cursor(name="cdclake_verify") as cur:
             cur.itersize = 5000
-            query = _source_select(table, columns, types, condition)
-            if parameters:
-                cur.execute(_escaped(query, condition), parameters)
-            else:
-                cur.execute(query)
+            values = [_value_expression(table, name, types[name]) for name in columns]
+            cur.execute(SQL.select(table, values, condition), parameters)  # formatted even when empty
             yield from cur
         conn.commit()
     finally:
@@ -137,10 +127,9 @@ def _source_rows(
         conn.autocommit = True
 
 
-def _escaped(query: str, condition: str) -> str:
-    """``query`` for a cursor with parameters: every ``%`` doubled but the condition's placeholders."""
-    head = query[: len(query) - len(condition)]
-    return head.replace("%", "%%") + condition
+def _doubled(text: str) -> str:
+    """``text`` in a query run with parameters: every ``%`` doubled."""
+    return text.replace("%", "%%")
 
 
 @dataclass(frozen=True)
@@ -154,12 +143,12 @@ class PostgresDialect:
             return read_tables(cur, list(schemas))
 
     def sums(self, table: SourceTable, key: tuple[str, str] | None, columns: Sequence[tuple[str, str]]) -> Sums:
-        return source_sums(self.conn, table, key, columns)
+        return SQL.source_sums(self.conn, table, key, columns)
 
     def rows(
         self, table: SourceTable, columns: Sequence[str], types: Mapping[str, str], within: Within
     ) -> Generator[tuple[Any, ...], None, None]:
-        return _source_rows(self.conn, table, columns, types, range_condition(*within))
+        return _source_rows(self.conn, table, columns, types, SQL.range_condition(table, *within))
 
     def unlogged_defaults(
         self, table: SourceTable, columns: Sequence[str], types: Mapping[str, str]

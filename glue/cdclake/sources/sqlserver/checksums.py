@@ -1,7 +1,8 @@
 """SQL Server's side of the checksums (``sources.checksum``): canonical text, row numbers and range
-sums in T-SQL. Written from Microsoft's documentation and checked by unit tests (golden SQL, and the
-canonical text rules shared with the other engines: tests/unit/test_verify_dialects.py); no server
-runs here, so none of it has run against a live SQL Server.
+sums in T-SQL (``sources.checksum_sql`` builds the queries from the table here). Written from
+Microsoft's documentation and checked by unit tests (golden SQL, and the canonical text rules shared with
+the other engines: tests/unit/test_verify_dialects.py); no server runs here, so none of it has run
+against a live SQL Server.
 
 Each value's text is built as ``nvarchar`` and the row's whole text is converted once to UTF-8
 (``varchar`` under ``Latin1_General_100_CI_AS_SC_UTF8``, SQL Server 2019 and later) before
@@ -36,25 +37,16 @@ row, never skipped). Before SQL Server 2016, ``HASHBYTES`` takes at most 8,000 b
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from cdclake.sources.catalog.model import CatalogTable
-from cdclake.sources.checksum import (
-    HASH_DIGITS,
-    KeyRange,
-    PieceSql,
-    RangeSum,
-    Sums,
-    bucket_of,
-    row_pieces,
-    where_in_ranges,
-)
+from cdclake.sources.checksum import HASH_DIGITS, PieceSql
+from cdclake.sources.checksum_sql import ChecksumSql, by_types
 
-BINARY_TYPES = frozenset({"binary", "varbinary", "image", "timestamp", "rowversion"})
+BINARY_TYPES = ("binary", "varbinary", "image", "timestamp", "rowversion")
 UTF8 = "Latin1_General_100_CI_AS_SC_UTF8"
 CODE_POINT_ORDER = "Latin1_General_100_BIN2"
 # Types whose canonical text T-SQL cannot produce exactly for their configured kind (module docstring).
 INEXACT = {"datetime2": "timestamp", "datetimeoffset": "timestamp", "datetime": "timestamp"}
+TIMESTAMP_TEXT = "CONVERT(nvarchar(26), CAST({value} AS datetime2(6)), 121)"
 
 
 def quote_tsql(name: str) -> str:
@@ -75,103 +67,41 @@ def inexact(column_type: str, kind: str) -> bool:
     return base == "datetime" or not column_type.endswith(("(0)", "(1)", "(2)", "(3)", "(4)", "(5)", "(6)"))
 
 
-def text(column_type: str, name: str, kind: str) -> str:
-    """A column's canonical text (``sources.checksum``'s kinds) in T-SQL, as ``nvarchar``."""
-    column = quote_tsql(name)
-    base = base_type(column_type)
-    if kind == "text":
-        if base in BINARY_TYPES:
-            return f"CAST(CONVERT(varchar(max), {column}, 2) AS nvarchar(max))"
-        if base == "time":
-            return f"CAST(CAST({column} AS time(6)) AS nvarchar(15))"
-        return f"CAST({column} AS nvarchar(max))"
-    if kind == "integer":
-        return f"CAST({column} AS nvarchar(20))"
-    if kind == "boolean":
-        return f"CASE WHEN {column} = 1 THEN N'true' ELSE N'false' END"
-    if kind.startswith("decimal:"):
-        scale = int(kind.split(":")[1])
-        return f"CAST(CAST({column} AS decimal(38,{scale})) AS nvarchar(50))"
-    if kind == "date":
-        return f"CONVERT(nvarchar(10), {column}, 23)"
-    if kind == "timestamp":
-        value = f"SWITCHOFFSET({column}, '+00:00')" if base == "datetimeoffset" else column
-        return f"CONVERT(nvarchar(26), CAST({value} AS datetime2(6)), 121)"
-    if kind == "binary":
-        return f"CAST(LOWER(CONVERT(varchar(max), {column}, 2)) AS nvarchar(max))"
-    raise ValueError(f"no canonical text for kind {kind}")
-
-
-# LEN ignores trailing spaces: the length of the text and one more character, less one
-PIECES = PieceSql(
-    length=lambda value: f"CAST(LEN({value} COLLATE {UTF8} + N'x') - 1 AS nvarchar(20))",
-    concat=lambda texts: f"CONCAT({', '.join(texts)})",
-    literal=lambda s: f"N'{s}'",
-)
-
-
-def row_number(table: CatalogTable, columns: Sequence[tuple[str, str]]) -> str:
-    """A row's number in T-SQL: the first 15 hex digits of the MD5 of its UTF-8 canonical text."""
-
-    def value(name: str, kind: str) -> str:
-        return text(table.column(name).source_type, name, kind)
-
-    parts = row_pieces(columns, value, quote_tsql, PIECES)
+def _number(pieces: Sequence[str]) -> str:
+    """The first 15 hex digits of the MD5 of the row's UTF-8 text, as a decimal(38,0)."""
     # ``+``, not CONCAT (at most 254 arguments): no part is NULL
-    row_text = " + ".join(["CAST(N'' AS nvarchar(max))", *parts])
+    row_text = " + ".join(["CAST(N'' AS nvarchar(max))", *pieces])
     digest = f"HASHBYTES('MD5', CONVERT(varchar(max), ({row_text}) COLLATE {UTF8}))"
     # 15 hex digits behind a 0: 8 bytes, a positive bigint
     hexadecimal = f"'0' + LEFT(CONVERT(varchar(32), {digest}, 2), {HASH_DIGITS})"
     return f"CAST(CAST(CONVERT(varbinary(8), {hexadecimal}, 2) AS bigint) AS decimal(38,0))"
 
 
-def key_text(table: CatalogTable, name: str, kind: str) -> str:
-    """The key column as compared with range boundaries: strings by code unit, as module says."""
-    if kind == "text":
-        return f"{text(table.column(name).source_type, name, kind)} COLLATE {CODE_POINT_ORDER}"
-    return quote_tsql(name)
-
-
-def range_condition(
-    table: CatalogTable, key: tuple[str, str] | None, ranges: Sequence[KeyRange] | None
-) -> tuple[str, list[Any]]:
-    """A WHERE condition (and its parameters) for the rows in one of ``ranges``: "" for every row
-    (no ranges, no key, or an unbounded range), ``1 = 0`` for none."""
-    return where_in_ranges(key_text(table, *key) if key else None, ranges, "1 = 0")
-
-
-def table_name(table: CatalogTable) -> str:
-    return f"{quote_tsql(table.schema)}.{quote_tsql(table.name)}"
-
-
-def sums_query(
-    table: CatalogTable, key: tuple[str, str] | None, columns: Sequence[tuple[str, str]], whole: KeyRange, cuts: int
-) -> tuple[str, list[Any]]:
-    """The query of ``cuts`` + 1 buckets' sums and the parameters of the range's ends; the
-    boundaries' parameters go before them. T-SQL groups by no position nor by an expression with
-    parameters: the buckets are computed in a derived table."""
-    where, parameters = range_condition(table, key, [whole])
-    bucket = bucket_of(key_text(table, *key) if key else None, cuts)
-    numbered = (
-        f"SELECT {bucket} AS bucket, {row_number(table, columns)} AS number "
-        f"FROM {table_name(table)}{' WHERE ' + where if where else ''}"
-    )
-    query = f"SELECT bucket, COUNT_BIG(*), COALESCE(SUM(number), 0) FROM ({numbered}) AS numbered GROUP BY bucket"
-    return query, parameters
-
-
-def source_sums(
-    conn: Any, table: CatalogTable, key: tuple[str, str] | None, columns: Sequence[tuple[str, str]]
-) -> Sums:
-    """SQL Server's ``Sums`` of ``table`` over a python-tds connection (``key`` None: one range)."""
-
-    def sums(whole: KeyRange, cuts: Sequence[Any]) -> dict[int, RangeSum]:
-        query, parameters = sums_query(table, key, columns, whole, len(cuts))
-        cur = conn.cursor()
-        try:
-            cur.execute(query, [*cuts, *parameters])
-            return {int(b): RangeSum(int(n), int(total)) for b, n, total in cur.fetchall()}
-        finally:
-            cur.close()
-
-    return sums
+SQL = ChecksumSql(
+    quote=quote_tsql,
+    base_type=base_type,
+    kinds={
+        "text": "CAST({column} AS nvarchar(max))",
+        "integer": "CAST({column} AS nvarchar(20))",
+        "boolean": "CASE WHEN {column} = 1 THEN N'true' ELSE N'false' END",
+        "decimal": "CAST(CAST({column} AS decimal(38,{scale})) AS nvarchar(50))",
+        "date": "CONVERT(nvarchar(10), {column}, 23)",
+        "timestamp": TIMESTAMP_TEXT.format(value="{column}"),
+        "binary": "CAST(LOWER(CONVERT(varchar(max), {column}, 2)) AS nvarchar(max))",
+    },
+    by_type={
+        **by_types(BINARY_TYPES, "text", "CAST(CONVERT(varchar(max), {column}, 2) AS nvarchar(max))"),
+        ("time", "text"): "CAST(CAST({column} AS time(6)) AS nvarchar(15))",
+        ("datetimeoffset", "timestamp"): TIMESTAMP_TEXT.format(value="SWITCHOFFSET({column}, '+00:00')"),
+    },
+    # LEN ignores trailing spaces: the length of the text and one more character, less one
+    pieces=PieceSql(
+        length=lambda value: f"CAST(LEN({value} COLLATE {UTF8} + N'x') - 1 AS nvarchar(20))",
+        concat=lambda texts: f"CONCAT({', '.join(texts)})",
+        literal=lambda s: f"N'{s}'",
+    ),
+    number=_number,
+    string_key=f"{{text}} COLLATE {CODE_POINT_ORDER}",
+    false="1 = 0",
+    group_by_position=False,
+)

@@ -14,28 +14,21 @@ from typing import Any
 from cdclake.sources.catalog.model import CatalogTable
 from cdclake.sources.catalog.readers import SQLSERVER_COLUMNS_SQL, SQLSERVER_KEYS_SQL, sqlserver_tables
 from cdclake.sources.checksum import Sums, kind_of
+from cdclake.sources.checksum_sql import Within
 from cdclake.sources.live import SourcePosition
-from cdclake.sources.sqlserver.checksums import (
-    base_type,
-    inexact,
-    quote_tsql,
-    range_condition,
-    source_sums,
-    table_name,
-    text,
-)
-from cdclake.sources.verify import Within, clock_position
+from cdclake.sources.sqlserver.checksums import SQL, base_type, inexact
+from cdclake.sources.verify import clock_position
 
 STREAM_ROWS = 5000
 
 
 def read_value(table: CatalogTable, name: str, spark_type: str) -> str:
     """A column the way verify reads it: typed where its Spark type is typed, else as its text."""
-    column = quote_tsql(name)
+    column = SQL.quote(name)
     kind = kind_of(spark_type)
     source_type = table.column(name).source_type
     if kind == "text":
-        return text(source_type, name, kind)
+        return SQL.text(source_type, name, kind)
     if kind == "timestamp" and base_type(source_type) == "datetimeoffset":
         return f"CAST(SWITCHOFFSET({column}, '+00:00') AS datetime2(6))"
     return column
@@ -45,9 +38,7 @@ def select_rows(
     table: CatalogTable, columns: Sequence[str], types: Mapping[str, str], within: Within
 ) -> tuple[str, list[Any]]:
     """The query (and its parameters) of the rows ``within`` holds."""
-    where, parameters = range_condition(table, *within)
-    select = ", ".join(read_value(table, name, types[name]) for name in columns)
-    return f"SELECT {select} FROM {table_name(table)}{' WHERE ' + where if where else ''}", parameters
+    return SQL.select_within(table, [read_value(table, name, types[name]) for name in columns], within)
 
 
 @dataclass(frozen=True)
@@ -68,7 +59,7 @@ class SqlServerDialect:
         return sqlserver_tables(column_rows, key_rows)
 
     def sums(self, table: CatalogTable, key: tuple[str, str] | None, columns: Sequence[tuple[str, str]]) -> Sums:
-        return source_sums(self.conn, table, key, columns)
+        return SQL.source_sums(self.conn, table, key, columns)
 
     def rows(
         self, table: CatalogTable, columns: Sequence[str], types: Mapping[str, str], within: Within
