@@ -119,8 +119,7 @@ _TYPE_LISTS = {
     "sources/checksum.py": "verify's canonical text of each type (its kinds)",
     "sources/mysql/checksums.py": "MySQL's SQL of each kind of canonical text (kinds share names with types)",
     "sources/postgres/checksums.py": "PostgreSQL's SQL of each kind of canonical text (kinds share names with types)",
-    "sources/sqlserver/checksums.py": "SQL Server's own type names (its binary types; rowversion is its timestamp) "
-    "and its SQL of each kind of canonical text",
+    "sources/sqlserver/checksums.py": "SQL Server's SQL of each kind of canonical text (kinds share names with types)",
 }
 _NAMES = {t.spark for t in COLUMN_TYPES} | {alias for t in COLUMN_TYPES for alias in t.aliases}
 

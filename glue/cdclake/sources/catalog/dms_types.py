@@ -150,6 +150,8 @@ _MYSQL = {
     "multipolygon": "BLOB",
     "geometrycollection": "BLOB",
 }
+# MySQL's types DMS writes as bytes (upper-case hex in CSV)
+MYSQL_BYTES = tuple(name for name, dms in _MYSQL.items() if dms in ("BYTES", "BLOB"))
 _UNSIGNED = {"tinyint": "UINT1", "smallint": "UINT2", "mediumint": "UINT4", "int": "UINT4", "integer": "UINT4"}
 _BIT_WIDTH = re.compile(r"^bit\((\d+)\)")
 
@@ -197,6 +199,8 @@ _SQLSERVER = {
     "timestamp": "BYTES",  # rowversion
     "rowversion": "BYTES",
 }
+# SQL Server's types DMS writes as bytes (upper-case hex in CSV)
+SQLSERVER_BYTES = tuple(name for name, dms in _SQLSERVER.items() if dms in ("BYTES", "BLOB"))
 SQLSERVER_MONEY = {"money": (19, 4), "smallmoney": (10, 4)}
 
 

@@ -38,13 +38,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from cdclake.sources.catalog.dms_types import MYSQL_BYTES
 from cdclake.sources.checksum import HASH_DIGITS, PieceSql
 from cdclake.sources.checksum_sql import ChecksumSql, by_types
 
-BINARY_TYPES = (
-    *("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry", "point", "linestring"),
-    *("polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection"),
-)
 CHARACTER_TYPES = ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json")
 TIME_FORMAT = "%%H:%%i:%%s.%%f"  # ``%`` doubled: PyMySQL formats every query with ``%``
 DATE_FORMAT = "%%Y-%%m-%%d"
@@ -84,7 +81,7 @@ SQL = ChecksumSql(
         "binary": "LOWER(HEX({column}))",
     },
     by_type={
-        **by_types(BINARY_TYPES, "text", "HEX({column})"),
+        **by_types(MYSQL_BYTES, "text", "HEX({column})"),
         **by_types(CHARACTER_TYPES, "text", "CONVERT({column} USING utf8mb4)"),
         ("bit", "text"): "HEX(CAST({column} AS BINARY))",
         ("bit", "binary"): "LOWER(HEX(CAST({column} AS BINARY)))",

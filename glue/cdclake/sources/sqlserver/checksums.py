@@ -38,10 +38,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from cdclake.sources.catalog.dms_types import SQLSERVER_BYTES
 from cdclake.sources.checksum import HASH_DIGITS, PieceSql
 from cdclake.sources.checksum_sql import ChecksumSql, by_types
 
-BINARY_TYPES = ("binary", "varbinary", "image", "timestamp", "rowversion")
 UTF8 = "Latin1_General_100_CI_AS_SC_UTF8"
 CODE_POINT_ORDER = "Latin1_General_100_BIN2"
 # Types whose canonical text T-SQL cannot produce exactly for their configured kind (module docstring).
@@ -90,7 +90,7 @@ SQL = ChecksumSql(
         "binary": "CAST(LOWER(CONVERT(varchar(max), {column}, 2)) AS nvarchar(max))",
     },
     by_type={
-        **by_types(BINARY_TYPES, "text", "CAST(CONVERT(varchar(max), {column}, 2) AS nvarchar(max))"),
+        **by_types(SQLSERVER_BYTES, "text", "CAST(CONVERT(varchar(max), {column}, 2) AS nvarchar(max))"),
         ("time", "text"): "CAST(CAST({column} AS time(6)) AS nvarchar(15))",
         ("datetimeoffset", "timestamp"): TIMESTAMP_TEXT.format(value="SWITCHOFFSET({column}, '+00:00')"),
     },
