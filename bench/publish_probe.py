@@ -185,7 +185,7 @@ def run_case(spark: SparkSession, case: Case, database: str, scratch: Path) -> l
     batch = KeyedBatch(SilverTable(*identifier.split(".")), changes, ["id"], COLUMNS, properties, None)
 
     def merge() -> None:
-        statement = lambda target, view: merge_statement(target, view, ["id"], COLUMNS)  # noqa: E731
+        statement = lambda target, view: merge_statement(target, view, batch.written)  # noqa: E731
         IcebergCommitter().merge(spark, batch, statement)
 
     def publish() -> None:

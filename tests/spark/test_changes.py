@@ -10,6 +10,7 @@ from cdclake.config import CleaningRules
 from cdclake.engine.changes import apply_cleaning, latest_change_per_key
 from cdclake.engine.statements import merge_statement
 from cdclake.errors import ConfigError
+from cdclake.lake.batch import WrittenColumns
 
 CHANGE_SCHEMA = (
     "k1 string, k2 int, v string, _cdc_op string, _cdc_ts string, _cdc_seq string, _cdc_file int, "
@@ -131,7 +132,7 @@ def test_merge_statement_applies_newer_changes_and_ignores_older_ones(spark: Spa
         ],
         "k1 string, k2 int, v string, _cdc_op string, _cdc_order string",
     ).createOrReplaceTempView("merge_changes")
-    statement = merge_statement("silver.merge_test.t", "merge_changes", ["k1", "k2"], ["k1", "k2", "v"])
+    statement = merge_statement("silver.merge_test.t", "merge_changes", WrittenColumns(["k1", "k2"], ["k1", "k2", "v"]))
     # WHEN the statement runs
     spark.sql(statement)
     # THEN newer changes apply (update, delete, insert of a missing key), a delete of a missing key

@@ -14,7 +14,7 @@ from cdclake.columns import OP, SILVER_ORDER, UNCHANGED_PREFIX
 from cdclake.engine.changes import classify_effects
 from cdclake.engine.plan import APPLIED, with_effects
 from cdclake.engine.statements import merge_statement
-from cdclake.lake.batch import KeyedBatch, read_table_metadata
+from cdclake.lake.batch import KeyedBatch, WrittenColumns, read_table_metadata
 from cdclake.lake.committer import IcebergCommitter
 from cdclake.lake.layout import Layout, apply_layout, has_layout, layout_statements
 from cdclake.lake.ledger import (
@@ -90,7 +90,7 @@ def _rows(spark: SparkSession, identifier: str) -> list[tuple[Any, ...]]:
 
 def _merge(spark: SparkSession, identifier: str, changes: DataFrame, key: Sequence[str]) -> None:
     def statement(target: str, view: str) -> str:
-        return merge_statement(target, view, key, COLUMNS, ABSENT, list(UNCHANGED))
+        return merge_statement(target, view, WrittenColumns(key, COLUMNS, ABSENT, UNCHANGED))
 
     batch = KeyedBatch(SilverTable(*identifier.split(".")), changes, key, COLUMNS, {"cdclake.kind": "cdc"}, None)
     IcebergCommitter().merge(spark, batch, statement)

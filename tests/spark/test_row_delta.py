@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from cdclake.columns import EFFECT, OP, SILVER_ORDER, STORED_FILE, STORED_POS
 from cdclake.engine.changes import classify_effects
 from cdclake.engine.statements import merge_statement
-from cdclake.lake.batch import KeyedBatch, TableMetadata, read_table_metadata
+from cdclake.lake.batch import KeyedBatch, TableMetadata, WrittenColumns, read_table_metadata
 from cdclake.lake.committer import IcebergCommitter
 from cdclake.lake.driver_write import apply_collected_row_delta, arrow_shape, collect_rows, write_parquet
 from cdclake.lake.ledger import LedgerRecord
@@ -120,7 +120,7 @@ def _batch(
 
 def _merge(spark: SparkSession, identifier: str, changes: DataFrame, key: Sequence[str]) -> None:
     def statement(target: str, view: str) -> str:
-        return merge_statement(target, view, key, COLUMNS, ABSENT)
+        return merge_statement(target, view, WrittenColumns(key, COLUMNS, ABSENT))
 
     batch = KeyedBatch(SilverTable(*identifier.split(".")), changes, key, COLUMNS, {"cdclake.kind": "cdc"}, None)
     IcebergCommitter().merge(spark, batch, statement)
@@ -147,7 +147,7 @@ def test_same_table_as_merge_one_snapshot_per_batch(
         _create(spark, identifier, initial)
     if sorted_layout:
         spark.sql(f"ALTER TABLE {written} WRITE ORDERED BY id")
-    assert why_not_row_delta(_metadata(spark, written), ["id"], COLUMNS, ABSENT) is None
+    assert why_not_row_delta(_metadata(spark, written), WrittenColumns(["id"], COLUMNS, ABSENT)) is None
     boundaries = {_history(spark, written)[-1]}
     poller = MainPoller(spark, written)
     poller.start()
@@ -374,4 +374,6 @@ def test_what_keeps_a_table_off_this_path(
     _create(spark, table, _initial_rows(random.Random(1), 5), **table_properties)
     if ddl:
         spark.sql(ddl.format(t=table))
-    assert why_not_row_delta(_metadata(spark, table), ["id"], columns, ABSENT, unchanged) == reason
+    assert (
+        why_not_row_delta(_metadata(spark, table), WrittenColumns(["id"], columns, ABSENT, unchanged or {})) == reason
+    )

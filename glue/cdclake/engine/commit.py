@@ -227,7 +227,7 @@ def _commit_keyed(
 
             # The same semantics as the other paths (tests/spark/test_publish.py).
             def statement(target: str, view: str) -> str:
-                return merge_statement(target, view, batch.key, batch.columns, batch.absent, list(batch.unchanged))
+                return merge_statement(target, view, batch.written)
 
             engine.committer.merge(engine.spark, commit.batch, statement)
         case Publish():

@@ -66,6 +66,7 @@ from cdclake.lake.batch import (
     RowDelta,
     Rows,
     TableMetadata,
+    WrittenColumns,
     read_table_metadata,
 )
 from cdclake.lake.driver_write import collect_rows, collectable
@@ -190,8 +191,7 @@ class _Chosen:
     """Step 3: the data commit's way, and its rows, collected into the driver or materialised in Spark."""
 
     way: CommitWay
-    columns: list[str]
-    unchanged: dict[str, str]
+    written: WrittenColumns
     collected: pa.Table | None
     materialized: DataFrame
 
@@ -273,8 +273,10 @@ def _choose_and_materialise(
     """The commit's way, and the one point where the batch's rows leave Spark or stay: small
     enough to collect into the driver (``Engine.driver_write_bytes``), the driver writes its files;
     else the rows are materialised once. The commit's type says which from here on."""
-    columns, unchanged = data_columns(classified.rows), unchanged_flags(classified.rows)
-    way = choose_commit_way(engine, table, metadata, columns, read.schema.absent, unchanged)
+    written = WrittenColumns(
+        table.silver_key(), data_columns(classified.rows), read.schema.absent, unchanged_flags(classified.rows)
+    )
+    way = choose_commit_way(engine, table, metadata, written)
     collected: pa.Table | None = None
     materialized = classified.observed
     driver_way = way == "row-delta" or (way == "append" and not read.creates_table and append_blocker(metadata) is None)
@@ -285,7 +287,7 @@ def _choose_and_materialise(
         # (monotonically_increasing_id), which a copy-on-write MERGE refuses as non-deterministic.
         materialized = classified.observed.localCheckpoint()
     classified.rows.unpersist()  # a checkpoint of its own, if any: the materialised rows no longer need it
-    return _Chosen(way, columns, unchanged, collected, materialized)
+    return _Chosen(way, written, collected, materialized)
 
 
 def _assemble(
@@ -312,19 +314,19 @@ def _assemble(
     if bad is not None:  # a few rows: read from bronze once, here, not again by the commit
         bad = replace(bad, rows=bad.rows.localCheckpoint())
     properties = LedgerRecord.batch([f.key for f in read.files], stats[_LATEST]).properties()
-    key = table.silver_key()
+    key, written = table.silver_key(), chosen.written
     base = None if read.creates_table else metadata
 
     def keyed(changes: Rows) -> KeyedBatch[Rows]:
         return KeyedBatch(
             table=silver,
             changes=changes,
-            key=key,
-            columns=chosen.columns,
+            key=written.key,
+            columns=written.columns,
             properties=properties,
             metadata=base,
-            absent=read.schema.absent,
-            unchanged=chosen.unchanged,
+            absent=written.absent,
+            unchanged=written.unchanged,
             image_count=effects[EFFECT_INSERT] + effects[EFFECT_UPDATE],
             replaced_count=effects[EFFECT_UPDATE] + effects[EFFECT_DELETE],
         )
@@ -363,9 +365,7 @@ def choose_commit_way(
     engine: Engine,
     table: TableConfig,
     metadata: TableMetadata,
-    columns: Sequence[str],
-    absent: Sequence[str],
-    unchanged: dict[str, str],
+    written: WrittenColumns,
 ) -> CommitWay:
     """How the batch's data commit is made (``context.CommitWay``): "append" (append-only tables);
     "row-delta" (written files, one RowDelta, no scan) where the table allows it and the engine does
@@ -377,7 +377,7 @@ def choose_commit_way(
         return "append"
     base = metadata.snapshot_id
     if engine.commit_path in ("auto", "row-delta", "driver-row-delta") and base is not None:
-        why_not = why_not_row_delta(metadata, table.silver_key(), columns, absent, unchanged)
+        why_not = why_not_row_delta(metadata, written)
         if why_not is None:
             return "row-delta"
         log.debug("commit table=%s not through a RowDelta: %s", metadata.table.name, why_not)

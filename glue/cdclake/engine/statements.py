@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from cdclake.columns import OP, SILVER_ORDER, UNCHANGED_PREFIX
 from cdclake.identifiers import quote
+from cdclake.lake.batch import WrittenColumns
 
 
-def merge_statement(
-    target: str,
-    source_view: str,
-    key: Sequence[str],
-    columns: Sequence[str],
-    absent: Sequence[str] = (),
-    unchanged: Sequence[str] = (),
-) -> str:
+def merge_statement(target: str, source_view: str, written: WrittenColumns) -> str:
     """One MERGE that applies de-duplicated changes (one row per key, with ``_cdc_order``).
 
     A change older than the stored row's order is ignored. Deletes remove a matched row and
-    ignore a missing one; inserts and updates both upsert. ``absent`` names silver columns the
+    ignore a missing one; inserts and updates both upsert. ``written.absent`` names silver columns the
     batch does not carry (dropped at the source): they become NULL on insert and update.
-    ``unchanged`` names columns with a ``_cdc_unchanged_`` flag: flagged values keep the stored one.
+    ``written.unchanged`` names columns with a ``_cdc_unchanged_`` flag: flagged values keep the stored one.
     """
+    key, columns, absent, unchanged = written.key, written.columns, written.absent, written.unchanged
     on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
     newer = f"(t.{SILVER_ORDER} IS NULL OR s.{SILVER_ORDER} >= t.{SILVER_ORDER})"
     non_key = [c for c in columns if c not in key]

@@ -100,6 +100,18 @@ def read_table_metadata(spark: SparkSession, table: SilverTable) -> TableMetadat
 
 
 @dataclass(frozen=True)
+class WrittenColumns:
+    """What a keyed batch writes into its table's rows: the key, the data columns its changes carry,
+    the silver columns the source no longer sends (NULL in new images), and the columns whose values were
+    not captured (column -> the flag column that says which rows keep the stored value)."""
+
+    key: Sequence[str]
+    columns: Sequence[str]
+    absent: Sequence[str] = ()
+    unchanged: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class KeyedBatch(Generic[Rows]):
     """A keyed table's batch, classified and ready for its one data commit, whichever way takes it.
 
@@ -120,6 +132,11 @@ class KeyedBatch(Generic[Rows]):
     unchanged: Mapping[str, str] = field(default_factory=dict)  # column -> flag of values not captured
     image_count: int | None = None  # rows written as new images (inserts and updates)
     replaced_count: int | None = None  # stored rows replaced (updates and deletes)
+
+    @property
+    def written(self) -> WrittenColumns:
+        """What the batch writes into its table's rows."""
+        return WrittenColumns(self.key, self.columns, self.absent, self.unchanged)
 
     @property
     def base_snapshot_id(self) -> int | None:

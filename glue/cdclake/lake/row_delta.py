@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cdclake.columns import OP, SILVER_ORDER, STORED_FILE, STORED_POS
-from cdclake.lake.batch import KeyedBatch, Rows, TableMetadata
+from cdclake.lake.batch import KeyedBatch, Rows, TableMetadata, WrittenColumns
 from cdclake.lake.iceberg import IcebergTable
 from cdclake.lake.tables import iceberg_table
 from cdclake.types import ROW_DELTA_PLAIN_ICEBERG_TYPES
@@ -72,15 +72,9 @@ class WrittenFile:
     footer: bytes | None = None
 
 
-def why_not_row_delta(
-    metadata: TableMetadata,
-    key: Sequence[str],
-    columns: Sequence[str],
-    absent: Sequence[str] = (),
-    unchanged: Mapping[str, str] | None = None,
-) -> str | None:
-    """Why the batch cannot be applied to the table (as ``metadata`` found it) through written files
-    and a RowDelta; None when it can."""
+def why_not_row_delta(metadata: TableMetadata, written: WrittenColumns) -> str | None:
+    """Why a batch writing ``written`` cannot be applied to the table (as ``metadata`` found it) through
+    written files and a RowDelta; None when it can."""
     if metadata.format_version != 2:
         return f"format v{metadata.format_version}"
     if metadata.partitioned:
@@ -90,9 +84,11 @@ def why_not_row_delta(
     for field in metadata.fields:
         if field.primitive not in _PLAIN_TYPES:
             return f"column {field.name} of type {_type_name(field.type)}"
-    written = {*columns, *absent, SILVER_ORDER}
+    sent = {*written.columns, *written.absent, SILVER_ORDER}
     kept = [
-        f.name for f in metadata.fields if f.name not in key and (f.name in (unchanged or {}) or f.name not in written)
+        f.name
+        for f in metadata.fields
+        if f.name not in written.key and (f.name in written.unchanged or f.name not in sent)
     ]
     if kept:
         return f"updates keep the stored values of {', '.join(kept)}"
