@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import runpy
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import boto3
-import pytest
 from moto import mock_aws
 from pyspark.sql import SparkSession
 
@@ -26,18 +25,6 @@ JOBS = Path(__file__).resolve().parents[2] / "glue" / "jobs"
 def _job(name: str) -> Callable[[list[str]], RunReport]:
     main: Callable[[list[str]], RunReport] = runpy.run_path(str(JOBS / f"{name}.py"), run_name=f"job_{name}")["main"]
     return main
-
-
-@pytest.fixture
-def aws_credentials(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_SESSION_TOKEN": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(key, value)
-    yield
 
 
 def _demo_config(tmp_path: Path) -> Path:
