@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 from cdclake.dms.manifest import ManifestEntry, write_manifest
 from cdclake.report import RunReport
 from cdclake.shells import demo
+from configs import keyed_tables
 from oracle import replay_change_log
 
 JOBS = Path(__file__).resolve().parents[2] / "glue" / "jobs"
@@ -127,12 +128,7 @@ def test_demo_reports_success_against_the_oracle(spark: SparkSession, tmp_path: 
     assert "silver equals the expected source state (23 rows): OK" in output
 
 
-LANES = """
-bronze: {timestamp_column: ts}
-tables:
-  s.items: {primary_key: [id], columns: {id: int, name: string}}
-  s.other: {primary_key: [id], columns: {id: int, name: string}}
-"""
+LANES = keyed_tables("s.items", "s.other")
 
 
 def test_the_cdc_job_leaves_a_reload_to_the_full_load_job_through_its_request(
