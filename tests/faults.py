@@ -9,6 +9,7 @@ from typing import Any
 from cdclake.lake.batch import KeyedBatch
 from cdclake.lake.committer import IcebergCommitter
 from cdclake.lake.publish import abandon_staged, commit_staged, stage_changes
+from cdclake.lake.tables import SilverTable
 
 
 def iceberg_failure(kind: str, message: str, wrapped_in: str | None = None) -> Exception:
@@ -26,25 +27,46 @@ def iceberg_failure(kind: str, message: str, wrapped_in: str | None = None) -> E
     return Py4JJavaError("An error occurred while calling o0.commit.\n", java)
 
 
-class CrashingCommitter(IcebergCommitter):
+def _before(commit: str) -> Any:
+    """``IcebergCommitter``'s ``commit`` method, preceded by ``self.before(table)``: the table of
+    the call's second argument (a keyed batch, or an append's table metadata)."""
+
+    def intercepted(self: BeforeRowDeltas, spark: Any, batch: Any, *args: Any, **kwargs: Any) -> None:
+        self.before(batch.table)
+        getattr(IcebergCommitter, commit)(self, spark, batch, *args, **kwargs)
+
+    return intercepted
+
+
+class BeforeRowDeltas(IcebergCommitter):
+    """A committer that calls ``before(table)`` just before each RowDelta of a keyed batch (written
+    by Spark or by the driver); what ``before`` raises stops the commit."""
+
+    def before(self, table: SilverTable) -> None:
+        """What happens just before a data commit to ``table``: nothing here (subclasses say)."""
+
+    row_delta = _before("row_delta")
+    driver_row_delta = _before("driver_row_delta")
+
+
+class BeforeKeyedCommits(BeforeRowDeltas):
+    """``BeforeRowDeltas`` before every commit of a keyed batch: its MERGE and its publish too."""
+
+    merge = _before("merge")
+    publish = _before("publish")
+
+
+class BeforeDataCommits(BeforeKeyedCommits):
+    """``BeforeKeyedCommits`` before every data commit: an append-only table's appends too."""
+
+    append = _before("append")
+    driver_append = _before("driver_append")
+
+
+class CrashingCommitter(BeforeDataCommits):
     """A committer whose data commits never happen: the job is killed just before each one."""
 
-    def merge(self, *_: Any) -> None:
-        raise RuntimeError("the job was killed before its data commit")
-
-    def publish(self, *_: Any, **__: Any) -> None:
-        raise RuntimeError("the job was killed before its data commit")
-
-    def row_delta(self, *_: Any, **__: Any) -> None:
-        raise RuntimeError("the job was killed before its data commit")
-
-    def driver_row_delta(self, *_: Any, **__: Any) -> None:
-        raise RuntimeError("the job was killed before its data commit")
-
-    def append(self, *_: Any) -> None:
-        raise RuntimeError("the job was killed before its data commit")
-
-    def driver_append(self, *_: Any) -> None:
+    def before(self, table: SilverTable) -> None:
         raise RuntimeError("the job was killed before its data commit")
 
 
@@ -89,7 +111,7 @@ class TombstoneWitness(IcebergCommitter):
         return look
 
 
-class RacingCommitter(IcebergCommitter):
+class RacingCommitter(BeforeKeyedCommits):
     """A committer that loses the commit race ``losses`` times: just before each of its first
     ``losses`` data commits (merge, publish or RowDelta), another writer (``rival``) commits to the
     table, and Iceberg refuses."""
@@ -99,7 +121,7 @@ class RacingCommitter(IcebergCommitter):
         self.rival = rival  # called with no arguments: the other writer's commit
         self.attempts = 0
 
-    def _race(self) -> None:
+    def before(self, table: SilverTable) -> None:
         self.attempts += 1
         if self.attempts <= self.losses:
             if self.rival is not None:
@@ -108,24 +130,8 @@ class RacingCommitter(IcebergCommitter):
                 "CommitFailedException", "Cannot commit: base metadata location is not the table's current one"
             )
 
-    def merge(self, *args: Any) -> None:
-        self._race()
-        super().merge(*args)
 
-    def publish(self, *args: Any, **kwargs: Any) -> None:
-        self._race()
-        super().publish(*args, **kwargs)
-
-    def row_delta(self, *args: Any, **kwargs: Any) -> None:
-        self._race()
-        super().row_delta(*args, **kwargs)
-
-    def driver_row_delta(self, *args: Any, **kwargs: Any) -> None:
-        self._race()
-        super().driver_row_delta(*args, **kwargs)
-
-
-class MaintenanceRacingCommitter(IcebergCommitter):
+class MaintenanceRacingCommitter(BeforeRowDeltas):
     """A committer whose first data commit is overtaken by maintenance: the batch is classified
     (and, on the branch path, staged), then ``rival`` (a compaction) commits to the table before
     the batch's RowDelta does."""
@@ -147,15 +153,7 @@ class MaintenanceRacingCommitter(IcebergCommitter):
             abandon_staged(spark, staged)
             raise
 
-    def row_delta(self, *args: Any, **kwargs: Any) -> None:
-        self._first_overtaken()
-        super().row_delta(*args, **kwargs)
-
-    def driver_row_delta(self, *args: Any, **kwargs: Any) -> None:
-        self._first_overtaken()
-        super().driver_row_delta(*args, **kwargs)
-
-    def _first_overtaken(self) -> None:
+    def before(self, table: SilverTable) -> None:
         self.attempts += 1
         if self.attempts == 1:
             self.rival()

@@ -24,6 +24,15 @@ class MainPoller(threading.Thread):
         self.seen: set[int] = set()
         self.done = threading.Event()
 
+    def __enter__(self) -> MainPoller:
+        """Start watching (the ``with`` block's writes)."""
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.done.set()
+        self.join()
+
     def run(self) -> None:
         while not self.done.wait(0.02):
             self.table.refresh()

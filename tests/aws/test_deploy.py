@@ -129,8 +129,7 @@ def test_upload_writes_the_entry_points_the_wheel_and_the_config(tmp_path: Path)
         (tmp_path / "glue" / "jobs" / name).write_text("# job")
     (tmp_path / "dist" / "cdclake-0.1.0-py3-none-any.whl").write_bytes(b"wheel")
     (tmp_path / "dist" / "cdclake-0.1.0.gluewheels.zip").write_bytes(b"zip of wheels")
-    config = tmp_path / "cdclake.yaml"
-    config.write_text("silver: {database: x}\n")
+    config = a_configuration(tmp_path)
     with mock_aws():
         s3 = boto3.client("s3", region_name=REGION)
         s3.create_bucket(Bucket="artifacts")
@@ -225,6 +224,13 @@ def a_wheel(root: Path, name: str = "cdclake-0.1.0-py3-none-any.whl") -> None:
     (root / "dist" / stack_artifacts.glue_wheels_name(root / "dist" / name)).write_bytes(b"zip of wheels")
 
 
+def a_configuration(root: Path) -> Path:
+    """A configuration file in ``root`` (what it says does not matter to the preflight); its path."""
+    config = root / "cdclake.yaml"
+    config.write_text("silver: {database: x}\n")
+    return config
+
+
 def deployed_stack(stack_name: str = "cdclake-dev") -> None:
     """A stack with the outputs the preflight reads (moto's CloudFormation, a stand-in for the real one)."""
     body = {
@@ -267,8 +273,7 @@ def test_a_deploy_without_a_configuration_is_refused_while_the_stack_has_none(tm
 def test_a_redeploy_after_destroy_adopts_the_retained_glue_databases(tmp_path: Path) -> None:
     # GIVEN the databases a destroyed stack kept (DeletionPolicy Retain), and no stack
     a_wheel(tmp_path)
-    config = tmp_path / "cdclake.yaml"
-    config.write_text("silver: {database: x}\n")
+    config = a_configuration(tmp_path)
     with mock_aws():
         glue = boto3.client("glue", region_name=REGION)
         for name in ("cdclake_eu_prod", "cdclake_eu_prod_gold"):

@@ -17,7 +17,7 @@ import boto3
 import pytest
 from conftest import REGION, FakeLambdaContext, load_handler_module
 from moto import mock_aws
-from test_deploy import a_wheel, preflight
+from test_deploy import a_configuration, a_wheel, preflight
 from test_static import template
 
 RESOURCES = template()["Resources"]
@@ -32,8 +32,7 @@ def retained(glue: Any, bucket: str = "cdclake-dev-silverbucket-1a2b3c") -> None
 
 def test_the_preflight_reuses_the_silver_bucket_the_retained_database_points_at(tmp_path: Path) -> None:
     a_wheel(tmp_path)
-    config = tmp_path / "cdclake.yaml"
-    config.write_text("silver: {database: x}\n")
+    config = a_configuration(tmp_path)
     with mock_aws():
         glue = boto3.client("glue", region_name=REGION)
         # GIVEN no database: a first deploy creates its bucket

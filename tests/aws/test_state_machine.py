@@ -308,7 +308,8 @@ def test_a_second_execution_is_refused(pipeline: Pipeline) -> None:
 
 
 def job_runs_in_order(pipeline: Pipeline) -> list[str]:
-    """The Glue jobs that ran, in order - after proving that each run ended before the next one started."""
+    """The Glue jobs that ran, in order, by role ("cdc", "maintenance", "gold", ...) - after proving that each run
+    ended before the next one started."""
     timeline = list(pipeline.gaps.glue_timeline)
     if len(timeline) % 2:  # a run still under way (a successor goes on while the test reads): not yet in order
         timeline.pop()
@@ -317,7 +318,9 @@ def job_runs_in_order(pipeline: Pipeline) -> list[str]:
     assert [event for event, _, _ in ends] == ["end"] * len(ends), timeline
     # start A, end A, start B, end B ...: every run ended before the next started, so none overlapped.
     assert [(job, run) for _, job, run in starts] == [(job, run) for _, job, run in ends], timeline
-    return [job for _, job, _ in starts]
+    roles = {pipeline.full_load_job: "full-load", pipeline.cdc_job: "cdc", pipeline.maintenance_job: "maintenance",
+             pipeline.gold_job: "gold", pipeline.verify_job: "verify"}  # fmt: skip
+    return [roles[job] for _, job, _ in starts]
 
 
 def three_iterations_with_a_cdc_run_each(pipeline: Pipeline) -> str:
@@ -330,18 +333,23 @@ def three_iterations_with_a_cdc_run_each(pipeline: Pipeline) -> str:
     return execution
 
 
+def three_iterations_with_a_failing_job(pipeline: Pipeline, job: str) -> tuple[str, dict[str, Any]]:
+    """``job`` failing every run and four CDC files queued, then one execution run to its end (3 iterations and
+    the hand-over, or a stop): its ARN and how it ended."""
+    pipeline.gaps.failing_jobs.add(job)
+    for stamp in range(4):
+        pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
+    execution = pipeline.start({"fullLoadDone": True})
+    return execution, pipeline.wait_until_done(execution)
+
+
 @pytest.mark.parametrize("pipeline", [{"SweepEveryIterations": "1"}], indirect=True)
 def test_maintenance_runs_on_every_second_iteration_between_cdc_jobs(pipeline: Pipeline) -> None:
     # GIVEN queued CDC files, and a sweep due after every iteration without a run: a CDC run in every iteration
     # WHEN one execution runs its 3 iterations and hands over
     execution = three_iterations_with_a_cdc_run_each(pipeline)
     # THEN maintenance ran once, after the second CDC run ended, and before the third began
-    assert job_runs_in_order(pipeline) == [
-        pipeline.cdc_job,
-        pipeline.cdc_job,
-        pipeline.maintenance_job,
-        pipeline.cdc_job,
-    ]
+    assert job_runs_in_order(pipeline) == ["cdc", "cdc", "maintenance", "cdc"]
     entered = pipeline.states_entered(execution)
     assert entered.count("RunMaintenanceJob") == 1
     done = [i for i, name in enumerate(entered) if name == "CdcRunDone"]
@@ -356,18 +364,14 @@ def test_maintenance_runs_on_every_second_iteration_between_cdc_jobs(pipeline: P
     entered = pipeline.states_entered(successor)
     assert entered.index("CheckWork") < entered.index("CdcRunDone") < entered.index("RunMaintenanceJob")
     assert entered[: entered.index("MaintenanceDone")].count("CheckWork") == 1
-    assert job_runs_in_order(pipeline)[4:6] == [pipeline.cdc_job, pipeline.maintenance_job]
+    assert job_runs_in_order(pipeline)[4:6] == ["cdc", "maintenance"]
 
 
 @pytest.mark.parametrize("pipeline", [{"SweepEveryIterations": "1"}], indirect=True)
 def test_failed_maintenance_alerts_and_the_pipeline_keeps_applying_cdc(pipeline: Pipeline) -> None:
     # GIVEN a maintenance job that fails, queued files and a CDC run in every iteration
-    pipeline.gaps.failing_jobs.add(pipeline.maintenance_job)
-    for stamp in range(4):
-        pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
     # WHEN the execution runs its 3 iterations
-    execution = pipeline.start({"fullLoadDone": True})
-    result = pipeline.wait_until_done(execution)
+    execution, result = three_iterations_with_a_failing_job(pipeline, pipeline.maintenance_job)
     # THEN it did not stop: it alerted once, went on to the third iteration's CDC run and handed over as usual
     assert result["status"] == "SUCCEEDED"
     [alert] = pipeline.alerts()
@@ -377,9 +381,7 @@ def test_failed_maintenance_alerts_and_the_pipeline_keeps_applying_cdc(pipeline:
     assert entered.count("RunMaintenanceJob") == 1  # the count restarted: not tried again at once
     assert entered.index("NotifyMaintenanceFailed") < len(entered) - entered[::-1].index("CheckWork") - 1
     assert "NotifyFailure" not in entered
-    assert job_runs_in_order(pipeline) == [
-        pipeline.cdc_job, pipeline.cdc_job, pipeline.maintenance_job, pipeline.cdc_job,
-    ]  # fmt: skip
+    assert job_runs_in_order(pipeline) == ["cdc", "cdc", "maintenance", "cdc"]
     assert queue_counts(pipeline) == (0, 0)
 
 
@@ -403,13 +405,7 @@ def test_gold_runs_every_second_iteration_after_cdc_and_before_maintenance(pipel
     execution = three_iterations_with_a_cdc_run_each(pipeline)
     # THEN the gold job ran once, after the second CDC run ended, in the serial lane:
     # no two Glue jobs overlapped, gold before maintenance (it reads silver before files are rewritten)
-    assert job_runs_in_order(pipeline) == [
-        pipeline.cdc_job,
-        pipeline.cdc_job,
-        pipeline.gold_job,
-        pipeline.maintenance_job,
-        pipeline.cdc_job,
-    ]
+    assert job_runs_in_order(pipeline) == ["cdc", "cdc", "gold", "maintenance", "cdc"]
     entered = pipeline.states_entered(execution)
     done = [i for i, name in enumerate(entered) if name == "CdcRunDone"]
     assert done[1] < entered.index("RunGoldJob") < entered.index("RunMaintenanceJob")
@@ -424,7 +420,7 @@ def test_gold_runs_every_second_iteration_after_cdc_and_before_maintenance(pipel
     pipeline.wait_for_state(successor, "MaintenanceDone")
     entered = pipeline.states_entered(successor)
     assert entered.index("CdcRunDone") < entered.index("RunGoldJob")
-    assert job_runs_in_order(pipeline)[5:8] == [pipeline.cdc_job, pipeline.gold_job, pipeline.maintenance_job]
+    assert job_runs_in_order(pipeline)[5:8] == ["cdc", "gold", "maintenance"]
 
 
 @pytest.mark.parametrize("pipeline", [{"GoldEveryIterations": "1", "MaintenanceEveryIterations": "0"}], indirect=True)
@@ -438,7 +434,7 @@ def test_gold_waits_for_a_cdc_run_when_silver_did_not_change(pipeline: Pipeline)
     pipeline.send_file(cdc_key("orders", "120000000"), 100)
     assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
     # THEN gold ran once, right after the run that file started, and not after the empty polls
-    assert job_runs_in_order(pipeline) == [pipeline.cdc_job, pipeline.gold_job]
+    assert job_runs_in_order(pipeline) == ["cdc", "gold"]
     entered = pipeline.states_entered(execution)
     assert entered.index("RunCdcJob") < entered.index("RunGoldJob")
     assert pipeline.state_input(execution, "StartSuccessor")["silver"] == {"changed": False}
@@ -451,7 +447,7 @@ def test_a_fresh_start_refreshes_the_marts_once_without_waiting_for_cdc(pipeline
     assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
     # THEN gold ran once, in the first iteration (the marts may lag silver after a stop or a redeploy), then not again
     assert pipeline.states_entered(execution).count("CheckWork") == 3
-    assert job_runs_in_order(pipeline) == [pipeline.gold_job]
+    assert job_runs_in_order(pipeline) == ["gold"]
 
 
 @pytest.mark.parametrize("pipeline", [{"SweepEveryIterations": "1"}], indirect=True)
@@ -460,12 +456,7 @@ def test_gold_every_zero_iterations_never_runs_it(pipeline: Pipeline) -> None:
     execution = three_iterations_with_a_cdc_run_each(pipeline)
     # THEN every run happened, maintenance ran, and gold never did
     assert "RunGoldJob" not in pipeline.states_entered(execution)
-    assert job_runs_in_order(pipeline) == [
-        pipeline.cdc_job,
-        pipeline.cdc_job,
-        pipeline.maintenance_job,
-        pipeline.cdc_job,
-    ]
+    assert job_runs_in_order(pipeline) == ["cdc", "cdc", "maintenance", "cdc"]
     assert pipeline.job_runs(pipeline.gold_job) == []
 
 
@@ -477,12 +468,8 @@ def test_gold_every_zero_iterations_never_runs_it(pipeline: Pipeline) -> None:
 def test_failed_gold_alerts_and_the_pipeline_keeps_applying_cdc(pipeline: Pipeline) -> None:
     # GIVEN a gold job that fails (a broken mart), queued files (a run in the first iteration), an empty poll in
     # the second, and a sweep run in the third
-    pipeline.gaps.failing_jobs.add(pipeline.gold_job)
-    for stamp in range(4):
-        pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
     # WHEN the execution runs its 3 iterations
-    execution = pipeline.start({"fullLoadDone": True})
-    result = pipeline.wait_until_done(execution)
+    execution, result = three_iterations_with_a_failing_job(pipeline, pipeline.gold_job)
     # THEN it did not stop: each failure was caught and alerted, and it handed over as usual
     assert result["status"] == "SUCCEEDED"
     alerts = pipeline.alerts()
@@ -492,7 +479,7 @@ def test_failed_gold_alerts_and_the_pipeline_keeps_applying_cdc(pipeline: Pipeli
     assert "NotifyFailure" not in entered and "NotifyCdcRunFailed" not in entered
     assert entered.count("NotifyGoldFailed") == 2 and entered[-2:] == ["StartSuccessor", "HandedOver"]
     # gold after each run, not after the empty poll (silver.changed was cleared by the failed gold run too)
-    assert job_runs_in_order(pipeline) == [pipeline.cdc_job, pipeline.gold_job] * 2
+    assert job_runs_in_order(pipeline) == ["cdc", "gold"] * 2
     assert [r["JobRunState"] for r in pipeline.job_runs(pipeline.gold_job)] == ["FAILED", "FAILED"]
     assert queue_counts(pipeline) == (0, 0)
 

@@ -59,6 +59,29 @@ def default_catalog(request: pytest.FixtureRequest) -> Iterator[None]:
         request.getfixturevalue("spark").conf.set("spark.sql.defaultCatalog", DEFAULT_CATALOG)
 
 
+@pytest.fixture
+def aws_region() -> str:
+    """The region of the fake AWS account (a module overrides this fixture to work in another)."""
+    return "us-east-1"
+
+
+@pytest.fixture
+def aws_credentials(monkeypatch: pytest.MonkeyPatch, aws_region: str) -> None:
+    """Fake credentials and one region for every boto3 client the test and its jobs make."""
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.setenv(key, "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", aws_region)
+
+
+@pytest.fixture
+def aws(aws_credentials: None) -> Iterator[None]:
+    """``aws_credentials``, and moto (never real AWS) behind every boto3 client for the whole test."""
+    from moto import mock_aws  # here: most Spark tests never make an AWS client
+
+    with mock_aws():
+        yield
+
+
 EngineFactory = Callable[..., Engine]
 
 

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-import pytest
 
 from cdclake.context import Engine
 from cdclake.dms.notices import QueueNotices
@@ -232,65 +231,56 @@ def test_run_follow_applies_files_as_they_arrive_and_ctrl_c_ends_it_with_130(tmp
 
 
 def test_on_aws_the_queue_wakes_the_loop_every_event_is_deleted_and_a_file_without_one_is_applied(
-    make_engine: EngineFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    make_engine: EngineFactory, tmp_path: Path, aws: None
 ) -> None:
-    from moto import mock_aws
+    s3, sqs = boto3.client("s3"), boto3.client("sqs")
+    s3.create_bucket(Bucket="bronze")
+    queue = sqs.create_queue(
+        QueueName="files.fifo", Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"}
+    )["QueueUrl"]
+    # GIVEN DMS's files written locally and uploaded: an event for each CDC file (one twice), but
+    # none for one file (a dropped event)
+    source = Source(tmp_path / "local")
+    source.cdc_file("alpha", [("U", 1, "a1")])
+    source.cdc_file("beta", [("D", 2, "")])
+    lost = source.cdc_file("gamma", [("I", 8, "g8")])
+    source.cdc_file("alpha", [("U", 3, "a3")])
 
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "x",
-        "AWS_SECRET_ACCESS_KEY": "x",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(name, value)
-    with mock_aws():
-        s3, sqs = boto3.client("s3"), boto3.client("sqs")
-        s3.create_bucket(Bucket="bronze")
-        queue = sqs.create_queue(
-            QueueName="files.fifo", Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"}
-        )["QueueUrl"]
-        # GIVEN DMS's files written locally and uploaded: an event for each CDC file (one twice), but
-        # none for one file (a dropped event)
-        source = Source(tmp_path / "local")
-        source.cdc_file("alpha", [("U", 1, "a1")])
-        source.cdc_file("beta", [("D", 2, "")])
-        lost = source.cdc_file("gamma", [("I", 8, "g8")])
-        source.cdc_file("alpha", [("U", 3, "a3")])
+    def upload() -> None:
+        for path in sorted((tmp_path / "local").rglob("*.csv")):
+            key = f"dms/{path.relative_to(tmp_path / 'local').as_posix()}"
+            if s3.list_objects_v2(Bucket="bronze", Prefix=key).get("KeyCount"):
+                continue
+            s3.put_object(Bucket="bronze", Key=key, Body=path.read_bytes())
+            if path != lost and "LOAD" not in path.name:
+                for _ in range(2 if "beta" in key else 1):
+                    body = json.dumps({"detail": {"bucket": {"name": "bronze"}, "object": {"key": key}}})
+                    sqs.send_message(
+                        QueueUrl=queue,
+                        MessageBody=body,
+                        MessageGroupId="dms",
+                        MessageDeduplicationId=uuid.uuid4().hex,
+                    )
 
-        def upload() -> None:
-            for path in sorted((tmp_path / "local").rglob("*.csv")):
-                key = f"dms/{path.relative_to(tmp_path / 'local').as_posix()}"
-                if s3.list_objects_v2(Bucket="bronze", Prefix=key).get("KeyCount"):
-                    continue
-                s3.put_object(Bucket="bronze", Key=key, Body=path.read_bytes())
-                if path != lost and "LOAD" not in path.name:
-                    for _ in range(2 if "beta" in key else 1):
-                        body = json.dumps({"detail": {"bucket": {"name": "bronze"}, "object": {"key": key}}})
-                        sqs.send_message(
-                            QueueUrl=queue,
-                            MessageBody=body,
-                            MessageGroupId="dms",
-                            MessageDeduplicationId=uuid.uuid4().hex,
-                        )
+    upload()
+    store = S3Bronze(s3, "bronze", "dms", staging_dir=tmp_path / "staging")
+    engine = make_engine(CONFIG, store=store)
+    notices = QueueNotices(sqs, queue, "bronze", "dms")
 
-        upload()
-        store = S3Bronze(s3, "bronze", "dms", staging_dir=tmp_path / "staging")
-        engine = make_engine(CONFIG, store=store)
-        notices = QueueNotices(sqs, queue, "bronze", "dms")
+    # WHEN the job's loop follows the queue, and one more file arrives (with its event) mid-way
+    def each_round(done: Round) -> None:
+        if done.number == 1:
+            source.cdc_file("beta", [("U", 1, "b1")])
+            upload()
 
-        # WHEN the job's loop follows the queue, and one more file arrives (with its event) mid-way
-        def each_round(done: Round) -> None:
-            if done.number == 1:
-                source.cdc_file("beta", [("U", 1, "b1")])
-                upload()
-
-        outcome = follow(engine, FollowSettings(poll_seconds=0.5, idle_seconds=3.0), notices, on_round=each_round)
-        # THEN every table equals the replay, the file without an event included, and the queue is empty
-        assert outcome.stopped_by == "idle" and outcome.failures == {}
-        for table in TABLES:
-            assert silver(engine, table) == source.expected(table), table
-        attributes = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["All"])["Attributes"]
-        assert (attributes["ApproximateNumberOfMessages"], attributes["ApproximateNumberOfMessagesNotVisible"]) == (
-            "0",
-            "0",
-        )
-        assert notices.deleted == 6  # one per file with an event, the two beta files' twice
+    outcome = follow(engine, FollowSettings(poll_seconds=0.5, idle_seconds=3.0), notices, on_round=each_round)
+    # THEN every table equals the replay, the file without an event included, and the queue is empty
+    assert outcome.stopped_by == "idle" and outcome.failures == {}
+    for table in TABLES:
+        assert silver(engine, table) == source.expected(table), table
+    attributes = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["All"])["Attributes"]
+    assert (attributes["ApproximateNumberOfMessages"], attributes["ApproximateNumberOfMessagesNotVisible"]) == (
+        "0",
+        "0",
+    )
+    assert notices.deleted == 6  # one per file with an event, the two beta files' twice

@@ -12,6 +12,7 @@ import re
 import threading
 import uuid
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -81,26 +82,32 @@ def gold_engine(spark: SparkSession, tmp_path: Path) -> Engine:
     return Engine(spark, config, LocalBronze(tmp_path))
 
 
-def _merge_hosts(spark: SparkSession, db: str, changes: list[tuple[str, HostRow]]) -> None:
-    """One MERGE like a CDC batch: (op, row) with op I / U / D."""
+def _merge(spark: SparkSession, table: str, changes: Sequence[tuple[str, tuple[Any, ...]]]) -> None:
+    """One MERGE into silver ``table`` like a CDC batch: (op, row) with op I / U / D, each row's values
+    in the table's column order, keyed by its first column."""
 
     def literal(value: Any) -> str:
         return "NULL" if value is None else f"'{value}'" if isinstance(value, str) else str(value)
 
     values = ", ".join(f"('{op}', {', '.join(literal(v) for v in row)})" for op, row in changes)
-    spark.sql(
-        f"CREATE OR REPLACE TEMPORARY VIEW test_changes AS SELECT * FROM VALUES {values} "
-        "AS s(op, id, country, city, rate)"
-    )
+    fields = spark.table(table).schema.fields
+    names = [f.name for f in fields]
+    columns = ", ".join(names)
+    spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW test_changes AS SELECT * FROM VALUES {values} AS s(op, {columns})")
+    # Cast to the table's types: a column of only NULLs in VALUES has none.
+    new = {f.name: f"CAST(s.{f.name} AS {f.dataType.simpleString()})" for f in fields}
     spark.sql(
         f"""
-        MERGE INTO silver.{db}.hosts t USING test_changes s ON t.id = s.id
+        MERGE INTO {table} t USING test_changes s ON t.{names[0]} = s.{names[0]}
         WHEN MATCHED AND s.op = 'D' THEN DELETE
-        WHEN MATCHED THEN UPDATE SET t.country = s.country, t.city = s.city, t.rate = CAST(s.rate AS INT)
-        WHEN NOT MATCHED AND s.op <> 'D' THEN INSERT (id, country, city, rate)
-            VALUES (s.id, s.country, s.city, CAST(s.rate AS INT))
+        WHEN MATCHED THEN UPDATE SET {", ".join(f"t.{n} = {new[n]}" for n in names[1:])}
+        WHEN NOT MATCHED AND s.op <> 'D' THEN INSERT ({columns}) VALUES ({", ".join(new.values())})
         """
     )
+
+
+def _merge_hosts(spark: SparkSession, db: str, changes: list[tuple[str, HostRow]]) -> None:
+    _merge(spark, f"silver.{db}.hosts", changes)
 
 
 def _random_host(rng: random.Random, ident: int) -> HostRow:
@@ -399,21 +406,7 @@ marts:
 
 
 def _merge_orders(spark: SparkSession, db: str, changes: list[tuple[str, OrderRow]]) -> None:
-    """One MERGE like a CDC batch: (op, row) with op I / U / D."""
-    values = ", ".join(f"('{op}', {order}, {customer}, {amount})" for op, (order, customer, amount) in changes)
-    spark.sql(
-        f"CREATE OR REPLACE TEMPORARY VIEW test_order_changes AS SELECT * FROM VALUES {values} "
-        "AS s(op, order_id, customer, amount)"
-    )
-    spark.sql(
-        f"""
-        MERGE INTO silver.{db}.orders t USING test_order_changes s ON t.order_id = s.order_id
-        WHEN MATCHED AND s.op = 'D' THEN DELETE
-        WHEN MATCHED THEN UPDATE SET t.customer = s.customer, t.amount = s.amount
-        WHEN NOT MATCHED AND s.op <> 'D' THEN INSERT (order_id, customer, amount)
-            VALUES (s.order_id, s.customer, s.amount)
-        """
-    )
+    _merge(spark, f"silver.{db}.orders", changes)
 
 
 def _per_customer_oracle(spark: SparkSession, db: str) -> list[tuple[Any, ...]]:

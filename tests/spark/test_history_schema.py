@@ -10,7 +10,6 @@ it with CDCLAKE_PROPERTY_EXAMPLES=50 for a long run.
 
 from __future__ import annotations
 
-import os
 import uuid
 from decimal import Decimal
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, example, given
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
@@ -28,8 +27,8 @@ from cdclake.dms.store import LocalBronze
 from cdclake.dms.writer import SourceChange
 from cdclake.engine.run import run
 from oracle import replay_change_log
+from property_settings import property_settings
 
-EXAMPLES = int(os.environ.get("CDCLAKE_PROPERTY_EXAMPLES", "2"))
 CONFIG = """
 bronze: {{format: parquet, timestamp_column: ts}}
 silver: {{database: {db}}}
@@ -114,12 +113,7 @@ def _source(spark: SparkSession, db: str, initial: list[dict], log: list[SourceC
     return stored, expected
 
 
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=os.environ.get("CDCLAKE_PROPERTY_EXAMPLES") is None,  # CI: the same examples every run
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@property_settings(2, [HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(sequence=sequences())
 # Always run: every schema change once, the issue's case first (int -> bigint, then an update and an
 # insert that need the wider type).

@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import runpy
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import boto3
-import pytest
 from moto import mock_aws
 from pyspark.sql import SparkSession
 
 from cdclake.dms.manifest import ManifestEntry, write_manifest
 from cdclake.report import RunReport
 from cdclake.shells import demo
+from configs import keyed_tables
 from oracle import replay_change_log
 
 JOBS = Path(__file__).resolve().parents[2] / "glue" / "jobs"
@@ -26,18 +26,6 @@ JOBS = Path(__file__).resolve().parents[2] / "glue" / "jobs"
 def _job(name: str) -> Callable[[list[str]], RunReport]:
     main: Callable[[list[str]], RunReport] = runpy.run_path(str(JOBS / f"{name}.py"), run_name=f"job_{name}")["main"]
     return main
-
-
-@pytest.fixture
-def aws_credentials(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_SESSION_TOKEN": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(key, value)
-    yield
 
 
 def _demo_config(tmp_path: Path) -> Path:
@@ -140,12 +128,7 @@ def test_demo_reports_success_against_the_oracle(spark: SparkSession, tmp_path: 
     assert "silver equals the expected source state (23 rows): OK" in output
 
 
-LANES = """
-bronze: {timestamp_column: ts}
-tables:
-  s.items: {primary_key: [id], columns: {id: int, name: string}}
-  s.other: {primary_key: [id], columns: {id: int, name: string}}
-"""
+LANES = keyed_tables("s.items", "s.other")
 
 
 def test_the_cdc_job_leaves_a_reload_to_the_full_load_job_through_its_request(

@@ -15,17 +15,11 @@ from cdclake.dms.writer import write_csv
 from cdclake.engine.run import apply_pending, full_load, run
 from cdclake.ops.status import table_statuses
 from cdclake.shells.commands.run import print_report
+from configs import keyed_tables
 
 EngineFactory = Callable[..., Engine]
 
-CONFIG = """
-bronze: {timestamp_column: ts}
-tables:
-  s.empty_first: {primary_key: [id], columns: {id: int, name: string}}
-  s.two_parts: {primary_key: [id], columns: {id: int, name: string}}
-  s.reloaded: {primary_key: [id], columns: {id: int, name: string}}
-  s.mixed: {primary_key: [id], columns: {id: int, name: string}}
-"""
+CONFIG = keyed_tables("s.empty_first", "s.two_parts", "s.reloaded", "s.mixed")
 
 
 def _rows(engine: Engine, table: str) -> dict[int, str]:
@@ -139,12 +133,7 @@ def test_a_load_file_rewritten_in_place_with_the_same_size_reloads_the_table(
     assert next(s for s in table_statuses(engine) if s.source == "s.reloaded").behind == "up to date"
 
 
-LANES = """
-bronze: {timestamp_column: ts}
-tables:
-  s.reloaded: {primary_key: [id], columns: {id: int, name: string}}
-  s.other: {primary_key: [id], columns: {id: int, name: string}}
-"""
+LANES = keyed_tables("s.reloaded", "s.other")
 
 
 def test_the_cdc_lane_leaves_a_reload_to_the_full_load_lane_and_goes_on_with_the_others(

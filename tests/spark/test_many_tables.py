@@ -12,8 +12,9 @@ from cdclake.context import Engine
 from cdclake.dms.writer import SourceChange, change_sequence, write_csv
 from cdclake.engine.run import apply_cdc_files, run
 from cdclake.engine.select import files_from_keys
-from cdclake.lake.committer import IcebergCommitter
+from cdclake.lake.tables import SilverTable
 from cdclake.shells.commands.run import print_report
+from faults import BeforeRowDeltas
 from oracle import replay_change_log
 
 EngineFactory = Callable[..., Engine]
@@ -32,26 +33,18 @@ tables:
 LOAD_TS = "2024-01-01 00:00:00.000000"
 
 
-class RefusedFor(IcebergCommitter):
+class RefusedFor(BeforeRowDeltas):
     """A committer whose data commits to one table are refused by storage."""
 
     def __init__(self, table: str) -> None:
         self.table = table
 
-    def _refuse(self, batch: Any) -> None:
-        if batch.table.name == self.table:
+    def before(self, table: SilverTable) -> None:
+        if table.name == self.table:
             raise OSError("storage refused the commit")
 
-    def row_delta(self, spark: Any, batch: Any, *args: Any, **kwargs: Any) -> None:
-        self._refuse(batch)
-        super().row_delta(spark, batch, *args, **kwargs)
 
-    def driver_row_delta(self, spark: Any, batch: Any, *args: Any, **kwargs: Any) -> None:
-        self._refuse(batch)
-        super().driver_row_delta(spark, batch, *args, **kwargs)
-
-
-class MeetingCommitter(IcebergCommitter):
+class MeetingCommitter(BeforeRowDeltas):
     """Each data commit waits until ``parties`` commits are under way at once: a run that applied
     its tables one after the other would never get there (the barrier breaks after ``timeout``)."""
 
@@ -59,15 +52,7 @@ class MeetingCommitter(IcebergCommitter):
         self.barrier = threading.Barrier(parties, timeout=timeout)
         self.threads: set[str] = set()
 
-    def row_delta(self, *args: Any, **kwargs: Any) -> None:
-        self._meet()
-        super().row_delta(*args, **kwargs)
-
-    def driver_row_delta(self, *args: Any, **kwargs: Any) -> None:
-        self._meet()
-        super().driver_row_delta(*args, **kwargs)
-
-    def _meet(self) -> None:
+    def before(self, table: SilverTable) -> None:
         self.threads.add(threading.current_thread().name)
         self.barrier.wait()
 

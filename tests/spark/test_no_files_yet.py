@@ -14,15 +14,11 @@ from cdclake.engine.run import run
 from cdclake.ops.status import NO_FILES, table_statuses
 from cdclake.shells.commands.run import print_report
 from cdclake.shells.status_view import table_state
+from configs import keyed_tables
 
 EngineFactory = Callable[..., Engine]
 
-CONFIG = """
-bronze: {timestamp_column: ts}
-tables:
-  s.arrived: {primary_key: [id], columns: {id: int, name: string}}
-  s.declared: {primary_key: [id], columns: {id: int, name: string}}
-"""
+CONFIG = keyed_tables("s.arrived", "s.declared")
 
 
 def test_tables_without_files_load_nothing_say_why_and_are_not_up_to_date(

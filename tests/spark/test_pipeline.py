@@ -575,13 +575,20 @@ tables:
         run(engine).checked()
 
 
+def _loaded_then_updated(tmp_path: Path, loaded: str, updated: str) -> Path:
+    """Order (eu, 1) in a LOAD file with status ``loaded``, and a CDC file of 2 January updating it to
+    ``updated``; sales.orders's bronze folder."""
+    table_dir = tmp_path / "bronze" / "sales" / "orders"
+    write_csv(table_dir / "LOAD00000001.csv", [["2024-01-01 00:00:00.000000", "eu", "1", loaded, "1.00", ""]])
+    ts = "2024-01-02 00:00:01.000000"
+    write_csv(table_dir / "20240102-0000010000.csv", [["U", ts, "eu", "1", updated, "2.00", change_sequence(ts, 1)]])
+    return table_dir
+
+
 def test_cdc_before_the_full_load_is_refused(make_engine: EngineFactory, tmp_path: Path) -> None:
     # GIVEN LOAD files that were not applied and a CDC manifest for the same table
     engine = make_engine(ORDERS)
-    table_dir = tmp_path / "bronze" / "sales" / "orders"
-    write_csv(table_dir / "LOAD00000001.csv", [["2024-01-01 00:00:00.000000", "eu", "1", "s", "1.00", ""]])
-    ts = "2024-01-02 00:00:01.000000"
-    write_csv(table_dir / "20240102-0000010000.csv", [["U", ts, "eu", "1", "t", "2.00", change_sequence(ts, 1)]])
+    _loaded_then_updated(tmp_path, "s", "t")
     batch = files_from_keys(engine.store, ["sales/orders/20240102-0000010000.csv"])
     # WHEN the CDC batch is applied first THEN it is refused, and nothing was created
     with pytest.raises(FullLoadPendingError, match="run the full load before its CDC files"):
@@ -595,10 +602,7 @@ def test_cdc_before_the_full_load_is_refused(make_engine: EngineFactory, tmp_pat
 def test_a_reload_does_not_replay_older_cdc_files_over_newer_rows(make_engine: EngineFactory, tmp_path: Path) -> None:
     # GIVEN a loaded table, a CDC file, and then a new full load taken later (after a CDC gap)
     engine = make_engine(ORDERS)
-    table_dir = tmp_path / "bronze" / "sales" / "orders"
-    write_csv(table_dir / "LOAD00000001.csv", [["2024-01-01 00:00:00.000000", "eu", "1", "v1", "1.00", ""]])
-    ts = "2024-01-02 00:00:01.000000"
-    write_csv(table_dir / "20240102-0000010000.csv", [["U", ts, "eu", "1", "v2", "2.00", change_sequence(ts, 1)]])
+    table_dir = _loaded_then_updated(tmp_path, "v1", "v2")
     run(engine).checked()
     write_csv(table_dir / "LOAD00000001.csv", [["2024-01-03 00:00:00.000000", "eu", "1", "v3", "3.00", ""]])
     # WHEN the table is reloaded and the pipeline runs again

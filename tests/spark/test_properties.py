@@ -5,13 +5,12 @@ Python. The example count is small for CI; raise it with CDCLAKE_PROPERTY_EXAMPL
 
 from __future__ import annotations
 
-import os
 import uuid
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
@@ -24,8 +23,8 @@ from cdclake.engine.select import files_from_keys
 from cdclake.errors import TablesFailedError
 from faults import CrashingCommitter
 from oracle import replay_change_log
+from property_settings import property_settings
 
-EXAMPLES = int(os.environ.get("CDCLAKE_PROPERTY_EXAMPLES", "6"))
 TABLES = ("alpha", "beta")
 KEY = ("region", "id")
 VALUES = ["a", "b, c", 'say "hi"', "two\nlines", "", None, "ünï ✓"]
@@ -120,12 +119,7 @@ def _silver(engine: Engine, table: str) -> dict[tuple, dict]:
     }
 
 
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=os.environ.get("CDCLAKE_PROPERTY_EXAMPLES") is None,  # CI: the same examples every run
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@property_settings(6, [HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(scenario=scenarios())
 def test_any_delivery_converges_to_the_source(spark: SparkSession, tmp_path: Path, scenario: dict) -> None:
     # GIVEN the scenario's files in a fresh bronze folder and database

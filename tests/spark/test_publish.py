@@ -137,9 +137,7 @@ def test_same_table_as_merge_one_snapshot_per_batch(spark: SparkSession, databas
     for identifier in (merged, published):
         _create(spark, identifier, MODES[mode], initial)
     boundaries = {_main_history(spark, published)[-1]}
-    poller = MainPoller(spark, published)
-    poller.start()
-    try:
+    with MainPoller(spark, published) as poller:
         for step in range(1, 4):
             # WHEN the same random batch, planned as the pipeline does (only the effects that
             # apply), goes through MERGE and through publish_changes
@@ -161,9 +159,6 @@ def test_same_table_as_merge_one_snapshot_per_batch(spark: SparkSession, databas
             assert summary["parent_id"] == history_before[-1]
             assert {k: summary["summary"][k] for k in properties} == properties
             assert _branches(spark, published) == []
-    finally:
-        poller.done.set()
-        poller.join()
     # AND a reader polling main only ever saw batch boundaries
     assert poller.seen <= boundaries
     assert len(poller.seen) >= 2

@@ -9,12 +9,11 @@ Few, small examples (Spark is slow to start a job); derandomized unless CDCLAKE_
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from itertools import accumulate
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 from cdclake.columns import FILE_INDEX, ROW_POSITION
@@ -25,11 +24,11 @@ from cdclake.dms.store import LocalBronze
 from cdclake.engine.changes import has_error
 from cdclake.engine.read import read_and_count
 from cdclake.errors import CdclakeError
+from property_settings import property_settings
 
 EngineFactory = Callable[..., Engine]
 
 
-EXAMPLES = int(os.environ.get("CDCLAKE_PROPERTY_EXAMPLES", "15"))
 KEY = "s/t/20240101-1000000000.csv"
 TS = "2024-01-01 10:00:00.000000"
 # Characters that stress CSV: every delimiter, the quote, line breaks, a backslash, non-ASCII, a
@@ -92,12 +91,7 @@ def damaged_files(draw: st.DrawFn) -> tuple[str, list[tuple[str | None, str | No
     return delimiter, rows, data, len(data), "none"
 
 
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=os.environ.get("CDCLAKE_PROPERTY_EXAMPLES") is None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@property_settings(15, [HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(case=damaged_files())
 def test_any_csv_bytes_read_exactly_or_flagged_or_a_clear_error(
     make_engine: EngineFactory, tmp_path: Path, case: tuple[str, list[tuple[str | None, str | None]], bytes, int, str]

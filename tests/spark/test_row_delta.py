@@ -149,9 +149,7 @@ def test_same_table_as_merge_one_snapshot_per_batch(
         spark.sql(f"ALTER TABLE {written} WRITE ORDERED BY id")
     assert why_not_row_delta(_metadata(spark, written), WrittenColumns(["id"], COLUMNS, ABSENT)) is None
     boundaries = {_history(spark, written)[-1]}
-    poller = MainPoller(spark, written)
-    poller.start()
-    try:
+    with MainPoller(spark, written) as poller:
         for step in range(1, 4):
             # WHEN the same classified batch goes through MERGE and through the RowDelta of written files
             changes = spark.createDataFrame(_random_batch(rng, 360, 120, step), CHANGE_SCHEMA)
@@ -173,9 +171,6 @@ def test_same_table_as_merge_one_snapshot_per_batch(
             assert summary is not None and summary["parent_id"] == before[-1]
             assert {k: summary["summary"][k] for k in properties} == properties
             assert int(summary["summary"]["added-position-deletes"]) > 0
-    finally:
-        poller.done.set()
-        poller.join()
     # AND a reader polling main only ever saw batch boundaries
     assert poller.seen <= boundaries
     assert len(poller.seen) >= 2

@@ -35,18 +35,24 @@ def small_splits(spark: SparkSession) -> Iterator[None]:
     spark.conf.set("spark.sql.files.maxPartitionBytes", before)
 
 
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """The bronze folder of s.t, made."""
+    folder = tmp_path / "bronze" / "s" / "t"
+    folder.mkdir(parents=True)
+    return folder
+
+
 def _load_lines(rows: int, name: str = "row") -> list[str]:
     return [f'2024-01-01 00:00:00.000000,{i},"{name} {i}"\n' for i in range(rows)]
 
 
 def test_a_big_file_without_multiline_values_is_read_in_splits_in_file_order(
-    make_engine: EngineFactory, tmp_path: Path, small_splits: None
+    make_engine: EngineFactory, folder: Path, small_splits: None
 ) -> None:
     # GIVEN a big LOAD file whose values hold no newline, with key 5 repeated near its end (a
     # restarted load: the later row is the one to keep), and a big file with a value on two lines
     engine = make_engine(CONFIG)
-    folder = tmp_path / "bronze" / "s" / "t"
-    folder.mkdir(parents=True)
     lines = _load_lines(ROWS)
     lines[ROWS - 10] = '2024-01-01 00:00:00.000000,5,"row 5 again"\n'
     lines[100] = '2024-01-01 00:00:00.000000,100,"say ""hi"", twice"\n'  # doubled quotes: an even count
@@ -79,12 +85,10 @@ def test_a_big_file_without_multiline_values_is_read_in_splits_in_file_order(
 
 
 def test_bad_rows_of_a_split_file_name_their_row_in_the_file(
-    make_engine: EngineFactory, tmp_path: Path, small_splits: None
+    make_engine: EngineFactory, folder: Path, small_splits: None
 ) -> None:
     # GIVEN a big CDC file read in splits, with bad rows in its first and last splits
     engine = make_engine(CONFIG)
-    folder = tmp_path / "bronze" / "s" / "t"
-    folder.mkdir(parents=True)
     lines = [f'I,2024-01-02 00:00:00.000000,{i},"row {i}"\n' for i in range(ROWS)]
     lines[6] = 'I,2024-01-02 00:00:00.000000,six,"not a number"\n'
     lines[2700] = 'I,2024-01-02 00:00:00.000000,2700,"too",many\n'

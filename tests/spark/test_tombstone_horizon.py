@@ -53,6 +53,14 @@ def deleted_then_pruned(make_engine: EngineFactory, tmp_path: Path) -> Engine:
     return engine
 
 
+def arrives_late(tmp_path: Path) -> str:
+    """A file DMS wrote on 1 January (row 1 updated to 'late', before its delete) written to bronze
+    now; its key."""
+    late = "s/people/20240101-120000000.csv"
+    write_csv(tmp_path / "bronze" / late, [["U", "2024-01-01 12:00:00.000000", "1", "late", "1990-01-01"]])
+    return late
+
+
 def test_maintenance_records_the_cut_it_pruned_tombstones_at(make_engine: EngineFactory, tmp_path: Path) -> None:
     engine = deleted_then_pruned(make_engine, tmp_path)
     silver = engine.silver_table(engine.config.tables[0])
@@ -68,8 +76,7 @@ def test_a_file_older_than_the_tombstone_horizon_is_held_and_applied_only_by_a_r
     # GIVEN row 1 deleted on 2 January and its tombstone pruned
     engine = deleted_then_pruned(make_engine, tmp_path)
     # WHEN a file DMS wrote on 1 January (an update of row 1, before its delete) arrives late (a re-driven dead letter)
-    late = "s/people/20240101-120000000.csv"
-    write_csv(tmp_path / "bronze" / late, [["U", "2024-01-01 12:00:00.000000", "1", "late", "1990-01-01"]])
+    late = arrives_late(tmp_path)
     run(engine)
     # THEN row 1 stays deleted, and the file is in quarantine with the reason
     assert people(engine) == {2: "n2", 3: "n3"}
@@ -85,8 +92,7 @@ def test_prepare_alone_plans_the_hold_of_a_file_older_than_the_horizon(
 ) -> None:
     # GIVEN row 1 deleted on 2 January, its tombstone pruned, and a late file of 1 January in bronze
     engine = deleted_then_pruned(make_engine, tmp_path)
-    late = "s/people/20240101-120000000.csv"
-    write_csv(tmp_path / "bronze" / late, [["U", "2024-01-01 12:00:00.000000", "1", "late", "1990-01-01"]])
+    late = arrives_late(tmp_path)
     [file] = [f for f in list_bronze(engine.store).files if f.key == late]
     table = engine.config.tables[0]
     # WHEN the batch is planned, THEN the plan (its only author: prepare) holds the file with the

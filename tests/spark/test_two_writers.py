@@ -20,9 +20,9 @@ from cdclake.engine.follow import FollowSettings, Polling, follow
 from cdclake.engine.run import apply_cdc_files, run
 from cdclake.engine.select import files_from_keys
 from cdclake.engine.turn import apply_batch, read_state
-from cdclake.lake.committer import IcebergCommitter
 from cdclake.lake.ledger import FILES_PROPERTY
-from cdclake.lake.tables import iceberg_table
+from cdclake.lake.tables import SilverTable, iceberg_table
+from faults import BeforeDataCommits
 from oracle import replay_change_log
 
 EngineFactory = Callable[..., Engine]
@@ -35,7 +35,7 @@ tables:
 """
 
 
-class RivalFirst(IcebergCommitter):
+class RivalFirst(BeforeDataCommits):
     """A committer whose first data commit is overtaken: the batch is planned from the ledger, then
     ``rival`` (another loop applying the same files) commits, then this commit is tried."""
 
@@ -43,34 +43,10 @@ class RivalFirst(IcebergCommitter):
         self.rival = rival
         self.attempts = 0
 
-    def _overtaken(self) -> None:
+    def before(self, table: SilverTable) -> None:
         self.attempts += 1
         if self.attempts == 1:
             self.rival()
-
-    def append(self, *args: Any) -> None:
-        self._overtaken()
-        super().append(*args)
-
-    def driver_append(self, *args: Any) -> None:
-        self._overtaken()
-        super().driver_append(*args)
-
-    def merge(self, *args: Any) -> None:
-        self._overtaken()
-        super().merge(*args)
-
-    def publish(self, *args: Any, **kwargs: Any) -> None:
-        self._overtaken()
-        super().publish(*args, **kwargs)
-
-    def row_delta(self, *args: Any, **kwargs: Any) -> None:
-        self._overtaken()
-        super().row_delta(*args, **kwargs)
-
-    def driver_row_delta(self, *args: Any, **kwargs: Any) -> None:
-        self._overtaken()
-        super().driver_row_delta(*args, **kwargs)
 
 
 def _cdc(bronze: Path, table: str, name: str, rows: list[tuple[str, int, int, str]]) -> str:

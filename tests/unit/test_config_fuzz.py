@@ -7,24 +7,18 @@ tests/spark/test_properties.py; raise it for a long run.
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any
 
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 from cdclake.config import PipelineConfig, parse_config
 from cdclake.errors import ConfigError
+from property_settings import property_settings
 
-EXAMPLES = int(os.environ.get("CDCLAKE_PROPERTY_EXAMPLES", "300"))
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=os.environ.get("CDCLAKE_PROPERTY_EXAMPLES") is None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+FUZZ = property_settings(300, [HealthCheck.too_slow])
 SOURCE = "fuzz.yaml"
 
 # Every key the reader knows, so the shapes reach deep into each section.

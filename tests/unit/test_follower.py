@@ -50,14 +50,6 @@ class Rounds:
         return report, left
 
 
-def _follower(tmp_path: Path, rounds: Rounds, relist_seconds: float = 3600.0) -> Follower:
-    engine = Engine(spark=None, config=CONFIG, store=LocalBronze(tmp_path))  # type: ignore[arg-type]
-    settings = FollowSettings(poll_seconds=0.0, relist_seconds=relist_seconds)
-    follower = Follower(engine, settings, Polling(), None, LoggedAlerts(), rounds)
-    follower.index.relist()
-    return follower
-
-
 def _arrive(tmp_path: Path, table: str, name: str) -> None:
     write_csv(tmp_path / "s" / table / f"{name}.csv", [["I", "1"]])
 
@@ -72,12 +64,22 @@ def _next_round(follower: Follower) -> None:
     follower.round(_due(follower.selected, follower.index, follower.states, new, set(), follower.retry_at), None)
 
 
-def test_a_round_is_handed_the_states_the_rounds_before_it_left(tmp_path: Path) -> None:
-    # GIVEN a first round that applied a file of each table
+def _after_a_first_round(tmp_path: Path, relist_seconds: float = 3600.0) -> tuple[Rounds, Follower]:
+    """A follower whose first round applied a file of each table (it lists bronze whole every
+    ``relist_seconds``), and the fake rounds it runs."""
     _arrive_in_both(tmp_path, "20240102-0000010000")
     rounds = Rounds()
-    follower = _follower(tmp_path, rounds)
+    engine = Engine(spark=None, config=CONFIG, store=LocalBronze(tmp_path))  # type: ignore[arg-type]
+    settings = FollowSettings(poll_seconds=0.0, relist_seconds=relist_seconds)
+    follower = Follower(engine, settings, Polling(), None, LoggedAlerts(), rounds)
+    follower.index.relist()
     follower.round(follower.selected, None)
+    return rounds, follower
+
+
+def test_a_round_is_handed_the_states_the_rounds_before_it_left(tmp_path: Path) -> None:
+    # GIVEN a first round that applied a file of each table
+    rounds, follower = _after_a_first_round(tmp_path)
     assert rounds.handed == [{}]  # the first round reads every state
     first = dict(follower.states)
     # WHEN new files arrive and the next round applies them
@@ -90,10 +92,7 @@ def test_a_round_is_handed_the_states_the_rounds_before_it_left(tmp_path: Path) 
 
 def test_a_table_that_failed_is_read_again_until_a_round_applies_it(tmp_path: Path) -> None:
     # GIVEN both tables applied once, then a round in which s.a fails
-    _arrive_in_both(tmp_path, "20240102-0000010000")
-    rounds = Rounds()
-    follower = _follower(tmp_path, rounds)
-    follower.round(follower.selected, None)
+    rounds, follower = _after_a_first_round(tmp_path)
     rounds.failing = {"s.a"}
     _arrive_in_both(tmp_path, "20240102-0000020000")
     _next_round(follower)
@@ -112,10 +111,7 @@ def test_a_table_that_failed_is_read_again_until_a_round_applies_it(tmp_path: Pa
 
 def test_a_table_whose_load_is_due_elsewhere_is_read_again(tmp_path: Path) -> None:
     # GIVEN a round in which s.b's load is pending in the other lane
-    _arrive_in_both(tmp_path, "20240102-0000010000")
-    rounds = Rounds()
-    follower = _follower(tmp_path, rounds)
-    follower.round(follower.selected, None)
+    rounds, follower = _after_a_first_round(tmp_path)
     rounds.load_pending = {"s.b"}
     _arrive(tmp_path, "b", "20240102-0000020000")
     _next_round(follower)
@@ -129,10 +125,7 @@ def test_a_table_whose_load_is_due_elsewhere_is_read_again(tmp_path: Path) -> No
 
 def test_a_whole_listing_reads_every_state_again(tmp_path: Path) -> None:
     # GIVEN a loop that lists bronze whole before every round
-    _arrive_in_both(tmp_path, "20240102-0000010000")
-    rounds = Rounds()
-    follower = _follower(tmp_path, rounds, relist_seconds=0.0)
-    follower.round(follower.selected, None)
+    rounds, follower = _after_a_first_round(tmp_path, relist_seconds=0.0)
     # WHEN the next round works the tables
     _arrive_in_both(tmp_path, "20240102-0000020000")
     _next_round(follower)

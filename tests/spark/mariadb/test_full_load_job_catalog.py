@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 import runpy
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
 from pyspark.sql import SparkSession
 
 from cdclake.config import parse_config
@@ -26,17 +25,9 @@ CONFIG_URI = "s3://artifacts/config/cdclake.yaml"
 
 
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Fake credentials, one region, and moto for every boto3 client the job makes."""
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_SESSION_TOKEN": "testing",
-        "AWS_DEFAULT_REGION": "eu-west-1",
-    }.items():
-        monkeypatch.setenv(key, value)
-    with mock_aws():
-        yield
+def aws_region() -> str:
+    """The stack's region for this module's ``aws`` (spark/conftest.py): not moto's default one."""
+    return "eu-west-1"
 
 
 def _full_load_job() -> Callable[[list[str]], RunReport]:

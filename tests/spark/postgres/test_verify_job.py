@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import runpy
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,6 @@ from typing import Any
 import boto3
 import pytest
 from conftest import SourceDatabase
-from moto import mock_aws
 from pyspark.sql import SparkSession
 
 from cdclake.ops.verify_log import VerifyRun
@@ -36,13 +35,9 @@ INSERT INTO notes SELECT 'note ' || (i % 7), i % 3 FROM generate_series(1, 50) A
 
 
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Fake credentials, one region, and moto for every boto3 client the jobs make."""
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "eu-west-1"}.items():  # fmt: skip
-        monkeypatch.setenv(key, value)
-    with mock_aws():
-        yield
+def aws_region() -> str:
+    """The stack's region for this module's ``aws`` (spark/conftest.py): not moto's default one."""
+    return "eu-west-1"
 
 
 def _job(name: str) -> Callable[[list[str]], Any]:
