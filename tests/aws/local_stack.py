@@ -318,6 +318,13 @@ def complete_what_moto_skips(template: dict[str, Any], resolver: Resolver, endpo
     lam = boto3.client("lambda", endpoint_url=endpoint, region_name=REGION)
     cloudwatch = boto3.client("cloudwatch", endpoint_url=endpoint, region_name=REGION)
     resources = template["Resources"]
+    # A job's name is its physical id, known before any job exists: one job may name another (the full-load job
+    # names the verify job it starts), as CloudFormation orders them by their references.
+    for logical, resource in resources.items():
+        if resource["Type"] == "AWS::Glue::Job" and (
+            "Condition" not in resource or resolver.condition(resource["Condition"])
+        ):
+            resolver.physical[logical] = resolver.value(resource["Properties"]["Name"])
     for logical, resource in resources.items():
         if "Condition" in resource and not resolver.condition(resource["Condition"]):
             continue

@@ -151,3 +151,27 @@ def test_the_verify_job_runs_after_the_full_load_and_finds_a_difference_planted_
     assert described["AlarmActions"] == [deployed.stack.physical("AlertTopic")]
     # AND the CDC loop ran on beside the verify runs
     assert deployed.executions()[-1]["status"] == "RUNNING"
+
+
+def test_a_reload_is_followed_by_a_verify_of_the_tables_it_loaded(deployed: Deployed) -> None:
+    # GIVEN s.people loaded (the first test), and silver changed behind the pipeline's back
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.getOrCreate()
+    database = deployed.stack.outputs["GlueDatabaseName"]
+    spark.sql(f"UPDATE silver.{database}.people SET city = 'Atlantis' WHERE id = 3")
+    verified_before, rows_before = len(verify_runs(deployed)), verify_rows(deployed)
+    # WHEN the full-load job reloads s.people, as the reload lane (or the runbook's hand reload) starts it
+    glue = boto3.client("glue", region_name=REGION)
+    glue.start_job_run(
+        JobName=deployed.stack.outputs["FullLoadJobName"], Arguments={"--tables": "s.people", "--reload": "true"}
+    )
+    deployed.wait(lambda: len(verify_runs(deployed)) == verified_before + 1, "the verify after the reload", timeout=300)
+    # THEN the reload started the verify job for exactly the table it loaded
+    newest = max(glue.get_job_runs(JobName=deployed.stack.outputs["VerifyJobName"])["JobRuns"],
+                 key=lambda run: run["StartedOn"])  # fmt: skip
+    assert newest["Arguments"]["--tables"] == "s.people"  # (moto lists the job's default arguments with it)
+    # AND its cdclake_verify row proves the reloaded table equal to PostgreSQL (the planted value is gone)
+    [after] = [rows for run_id, rows in verify_rows(deployed).items() if run_id not in rows_before]
+    assert [(r["source_table"], r["verdict"], r["rows_differing"]) for r in after] == [("s.people", "equal", 0)]
+    assert spark.sql(f"SELECT city FROM silver.{database}.people WHERE id = 3").first()[0] != "Atlantis"

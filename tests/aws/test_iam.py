@@ -272,6 +272,8 @@ GLUE_CALLS: dict[str, list[tuple[str, frozenset[str]]]] = {
     "sqs:ChangeMessageVisibility": [("FileQueue", CDC)],
     "sqs:GetQueueAttributes": [("FileQueue", CDC)],
     "sns:Publish": [("AlertTopic", CDC)],
+    # A reload (a full-load run given --tables) starts the verify job for the tables it loaded (--verify_job_name).
+    "glue:StartJobRun": [("VerifyJob", FULL_LOAD)],
 }
 # What the Java side of the jobs does (Iceberg GlueCatalog + S3FileIO on the warehouse): no syntax tree shows it.
 # Every job reads and writes the silver bucket (the marts live under its gold/ folder); the database ARNs are built
@@ -374,6 +376,7 @@ EXPECTED_STATEMENTS = {
         "SourceConnection": ["glue:GetConnection"],
         "SourceSecret": ["secretsmanager:GetSecretValue"],
         "WriteTableConfiguration": ["s3:PutObject"],
+        "StartVerifyAfterReload": ["glue:StartJobRun"],
         "ConnectionNetwork": ["ec2:DescribeVpcEndpoints", "ec2:DescribeRouteTables", "ec2:DescribeSubnets",
                               "ec2:DescribeSecurityGroups", "ec2:DescribeNetworkInterfaces",
                               "ec2:CreateNetworkInterface", "ec2:DeleteNetworkInterface", "ec2:CreateTags"],

@@ -445,9 +445,9 @@ def test_the_cdc_job_follows_the_file_queue_with_the_stacks_settings() -> None:
     assert (PARAMETERS["CdcPollSeconds"]["Default"], PARAMETERS["CdcIdleSeconds"]["Default"]) == (30, 300)
     assert PARAMETERS["CdcMaxRunSeconds"]["Default"] == 3600
     # The other jobs do not follow the queue, and the CDC job has every argument the full-load job has but the
-    # source's (it never reads the source database)
+    # source's (it never reads the source database) and the verify job's name (it never reloads)
     full_load = RESOURCES["FullLoadJob"]["Properties"]["DefaultArguments"]
-    source = {"--secret_id", "--source_connection", "--dbname", "--source_engine"}
+    source = {"--secret_id", "--source_connection", "--dbname", "--source_engine", "--verify_job_name"}
     assert {name: arguments[name] for name in full_load if name not in source} == {
         name: value for name, value in full_load.items() if name not in source
     }

@@ -30,10 +30,11 @@ from cdclake.sources.verify import DEFAULT_CHECKSUMS, LiveCheck, TableComparison
 if TYPE_CHECKING:
     from cdclake.config import TableConfig
     from cdclake.context import Engine
+    from cdclake.report import RunReport
 
 log = logging.getLogger("cdclake.verify")
 
-__all__ = ["TableComparison", "TableVerified", "verify_tables"]
+__all__ = ["TableComparison", "TableVerified", "start_verify_after_reload", "verify_tables"]
 
 
 @dataclass(frozen=True)
@@ -91,3 +92,16 @@ def verify_tables(
         return _skipped(tables, f"could not be compared: {type(exc).__name__}: {first_line(exc)}", now)
     at = now()
     return [TableVerified.of(c, at) for c in comparisons]
+
+
+def start_verify_after_reload(glue: Any, job_name: str, report: RunReport) -> str | None:
+    """Start the verify job for the tables a reload (a full-load run given --tables) loaded; its run id, None when
+    it loaded none. The run is queued behind a verify run already active (Glue's job run queuing) instead of being
+    refused; a start Glue refuses all the same raises, for the caller to report."""
+    failed = {failure.table for failure in report.failures}
+    loaded = sorted({t.table for t in report.tables if t.kind == "full-load" and t.table not in failed})
+    if not loaded:
+        return None
+    answer = glue.start_job_run(JobName=job_name, Arguments={"--tables": ",".join(loaded)}, JobRunQueuingEnabled=True)
+    log.info("verify started after the reload of %s: job %s run %s", ", ".join(loaded), job_name, answer["JobRunId"])
+    return str(answer["JobRunId"])

@@ -51,7 +51,7 @@ JobName = Literal["full_load", "cdc", "maintain", "gold", "verify"]
 # The arguments each job reads, and no other: the template gives each job exactly these
 # (tests/aws/test_template.py), so an argument that reaches a job is one it uses.
 JOB_ARGUMENTS: dict[JobName, tuple[str, ...]] = {
-    "full_load": (*_SHARED, "reload", "tables", *_METRICS, *_SOURCE),
+    "full_load": (*_SHARED, "reload", "tables", *_METRICS, *_SOURCE, "verify_job_name"),
     "cdc": (*_SHARED, "manifest", "replay", *_METRICS, *_FOLLOW, "alert_topic_arn", "reload_requests"),
     "maintain": (*_SHARED, *_MAINTENANCE, "gold_database"),  # the marts are maintained where the gold job keeps them
     "gold": (*_SHARED, "gold_database"),
@@ -93,6 +93,8 @@ class JobArguments:
     maintenance: MaintenanceSettings = DEFAULT_MAINTENANCE  # maintenance job
     # Verify job: how long differing tables may take to catch up with a live source (sources.live)
     live: LiveSettings = JOB_LIVE
+    # Full-load job: the verify job it starts for the tables a run given --tables (a reload) loaded; None: none
+    verify_job_name: str | None = None
 
 
 def parse_arguments(argv: Sequence[str], job: JobName) -> JobArguments:
@@ -134,6 +136,7 @@ def parse_arguments(argv: Sequence[str], job: JobName) -> JobArguments:
             delivery_seconds=_seconds(values, "delivery_seconds", JOB_LIVE.delivery_seconds) or 0.0,
             poll_seconds=JOB_LIVE.poll_seconds,
         ),
+        verify_job_name=values.get("verify_job_name"),
     )
 
 
