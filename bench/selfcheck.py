@@ -89,7 +89,7 @@ def check_the_scale_profile_is_the_issues_curve() -> None:
     assert scale.sizes == (1_000_000, 10_000_000, 50_000_000) and scale.changes == 100_000
     assert all(size % scale.chunk_rows == 0 or size < scale.chunk_rows for size in scale.sizes)
     assert scale.chunk_rows <= 5_000_000  # 50M rows are generated in chunks
-    assert int(scale.driver_memory.rstrip("g")) <= 4  # the issue's driver target is 4 GiB
+    assert int(scale.driver_memory.rstrip("g")) <= 4  # the driver target is 4 GiB
     assert set(run.SCALE_TARGETS) <= set(scale.sizes)
     assert set(run.PROFILES).isdisjoint(run.SCALE_PROFILES)
 
