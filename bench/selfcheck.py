@@ -82,7 +82,7 @@ def check_profiles_are_defined_for_every_make_target() -> None:
         assert 0 < p.seed_files_timed <= p.seed_files and p.reps >= 1
 
 
-def check_the_scale_profile_is_the_issues_curve() -> None:
+def check_the_scale_profile_is_the_target_curve() -> None:
     from bench import run
 
     scale = run.SCALE_PROFILES["scale"]

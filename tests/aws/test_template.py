@@ -206,7 +206,7 @@ def test_no_key_grants_eventbridge_under_a_condition_aws_documents_as_unsupporte
             assert set(statement["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey"}
 
 
-def test_the_unsupported_condition_check_fails_on_the_policy_issue_34_found() -> None:
+def test_the_unsupported_condition_check_fails_on_the_policy_the_template_once_had() -> None:
     # GIVEN the statement the template had: EventBridge and CloudWatch together, under aws:SourceAccount
     before = {"Principal": {"Service": ["events.amazonaws.com", "cloudwatch.amazonaws.com"]},
               "Condition": {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}}  # fmt: skip
