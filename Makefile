@@ -42,7 +42,7 @@ wheel: setup ## the cdclake wheel AWS Glue installs (--additional-python-modules
 # ------------------------------------------------------------------------------ benchmarks
 # Not part of `make test`. PROFILE=quick (< 10 min on 2 cores; with the pyiceberg peer; then about 6 min of
 # follow benchmarks, freshness for 1 min and warm vs cold in one new JVM: ARGS=--no-follow skips them), full (the
-# issue's 10M-row sizes), scale (the same 100k changes into fresh 1M, 10M and 50M-row tables, beside a plain MERGE;
+# target 10M-row sizes), scale (the same 100k changes into fresh 1M, 10M and 50M-row tables, beside a plain MERGE;
 # writes docs/benchmarks-scale.png instead of docs/benchmarks.png) or smoke (a harness check in 2-4 minutes).
 # Writes docs/benchmarks.md, docs/benchmarks-<profile>.json and docs/benchmarks.png.
 PROFILE ?= quick

@@ -36,7 +36,7 @@ COLUMNS = {
     "created": "date",
 }
 STATUSES = ("new", "paid", "shipped", "delivered", "returned")
-# Out of every 10 changes: 1 delete, 8 updates, 1 insert (the mix).
+# Out of every 10 changes: 1 delete, 8 updates, 1 insert (the target mix).
 MIX = {"D": 1, "U": 8, "I": 1}
 _PERMUTATION_PRIME = 1_000_000_007  # > any table size used, so k -> k*P mod rows is a bijection
 LOAD_TS = datetime(2024, 1, 1)

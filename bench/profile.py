@@ -1,7 +1,7 @@
 """Where a full load and a CDC apply spend their time: every Spark job, its duration and call site.
 
     .venv/bin/python -m bench.profile                    # make bench-profile: 1M rows, 100k changes
-    .venv/bin/python -m bench.profile --rows 10000000    # the issue's sizes (about 5 minutes)
+    .venv/bin/python -m bench.profile --rows 10000000    # the target sizes (about 5 minutes)
 
 It generates the benchmark data (``bench/generate.py``), runs the floor and cdclake's real code path
 like ``bench/run.py`` does, and reads the job list from the Spark UI's REST API (enabled for this

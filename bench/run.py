@@ -1,7 +1,7 @@
 """cdclake benchmarks: every figure is a ratio against a baseline measured in the same run.
 
     .venv/bin/python -m bench.run --profile quick     # make bench (< 10 min on 2 cores, + ~6 min follow, ~2 verify)
-    .venv/bin/python -m bench.run --profile full      # make bench PROFILE=full (the issue's sizes)
+    .venv/bin/python -m bench.run --profile full      # make bench PROFILE=full (the target sizes)
 
 cdclake's numbers come from its real code path (``cdclake.engine.run.full_load`` and
 ``apply_cdc_files`` on an ``Engine`` with a local Iceberg catalog). Results go to
@@ -143,7 +143,7 @@ PROFILES = {
     ),
 }
 
-# The issue's curve: 100k changes into 1M, 10M and 50M rows (make bench PROFILE=scale).
+# The scale curve: 100k changes into 1M, 10M and 50M rows (make bench PROFILE=scale).
 SCALE_PROFILES = {
     "scale": ScaleProfile(
         sizes=(1_000_000, 10_000_000, 50_000_000), changes=100_000, change_files=10, chunk_rows=2_500_000
@@ -852,7 +852,7 @@ def chart(results: dict[str, tuple[Profile, dict[str, Any]]], out: Path) -> None
     plt.close(fig)
 
 
-SCALE_TARGETS = {10_000_000: 1.2, 50_000_000: 1.5}  # the issue's: the same 100k changes into N vs 1M rows
+SCALE_TARGETS = {10_000_000: 1.2, 50_000_000: 1.5}  # the targets: the same 100k changes into N vs 1M rows
 
 
 def scale_comparisons(result: dict[str, Any], sp: ScaleProfile) -> list[Comparison]:

@@ -82,14 +82,14 @@ def check_profiles_are_defined_for_every_make_target() -> None:
         assert 0 < p.seed_files_timed <= p.seed_files and p.reps >= 1
 
 
-def check_the_scale_profile_is_the_issues_curve() -> None:
+def check_the_scale_profile_is_the_target_curve() -> None:
     from bench import run
 
     scale = run.SCALE_PROFILES["scale"]
     assert scale.sizes == (1_000_000, 10_000_000, 50_000_000) and scale.changes == 100_000
     assert all(size % scale.chunk_rows == 0 or size < scale.chunk_rows for size in scale.sizes)
     assert scale.chunk_rows <= 5_000_000  # 50M rows are generated in chunks
-    assert int(scale.driver_memory.rstrip("g")) <= 4  # the issue's driver target is 4 GiB
+    assert int(scale.driver_memory.rstrip("g")) <= 4  # the driver target is 4 GiB
     assert set(run.SCALE_TARGETS) <= set(scale.sizes)
     assert set(run.PROFILES).isdisjoint(run.SCALE_PROFILES)
 

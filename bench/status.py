@@ -1,4 +1,4 @@
-"""`cdclake status` at database size: 40 small tables, the per-table status (before issue 35) vs now,
+"""`cdclake status` at database size: 40 small tables, the per-table status as it was vs now,
 and the command as a user types it (a new process: a cold JVM, the target is under 10 s).
 
     .venv/bin/python -m bench.status --tables 40        # make bench-status

@@ -13,7 +13,7 @@ Two designs on one simulated clock, their service times measured with the real e
   (the same engine, a warm JVM: kinder to this design than a new JVM each run would be).
 
 The start-up is a parameter: AWS documents no figure for Glue 5.x ("reduced startup times"), so 60 s
-as the issue suggests. Service times come from this machine (2 cores): the template's default job
+as the target asks. Service times come from this machine (2 cores): the template's default job
 (2 x G.1X, 8 vCPUs) has more; the figures are conservative for the warm loop.
 What is not simulated: S3 event delivery and the state machine's own transitions (tests/aws run
 them), the S3 listing latency (local directory here).
@@ -90,7 +90,7 @@ class Outcome:
             "rounds": self.rounds,
             "round_seconds_median": round(statistics.median(self.round_seconds), 2) if self.round_seconds else None,
             # Bounded: what is left at the end is at most one file a table (the last interval's), and the
-            # issue's freshness bound holds.
+            # freshness target holds.
             "kept_up": self.backlog_end <= self.tables and (pct(0.95) or 0) <= 300,
         }
 

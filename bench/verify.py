@@ -13,7 +13,7 @@ silver equals the source. Then, in one run and one Spark session:
 * plain SELECT: the table's rows fetched by psycopg2 and dropped (the floor of reading the source);
 * one differing row: the same checksums after one row changed at the source (found, by key).
 
-Targets (the issue's): checksums at least 10x faster than row by row, at most 1 MB from the source when equal, and
+Targets: checksums at least 10x faster than row by row, at most 1 MB from the source when equal, and
 one differing row found in at most 2x the equal case's time. Bytes from the source are measured, not estimated: the
 text length of every value the source's cursors return (sums, rows), counted by a cursor class of our own.
 

@@ -1,4 +1,5 @@
-"""The bookkeeping column names every stage shares (no logic, no imports).
+"""The bookkeeping column names every stage shares, and the suffixes of the bookkeeping tables beside
+a silver table (no logic, no imports).
 
 Bookkeeping columns all start with ``_cdc_`` and, except ``_cdc_order``, never reach silver.
 """
@@ -38,3 +39,8 @@ EFFECT = "_cdc_effect"
 EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE = "insert", "update", "delete"
 EFFECT_DELETE_MISSING, EFFECT_LATE = "delete-missing", "late"
 EFFECTS = (EFFECT_INSERT, EFFECT_UPDATE, EFFECT_DELETE, EFFECT_DELETE_MISSING, EFFECT_LATE)
+
+# The bookkeeping tables beside a silver table ``t``: ``t__history`` (``history: true``) and
+# ``t__tombstones`` (the deleted keys the late-change guard checks).
+HISTORY_SUFFIX = "__history"
+TOMBSTONE_SUFFIX = "__tombstones"

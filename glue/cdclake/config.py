@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Literal
 import yaml
 from yaml.nodes import MappingNode, Node, SequenceNode
 
+from cdclake.columns import HISTORY_SUFFIX
 from cdclake.errors import ConfigError
 from cdclake.identifiers import name_problem
-from cdclake.lake.history import HISTORY_SUFFIX
 from cdclake.lake.layout import LAYOUTS, Layout
 from cdclake.mart_config import GoldSettings, parse_gold, with_silver_database
 from cdclake.types import fraction_digits

@@ -1,11 +1,11 @@
 """The one table of column types: each type a table can hold, as Spark names it (``simpleString``
 without its parameters), with what each reader needs to know of it.
 
-A new type is a row here, the spellings that reach it in ``sources/catalog/dms_types.py`` (a
-source engine's type -> DMS type) and, where the driver cannot write it yet, the writer. The
-configuration's names (``normalise_type``), the widening rules (``compare_types``), the casts'
-numeric and timestamp sets, the DMS type -> Spark map, the driver's and RowDelta's sets all read
-this table.
+A new type is a row here and the spellings that reach it in ``sources/catalog/dms_types.py`` (a
+source engine's type -> DMS type); the configuration's names (``normalise_type``), the widening rules
+(``compare_types``), the casts' numeric and timestamp sets, the DMS type -> Spark map, verify's
+integer kind and the driver's and RowDelta's sets all read this table. docs/architecture.md ("A new
+DMS column type") lists the places a type may also need, by what the type is.
 """
 
 from __future__ import annotations

@@ -215,7 +215,7 @@ def test_env_json_points_every_function_at_a_scratch_queue_and_sets_what_it_read
         assert declared <= set(variables), name
 
 
-# ------------------------------------------------- issue 25: preflight (configuration, databases, wheel)
+# ----------------------------------------------------------- preflight (configuration, databases, wheel)
 
 
 def a_wheel(root: Path, name: str = "cdclake-0.1.0-py3-none-any.whl") -> None:
@@ -350,7 +350,7 @@ def test_make_deploy_runs_the_preflight_before_the_stack_and_passes_its_override
     assert any("rm -f dist/cdclake-*.whl" in line for line in lines[:preflight_at])
 
 
-# ------------------------------------------------------------------------- issue 34.5: the stack's region
+# ------------------------------------------------------------------------------------- the stack's region
 
 
 @pytest.mark.stack
@@ -381,7 +381,7 @@ def test_the_region_given_wins_over_the_shells_default(tmp_path: Path, monkeypat
         assert stack_artifacts.main(["stop-executions", "--outputs", str(path)]) == 1
 
 
-# ------------------------------------- issue 34.6: a first deploy whose full-load job writes the configuration
+# ------------------------------------------------- a first deploy whose full-load job writes the configuration
 
 
 def test_a_first_deploy_with_a_source_secret_needs_no_configuration(tmp_path: Path) -> None:
@@ -416,7 +416,7 @@ def test_a_redeploy_keeps_the_stacks_source_secret_when_not_given_again(tmp_path
         assert preflight(tmp_path, None)[0].startswith("LibraryWheelKey=")
 
 
-# ----------------------------------------------------------- issue 34.8: what only a real account can show
+# ----------------------------------------------------------------------- what only a real account can show
 
 
 def rule_datapoint(cloudwatch: Any, name: str, value: float, rule: str = "cdclake-dev-new-files") -> None:
@@ -457,7 +457,7 @@ def test_verify_deploy_proves_the_delivery_from_the_rules_metrics_and_never_read
             stack_artifacts.DeployError, match=r"could not deliver .*RetryInvocationAttempts 3.*QueueKey"
         ):
             stack_artifacts.verify(s3, cloudwatch, outputs, wait_seconds=60, poll_seconds=0.05)
-    # AND it is given no SQS client at all: it cannot take a live message from the CDC job (issue 44)
+    # AND it is given no SQS client at all: it cannot take a live message from the CDC job
     assert "sqs" not in inspect.signature(stack_artifacts.verify).parameters
     assert "receive_message" not in inspect.getsource(stack_artifacts.verify)
     template_outputs = template()["Outputs"]

@@ -1,4 +1,4 @@
-"""The stack as CloudFormation creates it, driven from S3 uploads of DMS files, end to end (issue 25).
+"""The stack as CloudFormation creates it, driven from S3 uploads of DMS files, end to end.
 
 `sam build`, `sam package`, the SAM transform and `create-stack` in a moto server on loopback
 (tests/aws/local_stack.py); the project's preflight and upload steps (scripts/stack_artifacts.py); then DMS

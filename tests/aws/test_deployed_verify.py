@@ -1,4 +1,4 @@
-"""The verify job in the deployed stack (issue 46, item 4): a stack deployed with SourceSecretId, its secret naming
+"""The verify job in the deployed stack: a stack deployed with SourceSecretId, its secret naming
 a real local PostgreSQL, as the source DMS loaded bronze from.
 
 The stack is deployed into a moto server as tests/aws/test_deployed_stack.py deploys it (its `deploy`, the same

@@ -1,4 +1,4 @@
-"""The follow loop and the file queue (issue 44: events never cycle), against moto S3 and an SQS FIFO queue
+"""The follow loop and the file queue (events never cycle), against moto S3 and an SQS FIFO queue
 with the template's redrive policy: the real loop (``engine.follow``) and ``QueueNotices``, with its rounds
 (``run.apply_pending``) replaced by a Spark-free fake that applies, fails or quarantines files.
 

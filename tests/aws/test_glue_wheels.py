@@ -1,4 +1,4 @@
-"""Issue 34.2: the Glue jobs start without the internet.
+"""The Glue jobs start without the internet.
 
 `make deploy-wheel` builds dist/cdclake-<version>.gluewheels.zip (the cdclake wheel and every dependency) and the
 jobs install it with --python-modules-installer-option --no-index. This test builds that zip as the deploy does,

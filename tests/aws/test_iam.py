@@ -1,4 +1,4 @@
-"""Static IAM check (issue 25): every AWS call the code makes is allowed by the role that runs it.
+"""Static IAM check: every AWS call the code makes is allowed by the role that runs it.
 
 - the boto3 calls in functions/<name>/ (read from the code's syntax tree, named as botocore names the operations)
   against that function's policies in template.yaml;
@@ -241,7 +241,7 @@ def test_a_missing_permission_is_found() -> None:
 
 
 # ------------------------------------------------------------------------------------------------- Glue
-# One role per job (issue 44): the syntax tree cannot tell which job makes a call of the shared library, so each
+# One role per job: the syntax tree cannot tell which job makes a call of the shared library, so each
 # call's callers are declared here, from the jobs' arguments: every job reads its configuration (--config); only the
 # full-load and CDC jobs read bronze (--bronze listings) and publish table metrics (--metrics_namespace); only the
 # full-load job reads the source (--secret_id, --source_connection) and writes the configuration; only the CDC job

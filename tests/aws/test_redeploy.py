@@ -1,4 +1,4 @@
-"""Issue 34.3: a redeploy after `make destroy` reads and writes the warehouse the retained database points at.
+"""A redeploy after `make destroy` reads and writes the warehouse the retained database points at.
 
 The retained Glue database keeps LocationUri = the old silver bucket, and Iceberg's GlueCatalog puts a new table
 under its database's location; the tables' metadata holds absolute paths, so copying the warehouse would not

@@ -585,7 +585,7 @@ def test_an_execution_hands_over_months_before_the_one_year_limit(
     assert pipeline.states_entered(execution)[-2:] == ["StartSuccessor", "HandedOver"]
 
 
-# --------------------------------------------------------------------- issue 25: the successor's start
+# ------------------------------------------------------------------------------- the successor's start
 
 
 def test_a_successor_start_delivered_twice_starts_one_successor(pipeline: Pipeline) -> None:

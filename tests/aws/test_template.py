@@ -1,4 +1,4 @@
-"""What the stack must be, read from template.yaml: issue 14's deploy-breakers and their siblings."""
+"""What the stack must be, read from template.yaml: the settings that broke a deploy, and their siblings."""
 
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ def test_every_glue_job_runs_glue_5_1() -> None:
 
 
 def test_no_job_argument_glue_5_ignores() -> None:
-    # Glue 4.0 and later log continuously on their own; --enable-continuous-cloudwatch-log does nothing there
-    # (issue 34.7), so setting it only suggests a choice that is not one.
+    # Glue 4.0 and later log continuously on their own; --enable-continuous-cloudwatch-log does nothing there,
+    # so setting it only suggests a choice that is not one.
     for name, resource in RESOURCES.items():
         if resource["Type"] == "AWS::Glue::Job":
             assert "--enable-continuous-cloudwatch-log" not in resource["Properties"]["DefaultArguments"], name
@@ -175,7 +175,7 @@ def test_no_kms_grant_on_keys_the_buckets_do_not_use() -> None:
         assert [k for k in keys if k != {"GetAtt": "QueueKey.Arn"}] == alert_key, role
 
 
-# ----------------------------------------------------------------- issue 34.1: keys EventBridge can use
+# ----------------------------------------------------------------------------- keys EventBridge can use
 KEYS = [name for name, r in RESOURCES.items() if r["Type"] == "AWS::KMS::Key"]
 # The SNS developer guide ("Key management"): in a KMS key policy these condition keys are not supported for
 # EventBridge deliveries to an encrypted topic (the deliveries fail). The EventBridge user guide's key policy
@@ -206,7 +206,7 @@ def test_no_key_grants_eventbridge_under_a_condition_aws_documents_as_unsupporte
             assert set(statement["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey"}
 
 
-def test_the_unsupported_condition_check_fails_on_the_policy_issue_34_found() -> None:
+def test_the_unsupported_condition_check_fails_on_the_policy_the_template_once_had() -> None:
     # GIVEN the statement the template had: EventBridge and CloudWatch together, under aws:SourceAccount
     before = {"Principal": {"Service": ["events.amazonaws.com", "cloudwatch.amazonaws.com"]},
               "Condition": {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}}  # fmt: skip
@@ -325,7 +325,7 @@ def test_without_a_source_connection_the_jobs_run_outside_any_vpc() -> None:
     for job in ("FullLoadJob", "VerifyJob"):  # the jobs that read the source
         connections = RESOURCES[job]["Properties"]["Connections"]
         assert connections["If"][0] == "HasSourceConnection" and connections["If"][2] == {"Ref": "AWS::NoValue"}
-    # issue 34.2: the jobs that never talk to the source database are never put into its VPC
+    # the jobs that never talk to the source database are never put into its VPC
     for job in ("CdcJob", "MaintenanceJob", "GoldJob"):
         assert "Connections" not in RESOURCES[job]["Properties"], job
 
@@ -512,7 +512,7 @@ def test_history_budget_stays_below_the_step_functions_limit() -> None:
     assert PARAMETERS["MaxHistoryEvents"]["MaxValue"] <= 25_000 - 2_000
 
 
-# ------------------------------------------------------------------- issue 25: names for every environment
+# ----------------------------------------------------------------------------- names for every environment
 # Each service's rule for the names the stack builds from EnvironmentName (the services' API references).
 NAME_RULES: dict[tuple[str, str], str] = {
     ("AWS::SQS::Queue", "QueueName"): r"[A-Za-z0-9_-]{1,75}(\.fifo)?",
@@ -602,7 +602,7 @@ def test_environment_names_that_would_break_a_name_are_refused(environment: str)
     assert not accepted_environment(environment)
 
 
-# ------------------------------------------------------------------- issue 25: server access logs
+# ----------------------------------------------------------------------------- server access logs
 
 
 def test_access_logs_are_delivered_by_policy_and_the_logged_buckets_wait_for_it() -> None:
@@ -620,7 +620,7 @@ def test_access_logs_are_delivered_by_policy_and_the_logged_buckets_wait_for_it(
         assert "AccessLogBucketPolicy" in ([depends] if isinstance(depends, str) else depends), name
 
 
-# ------------------------------------------------------------------------- issue 44: day two on AWS
+# ----------------------------------------------------------------------------------- day two on AWS
 
 
 def test_no_receive_anywhere_in_the_stack_releases_a_message_at_once() -> None:

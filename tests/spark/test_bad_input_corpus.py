@@ -63,7 +63,7 @@ def _load(*values: tuple[int, str]) -> Callable[[Path], None]:
 
 CASES = [
     Case(
-        "iso_order",  # item 2: ordered by the instant, not the text
+        "iso_order",  # ordered by the instant, not the text
         "string",
         {
             "LOAD00000001.csv": _load((1, "loaded")),
@@ -76,7 +76,7 @@ CASES = [
         silver={1: "third"},
     ),
     Case(
-        "null_ts",  # item 3: a NULL commit timestamp is a bad row, never late
+        "null_ts",  # a NULL commit timestamp is a bad row, never late
         "string",
         {
             "LOAD00000001.csv": _load((1, "loaded"), (2, "loaded")),
@@ -89,7 +89,7 @@ CASES = [
         raw={("20240502-2000000000.csv", 2): "U,,2,lost?"},
     ),
     Case(
-        "bad_ts",  # item 2: a timestamp that does not parse
+        "bad_ts",  # a timestamp that does not parse
         "string",
         {
             "LOAD00000001.csv": _load((1, "loaded"), (2, "loaded")),
@@ -101,7 +101,7 @@ CASES = [
         rows_held=[("20240502-2000000000.csv", 2, "value 'yesterday' of column ts is not a valid commit timestamp")],
     ),
     Case(
-        "fraction_into_int",  # item 4; item 6: raw is the row as it was in the file, not `2`
+        "fraction_into_int",  # a value int cannot store exactly; raw is the row as it was in the file, not `2`
         "int",
         {"20240502-2000000000.csv": rows_file([["I", TS, "1", "3"], ["I", TS, "2", "2.7"], ["I", TS, "3", "4"]])},
         exit_code=1,
@@ -117,7 +117,7 @@ CASES = [
         raw={("20240502-2000000000.csv", 2): f"I,{TS},2,2.7"},
     ),
     Case(
-        "decimal_scale",  # item 4
+        "decimal_scale",  # a value decimal(10,2) cannot store exactly
         "decimal(10,2)",
         {"20240502-2000000000.csv": rows_file([["I", TS, "1", "12.30"], ["I", TS, "2", "12.345"]])},
         exit_code=1,
@@ -132,7 +132,7 @@ CASES = [
         ],
     ),
     Case(
-        "decimal_rounded",  # item 4: the user opted into rounding
+        "decimal_rounded",  # the user opted into rounding
         "decimal(10,2)",
         {"20240502-2000000000.csv": rows_file([["I", TS, "1", "12.30"], ["I", TS, "2", "12.345"]])},
         exit_code=0,
@@ -142,7 +142,7 @@ CASES = [
         clean="{round: [v]}",
     ),
     Case(
-        "no_op",  # item 11: a CDC file without Op is refused with the endpoint setting
+        "no_op",  # a CDC file without Op is refused with the endpoint setting
         "string",
         {
             "LOAD00000001.csv": _load((1, "loaded")),
@@ -154,7 +154,7 @@ CASES = [
         files_held=[("20240502-2000000000.csv", "s/no_op/20240502-2000000000.csv has no Op column")],
     ),
     Case(
-        "bad_full_load_row",  # item 7: the careful path holds the row, loads the rest
+        "bad_full_load_row",  # the careful path holds the row, loads the rest
         "int",
         {"LOAD00000001.csv": rows_file([[LOADED, "1", "10"], [LOADED, "2", "x"], [LOADED, "3", "30"]])},
         exit_code=1,
@@ -164,7 +164,7 @@ CASES = [
         raw={("LOAD00000001.csv", 2): f"{LOADED},2,x"},
     ),
     Case(
-        "above_ratio",  # item 6: the file is held, its reason names the rows, the setting and the fixes
+        "above_ratio",  # the file is held, its reason names the rows, the setting and the fixes
         "int",
         {
             "LOAD00000001.csv": _load((1, "1")),
@@ -185,7 +185,7 @@ CASES = [
         ],
     ),
     Case(
-        "corrupt_parquet",  # item 6: the reason is Spark's innermost cause, not the py4j call that failed
+        "corrupt_parquet",  # the reason is Spark's innermost cause, not the py4j call that failed
         "string",
         {
             "LOAD00000001.csv": _load((1, "loaded")),

@@ -115,7 +115,7 @@ def _source(spark: SparkSession, db: str, initial: list[dict], log: list[SourceC
 
 @property_settings(2, [HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(sequence=sequences())
-# Always run: every schema change once, the case first (int -> bigint, then an update and an
+# Always run: every schema change once, the widening case first (int -> bigint, then an update and an
 # insert that need the wider type).
 @example(
     sequence=[

@@ -1,4 +1,4 @@
-"""Issue 37 item 7: ``maintain`` covers every table cdclake writes.
+"""``maintain`` covers every table cdclake writes.
 
 Silver, its tombstones and history, the ledger archive, the journals and a gold mart: snapshots expire by the
 same rules, old unreferenced files (a crash's Parquet and temporary metadata) are removed by the same age, no

@@ -1,4 +1,4 @@
-"""Issue 25, defect 5: a CDC file older than the tombstone horizon is held in quarantine, never applied blindly.
+"""A CDC file older than the tombstone horizon is held in quarantine, never applied blindly.
 
 Maintenance records the cut it pruned tombstones at; ``cdclake.dms.horizon.beyond_horizon`` decides which files
 of a batch are written before it. ``engine.prepare.prepare_batch`` calls it (the plan's only author) and holds

@@ -31,7 +31,7 @@ from functools import reduce
 from operator import and_
 from typing import TYPE_CHECKING
 
-from cdclake.columns import COMMIT_TS, OP, SILVER_ORDER
+from cdclake.columns import COMMIT_TS, HISTORY_SUFFIX, OP, SILVER_ORDER
 from cdclake.errors import CdclakeError
 from cdclake.identifiers import quote
 from cdclake.lake.iceberg import IcebergTable, Snapshot
@@ -50,7 +50,6 @@ from cdclake.schema import plan_schema_change
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-HISTORY_SUFFIX = "__history"
 VALID_FROM, VALID_TO, IS_CURRENT, OPERATION = "valid_from", "valid_to", "is_current", "operation"
 HISTORY_COLUMNS = (VALID_FROM, VALID_TO, IS_CURRENT, OPERATION)
 # Set on a history started from silver's rows (``start_history``): when it was turned on. Versions

@@ -8,13 +8,13 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from cdclake.columns import TOMBSTONE_SUFFIX
 from cdclake.identifiers import sql_string
 from cdclake.lake.tables import SilverTable, ensure_table, merge_frame, table_exists, table_property
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-TOMBSTONE_SUFFIX = "__tombstones"
 SCHEMA_CHANGES_TABLE = "cdclake_schema_changes"
 QUARANTINE_TABLE = "cdclake_quarantine"
 QUARANTINE_ROWS_TABLE = "cdclake_quarantine_rows"

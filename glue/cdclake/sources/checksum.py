@@ -44,6 +44,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from cdclake.types import INTEGRAL_TYPES
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
@@ -52,7 +54,6 @@ END = ","  # ends the piece of a value of any other kind (no such value's text h
 NULL_PIECE = NULL_TEXT + END  # a NULL's piece in a column of any other kind (no such value's text is "-")
 HASH_DIGITS = 15  # hexadecimal digits of the MD5 a row's number takes (60 bits: a sum of them stays exact)
 _DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
-_INTEGERS = {"tinyint", "smallint", "int", "bigint"}
 _RANGE_KEY_KINDS = ("integer", "text", "date", "decimal")
 # Java's BigDecimal.toString (Spark's cast to string) writes an exponent only when more than 6 fraction digits
 _PLAIN_SCALE = 6
@@ -62,7 +63,7 @@ def kind_of(spark_type: str) -> str | None:
     """The canonical text's kind of a configured type; None: compared row by row (floating point)."""
     if spark_type == "string":
         return "text"
-    if spark_type in _INTEGERS:
+    if spark_type in INTEGRAL_TYPES:
         return "integer"
     if spark_type in ("boolean", "date", "binary"):
         return spark_type

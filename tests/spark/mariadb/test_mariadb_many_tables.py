@@ -1,4 +1,4 @@
-"""The issue's "done when": ``cdclake init`` on a MariaDB database of 50 tables, then the pipeline
+"""At database size: ``cdclake init`` on a MariaDB database of 50 tables, then the pipeline
 with no hand edit; every silver table equals its MariaDB table."""
 
 from __future__ import annotations
