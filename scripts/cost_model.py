@@ -225,7 +225,8 @@ def figures(template: dict[str, Any], definition: dict[str, Any]) -> str:
         f"| the shortest (1-minute minimum) | {money(glue_cost(d.full_load_dpu, 0))} |",
         f"| an hour | {money(glue_cost(d.full_load_dpu, 3600))} |",
         "",
-        "**The verify job** (with a source secret: after the full load, and on `VerifySchedule` when one is set):",
+        "**The verify job** (with a source secret: after the full load and each table reload, for the reloaded tables,"
+        " and on `VerifySchedule` when one is set):",
         "",
         "| a verify run | cost | weekly, a month |",
         "|---|---:|---:|",
