@@ -33,10 +33,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cdclake.columns import EFFECT, OP, SILVER_ORDER
+from cdclake.config import Layout
 from cdclake.engine.statements import merge_statement
 from cdclake.lake.batch import KeyedBatch
 from cdclake.lake.committer import IcebergCommitter
-from cdclake.lake.layout import Layout, apply_layout
+from cdclake.lake.layout import apply_layout
 from cdclake.lake.ledger import LedgerRecord
 from cdclake.lake.publish import (
     drop_leftover_branches,

@@ -16,7 +16,6 @@ from yaml.nodes import MappingNode, Node, SequenceNode
 from cdclake.columns import HISTORY_SUFFIX
 from cdclake.errors import ConfigError
 from cdclake.identifiers import name_problem
-from cdclake.lake.layout import LAYOUTS, Layout
 from cdclake.mart_config import GoldSettings, parse_gold, with_silver_database
 from cdclake.types import fraction_digits
 from cdclake.yaml_doc import YamlDoc
@@ -28,6 +27,9 @@ if TYPE_CHECKING:
 DEFAULT_CATALOG = "silver"
 
 BronzeFormat = Literal["csv", "parquet"]
+# A table's ``layout``: how its files cluster its keys (``lake.layout`` gives a table one)
+Layout = Literal["none", "sorted", "bucket"]
+LAYOUTS: tuple[Layout, ...] = ("none", "sorted", "bucket")
 
 
 @dataclass(frozen=True)

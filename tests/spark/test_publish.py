@@ -11,12 +11,13 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from cdclake.columns import OP, SILVER_ORDER, UNCHANGED_PREFIX
+from cdclake.config import Layout
 from cdclake.engine.changes import classify_effects
 from cdclake.engine.plan import APPLIED, with_effects
 from cdclake.engine.statements import merge_statement
 from cdclake.lake.batch import KeyedBatch, WrittenColumns, read_table_metadata
 from cdclake.lake.committer import IcebergCommitter
-from cdclake.lake.layout import Layout, apply_layout, has_layout, layout_statements
+from cdclake.lake.layout import apply_layout, has_layout, layout_statements
 from cdclake.lake.ledger import (
     FILES_PROPERTY,
     KIND_CDC,

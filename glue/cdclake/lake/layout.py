@@ -11,16 +11,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
+from cdclake.config import LAYOUTS, Layout
 from cdclake.identifiers import quote
 from cdclake.lake.tables import iceberg_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-Layout = Literal["none", "sorted", "bucket"]
-LAYOUTS: tuple[Layout, ...] = ("none", "sorted", "bucket")
 DEFAULT_BUCKETS = 16
 
 
