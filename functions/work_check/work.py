@@ -5,6 +5,10 @@ the wake-up signal: a run is worth starting when the queue holds visible message
 lists bronze at its start and finds files whose S3 event never reached the queue). It may start only when no run
 of the CDC job is active.
 
+A run that stopped at its maximum run time (CdcMaxRunSeconds) may leave files it had already taken off the queue
+(each event is deleted once its key is in the run's index): nothing in the queue announces them any more, so the
+next check starts a sweep at once instead of waiting for the next due one.
+
 Messages only in flight are not work. The CDC job deletes each event as soon as its key is in its index of
 bronze, so none is left in flight when a run ends. One in flight belongs to a receive that has not deleted it
 yet (a run that died a moment after receiving it, someone looking in the console): a run started now could not
@@ -47,6 +51,9 @@ class WorkCheckSettings:
     # job to start for it; either unset: no reload is ever started from here.
     reload_requests_uri: str = ""
     full_load_job_name: str = ""
+    # The CDC job's --max_run_seconds (CdcMaxRunSeconds): a run that lasted that long stopped there, maybe with
+    # files left (the module's docstring); 0: not known, no sweep for it.
+    cdc_max_run_seconds: float = 0.0
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str]) -> WorkCheckSettings:
@@ -57,11 +64,14 @@ class WorkCheckSettings:
                 sweep_every_iterations=int(environ.get("SWEEP_EVERY_ITERATIONS", "60")),
                 reload_requests_uri=environ.get("RELOAD_REQUESTS_URI", ""),
                 full_load_job_name=environ.get("FULL_LOAD_JOB_NAME", ""),
+                cdc_max_run_seconds=float(environ.get("CDC_MAX_RUN_SECONDS", "0")),
             )
         except KeyError as missing:
             raise ValueError(f"The environment variable {missing} is not set.") from None
         if settings.sweep_every_iterations < 0:
             raise ValueError("SWEEP_EVERY_ITERATIONS must be 0 (never) or more.")
+        if settings.cdc_max_run_seconds < 0:
+            raise ValueError("CDC_MAX_RUN_SECONDS must be 0 (not known) or more.")
         return settings
 
 
@@ -104,25 +114,47 @@ def read_queue_depth(sqs: SQSClient, queue_url: str) -> QueueDepth:
     )
 
 
-def cdc_job_running(glue: GlueJobRuns, job_name: str) -> bool:
-    """Whether the job has a run in STARTING, RUNNING, STOPPING or WAITING state.
+@dataclass(frozen=True)
+class CdcRuns:
+    """What the CDC job's newest runs say: whether one is active (STARTING, RUNNING, STOPPING or WAITING), and
+    whether the newest one that ended succeeded after running its maximum time (the module's docstring)."""
+
+    active: bool
+    stopped_at_max: bool = False
+
+
+def read_cdc_runs(glue: GlueJobRuns, job_name: str, max_run_seconds: float) -> CdcRuns:
+    """The CDC job's runs, as ``CdcRuns`` says (``max_run_seconds`` 0: never stopped at its maximum).
 
     Only the first page is read: Glue lists a job's runs newest first, and the CDC job allows one concurrent run,
-    so an active run is among the newest ones.
+    so an active run, and the newest ended one (by its start), are among them.
     """
     pages = glue.get_paginator("get_job_runs").paginate(JobName=job_name)
     first: Mapping[str, Any] = next(iter(pages), {})
-    return any(run.get("JobRunState") in ACTIVE_RUN_STATES for run in first.get("JobRuns", []))
+    runs = list(first.get("JobRuns", []))
+    ended = [run for run in runs if run.get("JobRunState") not in ACTIVE_RUN_STATES and run.get("StartedOn")]
+    newest: Mapping[str, Any] = max(ended, key=lambda run: run["StartedOn"]) if ended else {}
+    at_max = (
+        max_run_seconds > 0
+        and newest.get("JobRunState") == "SUCCEEDED"
+        and float(newest.get("ExecutionTime") or 0) >= max_run_seconds
+    )
+    return CdcRuns(active=any(run.get("JobRunState") in ACTIVE_RUN_STATES for run in runs), stopped_at_max=at_max)
 
 
-def decide(depth: QueueDepth, job_running: bool, since_sweep: int, sweep_every: int) -> WorkDecision:
-    """start = no active run and (messages visible, or a sweep due); ``sweep_every`` 0 = never. Messages in flight
-    alone are not work (see the module's docstring)."""
-    sweep_due = sweep_every > 0 and since_sweep >= sweep_every
+def decide(
+    depth: QueueDepth, job_running: bool, since_sweep: int, sweep_every: int, stopped_at_max: bool = False
+) -> WorkDecision:
+    """start = no active run and (messages visible, or a sweep due: every ``sweep_every`` iterations, 0 = never, or
+    at once after a run that stopped at its maximum run time). Messages in flight alone are not work (see the
+    module's docstring)."""
+    sweep_due = (sweep_every > 0 and since_sweep >= sweep_every) or stopped_at_max
     if job_running:
         reason = "a CDC job run is active"
     elif depth.visible > 0:
         reason = "files queued"
+    elif stopped_at_max:
+        reason = "sweep: the last CDC run stopped at its maximum run time (it may have left files)"
     elif sweep_due:
         reason = "sweep due"
     elif depth.in_flight > 0:
@@ -136,5 +168,5 @@ def decide(depth: QueueDepth, job_running: bool, since_sweep: int, sweep_every: 
 def check_work(sqs: SQSClient, glue: GlueJobRuns, settings: WorkCheckSettings, since_sweep: int) -> WorkDecision:
     """Reads the queue's depth and the CDC job's runs, then decides (see ``decide``)."""
     depth = read_queue_depth(sqs, settings.queue_url)
-    running = cdc_job_running(glue, settings.cdc_job_name)
-    return decide(depth, running, since_sweep, settings.sweep_every_iterations)
+    runs = read_cdc_runs(glue, settings.cdc_job_name, settings.cdc_max_run_seconds)
+    return decide(depth, runs.active, since_sweep, settings.sweep_every_iterations, runs.stopped_at_max)

@@ -118,6 +118,8 @@ class MotoStepFunctionsGaps(TaskCalls):
     execution_start_time: datetime.datetime | None = None
     # Glue job name -> seconds its runs stay RUNNING before they end (moto ends them at once).
     running_seconds: dict[str, float] = field(default_factory=dict)
+    # Glue run id -> the ExecutionTime it reports (moto reports 123 s for every run).
+    execution_seconds: dict[str, int] = field(default_factory=dict)
     # Runs a Glue job for real (job name, its arguments: default then run's); an exception fails the run.
     glue_runner: Callable[[str, dict[str, str]], None] | None = None
     # Run it in a thread of its own, the run RUNNING until it returns (a Glue run is asynchronous; a run
@@ -219,6 +221,8 @@ def patch_moto_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctionsGaps:
         if running_for and (utcnow() - self.started_on).total_seconds() < running_for:
             run["JobRunState"] = "RUNNING"
             return run
+        if self.job_run_id in knobs.execution_seconds:
+            run["ExecutionTime"] = knobs.execution_seconds[self.job_run_id]
         if self.job_name in knobs.failing_jobs:
             run["JobRunState"] = "FAILED"
             run["ErrorMessage"] = f"simulated failure of {self.job_name}"

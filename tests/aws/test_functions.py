@@ -50,6 +50,7 @@ def stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
         monkeypatch.setenv("QUEUE_URL", url)
         monkeypatch.setenv("CDC_JOB_NAME", CDC_JOB)
         monkeypatch.setenv("SWEEP_EVERY_ITERATIONS", "3")
+        monkeypatch.setenv("CDC_MAX_RUN_SECONDS", "3600")
         yield Stack(sqs, glue, url, gaps)
 
 
@@ -130,6 +131,26 @@ def test_an_empty_queue_starts_a_sweep_run_every_n_iterations(
     assert (result["visible"], result["inFlight"], result["jobRunning"]) == (0, 0, False)
 
 
+@pytest.mark.parametrize(
+    ("state", "seconds", "start"), [("SUCCEEDED", 3600, True), ("SUCCEEDED", 3599, False), ("FAILED", 3700, False)]
+)
+def test_a_run_that_stopped_at_its_maximum_run_time_is_followed_by_a_sweep_at_once(
+    stack: Stack, state: str, seconds: int, start: bool
+) -> None:
+    # GIVEN an empty queue, no sweep due, and the newest CDC run ended after `seconds` (CdcMaxRunSeconds 3600): a
+    # run that stopped at its maximum may leave files whose events it had already taken off the queue
+    stack.gaps.running_seconds.clear()
+    if state == "FAILED":
+        stack.gaps.failing_jobs.add(CDC_JOB)
+    stack.gaps.execution_seconds[stack.start_cdc_run()] = seconds
+    # WHEN the state machine checks
+    result = check_work(since_sweep=0)
+    # THEN a sweep starts at once after a successful run that lasted its maximum, and no other run starts one
+    # (a failed run is the failure path's: alerted, and swept when due)
+    reason = "sweep: the last CDC run stopped at its maximum run time (it may have left files)"
+    assert (result["start"], result["sweep"], result["reason"]) == (start, start, reason if start else "no work")
+
+
 def test_a_sweep_every_zero_iterations_never_sweeps(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SWEEP_EVERY_ITERATIONS", "0")
     assert check_work(since_sweep=10_000)["start"] is False
@@ -143,6 +164,19 @@ def test_the_decision_from_the_counts_alone() -> None:
     assert decide(QueueDepth(5, 0), job_running=True, since_sweep=0, sweep_every=0).start is False
     assert decide(QueueDepth(0, 3), job_running=False, since_sweep=0, sweep_every=0).start is False
     assert decide(QueueDepth(1, 3), job_running=False, since_sweep=0, sweep_every=0).start is True
+    # a run that stopped at its maximum run time: a sweep at once, never beside an active run
+    assert decide(idle, job_running=False, since_sweep=0, sweep_every=0, stopped_at_max=True).sweep is True
+    assert decide(idle, job_running=True, since_sweep=0, sweep_every=0, stopped_at_max=True).start is False
+
+
+def test_only_the_newest_ended_run_says_whether_a_sweep_is_due_at_once(stack: Stack) -> None:
+    # GIVEN a run that stopped at its maximum, then the sweep it started, which ended quickly
+    stack.gaps.running_seconds.clear()
+    stack.gaps.execution_seconds[stack.start_cdc_run()] = 3600
+    assert check_work()["start"] is True
+    stack.gaps.execution_seconds[stack.start_cdc_run()] = 40
+    # WHEN the state machine checks again THEN no further sweep starts
+    assert (check_work()["start"], check_work()["reason"]) == (False, "no work")
 
 
 def test_settings_are_validated_once_with_a_clear_message() -> None:
@@ -151,6 +185,8 @@ def test_settings_are_validated_once_with_a_clear_message() -> None:
         WorkCheckSettings.from_environment({"QUEUE_URL": "q"})
     with pytest.raises(ValueError, match="SWEEP_EVERY_ITERATIONS must be 0"):
         WorkCheckSettings.from_environment({"QUEUE_URL": "q", "CDC_JOB_NAME": "j", "SWEEP_EVERY_ITERATIONS": "-1"})
+    with pytest.raises(ValueError, match="CDC_MAX_RUN_SECONDS must be 0"):
+        WorkCheckSettings.from_environment({"QUEUE_URL": "q", "CDC_JOB_NAME": "j", "CDC_MAX_RUN_SECONDS": "-1"})
 
 
 def test_a_payload_without_since_sweep_is_rejected(stack: Stack) -> None:

@@ -491,6 +491,7 @@ def test_function_metrics_use_the_stack_namespace_and_no_reserved_concurrency() 
     assert work_check == {
         "CDC_JOB_NAME": {"Ref": "CdcJob"},
         "SWEEP_EVERY_ITERATIONS": {"Ref": "SweepEveryIterations"},
+        "CDC_MAX_RUN_SECONDS": {"Ref": "CdcMaxRunSeconds"},
         # the full-load lane: the CDC job's reload request (the CDC job's --reload_requests) and the job it starts
         "RELOAD_REQUESTS_URI": {"Sub": "s3://${ArtifactsBucket}/state/reloads.json"},
         "FULL_LOAD_JOB_NAME": {"Ref": "FullLoadJob"},
