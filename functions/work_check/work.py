@@ -132,8 +132,10 @@ def read_cdc_runs(glue: GlueJobRuns, job_name: str, max_run_seconds: float) -> C
     pages = glue.get_paginator("get_job_runs").paginate(JobName=job_name)
     first: Mapping[str, Any] = next(iter(pages), {})
     runs = list(first.get("JobRuns", []))
-    ended = [run for run in runs if run.get("JobRunState") not in ACTIVE_RUN_STATES and run.get("StartedOn")]
-    newest: Mapping[str, Any] = max(ended, key=lambda run: run["StartedOn"]) if ended else {}
+    ended = [run for run in runs if run.get("JobRunState") not in ACTIVE_RUN_STATES]
+    # The newest by its start (a run Glue lists without one: not known, so no sweep for it)
+    dated = all(run.get("StartedOn") for run in ended)
+    newest: Mapping[str, Any] = max(ended, key=lambda run: run["StartedOn"]) if ended and dated else {}
     at_max = (
         max_run_seconds > 0
         and newest.get("JobRunState") == "SUCCEEDED"

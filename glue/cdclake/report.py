@@ -32,6 +32,7 @@ class TableReport:
     # a (re)load is due and left to the full-load lane (the CDC lane never loads): this is why;
     # the table's CDC waits for it
     load_pending: str | None = None
+    loaded: bool = False  # a full load that (re)loaded the table in this run: its silver table was replaced
     seconds: float = 0.0
     note: str = ""
 

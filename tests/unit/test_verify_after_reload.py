@@ -30,12 +30,18 @@ def _runs(glue: Any) -> list[dict[str, Any]]:
 
 
 def test_the_tables_a_reload_loaded_are_verified_and_the_failed_ones_are_not(glue: Any) -> None:
-    # GIVEN a reload that loaded s.b and s.a, failed on s.c, and also ran CDC for s.d (no load)
+    # GIVEN a reload that loaded s.b and s.a, failed on s.c, found s.e already loaded (a retried run), had nothing to
+    # load for s.f, and also ran CDC for s.d
     report = RunReport(
-        tables=[TableReport("s.b", "full-load"), TableReport("s.a", "full-load"), TableReport("s.d", "cdc")],
+        tables=[
+            TableReport("s.b", "full-load", loaded=True), TableReport("s.a", "full-load", loaded=True),
+            TableReport("s.e", "full-load", note="already loaded"),
+            TableReport("s.f", "full-load", note="nothing loaded"),
+            TableReport("s.d", "cdc"),
+        ],
         failures=[TableFailure("s.c", "full-load", RuntimeError("timed out"))],
-    )
-    report.tables.append(TableReport("s.c", "full-load"))  # a table that failed after its report was begun
+    )  # fmt: skip
+    report.tables.append(TableReport("s.c", "full-load", loaded=True))  # a table that failed after it was loaded
     # WHEN the verify job is started after it
     run_id = start_verify_after_reload(glue, JOB, report)
     # THEN one run of the verify job compares exactly the loaded tables, in order
@@ -47,6 +53,8 @@ def test_the_tables_a_reload_loaded_are_verified_and_the_failed_ones_are_not(glu
 def test_a_reload_that_loaded_nothing_starts_no_verify(glue: Any) -> None:
     failed = RunReport(failures=[TableFailure("s.c", "full-load", RuntimeError("timed out"))])
     assert start_verify_after_reload(glue, JOB, failed) is None
+    retried = RunReport(tables=[TableReport("s.a", "full-load", note="already loaded")])
+    assert start_verify_after_reload(glue, JOB, retried) is None
     assert start_verify_after_reload(glue, JOB, RunReport()) is None
     assert _runs(glue) == []
 
@@ -61,6 +69,6 @@ def test_the_start_asks_glue_to_queue_the_run_behind_an_active_one() -> None:
             return {"JobRunId": "jr_1"}
 
     # WHEN a reload of one table starts the verify job
-    start_verify_after_reload(Recording(), JOB, RunReport(tables=[TableReport("s.a", "full-load")]))
+    start_verify_after_reload(Recording(), JOB, RunReport(tables=[TableReport("s.a", "full-load", loaded=True)]))
     # THEN the run is queued (Glue job run queuing) rather than refused when a verify run is active
     assert asked == [{"JobName": JOB, "Arguments": {"--tables": "s.a"}, "JobRunQueuingEnabled": True}]

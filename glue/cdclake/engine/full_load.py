@@ -85,6 +85,7 @@ def full_load_table(
             engine, table, files, listing, report
         )
     silver = engine.silver_table(table)
+    report.loaded = True
     report.files_applied = len(files)
     report.bytes_applied = sum(f.size for f in files)
     if not report.inserted:  # the careful path (or no LOAD files): count what the replace kept

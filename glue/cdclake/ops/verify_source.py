@@ -99,7 +99,7 @@ def start_verify_after_reload(glue: Any, job_name: str, report: RunReport) -> st
     it loaded none. The run is queued behind a verify run already active (Glue's job run queuing) instead of being
     refused; a start Glue refuses all the same raises, for the caller to report."""
     failed = {failure.table for failure in report.failures}
-    loaded = sorted({t.table for t in report.tables if t.kind == "full-load" and t.table not in failed})
+    loaded = sorted({t.table for t in report.tables if t.loaded and t.table not in failed})
     if not loaded:
         return None
     answer = glue.start_job_run(JobName=job_name, Arguments={"--tables": ",".join(loaded)}, JobRunQueuingEnabled=True)
