@@ -28,12 +28,13 @@ def iceberg_failure(kind: str, message: str, wrapped_in: str | None = None) -> E
 
 
 def _before(commit: str) -> Any:
-    """``IcebergCommitter``'s ``commit`` method, preceded by ``self.before(table)``: the table of
+    """The ``commit`` method of the committer it extends, preceded by ``self.before(table)``: the table of
     the call's second argument (a keyed batch, or an append's table metadata)."""
 
     def intercepted(self: BeforeRowDeltas, spark: Any, batch: Any, *args: Any, **kwargs: Any) -> None:
         self.before(batch.table)
-        getattr(IcebergCommitter, commit)(self, spark, batch, *args, **kwargs)
+        # the next committer past the Before* classes in the instance's MRO (a mixin's, else IcebergCommitter's)
+        getattr(super(BeforeRowDeltas, self), commit)(spark, batch, *args, **kwargs)
 
     return intercepted
 
