@@ -60,6 +60,9 @@ class TableConfig:
     # How silver's files are clustered so that a batch's key lookup reads few of them:
     # "sorted" (files ordered by the key; the default for keyed tables), "bucket" or "none".
     layout: Layout = "none"
+    # How long the table may go without a CDC file while the task runs before it is alerted as silent
+    # (engine/silence.py): None derives it from the table's own recent files, 0 does not watch it.
+    silent_after_minutes: int | None = None
 
     @property
     def source(self) -> str:
@@ -171,7 +174,7 @@ _BRONZE_KEYS = {
     "timestamp_column", "change_sequence_column", "transaction_path", "s3", "split_csv_files_above_mb",
 }  # fmt: skip
 _S3_KEYS = {"retry_mode", "max_attempts", "connect_timeout_seconds", "read_timeout_seconds", "body_attempts"}
-_TABLE_KEYS = {"target", "primary_key", "append_only", "columns", "clean", "history", "layout"}
+_TABLE_KEYS = {"target", "primary_key", "append_only", "columns", "clean", "history", "layout", "silent_after_minutes"}
 _CLEAN_KEYS = {"cast", "derive", "rename", "drop", "round"}
 
 
@@ -329,6 +332,11 @@ def _parse_table(doc: YamlDoc, source_node: Node, node: Node, bronze: BronzeSett
         clean=_parse_clean(doc, fields.get("clean"), f"{where}.clean", columns),
         history=history,
         layout=layout,
+        silent_after_minutes=(
+            doc.integer(fields["silent_after_minutes"], f"{where}.silent_after_minutes", minimum=0)
+            if "silent_after_minutes" in fields
+            else None
+        ),
     )
 
 

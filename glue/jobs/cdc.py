@@ -6,8 +6,10 @@ Arguments: --config, --bronze, --warehouse; optional --catalog, --environment an
   applying files as their S3 events arrive in that queue, in rounds at most --poll_seconds apart,
   until nothing new came for --idle_seconds or the run reached --max_run_seconds
   (``engine.follow``). An event is deleted as soon as its key is in the loop's index of bronze.
-  With --alert_topic_arn, a table that keeps failing (once per failure episode) and files set aside
-  in quarantine are published to that SNS topic; without it, logged at ERROR. With --reload_requests
+  With --alert_topic_arn, a table that keeps failing (once per failure episode), a table gone silent
+  (once per silence: no file for longer than its cadence, or, with --replication_task_arns, a DMS
+  table error; ``engine.silence``) and files set aside in quarantine are published to that SNS
+  topic; without it, logged at ERROR. With --reload_requests
   (an S3 URI, what the template gives) the job is the CDC lane: it never runs a (re)load, it writes
   the tables whose load is due to that object (``ops.reload_requests``) and holds their CDC, and
   the state machine runs the full-load job for them beside it.
@@ -19,10 +21,12 @@ The run fails when a table is still failing at its end (the state machine retrie
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from cdclake.alerts import Alerts, LoggedAlerts, SnsAlerts
 from cdclake.context import Engine
@@ -31,6 +35,7 @@ from cdclake.dms.store import read_text as read_stored_text
 from cdclake.engine.follow import FollowReport, Round, follow
 from cdclake.engine.run import apply_cdc_files, replay, run
 from cdclake.engine.select import ReplaySelection, files_from_keys
+from cdclake.engine.silence import DmsTableStates, SilenceEdges
 from cdclake.errors import first_line
 from cdclake.ops.reload_requests import ReloadRequest, ReloadRequester
 from cdclake.report import RunReport
@@ -88,7 +93,14 @@ def _follow(args: JobArguments, engine: Engine) -> FollowReport:
         publish_metrics(args, engine.config, done.report, done.backlog)
 
     settings = args.follow if requester is None else replace(args.follow, loads=False)
-    outcome = follow(engine, settings, queue_notices(args), on_round=each_round, alerts=job_alerts(args))
+    outcome = follow(
+        engine,
+        settings,
+        queue_notices(args),
+        on_round=each_round,
+        alerts=job_alerts(args),
+        silence=silence_edges(args),
+    )
     log.info(
         "follow ended: %s after %d rounds; files=%d bytes=%d listings=%d",
         outcome.stopped_by,
@@ -113,6 +125,45 @@ def _requested(uri: str) -> frozenset[str] | None:
     except Exception as error:  # unreadable: written anew
         log.warning("the reload request at %s is unreadable (%s): it is written anew", uri, first_line(error))
         return None
+
+
+def silence_edges(args: JobArguments) -> SilenceEdges:
+    """The silence watch's edges (``engine.silence``): the DMS tasks' table states (with
+    --replication_task_arns) and the tables earlier runs alerted, recorded at --silent_tables."""
+    uri = args.silent_tables
+    alerted: frozenset[str] = frozenset()
+    if uri is not None:
+        try:
+            alerted = frozenset(json.loads(read_stored_text(uri) or "[]"))
+        except Exception as error:  # unreadable: silences may be alerted again, nothing is lost
+            log.warning("the silent tables at %s are not read (%s): they may be alerted again", uri, first_line(error))
+
+    def remember(tables: frozenset[str]) -> None:
+        if uri is not None:
+            write_text(uri, json.dumps(sorted(tables)))
+
+    return SilenceEdges(dms_table_states(args.replication_task_arns), alerted, remember)
+
+
+def dms_table_states(task_arns: Sequence[str], dms: Any = None) -> DmsTableStates | None:
+    """Each table's DMS state ("schema.table" -> TableState) across the tasks, read when the silence watch
+    looks; None without tasks. ``dms``: the client (made here if not given)."""
+    if not task_arns:
+        return None
+    if dms is None:
+        import boto3
+
+        dms = boto3.client("dms")
+
+    def read() -> dict[str, str]:
+        states: dict[str, str] = {}
+        for arn in task_arns:
+            for page in dms.get_paginator("describe_table_statistics").paginate(ReplicationTaskArn=arn):
+                for table in page.get("TableStatistics", []):
+                    states[f"{table['SchemaName']}.{table['TableName']}"] = str(table.get("TableState", ""))
+        return states
+
+    return read
 
 
 def job_alerts(args: JobArguments) -> Alerts:

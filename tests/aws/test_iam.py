@@ -262,8 +262,9 @@ GLUE_CALLS: dict[str, list[tuple[str, frozenset[str]]]] = {
     "s3:ListBucket": [("BronzeBucket", BRONZE_READERS)],
     # The full-load job's source-catalog step (ops/source_catalog.py): the stack's configuration object, the
     # source secret and the Glue connection (optional statements, checked as present).
-    # ... and the CDC lane's reload request (--reload_requests, ops/reload_requests.py).
-    "s3:PutObject": [("TableConfigKey", FULL_LOAD), ("state/reloads.json", CDC)],
+    # ... and the CDC lane's reload request (--reload_requests, ops/reload_requests.py), and the tables it alerted
+    # as silent (--silent_tables, engine/silence.py).
+    "s3:PutObject": [("TableConfigKey", FULL_LOAD), ("state/reloads.json", CDC), ("state/silent.json", CDC)],
     "secretsmanager:GetSecretValue": [("SourceSecretId", SOURCE_READERS)],
     "glue:GetConnection": [("SourceConnectionName", SOURCE_READERS)],
     "cloudwatch:PutMetricData": [("*", METRICS_PUBLISHERS)],  # no resource type (narrowed by namespace)
@@ -272,6 +273,8 @@ GLUE_CALLS: dict[str, list[tuple[str, frozenset[str]]]] = {
     "sqs:ChangeMessageVisibility": [("FileQueue", CDC)],
     "sqs:GetQueueAttributes": [("FileQueue", CDC)],
     "sns:Publish": [("AlertTopic", CDC)],
+    # The silence watch reads the DMS tasks' table statistics (--replication_task_arns, engine/silence.py).
+    "dms:DescribeTableStatistics": [("ReplicationTaskArns", CDC)],
     # A reload (a full-load run given --tables) starts the verify job for the tables it loaded (--verify_job_name).
     "glue:StartJobRun": [("VerifyJob", FULL_LOAD)],
 }
@@ -390,6 +393,8 @@ EXPECTED_STATEMENTS = {
         "PublishAlerts": ["sns:Publish"],
         "AlertTopicKey": ["kms:Decrypt", "kms:GenerateDataKey"],
         "WriteReloadRequest": ["s3:PutObject"],
+        "ReplicationTableStates": ["dms:DescribeTableStatistics"],
+        "RecordSilentTables": ["s3:PutObject"],
     },
     "MaintenanceJobRole": _SHARED_STATEMENTS,
     "GoldJobRole": _SHARED_STATEMENTS,

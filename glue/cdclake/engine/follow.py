@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Protocol
 
 from cdclake.alerts import Alerts, LoggedAlerts
@@ -43,6 +44,7 @@ from cdclake.dms.files import BronzeFile, BronzeListing, FileKind, parse_key
 from cdclake.dms.index import BronzeIndex, folder_of
 from cdclake.engine.run import apply_pending, warn
 from cdclake.engine.select import TableState, skip_reason
+from cdclake.engine.silence import SilenceEdges
 from cdclake.errors import first_line
 from cdclake.report import Backlog, RunReport, TableFailure
 
@@ -117,6 +119,7 @@ class Round:
     report: RunReport
     backlog: Backlog
     seconds: float
+    silent: tuple[str, ...] = ()  # the tables silent as of this round (``engine.silence``)
 
 
 @dataclass
@@ -145,13 +148,16 @@ def follow(
     on_round: Callable[[Round], None] | None = None,
     alerts: Alerts | None = None,
     apply: ApplyPending | None = None,
+    silence: SilenceEdges | None = None,
 ) -> FollowReport:
     """Apply every pending file of ``tables`` (default: every configured one), then keep applying
     new files round after round until stopped (``engine.stopping``), idle or at the maximum run time.
     Failing tables and quarantined files are reported to ``alerts`` (default: logged at ERROR).
     ``apply``: what a round runs (default: ``run.apply_pending``, loading only with ``settings.loads``).
+    A table silent for longer than its cadence (or in a failed DMS state, from ``dms_states`` where the
+    shell reads them: ``silence``) is alerted once per silence (``engine.silence``).
     """
-    follower = Follower(engine, settings, notices, tables, alerts or LoggedAlerts(), apply)
+    follower = Follower(engine, settings, notices, tables, alerts or LoggedAlerts(), apply, silence)
     return follower.run(on_round)
 
 
@@ -175,6 +181,7 @@ class Follower:
         tables: Sequence[TableConfig] | None,
         alerts: Alerts,
         apply: ApplyPending | None = None,
+        silence: SilenceEdges | None = None,
     ) -> None:
         config = engine.config
         self.engine, self.settings, self.notices = engine, settings, notices
@@ -196,6 +203,8 @@ class Follower:
         # every folder active would list all of them every round for its first ``active_seconds``.
         self.active: dict[str, float] = {}
         self.episodes = _Episodes(alerts, settings)
+        self.silence = (silence or SilenceEdges()).watch(self.selected, alerts)
+        self.silent: tuple[str, ...] = ()
         self.outcome = FollowReport()
         self.started = self.last_relist = self.last_news = time.monotonic()
 
@@ -251,8 +260,11 @@ class Follower:
             sum(len(sizes) for source, sizes in unapplied.items() if source in self.by_source),
             sum(sum(sizes) for source, sizes in unapplied.items() if source in self.by_source),
         )
+        if self.silence.due(time.monotonic()):
+            found = self.silence.look(self.index.files.values(), datetime.now(UTC), time.monotonic())
+            self.silent = tuple(s.table for s in found)
         if on_round is not None:
-            on_round(Round(self.outcome.rounds, report, backlog, time.monotonic() - started))
+            on_round(Round(self.outcome.rounds, report, backlog, time.monotonic() - started, self.silent))
         if any(t.files_applied for t in report.tables):
             self.last_news = time.monotonic()
         return unapplied

@@ -46,13 +46,15 @@ DEFAULT_MAINTENANCE = MaintenanceSettings(changed_only=True)
 # VerifyDeliverySeconds): DMS's CdcMaxBatchInterval (60 s) plus the CDC job's poll (30 s) and the writing.
 JOB_LIVE = LiveSettings(wait_seconds=900.0, delivery_seconds=120.0, poll_seconds=15.0)
 
+_SILENCE = ("replication_task_arns", "silent_tables")  # the CDC job's silence watch (engine.silence)
+
 JobName = Literal["full_load", "cdc", "maintain", "gold", "verify"]
 
 # The arguments each job reads, and no other: the template gives each job exactly these
 # (tests/aws/test_template.py), so an argument that reaches a job is one it uses.
 JOB_ARGUMENTS: dict[JobName, tuple[str, ...]] = {
     "full_load": (*_SHARED, "reload", "tables", *_METRICS, *_SOURCE, "verify_job_name"),
-    "cdc": (*_SHARED, "manifest", "replay", *_METRICS, *_FOLLOW, "alert_topic_arn", "reload_requests"),
+    "cdc": (*_SHARED, "manifest", "replay", *_METRICS, *_FOLLOW, "alert_topic_arn", "reload_requests", *_SILENCE),
     "maintain": (*_SHARED, *_MAINTENANCE, "gold_database"),  # the marts are maintained where the gold job keeps them
     "gold": (*_SHARED, "gold_database"),
     # Compares silver with the source (through the full-load job's secret and connection), publishes its
@@ -88,6 +90,10 @@ class JobArguments:
     follow: FollowSettings = JOB_FOLLOW
     # CDC job: the SNS topic its alerts go to (one per failure episode); None: no alert is published.
     alert_topic_arn: str | None = None
+    # CDC job: the DMS tasks whose table statistics tell a table DMS stopped capturing (engine.silence)
+    replication_task_arns: tuple[str, ...] = ()
+    # CDC job: where the tables alerted as silent are recorded (a JSON list), so a next run does not alert them again
+    silent_tables: str | None = None
     # Full-load job: the source whose catalog writes (or checks) the configuration; None without a secret.
     source: SourceSettings | None = None
     maintenance: MaintenanceSettings = DEFAULT_MAINTENANCE  # maintenance job
@@ -129,6 +135,8 @@ def parse_arguments(argv: Sequence[str], job: JobName) -> JobArguments:
             relist_seconds=_relist_seconds(values),
         ),
         alert_topic_arn=values.get("alert_topic_arn"),
+        replication_task_arns=tuple(a.strip() for a in values.get("replication_task_arns", "").split(",") if a.strip()),
+        silent_tables=values.get("silent_tables"),
         source=_source(values),
         maintenance=_maintenance(values),
         live=LiveSettings(
