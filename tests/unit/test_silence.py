@@ -14,11 +14,11 @@ from botocore.stub import Stubber
 
 from cdclake.config import ConfigError, parse_config
 from cdclake.context import Engine
-from cdclake.dms.files import parse_key
+from cdclake.dms.files import BronzeFile, parse_key
 from cdclake.dms.store import LocalBronze
 from cdclake.dms.writer import write_csv
 from cdclake.engine.follow import Follower, FollowSettings, Polling
-from cdclake.engine.silence import SilenceWatch, expected_gap, silent_tables, write_time
+from cdclake.engine.silence import Silence, SilenceWatch, expected_gap, silent_tables, write_time
 from cdclake.shells.glue_job import parse_arguments
 from file_modules import module_at
 
@@ -48,6 +48,15 @@ def _every(minutes: float, count: int, start: datetime = T0) -> list[datetime]:
     return [start + timedelta(minutes=minutes * n) for n in range(count)]
 
 
+def _file(table: str, at: datetime) -> BronzeFile:
+    return parse_key(f"s/{table}/{at:%Y%m%d-%H%M%S%f}"[:-3] + ".csv")
+
+
+def _writing(at: datetime) -> list[BronzeFile]:
+    """A file of a table that keeps writing (the task runs), written at ``at``."""
+    return [_file("other", at)]
+
+
 def test_a_cdc_file_name_is_its_write_time_and_a_load_file_has_none() -> None:
     assert write_time(parse_key("s/busy/20240301-120501250.csv")) == datetime(2024, 3, 1, 12, 5, 1, 250000, UTC)
     assert write_time(parse_key("s/busy/2024/03/01/20240301-120501250.csv")) == datetime(
@@ -67,16 +76,31 @@ def test_the_cadence_is_six_times_the_p90_gap_at_least_the_floor_and_needs_histo
 
 
 def test_a_table_is_silent_after_its_cadence_and_off_when_set_to_zero() -> None:
-    # GIVEN three tables whose newest file is 40 minutes old; busy wrote one every minute
+    # GIVEN three tables whose newest file is 40 minutes old (busy wrote one every minute), while another
+    # table of the task writes on
     newest = T0 + timedelta(minutes=19)
     times = {t.source: _every(1, 20) for t in (BUSY, FIXED, RARE)}
+
+    def judged(after: timedelta) -> list[Silence]:
+        now = newest + after
+        return silent_tables(CONFIG.tables, {**times, "s.other": [now]}, {}, now)
+
     # WHEN judged 40 minutes after the newest file
-    found = silent_tables(CONFIG.tables, times, {}, newest + timedelta(minutes=40))
+    found = judged(timedelta(minutes=40))
     # THEN busy (derived: 15 min) and fixed (30 min) are silent, rare (0: off) is not
     assert [s.table for s in found] == ["s.busy", "s.fixed"]
     assert "no CDC file for 40 min (it is expected at least every 15 min)" in found[0].why
     # AND 20 minutes after it only busy is
-    assert [s.table for s in silent_tables(CONFIG.tables, times, {}, newest + timedelta(minutes=20))] == ["s.busy"]
+    assert [s.table for s in judged(timedelta(minutes=20))] == ["s.busy"]
+
+
+def test_no_table_is_silent_by_its_files_when_every_table_is_quiet() -> None:
+    # GIVEN the same tables, and no other table writing: the task stopped, or the source is quiet (a night)
+    times = {t.source: _every(1, 20) for t in CONFIG.tables}
+    # WHEN judged hours later
+    found = silent_tables(CONFIG.tables, times, {}, T0 + timedelta(hours=9))
+    # THEN none is alerted by its files (the DMS task rule and the freshness alarm hear that)
+    assert found == []
 
 
 def test_a_dms_table_error_is_silence_whatever_the_files_say() -> None:
@@ -99,16 +123,16 @@ def test_the_watch_alerts_once_per_silence_and_once_when_the_table_speaks_again(
     # GIVEN a watch over the fixed-cadence table (30 min)
     inbox = Inbox()
     watch = SilenceWatch([FIXED], inbox)
-    files = [parse_key(f"s/fixed/{t:%Y%m%d-%H%M%S%f}"[:-3] + ".csv") for t in _every(1, 5)]
+    files = [_file("fixed", t) for t in _every(1, 5)]
     quiet = T0 + timedelta(minutes=4)
-    # WHEN it looks before the cadence, three times after it, then after a new file came
-    watch.look(files, quiet + timedelta(minutes=10), 0.0)
-    for minutes in (31, 45, 90):
-        watch.look(files, quiet + timedelta(minutes=minutes), 0.0)
+    # WHEN it looks (another table writing each time) before the cadence, three times after it, then after a
+    # new file came
+    for minutes in (10, 31, 45, 90):
+        watch.look(files + _writing(quiet + timedelta(minutes=minutes)), quiet + timedelta(minutes=minutes), 0.0)
     later = quiet + timedelta(minutes=100)
-    files.append(parse_key(f"s/fixed/{later:%Y%m%d-%H%M%S%f}"[:-3] + ".csv"))
-    watch.look(files, later + timedelta(minutes=1), 0.0)
-    watch.look(files, later + timedelta(minutes=2), 0.0)
+    files.append(_file("fixed", later))
+    watch.look(files + _writing(later), later + timedelta(minutes=1), 0.0)
+    watch.look(files + _writing(later), later + timedelta(minutes=2), 0.0)
     # THEN one alert when it went silent, naming the table, and one when it spoke again
     assert [subject for subject, _ in inbox.sent] == ["table s.fixed is silent", "table s.fixed speaks again"]
     assert "s.fixed: no CDC file for 31 min" in inbox.sent[0][1]
@@ -121,7 +145,7 @@ def test_a_silence_alerted_by_an_earlier_run_is_not_alerted_again_and_its_end_is
     watch = SilenceWatch([FIXED], inbox, alerted={"s.fixed", "s.gone"}, remember=recorded.append)
     stale = [parse_key("s/fixed/20240301-120000000.csv")]
     # WHEN it looks while the table is still silent, then after it wrote again
-    watch.look(stale, T0 + timedelta(hours=2), 0.0)
+    watch.look(stale + _writing(T0 + timedelta(hours=2)), T0 + timedelta(hours=2), 0.0)
     fresh = [*stale, parse_key("s/fixed/20240301-140000000.csv")]
     watch.look(fresh, T0 + timedelta(hours=2, minutes=1), 0.0)
     # THEN no second "silent" alert, one "speaks again"; a table no longer configured leaves the record quietly
@@ -135,7 +159,7 @@ def test_the_watch_judges_by_files_when_dms_cannot_be_read() -> None:
 
     inbox = Inbox()
     watch = SilenceWatch([FIXED], inbox, unreadable)
-    files = [parse_key("s/fixed/20240301-120000000.csv")]
+    files = [parse_key("s/fixed/20240301-120000000.csv"), *_writing(T0 + timedelta(hours=2))]
     assert [s.table for s in watch.look(files, T0 + timedelta(hours=2), 0.0)] == ["s.fixed"]
 
 
@@ -227,9 +251,10 @@ def test_the_cdc_job_records_the_silent_tables_and_a_next_run_starts_from_them(s
     # WHEN a watch alerts a table and records it, and the next run reads the record
     inbox = Inbox()
     watch = edges.watch([FIXED], inbox)
-    watch.look([parse_key("s/fixed/20240301-120000000.csv")], T0 + timedelta(hours=2), 0.0)
+    stale = parse_key("s/fixed/20240301-120000000.csv")
+    watch.look([stale, *_writing(T0 + timedelta(hours=2))], T0 + timedelta(hours=2), 0.0)
     again = job.silence_edges(args).watch([FIXED], inbox)
-    again.look([parse_key("s/fixed/20240301-120000000.csv")], T0 + timedelta(hours=3), 0.0)
+    again.look([stale, *_writing(T0 + timedelta(hours=3))], T0 + timedelta(hours=3), 0.0)
     # THEN the table was alerted once in all, and the record holds it
     assert [subject for subject, _ in inbox.sent] == ["table s.fixed is silent"]
     assert json.loads(s3_client.get_object(Bucket=BUCKET, Key="state/silent.json")["Body"].read()) == ["s.fixed"]

@@ -4,7 +4,7 @@ When DMS suspends one table (a table error while the task keeps running), no fil
 else fails: the pipeline's freshness alarm hears the busy tables, and the silent one's lag is never reported.
 The watch here looks at what the follow loop already holds (the index of bronze: each table's newest CDC
 file, named by its write time) and, where the shell gives it, DMS's table statistics, and says which tables
-are silent, each once per silence (and once when it speaks again).
+are silent while the others keep writing, each once per silence (and once when it speaks again).
 
 A table's cadence is its ``silent_after_minutes`` setting, or derived from its own recent files
 (``expected_gap``): a table that changes every few seconds is silent after a few minutes, one that changes
@@ -81,7 +81,14 @@ def silent_tables(
 ) -> list[Silence]:
     """The tables silent at ``now``: a DMS state in ``FAILED_TABLE_STATES``, or a newest CDC file older than
     the table's allowed quiet (its setting, or ``expected_gap`` of its ``write_times``: source -> times).
-    A table with no CDC file yet is not judged by its files (a new table starts quiet)."""
+
+    Quiet is measured up to the newest file of any table (at most ``now``): a table is silent while the
+    others keep writing. When every table is quiet, the task is stopped or the source is (a night of a
+    bursty source): that is the DMS task rule's and the freshness alarm's to tell, not one alert per table;
+    and a loop replaying old files judges them against each other, not against today. A table with no CDC
+    file yet is not judged by its files (a new table starts quiet)."""
+    newest = max((max(times) for times in write_times.values() if times), default=None)
+    reference = now if newest is None else min(now, newest)
     silent = []
     for table in tables:
         state = dms_states.get(table.source)
@@ -92,7 +99,7 @@ def silent_tables(
         allowed = _allowed(table, times)
         if allowed is None or not times:
             continue
-        quiet = now - max(times)
+        quiet = reference - max(times)
         if quiet > allowed:
             silent.append(
                 Silence(
