@@ -258,3 +258,18 @@ def test_the_cdc_job_records_the_silent_tables_and_a_next_run_starts_from_them(s
     # THEN the table was alerted once in all, and the record holds it
     assert [subject for subject, _ in inbox.sent] == ["table s.fixed is silent"]
     assert json.loads(s3_client.get_object(Bucket=BUCKET, Key="state/silent.json")["Body"].read()) == ["s.fixed"]
+
+
+def test_the_watch_keeps_the_history_the_loops_index_forgets() -> None:
+    # GIVEN a table that wrote a file a minute for 20 minutes, seen one file at a time (the follow loop's index
+    # forgets applied files but each folder's newest), while another table keeps writing
+    inbox = Inbox()
+    watch = SilenceWatch([BUSY], inbox)
+    times = _every(1, 20)
+    for at in times:
+        watch.look([_file("busy", at), *_writing(at)], at, 0.0)
+    # WHEN only its newest file is left to see, 16 minutes after it
+    later = times[-1] + timedelta(minutes=16)
+    found = watch.look([_file("busy", times[-1]), *_writing(later)], later, 0.0)
+    # THEN its cadence was derived from all it saw (15 minutes: the floor), so it is silent
+    assert [s.table for s in found] == ["s.busy"]

@@ -153,6 +153,9 @@ class SilenceWatch:
     alerted: set[str] = field(default_factory=set)  # tables in a silence episode (alerted)
     remember: Callable[[frozenset[str]], None] | None = None
     last_look: float | None = None
+    # source -> the write times of its newest files seen so far: the loop's index forgets applied files but
+    # each folder's newest, so the watch keeps the history a derived cadence needs
+    seen: dict[str, list[datetime]] = field(default_factory=dict)
 
     def due(self, monotonic_now: float) -> bool:
         return self.last_look is None or monotonic_now - self.last_look >= self.every_seconds
@@ -166,7 +169,9 @@ class SilenceWatch:
                 states = self.dms_states()
             except Exception as error:  # no permission, throttled: the file-based judgement still holds
                 log.warning("DMS table statistics not read (%s): silent tables judged by their files only", error)
-        found = silent_tables(self.tables, write_times_by_table(files), states, now)
+        for source, times in write_times_by_table(files).items():
+            self.seen[source] = sorted(set(self.seen.get(source, [])) | set(times))[-RECENT_FILES:]
+        found = silent_tables(self.tables, self.seen, states, now)
         current = {s.table: s for s in found}
         watched = {t.source for t in self.tables}
         for table in sorted(current.keys() - self.alerted):
