@@ -24,12 +24,20 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "cost.md"
 BEGIN, END = "<!-- cost_model: begin (scripts/cost_model.py --write) -->", "<!-- cost_model: end -->"
 
-# us-east-1 list prices (the AWS pricing pages of Glue, Step Functions, S3, CloudWatch).
+# us-east-1 list prices (the AWS pricing pages of Glue, Step Functions, S3, SQS, CloudWatch), read 2026-12-06.
+PRICES_READ = "2026-12-06"
 GLUE_DPU_HOUR = 0.44  # Glue 5.x Spark jobs, billed per second with a 1-minute minimum per run
 GLUE_MINIMUM_SECONDS = 60
+GLUE_CATALOG_REQUEST = 1.00 / 1_000_000  # Data Catalog requests above the first million a month
 STATE_TRANSITION = 0.025 / 1000  # Step Functions Standard
-S3_LIST_REQUEST = 0.005 / 1000
+S3_LIST_REQUEST = 0.005 / 1000  # S3 Standard: PUT, COPY, POST and LIST cost the same
+S3_PUT_REQUEST = 0.005 / 1000
+S3_GET_REQUEST = 0.0004 / 1000
+SQS_FIFO_REQUEST = 0.50 / 1_000_000
+CUSTOM_METRIC_MONTH = 0.30  # CloudWatch custom metric (the first 10,000 tier)
+PUT_METRIC_DATA_REQUEST = 0.01 / 1000
 ALARM_METRIC_MONTH = 0.10  # standard resolution, per metric an alarm evaluates
+DASHBOARD_MONTH = 3.00
 DPU_PER_WORKER = {"G.1X": 1, "G.2X": 2, "G.4X": 4, "G.8X": 8}
 
 # Assumptions (not measured in an AWS account; measure yours from the job runs' DPU-seconds and replace them).
@@ -39,6 +47,20 @@ MAINTENANCE_SECONDS_PER_TABLE = 10.0  # compaction and expiry of one table with 
 BURSTY_ACTIVE_HOURS = 8  # a bursty source: changes during a working day, none the rest of it
 DAYS = 30
 TABLES = (10, 100, 300)
+# The requests that grow with the tables and with the deployment's age: an always-on source whose every table
+# gets a CDC file every DmsCdcMaxBatchIntervalSeconds, at these sizes and ages.
+REQUEST_TABLES = (30, 300)
+REQUEST_MONTHS = (1, 6)
+KEYS_PER_LIST_PAGE = 1000  # ListObjectsV2 returns at most 1,000 keys a request
+# One Iceberg commit of a table's batch (merge-on-read row delta): S3 PUTs of a data file, a delete file, a manifest
+# for each, the manifest list and the metadata JSON; GETs of the current metadata JSON, the manifest list, about
+# four manifests and two data files for the batch's key lookup; the Glue catalog's GetTable and UpdateTable.
+# (Counted from what a commit writes and reads, not measured in an account.)
+COMMIT_PUTS = 6
+COMMIT_GETS = 8
+COMMIT_CATALOG_REQUESTS = 2
+SQS_REQUESTS_PER_FILE = 3  # EventBridge's SendMessage, the CDC job's ReceiveMessage and DeleteMessage
+PIPELINE_METRIC_COUNT = 10  # ops/metrics.py PIPELINE_METRICS: dimension Environment only
 
 
 class _CfnLoader(yaml.SafeLoader):
@@ -76,6 +98,8 @@ class Defaults:
     max_run_seconds: int
     relist_seconds: int
     maintenance_every: int
+    cdc_poll_seconds: int
+    dms_batch_seconds: int
 
     @classmethod
     def of(cls, template: dict[str, Any]) -> Defaults:
@@ -91,6 +115,8 @@ class Defaults:
             max_run_seconds=int(p["CdcMaxRunSeconds"]),
             relist_seconds=int(p["CdcRelistSeconds"]),
             maintenance_every=int(p["MaintenanceEveryIterations"]),
+            cdc_poll_seconds=int(p["CdcPollSeconds"]),
+            dms_batch_seconds=int(p["DmsCdcMaxBatchIntervalSeconds"]),
         )
 
 
@@ -121,6 +147,123 @@ def alarm_metrics(template: dict[str, Any]) -> int:
 
 def money(value: float) -> str:
     return f"${value:,.2f}"
+
+
+COMMIT_S3_COST = COMMIT_PUTS * S3_PUT_REQUEST + COMMIT_GETS * S3_GET_REQUEST
+
+
+def dashboards(template: dict[str, Any]) -> int:
+    return sum(1 for r in template["Resources"].values() if r["Type"] == "AWS::CloudWatch::Dashboard")
+
+
+@dataclass(frozen=True)
+class RequestMonth:
+    """An always-on month's requests at ``tables`` tables, ``age`` months after the first deploy."""
+
+    tables: int
+    age: int
+    d: Defaults
+
+    @property
+    def files(self) -> float:
+        """CDC files a month: one per table every DmsCdcMaxBatchIntervalSeconds."""
+        return self.tables * DAYS * 86400 / self.d.dms_batch_seconds
+
+    @property
+    def rounds(self) -> float:
+        return DAYS * 86400 / self.d.cdc_poll_seconds
+
+    @property
+    def commits(self) -> float:
+        """A table commits once a round in which it has a file: a commit per file when files come slower."""
+        return min(self.files, self.rounds * self.tables)
+
+    @property
+    def relists(self) -> float:
+        return DAYS * 86400 / self.d.relist_seconds
+
+    def whole_listing_requests(self) -> float:
+        """Listing every folder from its start at each relist: its pages grow with bronze's age (the keys of
+        the month's middle)."""
+        keys_per_folder = self.files / self.tables * (self.age - 0.5)
+        pages = max(1.0, keys_per_folder / KEYS_PER_LIST_PAGE)
+        return self.relists * self.tables * pages
+
+    def bounded_listing_requests(self) -> float:
+        """Listing each folder after its watermark (less a look-back) at each relist: a page or so, whatever
+        bronze's age; plus a round's look at the folders with news (one request a table a round)."""
+        return self.relists * self.tables + self.commits
+
+    def lines(self) -> dict[str, float]:
+        commits = self.commits
+        cloudwatch = PIPELINE_METRIC_COUNT * CUSTOM_METRIC_MONTH + self.rounds * PUT_METRIC_DATA_REQUEST
+        return {
+            "listing, each folder from its start (before)": self.whole_listing_requests() * S3_LIST_REQUEST,
+            "listing, after each folder's watermark (now)": self.bounded_listing_requests() * S3_LIST_REQUEST,
+            "Iceberg commits: S3 PUTs and GETs": commits
+            * (COMMIT_PUTS * S3_PUT_REQUEST + COMMIT_GETS * S3_GET_REQUEST),
+            "Iceberg commits: Glue Data Catalog": max(0.0, commits * COMMIT_CATALOG_REQUESTS - 1_000_000)
+            * GLUE_CATALOG_REQUEST,
+            "CDC files read (GET)": self.files * S3_GET_REQUEST,
+            "file queue (SQS FIFO)": self.files * SQS_REQUESTS_PER_FILE * SQS_FIFO_REQUEST,
+            "pipeline metrics and PutMetricData": cloudwatch,
+        }
+
+
+def requests_section(d: Defaults, template: dict[str, Any]) -> list[str]:
+    """The lines that grow with the tables and with bronze's age, and an always-on month in all."""
+    months = [RequestMonth(t, a, d) for t in REQUEST_TABLES for a in REQUEST_MONTHS]
+    header = " | ".join(f"{m.tables} tables, month {m.age}" for m in months)
+    lines = [
+        "",
+        f"**Requests that grow with the tables and with bronze's age** (always-on: every table gets a CDC file every "
+        f"`DmsCdcMaxBatchIntervalSeconds` = {d.dms_batch_seconds} s; a round every `CdcPollSeconds` = "
+        f"{d.cdc_poll_seconds} s commits each table with a file; bronze is kept, so a folder holds "
+        f"{86400 * DAYS / d.dms_batch_seconds:,.0f} more keys each month):",
+        "",
+        f"| a month | {header} |",
+        "|---|" + "---:|" * len(months),
+    ]
+    table = {m: m.lines() for m in months}
+    for label in table[months[0]]:
+        lines.append(f"| {label} | " + " | ".join(money(table[m][label]) for m in months) + " |")
+    fixed = alarm_metrics(template) * ALARM_METRIC_MONTH + dashboards(template) * DASHBOARD_MONTH
+    lines.append("| alarms and dashboard | " + " | ".join(money(fixed) for _ in months) + " |")
+    cdc = d.cdc_dpu * DAYS * 24 * GLUE_DPU_HOUR
+    maintenance_runs = (
+        DAYS * 24 * 3600 / (d.maintenance_every * (d.max_run_seconds + START_SECONDS)) if (d.maintenance_every) else 0.0
+    )
+
+    def total(m: RequestMonth, listing: str) -> float:
+        grown = sum(v for k, v in table[m].items() if not k.startswith("listing")) + table[m][listing]
+        run = glue_cost(d.maintenance_dpu, START_SECONDS + MAINTENANCE_SECONDS_PER_TABLE * m.tables)
+        return cdc + maintenance_runs * run + grown + fixed
+
+    before, now = "listing, each folder from its start (before)", "listing, after each folder's watermark (now)"
+    lines.append(
+        "| **an always-on month in all, listing as before** | "
+        + " | ".join(f"**{money(total(m, before))}**" for m in months)
+        + " |"
+    )
+    lines.append(
+        "| **an always-on month in all, listing now** | "
+        + " | ".join(f"**{money(total(m, now))}**" for m in months)
+        + " |"
+    )
+    commits = {m.tables: m.commits for m in months}
+    lines += [
+        "",
+        f"In all: the CDC job's workers around the clock ({money(cdc)}), maintenance, and the lines above. A table "
+        f"commits {commits[REQUEST_TABLES[0]] / REQUEST_TABLES[0]:,.0f} times a month; each commit is about "
+        f"{COMMIT_PUTS} S3 PUTs, {COMMIT_GETS} GETs and {COMMIT_CATALOG_REQUESTS} Glue Data Catalog requests (an "
+        "estimate from what a commit writes and reads: measure yours with S3 request metrics on the silver "
+        f"bucket). Prices read {PRICES_READ}: S3 ${S3_PUT_REQUEST * 1000:g} per 1,000 PUT or LIST, "
+        f"${S3_GET_REQUEST * 1000:g} per 1,000 GET; Glue Data Catalog ${GLUE_CATALOG_REQUEST * 1e6:g} per million "
+        f"requests above the first million; SQS FIFO ${SQS_FIFO_REQUEST * 1e6:g} per million; CloudWatch "
+        f"${CUSTOM_METRIC_MONTH:g} per metric-month, ${PUT_METRIC_DATA_REQUEST * 1000:g} per 1,000 PutMetricData, "
+        f"${DASHBOARD_MONTH:g} per dashboard-month.",
+    ]
+    return lines
 
 
 def figures(template: dict[str, Any], definition: dict[str, Any]) -> str:
@@ -234,6 +377,7 @@ def figures(template: dict[str, Any], definition: dict[str, Any]) -> str:
     for label, seconds in (("the shortest (1-minute minimum)", 0), ("10 minutes", 600), ("an hour", 3600)):
         run = glue_cost(d.verify_dpu, seconds)
         lines.append(f"| {label} | {money(run)} | {money(run * 52 / 12)} |")
+    lines += requests_section(d, template)
     return "\n".join(lines) + "\n"
 
 

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 from file_modules import module_at
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,3 +54,24 @@ def test_the_idle_iteration_is_counted_from_the_state_machine() -> None:
     # CheckWork, IsReloadDue, ShouldRunCdcJob, WaitForFiles, NextIteration, IsGoldDue, IsMaintenanceDue,
     # IsHistoryNearLimit
     assert model.idle_iteration_transitions(definition) == 8
+
+
+def test_a_listing_after_the_watermark_costs_the_same_in_month_six_and_a_whole_one_grows_with_bronze() -> None:
+    # GIVEN the template's defaults at 300 tables, one and six months after the first deploy
+    model = cost_model()
+    defaults = model.Defaults.of(model.load_template())
+    young, old = model.RequestMonth(300, 1, defaults), model.RequestMonth(300, 6, defaults)
+    # THEN the bounded listing's requests do not grow with age; listing each folder from its start does, with
+    # the keys bronze keeps (a page of 1,000 keys each)
+    assert old.bounded_listing_requests() == young.bounded_listing_requests()
+    assert old.whole_listing_requests() == 11 * young.whole_listing_requests()  # 5.5 vs 0.5 months of keys
+    # AND a table commits once per file when its files come slower than the rounds
+    assert young.commits == young.files == 300 * 30 * 86400 / defaults.dms_batch_seconds
+
+
+def test_the_commit_lines_scale_with_the_tables() -> None:
+    model = cost_model()
+    defaults = model.Defaults.of(model.load_template())
+    small, large = model.RequestMonth(30, 1, defaults).lines(), model.RequestMonth(300, 1, defaults).lines()
+    assert large["Iceberg commits: S3 PUTs and GETs"] == pytest.approx(10 * small["Iceberg commits: S3 PUTs and GETs"])
+    assert large["pipeline metrics and PutMetricData"] == small["pipeline metrics and PutMetricData"]
