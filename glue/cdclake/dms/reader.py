@@ -234,7 +234,7 @@ def one_piece_per_partition(spark: SparkSession) -> None:
     it: ``runtime.session.spark_conf``). ``maxPartitionNum`` would pack pieces together again.
     ConfigError otherwise: a change's place would depend on which files were read together.
     """
-    conf = spark._jsparkSession.sessionState().conf()  # type: ignore[attr-defined]
+    conf = spark._jsparkSession.sessionState().conf()
     open_cost, partition_bytes = int(conf.filesOpenCostInBytes()), int(conf.filesMaxPartitionBytes())
     if open_cost <= partition_bytes or conf.filesMaxPartitionNum().isDefined():
         raise ConfigError(
@@ -360,7 +360,7 @@ def read_files(
     frame = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
     # A partition per file (``one_piece_per_partition``) would make a task per file: coalesced
     # (no shuffle; row ids are taken before) into about the tasks Spark's own packing makes.
-    conf = spark._jsparkSession.sessionState().conf()  # type: ignore[attr-defined]
+    conf = spark._jsparkSession.sessionState().conf()
     parallelism = spark.sparkContext.defaultParallelism
     return frame.coalesce(packed_tasks([f.size for f in files], int(conf.filesMaxPartitionBytes()), parallelism))
 
