@@ -287,7 +287,7 @@ def split_files(
     even number of quote characters, and the first line of a record whose quoted value holds a
     newline holds an odd number. A file with such a line (or a stray quote) is read whole. The
     same pass counts each split's records: without a record spanning lines, a record is a line
-    that is not blank, in the same splits as the CSV reader's (both cut the file every
+    that is not empty, in the same splits as the CSV reader's (both cut the file every
     ``maxPartitionBytes`` and give a line to the split it starts in).
     """
     limit = settings.csv_split_bytes
@@ -297,22 +297,27 @@ def split_files(
 
 
 def _split_records(spark: SparkSession, path: str, header: bool) -> SplitRecords | None:
-    """The records of each split of the file, or None when a line holds an odd number of quote
-    characters (one parallel pass). Lines without a quote, most of a DMS file (DMS quotes only
-    values that need it), are passed over by a byte search; the others are cut at their quotes.
-    Spark's CSV reader skips blank lines (nothing above U+0020: Java's ``trim``) and the header,
-    the first line of the split at 0 that is not blank."""
+    """The records of each split of the file, or None when it must be read whole: a line holds an
+    odd number of quote characters, or only white space (one parallel pass). Lines without a
+    quote, most of a DMS file (DMS quotes only values that need it), are passed over by a byte
+    search; the others are cut at their quotes.
+
+    Both of Spark's CSV readers skip empty lines, and the header (the first line that is not
+    empty, in the split at 0). A line of white space alone is a (bad) record to the whole-file
+    reader and nothing to the line reader: such a file is read whole, so that its records keep
+    their indexes."""
     from pyspark.sql import functions as F
 
     lines = spark.read.option("lineSep", "\n").text(path)
     odd = (F.instr("value", '"') > 0) & (F.size(F.split("value", '"')) % 2 == 0)  # n quotes: n + 1 pieces
-    record = F.col("value").rlike("[^\\u0000-\\u0020]")
+    present = F.length("value") > 0
+    blank = present & ~F.col("value").rlike("[^\\u0000-\\u0020]")  # nothing above U+0020 (Java's trim)
     splits = (
         lines.groupBy(F.col("_metadata.file_block_start").alias("start"))
-        .agg(F.count_if(odd).alias("odd"), F.count_if(record).alias("records"))
+        .agg(F.count_if(odd | blank).alias("whole"), F.count_if(present).alias("records"))
         .collect()
     )
-    if any(r["odd"] for r in splits):
+    if any(r["whole"] for r in splits):
         return None
     records = {int(r["start"]): int(r["records"]) for r in splits}
     if header and records.get(0):
