@@ -3,7 +3,10 @@ files and tombstone retention, for every table cdclake writes. Run it between CD
 beside one (the state machine's maintenance step, or ``cdclake maintain`` locally).
 
 * Each silver table: compaction that keeps its key layout, expiry, orphans, old tombstones.
-* Its side tables (``__tombstones``, ``__history``): compaction, expiry and orphans alike.
+* Its side tables (``__tombstones``, ``__history``): compaction, expiry and orphans alike; in
+  history, first, the versions of one change recorded twice are dropped
+  (``lake.history.drop_repeated_versions``: written before a change's place was its row index in
+  its file).
 * Once per run, the tables the silver tables share (the ledger archive ``cdclake_ledger``, the
   journals) and the gold marts: compaction (not the marts: a mart's newest commit records what
   it reflects), expiry and orphans.
