@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=ROOT / ".cdclake" / "bench-big-csv")
     args = parser.parse_args(argv)
 
-    from cdclake.dms.reader import splittable_files
+    from cdclake.dms.reader import plan_scans, split_files
     from cdclake.dms.store import list_bronze
     from cdclake.engine.run import full_load
     from cdclake.runtime.session import LocalCatalog, SessionSettings, build_spark_session
@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         engine = bench.engine("orders", bronze)
         [file] = list_bronze(engine.store).files
         started = time.perf_counter()
-        chosen = splittable_files(spark, engine.config.bronze, [(file, str(path))])
+        [layout] = plan_scans(engine.store, engine.config.bronze, engine.config.tables[0], [file])
+        chosen = split_files(spark, engine.config.bronze, layout, [(file, str(path))])
         check = time.perf_counter() - started
         whole, split = (min(runs[m]) for m in ("whole", "split"))
         print(f"one LOAD file: {args.rows:,} rows, {megabytes:,.0f} MB, {spark.sparkContext.defaultParallelism} cores")

@@ -9,7 +9,7 @@ from __future__ import annotations
 # Added by the bronze reader.
 FILE_INDEX = "_cdc_file"  # the row's file: its index in the batch's apply order
 FILE_BLOCK = "_cdc_block"  # the byte offset where the row's split of its file starts (0: read whole)
-ROW_POSITION = "_cdc_row"  # increases with the row's position inside its file's split
+ROW_POSITION = "_cdc_row"  # the row's 0-based index among its file's records (the header not counted)
 CORRUPT_RECORD = "_cdc_corrupt"  # the raw text of a CSV record Spark could not split, else NULL
 
 # Added when raw rows become typed changes.
@@ -30,6 +30,9 @@ BOOKKEEPING = (OP, *ORDER_COLUMNS, ERROR, INVALID, RAW_LINE, STORED_FILE, STORED
 # comparable text (commit time, change sequence, file position), so later batches can tell
 # whether an incoming change is newer. Readers may ignore this documented column.
 SILVER_ORDER = "_cdc_order"
+# History's ``_cdc_order`` is silver's, then this, then the change's row index in its file (20
+# digits). The zeros once held where the row's split of its file started.
+HISTORY_PLACE_PREFIX = "#" + "0" * 20
 TOMBSTONE_DELETED_AT = "deleted_at"  # the delete's source commit time, for tombstone retention
 # Append-only tables keep every change row, with its operation in this column.
 APPEND_ONLY_OP_COLUMN = "cdc_operation"

@@ -10,15 +10,21 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import functions as F
 
+from cdclake.columns import SILVER_ORDER
 from cdclake.context import Engine
+from cdclake.dms.files import FileKind
+from cdclake.dms.store import list_bronze
 from cdclake.dms.writer import SourceChange, Value, cdc_file_name, cdc_records, change_sequence, write_csv
+from cdclake.engine.read import history_changes
 from cdclake.engine.run import run
-from cdclake.lake.history import SILVER_SNAPSHOT_PROPERTY, history_of
+from cdclake.lake.history import SILVER_SNAPSHOT_PROPERTY, apply_history, history_of
 from cdclake.lake.tables import current_snapshot_id
 from cdclake.ops.maintenance import MaintenanceSettings, maintain
 from cdclake.ops.status import table_statuses
@@ -258,3 +264,98 @@ def test_another_writers_batch_between_a_batch_and_its_history_is_added_with_it(
     run(replace(engine, committer=RivalBeforeHistory(rival))).checked()
     # THEN this run's history commit adds the other writer's batch too: nothing is left behind
     _caught_up(engine, source)
+
+
+def _many(op: str, idents: range, name: str, ts: str, first: int) -> list[SourceChange]:
+    return [_change(op, i, f"{name}{i}", ts, first + n) for n, i in enumerate(idents)]
+
+
+def test_a_batch_read_in_other_company_by_another_writers_catch_up_is_in_history_once(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # GIVEN a loaded table with history, and two CDC files that one batch reads together (the
+    # smaller one lands in Spark's second partition)
+    engine = make_engine(WITH_HISTORY.replace("max_files_per_batch: 1", "max_files_per_batch: 5"))
+    source = Source(tmp_path / "bronze" / "s" / "items")
+    source.write_load([_row(i, f"a{i}") for i in range(1, 41)])
+    run(engine).checked()
+    source.write_cdc(_many("U", range(1, 41), "b", T1, 1))
+    source.write_cdc([_change("U", 1, "c1", T2, 1), _change("D", 2, "a2", T2, 2), _change("I", 50, "c50", T2, 3)])
+
+    def rival() -> None:
+        # another writer on another machine, whose Spark packs files into partitions otherwise
+        # (one core: both files in one partition, the smaller after the larger): its run catches
+        # history up with the first writer's batch, applies a newer file and is killed before
+        # that file's history
+        spark = engine.spark
+        spark.conf.set("spark.sql.files.minPartitionNum", "1")
+        try:
+            source.write_cdc([_change("U", 3, "d3", T3, 1)])
+            with pytest.raises(RuntimeError, match=KILLED):
+                run(replace(engine, committer=HistoryCrash(at=2))).checked()
+        finally:
+            spark.conf.unset("spark.sql.files.minPartitionNum")
+
+    # WHEN the other writer catches history up between this batch's silver commit and its history
+    run(replace(engine, committer=RivalBeforeHistory(rival))).checked()
+    # THEN history holds each change of the change log once, whichever read recorded it first
+    _caught_up(engine, source)
+
+
+def test_maintain_drops_the_versions_a_change_was_recorded_twice_with(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # GIVEN a table with history whose CDC files' changes were all recorded a second time with
+    # other places in their files (as a catch-up that read them in other company recorded them
+    # before a change's place was its row index in its file)
+    engine = make_engine(WITH_HISTORY.replace("max_files_per_batch: 1", "max_files_per_batch: 5"))
+    source = Source(tmp_path / "bronze" / "s" / "items")
+    source.write_load([_row(i, f"a{i}") for i in range(1, 6)])
+    run(engine).checked()
+    source.write_cdc([_change("U", 1, "b1", T1, 1), _change("U", 1, "c1", T1, 2), _change("D", 2, "a2", T1, 3)])
+    source.write_cdc([_change("I", 2, "b2", T2, 1), _change("U", 3, "b3", T2, 2), _change("I", 6, "b6", T2, 3)])
+    run(engine).checked()
+    table = engine.config.tables[0]
+    silver = engine.silver_table(table)
+    history = history_of(silver)
+    files = list_bronze(engine.store).for_table("s", "items", FileKind.CDC)
+    again = history_changes(engine, table, files)
+    place = F.substring(SILVER_ORDER, -20, 20).cast("long") + (1 << 33)
+    shifted = again.withColumn(
+        SILVER_ORDER,
+        F.concat(
+            F.expr(f"substring({SILVER_ORDER}, 1, length({SILVER_ORDER}) - 20)"), F.lpad(place.cast("string"), 20, "0")
+        ),
+    )
+    apply_history(engine.spark, history, shifted, table.silver_key())
+    recorded = len(source.changes)
+    assert len(_history(engine)[0]) == len(source.versions()) + recorded
+    # WHEN the table is maintained
+    [report] = maintain(engine, MaintenanceSettings()).tables
+    # THEN each change is in history once, with its validity as the change log's timeline says
+    [upkeep] = [side for side in report.side_tables if side.role == "history"]
+    assert upkeep.repeated_versions_removed == recorded
+    assert "repeated versions removed 6" in upkeep.summary()
+    assert _history(engine) == (source.versions(), source.silver())
+    versions = _timelines(engine)
+    for timeline in versions.values():
+        for (_, _, to, current, _op), (_, following, *_) in pairwise(timeline):
+            assert to == following and not current
+        _, _, to, current, op = timeline[-1]
+        assert to is None and current == (op != "D")
+    # AND a second maintenance finds nothing to drop and changes no version
+    [again_report] = maintain(engine, MaintenanceSettings()).tables
+    [upkeep] = [side for side in again_report.side_tables if side.role == "history"]
+    assert upkeep.repeated_versions_removed == 0
+    assert _timelines(engine) == versions
+
+
+def _timelines(engine: Engine) -> dict[int, list[tuple[str, Any, Any, bool, str]]]:
+    """Each key's versions in history's order: (_cdc_order, valid_from, valid_to, is_current, operation)."""
+    rows = engine.spark.table(history_of(engine.silver_table(engine.config.tables[0])).identifier).collect()
+    timelines: dict[int, list[tuple[str, Any, Any, bool, str]]] = {}
+    for r in sorted(rows, key=lambda r: (int(r["id"]), r["_cdc_order"])):
+        timelines.setdefault(int(r["id"]), []).append(
+            (r["_cdc_order"], r["valid_from"], r["valid_to"], r["is_current"], r["operation"])
+        )
+    return timelines

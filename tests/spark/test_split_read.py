@@ -111,3 +111,36 @@ def test_splitting_can_be_turned_off_and_small_files_stay_whole(spark: SparkSess
     assert parse_config(CONFIG.replace("0.01", "0")).bronze.csv_split_bytes == 0
     assert parse_config(CONFIG).bronze.csv_split_bytes == 10486
     assert parse_config("tables:\n  s.t: {primary_key: [id], columns: {id: int}}\n").bronze.csv_split_bytes == 256 << 20
+
+
+@pytest.mark.parametrize("blank", ["", "   "], ids=["empty-lines", "white-space-lines"])
+def test_a_files_records_have_the_same_index_read_whole_or_in_splits(
+    make_engine: EngineFactory, folder: Path, small_splits: None, blank: str
+) -> None:
+    # GIVEN a big CDC file with a bad record and lines holding nothing (skipped by both of Spark's
+    # CSV readers) or white space alone (a bad record to the whole-file reader, nothing to the
+    # line reader)
+    lines = [f'I,2024-01-02 00:00:00.000000,{i},"row {i}"\n' for i in range(ROWS)]
+    lines[5] = 'I,2024-01-02 00:00:00.000000,five,"not a number"\n'
+    for n in (10, 1500, 2500):
+        lines.insert(n, blank + "\n")
+    (folder / "20240102-0000000001.csv").write_text("".join(lines))
+
+    def indexes(config: str) -> tuple[dict[object, int], int]:
+        engine = make_engine(config)
+        table = engine.config.tables[0]
+        files = list_bronze(engine.store).for_table("s", "t", FileKind.CDC)
+        changes, _ = read_and_count(engine, table, files, full_load=False)
+        rows = changes.select("id", ROW_POSITION, FILE_BLOCK).collect()
+        return {r["id"]: r[ROW_POSITION] for r in rows}, len({r[FILE_BLOCK] for r in rows})
+
+    # WHEN it is read whole, and with splitting on
+    whole, whole_splits = indexes(CONFIG.replace("0.01", "0"))
+    split, splits = indexes(CONFIG)
+    # THEN every record has its index in the file (empty lines are no records), the same both ways;
+    # white space alone keeps the file whole
+    assert whole_splits == 1 and (splits >= 5 if blank == "" else splits == 1)
+    assert split == whole
+    records = [line for line in lines if line != "\n"]
+    assert whole[100] == records.index('I,2024-01-02 00:00:00.000000,100,"row 100"\n')
+    assert whole[2999] == len(records) - 1

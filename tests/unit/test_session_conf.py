@@ -26,6 +26,7 @@ COMMON = {
     "spark.scheduler.mode": "FAIR",
     "spark.sql.constraintPropagation.enabled": "false",
     "spark.sql.codegen.hugeMethodLimit": "8000",
+    "spark.sql.files.openCostInBytes": str(1 << 34),
     "spark.sql.parquet.datetimeRebaseModeInRead": "CORRECTED",
     "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
     "spark.sql.parquet.int96RebaseModeInRead": "CORRECTED",

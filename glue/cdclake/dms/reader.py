@@ -1,13 +1,22 @@
 """Read DMS files into one Spark DataFrame of raw changes (the I/O edge of the engine).
 
 Output columns: the file's own columns (CSV values as strings, Parquet as written) plus
-``_cdc_file`` (the file's position in apply order), ``_cdc_block`` and ``_cdc_row`` (together
-increasing with the row's position inside its file: the start of the file's split, 0 for a file
-read whole, and an id growing within the split) and ``_cdc_corrupt`` (the raw text of CSV records
-Spark could not split into the expected number of fields, else NULL).
+``_cdc_file`` (the file's position in apply order), ``_cdc_row`` (the row's 0-based index among
+its file's records: the header not counted, a record Spark cannot parse counted like any other),
+``_cdc_block`` (where the row's split of its file starts, 0 for a file read whole) and
+``_cdc_corrupt`` (the raw text of CSV records Spark could not split into the expected number of
+fields, else NULL).
+
+``_cdc_row`` is a function of the file and the row alone: the same whichever files are read
+together and however a file is cut into splits, so a change read again (history's catch-up)
+has the same place as when it was first read. Parquet gives it (``_metadata.row_index``); for CSV
+it comes from Spark's row ids (``monotonically_increasing_id``: the partition in the upper bits,
+the rows before in the partition in the lower 33) with every file, or split of a file, alone in
+its partition (``one_piece_per_partition``), plus, for a split, the records of the splits before
+it, counted by the pass that decides whether the file may be split (``split_files``).
 
 CSV files are read whole (one task each, values may hold newlines) unless they are big and no
-record spans lines: then Spark splits them (``splittable_files``).
+record spans lines: then Spark splits them (``split_files``).
 """
 
 from __future__ import annotations
@@ -15,7 +24,8 @@ from __future__ import annotations
 import csv
 import io
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING
 
@@ -32,10 +42,10 @@ from cdclake.dms.layout import (
     undeclared_header_columns,
 )
 from cdclake.dms.store import BronzeStore, head_text
-from cdclake.errors import BadInputError
+from cdclake.errors import BadInputError, ConfigError
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 # Spark maps an unquoted empty field to NULL by itself but would also map a quoted empty string
 # ("") to NULL if the null marker were "". With an empty marker, give Spark one that never occurs.
@@ -159,15 +169,16 @@ def _scan(
             }
         )
     else:
-        split = splittable_files(spark, settings, [(f, paths[f.key]) for _, f in members])
+        one_piece_per_partition(spark)
+        split = split_files(spark, settings, layout, [(f, paths[f.key]) for _, f in members])
         whole = [paths[f.key] for _, f in members if f.key not in split]
         parts = [_csv(spark, settings, layout, whole, multi_line=True)] if whole else []
         if split:
             parts.append(_csv(spark, settings, layout, [paths[key] for key in split], multi_line=False))
         frame = reduce(lambda a, b: a.unionByName(b), [part.withColumn(FILE_INDEX, file_index) for part in parts])
-        # Within one split of a file (a whole file, when it is not split) the id grows with the
-        # row's position; the split's start orders the splits of a file.
-        frame = frame.withColumn(ROW_POSITION, F.monotonically_increasing_id())
+        ordinals = {f.key: o for o, f in members}
+        before = {(ordinals[key], start): rows for key, records in split.items() for start, rows in records.before()}
+        frame = frame.withColumn(ROW_POSITION, _row_in_file(before))
     if SOURCE_TABLE_COLUMN in frame.columns:
         # A transaction-ordered file: keep this table's rows (row ids stay in file order).
         mine = (F.col(SOURCE_SCHEMA_COLUMN) == table.source_schema) & (F.col(SOURCE_TABLE_COLUMN) == table.source_table)
@@ -208,32 +219,110 @@ def _csv(
     return frame.withColumn(FILE_BLOCK, block)
 
 
-def splittable_files(
-    spark: SparkSession, settings: BronzeSettings, files: Sequence[tuple[BronzeFile, str]]
-) -> set[str]:
-    """The keys of the CSV ``files`` (with their Spark paths) to read in parallel splits.
+# The lower bits of a Spark row id (``monotonically_increasing_id``) count the rows before it in
+# its partition; the upper ones are the partition's index.
+_ROWS_IN_PARTITION = (1 << 33) - 1
+
+
+def one_piece_per_partition(spark: SparkSession) -> None:
+    """Check that Spark reads each file (or split of a file) in a partition of its own, which
+    makes the lower bits of a row id the row's place in its piece (``_row_in_file``).
+
+    Spark packs files into a partition while their sizes, each plus ``openCostInBytes``, fit
+    ``maxPartitionBytes``: an open cost above it closes a partition after every piece, and makes
+    every split ``maxPartitionBytes`` long whatever else is read (the session cdclake builds sets
+    it: ``runtime.session.spark_conf``). ``maxPartitionNum`` would pack pieces together again.
+    ConfigError otherwise: a change's place would depend on which files were read together.
+    """
+    conf = spark._jsparkSession.sessionState().conf()
+    open_cost, partition_bytes = int(conf.filesOpenCostInBytes()), int(conf.filesMaxPartitionBytes())
+    if open_cost <= partition_bytes or conf.filesMaxPartitionNum().isDefined():
+        raise ConfigError(
+            f"Spark's spark.sql.files.openCostInBytes ({open_cost}) must be above spark.sql.files.maxPartitionBytes "
+            f"({partition_bytes}) and spark.sql.files.maxPartitionNum unset, so that each bronze file (or split of "
+            "one) is read in a partition of its own and a change's place in its file does not depend on the files "
+            "read with it: leave them as cdclake's session sets them."
+        )
+
+
+def _row_in_file(before: Mapping[tuple[int, int], int]) -> Column:
+    """The row's index in its file: its place in its piece (the lower bits of its row id, each
+    piece alone in its partition) plus ``before``, the records of the splits before its split
+    ((file ordinal, split start) -> records; a whole file: nothing before)."""
+    from pyspark.sql import functions as F
+
+    place = F.monotonically_increasing_id().bitwiseAND(F.lit(_ROWS_IN_PARTITION))
+    earlier = {key: rows for key, rows in before.items() if rows}
+    if not earlier:
+        return place
+    offsets = F.create_map(*[x for (o, start), rows in earlier.items() for x in (F.lit(f"{o}:{start}"), F.lit(rows))])
+    piece = F.concat_ws(":", F.col(FILE_INDEX), F.col(FILE_BLOCK))
+    return place + F.coalesce(F.element_at(offsets, piece), F.lit(0).cast("long"))
+
+
+@dataclass(frozen=True)
+class SplitRecords:
+    """How many records each split of a file holds (split start -> records), the header not counted."""
+
+    records: dict[int, int]
+
+    def before(self) -> list[tuple[int, int]]:
+        """(split start, records of the splits before it) for each split, in file order."""
+        starts, total = [], 0
+        for start in sorted(self.records):
+            starts.append((start, total))
+            total += self.records[start]
+        return starts
+
+
+def split_files(
+    spark: SparkSession, settings: BronzeSettings, layout: FileLayout, files: Sequence[tuple[BronzeFile, str]]
+) -> dict[str, SplitRecords]:
+    """The CSV ``files`` (with their Spark paths) to read in parallel splits, by key, with their
+    records per split.
 
     A file qualifies when it is at least ``settings.csv_split_bytes`` big, not gzip (which no
     reader can split) and no record spans lines. That last test is one parallel pass over the
     file's lines: with RFC-4180 quoting (quotes doubled inside values) a complete record holds an
     even number of quote characters, and the first line of a record whose quoted value holds a
-    newline holds an odd number. A file with such a line (or a stray quote) is read whole.
+    newline holds an odd number. A file with such a line (or a stray quote) is read whole. The
+    same pass counts each split's records: without a record spanning lines, a record is a line
+    that is not empty, in the same splits as the CSV reader's (both cut the file every
+    ``maxPartitionBytes`` and give a line to the split it starts in).
     """
     limit = settings.csv_split_bytes
     candidates = [(f, p) for f, p in files if limit > 0 and f.size >= limit and not f.key.endswith(".gz")]
-    return {file.key for file, path in candidates if not _has_spanning_record(spark, path)}
+    counted = {file.key: _split_records(spark, path, layout.has_header) for file, path in candidates}
+    return {key: records for key, records in counted.items() if records is not None}
 
 
-def _has_spanning_record(spark: SparkSession, path: str) -> bool:
-    """Whether a line of the file holds an odd number of quote characters (one parallel pass,
-    stopping at the first such line). Lines without a quote, most of a DMS file (DMS quotes only
-    values that need it), are passed over by a byte search; the others are cut at their quotes."""
+def _split_records(spark: SparkSession, path: str, header: bool) -> SplitRecords | None:
+    """The records of each split of the file, or None when it must be read whole: a line holds an
+    odd number of quote characters, or only white space (one parallel pass). Lines without a
+    quote, most of a DMS file (DMS quotes only values that need it), are passed over by a byte
+    search; the others are cut at their quotes.
+
+    Both of Spark's CSV readers skip empty lines, and the header (the first line that is not
+    empty, in the split at 0). A line of white space alone is a (bad) record to the whole-file
+    reader and nothing to the line reader: such a file is read whole, so that its records keep
+    their indexes."""
     from pyspark.sql import functions as F
 
     lines = spark.read.option("lineSep", "\n").text(path)
-    quoted = lines.where(F.instr("value", '"') > 0)
-    odd = quoted.where(F.size(F.split("value", '"')) % 2 == 0)  # n quotes cut a line into n + 1 pieces
-    return bool(odd.limit(1).collect())
+    odd = (F.instr("value", '"') > 0) & (F.size(F.split("value", '"')) % 2 == 0)  # n quotes: n + 1 pieces
+    present = F.length("value") > 0
+    blank = present & ~F.col("value").rlike("[^\\u0000-\\u0020]")  # nothing above U+0020 (Java's trim)
+    splits = (
+        lines.groupBy(F.col("_metadata.file_block_start").alias("start"))
+        .agg(F.count_if(odd | blank).alias("whole"), F.count_if(present).alias("records"))
+        .collect()
+    )
+    if any(r["whole"] for r in splits):
+        return None
+    records = {int(r["start"]): int(r["records"]) for r in splits}
+    if header and records.get(0):
+        records[0] -= 1
+    return SplitRecords(records)
 
 
 def csv_records(data: bytes, numbers: set[int], skip_header: bool = False) -> dict[int, str]:
@@ -273,4 +362,23 @@ def read_files(
         for layout, members in scans.items()
         for unique in _with_unique_names(members)
     ]
-    return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
+    frame = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
+    # A partition per file (``one_piece_per_partition``) would make a task per file: coalesced
+    # (no shuffle; row ids are taken before) into about the tasks Spark's own packing makes.
+    conf = spark._jsparkSession.sessionState().conf()
+    parallelism = spark.sparkContext.defaultParallelism
+    return frame.coalesce(packed_tasks([f.size for f in files], int(conf.filesMaxPartitionBytes()), parallelism))
+
+
+# Spark's default ``spark.sql.files.openCostInBytes``: what its own packing counts for opening a file.
+_SPARK_OPEN_COST = 4 << 20
+
+
+def packed_tasks(sizes: Sequence[int], partition_bytes: int, parallelism: int) -> int:
+    """About how many partitions Spark's own packing (``FilePartition``, its default open cost)
+    makes of files of ``sizes``: pieces of at most ``partition_bytes``, or less to give every core
+    one, each counted with the open cost. At least 1."""
+    total = sum(size + _SPARK_OPEN_COST for size in sizes)
+    split = max(1, min(partition_bytes, max(_SPARK_OPEN_COST, total // max(1, parallelism))))
+    pieces = sum(max(1, -(-size // split)) for size in sizes)  # no more tasks than pieces
+    return max(1, min(pieces, -(-total // split)))

@@ -16,6 +16,7 @@ from cdclake.columns import (
     CORRUPT_RECORD,
     FILE_BLOCK,
     FILE_INDEX,
+    HISTORY_PLACE_PREFIX,
     OP,
     RAW_LINE,
     ROW_POSITION,
@@ -261,7 +262,6 @@ def _with_original_records(engine: Engine, rows: DataFrame, files: Sequence[Bron
 
 
 def _locate_bad_rows(changes: DataFrame, files: Sequence[BronzeFile]) -> DataFrame:
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     values = F.to_json(F.struct(*[F.col(c) for c in data_columns(changes)]))
@@ -270,25 +270,19 @@ def _locate_bad_rows(changes: DataFrame, files: Sequence[BronzeFile]) -> DataFra
         F.coalesce(F.col(RAW_LINE), values).alias("raw"),
         error_text().alias("reason"),
     )
-    # One aggregate per split of a file: its bad rows, its first row id and its row count. No
-    # filter and no join over ``changes``: for those, Spark infers constraints through every
-    # projection that types and checks the row, which grows exponentially with the columns (a wide
-    # table's plan takes minutes or runs out of memory: the journal's "Figures that were code
-    # comments"); aggregates are spared.
-    # Row ids grow with the position inside a file's split (the whole file, unless it was read in
-    # splits), so each split's first id and the rows of the splits before it give row numbers.
-    splits = changes.groupBy(FILE_INDEX, FILE_BLOCK).agg(
-        F.collect_list(F.when(has_error(), located)).alias("_cdc_bad"),  # NULLs (good rows) are skipped
-        F.min(ROW_POSITION).alias("_cdc_first"),
-        F.count(F.lit(1)).alias("_cdc_rows"),
+    # One aggregate per file: its bad rows. No filter and no join over ``changes``: for those,
+    # Spark infers constraints through every projection that types and checks the row, which grows
+    # exponentially with the columns (a wide table's plan takes minutes or runs out of memory: the
+    # journal's "Figures that were code comments"); aggregates are spared. The row's index in its
+    # file (``dms.reader``) is its row number less one.
+    per_file = changes.groupBy(FILE_INDEX).agg(
+        F.collect_list(F.when(has_error(), located)).alias("_cdc_bad")  # NULLs (good rows) are skipped
     )
-    earlier = Window.partitionBy(FILE_INDEX).orderBy(FILE_BLOCK).rowsBetween(Window.unboundedPreceding, -1)
-    splits = splits.withColumn("_cdc_before", F.coalesce(F.sum("_cdc_rows").over(earlier), F.lit(0)))
     keys = F.create_map(*[x for i, f in enumerate(files) for x in (F.lit(i), F.lit(f.key))])
-    bad = splits.select(FILE_INDEX, "_cdc_first", "_cdc_before", F.explode("_cdc_bad").alias("_cdc_row"))
+    bad = per_file.select(FILE_INDEX, F.explode("_cdc_bad").alias("_cdc_row"))
     return bad.select(
         F.element_at(keys, F.col(FILE_INDEX)).alias("file_key"),
-        (F.col("_cdc_before") + F.col("_cdc_row.position") - F.col("_cdc_first") + 1).alias("row_number"),
+        (F.col("_cdc_row.position") + 1).alias("row_number"),
         F.col("_cdc_row.raw").alias("raw"),
         F.col("_cdc_row.reason").alias("reason"),
     )
@@ -337,16 +331,19 @@ def cast_columns(rows: DataFrame, casts: dict[str, str]) -> DataFrame:
 def history_rows(valid: DataFrame) -> DataFrame:
     """Every valid change as history takes it: data columns, ``_cdc_order``, ``_cdc_op``, ``_cdc_ts``.
 
-    History's ``_cdc_order`` is silver's with the change's place in its file after it: changes of
-    one key at one instant in one file with no change sequence (a transaction that updates then
-    deletes a row) share silver's order text, and history keeps each as a version of its own, in
-    file order. A re-read of the same file gives the same text (history adds a change once)."""
+    History's ``_cdc_order`` is silver's with the change's place in its file after it:
+    ``<silver order>#<20 zeros><row index, 20 digits>``. Changes of one key at one instant in one
+    file with no change sequence (a transaction that updates then deletes a row) share silver's
+    order text, and history keeps each as a version of its own, in file order. The place is the
+    row's index in its file (``dms.reader``), a function of the file and the row alone, so a re-read
+    of the same file in any company and any splits gives the same text (history adds a change once).
+    The 20 zeros stand where the split's start stood when the place counted from it: the text keeps
+    its width and its order, and a file read whole (first in Spark's first partition) keeps the
+    text it always had."""
     from pyspark.sql import functions as F
 
-    def digits(column: str) -> Column:
-        return F.lpad(F.coalesce(F.col(column), F.lit(0)).cast("string"), 20, "0")
-
-    order = F.concat(F.col(SILVER_ORDER), F.lit("#"), digits(FILE_BLOCK), digits(ROW_POSITION))
+    place = F.lpad(F.coalesce(F.col(ROW_POSITION), F.lit(0)).cast("string"), 20, "0")
+    order = F.concat(F.col(SILVER_ORDER), F.lit(HISTORY_PLACE_PREFIX), place)
     return valid.select(*data_columns(valid), order.alias(SILVER_ORDER), OP, COMMIT_TS)
 
 

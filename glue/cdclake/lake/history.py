@@ -31,7 +31,7 @@ from functools import reduce
 from operator import and_
 from typing import TYPE_CHECKING
 
-from cdclake.columns import COMMIT_TS, HISTORY_SUFFIX, OP, SILVER_ORDER
+from cdclake.columns import COMMIT_TS, HISTORY_PLACE_PREFIX, HISTORY_SUFFIX, OP, SILVER_ORDER
 from cdclake.errors import CdclakeError
 from cdclake.identifiers import quote
 from cdclake.lake.iceberg import IcebergTable, Snapshot
@@ -87,11 +87,14 @@ def reflecting_snapshot_id(spark: SparkSession, history: SilverTable) -> int | N
     return None if found is None else found.snapshot_id
 
 
-def _reflecting_snapshot(spark: SparkSession, history: SilverTable) -> Snapshot | None:
-    """History's newest snapshot whose summary records the silver snapshot it reflects."""
+def _reflecting_snapshot(
+    spark: SparkSession, history: SilverTable, keys: tuple[str, ...] = (SILVER_SEQUENCE_PROPERTY,)
+) -> Snapshot | None:
+    """History's newest snapshot whose summary records the silver snapshot it reflects (with the
+    summary's ``keys``)."""
     if not table_exists(spark, history):
         return None
-    lineage = IcebergTable.latest(spark, history.identifier).lineage((SILVER_SEQUENCE_PROPERTY,))
+    lineage = IcebergTable.latest(spark, history.identifier).lineage(keys)
     return next((s for s in lineage if SILVER_SEQUENCE_PROPERTY in s.summary), None)
 
 
@@ -245,6 +248,99 @@ def start_history(
     )
     apply_history(spark, history, rows, key, properties)
     return True
+
+
+# A version's ``_cdc_order`` that ends with its change's place in its file (``engine.read.history_rows``):
+# '#' and 40 digits after silver's order.
+_PLACE_DIGITS = len(HISTORY_PLACE_PREFIX) - 1 + 20
+_PLACED = f"#[0-9]{{{_PLACE_DIGITS}}}$"
+
+
+def drop_repeated_versions(spark: SparkSession, history: SilverTable, key: Sequence[str]) -> int:
+    """Drop the versions ``history`` holds of one change twice, and set ``valid_to`` and
+    ``is_current`` again on the keys they were in, in one Iceberg commit; how many were dropped
+    (0: no commit). Idempotent.
+
+    Before a change's place was its row index in its file, it counted from the rows Spark read
+    before it in its partition: a file read again in other company (history's catch-up, another
+    writer) gave the same change another ``_cdc_order``, and history added it again. Such a
+    repeat is found by the rule: versions of one key whose ``_cdc_order`` agrees before its place
+    (commit instant, change sequence and file: silver's order) and that agree in operation and
+    every value are one change; the one with the greatest ``_cdc_order`` stays, the others go.
+
+    What that rule can drop, and why it is safe: the versions of one silver order share their
+    ``valid_from`` (the commit instant), so every one of them but the last (greatest order) is
+    valid from that instant to that same instant, and no query as of any time returns it. The
+    last version of each group is kept (it is the greatest of its own values), so the group's
+    last values, every other group and the answer as of any time stay what they were. With a
+    change sequence column (DMS's ``AR_H_CHANGE_SEQ``, unique per change) a silver order names one
+    change of a key, and only repeats of it are dropped. Without one, the case it cannot tell from
+    a repeat is one key changed to the same values with the same operation twice at one commit
+    instant in one file (an update repeated in one transaction): the earlier of the two goes,
+    a version that lasted no time.
+
+    The rule looks only at versions whose order ends in a place (CDC changes: not a full load's
+    first versions nor a history started from silver's rows). The first pass reads the key and
+    order columns alone; the values are compared only on keys it finds with a repeated order.
+    The commit records the silver snapshot history already reflected (it adds no change)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    if not history_started(spark, history):
+        return 0
+    stored = spark.table(history.identifier)
+    keys = [quote(k) for k in key]
+    placed = F.col(SILVER_ORDER).rlike(_PLACED)
+    silver_order = F.expr(f"substring({SILVER_ORDER}, 1, length({SILVER_ORDER}) - {_PLACE_DIGITS + 1})")
+    repeated = (
+        stored.where(placed)
+        .groupBy(*keys, silver_order.alias("_cdc_silver_order"))
+        .agg(F.count(F.lit(1)).alias("_cdc_versions"))
+        .where("_cdc_versions > 1")
+        .select(*keys)
+        .distinct()
+        .localCheckpoint()
+    )
+    if repeated.isEmpty():
+        return 0
+    touched = stored.join(repeated, list(key), "left_semi").localCheckpoint()
+    values = [quote(c) for c in touched.columns if c not in (SILVER_ORDER, VALID_TO, IS_CURRENT)]
+    one_change = Window.partitionBy(placed, *values, silver_order).orderBy(F.col(SILVER_ORDER).desc())
+    ranked = touched.withColumn("_cdc_repeat", placed & (F.row_number().over(one_change) > 1)).localCheckpoint()
+    dropped = ranked.where("_cdc_repeat").count()
+    if dropped == 0:
+        return 0
+    identity = [*keys, SILVER_ORDER]
+    kept = with_validity(ranked.where("NOT _cdc_repeat").drop("_cdc_repeat", VALID_TO, IS_CURRENT), key)
+    was = touched.select(*identity, F.col(VALID_TO).alias("_cdc_was_to"), F.col(IS_CURRENT).alias("_cdc_was_current"))
+    moved = (
+        kept.join(was, [*key, SILVER_ORDER])
+        .where(
+            ~F.col(VALID_TO).eqNullSafe(F.col("_cdc_was_to")) | ~F.col(IS_CURRENT).eqNullSafe(F.col("_cdc_was_current"))
+        )
+        .select(*identity, VALID_TO, IS_CURRENT, F.lit(False).alias("_cdc_repeat"))
+    )
+    gone = ranked.where("_cdc_repeat").select(
+        *identity,
+        F.lit(None).cast("timestamp").alias(VALID_TO),
+        F.lit(None).cast("boolean").alias(IS_CURRENT),
+        "_cdc_repeat",
+    )
+    view = f"cdclake_history_repeats_{uuid.uuid4().hex}"
+    moved.unionByName(gone).createOrReplaceTempView(view)
+    on = " AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in [*key, SILVER_ORDER])
+    statement = (
+        f"MERGE INTO {history.identifier} t USING {view} s ON {on} "
+        "WHEN MATCHED AND s._cdc_repeat THEN DELETE "
+        f"WHEN MATCHED THEN UPDATE SET t.{VALID_TO} = s.{VALID_TO}, t.{IS_CURRENT} = s.{IS_CURRENT}"
+    )
+    reflected = _reflecting_snapshot(spark, history, (SILVER_SNAPSHOT_PROPERTY, SILVER_SEQUENCE_PROPERTY))
+    properties = {} if reflected is None else dict(reflected.summary)
+    try:
+        commit_with_properties(spark, properties, lambda: spark.sql(statement))
+    finally:
+        spark.catalog.dropTempView(view)
+    return dropped
 
 
 def _data_columns(rows: DataFrame) -> list[str]:

@@ -3,7 +3,10 @@ files and tombstone retention, for every table cdclake writes. Run it between CD
 beside one (the state machine's maintenance step, or ``cdclake maintain`` locally).
 
 * Each silver table: compaction that keeps its key layout, expiry, orphans, old tombstones.
-* Its side tables (``__tombstones``, ``__history``): compaction, expiry and orphans alike.
+* Its side tables (``__tombstones``, ``__history``): compaction, expiry and orphans alike; in
+  history, first, the versions of one change recorded twice are dropped
+  (``lake.history.drop_repeated_versions``: written before a change's place was its row index in
+  its file).
 * Once per run, the tables the silver tables share (the ledger archive ``cdclake_ledger``, the
   journals) and the gold marts: compaction (not the marts: a mart's newest commit records what
   it reflects), expiry and orphans.
@@ -33,7 +36,7 @@ from cdclake.columns import TOMBSTONE_DELETED_AT
 from cdclake.config import TableConfig, gold_database
 from cdclake.dms.horizon import pruned_before_after
 from cdclake.identifiers import procedure_table
-from cdclake.lake.history import history_of
+from cdclake.lake.history import drop_repeated_versions, history_of
 from cdclake.lake.iceberg import IcebergTable
 from cdclake.lake.journals import (
     DISMISSED_TABLE,
@@ -100,6 +103,7 @@ class MaintenanceReport:
     ledger_entries_archived: int = 0
     orphan_files_removed: int = 0
     tombstones_removed: int = 0
+    repeated_versions_removed: int = 0  # history: versions of a change recorded twice (``drop_repeated_versions``)
     seconds: float = 0.0
     side_tables: list[MaintenanceReport] = field(default_factory=list)  # a silver table's tombstones and history
     unchanged: bool = False  # skipped: no commit since its last maintenance (``changed_only``)
@@ -111,9 +115,14 @@ class MaintenanceReport:
                 f"{self.table}{'' if self.role == SILVER else f' ({self.role})'}: unchanged since its last maintenance"
             )
         if self.role != SILVER:
+            repeats = (
+                f", repeated versions removed {self.repeated_versions_removed}"
+                if self.repeated_versions_removed
+                else ""
+            )
             return (
                 f"{self.table} ({self.role}): data files {self.data_files_before} -> {self.data_files_after}, "
-                f"snapshots expired {self.snapshots_expired}, orphans removed {self.orphan_files_removed} "
+                f"snapshots expired {self.snapshots_expired}, orphans removed {self.orphan_files_removed}{repeats} "
                 f"({self.seconds:.1f}s)"
             )
         return (
@@ -369,12 +378,20 @@ def maintain_table(
     tombstones = tombstones_of(silver)
     if table_exists(engine.spark, tombstones):
         report.tombstones_removed = _prune_tombstones(engine, tombstones, now, settings)
+    history = history_of(silver)
+    # Before its compaction, which then takes the repair's deletes in.
+    repeats = (
+        drop_repeated_versions(engine.spark, history, table.silver_key()) if table_exists(engine.spark, history) else 0
+    )
+    if repeats:
+        log.warning("history repeats removed table=%s versions=%d", table.source, repeats)
     for side, role, side_keep in (
         (tombstones, TOMBSTONES, kept.marts_read),
-        (history_of(silver), HISTORY, kept.history),
+        (history, HISTORY, kept.history),
     ):
         upkeep = maintain_beside(engine, side, role, settings, now, side_keep)
         if upkeep is not None:
+            upkeep.repeated_versions_removed = repeats if role == HISTORY else 0
             report.side_tables.append(upkeep)
     report.data_files_after, report.delete_files_after = _file_counts(engine, silver)
     _record_maintained(engine, silver)

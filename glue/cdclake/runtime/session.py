@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 # Spark's JVM logs errors only (no start-up notices): cdclake's own lines are the output.
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+# Above any spark.sql.files.maxPartitionBytes: every bronze file (or split) in a partition of its own.
+OPEN_COST_BYTES = 1 << 34
 
 
 # Names PySpark and the engine look up in the JVM on every batch of every table. py4j resolves each
@@ -154,6 +156,11 @@ def spark_conf(settings: SessionSettings) -> dict[str, str]:
         # expressions in split methods the JIT compiles (the value Spark's documentation gives
         # for HotSpot).
         "spark.sql.codegen.hugeMethodLimit": "8000",
+        # Each bronze file, or split of one, is read in a partition of its own: a file's open cost
+        # above any partition's size closes the partition after it. A row's place in its file is then
+        # the lower bits of its row id, whichever files are read with it (``dms.reader``). The
+        # reader coalesces its partitions again, without a shuffle, so no task is added.
+        "spark.sql.files.openCostInBytes": str(OPEN_COST_BYTES),
         # Dates and timestamps of any year (0001-9999 and beyond) as the Iceberg spec, pyiceberg,
         # Athena and the driver's pyarrow store them: proleptic Gregorian, unshifted. Spark's
         # default refuses to write values before 1582-10-15 (WRITE_ANCIENT_DATETIME) and to read
