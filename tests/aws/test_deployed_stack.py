@@ -38,6 +38,8 @@ from local_stack import (
     create_stack,
     moto_server,
 )
+import iam_harness
+from iam_harness import CallRecorder, acting_as, stack_policies
 from task_calls import environment_set
 from test_deploy import stack_artifacts
 
@@ -75,6 +77,7 @@ class Deployed:
     broken_jobs: set[str]  # Glue jobs whose next runs fail before applying anything (a broken script, a bad role)
     root: Path  # what the deploy uploads from: glue/jobs and dist/ with the built wheel
     runs: list[tuple[str, Any]]  # each Glue job run in order: its job name and what its main() returned or raised
+    calls: CallRecorder | None = None  # every stack principal's AWS calls, checked against its policies
 
     @property
     def bronze(self) -> str:
@@ -142,8 +145,11 @@ class Killed(BaseException):
     """The Glue worker was lost mid-run: not an error any code of the job catches."""
 
 
-def run_glue_entry_point(s3: Any, work: Path, warehouse: Path, broken: set[str], runs: list[tuple[str, Any]]) -> Any:
-    """What a Glue job run does with its script: fetch it from the job's ScriptLocation and run its main()."""
+def run_glue_entry_point(
+    s3: Any, work: Path, warehouse: Path, broken: set[str], runs: list[tuple[str, Any]], calls: CallRecorder | None = None
+) -> Any:
+    """What a Glue job run does with its script: fetch it from the job's ScriptLocation and run its main().
+    With ``calls``, the run acts as the job's role (Glue reads the script with it, and so does the job's code)."""
     glue = boto3.client("glue", region_name=REGION)
 
     def run(job_name: str, arguments: dict[str, str]) -> None:
@@ -151,7 +157,12 @@ def run_glue_entry_point(s3: Any, work: Path, warehouse: Path, broken: set[str],
             broken_run = RuntimeError(f"simulated failure of {job_name}")
             runs.append((job_name, broken_run))
             raise broken_run
-        location = glue.get_job(JobName=job_name)["Job"]["Command"]["ScriptLocation"]
+        job = glue.get_job(JobName=job_name)["Job"]
+        role = None if calls is None or calls.policies is None else calls.policies.role_of_arn(job["Role"])
+        with acting_as(role):
+            run_as_the_job(job_name, job["Command"]["ScriptLocation"], arguments)
+
+    def run_as_the_job(job_name: str, location: str, arguments: dict[str, str]) -> None:
         bucket, _, key = location[len("s3://") :].partition("/")
         script = work / "scripts" / key
         script.parent.mkdir(parents=True, exist_ok=True)
@@ -185,9 +196,10 @@ def wheel_into(root: Path) -> Path:
 
 
 @contextlib.contextmanager
-def local_aws() -> Iterator[tuple[str, MotoStepFunctionsGaps]]:
+def local_aws() -> Iterator[tuple[str, MotoStepFunctionsGaps, CallRecorder]]:
     """The AWS a stack is deployed into here: fake credentials, moto's gaps patched, a moto server (its
-    endpoint and the gaps' record); skipped without the SAM CLI."""
+    endpoint and the gaps' record), and the IAM harness recording every call (iam_harness.py: the principals
+    are set by ``deploy``); skipped without the SAM CLI."""
     if not SAM.exists():
         pytest.skip(f"{SAM} is missing: run `make aws-tools`")
     with pytest.MonkeyPatch.context() as patch:
@@ -196,15 +208,27 @@ def local_aws() -> Iterator[tuple[str, MotoStepFunctionsGaps]]:
         for name, value in {**FAKE_CREDENTIALS, "POWERTOOLS_TRACE_DISABLED": "true"}.items():
             patch.setenv(name, value)
         gaps = patch_moto_gaps(patch)
+        calls = iam_harness.install(patch)  # after the gaps: its hooks run before task_calls.py's
         with moto_server() as endpoint:
             patch.setenv("AWS_ENDPOINT_URL", endpoint)
-            yield endpoint, gaps
+            yield endpoint, gaps, calls
 
 
 @pytest.fixture(scope="module")
 def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
-    with local_aws() as (endpoint, gaps):
-        yield deploy(tmp_path_factory.mktemp("deployed"), endpoint, gaps)
+    with local_aws() as (endpoint, gaps, calls):
+        yield deploy(tmp_path_factory.mktemp("deployed"), endpoint, gaps, calls=calls)
+
+
+@pytest.fixture(autouse=True)
+def every_call_allowed(deployed: Deployed) -> Iterator[None]:
+    """After each test: no principal of the stack made a call its policies do not allow (iam_harness.py). Such a
+    call was answered AccessDenied, as AWS would; this names principal, action and ARN even where the code
+    under test swallowed the refusal."""
+    assert deployed.calls is not None
+    before = len(deployed.calls.denied)
+    yield
+    assert deployed.calls.denied[before:] == []
 
 
 def deploy(
@@ -213,9 +237,11 @@ def deploy(
     gaps: MotoStepFunctionsGaps,
     config_text: str = CONFIG,
     parameters: dict[str, str] | None = None,
+    calls: CallRecorder | None = None,
 ) -> Deployed:
     """The deploy as `make deploy` does it, into the emulator: preflight, stack, upload; then the test's wiring.
-    ``parameters``: stack parameters beside (or over) the ones every deployed test uses."""
+    ``parameters``: stack parameters beside (or over) the ones every deployed test uses. ``calls``: the IAM
+    harness, given the created stack's policies, the state machine's role and each handler's and job's role."""
     s3, sqs, sns, dms = (boto3.client(s, region_name=REGION) for s in ("s3", "sqs", "sns", "dms"))
     task = a_started_replication_task(dms)
     template = build_and_transform(work, endpoint)
@@ -232,7 +258,13 @@ def deploy(
     )  # fmt: skip
     given |= dict(o.split("=", 1) for o in overrides)
     stack = create_stack(template, STACK, given, endpoint)
-    stack_artifacts.upload(s3, stack.outputs, root, config)
+    stack_artifacts.upload(s3, stack.outputs, root, config)  # the deployer's, not a stack principal's
+    if calls is not None:
+        calls.policies = stack_policies(stack)
+        described = boto3.client("stepfunctions", region_name=REGION).describe_state_machine(
+            stateMachineArn=stack.outputs["StateMachineArn"]
+        )
+        calls.state_machine_role = calls.policies.role_of_arn(described["roleArn"])
     # Alerts: an SQS inbox subscribed to the stack's topic (its e-mail subscription reaches nobody here).
     alerts_url = sqs.create_queue(QueueName="alerts-inbox")["QueueUrl"]
     alerts_arn = sqs.get_queue_attributes(QueueUrl=alerts_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
@@ -243,16 +275,30 @@ def deploy(
     lam = boto3.client("lambda", region_name=REGION)
     for logical, function in (("WorkCheckFunction", "work_check"),):
         name = stack.physical(logical)
-        environment = lam.get_function_configuration(FunctionName=name)["Environment"]["Variables"]
-        gaps.lambda_handlers[name] = handler_imported_with(function, {k: str(v) for k, v in environment.items()})
+        configuration = lam.get_function_configuration(FunctionName=name)
+        environment = {k: str(v) for k, v in configuration["Environment"]["Variables"].items()}
+        handler = handler_imported_with(function, environment)
+        if calls is not None and calls.policies is not None:
+            handler = acting_as_role(handler, calls.policies.role_of_arn(configuration["Role"]))
+        gaps.lambda_handlers[name] = handler
     warehouse = work / "lake" / "warehouse"
     broken: set[str] = set()
     runs: list[tuple[str, Any]] = []
-    gaps.glue_runner = run_glue_entry_point(s3, work, warehouse, broken, runs)
+    gaps.glue_runner = run_glue_entry_point(s3, work, warehouse, broken, runs, calls)
     gaps.glue_runner_in_background = True
     gaps.retry_waits = []  # the state machine's Retry pauses (60 s and more) are recorded, not slept
     sfn = boto3.client("stepfunctions", region_name=REGION)
-    return Deployed(stack, gaps, warehouse, alerts_url, s3, sqs, sfn, broken, root, runs)
+    return Deployed(stack, gaps, warehouse, alerts_url, s3, sqs, sfn, broken, root, runs, calls)
+
+
+def acting_as_role(handler: Any, role: str) -> Any:
+    """The Lambda handler, its calls made as the function's role."""
+
+    def handle(event: Any, context: Any) -> Any:
+        with acting_as(role):
+            return handler(event, context)
+
+    return handle
 
 
 def handler_imported_with(function: str, environment: dict[str, str]) -> Any:

@@ -22,12 +22,13 @@ from typing import Any
 import boto3
 import pytest
 from local_stack import REGION
-from test_deployed_stack import INITIAL, LOADED_AT, Deployed, deploy, local_aws
+from test_deployed_stack import INITIAL, LOADED_AT, Deployed, deploy, every_call_allowed, local_aws
 
 from cdclake.dms.writer import csv_text
 from local_databases import PgServer, running_postgres
 
 pytestmark = [pytest.mark.spark, pytest.mark.stack]
+__all__ = ["every_call_allowed"]  # the IAM harness's check after each test (autouse)
 
 CONFIG = """\
 bronze: {format: csv, csv_header: false, timestamp_column: ts}
@@ -61,7 +62,7 @@ def source() -> Iterator[tuple[PgServer, str]]:
 @pytest.fixture(scope="module")
 def deployed(tmp_path_factory: pytest.TempPathFactory, source: tuple[PgServer, str]) -> Iterator[Deployed]:
     server, database = source
-    with local_aws() as (endpoint, gaps):
+    with local_aws() as (endpoint, gaps, calls):
         work = tmp_path_factory.mktemp("deployed-verify")
         # The source secret as RDS writes one; the stack is given its name (SourceSecretId).
         secret = {"engine": "postgres", "host": "127.0.0.1", "port": server.port, "username": "postgres",
@@ -70,7 +71,7 @@ def deployed(tmp_path_factory: pytest.TempPathFactory, source: tuple[PgServer, s
         # A quiet source: a difference is confirmed 1 s after nothing waits (the default allows for DMS's 60 s).
         given = {"SourceSecretId": SECRET, "SourceEngine": "postgres", "EnvironmentName": ENVIRONMENT,
                  "VerifyDeliverySeconds": "1"}  # fmt: skip
-        stack = deploy(work, endpoint, gaps, CONFIG, given)
+        stack = deploy(work, endpoint, gaps, CONFIG, given, calls)
         yield stack
         stack.stop_all()
 
