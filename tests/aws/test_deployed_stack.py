@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import iam_harness
 import pytest
 from conftest import MotoStepFunctionsGaps, a_started_replication_task, patch_moto_gaps
+from iam_harness import CallRecorder, acting_as, least_privilege_report, stack_policies, unused_grants
 from local_stack import (
     FAKE_CREDENTIALS,
     REGION,
@@ -38,8 +40,6 @@ from local_stack import (
     create_stack,
     moto_server,
 )
-import iam_harness
-from iam_harness import CallRecorder, acting_as, stack_policies
 from task_calls import environment_set
 from test_deploy import stack_artifacts
 
@@ -56,6 +56,7 @@ bronze: {format: csv, csv_header: false, timestamp_column: ts}
 silver: {database: people_db}
 tables:
   s.people: {primary_key: [id], columns: {id: int, name: string, city: string}}
+  s.places: {primary_key: [id], columns: {id: int, name: string}}
 """ + "".join(f"  s.t{n:02d}: {{primary_key: [id], columns: {{id: int, v: string}}}}\n" for n in range(1, 31))
 COLUMNS = ["id", "name", "city"]
 INITIAL = [{"id": str(i), "name": f"person {i}", "city": "Oslo"} for i in range(1, 7)]
@@ -146,7 +147,12 @@ class Killed(BaseException):
 
 
 def run_glue_entry_point(
-    s3: Any, work: Path, warehouse: Path, broken: set[str], runs: list[tuple[str, Any]], calls: CallRecorder | None = None
+    s3: Any,
+    work: Path,
+    warehouse: Path,
+    broken: set[str],
+    runs: list[tuple[str, Any]],
+    calls: CallRecorder | None = None,
 ) -> Any:
     """What a Glue job run does with its script: fetch it from the job's ScriptLocation and run its main().
     With ``calls``, the run acts as the job's role (Glue reads the script with it, and so does the job's code)."""
@@ -326,7 +332,8 @@ def test_dms_files_put_in_bronze_reach_silver_through_the_deployed_pipeline(depl
         [change("I", 7, "person 7", "Tromsø", 3), change("U", 1, "person one", "Bergen", 4)],
         [change("D", 7, "person 7", "Tromsø", 5), change("U", 3, "person 3", "Oslo, Norway", 6)],
     ]
-    deployed.wait(lambda: len(deployed.executions()) == 2, "the full-load execution hands over")
+    # (the first Glue run starts Spark: on a busy 2-core machine it has taken over 3 minutes)
+    deployed.wait(lambda: len(deployed.executions()) == 2, "the full-load execution hands over", timeout=360)
     for batch in batches:
         deployed.put_cdc_file(batch)
     # THEN the queue drains, every file is applied, and silver equals the replayed change log
@@ -349,7 +356,98 @@ def test_dms_files_put_in_bronze_reach_silver_through_the_deployed_pipeline(depl
     path = deployed.states_entered(successor["executionArn"])
     assert path.count("RunCdcJob") >= 1 and path.count("CdcRunDone") >= path.count("RunCdcJob") - 1  # one may run
     assert deployed.alerts() == []
+    # AND the work check's first look for a reload request, before any CDC run had written one, was allowed: it
+    # listed the one key (S3 answers a read of a missing key with 403 to a caller that may not list the bucket)
+    assert deployed.calls is not None and deployed.calls.policies is not None
+    first_look = first_reload_request_look(deployed.calls)
+    assert (first_look.operation, first_look.params["Prefix"], first_look.denied) == (
+        "ListObjectsV2", "state/reloads.json", []
+    )  # fmt: skip
+    # AND under the policy before ListReloadRequest that very call is refused: the first iteration failed there
+    old_policy = deployed.calls.policies.without("WorkCheckFunctionRole", "ListReloadRequest")
+    again = iam_harness.ApiCall(first_look.principal, "s3", first_look.operation, first_look.params)
+    old_policy.check(again, lambda _: None)
+    assert [(r.action, why) for r, why in again.denied] == [("s3:ListBucket", "implicit deny")]
     print_summary(deployed)
+
+
+def first_reload_request_look(calls: CallRecorder) -> iam_harness.ApiCall:
+    """The work check's first call about the reload request, which must precede the CDC job's first write of it."""
+    reload_calls = [
+        (n, c) for n, c in enumerate(calls.calls) if "state/reloads.json" in json.dumps(c.params, default=str)
+    ]
+    [(first_read, look), *_] = [(n, c) for n, c in reload_calls if c.principal == "WorkCheckFunctionRole"]
+    writes = [n for n, c in reload_calls if c.operation == "PutObject" and c.principal == "CdcJobRole"]
+    assert writes == [] or first_read < writes[0], "the first iteration's CheckWork found a request already written"
+    return look
+
+
+def place(op: str, ident: int, name: str, second: int) -> SourceChange:
+    return SourceChange(op, {"id": str(ident), "name": name}, f"2024-03-01 13:00:{second:02d}.000000", "")
+
+
+def test_a_table_whose_load_arrives_after_the_first_cdc_run_is_reloaded_through_the_reload_lane(
+    deployed: Deployed,
+) -> None:
+    # GIVEN the CDC loop running (the first test), and DMS's full load of a second table written only now, with a
+    # CDC file of that table after it (the file's event wakes the CDC job)
+    places = [{"id": "1", "name": "Oslo"}, {"id": "2", "name": "Bergen"}]
+    load = csv_text([[LOADED_AT, p["id"], p["name"]] for p in places])
+    deployed.s3.put_object(Bucket=deployed.bronze, Key="dms/s/places/LOAD00000001.csv", Body=load.encode())
+    changes = [place("U", 2, "Bergen, Norway", 1), place("I", 3, "Tromsø", 2)]
+    body = csv_text(cdc_records(changes, ["id", "name"], with_timestamp=True, with_seq=False))
+    deployed.s3.put_object(
+        Bucket=deployed.bronze, Key=f"dms/s/places/{cdc_file_name(changes[-1].commit_ts)}", Body=body.encode()
+    )
+    # WHEN the CDC job finds the table not loaded: it writes the reload request and holds the table's CDC; the
+    # work check reads the request and the state machine starts the full-load job for that table
+    full_load = deployed.stack.outputs["FullLoadJobName"]
+
+    def reloaded() -> bool:
+        return any(job == full_load and not isinstance(outcome, Exception) for job, outcome in deployed.runs[1:])
+
+    deployed.wait(reloaded, "the full-load job run for the requested table", timeout=300)
+    glue = boto3.client("glue", region_name=REGION)
+    [reload_run] = [r for r in glue.get_job_runs(JobName=full_load)["JobRuns"] if r["Arguments"].get("--tables")]
+    assert reload_run["Arguments"]["--tables"] == "s.places"
+    # THEN once loaded, its held CDC file is applied after the load
+    expected = replay_change_log(places, changes, ["id"])
+    deployed.wait(lambda: silver_places(deployed) == expected, "s.places loaded and its CDC applied", timeout=300)
+    # AND every call of the work check, the CDC job, the full-load job and the state machine was allowed
+    assert deployed.calls is not None
+    assert {c.principal for c in deployed.calls.calls} >= {
+        "WorkCheckFunctionRole", "CdcJobRole", "FullLoadJobRole", "PipelineStateMachineRole"
+    }  # fmt: skip
+    assert deployed.calls.denied == []
+
+
+def silver_places(deployed: Deployed) -> dict[tuple[str, ...], dict[str, str | None]]:
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.getOrCreate()
+    try:
+        rows = spark.table(f"silver.{deployed.stack.outputs['GlueDatabaseName']}.places").collect()
+    except AnalysisException:  # not created yet
+        return {}
+    return {(str(r["id"]),): {"id": str(r["id"]), "name": r["name"]} for r in rows}
+
+
+def test_the_first_maintenance_run_makes_only_calls_its_role_allows(deployed: Deployed) -> None:
+    # GIVEN the pipeline stopped (maintenance rewrites the tables the CDC job commits to)
+    stop_the_pipeline(deployed)
+    maintenance = deployed.stack.outputs["MaintenanceJobName"]
+    before = len(deployed.runs)
+    # WHEN the maintenance job runs, as the state machine starts it every MaintenanceEveryIterations
+    boto3.client("glue", region_name=REGION).start_job_run(JobName=maintenance)
+    deployed.wait(lambda: any(job == maintenance for job, _ in deployed.runs[before:]), "the maintenance run ended",
+                  timeout=300)  # fmt: skip
+    # THEN it succeeded, as its role, with every call allowed
+    [outcome] = [o for job, o in deployed.runs[before:] if job == maintenance]
+    assert not isinstance(outcome, Exception), outcome
+    assert deployed.calls is not None and deployed.calls.calls_of("MaintenanceJobRole") != []
+    # AND the pipeline goes on
+    restart(deployed, "after-maintenance")
 
 
 def print_summary(deployed: Deployed) -> None:
@@ -593,3 +691,34 @@ def test_a_redeploy_after_destroy_uses_the_retained_databases(deployed: Deployed
     again = create_stack(template, "cdclake-dev-redeploy", redeployed, os.environ["AWS_ENDPOINT_URL"])
     assert again.outputs["GlueDatabaseName"] == "cdclake_dev"
     assert "GlueDatabase" not in again.resolver.physical and "GoldDatabase" not in again.resolver.physical
+
+
+def test_the_least_privilege_report_in_docs_is_what_the_harness_produces(
+    deployed: Deployed, request: pytest.FixtureRequest
+) -> None:
+    """docs/iam.md's section for this stack: every grant of every role, used by a recorded call of this module's
+    tests or named as used outside them (the Java side on Glue, the services' own calls). Last in the module."""
+    assert deployed.calls is not None and deployed.calls.policies is not None
+    report = least_privilege_report(deployed.calls.policies, deployed.calls.used, REPORT_TITLE)
+    iam_harness.dump(deployed.calls, "deployed-stack")
+    check_report_section("deployed-stack", report, request)
+    assert unused_grants(report) == []  # a grant nothing uses is trimmed from template.yaml, or named where used
+
+
+REPORT_TITLE = "The stack of tests/aws/test_deployed_stack.py (no source secret)"
+
+
+def check_report_section(section: str, report: str, request: pytest.FixtureRequest) -> None:
+    """The committed section equals the harness's report; it is written instead with CDCLAKE_WRITE_IAM_REPORT=1.
+    Only a run of the whole module has made every call the report counts: a selection skips the comparison."""
+    module = request.module
+    selected = [item for item in request.session.items if getattr(item, "module", None) is module]
+    defined = [name for name in dir(module) if name.startswith("test_") and callable(getattr(module, name))]
+    if os.environ.get(iam_harness.WRITE_REPORT) == "1":
+        iam_harness.write_section(section, report)
+        return
+    if not iam_harness.REPORT.exists():  # a checkout without the docs
+        pytest.skip("docs/iam.md is missing")
+    if len(selected) < len(defined):
+        pytest.skip("the report is compared after a run of the whole module (a selection makes fewer calls)")
+    assert iam_harness.committed_section(section) == report

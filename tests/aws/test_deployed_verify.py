@@ -20,9 +20,19 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import iam_harness
 import pytest
+from iam_harness import least_privilege_report, unused_grants
 from local_stack import REGION
-from test_deployed_stack import INITIAL, LOADED_AT, Deployed, deploy, every_call_allowed, local_aws
+from test_deployed_stack import (
+    INITIAL,
+    LOADED_AT,
+    Deployed,
+    check_report_section,
+    deploy,
+    every_call_allowed,
+    local_aws,
+)
 
 from cdclake.dms.writer import csv_text
 from local_databases import PgServer, running_postgres
@@ -176,3 +186,17 @@ def test_a_reload_is_followed_by_a_verify_of_the_tables_it_loaded(deployed: Depl
     [after] = [rows for run_id, rows in verify_rows(deployed).items() if run_id not in rows_before]
     assert [(r["source_table"], r["verdict"], r["rows_differing"]) for r in after] == [("s.people", "equal", 0)]
     assert spark.sql(f"SELECT city FROM silver.{database}.people WHERE id = 3").first()[0] != "Atlantis"
+
+
+def test_the_least_privilege_report_in_docs_is_what_the_harness_produces(
+    deployed: Deployed, request: pytest.FixtureRequest
+) -> None:
+    """docs/iam.md's section for the stack with a source secret (the verify job's role, the source statements).
+    Last in the module."""
+    assert deployed.calls is not None and deployed.calls.policies is not None
+    report = least_privilege_report(
+        deployed.calls.policies, deployed.calls.used, "The stack of tests/aws/test_deployed_verify.py (SourceSecretId)"
+    )
+    iam_harness.dump(deployed.calls, "deployed-verify")
+    check_report_section("deployed-verify", report, request)
+    assert unused_grants(report) == []

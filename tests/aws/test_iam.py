@@ -276,8 +276,6 @@ GLUE_CALLS: dict[str, list[tuple[str, frozenset[str]]]] = {
     "cloudwatch:PutMetricData": [("*", METRICS_PUBLISHERS)],  # no resource type (narrowed by namespace)
     "sqs:ReceiveMessage": [("FileQueue", CDC)],
     "sqs:DeleteMessage": [("FileQueue", CDC)],
-    "sqs:ChangeMessageVisibility": [("FileQueue", CDC)],
-    "sqs:GetQueueAttributes": [("FileQueue", CDC)],
     "sns:Publish": [("AlertTopic", CDC)],
     # A reload (a full-load run given --tables) starts the verify job for the tables it loaded (--verify_job_name).
     "glue:StartJobRun": [("VerifyJob", FULL_LOAD)],
@@ -312,10 +310,8 @@ ICEBERG_NEEDS = {
 # The CDC job's interfaces, declared as well as read from the code so its role is checked before the job's code
 # calls them: it follows the encrypted file queue (--queue_url) and alerts to the encrypted topic (--alert_topic_arn).
 CDC_INTERFACE_NEEDS = [
-    *(Need(f"sqs:{a}", "FileQueue", "CDC job --queue_url")
-      for a in ("ReceiveMessage", "DeleteMessage", "ChangeMessageVisibility", "GetQueueAttributes")),
-    Need("kms:Decrypt", "QueueKey", "CDC job --queue_url"),
-    Need("kms:GenerateDataKey", "QueueKey", "CDC job --queue_url"),
+    *(Need(f"sqs:{a}", "FileQueue", "CDC job --queue_url") for a in ("ReceiveMessage", "DeleteMessage")),
+    Need("kms:Decrypt", "QueueKey", "CDC job --queue_url"),  # a consumer of an SSE-KMS queue needs only Decrypt
     Need("sns:Publish", "AlertTopic", "CDC job --alert_topic_arn"),
     *kms_needs("sns:Publish", "AlertTopic", "CDC job --alert_topic_arn"),
 ]  # fmt: skip
@@ -391,9 +387,8 @@ EXPECTED_STATEMENTS = {
     "CdcJobRole": {
         **_SHARED_STATEMENTS,
         "ReadBronze": ["s3:GetObject", "s3:ListBucket"],
-        "FollowFileQueue": ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility",
-                            "sqs:GetQueueAttributes"],
-        "FileQueueKey": ["kms:Decrypt", "kms:GenerateDataKey"],
+        "FollowFileQueue": ["sqs:ReceiveMessage", "sqs:DeleteMessage"],
+        "FileQueueKey": ["kms:Decrypt"],
         "PublishAlerts": ["sns:Publish"],
         "AlertTopicKey": ["kms:Decrypt", "kms:GenerateDataKey"],
         "WriteReloadRequest": ["s3:PutObject"],

@@ -13,11 +13,16 @@ ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/check"
 ARTIFACTS = "arn:aws:s3:::artifacts"
 QUEUE = f"arn:aws:sqs:us-east-1:{ACCOUNT}:files.fifo"
 KEY = f"arn:aws:kms:us-east-1:{ACCOUNT}:key/1234"
-READ_REQUEST = {"Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject"], "Resource": f"{ARTIFACTS}/state/reloads.json"}
+READ_REQUEST = {
+    "Effect": "Allow",
+    "Action": ["s3:GetObject", "s3:PutObject"],
+    "Resource": f"{ARTIFACTS}/state/reloads.json",
+}
 LIST_REQUEST = {"Sid": "ListReloadRequest", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": ARTIFACTS,
                 "Condition": {"StringEquals": {"s3:prefix": "state/reloads.json"}}}  # fmt: skip
 DENY_INSECURE = {"Sid": "DenyInsecureTransport", "Effect": "Deny", "Principal": "*", "Action": "s3:*",
-                 "Resource": [ARTIFACTS, f"{ARTIFACTS}/*"], "Condition": {"Bool": {"aws:SecureTransport": "false"}}}  # fmt: skip
+                 "Resource": [ARTIFACTS, f"{ARTIFACTS}/*"],
+                 "Condition": {"Bool": {"aws:SecureTransport": "false"}}}  # fmt: skip
 ACCOUNT_ADMINISTERS = {"Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:root"}, "Action": "kms:*",
                        "Resource": "*"}  # fmt: skip
 
@@ -93,13 +98,13 @@ def test_a_bucket_policy_deny_refuses_what_the_role_allows() -> None:
 
 def test_wildcards_not_action_and_conditions_are_read_as_iam_reads_them() -> None:
     secret = "arn:aws:secretsmanager:us-east-1:1:secret:cdclake/source-??????"
-    assert evaluate([{"Effect": "Allow", "Action": "secretsmanager:Get*", "Resource": secret}],
-                    Request("secretsmanager:GetSecretValue", secret.replace("??????", "AbC123")), {})[0] == "allow"  # fmt: skip
-    assert evaluate([{"Effect": "Allow", "Action": "secretsmanager:Get*", "Resource": secret}],
-                    Request("secretsmanager:GetSecretValue", secret.replace("??????", "AbC1234")), {})[0] != "allow"  # fmt: skip
+    read_secret = [{"Effect": "Allow", "Action": "secretsmanager:Get*", "Resource": secret}]
+    get = "secretsmanager:GetSecretValue"
+    assert evaluate(read_secret, Request(get, secret.replace("??????", "AbC123")), {})[0] == "allow"
+    assert evaluate(read_secret, Request(get, secret.replace("??????", "AbC1234")), {})[0] != "allow"
     # a "." in a pattern is a dot, not any character
-    assert evaluate([{"Effect": "Allow", "Action": "s3:GetObject", "Resource": f"{ARTIFACTS}/a.json"}],
-                    Request("s3:GetObject", f"{ARTIFACTS}/aXjson"), {})[0] != "allow"  # fmt: skip
+    one_object = [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": f"{ARTIFACTS}/a.json"}]
+    assert evaluate(one_object, Request("s3:GetObject", f"{ARTIFACTS}/aXjson"), {})[0] != "allow"
     everything_but_s3 = [{"Effect": "Allow", "NotAction": "s3:*", "Resource": "*"}]
     assert evaluate(everything_but_s3, Request("sqs:SendMessage", QUEUE), {})[0] == "allow"
     assert evaluate(everything_but_s3, Request("s3:GetObject", ARTIFACTS), {})[0] == "implicit deny"
@@ -122,7 +127,8 @@ def test_every_operation_the_stack_calls_maps_to_its_iam_action() -> None:
             Request("s3:PutObject", "arn:aws:s3:::b/k", (("s3:if-none-match", "*"),))],
         ("sqs", "DeleteMessageBatch", (("QueueUrl", "https://q/1/files.fifo"),)): [
             Request("sqs:DeleteMessage", "arn:aws:sqs:us-east-1:123456789012:files.fifo")],
-        ("stepfunctions", "StartExecution", (("StateMachineArn", "arn:sm"),)): [Request("states:StartExecution", "arn:sm")],
+        ("stepfunctions", "StartExecution", (("StateMachineArn", "arn:sm"),)): [
+            Request("states:StartExecution", "arn:sm")],
         ("glue", "GetJobRuns", (("JobName", "j"),)): [
             Request("glue:GetJobRuns", "arn:aws:glue:us-east-1:123456789012:job/j")],
         ("ec2", "RunInstances", ()): [Request("ec2:RunInstances", "UNMAPPED")],  # unknown: refused, named
