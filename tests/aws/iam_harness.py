@@ -33,6 +33,7 @@ fails loudly instead of passing.
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -236,6 +237,7 @@ def authorizations(call: ApiCall) -> list[Request]:
 # ------------------------------------------------------------------------------------ policy evaluation
 
 
+@functools.lru_cache(maxsize=4096)
 def _pattern(text: str, ignore_case: bool) -> re.Pattern[str]:
     """IAM's wildcards: * any run of characters, ? exactly one (IAM JSON policy reference, "Resource", "Action")."""
     body = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in text)
@@ -566,7 +568,13 @@ class CallRecorder:
     def handlers(self) -> list[tuple[str, Callable[..., Any]]]:
         """botocore event handlers; registered BEFORE task_calls.py's, so the interpreter's lambda:invoke is checked
         before TaskCalls answers it."""
-        return [("before-parameter-build", self._params), ("before-call", self._check)]
+        # botocore calls the handlers of the most specific event name first: TaskCalls answers lambda.Invoke on
+        # "before-call.lambda.Invoke", so the check is registered there too (before it), and runs once per call.
+        return [
+            ("before-parameter-build", self._params),
+            ("before-call.lambda.Invoke", self._check),
+            ("before-call", self._check),
+        ]
 
     def _params(self, params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
         context["iam_params"] = params  # the same dict: task_calls renames the interpreter's keys in place later
@@ -580,8 +588,9 @@ class CallRecorder:
 
     def _check(self, model: Any, context: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
         principal = self._principal(context)
-        if principal is None or self.policies is None:
+        if principal is None or self.policies is None or context.get("iam_checked"):
             return None
+        context["iam_checked"] = True
         service = model.service_model.service_name
         if service == "states":
             service = "stepfunctions"
@@ -730,6 +739,27 @@ OUTSIDE_THE_TESTS = [
         "glue:GetJobRun",
         "*:job/<VerifyJob>",
         "not called: StartVerifyJob starts the verify job without waiting (the grant is the statement's, shared)",
+    ),
+    (
+        "PipelineStateMachineRole",
+        "RunGlueJobs",
+        "glue:StartJobRun",
+        "*:job/<VerifyJob>",
+        NOT_REACHED + "StartVerifyJob, with a source secret only (VerifyAfterFullLoad); test_deployed_verify.py",
+    ),
+    (
+        "GoldJobRole",
+        "*",
+        "*",
+        "*",
+        NOT_REACHED + "the gold job (GoldEveryIterations=0 here); tests/aws/test_gold_job.py",
+    ),
+    (
+        "VerifyJobRole",
+        "*",
+        "*",
+        "*",
+        NOT_REACHED + "the verify job, with a source secret only; test_deployed_verify.py",
     ),
     (
         "WorkCheckFunctionRole",

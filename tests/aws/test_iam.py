@@ -266,7 +266,8 @@ SILVER_WRITERS = EVERY_JOB - {"verify"}
 # IAM action -> (the logical resource the call reaches, the jobs that make it).
 GLUE_CALLS: dict[str, list[tuple[str, frozenset[str]]]] = {
     "s3:GetObject": [("ArtifactsBucket", EVERY_JOB), ("BronzeBucket", BRONZE_READERS)],
-    "s3:ListBucket": [("BronzeBucket", BRONZE_READERS)],
+    # the verify job lists bronze (--bronze: the files not applied yet tell lag from difference), reads none
+    "s3:ListBucket": [("BronzeBucket", BRONZE_READERS | {"verify"})],
     # The full-load job's source-catalog step (ops/source_catalog.py): the stack's configuration object, the
     # source secret and the Glue connection (optional statements, checked as present).
     # ... and the CDC lane's reload request (--reload_requests, ops/reload_requests.py).
@@ -353,7 +354,7 @@ def test_no_glue_job_role_allows_what_only_another_job_calls() -> None:
         (CDC, Need("sns:Publish", "AlertTopic", "x")),
         (CDC, Need("kms:GenerateDataKey", "AlertKey", "x")),
         (BRONZE_READERS, Need("s3:GetObject", "BronzeBucket", "x")),
-        (BRONZE_READERS, Need("s3:ListBucket", "BronzeBucket", "x")),
+        (BRONZE_READERS | {"verify"}, Need("s3:ListBucket", "BronzeBucket", "x")),
         (frozenset({"maintain", "gold"}), Need("glue:CreateTable", GOLD_CATALOG, "x")),
     ]
     for jobs, need in exclusive:
@@ -398,6 +399,7 @@ EXPECTED_STATEMENTS = {
     "VerifyJobRole": {
         "ReadArtifacts": ["s3:GetObject", "s3:ListBucket"],
         "ReadSilver": ["s3:GetObject", "s3:ListBucket"],
+        "ListBronze": ["s3:ListBucket"],
         "WriteVerifyResults": ["s3:PutObject", "s3:DeleteObject"],
         "ReadCatalog": ["glue:GetDatabase", "glue:GetTable", "glue:GetTables", "glue:GetPartitions"],
         "WriteVerifyTable": ["glue:CreateTable", "glue:UpdateTable"],
@@ -441,7 +443,10 @@ def test_the_verify_job_writes_its_results_table_and_nothing_else_of_silver() ->
         resources = [json.dumps(r) for r in _listed(statement["Resource"])]
         tables_or_objects = [r for r in resources if ':catalog"' not in r and "database/" not in r]
         assert tables_or_objects and all("cdclake_verify" in r for r in tables_or_objects), statement["Sid"]
-    assert missing("VerifyJobRole", [Need("s3:ListBucket", "BronzeBucket", "x")]) != []
+    # bronze: listed (the files not applied yet), never read
+    assert missing("VerifyJobRole", [Need("s3:GetObject", "BronzeBucket", "x")]) != []
+    [listing] = [s for s in role_statements("VerifyJobRole") if s["Sid"] == "ListBronze"]
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": {"Sub": "${BronzePrefix}/*"}}}
 
 
 def test_the_role_check_finds_a_role_that_lacks_a_call() -> None:
