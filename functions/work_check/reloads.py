@@ -80,11 +80,20 @@ def parse_request(text: str) -> ReloadRequest:
 
 
 def read_request(s3: S3Client, uri: str) -> str | None:
-    """The request's text at ``uri`` (s3://bucket/key); None when no CDC run has written one yet."""
+    """The request's text at ``uri`` (s3://bucket/key); None when no CDC run has written one yet.
+
+    The key is listed before it is read: S3 answers a GetObject of a missing key with 404 NoSuchKey only to a
+    caller allowed s3:ListBucket on the bucket, and with 403 AccessDenied to any other (S3 API reference,
+    GetObject, "Permissions"), so "not written yet" and "not allowed" cannot be told apart by the read alone. The
+    function may list this one key (s3:ListBucket with the condition s3:prefix = the key, template.yaml); a
+    refused listing or read (AccessDenied) is raised, never taken for "no request"."""
     bucket, _, key = uri.removeprefix("s3://").partition("/")
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1)
+    if not any(item.get("Key") == key for item in listed.get("Contents", [])):
+        return None
     try:
         answer = s3.get_object(Bucket=bucket, Key=key)
-    except Exception as error:  # botocore's NoSuchKey
+    except Exception as error:  # botocore's NoSuchKey: deleted since the listing
         if getattr(error, "response", {}).get("Error", {}).get("Code") in ("NoSuchKey", "404"):
             return None
         raise

@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import iam_harness
 import pytest
 from conftest import MotoStepFunctionsGaps, a_started_replication_task, patch_moto_gaps
+from iam_harness import CallRecorder, acting_as, least_privilege_report, stack_policies, unused_grants
 from local_stack import (
     FAKE_CREDENTIALS,
     REGION,
@@ -54,6 +56,7 @@ bronze: {format: csv, csv_header: false, timestamp_column: ts}
 silver: {database: people_db}
 tables:
   s.people: {primary_key: [id], columns: {id: int, name: string, city: string}}
+  s.places: {primary_key: [id], columns: {id: int, name: string}}
 """ + "".join(f"  s.t{n:02d}: {{primary_key: [id], columns: {{id: int, v: string}}}}\n" for n in range(1, 31))
 COLUMNS = ["id", "name", "city"]
 INITIAL = [{"id": str(i), "name": f"person {i}", "city": "Oslo"} for i in range(1, 7)]
@@ -75,6 +78,7 @@ class Deployed:
     broken_jobs: set[str]  # Glue jobs whose next runs fail before applying anything (a broken script, a bad role)
     root: Path  # what the deploy uploads from: glue/jobs and dist/ with the built wheel
     runs: list[tuple[str, Any]]  # each Glue job run in order: its job name and what its main() returned or raised
+    calls: CallRecorder | None = None  # every stack principal's AWS calls, checked against its policies
 
     @property
     def bronze(self) -> str:
@@ -142,8 +146,16 @@ class Killed(BaseException):
     """The Glue worker was lost mid-run: not an error any code of the job catches."""
 
 
-def run_glue_entry_point(s3: Any, work: Path, warehouse: Path, broken: set[str], runs: list[tuple[str, Any]]) -> Any:
-    """What a Glue job run does with its script: fetch it from the job's ScriptLocation and run its main()."""
+def run_glue_entry_point(
+    s3: Any,
+    work: Path,
+    warehouse: Path,
+    broken: set[str],
+    runs: list[tuple[str, Any]],
+    calls: CallRecorder | None = None,
+) -> Any:
+    """What a Glue job run does with its script: fetch it from the job's ScriptLocation and run its main().
+    With ``calls``, the run acts as the job's role (Glue reads the script with it, and so does the job's code)."""
     glue = boto3.client("glue", region_name=REGION)
 
     def run(job_name: str, arguments: dict[str, str]) -> None:
@@ -151,7 +163,12 @@ def run_glue_entry_point(s3: Any, work: Path, warehouse: Path, broken: set[str],
             broken_run = RuntimeError(f"simulated failure of {job_name}")
             runs.append((job_name, broken_run))
             raise broken_run
-        location = glue.get_job(JobName=job_name)["Job"]["Command"]["ScriptLocation"]
+        job = glue.get_job(JobName=job_name)["Job"]
+        role = None if calls is None or calls.policies is None else calls.policies.role_of_arn(job["Role"])
+        with acting_as(role):
+            run_as_the_job(job_name, job["Command"]["ScriptLocation"], arguments)
+
+    def run_as_the_job(job_name: str, location: str, arguments: dict[str, str]) -> None:
         bucket, _, key = location[len("s3://") :].partition("/")
         script = work / "scripts" / key
         script.parent.mkdir(parents=True, exist_ok=True)
@@ -185,9 +202,10 @@ def wheel_into(root: Path) -> Path:
 
 
 @contextlib.contextmanager
-def local_aws() -> Iterator[tuple[str, MotoStepFunctionsGaps]]:
+def local_aws() -> Iterator[tuple[str, MotoStepFunctionsGaps, CallRecorder]]:
     """The AWS a stack is deployed into here: fake credentials, moto's gaps patched, a moto server (its
-    endpoint and the gaps' record); skipped without the SAM CLI."""
+    endpoint and the gaps' record), and the IAM harness recording every call (iam_harness.py: the principals
+    are set by ``deploy``); skipped without the SAM CLI."""
     if not SAM.exists():
         pytest.skip(f"{SAM} is missing: run `make aws-tools`")
     with pytest.MonkeyPatch.context() as patch:
@@ -196,15 +214,27 @@ def local_aws() -> Iterator[tuple[str, MotoStepFunctionsGaps]]:
         for name, value in {**FAKE_CREDENTIALS, "POWERTOOLS_TRACE_DISABLED": "true"}.items():
             patch.setenv(name, value)
         gaps = patch_moto_gaps(patch)
+        calls = iam_harness.install(patch)  # after the gaps: its hooks run before task_calls.py's
         with moto_server() as endpoint:
             patch.setenv("AWS_ENDPOINT_URL", endpoint)
-            yield endpoint, gaps
+            yield endpoint, gaps, calls
 
 
 @pytest.fixture(scope="module")
 def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
-    with local_aws() as (endpoint, gaps):
-        yield deploy(tmp_path_factory.mktemp("deployed"), endpoint, gaps)
+    with local_aws() as (endpoint, gaps, calls):
+        yield deploy(tmp_path_factory.mktemp("deployed"), endpoint, gaps, calls=calls)
+
+
+@pytest.fixture(autouse=True)
+def every_call_allowed(deployed: Deployed) -> Iterator[None]:
+    """After each test: no principal of the stack made a call its policies do not allow (iam_harness.py). Such a
+    call was answered AccessDenied, as AWS would; this names principal, action and ARN even where the code
+    under test swallowed the refusal."""
+    assert deployed.calls is not None
+    before = len(deployed.calls.denied)
+    yield
+    assert deployed.calls.denied[before:] == []
 
 
 def deploy(
@@ -213,9 +243,11 @@ def deploy(
     gaps: MotoStepFunctionsGaps,
     config_text: str = CONFIG,
     parameters: dict[str, str] | None = None,
+    calls: CallRecorder | None = None,
 ) -> Deployed:
     """The deploy as `make deploy` does it, into the emulator: preflight, stack, upload; then the test's wiring.
-    ``parameters``: stack parameters beside (or over) the ones every deployed test uses."""
+    ``parameters``: stack parameters beside (or over) the ones every deployed test uses. ``calls``: the IAM
+    harness, given the created stack's policies, the state machine's role and each handler's and job's role."""
     s3, sqs, sns, dms = (boto3.client(s, region_name=REGION) for s in ("s3", "sqs", "sns", "dms"))
     task = a_started_replication_task(dms)
     template = build_and_transform(work, endpoint)
@@ -232,7 +264,13 @@ def deploy(
     )  # fmt: skip
     given |= dict(o.split("=", 1) for o in overrides)
     stack = create_stack(template, STACK, given, endpoint)
-    stack_artifacts.upload(s3, stack.outputs, root, config)
+    stack_artifacts.upload(s3, stack.outputs, root, config)  # the deployer's, not a stack principal's
+    if calls is not None:
+        calls.policies = stack_policies(stack)
+        described = boto3.client("stepfunctions", region_name=REGION).describe_state_machine(
+            stateMachineArn=stack.outputs["StateMachineArn"]
+        )
+        calls.state_machine_role = calls.policies.role_of_arn(described["roleArn"])
     # Alerts: an SQS inbox subscribed to the stack's topic (its e-mail subscription reaches nobody here).
     alerts_url = sqs.create_queue(QueueName="alerts-inbox")["QueueUrl"]
     alerts_arn = sqs.get_queue_attributes(QueueUrl=alerts_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
@@ -243,16 +281,30 @@ def deploy(
     lam = boto3.client("lambda", region_name=REGION)
     for logical, function in (("WorkCheckFunction", "work_check"),):
         name = stack.physical(logical)
-        environment = lam.get_function_configuration(FunctionName=name)["Environment"]["Variables"]
-        gaps.lambda_handlers[name] = handler_imported_with(function, {k: str(v) for k, v in environment.items()})
+        configuration = lam.get_function_configuration(FunctionName=name)
+        environment = {k: str(v) for k, v in configuration["Environment"]["Variables"].items()}
+        handler = handler_imported_with(function, environment)
+        if calls is not None and calls.policies is not None:
+            handler = acting_as_role(handler, calls.policies.role_of_arn(configuration["Role"]))
+        gaps.lambda_handlers[name] = handler
     warehouse = work / "lake" / "warehouse"
     broken: set[str] = set()
     runs: list[tuple[str, Any]] = []
-    gaps.glue_runner = run_glue_entry_point(s3, work, warehouse, broken, runs)
+    gaps.glue_runner = run_glue_entry_point(s3, work, warehouse, broken, runs, calls)
     gaps.glue_runner_in_background = True
     gaps.retry_waits = []  # the state machine's Retry pauses (60 s and more) are recorded, not slept
     sfn = boto3.client("stepfunctions", region_name=REGION)
-    return Deployed(stack, gaps, warehouse, alerts_url, s3, sqs, sfn, broken, root, runs)
+    return Deployed(stack, gaps, warehouse, alerts_url, s3, sqs, sfn, broken, root, runs, calls)
+
+
+def acting_as_role(handler: Any, role: str) -> Any:
+    """The Lambda handler, its calls made as the function's role."""
+
+    def handle(event: Any, context: Any) -> Any:
+        with acting_as(role):
+            return handler(event, context)
+
+    return handle
 
 
 def handler_imported_with(function: str, environment: dict[str, str]) -> Any:
@@ -280,7 +332,8 @@ def test_dms_files_put_in_bronze_reach_silver_through_the_deployed_pipeline(depl
         [change("I", 7, "person 7", "Tromsø", 3), change("U", 1, "person one", "Bergen", 4)],
         [change("D", 7, "person 7", "Tromsø", 5), change("U", 3, "person 3", "Oslo, Norway", 6)],
     ]
-    deployed.wait(lambda: len(deployed.executions()) == 2, "the full-load execution hands over")
+    # (the first Glue run starts Spark: on a busy 2-core machine it has taken over 3 minutes)
+    deployed.wait(lambda: len(deployed.executions()) == 2, "the full-load execution hands over", timeout=360)
     for batch in batches:
         deployed.put_cdc_file(batch)
     # THEN the queue drains, every file is applied, and silver equals the replayed change log
@@ -303,40 +356,81 @@ def test_dms_files_put_in_bronze_reach_silver_through_the_deployed_pipeline(depl
     path = deployed.states_entered(successor["executionArn"])
     assert path.count("RunCdcJob") >= 1 and path.count("CdcRunDone") >= path.count("RunCdcJob") - 1  # one may run
     assert deployed.alerts() == []
+    # AND the work check's first look for a reload request, before any CDC run had written one, was allowed: it
+    # listed the one key (S3 answers a read of a missing key with 403 to a caller that may not list the bucket)
+    assert deployed.calls is not None and deployed.calls.policies is not None
+    first_look = first_reload_request_look(deployed.calls)
+    assert (first_look.operation, first_look.params["Prefix"], first_look.denied) == (
+        "ListObjectsV2", "state/reloads.json", []
+    )  # fmt: skip
+    # AND under the policy before ListReloadRequest that very call is refused: the first iteration failed there
+    old_policy = deployed.calls.policies.without("WorkCheckFunctionRole", "ListReloadRequest")
+    again = iam_harness.ApiCall(first_look.principal, "s3", first_look.operation, first_look.params)
+    old_policy.check(again, lambda _: None)
+    assert [(r.action, why) for r, why in again.denied] == [("s3:ListBucket", "implicit deny")]
     print_summary(deployed)
 
 
-def print_summary(deployed: Deployed) -> None:
-    for execution in deployed.executions():
-        path = deployed.states_entered(execution["executionArn"])
-        print(f"{execution['name']}: {execution['status']}: {' > '.join(path[:40])}{' ...' if len(path) > 40 else ''}")
-    for key, row in sorted(deployed.silver().items(), key=lambda kv: int(kv[0][0])):
-        print(key[0], row["name"], row["city"])
+def first_reload_request_look(calls: CallRecorder) -> iam_harness.ApiCall:
+    """The work check's first call about the reload request, which must precede the CDC job's first write of it."""
+    reload_calls = [
+        (n, c) for n, c in enumerate(calls.calls) if "state/reloads.json" in json.dumps(c.params, default=str)
+    ]
+    [(first_read, look), *_] = [(n, c) for n, c in reload_calls if c.principal == "WorkCheckFunctionRole"]
+    writes = [n for n, c in reload_calls if c.operation == "PutObject" and c.principal == "CdcJobRole"]
+    assert writes == [] or first_read < writes[0], "the first iteration's CheckWork found a request already written"
+    return look
 
 
-def running_execution(deployed: Deployed) -> str:
-    [running] = [e["executionArn"] for e in deployed.executions() if e["status"] == "RUNNING"]
-    return running
+def place(op: str, ident: int, name: str, second: int) -> SourceChange:
+    return SourceChange(op, {"id": str(ident), "name": name}, f"2024-03-01 13:00:{second:02d}.000000", "")
 
 
-def stop_the_pipeline(deployed: Deployed) -> None:
-    """Stop the executions, then wait for a CDC run under way (it follows the queue until idle) to end."""
-    deployed.stop_all()
-    cdc_job = deployed.stack.outputs["CdcJobName"]
+def test_a_table_whose_load_arrives_after_the_first_cdc_run_is_reloaded_through_the_reload_lane(
+    deployed: Deployed,
+) -> None:
+    # GIVEN the CDC loop running (the first test), and DMS's full load of a second table written only now, with a
+    # CDC file of that table after it (the file's event wakes the CDC job)
+    places = [{"id": "1", "name": "Oslo"}, {"id": "2", "name": "Bergen"}]
+    load = csv_text([[LOADED_AT, p["id"], p["name"]] for p in places])
+    deployed.s3.put_object(Bucket=deployed.bronze, Key="dms/s/places/LOAD00000001.csv", Body=load.encode())
+    changes = [place("U", 2, "Bergen, Norway", 1), place("I", 3, "Tromsø", 2)]
+    body = csv_text(cdc_records(changes, ["id", "name"], with_timestamp=True, with_seq=False))
+    deployed.s3.put_object(
+        Bucket=deployed.bronze, Key=f"dms/s/places/{cdc_file_name(changes[-1].commit_ts)}", Body=body.encode()
+    )
+    # WHEN the CDC job finds the table not loaded: it writes the reload request and holds the table's CDC; the
+    # work check reads the request and the state machine starts the full-load job for that table
+    full_load = deployed.stack.outputs["FullLoadJobName"]
 
-    def no_run_under_way() -> bool:
-        started = sum(1 for event, job, _ in deployed.gaps.glue_timeline if event == "start" and job == cdc_job)
-        return started == sum(1 for job, _ in deployed.runs if job == cdc_job)
+    def reloaded() -> bool:
+        return any(job == full_load and not isinstance(outcome, Exception) for job, outcome in deployed.runs[1:])
 
-    deployed.wait(no_run_under_way, "the CDC run under way ended")
+    deployed.wait(reloaded, "the full-load job run for the requested table", timeout=300)
+    glue = boto3.client("glue", region_name=REGION)
+    [reload_run] = [r for r in glue.get_job_runs(JobName=full_load)["JobRuns"] if r["Arguments"].get("--tables")]
+    assert reload_run["Arguments"]["--tables"] == "s.places"
+    # THEN once loaded, its held CDC file is applied after the load
+    expected = replay_change_log(places, changes, ["id"])
+    deployed.wait(lambda: silver_places(deployed) == expected, "s.places loaded and its CDC applied", timeout=300)
+    # AND every call of the work check, the CDC job, the full-load job and the state machine was allowed
+    assert deployed.calls is not None
+    assert {c.principal for c in deployed.calls.calls} >= {
+        "WorkCheckFunctionRole", "CdcJobRole", "FullLoadJobRole", "PipelineStateMachineRole"
+    }  # fmt: skip
+    assert deployed.calls.denied == []
 
 
-def restart(deployed: Deployed, name: str) -> str:
-    """Start the pipeline again (the CDC loop)."""
-    arn: str = deployed.sfn.start_execution(
-        stateMachineArn=deployed.stack.outputs["StateMachineArn"], name=name, input='{"fullLoadDone": true}'
-    )["executionArn"]
-    return arn
+def silver_places(deployed: Deployed) -> dict[tuple[str, ...], dict[str, str | None]]:
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.getOrCreate()
+    try:
+        rows = spark.table(f"silver.{deployed.stack.outputs['GlueDatabaseName']}.places").collect()
+    except AnalysisException:  # not created yet
+        return {}
+    return {(str(r["id"]),): {"id": str(r["id"]), "name": r["name"]} for r in rows}
 
 
 def test_a_failing_cdc_run_is_retried_then_alerts_and_the_loop_goes_on(deployed: Deployed) -> None:
@@ -521,6 +615,58 @@ def test_a_stopped_dms_task_reaches_the_alert_topic_through_the_deployed_rule(de
     assert target["Arn"] == deployed.stack.physical("AlertTopic")
 
 
+def test_the_first_maintenance_run_makes_only_calls_its_role_allows(deployed: Deployed) -> None:
+    # GIVEN the pipeline stopped (maintenance rewrites the tables the CDC job commits to). Last of the CDC tests:
+    # maintenance prunes tombstones older than TombstoneRetentionDays, and the test files' changes are of 2024, so
+    # later CDC files of theirs would be held as older than the tombstone horizon (as they should)
+    stop_the_pipeline(deployed)
+    maintenance = deployed.stack.outputs["MaintenanceJobName"]
+    before = len(deployed.runs)
+    # WHEN the maintenance job runs, as the state machine starts it every MaintenanceEveryIterations
+    boto3.client("glue", region_name=REGION).start_job_run(JobName=maintenance)
+    deployed.wait(lambda: any(job == maintenance for job, _ in deployed.runs[before:]), "the maintenance run ended",
+                  timeout=300)  # fmt: skip
+    # THEN it succeeded, as its role, with every call allowed
+    [outcome] = [o for job, o in deployed.runs[before:] if job == maintenance]
+    assert not isinstance(outcome, Exception), outcome
+    assert deployed.calls is not None and deployed.calls.calls_of("MaintenanceJobRole") != []
+    # AND the pipeline goes on
+    restart(deployed, "after-maintenance")
+
+
+def print_summary(deployed: Deployed) -> None:
+    for execution in deployed.executions():
+        path = deployed.states_entered(execution["executionArn"])
+        print(f"{execution['name']}: {execution['status']}: {' > '.join(path[:40])}{' ...' if len(path) > 40 else ''}")
+    for key, row in sorted(deployed.silver().items(), key=lambda kv: int(kv[0][0])):
+        print(key[0], row["name"], row["city"])
+
+
+def running_execution(deployed: Deployed) -> str:
+    [running] = [e["executionArn"] for e in deployed.executions() if e["status"] == "RUNNING"]
+    return running
+
+
+def stop_the_pipeline(deployed: Deployed) -> None:
+    """Stop the executions, then wait for a CDC run under way (it follows the queue until idle) to end."""
+    deployed.stop_all()
+    cdc_job = deployed.stack.outputs["CdcJobName"]
+
+    def no_run_under_way() -> bool:
+        started = sum(1 for event, job, _ in deployed.gaps.glue_timeline if event == "start" and job == cdc_job)
+        return started == sum(1 for job, _ in deployed.runs if job == cdc_job)
+
+    deployed.wait(no_run_under_way, "the CDC run under way ended")
+
+
+def restart(deployed: Deployed, name: str) -> str:
+    """Start the pipeline again (the CDC loop)."""
+    arn: str = deployed.sfn.start_execution(
+        stateMachineArn=deployed.stack.outputs["StateMachineArn"], name=name, input='{"fullLoadDone": true}'
+    )["executionArn"]
+    return arn
+
+
 def test_a_redeploy_after_destroy_uses_the_retained_databases(deployed: Deployed, tmp_path: Path) -> None:
     # GIVEN the stack destroyed as `make destroy` does: executions stopped, stack deleted (databases kept)
     cfn = boto3.client("cloudformation", region_name=REGION)
@@ -547,3 +693,34 @@ def test_a_redeploy_after_destroy_uses_the_retained_databases(deployed: Deployed
     again = create_stack(template, "cdclake-dev-redeploy", redeployed, os.environ["AWS_ENDPOINT_URL"])
     assert again.outputs["GlueDatabaseName"] == "cdclake_dev"
     assert "GlueDatabase" not in again.resolver.physical and "GoldDatabase" not in again.resolver.physical
+
+
+def test_the_least_privilege_report_in_docs_is_what_the_harness_produces(
+    deployed: Deployed, request: pytest.FixtureRequest
+) -> None:
+    """docs/iam.md's section for this stack: every grant of every role, used by a recorded call of this module's
+    tests or named as used outside them (the Java side on Glue, the services' own calls). Last in the module."""
+    assert deployed.calls is not None and deployed.calls.policies is not None
+    report = least_privilege_report(deployed.calls.policies, deployed.calls.used, REPORT_TITLE)
+    iam_harness.dump(deployed.calls, "deployed-stack")
+    check_report_section("deployed-stack", report, request)
+    assert unused_grants(report) == []  # a grant nothing uses is trimmed from template.yaml, or named where used
+
+
+REPORT_TITLE = "The stack of tests/aws/test_deployed_stack.py (no source secret)"
+
+
+def check_report_section(section: str, report: str, request: pytest.FixtureRequest) -> None:
+    """The committed section equals the harness's report; it is written instead with CDCLAKE_WRITE_IAM_REPORT=1.
+    Only a run of the whole module has made every call the report counts: a selection skips the comparison."""
+    module = request.module
+    selected = [item for item in request.session.items if getattr(item, "module", None) is module]
+    defined = [name for name in dir(module) if name.startswith("test_") and callable(getattr(module, name))]
+    if os.environ.get(iam_harness.WRITE_REPORT) == "1":
+        iam_harness.write_section(section, report)
+        return
+    if not iam_harness.REPORT.exists():  # a checkout without the docs
+        pytest.skip("docs/iam.md is missing")
+    if len(selected) < len(defined):
+        pytest.skip("the report is compared after a run of the whole module (a selection makes fewer calls)")
+    assert iam_harness.committed_section(section) == report

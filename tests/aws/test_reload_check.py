@@ -10,6 +10,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from conftest import MotoStepFunctionsGaps, patch_moto_gaps
 from moto import mock_aws
 from reloads import FullLoadRun, ReloadRequest, decide_reload, full_load_runs, mark_alerted, parse_request, read_request
@@ -90,3 +91,23 @@ def test_the_request_and_the_runs_are_read_as_the_cdc_job_and_glue_write_them(st
     # AND an alert is recorded in the request, keeping what the CDC job wrote
     mark_alerted(store.s3, URI, text)
     assert parse_request(read_request(store.s3, URI) or "") == ReloadRequest(("s.a",), {"s.a": "a reload"}, T0, True)
+
+
+def test_only_the_request_key_itself_counts_as_a_request(store: Store) -> None:
+    # GIVEN a neighbour of the request's key (same prefix) and no request
+    store.s3.put_object(Bucket="artifacts", Key="state/reloads.json.old", Body=b'{"tables": ["s.x"]}')
+    # WHEN read THEN there is no request
+    assert read_request(store.s3, URI) is None
+
+
+class RefusingS3:
+    """An S3 client whose calls are refused, as S3 answers a role that may not list or read the key."""
+
+    def list_objects_v2(self, **_: Any) -> Any:
+        raise ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"}}, "ListObjectsV2")
+
+
+def test_a_refused_listing_is_raised_not_taken_for_no_request() -> None:
+    # GIVEN a role that may not list the request's key WHEN the request is read THEN AccessDenied is raised
+    with pytest.raises(ClientError, match="AccessDenied"):
+        read_request(RefusingS3(), URI)  # type: ignore[arg-type]
