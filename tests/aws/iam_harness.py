@@ -226,6 +226,9 @@ def authorizations(call: ApiCall) -> list[Request]:
         return [Request("lambda:InvokeFunction", _function_arn(_param(p, "FunctionName")))]
     if service == "dms" and operation == "DescribeReplicationTasks":
         return [Request("dms:DescribeReplicationTasks", "*")]  # no resource-level permissions for it
+    if service == "dms" and operation == "DescribeTableStatistics":
+        # Resource type task (DMS service authorization reference): the task whose tables are described.
+        return [Request("dms:DescribeTableStatistics", str(_param(p, "ReplicationTaskArn")))]
     if service == "cloudwatch" and operation == "PutMetricData":
         # No resource type; the namespace is the condition key cloudwatch:namespace.
         return [Request("cloudwatch:PutMetricData", "*", (("cloudwatch:namespace", str(_param(p, "Namespace"))),))]

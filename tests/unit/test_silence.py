@@ -150,7 +150,7 @@ def test_a_silence_alerted_by_an_earlier_run_is_not_alerted_again_and_its_end_is
     watch.look(fresh, T0 + timedelta(hours=2, minutes=1), 0.0)
     # THEN no second "silent" alert, one "speaks again"; a table no longer configured leaves the record quietly
     assert [subject for subject, _ in inbox.sent] == ["table s.fixed speaks again"]
-    assert recorded == [frozenset({"s.fixed"}), frozenset()]
+    assert recorded == [frozenset({"s.fixed"}), frozenset()]  # the first look records what it found
 
 
 def test_the_watch_judges_by_files_when_dms_cannot_be_read() -> None:

@@ -162,6 +162,7 @@ class SilenceWatch:
 
     def look(self, files: Iterable[BronzeFile], now: datetime, monotonic_now: float) -> list[Silence]:
         """Judge every table now; alert the tables that went silent or spoke again; the silent ones."""
+        first = self.last_look is None
         self.last_look = monotonic_now
         states: Mapping[str, str] = {}
         if self.dms_states is not None:
@@ -183,9 +184,10 @@ class SilenceWatch:
             )
         for table in sorted((self.alerted & watched) - current.keys()):
             self.alerts.send(f"table {table} speaks again", f"{table}: CDC files arrive again.")
-        before = frozenset(self.alerted)
+        before = None if first else frozenset(self.alerted)
         # Tables no longer configured leave the set quietly.
         self.alerted = set(current)
+        # Recorded when it changes, and at a run's first look (the record then says what this run found).
         if self.remember is not None and frozenset(self.alerted) != before:
             try:
                 self.remember(frozenset(self.alerted))
