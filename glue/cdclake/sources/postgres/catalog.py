@@ -200,7 +200,10 @@ def read_tables(cursor: Any, schemas: Sequence[str], only: Sequence[str] = ()) -
     if missing:
         from cdclake.errors import ConfigError
 
-        raise ConfigError(f"The source database has no table {', '.join(missing)}.")
+        raise ConfigError(
+            f"The source database has no table {', '.join(missing)}: check the name (in the configuration, or "
+            "the one given with --table)."
+        )
     return tables
 
 
