@@ -117,7 +117,8 @@ class RunReport:
             return None
         return (
             f"no files yet for {', '.join(self.no_files)}: bronze holds no LOAD or CDC file of "
-            f"{'it' if len(self.no_files) == 1 else 'them'}, so nothing was loaded (a table empty at the source "
+            f"{'it' if len(self.no_files) == 1 else 'them'}, so nothing was loaded and no silver table created until "
+            "one arrives (a table empty at the source "
             "gets none; otherwise check that `cdclake capture` or the DMS task includes it)"
         )
 
