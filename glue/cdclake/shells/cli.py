@@ -47,11 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="The options above are accepted after the command's name too.",
     )
     global_options(parser, defaults=True)
-    shared = global_options_parent()
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS.values():
         sub = commands.add_parser(
-            command.name, help=command.description, description=command.description, parents=[shared]
+            command.name,
+            help=command.description,
+            description=command.description,
+            parents=[global_options_parent(command.skip_globals)],
         )
         command.configure(sub)
     return parser

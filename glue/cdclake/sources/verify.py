@@ -598,6 +598,27 @@ def comparisons_json(results: Sequence[TableComparison]) -> str:
     return json.dumps({"tables": tables, "summary": summary}, indent=2, default=str) + "\n"
 
 
+def comparisons_text(results: Sequence[TableComparison], style: str, show: int = 20) -> str:
+    """``verify``'s output in the ``--format`` every command shares: ``table`` (its lines, see
+    ``format_comparisons``), ``csv`` (a row a table: the counts, the keys' lists left to json) or
+    ``json`` (one document with every key)."""
+    if style == "json":
+        return comparisons_json(results)
+    if style == "csv":
+        from cdclake.shells.output import csv_lines
+
+        columns = ["table", "verdict", "problem", "source_rows", "silver_rows", "method", "how", "ranges"]
+        columns += ["ranges_differing", "rows_read", "source_position", "lag_resolved", "unconfirmed", "lagging"]
+        columns += ["lag_seconds"]
+        counted = ("missing", "unexpected", "different", "default_not_in_silver")
+        rows = []
+        for result in results:
+            values = result.as_json()
+            rows.append([values[c] for c in columns] + [len(values[c]) for c in counted])
+        return csv_lines([*columns, *counted], rows)
+    return format_comparisons(results, show)
+
+
 def format_comparisons(results: Sequence[TableComparison], show: int = 20) -> str:
     """One line per table, then up to ``show`` differing keys of each kind (a row whose content
     differs with the columns that differ), then one summary line: tables equal, differing, skipped."""

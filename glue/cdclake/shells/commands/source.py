@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.config import load_config
 from cdclake.errors import CdclakeError, UnknownTableError
-from cdclake.shells.commands import Command, seconds_option, tables_option
+from cdclake.shells.commands import Command, format_option, seconds_option, tables_option
 from cdclake.shells.local_engine import on_engine, selected_tables
-from cdclake.shells.settings import DEFAULT_HOME
+from cdclake.shells.settings import DEFAULT_HOME, SPARK_OPTIONS
 
 if TYPE_CHECKING:
     from cdclake.context import Engine
@@ -177,8 +177,10 @@ def _configure_verify(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--show", type=int, default=20, help="differing keys printed per table and kind (default: %(default)s)"
     )
-    parser.add_argument(
-        "--format", choices=("text", "json"), default="text", help="text lines, or one JSON document (every key)"
+    format_option(
+        parser,
+        "table: a line a table, then its differing keys (`text`, its older name, works too); csv: a row a table; "
+        "json: one document with every key",
     )
     parser.add_argument(
         "--rows", action="store_true", help="read every row of both sides instead of comparing key-range checksums"
@@ -227,7 +229,7 @@ def _verify_command(settings: CliSettings) -> int:
 
 
 def _verify(engine: Engine, settings: CliSettings, dialect: SourceDialect[Any]) -> int:
-    from cdclake.sources.verify import ChecksumSettings, comparisons_json, format_comparisons, verify
+    from cdclake.sources.verify import ChecksumSettings, comparisons_text, verify
 
     args = settings.options
     live = None
@@ -240,7 +242,7 @@ def _verify(engine: Engine, settings: CliSettings, dialect: SourceDialect[Any]) 
         live = LiveCheck(waits, lambda table: silver_position(engine, table))
     checksums = None if args.rows else ChecksumSettings()
     results = verify(engine, dialect, selected_tables(engine, args), checksums, live)
-    print(comparisons_json(results) if args.format == "json" else format_comparisons(results, args.show), end="")
+    print(comparisons_text(results, args.format, args.show), end="")
     return 0 if all(r.equal for r in results) else 1
 
 
@@ -288,6 +290,7 @@ COMMANDS = (
         "PostgreSQL logical decoding -> DMS-format full-load and CDC files in --bronze",
         _configure_capture,
         _capture,
+        skip_globals=SPARK_OPTIONS,
     ),
     Command(
         "verify",
@@ -295,5 +298,11 @@ COMMANDS = (
         _configure_verify,
         _verify_command,
     ),
-    Command("init", "write --config from a source database's catalog (or --check drift)", _configure_init, _init),
+    Command(
+        "init",
+        "write --config from a source database's catalog (or --check drift)",
+        _configure_init,
+        _init,
+        skip_globals=SPARK_OPTIONS,
+    ),
 )
