@@ -7,6 +7,8 @@ import struct
 from datetime import datetime
 from decimal import Decimal
 
+import pytest
+
 from cdclake.config import parse_config
 from cdclake.sources.postgres.capture import file_columns, render_records
 from cdclake.sources.postgres.catalog import (
@@ -140,3 +142,29 @@ def test_declaring_columns_in_a_flow_mapping() -> None:
     edited = declare_columns(text, "s.t", {"v": "date", "w": "decimal(12,2)"})
     assert edited is not None
     assert parse_config(edited).table("s.t").columns == {"id": "int", "v": "date", "w": "decimal(12,2)"}
+
+
+@pytest.mark.parametrize(
+    ("pg_type", "type_modifier", "kind", "element_length", "large"),
+    [
+        ("numeric", (12 << 16 | 2) + 4, "b", 0, False),  # numeric(12,2): a few bytes
+        ("numeric", (1000 << 16) + 4, "b", 0, False),  # numeric(1000): ~500 bytes, under ~2 kB
+        ("numeric", -1, "b", 0, True),  # unconstrained: up to 131072 digits
+        ("varchar", 100 + 4, "b", 0, False),  # at most 400 bytes in UTF-8
+        ("varchar", 600 + 4, "b", 0, True),  # up to 2400 bytes
+        ("varchar", -1, "b", 0, True),
+        ("bpchar", 3 + 4, "b", 0, False),
+        ("inet", -1, "b", 0, False),
+        ("daterange", -1, "r", 4, False),
+        ("numrange", -1, "r", -1, True),
+        ("text", -1, "b", 0, True),
+        ("jsonb", -1, "b", 0, True),
+        ("_int4", -1, "b", 0, True),  # an array
+    ],
+)
+def test_only_columns_whose_values_can_exceed_toasts_threshold_are_warned_about(
+    pg_type: str, type_modifier: int, kind: str, element_length: int, large: bool
+) -> None:
+    from cdclake.sources.postgres.catalog import can_be_toasted
+
+    assert can_be_toasted(pg_type, type_modifier, kind, element_length) is large
