@@ -168,3 +168,21 @@ def test_only_columns_whose_values_can_exceed_toasts_threshold_are_warned_about(
     from cdclake.sources.postgres.catalog import can_be_toasted
 
     assert can_be_toasted(pg_type, type_modifier, kind, element_length) is large
+
+
+def test_a_keyless_row_is_named_by_its_values_and_a_digest_the_same_in_every_run() -> None:
+    from cdclake.sources.verify import row_name
+
+    # GIVEN two keyless rows that differ only past what their name shows, and one with a NULL
+    long_a, long_b = "x" * 40 + "a", "x" * 40 + "b"
+    first = row_name(["id", "note"], ["7", long_a])
+    second = row_name(["id", "note"], ["7", long_b])
+    # THEN the name shows the values (each cut to 24 characters) and an MD5 of them whole
+    assert first.startswith("row (id=7, note=" + "x" * 23 + "…) md5:") and len(first.split("md5:")[1]) == 12
+    assert first != second  # the digest tells them apart
+    assert row_name(["id", "note"], ["7", "\x00NULL"]).startswith("row (id=7, note=NULL) md5:")
+    # AND the digest does not depend on the process (Python's own string hash does): a fixed value
+    assert row_name(["a"], ["1"]) == "row (a=1) md5:" + __import__("hashlib").md5(b"1:1").hexdigest()[:12]
+    # AND a row of many columns is cut to 160 characters of values
+    wide = row_name([f"c{i}" for i in range(40)], ["v" * 10] * 40)
+    assert len(wide.split(") md5:")[0]) == len("row (") + 160
