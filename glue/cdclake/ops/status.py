@@ -263,7 +263,10 @@ def stray_tables(config: PipelineConfig, existing: Iterable[str]) -> list[str]:
 def _stray(engine: Engine, name: str) -> TableStatus:
     """The status of a silver table no configured table writes: its rows (as its metadata says them)."""
     table = _shared(engine, name)
-    rows = _exact_rows(_refreshed(engine, table))
+    try:
+        rows = _exact_rows(_refreshed(engine, table))
+    except Exception:  # not a table cdclake can read (a view, another format): listed all the same
+        rows = None
     return TableStatus(
         name,
         f"{engine.config.database}.{name}",
