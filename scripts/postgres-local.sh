@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A throwaway PostgreSQL server for the demo and the tests: loopback only, logical decoding on.
 #
-#   scripts/postgres-local.sh start DATA_DIR PORT   # initdb (first time) and start; waits until ready
+#   scripts/postgres-local.sh start DATA_DIR PORT [-c name=value]...  # initdb (first time) and start; waits
+#                                                   # until ready; later -c settings override the defaults below
 #   scripts/postgres-local.sh stop DATA_DIR         # fast shutdown
 #
 # initdb refuses to run as root, so as root the server runs as the `postgres` OS user (the Debian
@@ -25,6 +26,7 @@ as_owner() {
 case "$action" in
   start)
     port=${3:?the port}
+    extra="${*:4}"
     if [ ! -x "$BIN/postgres" ]; then
       echo "PostgreSQL 15 is not installed ($BIN/postgres): run make setup" >&2
       exit 1
@@ -45,7 +47,7 @@ case "$action" in
     as_owner "$BIN/pg_ctl" --pgdata="$data" --log="$data/server.log" --wait --timeout=60 \
       -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories='' \
           -c wal_level=logical -c max_replication_slots=20 -c max_wal_senders=20 \
-          -c fsync=off -c full_page_writes=off" \
+          -c fsync=off -c full_page_writes=off $extra" \
       start >/dev/null || { cat "$data/server.log" >&2; exit 1; }
     ;;
   stop)

@@ -86,13 +86,14 @@ class MariaServer:
 
 
 @contextmanager
-def _served(script: str, prefix: str, port: int) -> Iterator[None]:
-    """Run ``scripts/<script> start`` on a fresh data directory and ``stop`` when the block ends."""
+def _served(script: str, prefix: str, port: int, *options: str) -> Iterator[None]:
+    """Run ``scripts/<script> start`` (with the server ``options``) on a fresh data directory and
+    ``stop`` when the block ends."""
     # Not under pytest's tmp_path: that is private to this user, and as root the server runs as its own user.
     home = Path(tempfile.mkdtemp(prefix=prefix))
     home.chmod(0o755)
     data = home / "data"
-    subprocess.run([REPO / "scripts" / script, "start", data, str(port)], check=True)
+    subprocess.run([REPO / "scripts" / script, "start", data, str(port), *options], check=True)
     try:
         yield
     finally:
@@ -101,12 +102,14 @@ def _served(script: str, prefix: str, port: int) -> Iterator[None]:
 
 
 @contextmanager
-def running_postgres() -> Iterator[PgServer]:
-    """A PostgreSQL 15 server with ``wal_level=logical`` for the block (a test failure if not installed)."""
+def running_postgres(*settings: str) -> Iterator[PgServer]:
+    """A PostgreSQL 15 server with ``wal_level=logical`` for the block (a test failure if not
+    installed); ``settings`` (``name=value``) change the script's."""
     if not (PG_BIN / "postgres").exists():
         pytest.fail("PostgreSQL 15 is not installed: run `make setup` (scripts/install-system-deps.sh installs it)")
     server = PgServer(free_port())
-    with _served("postgres-local.sh", "cdclake-pg-", server.port):
+    options = [part for setting in settings for part in ("-c", setting)]
+    with _served("postgres-local.sh", "cdclake-pg-", server.port, *options):
         yield server
 
 

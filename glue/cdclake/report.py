@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from cdclake.errors import CdclakeError, ConcurrentWriterError, TablesFailedError
 from cdclake.schema import is_type_change, type_change_advice
@@ -117,7 +118,8 @@ class RunReport:
             return None
         return (
             f"no files yet for {', '.join(self.no_files)}: bronze holds no LOAD or CDC file of "
-            f"{'it' if len(self.no_files) == 1 else 'them'}, so nothing was loaded (a table empty at the source "
+            f"{'it' if len(self.no_files) == 1 else 'them'}, so nothing was loaded and no silver table created until "
+            "one arrives (a table empty at the source "
             "gets none; otherwise check that `cdclake capture` or the DMS task includes it)"
         )
 
@@ -195,7 +197,13 @@ class ProgressLine:
 
 @dataclass
 class Progress:
-    """How far a run is through the files it selected: counts, rates and the time left."""
+    """How far a run is through the files it selected: counts, rates and the time left.
+
+    The time left (``eta_s``) is the time so far scaled by the share still to do, once at least
+    ``ETA_BATCHES`` batches and ``ETA_SHARE`` of the work are done (``?`` before: the first batch
+    carries the run's warm-up and one table's fixed costs, and an estimate from it alone is off by
+    orders of magnitude). The share done is the mean of the files' and the bytes' shares: a batch
+    costs per file (a table's turn, a commit) as well as per byte."""
 
     total_files: int
     total_bytes: int
@@ -204,21 +212,35 @@ class Progress:
     files: int = 0
     bytes: int = 0
     rows: int = 0
-    tables: int = 0  # tables whose every batch is done
+    tables: int = 0  # tables whose turn has ended (every batch done, or stopped)
+    batches: int = 0
 
-    def advance(self, batch: TableReport, now: float) -> ProgressLine:
-        """Count a finished batch; one line saying where the run stands."""
+    ETA_BATCHES: ClassVar[int] = 2
+    ETA_SHARE: ClassVar[float] = 0.05
+
+    def share_done(self) -> float:
+        """The share of the run done, 0.0 .. 1.0: the mean of the files' and the bytes' shares."""
+        shares = [done / total for done, total in ((self.files, self.total_files), (self.bytes, self.total_bytes))
+                  if total > 0]  # fmt: skip
+        return min(sum(shares) / len(shares), 1.0) if shares else 0.0
+
+    def advance(self, batch: TableReport, now: float, table_done: bool = False) -> ProgressLine:
+        """Count a finished batch (the last of its table's turn when ``table_done``); one line
+        saying where the run stands."""
         self.files += batch.files_applied + len(batch.quarantined_files)
         self.bytes += batch.bytes_applied
         self.rows += batch.changes_read
+        self.batches += 1
+        self.tables += table_done
         elapsed = max(now - self.started, 1e-9)
         rate = self.bytes / elapsed
-        left = (self.total_bytes - self.bytes) / rate if rate > 0 else float("nan")
+        share = self.share_done()
+        known = self.batches >= self.ETA_BATCHES and share >= self.ETA_SHARE
+        left = f"{elapsed * (1 - share) / share:.0f}" if known else "?"
         tables = f"tables={self.tables}/{self.total_tables} " if self.total_tables > 1 else ""
         text = (
             f"{tables}files={self.files}/{self.total_files} mb={self.bytes / 1e6:.1f}/{self.total_bytes / 1e6:.1f} "
             f"rows={self.rows} rows_per_s={self.rows / elapsed:.0f} mb_per_s={rate / 1e6:.2f} "
-            f"eta_s={left:.0f}"
+            f"eta_s={left}"
         )
-        fraction = self.bytes / self.total_bytes if self.total_bytes else self.files / max(self.total_files, 1)
-        return ProgressLine(text, min(fraction, 1.0))
+        return ProgressLine(text, share)

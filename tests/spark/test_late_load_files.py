@@ -13,6 +13,7 @@ from cdclake.context import Engine
 from cdclake.dms.store import list_bronze
 from cdclake.dms.writer import write_csv
 from cdclake.engine.run import apply_pending, full_load, run
+from cdclake.lake.tables import table_names
 from cdclake.ops.status import table_statuses
 from cdclake.shells.commands.run import print_report
 from configs import keyed_tables
@@ -31,7 +32,7 @@ def test_load_files_after_a_run_are_loaded_reloaded_or_refused(
 ) -> None:
     bronze = tmp_path / "bronze" / "s"
     day1, day2, day3 = "2024-01-01 00:00:00.000000", "2024-01-02 00:00:00.000000", "2024-01-03 00:00:00.000000"
-    # GIVEN a first run: s.empty_first with no LOAD files yet; s.two_parts with the first LOAD file
+    # GIVEN a first run: s.empty_first with no file yet (no silver table then); s.two_parts with the first LOAD file
     # of its load; s.reloaded and s.mixed loaded and then changed by CDC
     write_csv(bronze / "two_parts" / "LOAD00000001.csv", [[day1, "1", "x"]])
     write_csv(bronze / "reloaded" / "LOAD00000001.csv", [[day1, "1", "a"], [day1, "2", "b"]])
@@ -40,7 +41,7 @@ def test_load_files_after_a_run_are_loaded_reloaded_or_refused(
     write_csv(bronze / "mixed" / "20240102-0000000000.csv", [["U", day2, "1", "m2"]])
     engine = make_engine(CONFIG)
     run(engine).checked()
-    assert _rows(engine, "empty_first") == {}
+    assert "empty_first" not in table_names(engine.spark, engine.catalog, engine.config.database)
     assert _rows(engine, "reloaded") == {1: "a2", 2: "b", 3: "c"}
     # WHEN LOAD files arrive: s.empty_first's load; s.two_parts's second file; a DMS reload of
     # s.reloaded (LOAD00000001 written again on day 3, then a CDC file after it, and one written
@@ -59,12 +60,12 @@ def test_load_files_after_a_run_are_loaded_reloaded_or_refused(
     after = {s.source: s for s in table_statuses(engine)}
     # THEN status listed the LOAD files no load holds, with what loads them
     assert {t: s.unloaded_load_files for t, s in before.items()} == {
-        "s.empty_first": "LOAD00000001.csv",
+        "s.empty_first": "",  # not loaded at all yet: its load is simply due
         "s.two_parts": "LOAD00000002.csv",
         "s.reloaded": "LOAD00000001.csv",
         "s.mixed": "LOAD00000002.csv",
     }
-    assert before["s.empty_first"].behind == "LOAD file(s) not loaded: LOAD00000001.csv (`cdclake run` loads them)"
+    assert before["s.empty_first"].behind == "not loaded: 1 full-load and 0 CDC files in bronze"
     assert before["s.mixed"].behind.startswith(
         "LOAD file(s) not loaded: LOAD00000002.csv (beside loaded ones, after CDC: `cdclake run` says what to do)"
     )

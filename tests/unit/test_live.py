@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -91,7 +92,9 @@ def test_only_keys_differing_both_times_persist() -> None:
 # --- sources.verify._settle: which keys are confirmed, which were lag (the reads faked; no Spark) ----------
 
 
-def _settled(reads: list[dict[str, bytes | None]], positions: list[SilverPosition]) -> Any:
+def _settled(
+    reads: list[dict[str, bytes | None]], positions: list[SilverPosition], told: list[str] | None = None
+) -> Any:
     """``_settle`` over a first read of id=1..4 differing, then ``reads`` (each: key -> its source row digest),
     silver at ``positions`` poll after poll."""
     from cdclake.sources import verify as engine_verify
@@ -114,6 +117,8 @@ def _settled(reads: list[dict[str, bytes | None]], positions: list[SilverPositio
             return started()
 
     live = LiveCheck(SETTINGS, lambda table: next(polls), clock=clock, sleep=clock.sleep)
+    if told is not None:
+        live = LiveCheck(SETTINGS, lambda table: next(polls), clock=clock, sleep=clock.sleep, tell=told.append)
     original = engine_verify.compare_again
     engine_verify.compare_again = lambda *args: next(again)  # type: ignore[assignment]
     try:
@@ -137,3 +142,58 @@ def test_a_table_silver_does_not_catch_up_with_is_lagging_with_every_key_kept() 
     assert result.verdict == "lagging" and result.different == ["id=1", "id=2", "id=3", "id=4"]
     assert (result.lag_resolved, result.unconfirmed) == (0, 0)
     assert result.lagging == "newest change applied 30 s before verify started, 2 file(s) waiting in bronze"
+
+
+def test_settling_a_differing_table_tells_what_it_waits_for_naming_the_table() -> None:
+    told: list[str] = []
+    _settled([], [SilverPosition(START - timedelta(seconds=30), 2)] * 100, told)
+    assert told and told[0].startswith("verify: s.t differs from the source, which may be lag: waiting")
+    assert "2 CDC file(s) of it wait in bronze" in told[0]
+
+
+def test_a_wait_says_what_it_waits_for_when_it_starts_and_every_ten_seconds() -> None:
+    # GIVEN a quiet table (nothing waits in bronze) read at t=1000 s: silver counts as caught up once the
+    # 90 s delivery window has passed; verify gives up at t=1300 s
+    settings = LiveSettings(wait_seconds=300.0, delivery_seconds=90.0, poll_seconds=5.0)
+    quiet = SilverPosition(START - timedelta(hours=1), pending_files=0)
+    clock = Clock(1000.0)
+    told: list[tuple[float, str]] = []
+
+    def silver_at() -> SilverPosition:
+        clock.now += 0.5  # reading silver's position takes a moment
+        return quiet
+
+    def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        clock.now += seconds
+
+    # WHEN verify waits for it
+    waited = wait_for_silver(
+        silver_at, started(), settings, 1300.0, clock, sleep, lambda text: told.append((clock.now, text)), "s.items"
+    )
+    # THEN it caught up after the window, and meanwhile said so at once and at least every 10 s
+    assert waited.caught_up
+    times = [at for at, _ in told]
+    assert times[0] == 1000.5 and all(b - a <= 10.5 for a, b in itertools.pairwise(times))
+    assert 1090.0 - times[-1] <= 10.5 and len(told) >= 9  # up to the end of the window
+    # AND each line names the table, why it waits and how long at most
+    assert told[0][1] == (
+        "verify: s.items differs from the source, which may be lag: waiting for silver to catch up before reading "
+        "it again: nothing of it waits in bronze, but a change committed before it was read may still be on its "
+        "way there (--delivery 90 s); 90 s left at most (--wait ends in 300 s)"
+    )
+    assert told[1][1].endswith("; 79 s left at most (--wait ends in 289 s)"), told[1]
+
+
+def test_a_wait_for_files_says_how_many_and_waits_to_the_end_of_wait() -> None:
+    behind = SilverPosition(START - timedelta(seconds=30), pending_files=2)
+    told: list[str] = []
+    clock = Clock(1000.0)
+    wait_for_silver(lambda: behind, started(), SETTINGS, 1000.0, clock, clock.sleep, told.append, "s.t")
+    assert told == []  # the deadline has passed: nothing to wait for, nothing said
+
+    def sleep(seconds: float) -> None:
+        clock.now += seconds
+
+    wait_for_silver(lambda: behind, started(), SETTINGS, 1030.0, clock, sleep, told.append, "s.t")
+    assert "2 CDC file(s) of it wait in bronze for `cdclake run` to apply them; 30 s left at most" in told[0]

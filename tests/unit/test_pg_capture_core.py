@@ -7,6 +7,8 @@ import struct
 from datetime import datetime
 from decimal import Decimal
 
+import pytest
+
 from cdclake.config import parse_config
 from cdclake.sources.postgres.capture import file_columns, render_records
 from cdclake.sources.postgres.catalog import (
@@ -140,3 +142,47 @@ def test_declaring_columns_in_a_flow_mapping() -> None:
     edited = declare_columns(text, "s.t", {"v": "date", "w": "decimal(12,2)"})
     assert edited is not None
     assert parse_config(edited).table("s.t").columns == {"id": "int", "v": "date", "w": "decimal(12,2)"}
+
+
+@pytest.mark.parametrize(
+    ("pg_type", "type_modifier", "kind", "element_length", "large"),
+    [
+        ("numeric", (12 << 16 | 2) + 4, "b", 0, False),  # numeric(12,2): a few bytes
+        ("numeric", (1000 << 16) + 4, "b", 0, False),  # numeric(1000): ~500 bytes, under ~2 kB
+        ("numeric", -1, "b", 0, True),  # unconstrained: up to 131072 digits
+        ("varchar", 100 + 4, "b", 0, False),  # at most 400 bytes in UTF-8
+        ("varchar", 600 + 4, "b", 0, True),  # up to 2400 bytes
+        ("varchar", -1, "b", 0, True),
+        ("bpchar", 3 + 4, "b", 0, False),
+        ("inet", -1, "b", 0, False),
+        ("daterange", -1, "r", 4, False),
+        ("numrange", -1, "r", -1, True),
+        ("text", -1, "b", 0, True),
+        ("jsonb", -1, "b", 0, True),
+        ("_int4", -1, "b", 0, True),  # an array
+    ],
+)
+def test_only_columns_whose_values_can_exceed_toasts_threshold_are_warned_about(
+    pg_type: str, type_modifier: int, kind: str, element_length: int, large: bool
+) -> None:
+    from cdclake.sources.postgres.catalog import can_be_toasted
+
+    assert can_be_toasted(pg_type, type_modifier, kind, element_length) is large
+
+
+def test_a_keyless_row_is_named_by_its_values_and_a_digest_the_same_in_every_run() -> None:
+    from cdclake.sources.verify import row_name
+
+    # GIVEN two keyless rows that differ only past what their name shows, and one with a NULL
+    long_a, long_b = "x" * 40 + "a", "x" * 40 + "b"
+    first = row_name(["id", "note"], ["7", long_a])
+    second = row_name(["id", "note"], ["7", long_b])
+    # THEN the name shows the values (each cut to 24 characters) and an MD5 of them whole
+    assert first.startswith("row (id=7, note=" + "x" * 23 + "…) md5:") and len(first.split("md5:")[1]) == 12
+    assert first != second  # the digest tells them apart
+    assert row_name(["id", "note"], ["7", "\x00NULL"]).startswith("row (id=7, note=NULL) md5:")
+    # AND the digest does not depend on the process (Python's own string hash does): a fixed value
+    assert row_name(["a"], ["1"]) == "row (a=1) md5:" + __import__("hashlib").md5(b"1:1").hexdigest()[:12]
+    # AND a row of many columns is cut to 160 characters of values
+    wide = row_name([f"c{i}" for i in range(40)], ["v" * 10] * 40)
+    assert len(wide.split(") md5:")[0]) == len("row (") + 160

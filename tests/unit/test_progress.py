@@ -24,6 +24,50 @@ def test_progress_counts_batches_and_estimates_the_time_left() -> None:
     assert line.fraction == 0.4
 
 
+def test_a_table_counts_done_in_the_line_of_its_last_batch_and_no_eta_comes_from_one_batch() -> None:
+    # GIVEN a run over 3 tables of one CDC file each (3 MB in all): the first batch took 30 s (the
+    # run's warm-up), the next ones 2 s each
+    progress = Progress(total_files=3, total_bytes=3_000_000, started=0.0, total_tables=3)
+    batch = TableReport("s.t", "cdc", files_applied=1, bytes_applied=1_000_000, changes_read=10)
+    # WHEN the first table's only batch ends
+    first = progress.advance(batch, now=30.0, table_done=True)
+    # THEN its line counts that table done, and says the time left is not known yet (one batch is
+    # no measure: from its rate alone the time left would be 60 s, and with a large first file far more)
+    assert first.text.startswith("tables=1/3 files=1/3 mb=1.0/3.0 ")
+    assert first.text.endswith(" eta_s=?")
+    # WHEN the second table's batch ends
+    second = progress.advance(batch, now=32.0, table_done=True)
+    # THEN two of three tables are done, and the time left is the time so far scaled: 32 s for 2/3 -> 16 s
+    assert second.text.startswith("tables=2/3 files=2/3 ") and second.text.endswith(" eta_s=16")
+    assert second.fraction == 2 / 3
+
+
+def test_a_table_in_several_batches_is_done_only_with_its_last_and_small_shares_give_no_eta() -> None:
+    # GIVEN a run of 2 tables and 100 files of 1 MB
+    progress = Progress(total_files=100, total_bytes=100_000_000, started=0.0, total_tables=2)
+    batch = TableReport("s.t", "cdc", files_applied=2, bytes_applied=2_000_000)
+    # WHEN the first table's first two batches end (4 % of the run)
+    progress.advance(batch, now=5.0)
+    line = progress.advance(batch, now=10.0)
+    # THEN no table is done yet and 4 % is too little to say the time left
+    assert line.text.startswith("tables=0/2 files=4/100 ") and line.text.endswith(" eta_s=?")
+    # WHEN its third and last batch ends (6 %)
+    line = progress.advance(batch, now=15.0, table_done=True)
+    # THEN it is counted done and the time left is known: 15 s for 6 % -> 235 s
+    assert line.text.startswith("tables=1/2 files=6/100 ") and line.text.endswith(" eta_s=235")
+
+
+def test_the_share_done_weighs_files_and_bytes_alike() -> None:
+    # GIVEN a run of 10 files, one of them 91 % of the bytes
+    progress = Progress(total_files=10, total_bytes=100, started=0.0)
+    # WHEN the big file is done THEN the run is half done: a tenth of the files, 91 % of the bytes
+    line = progress.advance(TableReport("s.t", "cdc", files_applied=1, bytes_applied=91), now=1.0)
+    assert line.fraction == (0.1 + 0.91) / 2
+    # AND a run without byte sizes counts files alone
+    no_bytes = Progress(total_files=4, total_bytes=0, started=0.0)
+    assert no_bytes.advance(TableReport("s.t", "cdc", files_applied=1), now=1.0).fraction == 0.25
+
+
 def test_a_scan_in_progress_says_its_tasks_and_the_time_left() -> None:
     # GIVEN a full load's scan 40 s in, two stages active: 3 of 8 and 1 of 2 tasks done, 2M rows
     # (300 MB) read by them so far

@@ -87,7 +87,10 @@ def test_init_reaches_the_server_a_libpq_string_names(tmp_path: Path, capsys: py
     code = main(["-q", "--config", str(tmp_path / "c.yaml"), "init", "--source", f"host=127.0.0.1 port={port}"])
     err = capsys.readouterr().err
     assert code == 2
-    assert err.startswith(f"cdclake: Cannot connect to postgres at 127.0.0.1:{port}"), err
+    assert err == (
+        f"cdclake: Cannot connect to PostgreSQL at 127.0.0.1:{port} (database default): nothing listens there: "
+        "start the server, or fix the host and port in --source.\n"
+    ), err
     assert not (tmp_path / "c.yaml").exists()
 
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from cdclake.config import TableConfig
+from cdclake.config import PipelineConfig, TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind
 from cdclake.dms.store import list_bronze
 from cdclake.engine.select import ReplaySelection, TableState, group_by_table, skip_reason
 from cdclake.engine.turn import HeldFiles, LoadStep, TableWork, run_tables
+from cdclake.errors import ConfigError
 from cdclake.lake.journals import files_with_quarantined_rows, quarantined_files_by_table
 from cdclake.report import RunReport
 
@@ -57,15 +58,39 @@ def apply_pending(
             report.skipped_tables.append(reason)
         else:
             selected.append(table)
-    report.no_files = [t.source for t in selected if not listing.may_hold(t.source_schema, t.source_table)]
+    without_files = [t for t in selected if not listing.may_hold(t.source_schema, t.source_table)]
+    refuse_lookalikes(engine.config, without_files, listing)
+    report.no_files = [t.source for t in without_files]
     cdc_files = [f for f in listing.files if f.kind is FileKind.CDC]
     files_of = {t.source: tuple(fs) for t, fs in group_by_table(engine.config, cdc_files, report)}
     step = LoadStep.IF_DUE if loads else LoadStep.LANE
-    works = [TableWork(t, step, files_of.get(t.source)) for t in selected]
+    # A table bronze holds no file of gets no silver table until its first file arrives: an empty
+    # table would say "the source is empty" with nothing to show for it, and a mistyped name would
+    # leave one behind.
+    works = [TableWork(t, step, files_of.get(t.source)) for t in selected if t.source not in report.no_files]
     report, left = run_tables(engine, works, listing, states, report)
     unconfigured = {f"{s}.{t}" for s, t in listing.sources() if engine.config.table_for_source(s, t) is None}
     report.unconfigured = sorted(set(report.unconfigured) | unconfigured)
     return report, left
+
+
+def refuse_lookalikes(config: PipelineConfig, without_files: Sequence[TableConfig], listing: BronzeListing) -> None:
+    """Stop before anything is applied when a configured table bronze holds no file of looks like a
+    source bronze holds files of and no table configures (``app.prodcuts`` beside ``app/products/``):
+    a mistyped name, which would otherwise wait forever for files that arrive under the other one."""
+    import difflib
+
+    unconfigured = sorted(f"{s}.{t}" for s, t in listing.sources() if config.table_for_source(s, t) is None)
+    mistyped = [
+        f"{table.source} (bronze has files of {match[0]}, which no table configures)"
+        for table in without_files
+        if (match := difflib.get_close_matches(table.source, unconfigured, n=1, cutoff=0.8))
+    ]
+    if mistyped:
+        raise ConfigError(
+            f"No file in bronze for the configured table(s) {'; '.join(mistyped)}: a mistyped name? Fix it in the "
+            "configuration; nothing was applied."
+        )
 
 
 def full_load(engine: Engine, tables: Sequence[TableConfig] | None = None, reload: bool = False) -> RunReport:

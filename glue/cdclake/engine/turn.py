@@ -193,25 +193,30 @@ class _Turns:
         else:
             engine_config = self.engine.config
             chosen = batches(pending, engine_config.max_files_per_batch, engine_config.max_batch_bytes)
-        for files in chosen:
+        counted = False  # the table's turn is counted done with its last batch, in that batch's line
+        for number, files in enumerate(chosen, start=1):
             if table_run.stopping.is_set():
                 break
             batch = CdcBatch(table, files, loads_pending, work.force)
             applied, table_run.state = apply_batch(self.engine, batch, table_run.state, self.quarantine.held)
             table_run.reports.append(applied)
-            self._advance(applied, len(files))
-            if (
-                applied.quarantined_files
+            # a type change held the whole batch: the next ones would be held the same way
+            held_whole = (
+                bool(applied.quarantined_files)
                 and not applied.files_applied
                 and is_type_change(applied.note.removeprefix("quarantined: "))
-            ):
-                break  # a type change held the whole batch: the next ones would be held the same way
-        with self.lock:
-            self.progress.tables += 1
+            )
+            counted = number == len(chosen) or held_whole
+            self._advance(applied, len(files), table_done=counted)
+            if held_whole:
+                break
+        if not counted:  # no batch, or stopped: its turn ends all the same
+            with self.lock:
+                self.progress.tables += 1
 
-    def _advance(self, applied: TableReport, files: int) -> None:
+    def _advance(self, applied: TableReport, files: int, table_done: bool) -> None:
         with self.lock:
-            line = self.progress.advance(applied, time.monotonic())
+            line = self.progress.advance(applied, time.monotonic(), table_done)
         if self.progress.total_files > files:
             log.info("progress %s", line.text, extra={"progress": line.fraction})
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from cdclake.config import TableConfig
+from cdclake.columns import HISTORY_SUFFIX, TOMBSTONE_SUFFIX
+from cdclake.config import PipelineConfig, TableConfig, gold_database
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind
 from cdclake.dms.layout import parse_header, undeclared_header_columns
 from cdclake.dms.store import head_text, list_bronze
@@ -62,6 +63,9 @@ class TableStatus:
     behind: str = ""  # why silver is not up to date with bronze, or "up to date"
     history_note: str = ""  # a history behind silver, or not reaching back to the load: since when, or not started
     held_by_capture: str = ""  # why `cdclake capture` holds the table (its changes are not captured), or ""
+    # a table of the silver database that no configured table writes (a renamed or mistyped one's
+    # leftover): what it is and what to do, or "" (its ``source`` is then its silver name)
+    not_configured: str = ""
 
 
 NO_FILES = "no files yet"
@@ -234,7 +238,44 @@ def table_statuses(
     facts = _read_database(engine)
     statuses = [_status_of(engine, table, facts, now) for table in engine.config.tables]
     holds = capture_holds or {}
-    return [_held(s, holds[s.source]) if s.source in holds else s for s in statuses]
+    strays = [_stray(engine, name) for name in stray_tables(engine.config, facts.existing)]
+    return [_held(s, holds[s.source]) if s.source in holds else s for s in statuses] + strays
+
+
+NOT_CONFIGURED = "not configured"
+
+
+def stray_tables(config: PipelineConfig, existing: Iterable[str]) -> list[str]:
+    """The tables of the silver database (``existing``) that no configured table writes: neither a
+    configured target, nor the side tables cdclake keeps beside one (``__history``, ``__tombstones``),
+    nor its own journals and ledger (``cdclake_*``), nor a mart kept there. Sorted."""
+    ours = {t.target for t in config.tables}
+    marts = {m.name for m in config.gold.marts} if gold_database(config) == config.database else set()
+    return sorted(
+        name
+        for name in existing
+        if name not in ours | marts
+        and not name.startswith("cdclake_")
+        and not name.endswith((HISTORY_SUFFIX, TOMBSTONE_SUFFIX))
+    )
+
+
+def _stray(engine: Engine, name: str) -> TableStatus:
+    """The status of a silver table no configured table writes: its rows (as its metadata says them)."""
+    table = _shared(engine, name)
+    try:
+        rows = _exact_rows(_refreshed(engine, table))
+    except Exception:  # not a table cdclake can read (a view, another format): listed all the same
+        rows = None
+    return TableStatus(
+        name,
+        f"{engine.config.database}.{name}",
+        exists=True,
+        rows=rows,
+        behind=f"{NOT_CONFIGURED}: no configured table writes this silver table (a renamed or mistyped table's "
+        f"leftover?); drop it once you are sure: DROP TABLE {table.identifier}",
+        not_configured=NOT_CONFIGURED,
+    )
 
 
 @dataclass(frozen=True)
@@ -463,6 +504,7 @@ ATTENTION_MARKERS: tuple[tuple[str, Callable[[Any], str]], ...] = (
     ("undeclared_columns", lambda names: f"undeclared header columns: {names}"),
     ("history_note", lambda note: note),
     ("held_by_capture", lambda _reason: HELD_BY_CAPTURE),
+    ("not_configured", lambda marker: marker),
 )
 
 

@@ -12,10 +12,11 @@ import sys
 import time
 from collections.abc import Sequence
 
-from cdclake.errors import CdclakeError, ConcurrentWriterError
+from cdclake.errors import CdclakeError, ConcurrentWriterError, first_line
 from cdclake.shells.commands import Command, demo, gold, maintain, quarantine, query, run, source, status
 from cdclake.shells.console import console_logging
 from cdclake.shells.settings import CliSettings, cli_settings, global_options, global_options_parent
+from cdclake.sources.postgres.problems import DOCS
 
 # In the order of ``cdclake --help``.
 COMMANDS: dict[str, Command] = {
@@ -33,6 +34,8 @@ COMMANDS: dict[str, Command] = {
 }
 
 INTERRUPTED = "interrupted; nothing is lost, run it again"
+# The database drivers whose errors are a source's answer to the user's setup, never cdclake's bug.
+SOURCE_DRIVERS = frozenset({"psycopg2", "pg8000", "pymysql", "pytds"})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,11 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="The options above are accepted after the command's name too.",
     )
     global_options(parser, defaults=True)
-    shared = global_options_parent()
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS.values():
         sub = commands.add_parser(
-            command.name, help=command.description, description=command.description, parents=[shared]
+            command.name,
+            help=command.description,
+            description=command.description,
+            parents=[global_options_parent(command.skip_globals)],
         )
         command.configure(sub)
     return parser
@@ -71,6 +76,12 @@ def run_command(settings: CliSettings) -> int:
         return ConcurrentWriterError.exit_code
     except CdclakeError as exc:
         print(f"cdclake: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        if type(exc).__module__.split(".")[0] not in SOURCE_DRIVERS:
+            raise
+        # A source database's error the commands did not turn into a sentence of their own.
+        print(f"cdclake: The source database refused: {first_line(exc)} (see {DOCS}).", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         # Every commit is atomic and the ledger says what was applied: a stop loses nothing.

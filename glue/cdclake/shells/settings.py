@@ -28,55 +28,60 @@ def default_cache() -> Path:
     return Path(base) / "cdclake"
 
 
-def global_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, defaults: bool) -> None:
+def global_options(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, defaults: bool, skip: frozenset[str] = frozenset()
+) -> None:
     """The options every command takes, before or after its name. On the subcommands they default
-    to ``SUPPRESS`` so that one left out there does not overwrite the one given before the command."""
+    to ``SUPPRESS`` so that one left out there does not overwrite the one given before the command;
+    ``skip``: the destinations of those a command has no use for (not listed in its --help)."""
 
     def default(value: object) -> object:
         return value if defaults else argparse.SUPPRESS
 
-    parser.add_argument(
+    def option(*flags: str, **kwargs: Any) -> None:
+        if flags[-1].lstrip("-").replace("-", "_") not in skip:
+            parser.add_argument(*flags, **kwargs)
+
+    option(
         "--config",
         type=Path,
         default=default(Path("cdclake.yaml")),
         help="table configuration (YAML) (default: cdclake.yaml)",
     )
-    parser.add_argument(
+    option(
         "--bronze", default=default(None), help="bronze root (directory or s3://bucket/prefix); overrides bronze.path"
     )
-    parser.add_argument(
+    option(
         "--warehouse",
         type=Path,
         default=default(None),
         help=f"local Iceberg warehouse directory (default: {DEFAULT_WAREHOUSE} next to the --config file)",
     )
-    parser.add_argument(
+    option(
         "--cache-dir",
         type=Path,
         default=default(default_cache()),
         help=f"where the relocated Jackson jar is cached (default: {default_cache()})",
     )
-    parser.add_argument(
+    option(
         "--iceberg-jar",
         type=Path,
         default=default(os.environ.get("CDCLAKE_ICEBERG_JAR") or None),
         help="an official iceberg-spark-runtime jar to use instead of the PyPI one (env CDCLAKE_ICEBERG_JAR)",
     )
-    parser.add_argument(
+    option(
         "--iceberg-packages",
         default=default(os.environ.get("CDCLAKE_ICEBERG_PACKAGES", "")),
         help="Maven coordinates for spark.jars.packages, comma-separated (env CDCLAKE_ICEBERG_PACKAGES)",
     )
-    parser.add_argument(
-        "--driver-memory", default=default("2g"), help="Spark driver memory for local runs (default: 2g)"
-    )
-    parser.add_argument(
+    option("--driver-memory", default=default("2g"), help="Spark driver memory for local runs (default: 2g)")
+    option(
         "--lock-wait",
         type=float,
         default=default(600.0),
         help="seconds a writing command waits for another one on the same warehouse (default: 600)",
     )
-    parser.add_argument(
+    option(
         "-q",
         "--quiet",
         action="store_true",
@@ -92,10 +97,17 @@ GLOBAL_DESTINATIONS = frozenset(
 )
 
 
-def global_options_parent() -> argparse.ArgumentParser:
-    """A parent parser with the global options (no defaults), for a command's parser and its actions'."""
+# The global options of the local warehouse and its Spark session: what a command that starts no
+# Spark (init, capture) has no use for.
+SPARK_OPTIONS = frozenset({"warehouse", "cache_dir", "iceberg_jar", "iceberg_packages", "driver_memory", "lock_wait"})
+
+
+def global_options_parent(skip: frozenset[str] = frozenset()) -> argparse.ArgumentParser:
+    """A parent parser with the global options (no defaults), for a command's parser and its
+    actions'; ``skip``: the destinations of those the command has no use for."""
     shared = argparse.ArgumentParser(add_help=False)
-    global_options(shared.add_argument_group("global options (also accepted before the command)"), defaults=False)
+    group = shared.add_argument_group("global options (also accepted before the command)")
+    global_options(group, defaults=False, skip=skip)
     return shared
 
 

@@ -53,6 +53,7 @@ class LiveSettings:
     wait_seconds: float = 300.0  # for every differing table together, after the first pass
     delivery_seconds: float = 90.0  # the longest a committed change takes to reach bronze
     poll_seconds: float = 5.0
+    tell_seconds: float = 10.0  # how often a wait says what it waits for
 
 
 def caught_up(silver: SilverPosition, started: SourcePosition, settings: LiveSettings, now: float) -> bool:
@@ -89,6 +90,28 @@ class Waited:
     silver: SilverPosition
 
 
+def waiting_text(table: str, silver: SilverPosition, started: SourcePosition, settings: LiveSettings,
+                 now: float, deadline: float) -> str:  # fmt: skip
+    """What verify is waiting for, for the user who sees nothing else meanwhile: the table, why
+    (files of it still to apply, or changes that may still be on their way to bronze), and how long
+    at most."""
+    delivered_at = started.noted_at + settings.delivery_seconds
+    if silver.pending_files:
+        why = f"{silver.pending_files} CDC file(s) of it wait in bronze for `cdclake run` to apply them"
+        ends = deadline
+    else:
+        why = (
+            "nothing of it waits in bronze, but a change committed before it was read may still be on its way "
+            f"there (--delivery {settings.delivery_seconds:.0f} s)"
+        )
+        ends = min(deadline, delivered_at)
+    left, wait_left = max(ends - now, 0), max(deadline - now, 0)
+    return (
+        f"verify: {table} differs from the source, which may be lag: waiting for silver to catch up before "
+        f"reading it again: {why}; {left:.0f} s left at most (--wait ends in {wait_left:.0f} s)"
+    )
+
+
 def wait_for_silver(
     silver_at: Callable[[], SilverPosition],
     started: SourcePosition,
@@ -96,14 +119,21 @@ def wait_for_silver(
     deadline: float,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    tell: Callable[[str], None] | None = None,
+    table: str = "",
 ) -> Waited:
-    """Poll ``silver_at`` until silver has caught up with ``started`` or ``deadline`` (``clock``'s time) passes."""
+    """Poll ``silver_at`` until silver has caught up with ``started`` or ``deadline`` (``clock``'s time)
+    passes; ``tell`` hears what it waits for when it starts waiting and every ``settings.tell_seconds``."""
+    told: float | None = None
     while True:
         silver, now = silver_at(), clock()
         if caught_up(silver, started, settings, now):
             return Waited(True, silver)
         if now >= deadline:
             return Waited(False, silver)
+        if tell is not None and (told is None or now - told >= settings.tell_seconds):
+            tell(waiting_text(table, silver, started, settings, now, deadline))
+            told = now
         # Wake at the next poll, or when the delivery window ends if that is sooner and all that is missing.
         until_delivered = started.noted_at + settings.delivery_seconds - now
         pause = min(settings.poll_seconds, until_delivered) if until_delivered > 0 else settings.poll_seconds

@@ -29,6 +29,7 @@ where the source shows a value it never logged (``unlogged_defaults``) are repor
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import struct
 import time
@@ -260,6 +261,29 @@ def row_digest(values: Sequence[str]) -> bytes:
     return array("q", map(hash, values)).tobytes()
 
 
+_NAMED_ROWS = 100_000  # keyless rows named at most (the report shows --show of them)
+_SHOWN_VALUE = 24  # characters of one value in a keyless row's name
+_SHOWN_ROW = 160  # characters of all its values
+
+
+def row_name(columns: Sequence[str], values: Sequence[str]) -> str:
+    """How verify names a row of a keyless table (it has no key to name it by): its values, each cut
+    to ``_SHOWN_VALUE`` characters and all of them to ``_SHOWN_ROW``, then the MD5 of every value whole
+    (12 hex digits: the same in every run and on both sides, and distinct for rows whose shown values
+    agree). ``row (id=7, note=long text th…) md5:1f3870be274f``."""
+
+    def shown(value: str) -> str:
+        if value == _NULL:
+            return "NULL"
+        return value if len(value) <= _SHOWN_VALUE else value[: _SHOWN_VALUE - 1] + "…"
+
+    text = ", ".join(f"{column}={shown(value)}" for column, value in zip(columns, values, strict=True))
+    if len(text) > _SHOWN_ROW:
+        text = text[: _SHOWN_ROW - 1] + "…"
+    whole = hashlib.md5("\x1f".join(f"{len(v)}:{v}" for v in values).encode("utf-8"), usedforsecurity=False)
+    return f"row ({text}) md5:{whole.hexdigest()[:12]}"
+
+
 def differing_columns(columns: Sequence[str], left: bytes, right: bytes) -> list[str]:
     size = _DIGEST_SIZE
     return [c for i, c in enumerate(columns) if left[i * size : (i + 1) * size] != right[i * size : (i + 1) * size]]
@@ -388,6 +412,8 @@ def _compare_rows(
         for c, values in dialect.unlogged_defaults(source, columns, types).items()
     }
 
+    named: dict[bytes, str] = {}  # a keyless row's digest -> its name (``row_name``), for the report
+
     def digest(rows: Iterable[Sequence[Any]]) -> tuple[int, dict[str, bytes], Counter[bytes]]:
         """Row count, key -> row digest (keyed tables), row digest -> count (append-only tables)."""
         count = 0
@@ -399,7 +425,10 @@ def _compare_rows(
             if key:
                 keyed[", ".join(f"{k}={values[i]}" for k, i in zip(key, key_index, strict=True))] = row_digest(values)
             else:
-                unkeyed[row_digest(values)] += 1
+                found = row_digest(values)
+                unkeyed[found] += 1
+                if found not in named and len(named) < _NAMED_ROWS:
+                    named[found] = row_name(columns, values)
         return count, keyed, unkeyed
 
     def only_unlogged_defaults(source_row: bytes, silver_row: bytes) -> bool:
@@ -433,8 +462,12 @@ def _compare_rows(
                 result.differing_columns[k] = differing_columns(columns, source_digest[k], silver_digest[k])
         result.source_digests = {k: source_digest.get(k) for k in result.differing()}
     else:
-        result.missing = [f"row {h.hex()[:12]} x{n}" for h, n in sorted((source_multiset - silver_multiset).items())]
-        result.unexpected = [f"row {h.hex()[:12]} x{n}" for h, n in sorted((silver_multiset - source_multiset).items())]
+
+        def names(rows: Counter[bytes]) -> list[str]:
+            return sorted(f"{named.get(h, 'row (not named: too many differ)')} x{n}" for h, n in rows.items())
+
+        result.missing = names(source_multiset - silver_multiset)
+        result.unexpected = names(silver_multiset - source_multiset)
 
 
 @dataclass(frozen=True)
@@ -446,6 +479,9 @@ class LiveCheck:
     silver_at: Callable[[TableConfig], SilverPosition]
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
+    # hears what a wait waits for (``sources.live.waiting_text``): logged by default, so the user who
+    # sees nothing else for up to --delivery seconds knows why
+    tell: Callable[[str], None] = field(default=lambda text: log.info("%s", text))
 
 
 _READS_AGAIN = 3  # reads of a differing table's ranges at most, while some of its differing source rows move
@@ -536,7 +572,9 @@ def _settle(
     previous, kept, rows_read, moving = first, first, first.rows_read, list[str]()
     silver_at = partial(live.silver_at, config)
     for _ in range(_READS_AGAIN):
-        waited = wait_for_silver(silver_at, noted, live.settings, deadline, live.clock, live.sleep)
+        waited = wait_for_silver(
+            silver_at, noted, live.settings, deadline, live.clock, live.sleep, live.tell, first.table
+        )
         if not waited.caught_up:
             kept.lagging = lag_text(waited.silver, noted)
             kept.lag_seconds = lag_seconds(waited.silver, noted)
@@ -596,6 +634,27 @@ def comparisons_json(results: Sequence[TableComparison]) -> str:
     tables = [r.as_json() for r in results]
     summary = {v: sum(1 for t in tables if t["verdict"] == v) for v in ("equal", "differing", "lagging", "skipped")}
     return json.dumps({"tables": tables, "summary": summary}, indent=2, default=str) + "\n"
+
+
+def comparisons_text(results: Sequence[TableComparison], style: str, show: int = 20) -> str:
+    """``verify``'s output in the ``--format`` every command shares: ``table`` (its lines, see
+    ``format_comparisons``), ``csv`` (a row a table: the counts, the keys' lists left to json) or
+    ``json`` (one document with every key)."""
+    if style == "json":
+        return comparisons_json(results)
+    if style == "csv":
+        from cdclake.shells.output import csv_lines
+
+        columns = ["table", "verdict", "problem", "source_rows", "silver_rows", "method", "how", "ranges"]
+        columns += ["ranges_differing", "rows_read", "source_position", "lag_resolved", "unconfirmed", "lagging"]
+        columns += ["lag_seconds"]
+        counted = ("missing", "unexpected", "different", "default_not_in_silver")
+        rows = []
+        for result in results:
+            values = result.as_json()
+            rows.append([values[c] for c in columns] + [len(values[c]) for c in counted])
+        return csv_lines([*columns, *counted], rows)
+    return format_comparisons(results, show)
 
 
 def format_comparisons(results: Sequence[TableComparison], show: int = 20) -> str:

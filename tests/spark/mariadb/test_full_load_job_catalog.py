@@ -115,5 +115,8 @@ def test_full_load_job_without_a_configuration_and_an_unreachable_source_fails_i
     # WHEN the job runs THEN it stops before loading anything, saying which source it could not reach
     from cdclake.sources.catalog.model import SourceCatalogError
 
-    with pytest.raises(SourceCatalogError, match=r"^Cannot connect to postgres at 127\.0\.0\.1:1 "):
+    with pytest.raises(
+        SourceCatalogError,
+        match=r"^Cannot connect to PostgreSQL at 127\.0\.0\.1:1 \(database default\): nothing listens there",
+    ):
         _full_load_job()([*argv, "--secret_id", "src"])

@@ -120,3 +120,27 @@ def capture_cli(source_db: SourceDatabase) -> list[str]:
         "-q", "--config", str(source_db.config_path), "--bronze", str(source_db.bronze), "capture",
         "--source", source_db.dsn, "--state-dir", str(settings.state_dir), "--slot", settings.slot,
     ]  # fmt: skip
+
+
+def test_init_warns_only_about_columns_whose_values_can_be_large(
+    source_db: SourceDatabase, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN keyed tables whose columns are bounded and small (numeric(12,2), varchar(100), inet,
+    # a date range, a domain over numeric(10,2)) and one with columns that can hold large values
+    source_db.execute(
+        "CREATE DOMAIN price AS numeric(10,2)",
+        "CREATE TABLE orders (id int PRIMARY KEY, total numeric(12,2), code varchar(100), ip inet, "
+        "period daterange, net price, flag char(3))",
+        "CREATE TABLE notes (id int PRIMARY KEY, body text, data jsonb, tags text[], ratio numeric, "
+        "title varchar(600), short varchar(20), untyped varchar, span numrange, raw bytea)",
+    )
+    url = f"postgresql://postgres@127.0.0.1:{source_db.server.port}/{source_db.name}"
+    config = ["-q", "--config", str(source_db.config_path)]
+    assert main([*config, "init", "--source", url]) == 0
+    capsys.readouterr()
+    # WHEN init --check reads the catalog
+    assert main([*config, "init", "--source", url, "--check"]) == 0
+    warning = capsys.readouterr().out
+    # THEN it warns about notes' unbounded columns only: not numeric(12,2) and the other small ones
+    assert "public.orders" not in warning, warning
+    assert "column(s) body, data, tags, ratio, title, untyped, span, raw can hold large (TOASTed) values" in warning

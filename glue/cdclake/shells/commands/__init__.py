@@ -24,6 +24,8 @@ class Command:
     description: str  # its line in ``cdclake --help`` and the first line of its own --help
     configure: Callable[[argparse.ArgumentParser], None]
     run: Callable[[CliSettings], int]
+    # the global options it has no use for (their destinations): left out of its --help
+    skip_globals: frozenset[str] = frozenset()
 
 
 def seconds_option(
@@ -31,6 +33,21 @@ def seconds_option(
 ) -> None:
     """An option that takes a number of seconds (``default`` None: not given)."""
     parser.add_argument(flag, type=float, default=default, metavar=metavar, help=help)
+
+
+# The output formats every command that prints rows takes, and the older names still accepted
+# (``verify --format text`` before it shared this vocabulary).
+FORMATS = ("table", "csv", "json")
+FORMAT_ALIASES = {"text": "table"}
+
+
+def format_option(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--format {table,csv,json}``, the same for every command that prints rows (default: table)."""
+
+    def name(text: str) -> str:
+        return FORMAT_ALIASES.get(text, text)
+
+    parser.add_argument("--format", type=name, choices=FORMATS, default="table", help=f"{help} (default: %(default)s)")
 
 
 def tables_option(parser: argparse.ArgumentParser) -> None:

@@ -29,4 +29,14 @@ def _demo(settings: CliSettings) -> int:
     return run_demo(workdir, lambda config, bronze: open_local_engine(on_demo, config, bronze))
 
 
-COMMANDS = (Command("demo", "write the Airbnb hosts example as DMS files, apply, verify", _configure, _demo),)
+COMMANDS = (
+    Command(
+        "demo",
+        "write the Airbnb hosts example as DMS files, apply, verify (in --workdir, with its own configuration, "
+        "bronze and warehouse)",
+        _configure,
+        _demo,
+        # its configuration, bronze and warehouse are its own, under --workdir; nothing else writes there
+        skip_globals=frozenset({"config", "bronze", "warehouse", "lock_wait"}),
+    ),
+)

@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from cdclake.errors import CdclakeError
-from cdclake.shells.commands import Command, tables_option
+from cdclake.shells.commands import Command, format_option, tables_option
 from cdclake.shells.local_engine import on_engine, selected_tables
 from cdclake.shells.settings import global_options_parent
 
@@ -21,21 +21,15 @@ WRITING_ACTIONS = frozenset({"dismiss"})
 def _configure(parser: argparse.ArgumentParser) -> None:
     shared = global_options_parent()
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    listed = actions.add_parser(
-        "list",
-        help="every held file and bad row: table, file, row, reason, the row as it was, still in bronze",
-        parents=[shared],
-    )
+    listing = "every held file and bad row: table, file, row, reason, the row as it was, still in bronze"
+    listed = actions.add_parser("list", help=listing, description=listing, parents=[shared])
     tables_option(listed)
-    listed.add_argument(
-        "--format", choices=("table", "csv", "json"), default="table", help="output format (default: %(default)s)"
+    format_option(listed, "table: for a terminal; csv, json: every field")
+    dismissing = (
+        "clear the entries of files no longer in bronze, recorded in cdclake_quarantine_dismissed "
+        "(a file still in bronze is fixed and replayed instead: `replay --quarantined`)"
     )
-    dismiss = actions.add_parser(
-        "dismiss",
-        help="clear the entries of files no longer in bronze, recorded in cdclake_quarantine_dismissed "
-        "(a file still in bronze is fixed and replayed instead: `replay --quarantined`)",
-        parents=[shared],
-    )
+    dismiss = actions.add_parser("dismiss", help=dismissing, description=dismissing, parents=[shared])
     dismiss.add_argument("--missing", action="store_true", help="every entry whose file is no longer in bronze")
     dismiss.add_argument("--file", action="append", default=[], help="this bronze key only (repeatable)")
     tables_option(dismiss)

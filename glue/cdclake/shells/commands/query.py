@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from cdclake.shells.commands import format_option
 from cdclake.shells.local_engine import engine_command
 from cdclake.shells.query import TABLE_ROWS
 
@@ -25,12 +26,8 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "sql", help="one Spark SQL statement; tables are silver.<database>.<table> or <database>.<table>"
     )
-    parser.add_argument(
-        "--format",
-        choices=("table", "csv", "json"),
-        default="table",
-        help='table: for a terminal; csv: NULL as an empty field, the empty string as ""; json: one object per '
-        "line (default: %(default)s)",
+    format_option(
+        parser, 'table: for a terminal; csv: NULL as an empty field, the empty string as ""; json: one object per line'
     )
     parser.add_argument(
         "--limit",

@@ -7,19 +7,20 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cdclake.config import load_config
 from cdclake.errors import CdclakeError, UnknownTableError
-from cdclake.shells.commands import Command, seconds_option, tables_option
+from cdclake.shells.commands import Command, format_option, seconds_option, tables_option
 from cdclake.shells.local_engine import on_engine, selected_tables
-from cdclake.shells.settings import DEFAULT_HOME
+from cdclake.shells.settings import DEFAULT_HOME, SPARK_OPTIONS
 
 if TYPE_CHECKING:
     from cdclake.context import Engine
     from cdclake.ops.init import InitSettings
     from cdclake.shells.settings import CliSettings
     from cdclake.sources.postgres.settings import CaptureSettings
+    from cdclake.sources.verify import SourceDialect
 
 
 def source_option(parser: argparse.ArgumentParser, note: str) -> None:
@@ -176,8 +177,10 @@ def _configure_verify(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--show", type=int, default=20, help="differing keys printed per table and kind (default: %(default)s)"
     )
-    parser.add_argument(
-        "--format", choices=("text", "json"), default="text", help="text lines, or one JSON document (every key)"
+    format_option(
+        parser,
+        "table: a line a table, then its differing keys (`text`, its older name, works too); csv: a row a table; "
+        "json: one document with every key",
     )
     parser.add_argument(
         "--rows", action="store_true", help="read every row of both sides instead of comparing key-range checksums"
@@ -202,9 +205,31 @@ def _configure_verify(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _verify(engine: Engine, settings: CliSettings) -> int:
+def _verify_command(settings: CliSettings) -> int:
+    """``verify``: the source is opened and asked whether this user may read the tables before Spark
+    starts, so a wrong password or a missing grant is said at once."""
+    import psycopg2
+
     from cdclake.sources.dialects import open_dialect
-    from cdclake.sources.verify import ChecksumSettings, comparisons_json, format_comparisons, verify
+    from cdclake.sources.postgres.problems import SourceAccessError, read_problems, source_problem
+    from cdclake.sources.postgres.verify import PostgresDialect
+
+    args = settings.options
+    config = load_config(settings.config)
+    tables = [config.table(name) for name in args.table] if args.get("table") else list(config.tables)
+    with open_dialect(args.source) as dialect:
+        if not isinstance(dialect, PostgresDialect):
+            return on_engine(settings, lambda engine, s: _verify(engine, s, dialect), writes=False)
+        try:
+            if (problem := read_problems(dialect.conn, [t.source for t in tables])) is not None:
+                raise SourceAccessError(problem)
+            return on_engine(settings, lambda engine, s: _verify(engine, s, dialect), writes=False)
+        except psycopg2.Error as exc:  # a table's own failure is reported with it; this is the rest
+            raise SourceAccessError(source_problem(exc, dialect.conn.info.user, dialect.conn.info.dbname)) from None
+
+
+def _verify(engine: Engine, settings: CliSettings, dialect: SourceDialect[Any]) -> int:
+    from cdclake.sources.verify import ChecksumSettings, comparisons_text, verify
 
     args = settings.options
     live = None
@@ -215,10 +240,9 @@ def _verify(engine: Engine, settings: CliSettings) -> int:
 
         waits = LiveSettings(wait_seconds=args.wait, delivery_seconds=args.delivery)
         live = LiveCheck(waits, lambda table: silver_position(engine, table))
-    with open_dialect(args.source) as dialect:
-        checksums = None if args.rows else ChecksumSettings()
-        results = verify(engine, dialect, selected_tables(engine, args), checksums, live)
-    print(comparisons_json(results) if args.format == "json" else format_comparisons(results, args.show), end="")
+    checksums = None if args.rows else ChecksumSettings()
+    results = verify(engine, dialect, selected_tables(engine, args), checksums, live)
+    print(comparisons_text(results, args.format, args.show), end="")
     return 0 if all(r.equal for r in results) else 1
 
 
@@ -266,12 +290,19 @@ COMMANDS = (
         "PostgreSQL logical decoding -> DMS-format full-load and CDC files in --bronze",
         _configure_capture,
         _capture,
+        skip_globals=SPARK_OPTIONS,
     ),
     Command(
         "verify",
         "compare every silver table with its source table (PostgreSQL, MariaDB/MySQL, SQL Server)",
         _configure_verify,
-        lambda settings: on_engine(settings, _verify, writes=False),
+        _verify_command,
     ),
-    Command("init", "write --config from a source database's catalog (or --check drift)", _configure_init, _init),
+    Command(
+        "init",
+        "write --config from a source database's catalog (or --check drift)",
+        _configure_init,
+        _init,
+        skip_globals=SPARK_OPTIONS,
+    ),
 )

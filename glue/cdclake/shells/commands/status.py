@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from cdclake.shells.commands import format_option
 from cdclake.shells.local_engine import engine_command
 
 if TYPE_CHECKING:
@@ -13,12 +14,7 @@ if TYPE_CHECKING:
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--format",
-        choices=("table", "csv", "json"),
-        default="table",
-        help="table: for a terminal; csv, json: every field (default: %(default)s)",
-    )
+    format_option(parser, "table: for a terminal; csv, json: every field")
     parser.add_argument("--wide", action="store_true", help="the table format with every field")
 
 

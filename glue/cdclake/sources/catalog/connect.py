@@ -247,9 +247,26 @@ def connect(address: SourceAddress, timeout: float = CONNECT_TIMEOUT_SECONDS) ->
         ) from None
     except OSError as exc:  # refused, unreachable, timed out, unknown host
         reason = f"no answer within {timeout:g} s" if isinstance(exc, TimeoutError) else _reason(exc)
+        if address.engine == "postgres":
+            raise SourceCatalogError(_postgres_problem(reason, address)) from None
         raise SourceCatalogError(f"Cannot reach {address.describe()}: {reason}.") from None
     except Exception as exc:  # each driver's own error classes: bad login, unknown database, TLS
+        if address.engine == "postgres":
+            # pg8000 wraps the socket's error ("Can't create a connection to host ..."): its cause says why
+            cause = exc.__cause__
+            reason = _reason(cause) if isinstance(cause, OSError) else _reason(exc)
+            raise SourceCatalogError(_postgres_problem(reason, address)) from None
         raise SourceCatalogError(f"Cannot connect to {address.describe()}: {_reason(exc)}.") from None
+
+
+def _postgres_problem(reason: str, address: SourceAddress) -> str:
+    """The sentence capture and verify give for the same failure (libpq's and pg8000's server
+    messages are the same), with its fix."""
+    from cdclake.sources.postgres.problems import connection_problem
+
+    if "timed out" in reason or reason.startswith("no answer"):
+        reason = "timeout expired"
+    return connection_problem(reason, f"{address.host}:{address.port} (database {address.database or 'default'})")
 
 
 def _reason(exc: BaseException) -> str:

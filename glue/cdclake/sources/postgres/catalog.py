@@ -200,29 +200,60 @@ def read_tables(cursor: Any, schemas: Sequence[str], only: Sequence[str] = ()) -
     if missing:
         from cdclake.errors import ConfigError
 
-        raise ConfigError(f"The source database has no table {', '.join(missing)}.")
+        raise ConfigError(
+            f"The source database has no table {', '.join(missing)}: check the name (in the configuration, or "
+            "the one given with --table)."
+        )
     return tables
 
 
 _TOASTABLE_SQL = """
-SELECT n.nspname, c.relname, a.attname
+SELECT n.nspname, c.relname, a.attname, bt.typname,
+       CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END, bt.typtype, coalesce(st.typlen, 0)
 FROM pg_class c
 JOIN pg_namespace n ON n.oid = c.relnamespace
 JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+JOIN pg_type t ON t.oid = a.atttypid
+JOIN pg_type bt ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
+LEFT JOIN pg_range r ON r.rngtypid = bt.oid
+LEFT JOIN pg_type st ON st.oid = r.rngsubtype
 WHERE c.relkind IN ('r', 'p') AND c.relreplident <> 'f' AND a.attstorage <> 'p'
   AND n.nspname = ANY(%(schemas)s)
 ORDER BY n.nspname, c.relname, a.attnum
 """
 
+# PostgreSQL moves values out of line (TOAST) only from rows over TOAST_TUPLE_THRESHOLD, about 2 kB,
+# biggest values first: a column whose values are at most a few hundred bytes is not warned about.
+TOAST_TUPLE_THRESHOLD = 2032
+
+
+def can_be_toasted(pg_type: str, type_modifier: int, kind: str = "b", range_element_length: int = 0) -> bool:
+    """Whether a column of this type (not of fixed length: those never leave the row) can hold a
+    value large enough to be stored out of line: ``numeric(p,s)`` holds at most ~500 bytes, inet and
+    cidr ~20, a range of fixed-size elements ~40, ``varchar(n)`` / ``char(n)`` 4n; text, bytea,
+    json/jsonb, xml, arrays, unconstrained ``numeric`` and ``varchar`` and every other varlena are
+    unbounded. ``kind``: ``typtype`` (``r`` a range, whose elements are ``range_element_length``
+    bytes each, negative for a varlena)."""
+    if pg_type == "numeric":
+        return type_modifier == -1
+    if pg_type in ("varchar", "bpchar"):
+        return type_modifier == -1 or 4 * (type_modifier - 4) + 4 >= TOAST_TUPLE_THRESHOLD
+    if pg_type in ("inet", "cidr"):
+        return False
+    if kind == "r":
+        return range_element_length < 0
+    return True
+
 
 def toastable_columns(cursor: Any, schemas: Sequence[str]) -> dict[str, tuple[str, ...]]:
-    """``schema.table`` -> its columns that can hold out-of-line (TOASTed) values, for tables of
-    ``schemas`` without REPLICA IDENTITY FULL. An update that leaves such a value unchanged does
-    not log it (pgoutput sends "unchanged"), so capture cannot write the row and holds the table."""
+    """``schema.table`` -> its columns that can hold out-of-line (TOASTed) values (``can_be_toasted``),
+    for tables of ``schemas`` without REPLICA IDENTITY FULL. An update that leaves such a value
+    unchanged does not log it (pgoutput sends "unchanged"), so capture cannot write the row and holds the table."""
     cursor.execute(_TOASTABLE_SQL, {"schemas": list(schemas)})
     found: dict[str, tuple[str, ...]] = {}
-    for schema, table, column in cursor.fetchall():
-        found[f"{schema}.{table}"] = (*found.get(f"{schema}.{table}", ()), str(column))
+    for schema, table, column, pg_type, type_modifier, kind, element_length in cursor.fetchall():
+        if can_be_toasted(str(pg_type), int(type_modifier), str(kind), int(element_length)):
+            found[f"{schema}.{table}"] = (*found.get(f"{schema}.{table}", ()), str(column))
     return found
 
 

@@ -82,9 +82,25 @@ def connect(dsn: str, replication: bool = False) -> Any:
         conn = psycopg2.connect(dsn, options=options)
         conn.autocommit = True  # transactions are opened explicitly where they matter
     except psycopg2.OperationalError as exc:
-        raise CaptureError(f"Cannot connect to PostgreSQL ({without_password(dsn)}): {exc}".strip()) from None
+        from cdclake.sources.postgres.problems import SourceAccessError, connection_problem
+
+        raise SourceAccessError(connection_problem(str(exc), server_of(dsn))) from None
     conn.set_client_encoding("UTF8")
     return conn
+
+
+def server_of(dsn: str) -> str:
+    """For messages: ``host:port`` of a libpq connection string or URL (libpq's defaults where it
+    names none; the PG* variables when it is empty)."""
+    from psycopg2.extensions import parse_dsn
+
+    if not dsn:
+        return "the server the PG* variables name"
+    try:
+        parts = parse_dsn(dsn)
+    except Exception:  # libpq will say what is wrong with it
+        return without_password(dsn)
+    return f"{parts.get('host') or 'localhost'}:{parts.get('port') or 5432}"
 
 
 def without_password(dsn: str) -> str:

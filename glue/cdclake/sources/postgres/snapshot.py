@@ -19,6 +19,7 @@ from cdclake.sources.postgres.catalog import (
     value_text,
 )
 from cdclake.sources.postgres.pgoutput import format_lsn, parse_lsn
+from cdclake.sources.postgres.problems import SourceAccessError, capture_problems
 from cdclake.sources.postgres.settings import CaptureError, CaptureReport, CaptureSettings, connect
 from cdclake.sources.postgres.state import CaptureState, change_sequence, state_path, timestamp_text, write_durably
 
@@ -122,6 +123,14 @@ def usable_tables(settings: CaptureSettings, tables: Sequence[SourceTable]) -> l
         else:
             usable.append(table)
     return usable
+
+
+def require_ready(conn: Any, read: Sequence[str], publish: Sequence[str], new_slot: bool) -> None:
+    """Stop with one sentence naming every grant and setting the user of ``conn`` lacks to read
+    ``read``, publish ``publish`` and replicate (and, when ``new_slot``, create a slot)."""
+    problem = capture_problems(conn, read, publish, new_slot)
+    if problem is not None:
+        raise SourceAccessError(problem)
 
 
 def _selected_tables(settings: CaptureSettings, conn: Any) -> list[SourceTable]:
@@ -231,8 +240,11 @@ def initialise(settings: CaptureSettings, conn: Any) -> tuple[CaptureState, Capt
     so the full load is always complete and consistent with the slot.
     """
     tables = _selected_tables(settings, conn)
-    if _slot_exists(conn, settings.slot):
+    slot_exists = _slot_exists(conn, settings.slot)
+    if slot_exists:
         _refuse_other_owner(settings, conn)
+    names = [t.qualified for t in tables]
+    require_ready(conn, names, names, new_slot=not slot_exists)  # before anything is created
     config = "" if settings.config_path is None else str(settings.config_path.resolve())
     publications = publication_names(settings, tables)
     # Recorded before the slot exists: a slot this state directory finds later is its own.
