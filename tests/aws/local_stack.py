@@ -173,6 +173,10 @@ class Resolver:
         if name in pseudo:
             return pseudo[name]
         if name in self.parameters:
+            kind = str(self.template.get("Parameters", {}).get(name, {}).get("Type", "String"))
+            if kind == "CommaDelimitedList" or kind.startswith("List<"):
+                # CloudFormation: a Ref to a list parameter is the list (a Join over it joins its items)
+                return [item.strip() for item in self.parameters[name].split(",")]
             return self.parameters[name]
         return self.physical[name]
 
