@@ -6,15 +6,21 @@ Arguments: --config, --bronze, --warehouse; optional --catalog, --environment an
   applying files as their S3 events arrive in that queue, in rounds at most --poll_seconds apart,
   until nothing new came for --idle_seconds or the run reached --max_run_seconds
   (``engine.follow``). An event is deleted as soon as its key is in the loop's index of bronze.
-  With --alert_topic_arn, a table that keeps failing (once per failure episode) and files set aside
-  in quarantine are published to that SNS topic; without it, logged at ERROR. With --reload_requests
+  With --alert_topic_arn, a table that keeps failing (once per failure episode, and once when it
+  recovers) and files set aside in quarantine are published to that SNS topic; without it, logged at
+  ERROR. With --failure_episodes (an S3 URI) the episodes span runs (``ops.failure_episodes``): a table
+  failing run after run is alerted once. A table still failing at the end is held, not a failed run:
+  the other tables' commits stand, its files stay pending (or quarantined), and the run succeeds, so the
+  state machine neither retries an hour-long run for one table nor waits with its sweep; only a run in
+  which every table failed fails (a fault of the run, not of a table). With --reload_requests
   (an S3 URI, what the template gives) the job is the CDC lane: it never runs a (re)load, it writes
   the tables whose load is due to that object (``ops.reload_requests``) and holds their CDC, and
   the state machine runs the full-load job for them beside it.
 - --manifest (a manual run): apply exactly the files it names; --replay true applies them again
   even if applied or quarantined (without a manifest: the quarantine).
 - neither: apply every pending CDC file once.
-The run fails when a table is still failing at its end (the state machine retries, then alerts).
+Without --queue_url the run fails when a table is still failing at its end (the state machine retries,
+then alerts).
 """
 
 from __future__ import annotations
@@ -24,13 +30,13 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 
-from cdclake.alerts import Alerts, LoggedAlerts, SnsAlerts
+from cdclake.alerts import Alerts, FailureEpisodes, LoggedAlerts, MemoryEpisodes, SnsAlerts
 from cdclake.context import Engine
 from cdclake.dms.manifest import read_manifest
 from cdclake.dms.store import read_text as read_stored_text
 from cdclake.engine.follow import FollowReport, Round, follow
 from cdclake.engine.run import apply_cdc_files, replay, run
-from cdclake.engine.select import ReplaySelection, files_from_keys
+from cdclake.engine.select import ReplaySelection, files_from_keys, skip_reason
 from cdclake.errors import first_line
 from cdclake.ops.reload_requests import ReloadRequest, ReloadRequester
 from cdclake.report import RunReport
@@ -88,7 +94,9 @@ def _follow(args: JobArguments, engine: Engine) -> FollowReport:
         publish_metrics(args, engine.config, done.report, done.backlog)
 
     settings = args.follow if requester is None else replace(args.follow, loads=False)
-    outcome = follow(engine, settings, queue_notices(args), on_round=each_round, alerts=job_alerts(args))
+    outcome = follow(
+        engine, settings, queue_notices(args), on_round=each_round, alerts=job_alerts(args), episodes=job_episodes(args)
+    )
     log.info(
         "follow ended: %s after %d rounds; files=%d bytes=%d listings=%d",
         outcome.stopped_by,
@@ -97,7 +105,24 @@ def _follow(args: JobArguments, engine: Engine) -> FollowReport:
         outcome.bytes_applied,
         outcome.listings,
     )
-    RunReport(failures=list(outcome.failures.values())).checked()  # a table still failing fails the run
+    return held_tables(outcome, [t.source for t in engine.config.tables if skip_reason(t) is None])
+
+
+def held_tables(outcome: FollowReport, tables: Sequence[str]) -> FollowReport:
+    """The CDC lane's verdict on the tables still failing at the end of a follow: each is held (logged; its
+    files stay pending, its episode alerted) and the run succeeds, unless every one of ``tables`` failed:
+    then the run fails with their errors (nothing of the run worked: a fault of the run, which the state
+    machine retries and alerts)."""
+    failures = list(outcome.failures.values())
+    if failures and {f.table for f in failures} >= set(tables):
+        RunReport(failures=failures).checked()
+    for failure in failures:
+        log.warning(
+            "held: %s (its %s failed: %s); its files stay pending, the other tables were applied",
+            failure.table,
+            failure.kind,
+            first_line(failure.error),
+        )
     return outcome
 
 
@@ -113,6 +138,17 @@ def _requested(uri: str) -> frozenset[str] | None:
     except Exception as error:  # unreadable: written anew
         log.warning("the reload request at %s is unreadable (%s): it is written anew", uri, first_line(error))
         return None
+
+
+def job_episodes(args: JobArguments) -> FailureEpisodes:
+    """The failure episodes in --failure_episodes when the job is given it, else this run's own."""
+    if not args.failure_episodes:
+        return MemoryEpisodes()
+    import boto3
+
+    from cdclake.ops.failure_episodes import S3Episodes
+
+    return S3Episodes(boto3.client("s3"), args.failure_episodes)
 
 
 def job_alerts(args: JobArguments) -> Alerts:

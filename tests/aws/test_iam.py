@@ -262,8 +262,9 @@ GLUE_CALLS: dict[str, list[tuple[str, frozenset[str]]]] = {
     "s3:ListBucket": [("BronzeBucket", BRONZE_READERS)],
     # The full-load job's source-catalog step (ops/source_catalog.py): the stack's configuration object, the
     # source secret and the Glue connection (optional statements, checked as present).
-    # ... and the CDC lane's reload request (--reload_requests, ops/reload_requests.py).
-    "s3:PutObject": [("TableConfigKey", FULL_LOAD), ("state/reloads.json", CDC)],
+    # ... and the CDC lane's reload request (--reload_requests, ops/reload_requests.py) and its failure episodes
+    # (--failure_episodes, ops/failure_episodes.py: conditional writes, s3:PutObject with ReadArtifacts' GetObject).
+    "s3:PutObject": [("TableConfigKey", FULL_LOAD), ("state/reloads.json", CDC), ("state/failing-tables.json", CDC)],
     "secretsmanager:GetSecretValue": [("SourceSecretId", SOURCE_READERS)],
     "glue:GetConnection": [("SourceConnectionName", SOURCE_READERS)],
     "cloudwatch:PutMetricData": [("*", METRICS_PUBLISHERS)],  # no resource type (narrowed by namespace)
@@ -390,6 +391,7 @@ EXPECTED_STATEMENTS = {
         "PublishAlerts": ["sns:Publish"],
         "AlertTopicKey": ["kms:Decrypt", "kms:GenerateDataKey"],
         "WriteReloadRequest": ["s3:PutObject"],
+        "WriteFailureEpisodes": ["s3:PutObject"],
     },
     "MaintenanceJobRole": _SHARED_STATEMENTS,
     "GoldJobRole": _SHARED_STATEMENTS,

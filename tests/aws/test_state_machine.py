@@ -674,3 +674,28 @@ def test_a_reload_that_keeps_failing_is_tried_three_times_then_alerted_once(pipe
     entered = pipeline.states_entered(execution)
     assert entered.count("StartReloadJob") == 3 and entered.count("NotifyReloadFailing") == 1
     assert "NotifyFailure" not in entered
+
+
+def test_a_cdc_run_that_held_a_failing_table_succeeds_and_the_sweep_after_its_maximum_run_time_proceeds(
+    pipeline: Pipeline,
+) -> None:
+    # GIVEN a queued file, and CDC runs that end at CdcMaxRunSeconds (3600 s) SUCCEEDED: a table that kept failing
+    # through the run is held, not a failed run (glue/jobs/cdc.py held_tables; tests/aws/test_follow_queue.py)
+    pipeline.gaps.job_execution_seconds[pipeline.cdc_job] = 3600
+    pipeline.send_file(cdc_key("orders", "120000100"), 100)
+    # WHEN the pipeline runs its three iterations
+    execution = pipeline.start({"fullLoadDone": True})
+    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    # THEN no run was retried or alerted, and the check after each run started a sweep at once (the run may have
+    # left files it had taken off the queue): the held table never holds the sweep back
+    runs = pipeline.job_runs(pipeline.cdc_job)
+    assert [r["JobRunState"] for r in runs] == ["SUCCEEDED"] * 3
+    checks = work_checks(pipeline, execution)
+    assert [(c["start"], c["sweep"], c["reason"]) for c in checks] == [
+        (True, False, "files queued"),
+        (True, True, "sweep: the last CDC run stopped at its maximum run time (it may have left files)"),
+        (True, True, "sweep: the last CDC run stopped at its maximum run time (it may have left files)"),
+    ]
+    entered = pipeline.states_entered(execution)
+    assert entered.count("RunCdcSweep") == 2 and "NotifyCdcRunFailed" not in entered
+    assert pipeline.alerts() == []

@@ -17,8 +17,8 @@ ends (idle, the maximum run time, interrupted, an error).
 
 A table that fails is tried again after growing pauses while the others go on, and alerted once
 per failure episode (from the round it fails after being healthy to the round that applies it
-again), with its reason; files a round sets aside in quarantine are alerted once each, with theirs
-(``alerts``).
+again), with its reason, and once when the episode ends; files a round sets aside in quarantine
+are alerted once each, with theirs (``alerts``).
 
 Exactly once holds as in a single run: every commit records its files in the table's ledger in the
 same Iceberg commit, and a file is pending only while the ledger lacks it. A loop that dies leaves
@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from cdclake.alerts import Alerts, LoggedAlerts
+from cdclake.alerts import Alerts, FailureEpisodes, LoggedAlerts, MemoryEpisodes
 from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind, parse_key
@@ -145,13 +145,16 @@ def follow(
     on_round: Callable[[Round], None] | None = None,
     alerts: Alerts | None = None,
     apply: ApplyPending | None = None,
+    episodes: FailureEpisodes | None = None,
 ) -> FollowReport:
     """Apply every pending file of ``tables`` (default: every configured one), then keep applying
     new files round after round until stopped (``engine.stopping``), idle or at the maximum run time.
-    Failing tables and quarantined files are reported to ``alerts`` (default: logged at ERROR).
-    ``apply``: what a round runs (default: ``run.apply_pending``, loading only with ``settings.loads``).
+    Failing tables (once per failure episode, and once when it ends) and quarantined files are reported
+    to ``alerts`` (default: logged at ERROR). ``episodes``: where the failure episodes are kept (default:
+    in this process only). ``apply``: what a round runs (default: ``run.apply_pending``, loading only
+    with ``settings.loads``).
     """
-    follower = Follower(engine, settings, notices, tables, alerts or LoggedAlerts(), apply)
+    follower = Follower(engine, settings, notices, tables, alerts or LoggedAlerts(), apply, episodes)
     return follower.run(on_round)
 
 
@@ -175,6 +178,7 @@ class Follower:
         tables: Sequence[TableConfig] | None,
         alerts: Alerts,
         apply: ApplyPending | None = None,
+        episodes: FailureEpisodes | None = None,
     ) -> None:
         config = engine.config
         self.engine, self.settings, self.notices = engine, settings, notices
@@ -195,7 +199,7 @@ class Follower:
         # folder, and the folders with files still to apply are looked at anyway; a new run that marked
         # every folder active would list all of them every round for its first ``active_seconds``.
         self.active: dict[str, float] = {}
-        self.episodes = _Episodes(alerts, settings)
+        self.episodes = _Episodes(alerts, settings, episodes)
         self.outcome = FollowReport()
         self.started = self.last_relist = self.last_news = time.monotonic()
 
@@ -335,21 +339,26 @@ class Follower:
 
 
 class _Episodes:
-    """Alerts once per failure episode of a table, and once per file a round quarantined."""
+    """Alerts once per failure episode of a table (and once when it ends), and once per file a round
+    quarantined. The episodes are ``FailureEpisodes``': a durable record makes them span runs."""
 
-    def __init__(self, alerts: Alerts, settings: FollowSettings) -> None:
+    def __init__(self, alerts: Alerts, settings: FollowSettings, episodes: FailureEpisodes | None = None) -> None:
         self.alerts = alerts
         self.settings = settings
-        self.failing: set[str] = set()  # tables in a failure episode (alerted)
+        self.episodes = episodes or MemoryEpisodes()
         self.quarantined: set[str] = set()  # keys alerted as quarantined
 
     def report(self, report: RunReport, worked_on: set[str]) -> None:
         failed = {f.table: f for f in report.failures}
-        self.failing -= worked_on - failed.keys()  # a round that applied the table ends its episode
-        for source, failure in failed.items():
-            if source not in self.failing:
-                self.failing.add(source)
-                self.alerts.send(f"{source} is failing", self._failing(failure))
+        # a round that worked the table without a failure ends its episode
+        changes = self.episodes.settle({s: first_line(f.error) for s, f in failed.items()}, worked_on)
+        for source in sorted(changes.started):
+            self.alerts.send(f"{source} is failing", self._failing(failed[source]))
+        for source in sorted(changes.ended):
+            self.alerts.send(
+                f"{source} recovered",
+                f"{source}: a round applied it again after its failure episode; its held files are applied in order.",
+            )
         for source in dict.fromkeys(t.table for t in report.tables if t.quarantined_files):
             batches = [t for t in report.tables if t.table == source and t.quarantined_files]
             files = [f for t in batches for f in t.quarantined_files if f not in self.quarantined]
