@@ -15,7 +15,8 @@ Arguments: --config, --bronze, --warehouse; optional --catalog, --environment an
   which every table failed fails (a fault of the run, not of a table). With --reload_requests
   (an S3 URI, what the template gives) the job is the CDC lane: it never runs a (re)load, it writes
   the tables whose load is due to that object (``ops.reload_requests``) and holds their CDC, and
-  the state machine runs the full-load job for them beside it.
+  the state machine runs the full-load job for them beside it; a round that adds a table to the request
+  ends the run (``reload_asked``), so the state machine starts that reload at once.
 - --manifest (a manual run): apply exactly the files it names; --replay true applies them again
   even if applied or quarantined (without a manifest: the quarantine).
 - neither: apply every pending CDC file once.
@@ -34,7 +35,7 @@ from cdclake.alerts import Alerts, FailureEpisodes, LoggedAlerts, MemoryEpisodes
 from cdclake.context import Engine
 from cdclake.dms.manifest import read_manifest
 from cdclake.dms.store import read_text as read_stored_text
-from cdclake.engine.follow import FollowReport, Round, follow
+from cdclake.engine.follow import ApplyPending, FollowReport, Notices, Round, follow
 from cdclake.engine.run import apply_cdc_files, replay, run
 from cdclake.engine.select import ReplaySelection, files_from_keys, skip_reason
 from cdclake.errors import first_line
@@ -75,14 +76,21 @@ def main(argv: Sequence[str]) -> RunReport | FollowReport:
     return report
 
 
-def _follow(args: JobArguments, engine: Engine) -> FollowReport:
+def _follow(
+    args: JobArguments, engine: Engine, notices: Notices | None = None, apply: ApplyPending | None = None
+) -> FollowReport:
+    """The CDC lane: follow the queue (``notices``: the job's queue unless given; ``apply``: a round's work,
+    ``run.apply_pending`` unless given: the seams tests use)."""
     uri = args.reload_requests
     requester = None if uri is None else ReloadRequester(lambda text: write_text(uri, text), _requested(uri))
+    asked: set[str] = set()  # tables this run added to the reload request
 
     def each_round(done: Round) -> None:
         log_report(done.report)
+        before = set() if requester is None or requester.last is None else set(requester.last)
         if requester is not None and requester.offer(done.report.loads_pending):
             log.info("reload request written: %s", ", ".join(sorted(done.report.loads_pending)) or "none pending")
+            asked.update(done.report.loads_pending.keys() - before)
         log.info(
             "round %d: files=%d backlog_files=%d backlog_bytes=%d seconds=%.1f",
             done.number,
@@ -95,7 +103,14 @@ def _follow(args: JobArguments, engine: Engine) -> FollowReport:
 
     settings = args.follow if requester is None else replace(args.follow, loads=False)
     outcome = follow(
-        engine, settings, queue_notices(args), on_round=each_round, alerts=job_alerts(args), episodes=job_episodes(args)
+        engine,
+        settings,
+        notices or queue_notices(args),
+        on_round=each_round,
+        alerts=job_alerts(args),
+        episodes=job_episodes(args),
+        until=lambda done: reload_asked(asked, done),
+        apply=apply,
     )
     log.info(
         "follow ended: %s after %d rounds; files=%d bytes=%d listings=%d",
@@ -106,6 +121,18 @@ def _follow(args: JobArguments, engine: Engine) -> FollowReport:
         outcome.listings,
     )
     return held_tables(outcome, [t.source for t in engine.config.tables if skip_reason(t) is None])
+
+
+def reload_asked(asked: set[str], done: Round) -> str:
+    """Why the run ends after the round ``done`` ("" to go on): it asked for a reload of tables not asked
+    for before. The state machine starts the full-load job for them only between CDC runs (its work check),
+    so the run ends and the reload starts within a minute, not after the rest of a run of up to
+    CdcMaxRunSeconds; the tables' CDC is held meanwhile (their load is due: the CDC lane gives them no
+    state), and the next run follows every other table again. Not while another table still has files to
+    apply (a batch bound): their events were deleted once indexed, so the run applies them first."""
+    if not asked or done.waiting - asked - done.report.loads_pending.keys():
+        return ""
+    return f"reload requested ({', '.join(sorted(asked))})"
 
 
 def held_tables(outcome: FollowReport, tables: Sequence[str]) -> FollowReport:

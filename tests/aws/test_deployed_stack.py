@@ -224,7 +224,7 @@ def deploy(
     config.write_text(config_text, encoding="utf-8")
     given = {"EnvironmentName": "dev", "ReplicationTaskArns": task, "AlertEmail": "ops@example.com",
              "PollSeconds": "1", "CdcPollSeconds": "1", "CdcIdleSeconds": "2", "SweepEveryIterations": "4",
-             "MaintenanceEveryIterations": "0"} | (parameters or {})  # fmt: skip
+             "MaintenanceEveryHours": "0"} | (parameters or {})  # fmt: skip
     # The deploy's own preflight: the wheel's key, and no retained database to adopt on a first deploy.
     overrides = stack_artifacts.preflight(
         boto3.client("cloudformation", region_name=REGION), boto3.client("glue", region_name=REGION), s3,

@@ -59,6 +59,7 @@ class FakeRounds:
         self.applied_in: dict[str, int] = {}  # key -> the round that applied it
         self.tried: dict[str, int] = {}  # source -> rounds it was due in
         self.crash_in: int | None = None  # the round that raises (the loop's own fault, not a table's)
+        self.loads_due: set[str] = set()  # tables whose (re)load is due: reported, their CDC held, no state
 
     def __call__(
         self,
@@ -75,6 +76,9 @@ class FakeRounds:
         for table in tables:
             source = table.source
             self.tried[source] = self.tried.get(source, 0) + 1
+            if source in self.loads_due:
+                report.tables.append(TableReport(source, "cdc", load_pending="a reload: LOAD files written again"))
+                continue
             applied, held = self.applied.setdefault(source, set()), self.held.setdefault(source, set())
             pending = [
                 f
@@ -537,3 +541,46 @@ def test_episodes_that_cannot_be_kept_are_alerted_from_the_run_s_own_record(capl
     assert episodes.settle({FAILING: "a fault"}, set()).started == frozenset({FAILING})
     assert episodes.settle({FAILING: "a fault"}, set()).started == frozenset()
     assert "not kept (AccessDenied)" in caplog.text
+
+
+# ------------------------------------------------------------------------ a reload asked for during a long run
+def test_a_run_that_asks_for_a_reload_ends_after_that_round_so_the_reload_starts_at_once(stack: Stack) -> None:
+    # GIVEN the CDC job following the queue as the CDC lane (--reload_requests), up to an hour, 11 tables with a file
+    # each, and files arriving every round for s.t1
+    cdc_follow = runpy.run_path(str(ROOT / "glue" / "jobs" / "cdc.py"), run_name="job_cdc")["_follow"]
+    requests = f"s3://{BUCKET}/state/reloads.json"
+    arguments = JobArguments(
+        config="c.yaml", bronze=f"s3://{BUCKET}/dms", warehouse="s3://w", queue_url=stack.url,
+        reload_requests=requests, follow=FollowSettings(poll_seconds=0.05, max_run_seconds=3600),
+    )  # fmt: skip
+    for table in TABLES:
+        stack.put(table)
+    rounds = FakeRounds()
+    arriving = ArrivingNotices(stack.client(), stack.url, BUCKET, "dms")
+
+    def arrive() -> None:
+        stack.put("s.t1")
+        if rounds.rounds == 4:  # WHEN DMS reloads s.t3 in the middle of the run (its new files are found)
+            rounds.loads_due.add("s.t3")
+            stack.put("s.t3")
+
+    arriving.arrive = arrive
+    outcome = cdc_follow(arguments, engine_on(stack), notices=arriving, apply=rounds)
+    # THEN the round that found it wrote the reload request, and the run ended after that round, not after an hour
+    assert (outcome.stopped_by, outcome.rounds) == ("reload requested (s.t3)", 5)
+    request = json.loads(stack.s3.get_object(Bucket=BUCKET, Key="state/reloads.json")["Body"].read())
+    assert request["tables"] == ["s.t3"]
+    # AND every file of the other tables announced so far was applied; s.t3's held (its load is due)
+    others = {k.removeprefix("dms/") for k in _bronze_keys(stack) if not k.startswith(("dms/s/t3/", "dms/state/"))}
+    assert others == set(rounds.applied_in) - {k for k in rounds.applied_in if k.startswith("s/t3/")}
+    assert rounds.tried["s.t3"] == 2 and len(rounds.applied["s.t3"]) == 1  # its first file, before the reload
+    assert stack.depth() == (0, 0)
+    # AND the state machine's work check, the next thing the pipeline does, starts the full-load job for it
+    full_load = "cdclake-test-full-load"
+    stack.glue.create_job(Name=full_load, Role="arn:aws:iam::123456789012:role/glue", Command={"Name": "glueetl"})
+    from reloads import decide_reload, full_load_runs, parse_request, read_request
+
+    text = read_request(stack.s3, requests)
+    assert text is not None
+    decision = decide_reload(parse_request(text), full_load_runs(stack.glue, full_load))
+    assert (decision.start, decision.request.table_list if decision.request else "") == (True, "s.t3")

@@ -226,7 +226,7 @@ def test_the_work_check_function_may_do_nothing_else() -> None:
     job = "arn:${AWS::Partition}:glue:${AWS::Region}:${AWS::AccountId}:job/${%s}"
     assert [(s["Action"], s["Resource"]) for s in statements] == [
         ("sqs:GetQueueAttributes", {"GetAtt": "FileQueue.Arn"}),
-        ("glue:GetJobRuns", [{"Sub": job % "CdcJob"}, {"Sub": job % "FullLoadJob"}]),
+        ("glue:GetJobRuns", [{"Sub": job % "CdcJob"}, {"Sub": job % "FullLoadJob"}, {"Sub": job % "VerifyJob"}]),
         (["s3:GetObject", "s3:PutObject"], {"Sub": "${ArtifactsBucket.Arn}/state/reloads.json"}),
     ]
 

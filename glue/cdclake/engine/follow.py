@@ -117,6 +117,8 @@ class Round:
     report: RunReport
     backlog: Backlog
     seconds: float
+    # The tables with CDC files still to apply after the round that are not failing (a batch bound, a load due)
+    waiting: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -127,7 +129,7 @@ class FollowReport:
     files_applied: int = 0
     bytes_applied: int = 0
     listings: int = 0
-    stopped_by: str = ""  # "idle", "max run time", "interrupted"
+    stopped_by: str = ""  # "idle", "max run time", "interrupted", or the reason ``until`` gave
     failures: dict[str, TableFailure] = field(default_factory=dict)  # by source, as of the last round
 
     @property
@@ -146,16 +148,18 @@ def follow(
     alerts: Alerts | None = None,
     apply: ApplyPending | None = None,
     episodes: FailureEpisodes | None = None,
+    until: Callable[[Round], str] | None = None,
 ) -> FollowReport:
     """Apply every pending file of ``tables`` (default: every configured one), then keep applying
     new files round after round until stopped (``engine.stopping``), idle or at the maximum run time.
     Failing tables (once per failure episode, and once when it ends) and quarantined files are reported
     to ``alerts`` (default: logged at ERROR). ``episodes``: where the failure episodes are kept (default:
     in this process only). ``apply``: what a round runs (default: ``run.apply_pending``, loading only
-    with ``settings.loads``).
+    with ``settings.loads``). ``until``: asked after each round (after ``on_round``); a reason it returns
+    ends the loop there (``FollowReport.stopped_by``), "" goes on.
     """
     follower = Follower(engine, settings, notices, tables, alerts or LoggedAlerts(), apply, episodes)
-    return follower.run(on_round)
+    return follower.run(on_round, until)
 
 
 class Follower:
@@ -203,15 +207,17 @@ class Follower:
         self.outcome = FollowReport()
         self.started = self.last_relist = self.last_news = time.monotonic()
 
-    def run(self, on_round: Callable[[Round], None] | None = None) -> FollowReport:
+    def run(
+        self, on_round: Callable[[Round], None] | None = None, until: Callable[[Round], str] | None = None
+    ) -> FollowReport:
         """Rounds until stopped, idle or at the maximum run time."""
         try:
             self.index.relist()
             due: Sequence[TableConfig] = self.selected
             while True:
                 round_started = time.monotonic()
-                unapplied = self.round(due, on_round)
-                if stop := self._stop_now(busy=True):
+                unapplied, done = self.round(due, on_round)
+                if stop := self._stop_now(busy=True) or (until(done) if until is not None else ""):
                     break
                 announced = self.notices.wait(
                     round_started + self.settings.poll_seconds, self.engine.stopping, self.note
@@ -236,8 +242,11 @@ class Follower:
         self.outcome.listings = self.index.requests
         return self.outcome
 
-    def round(self, due: Sequence[TableConfig], on_round: Callable[[Round], None] | None) -> dict[str, list[int]]:
-        """Work the due tables with the states the loop vouches for; what is left unapplied after it."""
+    def round(
+        self, due: Sequence[TableConfig], on_round: Callable[[Round], None] | None
+    ) -> tuple[dict[str, list[int]], Round]:
+        """Work the due tables with the states the loop vouches for; what is left unapplied after it, and the
+        round's outcome."""
         started = time.monotonic()
         vouched = {s: state for s, state in self.states.items() if s not in self.unvouched}
         report, touched = self.apply(self.engine, self.index.listing(), due, vouched)
@@ -255,11 +264,13 @@ class Follower:
             sum(len(sizes) for source, sizes in unapplied.items() if source in self.by_source),
             sum(sum(sizes) for source, sizes in unapplied.items() if source in self.by_source),
         )
+        waiting = frozenset(s for s in unapplied if s in self.by_source and s not in self.outcome.failures)
+        done = Round(self.outcome.rounds, report, backlog, time.monotonic() - started, waiting)
         if on_round is not None:
-            on_round(Round(self.outcome.rounds, report, backlog, time.monotonic() - started))
+            on_round(done)
         if any(t.files_applied for t in report.tables):
             self.last_news = time.monotonic()
-        return unapplied
+        return unapplied, done
 
     def look(self, announced: set[str], unapplied: set[str]) -> set[str]:
         """The keys new to the index since the last round: announced, found in the folders worth
