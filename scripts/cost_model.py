@@ -97,7 +97,7 @@ class Defaults:
     idle_seconds: int
     max_run_seconds: int
     relist_seconds: int
-    maintenance_every: int
+    maintenance_every_hours: int
     cdc_poll_seconds: int
     dms_batch_seconds: int
 
@@ -114,7 +114,7 @@ class Defaults:
             idle_seconds=int(p["CdcIdleSeconds"]),
             max_run_seconds=int(p["CdcMaxRunSeconds"]),
             relist_seconds=int(p["CdcRelistSeconds"]),
-            maintenance_every=int(p["MaintenanceEveryIterations"]),
+            maintenance_every_hours=int(p["MaintenanceEveryHours"]),
             cdc_poll_seconds=int(p["CdcPollSeconds"]),
             dms_batch_seconds=int(p["DmsCdcMaxBatchIntervalSeconds"]),
         )
@@ -230,9 +230,9 @@ def requests_section(d: Defaults, template: dict[str, Any]) -> list[str]:
     fixed = alarm_metrics(template) * ALARM_METRIC_MONTH + dashboards(template) * DASHBOARD_MONTH
     lines.append("| alarms and dashboard | " + " | ".join(money(fixed) for _ in months) + " |")
     cdc = d.cdc_dpu * DAYS * 24 * GLUE_DPU_HOUR
-    maintenance_runs = (
-        DAYS * 24 * 3600 / (d.maintenance_every * (d.max_run_seconds + START_SECONDS)) if (d.maintenance_every) else 0.0
-    )
+    # As the maintenance table above: one run every MaintenanceEveryHours, started after the CDC run under way.
+    every = d.maintenance_every_hours * 3600 + d.max_run_seconds + START_SECONDS
+    maintenance_runs = DAYS * 24 * 3600 / every if d.maintenance_every_hours else 0.0
 
     def total(m: RequestMonth, listing: str) -> float:
         grown = sum(v for k, v in table[m].items() if not k.startswith("listing")) + table[m][listing]
@@ -274,7 +274,7 @@ def figures(template: dict[str, Any], definition: dict[str, Any]) -> str:
         f"Defaults read from template.yaml: CDC job {d.cdc_dpu} DPU, maintenance {d.maintenance_dpu} DPU, full load "
         f"{d.full_load_dpu} DPU; `PollSeconds` {d.poll_seconds}, `SweepEveryIterations` {d.sweep_every}, "
         f"`CdcIdleSeconds` {d.idle_seconds}, `CdcMaxRunSeconds` {d.max_run_seconds}, `CdcRelistSeconds` "
-        f"{d.relist_seconds}, `MaintenanceEveryIterations` {d.maintenance_every}. Prices: Glue "
+        f"{d.relist_seconds}, `MaintenanceEveryHours` {d.maintenance_every_hours}. Prices: Glue "
         f"${GLUE_DPU_HOUR:g} per DPU-hour (1-minute minimum a run), Step Functions "
         f"${STATE_TRANSITION * 1000:g} per 1,000 transitions, S3 LIST ${S3_LIST_REQUEST * 1000:g} per "
         f"1,000, alarms ${ALARM_METRIC_MONTH:g} per metric-month. A month is {DAYS} days.",
@@ -329,16 +329,16 @@ def figures(template: dict[str, Any], definition: dict[str, Any]) -> str:
         "",
         f"{sweeps:,.0f} sweeps a month (one every {sweep_period / 60:,.0f} minutes of quiet).",
         "",
-        "**Maintenance** (a run every `MaintenanceEveryIterations` loop iterations; an iteration is a whole CDC run "
-        "on an always-on source, `PollSeconds` on a quiet one):",
+        "**Maintenance** (a run `MaintenanceEveryHours` after the last, once a CDC run ran since: on an always-on "
+        "source every time it is due; on a bursty one at most that often, and never in a quiet day):",
         "",
         "| tables | a run | always-on: runs, a month | bursty: runs, a month |",
         "|---:|---:|---:|---:|",
     ]
-    always_every = d.maintenance_every * (d.max_run_seconds + START_SECONDS)
-    quiet_every = d.maintenance_every * d.poll_seconds
-    runs_m_always = hours * 3600 / always_every if d.maintenance_every else 0.0
-    runs_m_bursty = quiet_seconds / quiet_every if d.maintenance_every else 0.0
+    # Due every N hours; a run starts at the first iteration after that (within a CDC run on an always-on source).
+    always_every = d.maintenance_every_hours * 3600 + d.max_run_seconds + START_SECONDS
+    runs_m_always = hours * 3600 / always_every if d.maintenance_every_hours else 0.0
+    runs_m_bursty = hours / d.maintenance_every_hours if d.maintenance_every_hours else 0.0
     for tables in TABLES:
         run = glue_cost(d.maintenance_dpu, START_SECONDS + MAINTENANCE_SECONDS_PER_TABLE * tables)
         lines.append(
@@ -347,9 +347,10 @@ def figures(template: dict[str, Any], definition: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        f"A maintenance run every {always_every / 3600:,.1f} hours on an always-on source, every "
-        f"{quiet_every / 3600:,.1f} hours of quiet on a bursty one (each table charged in every run: an upper "
-        "bound where maintenance skips the tables with no commit since their last maintenance).",
+        f"A maintenance run every {always_every / 3600:,.1f} hours on an always-on source (due every "
+        f"{d.maintenance_every_hours} hours, started after the CDC run under way then), at most every "
+        f"{d.maintenance_every_hours} hours on a bursty one (each table charged in every run: an upper bound where "
+        "maintenance skips the tables with no commit since their last maintenance).",
         "",
         "**Full listings of bronze** (every `CdcRelistSeconds` while a run lasts; one request per table folder):",
         "",

@@ -5,6 +5,11 @@ JSON object, ``cdclake.ops.reload_requests``) and holds their CDC. Here the requ
 full-load job's runs: the job starts for exactly those tables when no run of it is active and none of the runs
 started for this request succeeded; after ``max_runs`` failed runs of the same request it is given up on and
 alerted once (the request records that), so a reload that keeps timing out never restarts forever.
+
+The record is a conditional write (S3 PutObject ``If-Match`` with the ETag read): the CDC job may write a new
+request meanwhile, and two checks may overlap (a retried Lambda invocation). Losing that race (412 Precondition
+Failed, 409 ConditionalRequestConflict) is not an error: the request is read again and decided again, so an
+alert is sent once, and never about a request that replaced the one given up on.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ if TYPE_CHECKING:
 
 FAILED_RUN_STATES = frozenset({"FAILED", "TIMEOUT", "ERROR"})
 MAX_RELOAD_RUNS = 3
+# S3's answers to a conditional write that lost (moto answers NoSuchKey to If-Match on a key deleted since)
+LOST_RACE_CODES = frozenset({"PreconditionFailed", "412", "ConditionalRequestConflict", "409", "NoSuchKey", "404"})
 
 
 @dataclass(frozen=True)
@@ -80,7 +87,13 @@ def parse_request(text: str) -> ReloadRequest:
 
 
 def read_request(s3: S3Client, uri: str) -> str | None:
-    """The request's text at ``uri`` (s3://bucket/key); None when no CDC run has written one yet.
+    """The request's text at ``uri`` (s3://bucket/key); None when no CDC run has written one yet."""
+    stored = read_stored_request(s3, uri)
+    return None if stored is None else stored[0]
+
+
+def read_stored_request(s3: S3Client, uri: str) -> tuple[str, str] | None:
+    """The request's text and ETag at ``uri``; None when no CDC run has written one yet.
 
     The key is listed before it is read: S3 answers a GetObject of a missing key with 404 NoSuchKey only to a
     caller allowed s3:ListBucket on the bucket, and with 403 AccessDenied to any other (S3 API reference,
@@ -97,15 +110,28 @@ def read_request(s3: S3Client, uri: str) -> str | None:
         if getattr(error, "response", {}).get("Error", {}).get("Code") in ("NoSuchKey", "404"):
             return None
         raise
-    return str(answer["Body"].read().decode("utf-8"))
+    return str(answer["Body"].read().decode("utf-8")), str(answer["ETag"])
 
 
-def mark_alerted(s3: S3Client, uri: str, text: str) -> None:
-    """Record in the request that its failing reload was alerted (the CDC job's next change replaces it)."""
+def mark_alerted(s3: S3Client, uri: str, text: str, etag: str) -> bool:
+    """Record in the request that its failing reload was alerted (the CDC job's next change replaces it), if the
+    object is still the one read (``etag``). False when it changed since: read it again and decide again."""
     bucket, _, key = uri.removeprefix("s3://").partition("/")
     document = json.loads(text)
     document["alerted"] = True
-    s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(document).encode("utf-8"), ContentType="application/json")
+    try:
+        s3.put_object(
+            Bucket=bucket,
+            Key=key,
+            Body=json.dumps(document).encode("utf-8"),
+            ContentType="application/json",
+            IfMatch=etag,
+        )
+    except Exception as error:  # botocore's ClientError
+        if getattr(error, "response", {}).get("Error", {}).get("Code") in LOST_RACE_CODES:
+            return False
+        raise
+    return True
 
 
 def full_load_runs(glue: GlueJobRuns, job_name: str) -> list[FullLoadRun]:

@@ -54,6 +54,11 @@ class WorkCheckSettings:
     # The CDC job's --max_run_seconds (CdcMaxRunSeconds): a run that lasted that long stopped there, maybe with
     # files left (the module's docstring); 0: not known, no sweep for it.
     cdc_max_run_seconds: float = 0.0
+    # The verify job (lanes.py): maintenance waits while a run of it is active; unset: not looked at.
+    verify_job_name: str = ""
+    # Maintenance is due this many hours after it last ran (lanes.py; MaintenanceEveryHours). 0 = never.
+    maintenance_every_hours: float = 0.0
+    environment: str = "dev"  # EnvironmentName: the Environment dimension of the function's metrics
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str]) -> WorkCheckSettings:
@@ -65,11 +70,16 @@ class WorkCheckSettings:
                 reload_requests_uri=environ.get("RELOAD_REQUESTS_URI", ""),
                 full_load_job_name=environ.get("FULL_LOAD_JOB_NAME", ""),
                 cdc_max_run_seconds=float(environ.get("CDC_MAX_RUN_SECONDS", "0")),
+                verify_job_name=environ.get("VERIFY_JOB_NAME", ""),
+                maintenance_every_hours=float(environ.get("MAINTENANCE_EVERY_HOURS", "0")),
+                environment=environ.get("ENVIRONMENT_NAME", "dev"),
             )
         except KeyError as missing:
             raise ValueError(f"The environment variable {missing} is not set.") from None
         if settings.sweep_every_iterations < 0:
             raise ValueError("SWEEP_EVERY_ITERATIONS must be 0 (never) or more.")
+        if settings.maintenance_every_hours < 0:
+            raise ValueError("MAINTENANCE_EVERY_HOURS must be 0 (never) or more.")
         if settings.cdc_max_run_seconds < 0:
             raise ValueError("CDC_MAX_RUN_SECONDS must be 0 (not known) or more.")
         return settings

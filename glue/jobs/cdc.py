@@ -6,17 +6,25 @@ Arguments: --config, --bronze, --warehouse; optional --catalog, --environment an
   applying files as their S3 events arrive in that queue, in rounds at most --poll_seconds apart,
   until nothing new came for --idle_seconds or the run reached --max_run_seconds
   (``engine.follow``). An event is deleted as soon as its key is in the loop's index of bronze.
-  With --alert_topic_arn, a table that keeps failing (once per failure episode), a table gone silent
-  (once per silence: no file for longer than its cadence, or, with --replication_task_arns, a DMS
-  table error; ``engine.silence``) and files set aside in quarantine are published to that SNS
-  topic; without it, logged at ERROR. With --reload_requests
+  With --alert_topic_arn, a table that keeps failing (once per failure episode, and once when it
+  recovers), a table gone silent (once per silence: no file for longer than its cadence while the
+  others write, or, with --replication_task_arns, a DMS table error; ``engine.silence``, recorded at
+  --silent_tables) and files set aside in quarantine are published to that SNS topic; without it,
+  logged at ERROR. With --failure_episodes (an S3 URI) the episodes span runs
+  (``ops.failure_episodes``): a table failing run after run is alerted once. A table still failing
+  at the end is held, not a failed run: the other tables' commits stand, its files stay pending (or
+  quarantined), and the run succeeds, so the state machine neither retries an hour-long run for one
+  table nor waits with its sweep; only a run in which every table failed fails (a fault of the run,
+  not of a table). With --reload_requests
   (an S3 URI, what the template gives) the job is the CDC lane: it never runs a (re)load, it writes
   the tables whose load is due to that object (``ops.reload_requests``) and holds their CDC, and
-  the state machine runs the full-load job for them beside it.
+  the state machine runs the full-load job for them beside it; a round that adds a table to the request
+  ends the run (``reload_asked``), so the state machine starts that reload at once.
 - --manifest (a manual run): apply exactly the files it names; --replay true applies them again
   even if applied or quarantined (without a manifest: the quarantine).
 - neither: apply every pending CDC file once.
-The run fails when a table is still failing at its end (the state machine retries, then alerts).
+Without --queue_url the run fails when a table is still failing at its end (the state machine retries,
+then alerts).
 """
 
 from __future__ import annotations
@@ -28,13 +36,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from cdclake.alerts import Alerts, LoggedAlerts, SnsAlerts
+from cdclake.alerts import Alerts, FailureEpisodes, LoggedAlerts, MemoryEpisodes, SnsAlerts
 from cdclake.context import Engine
 from cdclake.dms.manifest import read_manifest
 from cdclake.dms.store import read_text as read_stored_text
-from cdclake.engine.follow import FollowReport, Round, follow
+from cdclake.engine.follow import ApplyPending, FollowReport, Notices, Round, follow
 from cdclake.engine.run import apply_cdc_files, replay, run
-from cdclake.engine.select import ReplaySelection, files_from_keys
+from cdclake.engine.select import ReplaySelection, files_from_keys, skip_reason
 from cdclake.engine.silence import DmsTableStates, SilenceEdges
 from cdclake.errors import first_line
 from cdclake.ops.reload_requests import ReloadRequest, ReloadRequester
@@ -74,14 +82,21 @@ def main(argv: Sequence[str]) -> RunReport | FollowReport:
     return report
 
 
-def _follow(args: JobArguments, engine: Engine) -> FollowReport:
+def _follow(
+    args: JobArguments, engine: Engine, notices: Notices | None = None, apply: ApplyPending | None = None
+) -> FollowReport:
+    """The CDC lane: follow the queue (``notices``: the job's queue unless given; ``apply``: a round's work,
+    ``run.apply_pending`` unless given: the seams tests use)."""
     uri = args.reload_requests
     requester = None if uri is None else ReloadRequester(lambda text: write_text(uri, text), _requested(uri))
+    asked: set[str] = set()  # tables this run added to the reload request
 
     def each_round(done: Round) -> None:
         log_report(done.report)
+        before = set() if requester is None or requester.last is None else set(requester.last)
         if requester is not None and requester.offer(done.report.loads_pending):
             log.info("reload request written: %s", ", ".join(sorted(done.report.loads_pending)) or "none pending")
+            asked.update(done.report.loads_pending.keys() - before)
         log.info(
             "round %d: files=%d backlog_files=%d backlog_bytes=%d seconds=%.1f",
             done.number,
@@ -96,9 +111,12 @@ def _follow(args: JobArguments, engine: Engine) -> FollowReport:
     outcome = follow(
         engine,
         settings,
-        queue_notices(args),
+        notices or queue_notices(args),
         on_round=each_round,
         alerts=job_alerts(args),
+        episodes=job_episodes(args),
+        until=lambda done: reload_asked(asked, done),
+        apply=apply,
         silence=silence_edges(args),
     )
     log.info(
@@ -109,7 +127,36 @@ def _follow(args: JobArguments, engine: Engine) -> FollowReport:
         outcome.bytes_applied,
         outcome.listings,
     )
-    RunReport(failures=list(outcome.failures.values())).checked()  # a table still failing fails the run
+    return held_tables(outcome, [t.source for t in engine.config.tables if skip_reason(t) is None])
+
+
+def reload_asked(asked: set[str], done: Round) -> str:
+    """Why the run ends after the round ``done`` ("" to go on): it asked for a reload of tables not asked
+    for before. The state machine starts the full-load job for them only between CDC runs (its work check),
+    so the run ends and the reload starts within a minute, not after the rest of a run of up to
+    CdcMaxRunSeconds; the tables' CDC is held meanwhile (their load is due: the CDC lane gives them no
+    state), and the next run follows every other table again. Not while another table still has files to
+    apply (a batch bound): their events were deleted once indexed, so the run applies them first."""
+    if not asked or done.waiting - asked - done.report.loads_pending.keys():
+        return ""
+    return f"reload requested ({', '.join(sorted(asked))})"
+
+
+def held_tables(outcome: FollowReport, tables: Sequence[str]) -> FollowReport:
+    """The CDC lane's verdict on the tables still failing at the end of a follow: each is held (logged; its
+    files stay pending, its episode alerted) and the run succeeds, unless every one of ``tables`` failed:
+    then the run fails with their errors (nothing of the run worked: a fault of the run, which the state
+    machine retries and alerts)."""
+    failures = list(outcome.failures.values())
+    if failures and {f.table for f in failures} >= set(tables):
+        RunReport(failures=failures).checked()
+    for failure in failures:
+        log.warning(
+            "held: %s (its %s failed: %s); its files stay pending, the other tables were applied",
+            failure.table,
+            failure.kind,
+            first_line(failure.error),
+        )
     return outcome
 
 
@@ -125,6 +172,17 @@ def _requested(uri: str) -> frozenset[str] | None:
     except Exception as error:  # unreadable: written anew
         log.warning("the reload request at %s is unreadable (%s): it is written anew", uri, first_line(error))
         return None
+
+
+def job_episodes(args: JobArguments) -> FailureEpisodes:
+    """The failure episodes in --failure_episodes when the job is given it, else this run's own."""
+    if not args.failure_episodes:
+        return MemoryEpisodes()
+    import boto3
+
+    from cdclake.ops.failure_episodes import S3Episodes
+
+    return S3Episodes(boto3.client("s3"), args.failure_episodes)
 
 
 def silence_edges(args: JobArguments) -> SilenceEdges:

@@ -120,6 +120,8 @@ class MotoStepFunctionsGaps(TaskCalls):
     running_seconds: dict[str, float] = field(default_factory=dict)
     # Glue run id -> the ExecutionTime it reports (moto reports 123 s for every run).
     execution_seconds: dict[str, int] = field(default_factory=dict)
+    # Glue job name -> the ExecutionTime every run of it reports (a run id in execution_seconds comes first).
+    job_execution_seconds: dict[str, int] = field(default_factory=dict)
     # Runs a Glue job for real (job name, its arguments: default then run's); an exception fails the run.
     glue_runner: Callable[[str, dict[str, str]], None] | None = None
     # Run it in a thread of its own, the run RUNNING until it returns (a Glue run is asynchronous; a run
@@ -221,6 +223,8 @@ def patch_moto_gaps(monkeypatch: pytest.MonkeyPatch) -> MotoStepFunctionsGaps:
         if running_for and (utcnow() - self.started_on).total_seconds() < running_for:
             run["JobRunState"] = "RUNNING"
             return run
+        if self.job_name in knobs.job_execution_seconds:
+            run["ExecutionTime"] = knobs.job_execution_seconds[self.job_name]
         if self.job_run_id in knobs.execution_seconds:
             run["ExecutionTime"] = knobs.execution_seconds[self.job_run_id]
         if self.job_name in knobs.failing_jobs:
@@ -532,11 +536,14 @@ def pipeline(moto_step_functions_gaps: MotoStepFunctionsGaps, request: pytest.Fi
     """The stack's resources in moto, the state machine created from the real definition file.
 
     Settings substitutions can be overridden per test: ``@pytest.mark.parametrize("pipeline", [{...}], indirect=True)``;
-    ``SweepEveryIterations`` there sets the CheckWork function's environment (0 here unless a test sets it).
+    ``SweepEveryIterations`` and ``MaintenanceEveryHours`` there set the CheckWork function's environment (0 and 1
+    here unless a test sets them: a fresh execution's first maintenance is an hour away; a test makes it due by
+    handing in an old ``maintenance.last``).
     The CDC job's runs are ``fake_cdc_job``.
     """
     settings = dict(getattr(request, "param", {}))
     sweep_every = settings.pop("SweepEveryIterations", "0")
+    maintenance_every = settings.pop("MaintenanceEveryHours", "1")
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         iam = boto3.client("iam", region_name=REGION)
         role = iam.create_role(
@@ -595,6 +602,9 @@ def pipeline(moto_step_functions_gaps: MotoStepFunctionsGaps, request: pytest.Fi
                     "SWEEP_EVERY_ITERATIONS": sweep_every,
                     "RELOAD_REQUESTS_URI": f"s3://{artifacts}/state/reloads.json",
                     "FULL_LOAD_JOB_NAME": "cdclake-full-load",
+                    "VERIFY_JOB_NAME": "cdclake-verify",
+                    "MAINTENANCE_EVERY_HOURS": maintenance_every,
+                    "CDC_MAX_RUN_SECONDS": "3600",  # moto's runs report 123 s: none stopped there unless a test says
                 }
             },
         )["FunctionArn"]
@@ -616,7 +626,6 @@ def pipeline(moto_step_functions_gaps: MotoStepFunctionsGaps, request: pytest.Fi
                 "PollSeconds": "1",
                 "MaxIterations": "3",
                 "MaxHistoryEvents": "20000",
-                "MaintenanceEveryIterations": "2",
                 "GoldJobName": "cdclake-gold",
                 "GoldEveryIterations": "0",  # off unless a test turns it on: the gold tests below
                 "VerifyJobName": "cdclake-verify",

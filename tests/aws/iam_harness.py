@@ -726,8 +726,7 @@ OUTSIDE_THE_TESTS = [
         "RunGlueJobs",
         "*",
         "*:job/<MaintenanceJob>",
-        NOT_REACHED
-        + "RunMaintenance (MaintenanceEveryIterations=0 here; the test starts the job); test_state_machine.py",
+        NOT_REACHED + "RunMaintenance (MaintenanceEveryHours=0 here; the test starts the job); test_state_machine.py",
     ),
     (
         "PipelineStateMachineRole",

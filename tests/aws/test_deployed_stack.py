@@ -256,7 +256,7 @@ def deploy(
     config.write_text(config_text, encoding="utf-8")
     given = {"EnvironmentName": "dev", "ReplicationTaskArns": task, "AlertEmail": "ops@example.com",
              "PollSeconds": "1", "CdcPollSeconds": "1", "CdcIdleSeconds": "2", "SweepEveryIterations": "4",
-             "MaintenanceEveryIterations": "0"} | (parameters or {})  # fmt: skip
+             "MaintenanceEveryHours": "0"} | (parameters or {})  # fmt: skip
     # The deploy's own preflight: the wheel's key, and no retained database to adopt on a first deploy.
     overrides = stack_artifacts.preflight(
         boto3.client("cloudformation", region_name=REGION), boto3.client("glue", region_name=REGION), s3,
@@ -622,7 +622,7 @@ def test_the_first_maintenance_run_makes_only_calls_its_role_allows(deployed: De
     stop_the_pipeline(deployed)
     maintenance = deployed.stack.outputs["MaintenanceJobName"]
     before = len(deployed.runs)
-    # WHEN the maintenance job runs, as the state machine starts it every MaintenanceEveryIterations
+    # WHEN the maintenance job runs, as the state machine starts it every MaintenanceEveryHours
     boto3.client("glue", region_name=REGION).start_job_run(JobName=maintenance)
     deployed.wait(lambda: any(job == maintenance for job, _ in deployed.runs[before:]), "the maintenance run ended",
                   timeout=300)  # fmt: skip

@@ -31,7 +31,8 @@ from cdclake.dms.notices import QueueNotices
 from cdclake.dms.store import LocalBronze, S3Bronze
 from cdclake.engine.follow import FollowReport, FollowSettings, Polling, Round, follow
 from cdclake.engine.select import TableState
-from cdclake.errors import BronzeError
+from cdclake.errors import BronzeError, TablesFailedError
+from cdclake.ops.failure_episodes import S3Episodes
 from cdclake.report import RunReport, TableFailure, TableReport
 from cdclake.shells.glue_job import JobArguments
 from s3_events import object_created_event
@@ -58,6 +59,7 @@ class FakeRounds:
         self.applied_in: dict[str, int] = {}  # key -> the round that applied it
         self.tried: dict[str, int] = {}  # source -> rounds it was due in
         self.crash_in: int | None = None  # the round that raises (the loop's own fault, not a table's)
+        self.loads_due: set[str] = set()  # tables whose (re)load is due: reported, their CDC held, no state
 
     def __call__(
         self,
@@ -74,6 +76,9 @@ class FakeRounds:
         for table in tables:
             source = table.source
             self.tried[source] = self.tried.get(source, 0) + 1
+            if source in self.loads_due:
+                report.tables.append(TableReport(source, "cdc", load_pending="a reload: LOAD files written again"))
+                continue
             applied, held = self.applied.setdefault(source, set()), self.held.setdefault(source, set())
             pending = [
                 f
@@ -370,10 +375,11 @@ def test_a_failing_table_is_alerted_once_per_failure_episode_and_quarantined_fil
 
     settings = FollowSettings(poll_seconds=0.02, retry_cap_seconds=0.1)
     follow(engine, settings, Polling(), on_round=each_round, alerts=alerts, apply=rounds)
-    # THEN three alerts: the quarantined file once (table, file and reason), and s.t0 once per failure episode
+    # THEN four alerts: the quarantined file once (table, file and reason), and s.t0 once per failure episode, with
+    # its recovery between them
     assert episode == ["first", "healed", "second"]
     subjects = [subject for subject, _ in alerts.sent]
-    assert subjects == ["s.t0 is failing", "s.t1: 1 file(s) quarantined", "s.t0 is failing"]
+    assert subjects == ["s.t0 is failing", "s.t1: 1 file(s) quarantined", "s.t0 recovered", "s.t0 is failing"]
     quarantined = alerts.sent[1][1]
     assert "3 of 4 rows bad (above max_bad_row_ratio 1%)" in quarantined and quarantined.endswith(f"Files: {bad}")
     assert "`cdclake replay --quarantined`" in quarantined
@@ -431,3 +437,150 @@ def test_a_new_run_lists_bronze_once_and_then_only_the_folders_with_news(stack: 
     assert set(rounds.applied_in.values()) == {1} and len(rounds.applied_in) == len(TABLES)
     assert outcome.rounds == 6
     assert outcome.listings <= 1 + len(TABLES), outcome.listings  # the root, then each table's folder, once
+
+
+# ------------------------------------------------------------------------ one failing table across runs
+EPISODES = f"s3://{BUCKET}/state/failing-tables.json"
+
+
+def _a_cdc_run(stack: Stack, rounds: FakeRounds, alerts: RecordedAlerts, new_files: Sequence[str]) -> FollowReport:
+    """One Glue CDC run as the job follows: its files' events queued, a fresh loop that ends when idle, the
+    failure episodes in S3 (--failure_episodes), and the job's verdict on a table still failing."""
+    for table in new_files:
+        stack.put(table)
+    held_tables = runpy.run_path(str(ROOT / "glue" / "jobs" / "cdc.py"), run_name="job_cdc")["held_tables"]
+    notices = QueueNotices(stack.client(), stack.url, BUCKET, "dms")
+    outcome = follow(
+        engine_on(stack),
+        FollowSettings(poll_seconds=0.05, idle_seconds=0.3, retry_cap_seconds=0.1),
+        notices,
+        alerts=alerts,
+        apply=rounds,
+        episodes=S3Episodes(stack.s3, EPISODES),
+    )
+    result: FollowReport = held_tables(outcome, TABLES)
+    return result
+
+
+def test_a_table_failing_run_after_run_is_held_alerted_once_and_once_more_when_it_recovers(stack: Stack) -> None:
+    # GIVEN s.t0 failing and ten healthy tables, each with a file queued
+    rounds = FakeRounds(failing=[FAILING])
+    alerts = RecordedAlerts()
+    # WHEN three CDC runs follow the queue one after the other, new files arriving for s.t0 and s.t1 each time
+    outcomes = [_a_cdc_run(stack, rounds, alerts, TABLES if run == 0 else [FAILING, "s.t1"]) for run in range(3)]
+    # THEN each run ended (idle) without failing, with s.t0 held and every other table's files applied
+    assert [o.stopped_by for o in outcomes] == ["idle"] * 3
+    assert all(o.failures.keys() == {FAILING} for o in outcomes)
+    assert {k for k in rounds.applied_in if not k.startswith("s/t0/")} == {
+        f.removeprefix("dms/") for f in _bronze_keys(stack) if not f.startswith("dms/s/t0/")
+    }
+    # AND s.t0's files stay pending: none applied, none held in quarantine
+    assert not rounds.applied[FAILING] and not rounds.held[FAILING]
+    # AND exactly one alert for the three runs, its episode recorded in S3 with the reason
+    assert [subject for subject, _ in alerts.sent] == ["s.t0 is failing"]
+    record = json.loads(stack.s3.get_object(Bucket=BUCKET, Key="state/failing-tables.json")["Body"].read())
+    assert list(record["failing"]) == [FAILING] and record["failing"][FAILING]["reason"] == "simulated fault in s.t0"
+    # WHEN s.t0 is fixed, and the next two runs apply its files
+    rounds.failing.clear()
+    for _ in range(2):
+        assert _a_cdc_run(stack, rounds, alerts, [FAILING]).failures == {}
+    # THEN one recovery alert, and the episode is closed in S3
+    assert [subject for subject, _ in alerts.sent] == ["s.t0 is failing", "s.t0 recovered"]
+    assert {k.removeprefix("dms/") for k in _bronze_keys(stack) if k.startswith("dms/s/t0/")} <= rounds.applied[FAILING]
+    record = json.loads(stack.s3.get_object(Bucket=BUCKET, Key="state/failing-tables.json")["Body"].read())
+    assert record == {"failing": {}}
+
+
+def test_a_run_in_which_every_table_failed_fails(stack: Stack) -> None:
+    # GIVEN every table failing (a fault of the run itself: the catalog unreachable, say)
+    rounds = FakeRounds(failing=TABLES)
+    # WHEN a CDC run follows THEN it fails, naming the tables, so the state machine retries and alerts
+    with pytest.raises(TablesFailedError, match="11 tables failed"):
+        _a_cdc_run(stack, rounds, RecordedAlerts(), TABLES)
+
+
+def _bronze_keys(stack: Stack) -> list[str]:
+    listed = stack.s3.list_objects_v2(Bucket=BUCKET, Prefix="dms/").get("Contents", [])
+    return [o["Key"] for o in listed]
+
+
+def test_two_runs_recording_the_same_episode_alert_it_once(stack: Stack) -> None:
+    # GIVEN two CDC runs (the job's, and one started by hand) that both read the episodes before either wrote
+    first, second = S3Episodes(stack.s3, EPISODES), S3Episodes(stack.s3, EPISODES)
+    assert first.settle({}, set()).started == second.settle({}, set()).started == frozenset()
+    # WHEN both see s.t0 fail, the first writes first
+    started = [e.settle({FAILING: "a fault"}, set(TABLES)).started for e in (first, second)]
+    # THEN only the first started the episode: the second's conditional write lost (If-None-Match), it read the
+    # object again and found the episode recorded
+    assert started == [frozenset({FAILING}), frozenset()]
+    # AND when both see it applied again, only one ends it (If-Match with the ETag each read)
+    ended = [e.settle({}, set(TABLES)).ended for e in (second, first)]
+    assert ended == [frozenset({FAILING}), frozenset()]
+
+
+def test_a_conditional_write_that_lost_is_decided_again_from_what_the_winner_wrote(stack: Stack) -> None:
+    # GIVEN an episode store that read s.t0 failing, then another writer ended that episode and started s.t1's
+    mine, other = S3Episodes(stack.s3, EPISODES), S3Episodes(stack.s3, EPISODES)
+    other.settle({FAILING: "a fault"}, set())
+    mine.settle({}, set())
+    other.settle({"s.t1": "another fault"}, {FAILING})
+    # WHEN this run sees s.t0 healthy and s.t2 failing: its write (If-Match, a stale ETag) is refused
+    changes = mine.settle({"s.t2": "a third fault"}, {FAILING, "s.t1"})
+    # THEN it read again: s.t0's end was the other writer's, s.t1's end and s.t2's start are its own
+    assert (changes.started, changes.ended) == (frozenset({"s.t2"}), frozenset({"s.t1"}))
+    record = json.loads(stack.s3.get_object(Bucket=BUCKET, Key="state/failing-tables.json")["Body"].read())
+    assert list(record["failing"]) == ["s.t2"]
+
+
+def test_episodes_that_cannot_be_kept_are_alerted_from_the_run_s_own_record(caplog: pytest.LogCaptureFixture) -> None:
+    class Denied:
+        def get_object(self, **kwargs: Any) -> Any:
+            raise RuntimeError("AccessDenied")
+
+    episodes = S3Episodes(Denied(), EPISODES)
+    assert episodes.settle({FAILING: "a fault"}, set()).started == frozenset({FAILING})
+    assert episodes.settle({FAILING: "a fault"}, set()).started == frozenset()
+    assert "not kept (AccessDenied)" in caplog.text
+
+
+# ------------------------------------------------------------------------ a reload asked for during a long run
+def test_a_run_that_asks_for_a_reload_ends_after_that_round_so_the_reload_starts_at_once(stack: Stack) -> None:
+    # GIVEN the CDC job following the queue as the CDC lane (--reload_requests), up to an hour, 11 tables with a file
+    # each, and files arriving every round for s.t1
+    cdc_follow = runpy.run_path(str(ROOT / "glue" / "jobs" / "cdc.py"), run_name="job_cdc")["_follow"]
+    requests = f"s3://{BUCKET}/state/reloads.json"
+    arguments = JobArguments(
+        config="c.yaml", bronze=f"s3://{BUCKET}/dms", warehouse="s3://w", queue_url=stack.url,
+        reload_requests=requests, follow=FollowSettings(poll_seconds=0.05, max_run_seconds=3600),
+    )  # fmt: skip
+    for table in TABLES:
+        stack.put(table)
+    rounds = FakeRounds()
+    arriving = ArrivingNotices(stack.client(), stack.url, BUCKET, "dms")
+
+    def arrive() -> None:
+        stack.put("s.t1")
+        if rounds.rounds == 4:  # WHEN DMS reloads s.t3 in the middle of the run (its new files are found)
+            rounds.loads_due.add("s.t3")
+            stack.put("s.t3")
+
+    arriving.arrive = arrive
+    outcome = cdc_follow(arguments, engine_on(stack), notices=arriving, apply=rounds)
+    # THEN the round that found it wrote the reload request, and the run ended after that round, not after an hour
+    assert (outcome.stopped_by, outcome.rounds) == ("reload requested (s.t3)", 5)
+    request = json.loads(stack.s3.get_object(Bucket=BUCKET, Key="state/reloads.json")["Body"].read())
+    assert request["tables"] == ["s.t3"]
+    # AND every file of the other tables announced so far was applied; s.t3's held (its load is due)
+    others = {k.removeprefix("dms/") for k in _bronze_keys(stack) if not k.startswith(("dms/s/t3/", "dms/state/"))}
+    assert others == set(rounds.applied_in) - {k for k in rounds.applied_in if k.startswith("s/t3/")}
+    assert rounds.tried["s.t3"] == 2 and len(rounds.applied["s.t3"]) == 1  # its first file, before the reload
+    assert stack.depth() == (0, 0)
+    # AND the state machine's work check, the next thing the pipeline does, starts the full-load job for it
+    full_load = "cdclake-test-full-load"
+    stack.glue.create_job(Name=full_load, Role="arn:aws:iam::123456789012:role/glue", Command={"Name": "glueetl"})
+    from reloads import decide_reload, full_load_runs, parse_request, read_request
+
+    text = read_request(stack.s3, requests)
+    assert text is not None
+    decision = decide_reload(parse_request(text), full_load_runs(stack.glue, full_load))
+    assert (decision.start, decision.request.table_list if decision.request else "") == (True, "s.t3")

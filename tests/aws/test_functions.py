@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import io
 import json
 import logging
@@ -12,7 +13,9 @@ from typing import Any
 import boto3
 import pytest
 from conftest import FakeLambdaContext, MotoStepFunctionsGaps, load_handler_module, patch_moto_gaps
+from lanes import decide_lanes, job_active, maintenance_due
 from moto import mock_aws
+from reloads import FullLoadRun
 from work import QueueDepth, WorkCheckSettings, decide
 
 from s3_events import object_created_event
@@ -59,6 +62,9 @@ def check_work(since_sweep: int = 0, execution_id: str = "") -> dict[str, Any]:
     result: dict[str, Any] = load_handler_module("work_check").handler(event, FakeLambdaContext())
     # No reload request in these tests: the full-load lane says so (tests/aws/test_reload_check.py has the rest).
     assert result.pop("reload")["reason"] == "no reload requested"
+    # No other lane and no maintenance clock either (no FULL_LOAD_JOB_NAME, VERIFY_JOB_NAME, MAINTENANCE_EVERY_HOURS)
+    assert result.pop("lanes") == {"busy": False, "reason": "no other lane is running"}
+    assert result.pop("maintenance")["due"] is False
     return result
 
 
@@ -197,9 +203,10 @@ def test_a_payload_without_since_sweep_is_rejected(stack: Stack) -> None:
 
 
 def test_queue_depth_is_published_as_metrics_and_logged_with_the_execution(
-    stack: Stack, capsys: pytest.CaptureFixture[str]
+    stack: Stack, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # GIVEN two queued files
+    # GIVEN two queued files, in the environment prod
+    monkeypatch.setenv("ENVIRONMENT_NAME", "prod")
     stack.queue_file("dms/s/orders/20240301-120000100.csv")
     stack.queue_file("dms/s/items/20240301-120000100.csv")
     capsys.readouterr()
@@ -217,8 +224,44 @@ def test_queue_depth_is_published_as_metrics_and_logged_with_the_execution(
     # THEN the counts are metrics (EMF on stdout) and the log line carries the execution as correlation id
     [emf] = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith('{"_aws"')]
     assert (emf["QueueVisibleMessages"], emf["QueueInFlightMessages"]) == ([2.0], [0.0])
+    # AND they carry the Environment dimension, as every metric of the stack (ENVIRONMENT_NAME: EnvironmentName)
+    [directive] = emf["_aws"]["CloudWatchMetrics"]
+    assert "Environment" in directive["Dimensions"][0] and emf["Environment"] == "prod"
     [line] = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert (line["message"], line["correlation_id"], line["reason"]) == ("work checked", execution, "files queued")
+
+
+# ------------------------------------------------------------------------ the serial lane: maintenance
+NOW = datetime.datetime(2024, 3, 2, 12, 0, tzinfo=datetime.UTC)
+
+
+def test_maintenance_is_due_its_hours_after_it_last_ran_or_after_the_execution_started() -> None:
+    # last ran 23 h ago (a state machine timestamp), every 24 h: not yet; 25 h ago: due
+    assert maintenance_due(24, "2024-03-01T13:00:00.123Z", "", NOW).due is False
+    assert maintenance_due(24, "2024-03-01T11:00:00.000Z", "", NOW).due is True
+    assert maintenance_due(24, "2024-03-01T13:00:00.000Z", "", NOW).reason == "due at 2024-03-02T13:00:00Z"
+    # never ran in this line of executions: the clock starts with the execution
+    assert maintenance_due(24, "", "2024-03-02T11:00:00.000Z", NOW).due is False
+    assert maintenance_due(1, "", "2024-03-02T11:00:00.000Z", NOW).due is True
+    # neither known: due; 0 hours: never
+    assert maintenance_due(24, "", "", NOW).due is True
+    assert maintenance_due(0, "2020-01-01T00:00:00Z", "", NOW).due is False
+
+
+def test_maintenance_waits_while_a_full_load_or_verify_run_is_active_or_a_reload_starts() -> None:
+    running = FullLoadRun("RUNNING", "s.t", NOW)
+    ended = FullLoadRun("SUCCEEDED", "s.t", NOW)
+    assert decide_lanes([ended], verify_active=False, reload_starts=False).busy is False
+    assert decide_lanes([running], verify_active=False, reload_starts=False).reason == "a full-load run is active"
+    assert decide_lanes([ended], verify_active=False, reload_starts=True).reason == "a reload starts now"
+    assert decide_lanes([], verify_active=True, reload_starts=False).reason == "a verify run is active"
+
+
+def test_a_job_that_does_not_exist_has_no_active_run(stack: Stack) -> None:
+    assert job_active(stack.glue, "cdclake-no-such-job") is False
+    assert job_active(stack.glue, "") is False
+    stack.start_cdc_run()  # RUNNING for 60 s (the fixture)
+    assert job_active(stack.glue, CDC_JOB) is True
 
 
 # ------------------------------------------------------------------------ DeployGuard: it fails safe

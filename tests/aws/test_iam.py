@@ -232,7 +232,7 @@ def test_the_work_check_function_may_do_nothing_else() -> None:
     job = "arn:${AWS::Partition}:glue:${AWS::Region}:${AWS::AccountId}:job/${%s}"
     assert [(s["Action"], s["Resource"], s.get("Condition")) for s in statements] == [
         ("sqs:GetQueueAttributes", {"GetAtt": "FileQueue.Arn"}, None),
-        ("glue:GetJobRuns", [{"Sub": job % "CdcJob"}, {"Sub": job % "FullLoadJob"}], None),
+        ("glue:GetJobRuns", [{"Sub": job % "CdcJob"}, {"Sub": job % "FullLoadJob"}, {"Sub": job % "VerifyJob"}], None),
         (["s3:GetObject", "s3:PutObject"], {"Sub": "${ArtifactsBucket.Arn}/state/reloads.json"}, None),
         ("s3:ListBucket", {"GetAtt": "ArtifactsBucket.Arn"}, {"StringEquals": {"s3:prefix": "state/reloads.json"}}),
     ]
@@ -270,9 +270,15 @@ GLUE_CALLS: dict[str, list[tuple[str, frozenset[str]]]] = {
     "s3:ListBucket": [("BronzeBucket", BRONZE_READERS | {"verify"})],
     # The full-load job's source-catalog step (ops/source_catalog.py): the stack's configuration object, the
     # source secret and the Glue connection (optional statements, checked as present).
-    # ... and the CDC lane's reload request (--reload_requests, ops/reload_requests.py), and the tables it alerted
-    # as silent (--silent_tables, engine/silence.py).
-    "s3:PutObject": [("TableConfigKey", FULL_LOAD), ("state/reloads.json", CDC), ("state/silent.json", CDC)],
+    # ... and the CDC lane's reload request (--reload_requests, ops/reload_requests.py), its failure episodes
+    # (--failure_episodes, ops/failure_episodes.py: conditional writes, s3:PutObject with ReadArtifacts' GetObject)
+    # and the tables it alerted as silent (--silent_tables, engine/silence.py).
+    "s3:PutObject": [
+        ("TableConfigKey", FULL_LOAD),
+        ("state/reloads.json", CDC),
+        ("state/failing-tables.json", CDC),
+        ("state/silent.json", CDC),
+    ],
     "secretsmanager:GetSecretValue": [("SourceSecretId", SOURCE_READERS)],
     "glue:GetConnection": [("SourceConnectionName", SOURCE_READERS)],
     "cloudwatch:PutMetricData": [("*", METRICS_PUBLISHERS)],  # no resource type (narrowed by namespace)
@@ -396,6 +402,7 @@ EXPECTED_STATEMENTS = {
         "PublishAlerts": ["sns:Publish"],
         "AlertTopicKey": ["kms:Decrypt", "kms:GenerateDataKey"],
         "WriteReloadRequest": ["s3:PutObject"],
+        "WriteFailureEpisodes": ["s3:PutObject"],
         "ReplicationTableStates": ["dms:DescribeTableStatistics"],
         "RecordSilentTables": ["s3:PutObject"],
     },

@@ -11,9 +11,19 @@ from typing import Any
 import boto3
 import pytest
 from botocore.exceptions import ClientError
-from conftest import MotoStepFunctionsGaps, patch_moto_gaps
+from conftest import MotoStepFunctionsGaps, load_handler_module, patch_moto_gaps
 from moto import mock_aws
-from reloads import FullLoadRun, ReloadRequest, decide_reload, full_load_runs, mark_alerted, parse_request, read_request
+from reloads import (
+    FullLoadRun,
+    ReloadRequest,
+    decide_reload,
+    full_load_runs,
+    mark_alerted,
+    parse_request,
+    read_request,
+    read_stored_request,
+)
+from work import WorkCheckSettings
 
 FULL_LOAD_JOB = "cdclake-test-full-load"
 URI = "s3://artifacts/state/reloads.json"
@@ -89,7 +99,9 @@ def test_the_request_and_the_runs_are_read_as_the_cdc_job_and_glue_write_them(st
     assert (request.tables, request.updated, request.alerted) == (("s.a",), T0, False)
     assert (run.tables, run.state) == ("s.a", "FAILED")
     # AND an alert is recorded in the request, keeping what the CDC job wrote
-    mark_alerted(store.s3, URI, text)
+    [(read, etag)] = [read_stored_request(store.s3, URI) or ("", "")]
+    assert read == text
+    assert mark_alerted(store.s3, URI, text, etag) is True
     assert parse_request(read_request(store.s3, URI) or "") == ReloadRequest(("s.a",), {"s.a": "a reload"}, T0, True)
 
 
@@ -111,3 +123,46 @@ def test_a_refused_listing_is_raised_not_taken_for_no_request() -> None:
     # GIVEN a role that may not list the request's key WHEN the request is read THEN AccessDenied is raised
     with pytest.raises(ClientError, match="AccessDenied"):
         read_request(RefusingS3(), URI)  # type: ignore[arg-type]
+
+
+def test_marking_a_request_the_cdc_job_replaced_since_it_was_read_loses_and_changes_nothing(store: Store) -> None:
+    # GIVEN a request read with its ETag, then replaced by the CDC job (another table now)
+    first = json.dumps({"tables": ["s.a"], "reasons": {"s.a": "a reload"}, "updated": "2024-01-02T03:00:00Z"})
+    store.s3.put_object(Bucket="artifacts", Key="state/reloads.json", Body=first.encode())
+    text, etag = read_stored_request(store.s3, URI) or ("", "")
+    second = json.dumps({"tables": ["s.b"], "reasons": {"s.b": "a reload"}, "updated": "2024-01-02T04:00:00Z"})
+    store.s3.put_object(Bucket="artifacts", Key="state/reloads.json", Body=second.encode())
+    # WHEN the old one is marked alerted THEN the conditional write (If-Match, S3's 412) loses: no error, and the
+    # CDC job's request stands unmarked (moto 5.2.5 honours IfMatch on put_object as S3 does)
+    assert mark_alerted(store.s3, URI, text, etag) is False
+    assert read_request(store.s3, URI) == second
+
+
+def test_a_check_that_lost_the_race_reads_the_request_again_and_decides_again(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a request given up on (three failed runs since it was written)
+    app = load_handler_module("work_check")
+    given_up = json.dumps({"tables": ["s.a"], "reasons": {"s.a": "a reload"}, "updated": "2024-01-02T03:00:00Z"})
+    store.s3.put_object(Bucket="artifacts", Key="state/reloads.json", Body=given_up.encode())
+    runs = [_run("FAILED", minutes=m) for m in (1, 2, 3)]
+    # AND the CDC job writing a new request for another table just after the check read it
+    reads = []
+    original = app.read_stored_request
+
+    def read_then_replaced(s3: Any, uri: str) -> tuple[str, str] | None:
+        stored = original(s3, uri)
+        reads.append(stored)
+        if len(reads) == 1:
+            newer = {"tables": ["s.b"], "reasons": {"s.b": "a reload"}, "updated": "2024-01-02T05:00:00Z"}
+            store.s3.put_object(Bucket="artifacts", Key="state/reloads.json", Body=json.dumps(newer).encode())
+        return stored
+
+    monkeypatch.setattr(app, "read_stored_request", read_then_replaced)
+    settings = WorkCheckSettings("q", "cdc", reload_requests_uri=URI, full_load_job_name=FULL_LOAD_JOB)
+    # WHEN the check decides
+    decision = app._reload(settings, runs)
+    # THEN it did not alert about the request that was replaced: it read again and starts the new one's reload
+    assert len(reads) == 2
+    assert (decision["alert"], decision["start"], decision["tables"]) == (False, True, "s.b")
+    assert parse_request(read_request(store.s3, URI) or "").alerted is False

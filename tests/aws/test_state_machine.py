@@ -22,16 +22,20 @@ def cdc_key(table: str, stamp: str) -> str:
 
 
 def work_checks(pipeline: Pipeline, execution: str, lane: str = "cdc") -> list[dict[str, Any]]:
-    """What each CheckWork of the execution answered for the CDC lane, or (``lane`` "reload") for the
-    full-load lane, in order."""
+    """What each CheckWork of the execution answered for the CDC lane, or (``lane`` "reload", "lanes",
+    "maintenance") for the full-load lane, the other lanes, maintenance's clock, in order."""
     answers = [
         json.loads(e["stateExitedEventDetails"]["output"])["work"]
         for e in pipeline.history(execution)
         if e.get("stateExitedEventDetails", {}).get("name") == "CheckWork"
     ]
-    if lane == "reload":
-        return [answer["reload"] for answer in answers]
-    return [{k: v for k, v in answer.items() if k != "reload"} for answer in answers]
+    if lane != "cdc":
+        return [answer[lane] for answer in answers]
+    return [{k: v for k, v in answer.items() if k not in ("reload", "lanes", "maintenance")} for answer in answers]
+
+
+# Maintenance last ran long ago: due at once (MaintenanceEveryHours is 1 in the fixture), once silver changed.
+LONG_AGO = "2024-01-01T00:00:00Z"
 
 
 def queue_counts(pipeline: Pipeline) -> tuple[int, int]:
@@ -185,8 +189,9 @@ def test_queued_files_start_one_run_that_consumes_them(pipeline: Pipeline) -> No
     assert queue_counts(pipeline) == (0, 0)
     assert (after["start"], after["reason"]) == (False, "no work")
     entered = pipeline.states_entered(execution)
-    assert entered[entered.index("CheckWork") :][:7] == [
-        "CheckWork", "IsReloadDue", "ShouldRunCdcJob", "RunCdcJob", "CdcRunDone", "NextIteration", "IsGoldDue",
+    assert entered[entered.index("CheckWork") :][:8] == [
+        "CheckWork", "IsReloadDue", "IsGoldDue", "IsMaintenanceDue", "ShouldRunCdcJob", "RunCdcJob", "CdcRunDone",
+        "NextIteration",
     ]  # fmt: skip
     assert pipeline.state_input(execution, "NextIteration")["silver"] == {"changed": True}
 
@@ -211,7 +216,7 @@ def test_no_run_starts_while_a_cdc_run_is_active(pipeline: Pipeline) -> None:
     assert queue_counts(pipeline) == (2, 0)
 
 
-@pytest.mark.parametrize("pipeline", [{"SweepEveryIterations": "2", "MaintenanceEveryIterations": "0"}], indirect=True)
+@pytest.mark.parametrize("pipeline", [{"SweepEveryIterations": "2", "MaintenanceEveryHours": "0"}], indirect=True)
 def test_an_idle_queue_starts_a_sweep_run_every_sweep_every_iterations(pipeline: Pipeline) -> None:
     # GIVEN an empty queue (a file whose S3 event never reached it would be found only by a run listing bronze)
     # WHEN the pipeline runs its three iterations
@@ -260,9 +265,8 @@ def test_a_failed_run_is_retried_then_alerts_and_the_loop_goes_on(pipeline: Pipe
     assert entered.index("NotifyCdcRunFailed") < entered.index("CdcRunDone") < entered.index("NextIteration")
     assert "NotifyFailure" not in entered and entered[-2:] == ["StartSuccessor", "HandedOver"]
     assert pipeline.cdc_runs == [[key]] and queue_counts(pipeline) == (0, 0)
-    # AND the events it counted (2 runs with every retry counted, maintenance in the second iteration) cover its
-    # real history
-    assert assert_counter_covers_history(pipeline, execution) == 30 + 3 * 54 + 2 * 52 + 40
+    # AND the events it counted (2 runs with every retry counted) cover its real history
+    assert assert_counter_covers_history(pipeline, execution) == 30 + 3 * 54 + 2 * 52
 
 
 def test_empty_queue_waits_and_polls_again(pipeline: Pipeline) -> None:
@@ -304,7 +308,8 @@ def test_a_second_execution_is_refused(pipeline: Pipeline) -> None:
 
 
 # ---------------------------------------------------------------------------------- table maintenance
-# The fixture runs maintenance every 2 loop iterations (MaintenanceEveryIterations) and hands over after 3.
+# Maintenance is due MaintenanceEveryHours (1 in the fixture) after it last ran, once a CDC run ran since; a test
+# makes it due by handing in an old maintenance.last. The fixture hands over after 3 iterations.
 
 
 def job_runs_in_order(pipeline: Pipeline) -> list[str]:
@@ -323,75 +328,123 @@ def job_runs_in_order(pipeline: Pipeline) -> list[str]:
     return [roles[job] for _, job, _ in starts]
 
 
-def three_iterations_with_a_cdc_run_each(pipeline: Pipeline) -> str:
+def three_iterations_with_a_cdc_run_each(pipeline: Pipeline, execution_input: dict[str, Any] | None = None) -> str:
     """Seven CDC files queued (with a sweep due after every iteration, a CDC run in each), then one execution
     run to its end: its 3 iterations and the hand-over. The execution's ARN, once it SUCCEEDED."""
     for stamp in range(7):
         pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
-    execution = pipeline.start({"fullLoadDone": True})
+    execution = pipeline.start({"fullLoadDone": True, **(execution_input or {})})
     assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
     return execution
 
 
-def three_iterations_with_a_failing_job(pipeline: Pipeline, job: str) -> tuple[str, dict[str, Any]]:
+def three_iterations_with_a_failing_job(
+    pipeline: Pipeline, job: str, execution_input: dict[str, Any] | None = None
+) -> tuple[str, dict[str, Any]]:
     """``job`` failing every run and four CDC files queued, then one execution run to its end (3 iterations and
     the hand-over, or a stop): its ARN and how it ended."""
     pipeline.gaps.failing_jobs.add(job)
     for stamp in range(4):
         pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
-    execution = pipeline.start({"fullLoadDone": True})
+    execution = pipeline.start({"fullLoadDone": True, **(execution_input or {})})
     return execution, pipeline.wait_until_done(execution)
 
 
 @pytest.mark.parametrize("pipeline", [{"SweepEveryIterations": "1"}], indirect=True)
-def test_maintenance_runs_on_every_second_iteration_between_cdc_jobs(pipeline: Pipeline) -> None:
-    # GIVEN queued CDC files, and a sweep due after every iteration without a run: a CDC run in every iteration
+def test_maintenance_runs_when_its_hours_are_up_once_a_cdc_run_changed_silver(pipeline: Pipeline) -> None:
+    # GIVEN maintenance last run long ago, no CDC run since, and a CDC run in every iteration (a sweep due each time)
     # WHEN one execution runs its 3 iterations and hands over
-    execution = three_iterations_with_a_cdc_run_each(pipeline)
-    # THEN maintenance ran once, after the second CDC run ended, and before the third began
-    assert job_runs_in_order(pipeline) == ["cdc", "cdc", "maintenance", "cdc"]
+    execution = three_iterations_with_a_cdc_run_each(pipeline, {"maintenance": {"last": LONG_AGO, "changed": False}})
+    # THEN the clock said due, but maintenance waited for the first CDC run, ran once at the start of the next
+    # iteration (before its CDC run, in the serial lane), and then not again: its hour started anew
+    assert [m["due"] for m in work_checks(pipeline, execution, lane="maintenance")] == [True, True, False]
+    assert job_runs_in_order(pipeline) == ["cdc", "maintenance", "cdc", "cdc"]
     entered = pipeline.states_entered(execution)
     assert entered.count("RunMaintenanceJob") == 1
-    done = [i for i, name in enumerate(entered) if name == "CdcRunDone"]
-    cdc_runs = [i for i, name in enumerate(entered) if name in ("RunCdcJob", "RunCdcSweep")]
-    assert done[1] < entered.index("RunMaintenanceJob") < cdc_runs[2]
+    assert entered.index("CdcRunDone") < entered.index("RunMaintenanceJob") < entered.index("MaintenanceDone")
     assert queue_counts(pipeline) == (0, 0)
-    # AND the count goes on in the successor: one iteration since maintenance was handed over, so the
-    # successor's first iteration (a sweep run) is the second one and runs maintenance again, after that run
+    # AND the successor is handed when it ran, and that silver changed since (the two runs after it)
     successor = pipeline.successor_of(execution)
-    assert pipeline.input_of(successor)["sinceMaintenance"] == 1
-    pipeline.wait_for_state(successor, "MaintenanceDone")
-    entered = pipeline.states_entered(successor)
-    assert entered.index("CheckWork") < entered.index("CdcRunDone") < entered.index("RunMaintenanceJob")
-    assert entered[: entered.index("MaintenanceDone")].count("CheckWork") == 1
-    assert job_runs_in_order(pipeline)[4:6] == ["cdc", "maintenance"]
+    handed_over = pipeline.input_of(successor)["maintenance"]
+    ran = pipeline.state_input(execution, "ShouldRunCdcJob")["maintenance"]["last"]
+    assert handed_over == {"last": ran, "changed": True} and ran > LONG_AGO
+    # AND so the successor's clock says maintenance is an hour away
+    pipeline.wait_for_state(successor, "IsGoldDue")
+    assert pipeline.state_input(successor, "IsGoldDue")["work"]["maintenance"]["due"] is False
 
 
-@pytest.mark.parametrize("pipeline", [{"SweepEveryIterations": "1"}], indirect=True)
+def test_a_quiet_source_starts_no_maintenance(pipeline: Pipeline) -> None:
+    # GIVEN maintenance long overdue by the clock, and an empty queue
+    execution = pipeline.start({"fullLoadDone": True, "maintenance": {"last": LONG_AGO, "changed": False}})
+    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    # THEN no CDC run changed silver, so no maintenance job ran in the 3 iterations
+    assert [m["due"] for m in work_checks(pipeline, execution, lane="maintenance")] == [True] * 3
+    assert "RunMaintenanceJob" not in pipeline.states_entered(execution)
+    assert pipeline.gaps.glue_timeline == []
+
+
 def test_failed_maintenance_alerts_and_the_pipeline_keeps_applying_cdc(pipeline: Pipeline) -> None:
-    # GIVEN a maintenance job that fails, queued files and a CDC run in every iteration
+    # GIVEN a maintenance job that fails, maintenance due and silver changed, and queued files
     # WHEN the execution runs its 3 iterations
-    execution, result = three_iterations_with_a_failing_job(pipeline, pipeline.maintenance_job)
-    # THEN it did not stop: it alerted once, went on to the third iteration's CDC run and handed over as usual
+    due = {"maintenance": {"last": LONG_AGO, "changed": True}}
+    execution, result = three_iterations_with_a_failing_job(pipeline, pipeline.maintenance_job, due)
+    # THEN it did not stop: it alerted once, went on to the CDC run and handed over as usual
     assert result["status"] == "SUCCEEDED"
     [alert] = pipeline.alerts()
     assert alert["Subject"] == "cdclake: table maintenance failed"
     assert "simulated failure of cdclake-maintenance" in alert["Message"]
+    assert "tried again MaintenanceEveryHours from now" in alert["Message"]
     entered = pipeline.states_entered(execution)
-    assert entered.count("RunMaintenanceJob") == 1  # the count restarted: not tried again at once
-    assert entered.index("NotifyMaintenanceFailed") < len(entered) - entered[::-1].index("CheckWork") - 1
+    assert entered.count("RunMaintenanceJob") == 1  # its time was recorded: not tried again at once
+    assert entered.index("NotifyMaintenanceFailed") < entered.index("RunCdcJob")
     assert "NotifyFailure" not in entered
-    assert job_runs_in_order(pipeline) == ["cdc", "cdc", "maintenance", "cdc"]
+    assert job_runs_in_order(pipeline) == ["maintenance", "cdc"]
     assert queue_counts(pipeline) == (0, 0)
 
 
-@pytest.mark.parametrize("pipeline", [{"MaintenanceEveryIterations": "0"}], indirect=True)
-def test_maintenance_every_zero_iterations_never_runs_it(pipeline: Pipeline) -> None:
-    execution = pipeline.start({"fullLoadDone": True})
+@pytest.mark.parametrize("pipeline", [{"MaintenanceEveryHours": "0"}], indirect=True)
+def test_maintenance_every_zero_hours_never_runs_it(pipeline: Pipeline) -> None:
+    execution = pipeline.start({"fullLoadDone": True, "maintenance": {"last": LONG_AGO, "changed": True}})
     assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
     assert pipeline.states_entered(execution).count("CheckWork") == 3
     assert "RunMaintenanceJob" not in pipeline.states_entered(execution)
     assert pipeline.gaps.glue_timeline == []
+
+
+@pytest.mark.parametrize("lane", ["verify", "reload"])
+@pytest.mark.parametrize("pipeline", [{"MaxIterations": "8"}], indirect=True)
+def test_maintenance_never_starts_beside_a_reload_or_a_verify_run(pipeline: Pipeline, lane: str) -> None:
+    # GIVEN maintenance due and silver changed, and a verify run that keeps running (started after a reload, or on
+    # its schedule), or a reload the CDC job asked for, whose full-load run keeps running
+    if lane == "verify":
+        job = pipeline.verify_job
+        pipeline.gaps.running_seconds[job] = 600
+        pipeline.glue.start_job_run(JobName=job)
+    else:
+        job = pipeline.full_load_job
+        pipeline.gaps.running_seconds[job] = 600
+        _request_reload(pipeline, "public.items")
+    # WHEN the pipeline goes three iterations with it running
+    execution = pipeline.start({"fullLoadDone": True, "maintenance": {"last": LONG_AGO, "changed": True}})
+    pipeline.wait_for_state(execution, "CheckWork", times=4)
+    # THEN no maintenance job started: each check said another lane is running
+    assert "RunMaintenanceJob" not in pipeline.states_entered(execution)
+    busy = [(lane["busy"], lane["reason"]) for lane in work_checks(pipeline, execution, lane="lanes")[:3]]
+    if lane == "verify":
+        assert busy == [(True, "a verify run is active")] * 3
+    else:  # the first check started the reload
+        assert busy == [(True, "a reload starts now")] + [(True, "a full-load run is active")] * 2
+    # WHEN that run ends
+    del pipeline.gaps.running_seconds[job]
+    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    # THEN maintenance ran once, after the other lane's run had ended
+    assert pipeline.states_entered(execution).count("RunMaintenanceJob") == 1
+    timeline = pipeline.gaps.glue_timeline
+    [other_end] = [i for i, (event, name, _) in enumerate(timeline) if event == "end" and name == job]
+    [maintenance_start] = [
+        i for i, (ev, name, _) in enumerate(timeline) if ev == "start" and name == pipeline.maintenance_job
+    ]
+    assert other_end < maintenance_start
 
 
 # ---------------------------------------------------------------------------------------- gold marts
@@ -399,31 +452,30 @@ def test_maintenance_every_zero_iterations_never_runs_it(pipeline: Pipeline) -> 
 
 
 @pytest.mark.parametrize("pipeline", [{"GoldEveryIterations": "2", "SweepEveryIterations": "1"}], indirect=True)
-def test_gold_runs_every_second_iteration_after_cdc_and_before_maintenance(pipeline: Pipeline) -> None:
-    # GIVEN queued CDC files, and a sweep due after every iteration without a run: a CDC run in every iteration
+def test_gold_runs_every_second_iteration_between_cdc_runs_and_before_maintenance(pipeline: Pipeline) -> None:
+    # GIVEN queued CDC files, a sweep due after every iteration without a run (a CDC run in every iteration), gold
+    # due (2 iterations since it, silver changed) and maintenance due (long ago, silver changed)
     # WHEN one execution runs its 3 iterations and hands over
-    execution = three_iterations_with_a_cdc_run_each(pipeline)
-    # THEN the gold job ran once, after the second CDC run ended, in the serial lane:
+    due = {"sinceGold": 2, "maintenance": {"last": LONG_AGO, "changed": True}}
+    execution = three_iterations_with_a_cdc_run_each(pipeline, due)
+    # THEN the gold job ran in the first and the third iteration, before their CDC runs, in the serial lane:
     # no two Glue jobs overlapped, gold before maintenance (it reads silver before files are rewritten)
-    assert job_runs_in_order(pipeline) == ["cdc", "cdc", "gold", "maintenance", "cdc"]
+    assert job_runs_in_order(pipeline) == ["gold", "maintenance", "cdc", "cdc", "gold", "cdc"]
     entered = pipeline.states_entered(execution)
     done = [i for i, name in enumerate(entered) if name == "CdcRunDone"]
-    assert done[1] < entered.index("RunGoldJob") < entered.index("RunMaintenanceJob")
-    assert entered.count("RunGoldJob") == 1 and "NotifyGoldFailed" not in entered
-    [run] = pipeline.job_runs(pipeline.gold_job)
-    assert run["JobRunState"] == "SUCCEEDED"
+    gold = [i for i, name in enumerate(entered) if name == "RunGoldJob"]
+    assert gold[0] < entered.index("RunMaintenanceJob") < done[0] < done[1] < gold[1] < done[2]
+    assert "NotifyGoldFailed" not in entered
+    assert [run["JobRunState"] for run in pipeline.job_runs(pipeline.gold_job)] == ["SUCCEEDED"] * 2
     # AND the successor carries the count on: one iteration since gold, and silver changed (the third run)
     successor = pipeline.successor_of(execution)
     handed_over = pipeline.input_of(successor)
     assert (handed_over["sinceGold"], handed_over["silver"]) == (1, {"changed": True})
-    # AND so its first iteration (a sweep run) is the second one since gold: gold refreshes after that run
-    pipeline.wait_for_state(successor, "MaintenanceDone")
-    entered = pipeline.states_entered(successor)
-    assert entered.index("CdcRunDone") < entered.index("RunGoldJob")
-    assert job_runs_in_order(pipeline)[5:8] == ["cdc", "gold", "maintenance"]
 
 
-@pytest.mark.parametrize("pipeline", [{"GoldEveryIterations": "1", "MaintenanceEveryIterations": "0"}], indirect=True)
+@pytest.mark.parametrize(
+    "pipeline", [{"GoldEveryIterations": "1", "MaintenanceEveryHours": "0", "MaxIterations": "4"}], indirect=True
+)
 def test_gold_waits_for_a_cdc_run_when_silver_did_not_change(pipeline: Pipeline) -> None:
     # GIVEN gold due every iteration, and an execution handed over with no CDC run since the last gold run
     execution = pipeline.start({"fullLoadDone": True, "sinceGold": 5, "silver": {"changed": False}})
@@ -433,14 +485,14 @@ def test_gold_waits_for_a_cdc_run_when_silver_did_not_change(pipeline: Pipeline)
     # AND then a file arrives
     pipeline.send_file(cdc_key("orders", "120000000"), 100)
     assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
-    # THEN gold ran once, right after the run that file started, and not after the empty polls
+    # THEN gold ran once, in the iteration after the run that file started, and not after the empty polls
     assert job_runs_in_order(pipeline) == ["cdc", "gold"]
     entered = pipeline.states_entered(execution)
     assert entered.index("RunCdcJob") < entered.index("RunGoldJob")
     assert pipeline.state_input(execution, "StartSuccessor")["silver"] == {"changed": False}
 
 
-@pytest.mark.parametrize("pipeline", [{"GoldEveryIterations": "1", "MaintenanceEveryIterations": "0"}], indirect=True)
+@pytest.mark.parametrize("pipeline", [{"GoldEveryIterations": "1", "MaintenanceEveryHours": "0"}], indirect=True)
 def test_a_fresh_start_refreshes_the_marts_once_without_waiting_for_cdc(pipeline: Pipeline) -> None:
     # GIVEN an execution started by hand (no hand-over input) and an empty queue
     execution = pipeline.start({"fullLoadDone": True})
@@ -452,23 +504,23 @@ def test_a_fresh_start_refreshes_the_marts_once_without_waiting_for_cdc(pipeline
 
 @pytest.mark.parametrize("pipeline", [{"SweepEveryIterations": "1"}], indirect=True)
 def test_gold_every_zero_iterations_never_runs_it(pipeline: Pipeline) -> None:
-    # GIVEN the fixture's GoldEveryIterations 0, a CDC run in every iteration and maintenance every 2 iterations
-    execution = three_iterations_with_a_cdc_run_each(pipeline)
+    # GIVEN the fixture's GoldEveryIterations 0, a CDC run in every iteration and maintenance due
+    execution = three_iterations_with_a_cdc_run_each(pipeline, {"maintenance": {"last": LONG_AGO, "changed": True}})
     # THEN every run happened, maintenance ran, and gold never did
     assert "RunGoldJob" not in pipeline.states_entered(execution)
-    assert job_runs_in_order(pipeline) == ["cdc", "cdc", "maintenance", "cdc"]
+    assert job_runs_in_order(pipeline) == ["maintenance", "cdc", "cdc", "cdc"]
     assert pipeline.job_runs(pipeline.gold_job) == []
 
 
 @pytest.mark.parametrize(
     "pipeline",
-    [{"GoldEveryIterations": "1", "MaintenanceEveryIterations": "0", "SweepEveryIterations": "2"}],
+    [{"GoldEveryIterations": "1", "MaintenanceEveryHours": "0", "SweepEveryIterations": "2", "MaxIterations": "4"}],
     indirect=True,
 )
 def test_failed_gold_alerts_and_the_pipeline_keeps_applying_cdc(pipeline: Pipeline) -> None:
-    # GIVEN a gold job that fails (a broken mart), queued files (a run in the first iteration), an empty poll in
-    # the second, and a sweep run in the third
-    # WHEN the execution runs its 3 iterations
+    # GIVEN a gold job that fails (a broken mart), queued files (a run in the first iteration), gold and an empty
+    # poll in the second, a sweep run in the third, gold in the fourth
+    # WHEN the execution runs its 4 iterations
     execution, result = three_iterations_with_a_failing_job(pipeline, pipeline.gold_job)
     # THEN it did not stop: each failure was caught and alerted, and it handed over as usual
     assert result["status"] == "SUCCEEDED"
@@ -509,8 +561,8 @@ def test_a_long_full_load_hands_over_from_the_wait_loop(pipeline: Pipeline) -> N
     # AND the successor keeps waiting for the full load (it asks DMS again)
     successor = pipeline.successor_of(execution)
     assert pipeline.input_of(successor) == {
-        "fullLoadDone": False, "generation": 3, "predecessor": execution, "sinceMaintenance": 0,
-        "sinceGold": 0, "sinceSweep": 0, "silver": {"changed": True},
+        "fullLoadDone": False, "generation": 3, "predecessor": execution,
+        "maintenance": {"last": "", "changed": False}, "sinceGold": 0, "sinceSweep": 0, "silver": {"changed": True},
         "AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID": execution,
     }  # fmt: skip
     pipeline.wait_for_state(successor, "DescribeReplicationTasks")
@@ -518,10 +570,11 @@ def test_a_long_full_load_hands_over_from_the_wait_loop(pipeline: Pipeline) -> N
 
 @pytest.mark.parametrize("pipeline", [{"MaxHistoryEvents": "180", "MaxIterations": "50"}], indirect=True)
 def test_the_cdc_loop_hands_over_on_the_events_it_spent_with_its_counters(pipeline: Pipeline) -> None:
-    # GIVEN queued files, maintenance every 2 iterations, and counters carried in from a predecessor
+    # GIVEN queued files, maintenance due once silver changes, and counters carried in from a predecessor
     for stamp in range(5):
         pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
-    execution = pipeline.start({"fullLoadDone": True, "sinceGold": 3, "sinceSweep": 7})
+    due = {"last": LONG_AGO, "changed": False}
+    execution = pipeline.start({"fullLoadDone": True, "sinceGold": 3, "sinceSweep": 7, "maintenance": due})
     assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
     # THEN it handed over after 2 iterations, not after 50: 30 + a run 52 + 2 iterations x 54 + maintenance 40
     # = 230 >= 180 (after the first iteration 136 < 180), and the events it counted cover its real history
@@ -533,7 +586,8 @@ def test_the_cdc_loop_hands_over_on_the_events_it_spent_with_its_counters(pipeli
     # GoldEveryIterations 0), the sweep count restarted by the run (1 iteration since it, and the idle one)
     successor = pipeline.successor_of(execution)
     handed_over = pipeline.input_of(successor)
-    assert (handed_over["sinceMaintenance"], handed_over["sinceGold"], handed_over["sinceSweep"]) == (0, 5, 2)
+    assert (handed_over["maintenance"]["changed"], handed_over["sinceGold"], handed_over["sinceSweep"]) == (False, 5, 2)
+    assert handed_over["maintenance"]["last"] > LONG_AGO
     assert handed_over["silver"] == {"changed": True}
     pipeline.wait_for_state(successor, "CheckWork")
     assert pipeline.state_input(successor, "CheckWork")["sinceSweep"] == 2
@@ -543,14 +597,15 @@ def test_the_cdc_loop_hands_over_on_the_events_it_spent_with_its_counters(pipeli
     "pipeline", [{"MaxHistoryEvents": "200", "MaxIterations": "50", "GoldEveryIterations": "1"}], indirect=True
 )
 def test_gold_runs_are_counted_in_the_history_budget(pipeline: Pipeline) -> None:
-    # GIVEN a failing gold job run after the CDC run (the longest gold path: job, alert, Pass), and queued files
+    # GIVEN a failing gold job run after the CDC run (the longest gold path: job, alert, Pass), queued files, and
+    # maintenance due once silver changes
     pipeline.gaps.failing_jobs.add(pipeline.gold_job)
     for stamp in range(5):
         pipeline.send_file(cdc_key("orders", f"12000{stamp}000"), 100)
-    execution = pipeline.start({"fullLoadDone": True})
+    execution = pipeline.start({"fullLoadDone": True, "maintenance": {"last": LONG_AGO, "changed": False}})
     assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
     # THEN 30 + a run 52 + 2 iterations x 54 + gold 40 + maintenance 40 = 270 >= 200: it handed over after
-    # 2 iterations (176 after the first), and the events it counted cover its real history
+    # 2 iterations (136 after the first), and the events it counted cover its real history
     entered = pipeline.states_entered(execution)
     assert entered.count("CheckWork") == 2
     assert entered.count("RunGoldJob") == 1 and entered.count("NotifyGoldFailed") == 1
@@ -641,7 +696,9 @@ def test_a_reload_the_cdc_job_asked_for_runs_in_the_full_load_job_beside_the_cdc
     assert reload["Arguments"] == {"--tables": "public.items"}
     entered = pipeline.states_entered(execution)
     first = entered[entered.index("CheckWork") :]
-    assert first[:5] == ["CheckWork", "IsReloadDue", "StartReloadJob", "ShouldRunCdcJob", "RunCdcJob"]
+    assert first[:7] == [
+        "CheckWork", "IsReloadDue", "StartReloadJob", "IsGoldDue", "IsMaintenanceDue", "ShouldRunCdcJob", "RunCdcJob",
+    ]  # fmt: skip
     assert pipeline.cdc_runs == [[cdc_key("orders", "120000100")]]
     # AND the later checks saw the run succeed since the request and started no other
     answers = work_checks(pipeline, execution, lane="reload")
@@ -674,3 +731,60 @@ def test_a_reload_that_keeps_failing_is_tried_three_times_then_alerted_once(pipe
     entered = pipeline.states_entered(execution)
     assert entered.count("StartReloadJob") == 3 and entered.count("NotifyReloadFailing") == 1
     assert "NotifyFailure" not in entered
+
+
+def test_a_cdc_run_that_held_a_failing_table_succeeds_and_the_sweep_after_its_maximum_run_time_proceeds(
+    pipeline: Pipeline,
+) -> None:
+    # GIVEN a queued file, and CDC runs that end at CdcMaxRunSeconds (3600 s) SUCCEEDED: a table that kept failing
+    # through the run is held, not a failed run (glue/jobs/cdc.py held_tables; tests/aws/test_follow_queue.py)
+    pipeline.gaps.job_execution_seconds[pipeline.cdc_job] = 3600
+    pipeline.send_file(cdc_key("orders", "120000100"), 100)
+    # WHEN the pipeline runs its three iterations
+    execution = pipeline.start({"fullLoadDone": True})
+    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    # THEN no run was retried or alerted, and the check after each run started a sweep at once (the run may have
+    # left files it had taken off the queue): the held table never holds the sweep back
+    runs = pipeline.job_runs(pipeline.cdc_job)
+    assert [r["JobRunState"] for r in runs] == ["SUCCEEDED"] * 3
+    checks = work_checks(pipeline, execution)
+    assert [(c["start"], c["sweep"], c["reason"]) for c in checks] == [
+        (True, False, "files queued"),
+        (True, True, "sweep: the last CDC run stopped at its maximum run time (it may have left files)"),
+        (True, True, "sweep: the last CDC run stopped at its maximum run time (it may have left files)"),
+    ]
+    entered = pipeline.states_entered(execution)
+    assert entered.count("RunCdcSweep") == 2 and "NotifyCdcRunFailed" not in entered
+    assert pipeline.alerts() == []
+
+
+def test_a_reload_asked_for_by_a_cdc_run_starts_right_after_that_run_before_maintenance(pipeline: Pipeline) -> None:
+    # GIVEN maintenance due by the clock, and a CDC run that asks for a reload of public.items and so ends early (the
+    # CDC job ends its run after the round that wrote a new table to its reload request: glue/jobs/cdc.py
+    # reload_asked; tests/aws/test_follow_queue.py)
+    fake_job = pipeline.gaps.glue_runner
+    assert fake_job is not None
+
+    def asking_cdc_job(job_name: str, arguments: dict[str, str]) -> None:
+        fake_job(job_name, arguments)
+        if job_name == pipeline.cdc_job and not pipeline.job_runs(pipeline.full_load_job):
+            _request_reload(pipeline, "public.items")
+
+    pipeline.gaps.glue_runner = asking_cdc_job
+    pipeline.send_file(cdc_key("orders", "120000100"), 100)
+    execution = pipeline.start({"fullLoadDone": True, "maintenance": {"last": LONG_AGO, "changed": False}})
+    assert pipeline.wait_until_done(execution)["status"] == "SUCCEEDED"
+    # THEN the check right after that run started the full-load job for the table, before any other job
+    entered = pipeline.states_entered(execution)
+    after_run = entered[entered.index("CdcRunDone") :]
+    assert after_run[: after_run.index("StartReloadJob") + 1] == [
+        "CdcRunDone", "NextIteration", "IsHistoryNearLimit", "CheckWork", "IsReloadDue", "StartReloadJob",
+    ]  # fmt: skip
+    assert [event[:2] for event in pipeline.gaps.glue_timeline[:3]] == [
+        ("start", pipeline.cdc_job), ("end", pipeline.cdc_job), ("start", pipeline.full_load_job),
+    ]  # fmt: skip
+    # AND maintenance, due once that run changed silver, did not start beside the reload
+    lanes = work_checks(pipeline, execution, lane="lanes")
+    assert [lane["reason"] for lane in lanes[1:]] == ["a reload starts now", "no other lane is running"]
+    assert entered.count("RunMaintenanceJob") == 1
+    assert entered.index("RunMaintenanceJob") > entered.index("CheckWork", entered.index("StartReloadJob") + 1)

@@ -57,6 +57,19 @@ def test_deleting_or_replacing_the_stack_keeps_the_lake_and_never_fails_on_a_ver
     assert RESOURCES[resource]["UpdateReplacePolicy"] == "Retain"
 
 
+def test_every_bucket_aborts_multipart_uploads_left_incomplete_after_a_week() -> None:
+    # A killed job's unfinished multipart upload keeps its parts (billed, never listed) until it is aborted.
+    buckets = {name: r["Properties"] for name, r in RESOURCES.items() if r["Type"] == "AWS::S3::Bucket"}
+    assert len(buckets) == 4
+    for name, properties in buckets.items():
+        rules = properties.get("LifecycleConfiguration", {}).get("Rules", [])
+        aborts = [r for r in rules if "AbortIncompleteMultipartUpload" in r]
+        assert [(r["Status"], r["AbortIncompleteMultipartUpload"]) for r in aborts] == [
+            ("Enabled", {"DaysAfterInitiation": 7})
+        ], name
+        assert all("Prefix" not in r and "Filter" not in r for r in aborts), f"{name}: the whole bucket"
+
+
 def test_every_versioned_bucket_is_retained() -> None:
     for name, resource in RESOURCES.items():
         if resource["Type"] == "AWS::S3::Bucket" and "VersioningConfiguration" in resource["Properties"]:
@@ -494,10 +507,16 @@ def test_function_metrics_use_the_stack_namespace_and_no_reserved_concurrency() 
         # the full-load lane: the CDC job's reload request (the CDC job's --reload_requests) and the job it starts
         "RELOAD_REQUESTS_URI": {"Sub": "s3://${ArtifactsBucket}/state/reloads.json"},
         "FULL_LOAD_JOB_NAME": {"Ref": "FullLoadJob"},
+        # the other lanes: maintenance waits while a verify run (or a full-load run) is active
+        "VERIFY_JOB_NAME": {"Ref": "VerifyJob"},
+        # maintenance by time: due this many hours after it last ran (the state machine adds: once silver changed)
+        "MAINTENANCE_EVERY_HOURS": {"Ref": "MaintenanceEveryHours"},
+        "ENVIRONMENT_NAME": {"Ref": "EnvironmentName"},  # the Environment dimension of its metrics
     }
     cdc_arguments = RESOURCES["CdcJob"]["Properties"]["DefaultArguments"]
     assert cdc_arguments["--reload_requests"] == work_check["RELOAD_REQUESTS_URI"]
     assert (PARAMETERS["SweepEveryIterations"]["Default"], PARAMETERS["SweepEveryIterations"]["MinValue"]) == (60, 0)
+    assert (PARAMETERS["MaintenanceEveryHours"]["Default"], PARAMETERS["MaintenanceEveryHours"]["MinValue"]) == (24, 0)
 
 
 def test_the_state_machine_no_longer_touches_the_queue() -> None:
@@ -756,3 +775,28 @@ def test_a_sweep_run_starts_without_an_idle_wait_and_a_run_for_queued_files_with
     assert to_sweep["Next"] == "RunCdcSweep" and to_follow["Next"] == "RunCdcJob"
     conditions = {(c["Variable"], next(v for k, v in c.items() if k != "Variable")) for c in to_sweep["And"]}
     assert conditions == {("$.work.start", True), ("$.work.sweep", True), ("$.work.visible", 0)}
+
+
+def test_every_metric_of_the_stack_namespace_is_read_and_written_with_the_environment_dimension() -> None:
+    # The alarms and the dashboard read the stack's metrics under Environment = EnvironmentName ...
+    environment = [{"Name": "Environment", "Value": {"Ref": "EnvironmentName"}}]
+    alarms = {n: r["Properties"] for n, r in RESOURCES.items() if r["Type"] == "AWS::CloudWatch::Alarm"}
+    ours = {n: a for n, a in alarms.items() if a.get("Namespace") == {"Ref": "MetricsNamespace"}}
+    assert ours and all(a["Dimensions"] == environment for a in ours.values()), sorted(ours)
+    for alarm in alarms.values():
+        for query in alarm.get("Metrics", []):
+            metric = query.get("MetricStat", {}).get("Metric", {})
+            if metric.get("Namespace") == {"Ref": "MetricsNamespace"}:
+                assert metric["Dimensions"] == environment
+    sub = RESOURCES["PipelineDashboard"]["Properties"]["DashboardBody"]["Sub"]
+    body = sub[0] if isinstance(sub, list) else sub
+    lines = re.findall(r'\["\$\{MetricsNamespace\}", "(\w+)", "(\w+)", "([^"]+)"', body)
+    assert lines and all(line[1:] == ("Environment", "${EnvironmentName}") for line in lines), lines
+    assert body.count('${MetricsNamespace}", ') == len(lines)  # no metric line of ours escaped the pattern
+    # ... and every writer sets it: the Glue jobs (ops/metrics.py, ops/verify_log.py: tests/unit/test_metrics.py,
+    # test_verify_log.py) and the work check's Powertools metrics (its default dimension, from ENVIRONMENT_NAME)
+    work_check = RESOURCES["WorkCheckFunction"]["Properties"]["Environment"]["Variables"]
+    assert work_check["ENVIRONMENT_NAME"] == {"Ref": "EnvironmentName"}
+    assert "set_default_dimensions(Environment=settings.environment)" in (
+        ROOT / "functions" / "work_check" / "app.py"
+    ).read_text(encoding="utf-8")

@@ -17,8 +17,8 @@ ends (idle, the maximum run time, interrupted, an error).
 
 A table that fails is tried again after growing pauses while the others go on, and alerted once
 per failure episode (from the round it fails after being healthy to the round that applies it
-again), with its reason; files a round sets aside in quarantine are alerted once each, with theirs
-(``alerts``).
+again), with its reason, and once when the episode ends; files a round sets aside in quarantine
+are alerted once each, with theirs (``alerts``).
 
 Exactly once holds as in a single run: every commit records its files in the table's ledger in the
 same Iceberg commit, and a file is pending only while the ledger lacks it. A loop that dies leaves
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
-from cdclake.alerts import Alerts, LoggedAlerts
+from cdclake.alerts import Alerts, FailureEpisodes, LoggedAlerts, MemoryEpisodes
 from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind, parse_key
@@ -119,6 +119,8 @@ class Round:
     report: RunReport
     backlog: Backlog
     seconds: float
+    # The tables with CDC files still to apply after the round that are not failing (a batch bound, a load due)
+    waiting: frozenset[str] = frozenset()
     silent: tuple[str, ...] = ()  # the tables silent as of this round (``engine.silence``)
 
 
@@ -130,7 +132,7 @@ class FollowReport:
     files_applied: int = 0
     bytes_applied: int = 0
     listings: int = 0
-    stopped_by: str = ""  # "idle", "max run time", "interrupted"
+    stopped_by: str = ""  # "idle", "max run time", "interrupted", or the reason ``until`` gave
     failures: dict[str, TableFailure] = field(default_factory=dict)  # by source, as of the last round
 
     @property
@@ -148,17 +150,22 @@ def follow(
     on_round: Callable[[Round], None] | None = None,
     alerts: Alerts | None = None,
     apply: ApplyPending | None = None,
+    episodes: FailureEpisodes | None = None,
+    until: Callable[[Round], str] | None = None,
     silence: SilenceEdges | None = None,
 ) -> FollowReport:
     """Apply every pending file of ``tables`` (default: every configured one), then keep applying
     new files round after round until stopped (``engine.stopping``), idle or at the maximum run time.
-    Failing tables and quarantined files are reported to ``alerts`` (default: logged at ERROR).
-    ``apply``: what a round runs (default: ``run.apply_pending``, loading only with ``settings.loads``).
-    A table silent for longer than its cadence (or in a failed DMS state, from ``dms_states`` where the
-    shell reads them: ``silence``) is alerted once per silence (``engine.silence``).
+    Failing tables (once per failure episode, and once when it ends) and quarantined files are reported
+    to ``alerts`` (default: logged at ERROR). ``episodes``: where the failure episodes are kept (default:
+    in this process only). ``apply``: what a round runs (default: ``run.apply_pending``, loading only
+    with ``settings.loads``). ``until``: asked after each round (after ``on_round``); a reason it returns
+    ends the loop there (``FollowReport.stopped_by``), "" goes on. A table silent for longer than its
+    cadence (or in a failed DMS state, where the shell reads them: ``silence``) is alerted once per
+    silence (``engine.silence``).
     """
-    follower = Follower(engine, settings, notices, tables, alerts or LoggedAlerts(), apply, silence)
-    return follower.run(on_round)
+    follower = Follower(engine, settings, notices, tables, alerts or LoggedAlerts(), apply, episodes, silence)
+    return follower.run(on_round, until)
 
 
 class Follower:
@@ -181,6 +188,7 @@ class Follower:
         tables: Sequence[TableConfig] | None,
         alerts: Alerts,
         apply: ApplyPending | None = None,
+        episodes: FailureEpisodes | None = None,
         silence: SilenceEdges | None = None,
     ) -> None:
         config = engine.config
@@ -202,21 +210,23 @@ class Follower:
         # folder, and the folders with files still to apply are looked at anyway; a new run that marked
         # every folder active would list all of them every round for its first ``active_seconds``.
         self.active: dict[str, float] = {}
-        self.episodes = _Episodes(alerts, settings)
+        self.episodes = _Episodes(alerts, settings, episodes)
         self.silence = (silence or SilenceEdges()).watch(self.selected, alerts)
         self.silent: tuple[str, ...] = ()
         self.outcome = FollowReport()
         self.started = self.last_relist = self.last_news = time.monotonic()
 
-    def run(self, on_round: Callable[[Round], None] | None = None) -> FollowReport:
+    def run(
+        self, on_round: Callable[[Round], None] | None = None, until: Callable[[Round], str] | None = None
+    ) -> FollowReport:
         """Rounds until stopped, idle or at the maximum run time."""
         try:
             self.index.relist()
             due: Sequence[TableConfig] = self.selected
             while True:
                 round_started = time.monotonic()
-                unapplied = self.round(due, on_round)
-                if stop := self._stop_now(busy=True):
+                unapplied, done = self.round(due, on_round)
+                if stop := self._stop_now(busy=True) or (until(done) if until is not None else ""):
                     break
                 announced = self.notices.wait(
                     round_started + self.settings.poll_seconds, self.engine.stopping, self.note
@@ -241,8 +251,11 @@ class Follower:
         self.outcome.listings = self.index.requests
         return self.outcome
 
-    def round(self, due: Sequence[TableConfig], on_round: Callable[[Round], None] | None) -> dict[str, list[int]]:
-        """Work the due tables with the states the loop vouches for; what is left unapplied after it."""
+    def round(
+        self, due: Sequence[TableConfig], on_round: Callable[[Round], None] | None
+    ) -> tuple[dict[str, list[int]], Round]:
+        """Work the due tables with the states the loop vouches for; what is left unapplied after it, and the
+        round's outcome."""
         started = time.monotonic()
         vouched = {s: state for s, state in self.states.items() if s not in self.unvouched}
         report, touched = self.apply(self.engine, self.index.listing(), due, vouched)
@@ -263,11 +276,13 @@ class Follower:
         if self.silence.due(time.monotonic()):
             found = self.silence.look(self.index.files.values(), datetime.now(UTC), time.monotonic())
             self.silent = tuple(s.table for s in found)
+        waiting = frozenset(s for s in unapplied if s in self.by_source and s not in self.outcome.failures)
+        done = Round(self.outcome.rounds, report, backlog, time.monotonic() - started, waiting, self.silent)
         if on_round is not None:
-            on_round(Round(self.outcome.rounds, report, backlog, time.monotonic() - started, self.silent))
+            on_round(done)
         if any(t.files_applied for t in report.tables):
             self.last_news = time.monotonic()
-        return unapplied
+        return unapplied, done
 
     def look(self, announced: set[str], unapplied: set[str]) -> set[str]:
         """The keys new to the index since the last round: announced, found in the folders worth
@@ -347,21 +362,26 @@ class Follower:
 
 
 class _Episodes:
-    """Alerts once per failure episode of a table, and once per file a round quarantined."""
+    """Alerts once per failure episode of a table (and once when it ends), and once per file a round
+    quarantined. The episodes are ``FailureEpisodes``': a durable record makes them span runs."""
 
-    def __init__(self, alerts: Alerts, settings: FollowSettings) -> None:
+    def __init__(self, alerts: Alerts, settings: FollowSettings, episodes: FailureEpisodes | None = None) -> None:
         self.alerts = alerts
         self.settings = settings
-        self.failing: set[str] = set()  # tables in a failure episode (alerted)
+        self.episodes = episodes or MemoryEpisodes()
         self.quarantined: set[str] = set()  # keys alerted as quarantined
 
     def report(self, report: RunReport, worked_on: set[str]) -> None:
         failed = {f.table: f for f in report.failures}
-        self.failing -= worked_on - failed.keys()  # a round that applied the table ends its episode
-        for source, failure in failed.items():
-            if source not in self.failing:
-                self.failing.add(source)
-                self.alerts.send(f"{source} is failing", self._failing(failure))
+        # a round that worked the table without a failure ends its episode
+        changes = self.episodes.settle({s: first_line(f.error) for s, f in failed.items()}, worked_on)
+        for source in sorted(changes.started):
+            self.alerts.send(f"{source} is failing", self._failing(failed[source]))
+        for source in sorted(changes.ended):
+            self.alerts.send(
+                f"{source} recovered",
+                f"{source}: a round applied it again after its failure episode; its held files are applied in order.",
+            )
         for source in dict.fromkeys(t.table for t in report.tables if t.quarantined_files):
             batches = [t for t in report.tables if t.table == source and t.quarantined_files]
             files = [f for t in batches for f in t.quarantined_files if f not in self.quarantined]

@@ -34,6 +34,8 @@ _METRICS = ("environment", "metrics_namespace", "table_metrics")
 _SOURCE = ("secret_id", "source_connection", "dbname", "source_engine")
 # The maintenance job's whole-number settings (it always skips tables unchanged since their last maintenance).
 _MAINTENANCE = tuple(f.name for f in fields(MaintenanceSettings) if f.type in (int, "int"))
+# The CDC lane's state in S3: its reload request and the tables in a failure episode.
+_CDC_LANE = ("reload_requests", "failure_episodes")
 _FOLLOW = ("queue_url", "poll_seconds", "idle_seconds", "max_run_seconds", "relist_seconds")
 
 # The CDC job's pace when the template gives none (its parameters CdcPollSeconds, CdcIdleSeconds, CdcMaxRunSeconds,
@@ -54,7 +56,17 @@ JobName = Literal["full_load", "cdc", "maintain", "gold", "verify"]
 # (tests/aws/test_template.py), so an argument that reaches a job is one it uses.
 JOB_ARGUMENTS: dict[JobName, tuple[str, ...]] = {
     "full_load": (*_SHARED, "reload", "tables", *_METRICS, *_SOURCE, "verify_job_name"),
-    "cdc": (*_SHARED, "manifest", "replay", *_METRICS, *_FOLLOW, "alert_topic_arn", "reload_requests", *_SILENCE),
+    "cdc": (
+        *_SHARED,
+        "manifest",
+        "replay",
+        *_METRICS,
+        *_FOLLOW,
+        "alert_topic_arn",
+        "reload_requests",
+        "failure_episodes",
+        *_SILENCE,
+    ),
     "maintain": (*_SHARED, *_MAINTENANCE, "gold_database"),  # the marts are maintained where the gold job keeps them
     "gold": (*_SHARED, "gold_database"),
     # Compares silver with the source (through the full-load job's secret and connection), publishes its
@@ -90,6 +102,9 @@ class JobArguments:
     follow: FollowSettings = JOB_FOLLOW
     # CDC job: the SNS topic its alerts go to (one per failure episode); None: no alert is published.
     alert_topic_arn: str | None = None
+    # CDC job: the S3 object (s3://bucket/key) where the tables in a failure episode are kept from run to run
+    # (ops.failure_episodes); None: each run keeps its own, and alerts a table still failing again
+    failure_episodes: str | None = None
     # CDC job: the DMS tasks whose table statistics tell a table DMS stopped capturing (engine.silence)
     replication_task_arns: tuple[str, ...] = ()
     # CDC job: where the tables alerted as silent are recorded (a JSON list), so a next run does not alert them again
@@ -135,6 +150,7 @@ def parse_arguments(argv: Sequence[str], job: JobName) -> JobArguments:
             relist_seconds=_relist_seconds(values),
         ),
         alert_topic_arn=values.get("alert_topic_arn"),
+        failure_episodes=values.get("failure_episodes"),
         replication_task_arns=tuple(a.strip() for a in values.get("replication_task_arns", "").split(",") if a.strip()),
         silent_tables=values.get("silent_tables"),
         source=_source(values),
