@@ -839,6 +839,17 @@ def least_privilege_report(policies: StackPolicies, used: set[Grant], title: str
     return "\n".join(lines)
 
 
+def grant_rows(report: str) -> list[tuple[str, ...]]:
+    """Each grant row's role heading, statement, action and resource, without its verdict."""
+    rows, role = [], ""
+    for line in report.splitlines():
+        if line.startswith("#### "):
+            role = line[5:]
+        elif line.startswith("| ") and not line.startswith(("| statement", "|---")):
+            rows.append((role, *(cell.strip() for cell in line.strip("|").split("|")[:3])))
+    return rows
+
+
 def unused_grants(report: str) -> list[str]:
     return [line for line in report.splitlines() if line.endswith("| UNUSED |")]
 
