@@ -9,14 +9,15 @@ batches, each commit handing the next its state) is written once, in ``engine.tu
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind
+from cdclake.dms.index import list_from
 from cdclake.dms.store import list_bronze
-from cdclake.engine.select import ReplaySelection, TableState, group_by_table, skip_reason
-from cdclake.engine.turn import HeldFiles, LoadStep, TableWork, run_tables
+from cdclake.engine.select import ReplaySelection, TableState, files_from_keys, group_by_table, skip_reason
+from cdclake.engine.turn import HeldFiles, LoadStep, TableWork, read_states, run_tables
 from cdclake.lake.journals import files_with_quarantined_rows, quarantined_files_by_table
 from cdclake.report import RunReport
 
@@ -27,11 +28,58 @@ def list_all(engine: Engine) -> BronzeListing:
     return list_bronze(engine.store, transaction_path=engine.config.bronze.transaction_path)
 
 
-def run(engine: Engine, tables: Sequence[TableConfig] | None = None) -> RunReport:
+def listing_starts(
+    engine: Engine, tables: Sequence[TableConfig], states: Mapping[str, TableState]
+) -> dict[str, str | None]:
+    """Where each table's folder is listed from: its watermark (``lake.ledger.AppliedKeys``), or
+    the whole folder (no state, no watermark). The transaction folder (multi-table files) from the
+    least advanced of the tables' watermarks there."""
+    starts: dict[str, str | None] = {}
+    for table in tables:
+        folder = f"{table.source_schema}/{table.source_table}"
+        state = states.get(table.source)
+        starts[folder] = None if state is None else state.applied.watermarks.get(folder)
+    if transaction_path := engine.config.bronze.transaction_path:
+        folder = transaction_path.strip("/")
+        marks = [s.applied.watermarks.get(folder) for t in tables if (s := states.get(t.source)) is not None]
+        starts[folder] = min(marks) if marks and None not in marks and len(marks) == len(tables) else None  # type: ignore[type-var]
+    return starts
+
+
+def list_since(engine: Engine, tables: Sequence[TableConfig], states: Mapping[str, TableState]) -> BronzeListing:
+    """Bronze as far as the tables need it: each table's folder after its watermark
+    (``listing_starts``; a request per folder and per 1,000 new keys, whatever bronze's age), and
+    the files below a watermark that its state keeps as exceptions (not applied) and that are no
+    longer held in quarantine (one request each). Keys of unconfigured tables and keys that are not
+    DMS files outside these folders are not seen: ``run --sweep`` lists all of bronze."""
+    starts = listing_starts(engine, tables, states)
+    transaction_path = engine.config.bronze.transaction_path
+    listing = list_from(engine.store, starts, transaction_path)
+    reopened = sorted({k for s in states.values() for k in s.applied.exceptions if k not in s.held})
+    present = [k for k in reopened if engine.store.size(k) is not None]
+    extra = files_from_keys(engine.store, present, transaction_path)
+    listed = {f.key for f in listing.files}
+    return BronzeListing(
+        files=tuple(sorted([*listing.files, *(f for f in extra if f.key not in listed)])),
+        unrecognised=listing.unrecognised,
+    )
+
+
+def selected_tables(engine: Engine, tables: Sequence[TableConfig] | None = None) -> list[TableConfig]:
+    """The tables of a run that can be mirrored (``skip_reason``)."""
+    return [t for t in (engine.config.tables if tables is None else tables) if skip_reason(t) is None]
+
+
+def run(engine: Engine, tables: Sequence[TableConfig] | None = None, sweep: bool = False) -> RunReport:
     """Full load where a table has none yet, then every pending CDC file, in batches; tables
-    concurrently."""
-    listing = list_all(engine)
-    report, _ = apply_pending(engine, listing, tables)
+    concurrently. The tables' states are read first, and bronze is listed from their watermarks
+    (``list_since``): a run costs what is new, not bronze's age. ``sweep``: the full
+    reconciliation instead: all of bronze listed, every ledger read whole (past its checkpoints),
+    so a file that landed later than the look-back below a watermark, and unconfigured tables,
+    are found."""
+    states = read_states(engine, selected_tables(engine, tables), whole=sweep)
+    listing = list_all(engine) if sweep else list_since(engine, selected_tables(engine, tables), states)
+    report, _ = apply_pending(engine, listing, tables, states=states)
     warn(report)
     return report
 
@@ -57,11 +105,17 @@ def apply_pending(
             report.skipped_tables.append(reason)
         else:
             selected.append(table)
-    report.no_files = [t.source for t in selected if not listing.may_hold(t.source_schema, t.source_table)]
+    known = states or {}
+    report.no_files = [
+        t.source
+        for t in selected
+        if not listing.may_hold(t.source_schema, t.source_table)
+        and not ((state := known.get(t.source)) is not None and state.applied)
+    ]
     cdc_files = [f for f in listing.files if f.kind is FileKind.CDC]
     files_of = {t.source: tuple(fs) for t, fs in group_by_table(engine.config, cdc_files, report)}
     step = LoadStep.IF_DUE if loads else LoadStep.LANE
-    works = [TableWork(t, step, files_of.get(t.source)) for t in selected]
+    works = [TableWork(t, step, files_of.get(t.source), listed=True) for t in selected]
     report, left = run_tables(engine, works, listing, states, report)
     unconfigured = {f"{s}.{t}" for s, t in listing.sources() if engine.config.table_for_source(s, t) is None}
     report.unconfigured = sorted(set(report.unconfigured) | unconfigured)
