@@ -21,6 +21,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
@@ -63,6 +64,10 @@ class BronzeStore(Protocol):
 
     def version(self, key: str) -> str | None:
         """What changes when the object is written again, even with the same size (None: unknown)."""
+        ...
+
+    def modified(self, key: str) -> datetime | None:
+        """When the object was last written (UTC, naive), or None when it does not exist."""
         ...
 
 
@@ -120,7 +125,11 @@ class LocalBronze:
                 return  # a table folder that does not exist (yet) holds no keys
             raise BronzeError(f"The bronze folder {exc.filename} cannot be listed: {exc.strerror}.")
 
-        for dirpath, _dirs, names in os.walk(base, onerror=unreadable):
+        for dirpath, dirs, names in os.walk(base, onerror=unreadable):
+            if start_after is not None:
+                # As S3's StartAfter: a folder whose every key sorts before the start is not read.
+                here = Path(dirpath).relative_to(self.directory).as_posix()
+                dirs[:] = [d for d in dirs if not _all_before(f"{here}/{d}/" if here != "." else f"{d}/", start_after)]
             for name in names:
                 path = Path(dirpath) / name
                 key = path.relative_to(self.directory).as_posix()
@@ -152,6 +161,18 @@ class LocalBronze:
             return str((self.directory / key).stat().st_mtime_ns)
         except OSError:
             return None
+
+    def modified(self, key: str) -> datetime | None:
+        try:
+            seconds = (self.directory / key).stat().st_mtime
+        except OSError:
+            return None
+        return datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None)
+
+
+def _all_before(folder: str, start_after: str) -> bool:
+    """Whether every key under ``folder`` (ending in ``/``) sorts at or before ``start_after``."""
+    return folder < start_after and not start_after.startswith(folder)
 
 
 def _describe(exc: BaseException) -> str:
@@ -360,6 +381,19 @@ class S3Bronze:
     def version(self, key: str) -> str | None:
         """The object's ETag (a new one when the object is written again), as the listing saw it."""
         return self._etags.get(key)
+
+    def modified(self, key: str) -> datetime | None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            head = self.client.head_object(Bucket=self.bucket, Key=self._object_key(key))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in MISSING_KEY_CODES:
+                return None
+            raise self._failed(f"Reading the time of {self._uri(key)}", exc) from None
+        except BotoCoreError as exc:
+            raise self._failed(f"Reading the time of {self._uri(key)}", exc) from None
+        return head["LastModified"].astimezone(UTC).replace(tzinfo=None)
 
 
 def open_store(

@@ -115,5 +115,6 @@ def batch_report(table: TableConfig, plan: BatchPlan, skipped: int, held_before:
     report.deleted_missing = effects.get(EFFECT_DELETE_MISSING, 0)
     report.ignored_late = effects.get(EFFECT_LATE, 0)
     report.files_applied = len(changes.files)
+    report.applied_files = [f.key for f in changes.files]
     report.bytes_applied = sum(f.size for f in changes.files)
     return report
