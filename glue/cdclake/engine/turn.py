@@ -230,10 +230,8 @@ class _Turns:
         if (whole := self.whole.get(table.source)) is not None and work.cdc is not None:
             # loaded from its whole folder (above): its CDC files from that listing too
             work = replace(work, cdc=tuple(f for f in whole.files if f.kind is FileKind.CDC))
-        if work.listed:
-            look_back = self.engine.config.bronze.look_back_seconds
-            below = look_back_stamp(datetime.now(UTC).replace(tzinfo=None), look_back)
-            table_run.state = table_run.state.compacted(work.cdc or (), below)
+        look_back = self.engine.config.bronze.look_back_seconds
+        below = look_back_stamp(datetime.now(UTC).replace(tzinfo=None), look_back)
         pending = table_run.state.pending(work.cdc or (), work.force)
         if work.one_batch:
             chosen = [list(work.cdc or ())]
@@ -243,10 +241,10 @@ class _Turns:
         for files in chosen:
             if table_run.stopping.is_set():
                 break
+            if work.listed:  # compacted before each batch: its commit records the checkpoint
+                table_run.state = table_run.state.compacted(work.cdc or (), below)
             batch = CdcBatch(table, files, loads_pending, work.force)
             applied, table_run.state = apply_batch(self.engine, batch, table_run.state, self.quarantine.held)
-            if work.listed:  # the next batch's checkpoint: this one's files compacted too
-                table_run.state = table_run.state.compacted(work.cdc or (), below)
             table_run.reports.append(applied)
             self._advance(applied, len(files))
             if (
