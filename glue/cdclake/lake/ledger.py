@@ -159,7 +159,9 @@ class LedgerCheckpoint:
         if not text:
             return None
         value = json.loads(text)
-        applied = AppliedKeys(frozenset(value["keys"]), dict(value["watermarks"]), frozenset(value["exceptions"]))
+        applied = AppliedKeys(
+            frozenset(value["keys"]), dict(value["watermarks"]), frozenset(value["exceptions"]), int(value["count"])
+        )
         loaded = {k: LoadedFile(k, size, version) for k, (size, version) in value["loaded"].items()}
         return cls(applied, bool(value["full_load_done"]), bool(value["cdc_applied"]), loaded)
 
