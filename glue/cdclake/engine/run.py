@@ -124,8 +124,15 @@ def apply_pending(
 
 def full_load(engine: Engine, tables: Sequence[TableConfig] | None = None, reload: bool = False) -> RunReport:
     """Full load of the tables (all configured ones by default), concurrently; loaded tables are
-    left alone unless ``reload``."""
-    listing = list_all(engine)
+    left alone unless ``reload``. The tables named (a reload lane's) have their folders listed whole
+    (a load records every CDC file it supersedes), not all of bronze."""
+    if tables is None:
+        listing = list_all(engine)
+    else:
+        starts: dict[str, str | None] = {f"{t.source_schema}/{t.source_table}": None for t in tables}
+        if transaction_path := engine.config.bronze.transaction_path:
+            starts[transaction_path.strip("/")] = None
+        listing = list_from(engine.store, starts, transaction_path)
     step = LoadStep.AGAIN if reload else LoadStep.ASKED
     works = [TableWork(t, step) for t in tables or engine.config.tables]
     report, _ = run_tables(engine, works, listing, report=RunReport(unrecognised=list(listing.unrecognised)))
