@@ -275,7 +275,8 @@ def render(result: dict[str, Any]) -> str:
 
     return "\n".join(
         [
-            f"#### Bronze's age: a run's cost with 1k vs 1M applied keys — measured {result['measured']}",
+            f"#### Bronze's age: a run's cost with {small['keys']:,} vs {large['keys']:,} applied keys — measured "
+            f"{result['measured']}",
             "",
             "Command: `make bench-bronze-age` (`python -m bench.bronze_age`). Two tables, one new CDC file each per "
             "run; the ledger's old keys in the ledger archive (real, read by `read_ledger`), bronze's old keys in a "
@@ -300,7 +301,8 @@ def render(result: dict[str, Any]) -> str:
             row("`run --sweep` (all of bronze, every ledger whole), seconds", "sweep seconds"),
             row("its LIST requests", "sweep LIST requests"),
             "",
-            f"Run time, 1M keys vs 1k: {verdict(run_ratio)}; a follow: {verdict(follow_ratio)}.",
+            f"Run time, {large['keys']:,} keys vs {small['keys']:,}: {verdict(run_ratio)}; a follow: "
+            f"{verdict(follow_ratio)}.",
             "",
             f"moto S3 (one table folder of {moto['keys']:,} keys, ListObjectsV2 requests counted by a botocore "
             f"event hook): the whole listing {moto['whole listing']}, the listing from the watermark "
