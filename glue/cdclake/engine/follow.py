@@ -211,7 +211,7 @@ class Follower:
         """Rounds until stopped, idle or at the maximum run time."""
         try:
             # The states first: bronze is listed from their watermarks (``run.list_since``).
-            self.states = read_states(self.engine, self.selected, whole=self.settings.sweep)
+            self.states = self.first_states()
             self.index.relist(None if self.settings.sweep else self._starts())
             due: Sequence[TableConfig] = self.selected
             while True:
@@ -294,6 +294,13 @@ class Follower:
             if key in self.index.files:
                 self.active[folder_of(self.index.files[key])] = time.monotonic()
         return new
+
+    def first_states(self) -> dict[str, TableState]:
+        """The tables' states before the first listing (read whole for a sweep); none when the rounds
+        are not the engine's (``apply`` given: a seam whose rounds hand the states back)."""
+        if self.apply != self._apply_pending:
+            return {}
+        return read_states(self.engine, self.selected, whole=self.settings.sweep)
 
     def _relist(self) -> set[str]:
         """List bronze from the tables' watermarks again (what other processes did meanwhile, events
