@@ -18,7 +18,7 @@ from cdclake.dms.files import BronzeFile, parse_key
 from cdclake.dms.index import BronzeIndex, list_from
 from cdclake.dms.store import LocalBronze, S3Bronze
 from cdclake.engine.follow import Follower, FollowSettings, Polling
-from cdclake.engine.run import listing_starts
+from cdclake.engine.run import listing_starts, unconfigured_sources
 from cdclake.engine.select import TableState, compact_applied, look_back_stamp
 from cdclake.lake.ledger import CHECKPOINT_PROPERTY, AppliedKeys, LedgerCheckpoint, LoadedFile
 
@@ -284,3 +284,19 @@ def test_an_announced_file_below_the_watermark_written_later_than_the_look_back_
     assert on_time in state.applied and on_time not in follower.index.files
     assert late not in state.applied and late in follower.index.files
     assert [f.key for f in state.pending(follower.index.listing().files)] == [late]
+
+
+def test_unconfigured_tables_are_found_from_the_folders_alone_on_s3_and_on_disk(s3_client: Any, tmp_path: Path) -> None:
+    # GIVEN a configured table and an unconfigured one, with date folders and files, on S3 and on disk
+    names = ["s/t/2024/03/01/20240301-0000000000.csv", "other/table/LOAD00000001.csv", "other/table/2024/x.csv"]
+    for name in names:
+        put(s3_client, name)
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    counting = CountingS3(s3_client)
+    on_s3 = Engine(spark=None, config=CONFIG, store=S3Bronze(counting, BUCKET, "dms"))  # type: ignore[arg-type]
+    on_disk = Engine(spark=None, config=CONFIG, store=LocalBronze(tmp_path))  # type: ignore[arg-type]
+    # WHEN the run looks for unconfigured sources
+    # THEN both stores name the unconfigured table, from a request per schema folder (and the root)
+    assert unconfigured_sources(on_s3) == ["other.table"] == unconfigured_sources(on_disk)
+    assert len(counting.listed) == 3

@@ -54,6 +54,11 @@ class BronzeStore(Protocol):
         the keys that sort after it, as S3's ListObjectsV2 ``StartAfter`` gives them."""
         ...
 
+    def list_folders(self, under: str = "") -> Iterator[str]:
+        """The names of the folders directly under ``under`` (S3: the common prefixes of a listing
+        with the delimiter ``/``, a request per 1,000 folders, whatever the keys below them)."""
+        ...
+
     def read_head(self, key: str, max_bytes: int) -> bytes: ...
 
     def spark_paths(self, files: Iterable[BronzeFile]) -> dict[str, str]: ...
@@ -140,6 +145,15 @@ class LocalBronze:
                 except OSError as exc:
                     raise BronzeError(f"The bronze file {path} cannot be read: {exc.strerror}.") from None
                 yield key, size
+
+    def list_folders(self, under: str = "") -> Iterator[str]:
+        base = self.directory / under if under else self.directory
+        if not base.is_dir():
+            return
+        try:
+            yield from sorted(entry.name for entry in os.scandir(base) if entry.is_dir())
+        except OSError as exc:
+            raise BronzeError(f"The bronze folder {base} cannot be listed: {exc.strerror}.") from None
 
     def read_head(self, key: str, max_bytes: int) -> bytes:
         try:
@@ -258,6 +272,22 @@ class S3Bronze:
             raise self._failed(f"Listing s3://{self.bucket}/{start}", exc) from None
         except BotoCoreError as exc:
             raise self._failed(f"Listing s3://{self.bucket}/{start}", exc) from None
+
+    def list_folders(self, under: str = "") -> Iterator[str]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        start = self._object_key(under).rstrip("/") + "/" if (self.prefix or under) else ""
+        paginator = self.client.get_paginator("list_objects_v2")
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=start, Delimiter="/"):
+                for common in page.get("CommonPrefixes", []):
+                    yield common["Prefix"][len(start) :].rstrip("/")
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "NoSuchBucket":
+                raise BronzeError(f"The bronze bucket '{self.bucket}' does not exist.") from None
+            raise self._failed(f"Listing the folders of s3://{self.bucket}/{start}", exc) from None
+        except BotoCoreError as exc:
+            raise self._failed(f"Listing the folders of s3://{self.bucket}/{start}", exc) from None
 
     def _stream(self, key: str, sink: BinaryIO, first: int = 0, last: int | None = None) -> int:
         """Copy the object's bytes ``first..last`` (inclusive; None: to its end) into ``sink``.

@@ -42,7 +42,7 @@ from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind, parse_key
 from cdclake.dms.index import BronzeIndex, folder_of
-from cdclake.engine.run import apply_pending, listing_starts, warn
+from cdclake.engine.run import apply_pending, listing_starts, unconfigured_sources, warn
 from cdclake.engine.select import TableState, skip_reason
 from cdclake.engine.turn import read_states
 from cdclake.errors import first_line
@@ -257,6 +257,8 @@ class Follower:
         self.unvouched |= {f.table for f in report.failures} | {t.table for t in report.tables if t.load_pending}
         self.index.forget_applied(self.applied)
         if self.outcome.rounds == 0:
+            if not self.settings.sweep and self.apply == self._apply_pending:
+                report.unconfigured = sorted(set(report.unconfigured) | set(unconfigured_sources(self.engine)))
             warn(report)
         worked_on = {t.source for t in due}
         _record(self.outcome, report, worked_on, self.retry_at, self.settings, started)

@@ -65,6 +65,22 @@ def list_since(engine: Engine, tables: Sequence[TableConfig], states: Mapping[st
     )
 
 
+def unconfigured_sources(engine: Engine) -> list[str]:
+    """The ``schema.table`` folders of bronze that no configured table reads: two levels of folders
+    listed (a request per schema and per 1,000 folders, not per key), what a listing from the
+    watermarks, which reads only the configured tables' folders, cannot see."""
+    transaction = (engine.config.bronze.transaction_path or "").strip("/")
+    found = []
+    for schema in engine.store.list_folders():
+        if schema == transaction:
+            continue
+        for table in engine.store.list_folders(schema):
+            folder = f"{schema}/{table}"
+            if folder != transaction and engine.config.table_for_source(schema, table) is None:
+                found.append(f"{schema}.{table}")
+    return found
+
+
 def selected_tables(engine: Engine, tables: Sequence[TableConfig] | None = None) -> list[TableConfig]:
     """The tables of a run that can be mirrored (``skip_reason``)."""
     return [t for t in (engine.config.tables if tables is None else tables) if skip_reason(t) is None]
@@ -80,6 +96,8 @@ def run(engine: Engine, tables: Sequence[TableConfig] | None = None, sweep: bool
     states = read_states(engine, selected_tables(engine, tables), whole=sweep)
     listing = list_all(engine) if sweep else list_since(engine, selected_tables(engine, tables), states)
     report, _ = apply_pending(engine, listing, tables, states=states)
+    if not sweep:
+        report.unconfigured = sorted(set(report.unconfigured) | set(unconfigured_sources(engine)))
     warn(report)
     return report
 
