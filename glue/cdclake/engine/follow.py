@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from cdclake.alerts import Alerts, LoggedAlerts
@@ -206,12 +206,17 @@ class Follower:
         self.episodes = _Episodes(alerts, settings)
         self.outcome = FollowReport()
         self.started = self.last_relist = self.last_news = time.monotonic()
+        # when the index was last relisted (UTC): what the rounds compact the applied keys over (a look
+        # between relists starts after each folder's newest key, so it cannot show a file that landed
+        # late below it)
+        self.relisted_at = datetime.now(UTC).replace(tzinfo=None)
 
     def run(self, on_round: Callable[[Round], None] | None = None) -> FollowReport:
         """Rounds until stopped, idle or at the maximum run time."""
         try:
             # The states first: bronze is listed from their watermarks (``run.list_since``).
             self.states = self.first_states()
+            self.relisted_at = datetime.now(UTC).replace(tzinfo=None)
             self.index.relist(None if self.settings.sweep else self._starts())
             due: Sequence[TableConfig] = self.selected
             while True:
@@ -308,6 +313,7 @@ class Follower:
         """List bronze from the tables' watermarks again (what other processes did meanwhile, events
         that never came); the tables' states are read again by the next round that works them."""
         self.last_relist = time.monotonic()
+        self.relisted_at = datetime.now(UTC).replace(tzinfo=None)
         self.unvouched |= self.states.keys()
         return self.index.relist(self._starts())
 
@@ -332,7 +338,9 @@ class Follower:
     def _apply_pending(
         self, engine: Engine, listing: BronzeListing, due: Sequence[TableConfig], states: Mapping[str, TableState]
     ) -> tuple[RunReport, dict[str, TableState]]:
-        return apply_pending(engine, listing, due, loads=self.settings.loads, states=dict(states))
+        return apply_pending(
+            engine, listing, due, loads=self.settings.loads, states=dict(states), listed_at=self.relisted_at
+        )
 
     def applied(self, file: BronzeFile) -> bool:
         return file.source in self.states and file.key in self.states[file.source].applied

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 
 from cdclake.config import TableConfig
 from cdclake.context import Engine
@@ -94,8 +95,9 @@ def run(engine: Engine, tables: Sequence[TableConfig] | None = None, sweep: bool
     so a file that landed later than the look-back below a watermark, and unconfigured tables,
     are found."""
     states = read_states(engine, selected_tables(engine, tables), whole=sweep)
+    listed_at = datetime.now(UTC).replace(tzinfo=None)
     listing = list_all(engine) if sweep else list_since(engine, selected_tables(engine, tables), states)
-    report, _ = apply_pending(engine, listing, tables, states=states)
+    report, _ = apply_pending(engine, listing, tables, states=states, listed_at=listed_at)
     if not sweep:
         report.unconfigured = sorted(set(report.unconfigured) | set(unconfigured_sources(engine)))
     warn(report)
@@ -108,10 +110,13 @@ def apply_pending(
     tables: Sequence[TableConfig] | None = None,
     loads: bool = True,
     states: dict[str, TableState] | None = None,
+    listed_at: datetime | None = None,
 ) -> tuple[RunReport, dict[str, TableState]]:
     """What ``run`` does with a listing it is given: the report, and the state each table was left
     in (by source; a table that failed is absent). ``states``: the tables' states as an earlier
-    round left them (the follow loop), used instead of reading them again.
+    round left them (the follow loop), used instead of reading them again. ``listed_at``: when the
+    listing was made (UTC; None: now), from which the applied keys are compacted
+    (``TableWork.listed_at``).
 
     ``loads`` False: the CDC lane (the Glue CDC job's loop), which never runs a (re)load: a table
     whose load is due is reported (``TableReport.load_pending``, ``RunReport.loads_pending``) and
@@ -133,7 +138,8 @@ def apply_pending(
     cdc_files = [f for f in listing.files if f.kind is FileKind.CDC]
     files_of = {t.source: tuple(fs) for t, fs in group_by_table(engine.config, cdc_files, report)}
     step = LoadStep.IF_DUE if loads else LoadStep.LANE
-    works = [TableWork(t, step, files_of.get(t.source), listed=True) for t in selected]
+    listed_at = listed_at or datetime.now(UTC).replace(tzinfo=None)
+    works = [TableWork(t, step, files_of.get(t.source), listed_at=listed_at) for t in selected]
     report, left = run_tables(engine, works, listing, states, report)
     unconfigured = {f"{s}.{t}" for s, t in listing.sources() if engine.config.table_for_source(s, t) is None}
     report.unconfigured = sorted(set(report.unconfigured) | unconfigured)

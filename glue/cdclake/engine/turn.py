@@ -70,9 +70,11 @@ class TableWork:
     cdc: tuple[BronzeFile, ...] | None = None  # the CDC files considered (None: no CDC pass)
     force: bool = False  # apply them even if the ledger or the quarantine has them (a replay)
     one_batch: bool = False  # all pending files in one commit (a manifest), not in batches
-    # ``cdc`` is a listing of the table's folders from its watermarks (``run.list_since``): every
-    # key bronze holds after them. Only then are the applied keys compacted (``TableState.compacted``)
-    listed: bool = False
+    # ``cdc`` is a listing of the table's folders from its watermarks (``run.list_since``) made at
+    # this time (UTC, naive: the listing, or the relisting a follow's index was kept current from):
+    # every key bronze held after them then. Only then are the applied keys compacted
+    # (``TableState.compacted``), over files named a look-back before it
+    listed_at: datetime | None = None
 
 
 @dataclass
@@ -231,7 +233,7 @@ class _Turns:
             # loaded from its whole folder (above): its CDC files from that listing too
             work = replace(work, cdc=tuple(f for f in whole.files if f.kind is FileKind.CDC))
         look_back = self.engine.config.bronze.look_back_seconds
-        below = look_back_stamp(datetime.now(UTC).replace(tzinfo=None), look_back)
+        below = look_back_stamp(work.listed_at or datetime.now(UTC).replace(tzinfo=None), look_back)
         pending = table_run.state.pending(work.cdc or (), work.force)
         if work.one_batch:
             chosen = [list(work.cdc or ())]
@@ -241,7 +243,7 @@ class _Turns:
         for files in chosen:
             if table_run.stopping.is_set():
                 break
-            if work.listed:  # compacted before each batch: its commit records the checkpoint
+            if work.listed_at is not None:  # compacted before each batch: its commit records the checkpoint
                 table_run.state = table_run.state.compacted(work.cdc or (), below)
             batch = CdcBatch(table, files, loads_pending, work.force)
             applied, table_run.state = apply_batch(self.engine, batch, table_run.state, self.quarantine.held)
