@@ -34,7 +34,8 @@ _METRICS = ("environment", "metrics_namespace", "table_metrics")
 _SOURCE = ("secret_id", "source_connection", "dbname", "source_engine")
 # The maintenance job's whole-number settings (it always skips tables unchanged since their last maintenance).
 _MAINTENANCE = tuple(f.name for f in fields(MaintenanceSettings) if f.type in (int, "int"))
-_FOLLOW = ("queue_url", "poll_seconds", "idle_seconds", "max_run_seconds", "relist_seconds")
+# --sweep true: the full reconciliation (all of bronze listed, every ledger read whole), given by hand to a run
+_FOLLOW = ("queue_url", "poll_seconds", "idle_seconds", "max_run_seconds", "relist_seconds", "sweep")
 
 # The CDC job's pace when the template gives none (its parameters CdcPollSeconds, CdcIdleSeconds, CdcMaxRunSeconds,
 # CdcRelistSeconds).
@@ -127,6 +128,7 @@ def parse_arguments(argv: Sequence[str], job: JobName) -> JobArguments:
             idle_seconds=_seconds(values, "idle_seconds", JOB_FOLLOW.idle_seconds),
             max_run_seconds=_seconds(values, "max_run_seconds", JOB_FOLLOW.max_run_seconds),
             relist_seconds=_relist_seconds(values),
+            sweep=_flag(values, "sweep"),
         ),
         alert_topic_arn=values.get("alert_topic_arn"),
         source=_source(values),
