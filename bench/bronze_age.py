@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import logging
 import math
+import os
 import shutil
 import time
 import tracemalloc
@@ -201,38 +202,45 @@ def _state_size(house: Warehouse) -> int:
     )
 
 
-def measure_size(spark: SparkSession, work: Path, keys: int, reps: int) -> dict[str, Any]:
+def measure(spark: SparkSession, work: Path, sizes: tuple[int, int], reps: int) -> dict[str, dict[str, Any]]:
+    """Both sizes built, then measured in turn, a run of one and then of the other, so that a machine
+    whose load changes (other processes) weighs on both alike."""
     from cdclake.engine.run import run
 
-    house = Warehouse(spark, work, keys)
-    started = time.perf_counter()
-    house.build()
-    built = time.perf_counter() - started
-    first, first_requests = _timed_run(house)
-    runs = [_timed_run(house) for _ in range(reps)]
-    follows = [_timed_follow(house) for _ in range(reps)]
-    memory = _peak_memory(house)
-    house.new_files()
-    house.store.requests = 0
-    started = time.perf_counter()
-    run(house.engine, sweep=True).checked()
-    sweep = time.perf_counter() - started
-    result = {
-        "keys": keys,
-        "build seconds": round(built, 1),
-        "first run seconds": round(first, 2),
-        "first run LIST requests": first_requests,
-        "run seconds": [round(s, 2) for s, _ in runs],
-        "run LIST requests": [r for _, r in runs],
-        "follow seconds": [round(s, 2) for s, _, _ in follows],
-        "follow LIST requests": [r for _, r, _ in follows],
-        "peak Python MiB": round(memory / (1 << 20), 1),
-        "ledger state (named keys, exceptions, watermarks)": _state_size(house),
-        "sweep seconds": round(sweep, 2),
-        "sweep LIST requests": house.store.requests,
-    }
-    log.info("bronze age %d keys: %s", keys, result)
-    return result
+    houses: dict[int, Warehouse] = {}
+    results: dict[int, dict[str, Any]] = {}
+    for keys in sizes:
+        started = time.perf_counter()
+        houses[keys] = Warehouse(spark, work, keys)
+        houses[keys].build()
+        results[keys] = {"keys": keys, "build seconds": round(time.perf_counter() - started, 1)}
+    for keys, house in houses.items():
+        seconds, requests = _timed_run(house)
+        results[keys] |= {"first run seconds": round(seconds, 2), "first run LIST requests": requests}
+    for keys in sizes:
+        results[keys] |= {"run seconds": [], "run LIST requests": [], "follow seconds": [], "follow LIST requests": []}
+    for _ in range(reps):
+        for keys, house in houses.items():
+            seconds, requests = _timed_run(house)
+            results[keys]["run seconds"].append(round(seconds, 2))
+            results[keys]["run LIST requests"].append(requests)
+        for keys, house in houses.items():
+            seconds, requests, _ = _timed_follow(house)
+            results[keys]["follow seconds"].append(round(seconds, 2))
+            results[keys]["follow LIST requests"].append(requests)
+    for keys, house in houses.items():
+        results[keys]["peak Python MiB"] = round(_peak_memory(house) / (1 << 20), 1)
+        results[keys]["ledger state (named keys, exceptions, watermarks)"] = _state_size(house)
+        house.new_files()
+        house.store.requests = 0
+        started = time.perf_counter()
+        run(house.engine, sweep=True).checked()
+        results[keys] |= {
+            "sweep seconds": round(time.perf_counter() - started, 2),
+            "sweep LIST requests": house.store.requests,
+        }
+        log.info("bronze age %d keys: %s", keys, results[keys])
+    return {"small": results[sizes[0]], "large": results[sizes[1]]}
 
 
 def moto_requests(keys: int) -> dict[str, int]:
@@ -280,8 +288,10 @@ def render(result: dict[str, Any]) -> str:
             "",
             "Command: `make bench-bronze-age` (`python -m bench.bronze_age`). Two tables, one new CDC file each per "
             "run; the ledger's old keys in the ledger archive (real, read by `read_ledger`), bronze's old keys in a "
-            "listing that pages as S3 does (1,000 keys a request; checked against moto below). Best of "
-            f"{len(small['run seconds'])}.",
+            "listing that pages as S3 does (1,000 keys a request; checked against moto below). The sizes' runs "
+            f"alternate; best of {len(small['run seconds'])}. The machine (2 cores) was shared: load average "
+            f"{result.get('load average', '?')} at the end, so the seconds are noisy; the requests and the state "
+            "are exact.",
             "",
             f"| figure | {small['keys']:,} keys | {large['keys']:,} keys |",
             "|---|---:|---:|",
@@ -331,8 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {"measured": datetime.now(UTC).strftime("%Y-%m-%d %H:%M")}
     result["moto"] = moto_requests(args.moto_keys)
     with scratch_session(args.workdir) as spark:
-        result["small"] = measure_size(spark, args.workdir, args.small, args.reps)
-        result["large"] = measure_size(spark, args.workdir, args.large, args.reps)
+        result |= measure(spark, args.workdir, (args.small, args.large), args.reps)
+    result["load average"] = round(os.getloadavg()[0], 1)
     print(json.dumps(result, indent=2))
     document = args.docs / "benchmarks.md"
     document.write_text(splice(document.read_text(), "bronze-age", render(result)))
