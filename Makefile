@@ -47,7 +47,7 @@ wheel: setup ## the cdclake wheel AWS Glue installs (--additional-python-modules
 # Writes docs/benchmarks.md, docs/benchmarks-<profile>.json and docs/benchmarks.png.
 PROFILE ?= quick
 
-.PHONY: bench bench-check bench-full bench-profile bench-big-csv bench-throughput bench-freshness bench-warm bench-status bench-table-cost bench-verify
+.PHONY: bench bench-check bench-full bench-profile bench-big-csv bench-throughput bench-freshness bench-warm bench-status bench-table-cost bench-verify bench-bronze-age
 
 bench: setup bench-check ## benchmarks: ratios against baselines measured in the same run (docs/benchmarks.md)
 	$(BIN)/python -m bench.run --profile $(PROFILE) $(ARGS)
@@ -79,6 +79,9 @@ bench-table-cost: setup ## where one more table's time goes in a CDC batch (TABL
 
 bench-status: setup ## `status` on 40 small tables (TABLES=40): per table as before vs now (same run, same answer), and the command from a new process
 	$(BIN)/python -m bench.status --tables $(or $(TABLES),40)
+
+bench-bronze-age: setup ## a CDC run and a follow round with one new file per table, bronze and ledger holding 1k vs 1M keys (docs/benchmarks.md)
+	$(BIN)/python -m bench.bronze_age --small $(or $(SMALL),1000) --large $(or $(LARGE),1000000)
 
 bench-warm: setup ## the same 30-table batch as a new JVM's first and tenth batch (PROCESSES=2)
 	$(BIN)/python -m bench.warm_cold --processes $(or $(PROCESSES),2) --docs docs

@@ -15,7 +15,7 @@ import math
 import sys
 from collections.abc import Callable
 
-from bench import freshness, report, verify, warm_cold
+from bench import bronze_age, freshness, report, verify, warm_cold
 from bench import generate as gen
 
 
@@ -203,6 +203,34 @@ def check_the_verify_section_sets_each_figure_beside_its_target() -> None:
     assert "| one differing row found (490 rows read) | 50.0 s, 1.25× the equal case | ≤ 2×: **met** |" in section
     result["row_by_row_vs_checksums"] = 4.5
     assert "≥ 10×: **missed**" in verify.render(result)
+
+
+def check_the_aged_bronze_pages_as_s3_and_the_bronze_age_section_judges_the_ratio() -> None:
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as folder:
+        old = sorted(bronze_age.old_key("orders", n) for n in range(2500))
+        store = bronze_age.AgedBronze(Path(folder), old=old)
+        assert [k for k, _ in store.list_keys("s/orders")] == old and store.requests == 3  # 1,000 keys a page
+        store.requests = 0
+        after = list(store.list_keys("s/orders", start_after=old[-2]))
+        assert after == [(old[-1], 1)] and store.requests == 1
+        assert list(store.list_keys("s/customers")) == []
+    assert bronze_age.old_key("orders", 61) == "s/orders/2020/01/01/20200101-0101000000.csv"
+
+    def side(keys: int, run: float, follow: float) -> dict[str, object]:
+        return {
+            "keys": keys, "run seconds": [run, run + 1], "run LIST requests": [2, 2], "follow seconds": [follow],
+            "follow LIST requests": [6], "peak Python MiB": 3.0, "ledger state (named keys, exceptions, watermarks)": 6,
+            "first run seconds": 9.0, "first run LIST requests": 2, "sweep seconds": 20.0, "sweep LIST requests": 1002,
+        }  # fmt: skip
+
+    result = {"measured": "2026-12-06 22:00", "moto": {"keys": 5000, "whole listing": 5, "from the watermark": 1}}
+    section = bronze_age.render(result | {"small": side(1000, 2.0, 3.0), "large": side(1_000_000, 2.2, 3.9)})
+    assert "Run time, 1,000,000 keys vs 1,000: 1.10× (met: ≤ 1.2×); a follow: 1.30× (**missed**: ≤ 1.2×)." in section
+    assert "| CDC run, seconds (best; all) | 2.0 ([2.0, 3.0]) | 2.2 ([2.2, 3.2]) |" in section
+    assert "the whole listing 5, the listing from the watermark 1" in section
 
 
 CHECKS: list[Callable[[], None]] = [

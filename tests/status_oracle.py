@@ -76,7 +76,9 @@ def per_table_statuses(engine: Engine, now: datetime | None = None) -> list[Tabl
             statuses.append(TableStatus(table.source, name, exists=False, pending_files=len(cdc), behind=reason))
             continue
         ledger = read_ledger(engine.spark, silver)
-        state = TableState(ledger.full_load_done, ledger.applied, frozenset(), ledger.loaded)
+        state = TableState(
+            ledger.full_load_done, ledger.applied, frozenset(), ledger.loaded, cdc_since_load=ledger.cdc_applied
+        )
         held, last_reason = quarantined.get(table.target, (0, None))
         held_rows, last_row_reason = bad_rows.get(table.target, (0, None))
         pending = [f for f in cdc if f.key not in ledger.applied]

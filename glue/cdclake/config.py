@@ -118,6 +118,10 @@ class BronzeSettings:
     s3: StoreSettings = field(default_factory=StoreSettings)  # retries and timeouts of bronze on S3
     # CSV files at least this big are read in parallel splits when no value holds a newline (0: never).
     csv_split_bytes: int = 256 << 20
+    # How late (after the time in its name) a CDC file may land and still be found by a listing: a
+    # table's watermark (``lake.ledger.AppliedKeys``), from which its folder is listed, stays this far
+    # behind the clock. A file later than this is found by its S3 event or ``run --sweep``.
+    look_back_seconds: int = 3600
 
 
 DEFAULT_MAX_FILES_PER_BATCH = 500
@@ -172,6 +176,7 @@ _TOP_KEYS = {"bronze", "silver", "tables", "cdc", "quarantine", "gold", "marts",
 _BRONZE_KEYS = {
     "path", "format", "csv_header", "csv_delimiter", "csv_null_value", "csv_no_sup_value", "include_op_for_full_load",
     "timestamp_column", "change_sequence_column", "transaction_path", "s3", "split_csv_files_above_mb",
+    "look_back_minutes",
 }  # fmt: skip
 _S3_KEYS = {"retry_mode", "max_attempts", "connect_timeout_seconds", "read_timeout_seconds", "body_attempts"}
 _TABLE_KEYS = {"target", "primary_key", "append_only", "columns", "clean", "history", "layout", "silent_after_minutes"}
@@ -220,6 +225,9 @@ def _parse_bronze(doc: YamlDoc, node: Node | None) -> BronzeSettings:
         change_sequence_column=optional_name("change_sequence_column"),
         s3=_parse_s3(doc, fields.get("s3")),
         csv_split_bytes=_parse_split(doc, fields.get("split_csv_files_above_mb"), defaults.csv_split_bytes),
+        look_back_seconds=60 * doc.integer(fields["look_back_minutes"], "bronze.look_back_minutes")
+        if "look_back_minutes" in fields
+        else defaults.look_back_seconds,
     )
 
 

@@ -27,6 +27,7 @@ class TableReport:
     schema_changes: list[str] = field(default_factory=list)
     columns_dropped_at_source: list[str] = field(default_factory=list)
     quarantined_files: list[str] = field(default_factory=list)
+    applied_files: list[str] = field(default_factory=list)  # the CDC files a batch applied (its keys)
     rows_quarantined: int = 0
     latest_commit_ts: str | None = None  # the newest source commit this batch applied
     files_held: int = 0  # in quarantine from an earlier run: applied only by a replay

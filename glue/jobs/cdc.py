@@ -75,7 +75,7 @@ def main(argv: Sequence[str]) -> RunReport | FollowReport:
     elif args.manifest:
         report = apply_cdc_files(engine, files)
     else:
-        report = run(engine)
+        report = run(engine, sweep=args.follow.sweep)
     log_report(report)
     publish_metrics(args, engine.config, report)
     report.checked()  # after the other tables' outcomes are logged and published

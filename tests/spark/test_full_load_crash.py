@@ -132,14 +132,14 @@ def _lake(engine: Engine) -> tuple[object, ...]:
         (r["id"], r["operation"], r["name"], r["is_current"])
         for r in (engine.spark.table(versions.identifier).collect() if table_exists(engine.spark, versions) else [])
     )
-    ledger = read_ledger(engine.spark, silver)
+    ledger = read_ledger(engine.spark, silver, whole=True)
     tombstones = tombstones_of(silver)
     dead = (
         sorted(r["id"] for r in engine.spark.table(tombstones.identifier).collect())
         if table_exists(engine.spark, tombstones)
         else []
     )
-    return rows, history, ledger.full_load_done, set(ledger.applied), dict(ledger.loaded), dead
+    return rows, history, ledger.full_load_done, set(ledger.applied.keys), dict(ledger.loaded), dead
 
 
 def _expected(source: Source) -> tuple[object, ...]:

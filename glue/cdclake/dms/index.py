@@ -11,7 +11,7 @@ when its S3 event names it (``announce``), or by the next full listing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind, parse_key
@@ -38,6 +38,25 @@ def in_time_order(file: BronzeFile, folder: str) -> bool:
     return stamp.startswith(folders)
 
 
+def list_from(
+    store: BronzeStore, starts: Mapping[str, str | None], transaction_path: str | None = None
+) -> BronzeListing:
+    """Each folder of ``starts`` listed after its start key (S3 ``StartAfter``; None: the whole
+    folder), in one listing: a request per folder and per 1,000 keys found, not per 1,000 keys
+    the folder holds. A start is a table's watermark (``lake.ledger.AppliedKeys``): with date
+    folders written year first, key order is time order across them, so one listing after it
+    reads only the date folders from its day on, and the table's LOAD files, which sort after every
+    CDC name (a reload's new LOAD files are found)."""
+    files: list[BronzeFile] = []
+    unrecognised: list[str] = []
+    for folder, start in sorted(starts.items()):
+        listed = list_bronze(store, folder, transaction_path, start_after=start)
+        # a deeper folder of another table (``s/t/x`` under ``s/t``) is not this folder's
+        files.extend(f for f in listed.files if folder_of(f) == folder)
+        unrecognised.extend(listed.unrecognised)
+    return BronzeListing(files=tuple(sorted(files)), unrecognised=tuple(unrecognised))
+
+
 @dataclass
 class BronzeIndex:
     """Every DMS file seen in bronze, by key; the keys that were not DMS files, with their reasons."""
@@ -47,11 +66,19 @@ class BronzeIndex:
     files: dict[str, BronzeFile] = field(default_factory=dict)
     unrecognised: tuple[str, ...] = ()
     requests: int = 0  # listings made (one per folder or full listing; S3 adds one per 1,000 keys)
+    # folder -> the key its last ``relist`` started after: nothing at or below it is looked at again
+    floors: dict[str, str] = field(default_factory=dict)
 
-    def relist(self) -> set[str]:
-        """List all of bronze again; the keys new to the index (or changed in size)."""
-        listing = list_bronze(self.store, transaction_path=self.transaction_path)
-        self.requests += 1
+    def relist(self, starts: Mapping[str, str | None] | None = None) -> set[str]:
+        """List bronze again: all of it, or (``starts``) each of these folders after its start key
+        (``list_from``); the keys new to the index (or changed in size)."""
+        if starts is None:
+            listing = list_bronze(self.store, transaction_path=self.transaction_path)
+            self.requests += 1
+        else:
+            listing = list_from(self.store, starts, self.transaction_path)
+            self.requests += len(starts)
+        self.floors = {folder: start for folder, start in (starts or {}).items() if start is not None}
         before = self.files
         self.files = {f.key: f for f in listing.files}
         self.unrecognised = listing.unrecognised
@@ -60,9 +87,12 @@ class BronzeIndex:
     def newest_in_order(self, folder: str) -> str | None:
         """The folder's newest CDC key, when listing after it misses nothing; None: list it whole."""
         cdc = [f for f in self.files.values() if f.kind is FileKind.CDC and folder_of(f) == folder]
-        if not cdc or not all(in_time_order(f, folder) for f in cdc):
+        floor = self.floors.get(folder)
+        if not cdc:
+            return floor
+        if not all(in_time_order(f, folder) for f in cdc):
             return None
-        return max(f.key for f in cdc)
+        return max([f.key for f in cdc] + ([floor] if floor else []))
 
     def look(self, folders: Iterable[str]) -> set[str]:
         """List each folder after its newest CDC key; the keys new to the index (or changed)."""

@@ -21,6 +21,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
@@ -53,6 +54,11 @@ class BronzeStore(Protocol):
         the keys that sort after it, as S3's ListObjectsV2 ``StartAfter`` gives them."""
         ...
 
+    def list_folders(self, under: str = "") -> Iterator[str]:
+        """The names of the folders directly under ``under`` (S3: the common prefixes of a listing
+        with the delimiter ``/``, a request per 1,000 folders, whatever the keys below them)."""
+        ...
+
     def read_head(self, key: str, max_bytes: int) -> bytes: ...
 
     def spark_paths(self, files: Iterable[BronzeFile]) -> dict[str, str]: ...
@@ -63,6 +69,10 @@ class BronzeStore(Protocol):
 
     def version(self, key: str) -> str | None:
         """What changes when the object is written again, even with the same size (None: unknown)."""
+        ...
+
+    def modified(self, key: str) -> datetime | None:
+        """When the object was last written (UTC, naive), or None when it does not exist."""
         ...
 
 
@@ -120,7 +130,11 @@ class LocalBronze:
                 return  # a table folder that does not exist (yet) holds no keys
             raise BronzeError(f"The bronze folder {exc.filename} cannot be listed: {exc.strerror}.")
 
-        for dirpath, _dirs, names in os.walk(base, onerror=unreadable):
+        for dirpath, dirs, names in os.walk(base, onerror=unreadable):
+            if start_after is not None:
+                # As S3's StartAfter: a folder whose every key sorts before the start is not read.
+                here = Path(dirpath).relative_to(self.directory).as_posix()
+                dirs[:] = [d for d in dirs if not _all_before(f"{here}/{d}/" if here != "." else f"{d}/", start_after)]
             for name in names:
                 path = Path(dirpath) / name
                 key = path.relative_to(self.directory).as_posix()
@@ -131,6 +145,15 @@ class LocalBronze:
                 except OSError as exc:
                     raise BronzeError(f"The bronze file {path} cannot be read: {exc.strerror}.") from None
                 yield key, size
+
+    def list_folders(self, under: str = "") -> Iterator[str]:
+        base = self.directory / under if under else self.directory
+        if not base.is_dir():
+            return
+        try:
+            yield from sorted(entry.name for entry in os.scandir(base) if entry.is_dir())
+        except OSError as exc:
+            raise BronzeError(f"The bronze folder {base} cannot be listed: {exc.strerror}.") from None
 
     def read_head(self, key: str, max_bytes: int) -> bytes:
         try:
@@ -152,6 +175,18 @@ class LocalBronze:
             return str((self.directory / key).stat().st_mtime_ns)
         except OSError:
             return None
+
+    def modified(self, key: str) -> datetime | None:
+        try:
+            seconds = (self.directory / key).stat().st_mtime
+        except OSError:
+            return None
+        return datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None)
+
+
+def _all_before(folder: str, start_after: str) -> bool:
+    """Whether every key under ``folder`` (ending in ``/``) sorts at or before ``start_after``."""
+    return folder < start_after and not start_after.startswith(folder)
 
 
 def _describe(exc: BaseException) -> str:
@@ -237,6 +272,22 @@ class S3Bronze:
             raise self._failed(f"Listing s3://{self.bucket}/{start}", exc) from None
         except BotoCoreError as exc:
             raise self._failed(f"Listing s3://{self.bucket}/{start}", exc) from None
+
+    def list_folders(self, under: str = "") -> Iterator[str]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        start = self._object_key(under).rstrip("/") + "/" if (self.prefix or under) else ""
+        paginator = self.client.get_paginator("list_objects_v2")
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=start, Delimiter="/"):
+                for common in page.get("CommonPrefixes", []):
+                    yield common["Prefix"][len(start) :].rstrip("/")
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "NoSuchBucket":
+                raise BronzeError(f"The bronze bucket '{self.bucket}' does not exist.") from None
+            raise self._failed(f"Listing the folders of s3://{self.bucket}/{start}", exc) from None
+        except BotoCoreError as exc:
+            raise self._failed(f"Listing the folders of s3://{self.bucket}/{start}", exc) from None
 
     def _stream(self, key: str, sink: BinaryIO, first: int = 0, last: int | None = None) -> int:
         """Copy the object's bytes ``first..last`` (inclusive; None: to its end) into ``sink``.
@@ -360,6 +411,19 @@ class S3Bronze:
     def version(self, key: str) -> str | None:
         """The object's ETag (a new one when the object is written again), as the listing saw it."""
         return self._etags.get(key)
+
+    def modified(self, key: str) -> datetime | None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            head = self.client.head_object(Bucket=self.bucket, Key=self._object_key(key))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in MISSING_KEY_CODES:
+                return None
+            raise self._failed(f"Reading the time of {self._uri(key)}", exc) from None
+        except BotoCoreError as exc:
+            raise self._failed(f"Reading the time of {self._uri(key)}", exc) from None
+        return head["LastModified"].astimezone(UTC).replace(tzinfo=None)
 
 
 def open_store(

@@ -48,8 +48,8 @@ def apply_cdc_batch(engine: Engine, batch: CdcBatch, state: TableState) -> tuple
     started = time.monotonic()
     keys = {f.key for f in files}
     pending = state.pending(files, force)
-    skipped = 0 if force else len(keys & state.applied)
-    held_before = 0 if force else len(keys & (state.held - state.applied))
+    skipped = 0 if force else sum(1 for k in keys if k in state.applied)
+    held_before = 0 if force else sum(1 for k in keys if k in state.held and k not in state.applied)
     if not pending:
         report = TableReport(table=table.source, kind="cdc", files_skipped=skipped, files_held=held_before)
         report.note = "nothing new"
@@ -63,7 +63,14 @@ def apply_cdc_batch(engine: Engine, batch: CdcBatch, state: TableState) -> tuple
         )
     log.info("cdc batch table=%s files=%d first=%s last=%s", table.source, len(pending), pending[0].name,
              pending[-1].name)  # fmt: skip
-    plan = prepare_batch(engine, table, pending, replay=force, ledger_snapshot=state.snapshot_id)
+    plan = prepare_batch(
+        engine,
+        table,
+        pending,
+        replay=force,
+        ledger_snapshot=state.snapshot_id,
+        checkpoint=state.checkpoint().properties() if state.full_load_done else None,
+    )
     try:
         commit_batch(engine, table, plan, force)
     finally:
@@ -108,5 +115,6 @@ def batch_report(table: TableConfig, plan: BatchPlan, skipped: int, held_before:
     report.deleted_missing = effects.get(EFFECT_DELETE_MISSING, 0)
     report.ignored_late = effects.get(EFFECT_LATE, 0)
     report.files_applied = len(changes.files)
+    report.applied_files = [f.key for f in changes.files]
     report.bytes_applied = sum(f.size for f in changes.files)
     return report

@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from cdclake.alerts import Alerts, FailureEpisodes, LoggedAlerts, MemoryEpisodes
@@ -42,9 +42,10 @@ from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind, parse_key
 from cdclake.dms.index import BronzeIndex, folder_of
-from cdclake.engine.run import apply_pending, warn
+from cdclake.engine.run import apply_pending, listing_starts, unconfigured_sources, warn
 from cdclake.engine.select import TableState, skip_reason
 from cdclake.engine.silence import SilenceEdges
+from cdclake.engine.turn import read_states
 from cdclake.errors import first_line
 from cdclake.report import Backlog, RunReport, TableFailure
 
@@ -66,6 +67,9 @@ class FollowSettings:
     # False: the CDC lane (the Glue CDC job), which never runs a (re)load: a table whose load is due
     # is reported (``RunReport.loads_pending``) and waits for the full-load lane (``run.apply_pending``)
     loads: bool = True
+    # True: the first listing is all of bronze and the first states are read whole (``run --sweep``);
+    # else each table's folder is listed from its watermark, at the start and every ``relist_seconds``
+    sweep: bool = False
 
 
 class Notices(Protocol):
@@ -205,6 +209,9 @@ class Follower:
         self.unvouched: set[str] = set()  # tables whose state the next round reads again
         self.gone: set[str] = set()  # announced keys no longer in bronze
         self.arrived: set[str] = set()  # keys their events added to the index since the last round
+        # source -> keys below its watermark found late (``note``): pending until a round applies them,
+        # also across a state read again (the ledger's watermark covers them)
+        self.reopened: dict[str, set[str]] = {}
         self.retry_at: dict[str, tuple[float, int]] = {}  # source -> (when tried again, failures in a row)
         # folder -> when a new file was last found in it. Empty at the start: the first listing saw every
         # folder, and the folders with files still to apply are looked at anyway; a new run that marked
@@ -215,13 +222,20 @@ class Follower:
         self.silent: tuple[str, ...] = ()
         self.outcome = FollowReport()
         self.started = self.last_relist = self.last_news = time.monotonic()
+        # when the index was last relisted (UTC): what the rounds compact the applied keys over (a look
+        # between relists starts after each folder's newest key, so it cannot show a file that landed
+        # late below it)
+        self.relisted_at = datetime.now(UTC).replace(tzinfo=None)
 
     def run(
         self, on_round: Callable[[Round], None] | None = None, until: Callable[[Round], str] | None = None
     ) -> FollowReport:
         """Rounds until stopped, idle or at the maximum run time."""
         try:
-            self.index.relist()
+            # The states first: bronze is listed from their watermarks (``run.list_since``).
+            self.states = self.first_states()
+            self.relisted_at = datetime.now(UTC).replace(tzinfo=None)
+            self.index.relist(None if self.settings.sweep else self._starts())
             due: Sequence[TableConfig] = self.selected
             while True:
                 round_started = time.monotonic()
@@ -260,10 +274,17 @@ class Follower:
         vouched = {s: state for s, state in self.states.items() if s not in self.unvouched}
         report, touched = self.apply(self.engine, self.index.listing(), due, vouched)
         self.states.update(touched)
+        for table in report.tables:
+            self.reopened.get(table.table, set()).difference_update(table.applied_files)
+        for source, keys in self.reopened.items():
+            if keys and source in self.states:
+                self.states[source] = self.states[source].reopened(keys)
         self.unvouched -= touched.keys()
         self.unvouched |= {f.table for f in report.failures} | {t.table for t in report.tables if t.load_pending}
         self.index.forget_applied(self.applied)
         if self.outcome.rounds == 0:
+            if not self.settings.sweep and self.apply == self._apply_pending:
+                report.unconfigured = sorted(set(report.unconfigured) | set(unconfigured_sources(self.engine)))
             warn(report)
         worked_on = {t.source for t in due}
         _record(self.outcome, report, worked_on, self.retry_at, self.settings, started)
@@ -307,11 +328,25 @@ class Follower:
                 self.active[folder_of(self.index.files[key])] = time.monotonic()
         return new
 
+    def first_states(self) -> dict[str, TableState]:
+        """The tables' states before the first listing (read whole for a sweep); none when the rounds
+        are not the engine's (``apply`` given: a seam whose rounds hand the states back)."""
+        if self.apply != self._apply_pending:
+            return {}
+        return read_states(self.engine, self.selected, whole=self.settings.sweep)
+
     def _relist(self) -> set[str]:
-        """List all of bronze; the tables' states are read again by the next round that works them."""
+        """List bronze from the tables' watermarks again (what other processes did meanwhile, events
+        that never came); the tables' states are read again by the next round that works them."""
         self.last_relist = time.monotonic()
+        self.relisted_at = datetime.now(UTC).replace(tzinfo=None)
         self.unvouched |= self.states.keys()
-        return self.index.relist()
+        return self.index.relist(self._starts())
+
+    def _starts(self) -> dict[str, str | None]:
+        """Each folder's start: its tables' watermarks (``run.listing_starts``)."""
+        starts = listing_starts(self.engine, self.selected, self.states)
+        return {folder: start for folder, start in starts.items() if folder in self.folders}
 
     def _idle(self) -> bool:
         idle = self.settings.idle_seconds
@@ -329,7 +364,9 @@ class Follower:
     def _apply_pending(
         self, engine: Engine, listing: BronzeListing, due: Sequence[TableConfig], states: Mapping[str, TableState]
     ) -> tuple[RunReport, dict[str, TableState]]:
-        return apply_pending(engine, listing, due, loads=self.settings.loads, states=dict(states))
+        return apply_pending(
+            engine, listing, due, loads=self.settings.loads, states=dict(states), listed_at=self.relisted_at
+        )
 
     def applied(self, file: BronzeFile) -> bool:
         return file.source in self.states and file.key in self.states[file.source].applied
@@ -353,12 +390,40 @@ class Follower:
         return key in self.index.files or self.done(key)
 
     def note(self, key: str) -> bool:
-        """Index an announced key (its size read from bronze when no listing showed it)."""
+        """Index an announced key (its size read from bronze when no listing showed it). A key its
+        table's watermark covers, written later than the look-back after the time in its name, was
+        never listed, so never applied: it is pending again (``TableState.reopened``), not taken for
+        applied."""
+        self._reopen_if_late(key)
         if not self.known(key):
             added, missing = self.index.announce([key])
             self.arrived.update(added)
             self.gone.update(missing)
         return self.known(key)
+
+    def _reopen_if_late(self, key: str) -> None:
+        try:
+            file = parse_key(key, 0, self.transaction_path)
+        except ValueError:
+            return
+        state = self.states.get(file.source)
+        if state is None or file.kind is not FileKind.CDC or file.is_multi_table:
+            return
+        applied = state.applied
+        if key in applied.keys or key in applied.exceptions or not applied.covered(key):
+            return
+        written = self.engine.store.modified(key)
+        named = datetime.strptime(file.sort_key[2][:15], "%Y%m%d-%H%M%S")
+        if written is not None and written - named > timedelta(seconds=self.engine.config.bronze.look_back_seconds):
+            log.warning(
+                "late file table=%s key=%s: written %s, later than the look-back after the time in its name and "
+                "below the table's watermark; it was never listed, so it is applied now",
+                file.source,
+                key,
+                written.isoformat(timespec="seconds"),
+            )
+            self.states[file.source] = state.reopened([key])
+            self.reopened.setdefault(file.source, set()).add(key)
 
 
 class _Episodes:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -91,6 +91,7 @@ def prepare_batch(
     replay: bool = False,
     *,
     ledger_snapshot: int | None,
+    checkpoint: Mapping[str, str] | None = None,
 ) -> BatchPlan:
     """Plan a batch, the plan's only author. The table's metadata is read once (``TableMetadata``)
     and every decision is taken from it. A file written before the tombstone horizon is held
@@ -115,13 +116,18 @@ def prepare_batch(
         files = [f for f in files if f not in held_late]
     small = 0 < sum(f.size for f in files) <= engine.interpreted_batch_bytes
     with interpreted_expressions(engine.spark) if small else nullcontext():
-        _prepare(engine, table, files, metadata, plan)
+        _prepare(engine, table, files, metadata, plan, checkpoint or {})
     plan.holds.extend(Hold([x.file], x.reason) for x in late)
     return plan
 
 
 def _prepare(
-    engine: Engine, table: TableConfig, files: Sequence[BronzeFile], metadata: TableMetadata, plan: BatchPlan
+    engine: Engine,
+    table: TableConfig,
+    files: Sequence[BronzeFile],
+    metadata: TableMetadata,
+    plan: BatchPlan,
+    checkpoint: Mapping[str, str],
 ) -> BatchPlan:
     remaining = [f for f in files if f.size != 0]
     if empty := [f for f in files if f.size == 0]:
@@ -129,7 +135,7 @@ def _prepare(
     failures = 0
     while remaining:
         try:
-            return _prepare_readable(engine, table, remaining, metadata, plan)
+            return _prepare_readable(engine, table, remaining, metadata, plan, checkpoint)
         except ConfigError:
             raise
         except TooManyBadRowsError as too_many:
@@ -197,7 +203,12 @@ class _Chosen:
 
 
 def _prepare_readable(
-    engine: Engine, table: TableConfig, files: Sequence[BronzeFile], metadata: TableMetadata, plan: BatchPlan
+    engine: Engine,
+    table: TableConfig,
+    files: Sequence[BronzeFile],
+    metadata: TableMetadata,
+    plan: BatchPlan,
+    checkpoint: Mapping[str, str],
 ) -> BatchPlan:
     """Plan the schema change, then read, count and classify the batch in one pass over its files
     (the counts are observed while the rows are materialised): read, classify, choose and
@@ -208,7 +219,7 @@ def _prepare_readable(
         return plan
     classified = _classify_batch(engine, table, read, metadata)
     chosen = _choose_and_materialise(engine, table, metadata, read, classified)
-    plan.changes = _assemble(engine, table, metadata, read, classified, chosen)
+    plan.changes = _assemble(engine, table, metadata, read, classified, chosen, checkpoint)
     return plan
 
 
@@ -297,6 +308,7 @@ def _assemble(
     read: _BatchRead,
     classified: _Classified,
     chosen: _Chosen,
+    checkpoint: Mapping[str, str],
 ) -> ChangeSet:
     """The change set from what the materialising action observed: counts, effects, bad rows, and
     the data commit with its rows and its ledger record."""
@@ -313,7 +325,7 @@ def _assemble(
     bad = bad_rows(engine, table, read.changes, read.files, counts)
     if bad is not None:  # a few rows: read from bronze once, here, not again by the commit
         bad = replace(bad, rows=bad.rows.localCheckpoint())
-    properties = LedgerRecord.batch([f.key for f in read.files], stats[_LATEST]).properties()
+    properties = LedgerRecord.batch([f.key for f in read.files], stats[_LATEST]).properties() | dict(checkpoint)
     key, written = table.silver_key(), chosen.written
     base = None if read.creates_table else metadata
 

@@ -9,16 +9,19 @@ batches, each commit handing the next its state) is written once, in ``engine.tu
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 
 from cdclake.config import PipelineConfig, TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind
+from cdclake.dms.index import list_from
 from cdclake.dms.store import list_bronze
-from cdclake.engine.select import ReplaySelection, TableState, group_by_table, skip_reason
-from cdclake.engine.turn import HeldFiles, LoadStep, TableWork, run_tables
+from cdclake.engine.select import ReplaySelection, TableState, files_from_keys, group_by_table, skip_reason
+from cdclake.engine.turn import HeldFiles, LoadStep, TableWork, read_states, run_tables
 from cdclake.errors import ConfigError
 from cdclake.lake.journals import files_with_quarantined_rows, quarantined_files_by_table
+from cdclake.lake.tables import table_exists
 from cdclake.report import RunReport
 
 log = logging.getLogger("cdclake")
@@ -28,11 +31,77 @@ def list_all(engine: Engine) -> BronzeListing:
     return list_bronze(engine.store, transaction_path=engine.config.bronze.transaction_path)
 
 
-def run(engine: Engine, tables: Sequence[TableConfig] | None = None) -> RunReport:
+def listing_starts(
+    engine: Engine, tables: Sequence[TableConfig], states: Mapping[str, TableState]
+) -> dict[str, str | None]:
+    """Where each table's folder is listed from: its watermark (``lake.ledger.AppliedKeys``), or
+    the whole folder (no state, no watermark). The transaction folder (multi-table files) from the
+    least advanced of the tables' watermarks there."""
+    starts: dict[str, str | None] = {}
+    for table in tables:
+        folder = f"{table.source_schema}/{table.source_table}"
+        state = states.get(table.source)
+        starts[folder] = None if state is None else state.applied.watermarks.get(folder)
+    if transaction_path := engine.config.bronze.transaction_path:
+        folder = transaction_path.strip("/")
+        marks = [s.applied.watermarks.get(folder) for t in tables if (s := states.get(t.source)) is not None]
+        starts[folder] = min(marks) if marks and None not in marks and len(marks) == len(tables) else None  # type: ignore[type-var]
+    return starts
+
+
+def list_since(engine: Engine, tables: Sequence[TableConfig], states: Mapping[str, TableState]) -> BronzeListing:
+    """Bronze as far as the tables need it: each table's folder after its watermark
+    (``listing_starts``; a request per folder and per 1,000 new keys, whatever bronze's age), and
+    the files below a watermark that its state keeps as exceptions (not applied) and that are no
+    longer held in quarantine (one request each). Keys of unconfigured tables and keys that are not
+    DMS files outside these folders are not seen: ``run --sweep`` lists all of bronze."""
+    starts = listing_starts(engine, tables, states)
+    transaction_path = engine.config.bronze.transaction_path
+    listing = list_from(engine.store, starts, transaction_path)
+    reopened = sorted({k for s in states.values() for k in s.applied.exceptions if k not in s.held})
+    present = [k for k in reopened if engine.store.size(k) is not None]
+    extra = files_from_keys(engine.store, present, transaction_path)
+    listed = {f.key for f in listing.files}
+    return BronzeListing(
+        files=tuple(sorted([*listing.files, *(f for f in extra if f.key not in listed)])),
+        unrecognised=listing.unrecognised,
+    )
+
+
+def unconfigured_sources(engine: Engine) -> list[str]:
+    """The ``schema.table`` folders of bronze that no configured table reads: two levels of folders
+    listed (a request per schema and per 1,000 folders, not per key), what a listing from the
+    watermarks, which reads only the configured tables' folders, cannot see."""
+    transaction = (engine.config.bronze.transaction_path or "").strip("/")
+    found = []
+    for schema in engine.store.list_folders():
+        if schema == transaction:
+            continue
+        for table in engine.store.list_folders(schema):
+            folder = f"{schema}/{table}"
+            if folder != transaction and engine.config.table_for_source(schema, table) is None:
+                found.append(f"{schema}.{table}")
+    return found
+
+
+def selected_tables(engine: Engine, tables: Sequence[TableConfig] | None = None) -> list[TableConfig]:
+    """The tables of a run that can be mirrored (``skip_reason``)."""
+    return [t for t in (engine.config.tables if tables is None else tables) if skip_reason(t) is None]
+
+
+def run(engine: Engine, tables: Sequence[TableConfig] | None = None, sweep: bool = False) -> RunReport:
     """Full load where a table has none yet, then every pending CDC file, in batches; tables
-    concurrently."""
-    listing = list_all(engine)
-    report, _ = apply_pending(engine, listing, tables)
+    concurrently. The tables' states are read first, and bronze is listed from their watermarks
+    (``list_since``): a run costs what is new, not bronze's age. ``sweep``: the full
+    reconciliation instead: all of bronze listed, every ledger read whole (past its checkpoints),
+    so a file that landed later than the look-back below a watermark, and unconfigured tables,
+    are found."""
+    states = read_states(engine, selected_tables(engine, tables), whole=sweep)
+    listed_at = datetime.now(UTC).replace(tzinfo=None)
+    listing = list_all(engine) if sweep else list_since(engine, selected_tables(engine, tables), states)
+    report, _ = apply_pending(engine, listing, tables, states=states, listed_at=listed_at)
+    if not sweep:
+        report.unconfigured = sorted(set(report.unconfigured) | set(unconfigured_sources(engine)))
     warn(report)
     return report
 
@@ -43,10 +112,13 @@ def apply_pending(
     tables: Sequence[TableConfig] | None = None,
     loads: bool = True,
     states: dict[str, TableState] | None = None,
+    listed_at: datetime | None = None,
 ) -> tuple[RunReport, dict[str, TableState]]:
     """What ``run`` does with a listing it is given: the report, and the state each table was left
     in (by source; a table that failed is absent). ``states``: the tables' states as an earlier
-    round left them (the follow loop), used instead of reading them again.
+    round left them (the follow loop), used instead of reading them again. ``listed_at``: when the
+    listing was made (UTC; None: now), from which the applied keys are compacted
+    (``TableWork.listed_at``).
 
     ``loads`` False: the CDC lane (the Glue CDC job's loop), which never runs a (re)load: a table
     whose load is due is reported (``TableReport.load_pending``, ``RunReport.loads_pending``) and
@@ -58,16 +130,28 @@ def apply_pending(
             report.skipped_tables.append(reason)
         else:
             selected.append(table)
-    without_files = [t for t in selected if not listing.may_hold(t.source_schema, t.source_table)]
+    known = states or {}
+    # No file listed and none applied: with listings from the watermarks, a table whose files are all applied
+    # and older than the look-back lists nothing and is not "without files".
+    without_files = [
+        t
+        for t in selected
+        if not listing.may_hold(t.source_schema, t.source_table)
+        and not ((state := known.get(t.source)) is not None and state.applied)
+    ]
     refuse_lookalikes(engine.config, without_files, listing)
     report.no_files = [t.source for t in without_files]
     cdc_files = [f for f in listing.files if f.kind is FileKind.CDC]
     files_of = {t.source: tuple(fs) for t, fs in group_by_table(engine.config, cdc_files, report)}
     step = LoadStep.IF_DUE if loads else LoadStep.LANE
+    listed_at = listed_at or datetime.now(UTC).replace(tzinfo=None)
     # A table bronze holds no file of gets no silver table until its first file arrives: an empty
     # table would say "the source is empty" with nothing to show for it, and a mistyped name would
-    # leave one behind.
-    works = [TableWork(t, step, files_of.get(t.source)) for t in selected if t.source not in report.no_files]
+    # leave one behind. One that has a silver table keeps its turn (its history may be behind).
+    skipped = {t.source for t in without_files if not table_exists(engine.spark, engine.silver_table(t))}
+    works = [
+        TableWork(t, step, files_of.get(t.source), listed_at=listed_at) for t in selected if t.source not in skipped
+    ]
     report, left = run_tables(engine, works, listing, states, report)
     unconfigured = {f"{s}.{t}" for s, t in listing.sources() if engine.config.table_for_source(s, t) is None}
     report.unconfigured = sorted(set(report.unconfigured) | unconfigured)
@@ -95,8 +179,15 @@ def refuse_lookalikes(config: PipelineConfig, without_files: Sequence[TableConfi
 
 def full_load(engine: Engine, tables: Sequence[TableConfig] | None = None, reload: bool = False) -> RunReport:
     """Full load of the tables (all configured ones by default), concurrently; loaded tables are
-    left alone unless ``reload``."""
-    listing = list_all(engine)
+    left alone unless ``reload``. The tables named (a reload lane's) have their folders listed whole
+    (a load records every CDC file it supersedes), not all of bronze."""
+    if tables is None:
+        listing = list_all(engine)
+    else:
+        starts: dict[str, str | None] = {f"{t.source_schema}/{t.source_table}": None for t in tables}
+        if transaction_path := engine.config.bronze.transaction_path:
+            starts[transaction_path.strip("/")] = None
+        listing = list_from(engine.store, starts, transaction_path)
     step = LoadStep.AGAIN if reload else LoadStep.ASKED
     works = [TableWork(t, step) for t in tables or engine.config.tables]
     report, _ = run_tables(engine, works, listing, report=RunReport(unrecognised=list(listing.unrecognised)))

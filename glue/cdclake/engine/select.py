@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from cdclake.config import PipelineConfig, TableConfig
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind, parse_key
+from cdclake.dms.index import folder_of, in_time_order
 from cdclake.dms.store import BronzeStore
 from cdclake.errors import BronzeError, ConfigError, LoadFilesConflictError
-from cdclake.lake.ledger import LoadedFile
+from cdclake.lake.ledger import AppliedKeys, LedgerCheckpoint, LoadedFile
 from cdclake.report import RunReport
 
 
@@ -23,7 +24,7 @@ class TableState:
     """What silver holds of one table: read once per run, then carried forward from each commit."""
 
     full_load_done: bool
-    applied: frozenset[str]  # bronze keys in the ledger
+    applied: AppliedKeys  # bronze keys in the ledger (compacted: ``lake.ledger.AppliedKeys``)
     held: frozenset[str]  # bronze keys in quarantine (applied only by a replay)
     # what the last full load recorded, by key: its LOAD files (with their sizes and versions
     # where the ledger has them) and the CDC files it superseded
@@ -32,6 +33,11 @@ class TableState:
     # commits only while the table is still there, so a commit by another writer in between
     # (another loop, a Glue run) is a conflict, and the state is read again (``engine.cdc``)
     snapshot_id: int | None = None
+    # CDC files were applied since the last full load (None: whatever ``applied`` names beyond ``loaded``)
+    cdc_since_load: bool | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "applied", AppliedKeys.of(self.applied))
 
     @classmethod
     def after_load(
@@ -40,12 +46,32 @@ class TableState:
         """The state once a full load committed ``loaded`` (its LOAD files and the CDC files it
         superseded) in ``snapshot_id`` (its record), with ``held`` still in quarantine."""
         recorded = loaded_files(loaded)
-        return cls(True, frozenset(f.key for f in recorded), held, {f.key: f for f in recorded}, snapshot_id)
+        keys = AppliedKeys(frozenset(f.key for f in recorded))
+        return cls(True, keys, held, {f.key: f for f in recorded}, snapshot_id, cdc_since_load=False)
 
     @property
     def cdc_applied(self) -> bool:
         """Whether CDC files were applied since the last full load."""
-        return bool(self.applied - self.loaded.keys())
+        if self.cdc_since_load is not None:
+            return self.cdc_since_load
+        return bool(self.applied.keys - self.loaded.keys())
+
+    def checkpoint(self) -> LedgerCheckpoint:
+        """The ledger as this state knows it, compacted, to store with the next commit: its LOAD
+        files by name (the CDC files a load superseded are keys like the others)."""
+        loads = {k: f for k, f in self.loaded.items() if k.rsplit("/", 1)[-1].startswith("LOAD")}
+        return LedgerCheckpoint(self.applied, self.full_load_done, self.cdc_applied, loads)
+
+    def compacted(self, listed: Iterable[BronzeFile], below: str) -> TableState:
+        """This state with its applied keys compacted over ``listed`` (``compact_applied``)."""
+        return replace(self, applied=compact_applied(self.applied, self.held, listed, below))
+
+    def reopened(self, keys: Iterable[str]) -> TableState:
+        """These keys pending again although a watermark covers them (a file that landed in bronze
+        after the watermark passed its name: never listed, so never applied)."""
+        applied = self.applied
+        covered = frozenset(k for k in keys if applied.covered(k) and k not in applied.keys)
+        return replace(self, applied=replace(applied, exceptions=applied.exceptions | covered))
 
     def pending(self, files: Iterable[BronzeFile], force: bool = False) -> list[BronzeFile]:
         """``files`` not applied and not held, in apply order (``force``: all of them)."""
@@ -66,7 +92,69 @@ class TableState:
             applied=self.applied | applied,
             held=(self.held | frozenset(held)) - frozenset(released) - applied,
             snapshot_id=self.snapshot_id if snapshot_id is None else snapshot_id,
+            cdc_since_load=True if applied else self.cdc_since_load,
         )
+
+
+def compact_applied(
+    applied: AppliedKeys, held: frozenset[str], listed: Iterable[BronzeFile], below: str
+) -> AppliedKeys:
+    """``applied`` with each listed folder's watermark advanced over its contiguous applied prefix.
+
+    ``listed``: the table's CDC files as listed from its watermarks (every key after them that
+    bronze holds). In each folder whose listed files are in time order (key order is write order:
+    no ``DDMMYYYY`` date folders), the keys after the watermark — listed or named applied — are
+    walked in key order: the watermark moves over each applied key, and over each held one (kept
+    as an exception: not applied), and stops at the first other one (pending) or at a file named
+    ``below`` or later (a CDC stamp, ``yyyyMMdd-HHmmss``: the look-back, within which a file may
+    still land late with an older name). The applied keys it passed are no longer named.
+    """
+    by_folder: dict[str, list[BronzeFile]] = {}
+    for file in listed:
+        if file.kind is FileKind.CDC:
+            by_folder.setdefault(folder_of(file), []).append(file)
+    watermarks = dict(applied.watermarks)
+    exceptions = set(applied.exceptions)
+    for folder, files in by_folder.items():
+        if not all(in_time_order(f, folder) for f in files):
+            continue
+        prefix = folder + "/"
+        stamps = {f.key: f.sort_key[2] for f in files}
+        for key in applied.keys:
+            if key.startswith(prefix) and key not in stamps and (stamp := _cdc_stamp(key)) is not None:
+                stamps[key] = stamp
+        mark = watermarks.get(folder)
+        for key in sorted(stamps):
+            if mark is not None and key <= mark:
+                continue
+            if stamps[key] >= below:
+                break
+            if key in applied.keys:
+                mark = key
+            elif key in held:
+                mark = key
+                exceptions.add(key)
+            else:
+                break
+        if mark is not None:
+            watermarks[folder] = mark
+    compacted = AppliedKeys(applied.keys, watermarks, frozenset(exceptions))
+    named = frozenset(k for k in applied.keys if not compacted.covered(k))
+    return AppliedKeys(named, watermarks, compacted.exceptions, len(applied))
+
+
+def _cdc_stamp(key: str) -> str | None:
+    """The write-time stamp of a CDC key (``BronzeFile.sort_key``'s), None for another key."""
+    try:
+        file = parse_key(key)
+    except ValueError:
+        return None
+    return file.sort_key[2] if file.kind is FileKind.CDC else None
+
+
+def look_back_stamp(now: datetime, look_back_seconds: float) -> str:
+    """The CDC stamp (``yyyyMMdd-HHmmss``, UTC) a watermark stays below: ``now`` less the look-back."""
+    return (now - timedelta(seconds=look_back_seconds)).strftime("%Y%m%d-%H%M%S")
 
 
 def skip_reason(table: TableConfig) -> str | None:

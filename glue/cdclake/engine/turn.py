@@ -25,18 +25,20 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from enum import Enum
 
 from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind
+from cdclake.dms.index import list_from
 from cdclake.dms.store import list_bronze
 from cdclake.engine.cdc import CdcBatch, apply_cdc_batch
 from cdclake.engine.full_load import full_load_table
 from cdclake.engine.history_sync import catch_up_history
 from cdclake.engine.parallel import TableRun, for_each_table
-from cdclake.engine.select import TableState, batches, load_due
+from cdclake.engine.select import TableState, batches, load_due, look_back_stamp
 from cdclake.errors import ConcurrentWriterError, first_line
 from cdclake.lake.journals import quarantined_files_by_table
 from cdclake.lake.ledger import read_ledger
@@ -68,6 +70,11 @@ class TableWork:
     cdc: tuple[BronzeFile, ...] | None = None  # the CDC files considered (None: no CDC pass)
     force: bool = False  # apply them even if the ledger or the quarantine has them (a replay)
     one_batch: bool = False  # all pending files in one commit (a manifest), not in batches
+    # ``cdc`` is a listing of the table's folders from its watermarks (``run.list_since``) made at
+    # this time (UTC, naive: the listing, or the relisting a follow's index was kept current from):
+    # every key bronze held after them then. Only then are the applied keys compacted
+    # (``TableState.compacted``), over files named a look-back before it
+    listed_at: datetime | None = None
 
 
 @dataclass
@@ -86,21 +93,37 @@ class _Quarantine:
             return self.read
 
 
-def read_state(engine: Engine, table: TableConfig, held: HeldFiles | None = None) -> TableState:
-    """What the lake says of ``table``: its ledger (table metadata only) and its quarantine
-    (``held``: the journal as read once for the run; read now when not given)."""
+def read_state(engine: Engine, table: TableConfig, held: HeldFiles | None = None, whole: bool = False) -> TableState:
+    """What the lake says of ``table``: its ledger (table metadata only; ``whole``: every key
+    since the full load, past the checkpoints) and its quarantine (``held``: the journal as read
+    once for the run; read now when not given)."""
     silver = engine.silver_table(table)
-    ledger = read_ledger(engine.spark, silver)
+    ledger = read_ledger(engine.spark, silver, whole=whole)
     quarantine = _Quarantine(engine).held() if held is None else held
     keys = quarantine.get(silver.name, frozenset())
-    return TableState(ledger.full_load_done, ledger.applied, keys, ledger.loaded, ledger.snapshot_id)
+    return TableState(
+        ledger.full_load_done, ledger.applied, keys, ledger.loaded, ledger.snapshot_id, ledger.cdc_applied
+    )
 
 
-def fresh_state(engine: Engine, table: TableConfig, held: Callable[[], HeldFiles]) -> TableState:
+def fresh_state(engine: Engine, table: TableConfig, held: Callable[[], HeldFiles], whole: bool = False) -> TableState:
     """The table's state read from the lake, its history caught up with silver first (the rule:
     every turn that reads a table starts by catching its history up)."""
     catch_up_history(engine, table)
-    return read_state(engine, table, held())
+    return read_state(engine, table, held(), whole)
+
+
+def read_states(engine: Engine, tables: Sequence[TableConfig], whole: bool = False) -> dict[str, TableState]:
+    """The tables' states read from the lake (``fresh_state``), concurrently, the quarantine
+    journal read once: what a run lists bronze from (``run.list_since``). A table whose read
+    failed is absent: its turn reads it again and reports the failure."""
+    quarantine = _Quarantine(engine)
+
+    def read(table_run: TableRun) -> None:
+        table_run.state = fresh_state(engine, table_run.table, quarantine.held, whole)
+
+    runs = for_each_table(engine, tables, "state", read)
+    return {r.table.source: r.state for r in runs if r.failure is None and r.state is not None}
 
 
 def run_tables(
@@ -155,6 +178,18 @@ class _Turns:
         self.quarantine = _Quarantine(engine)
         self.progress = Progress(0, 0, time.monotonic())
         self.lock = threading.Lock()
+        self.whole: dict[str, BronzeListing] = {}  # by source: the folders listed whole for a (re)load
+
+    def whole_folder(self, table: TableConfig) -> BronzeListing:
+        """The table's folder (and the transaction folder) listed whole, kept for its CDC pass."""
+        transaction_path = self.engine.config.bronze.transaction_path
+        starts: dict[str, str | None] = {f"{table.source_schema}/{table.source_table}": None}
+        if transaction_path:
+            starts[transaction_path.strip("/")] = None
+        listing = list_from(self.engine.store, starts, transaction_path)
+        with self.lock:
+            self.whole[table.source] = listing
+        return listing
 
     def state_of(self, table: TableConfig) -> TableState:
         """The state handed in (or left by the table's load), else read."""
@@ -174,6 +209,13 @@ class _Turns:
                 pending.note = f"load pending in the full-load lane, CDC held until then: {why}"
                 table_run.reports.append(pending)
                 return  # no state: its CDC files stay pending
+        if state.applied.watermarks and (
+            work.load is LoadStep.AGAIN
+            or load_due(table, state, listing.for_table(table.source_schema, table.source_table, FileKind.FULL_LOAD))
+        ):
+            # Listed from its watermark: a (re)load records every CDC file it supersedes and leaves the
+            # later ones pending, below the watermark too, so it and its CDC pass see the whole folder.
+            listing = self.whole_folder(table)
         done, table_run.state = full_load_table(self.engine, table, listing, state, work.load is LoadStep.AGAIN)
         if work.load in (LoadStep.ASKED, LoadStep.AGAIN) or done.note != "already loaded":
             table_run.reports.append(done)
@@ -187,6 +229,11 @@ class _Turns:
         if listing is None and not table_run.state.full_load_done:
             listing = list_bronze(self.engine.store, f"{table.source_schema}/{table.source_table}")
         loads_pending = bool(listing and listing.for_table(table.source_schema, table.source_table, FileKind.FULL_LOAD))
+        if (whole := self.whole.get(table.source)) is not None and work.cdc is not None:
+            # loaded from its whole folder (above): its CDC files from that listing too
+            work = replace(work, cdc=tuple(f for f in whole.files if f.kind is FileKind.CDC))
+        look_back = self.engine.config.bronze.look_back_seconds
+        below = look_back_stamp(work.listed_at or datetime.now(UTC).replace(tzinfo=None), look_back)
         pending = table_run.state.pending(work.cdc or (), work.force)
         if work.one_batch:
             chosen = [list(work.cdc or ())]
@@ -197,6 +244,8 @@ class _Turns:
         for number, files in enumerate(chosen, start=1):
             if table_run.stopping.is_set():
                 break
+            if work.listed_at is not None:  # compacted before each batch: its commit records the checkpoint
+                table_run.state = table_run.state.compacted(work.cdc or (), below)
             batch = CdcBatch(table, files, loads_pending, work.force)
             applied, table_run.state = apply_batch(self.engine, batch, table_run.state, self.quarantine.held)
             table_run.reports.append(applied)

@@ -47,6 +47,123 @@ LEDGER_ARCHIVE_TABLE = "cdclake_ledger"
 # A gold mart's refresh commit records the snapshots it read ({"database.table": snapshot id}):
 # its next incremental refresh reads the changes since them, so maintenance keeps them.
 MART_SOURCES_PROPERTY = "cdclake.gold.sources"
+# A CDC batch's compacted ledger as it stood before the batch (``LedgerCheckpoint``): a reader stops
+# at the newest snapshot that has one, so a ledger read costs the commits since, not the table's age.
+CHECKPOINT_PROPERTY = "cdclake.ledger-checkpoint"
+# A checkpoint naming more keys than this is not written (a ledger read the old way, not compacted
+# yet): the snapshot summary stays small, and the reader walks back further.
+CHECKPOINT_MAX_KEYS = 4096
+
+
+@dataclass(frozen=True)
+class AppliedKeys:
+    """The bronze keys a table's ledger holds, compacted: per folder a watermark (a key), at or below
+    which (in key order) every key is applied except the ``exceptions``, and the applied keys above
+    their folder's watermark (or in a folder without one), each by name.
+
+    The watermark is set only over a contiguous applied prefix of a listing of a time-ordered folder
+    (``engine.select.compact_applied``), so a key at or below it that is not an exception was listed
+    and applied. LOAD files (``LOAD…``) sort after every CDC name (a timestamp, digits first), so
+    a watermark never covers one: they stay named. Its size is O(keys since the watermark)."""
+
+    keys: frozenset[str] = frozenset()
+    watermarks: Mapping[str, str] = field(default_factory=dict)  # folder -> the newest key covered
+    exceptions: frozenset[str] = frozenset()  # keys at or below a watermark that are not applied
+    count: int | None = None  # how many keys are applied in all (None: ``keys``, none covered)
+
+    @classmethod
+    def of(cls, keys: Iterable[str] | AppliedKeys) -> AppliedKeys:
+        return keys if isinstance(keys, AppliedKeys) else cls(frozenset(keys))
+
+    def __len__(self) -> int:
+        return len(self.keys) if self.count is None else self.count
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to another's keys, watermarks and exceptions; to a set when it names every key."""
+        if isinstance(other, (set, frozenset)):
+            return not self.watermarks and not self.exceptions and self.keys == other
+        if isinstance(other, AppliedKeys):
+            return (self.keys, dict(self.watermarks), self.exceptions, len(self)) == (
+                other.keys, dict(other.watermarks), other.exceptions, len(other)
+            )  # fmt: skip
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def watermark_of(self, key: str) -> str | None:
+        """The watermark of ``key``'s folder (None: none)."""
+        for folder, mark in self.watermarks.items():
+            if key.startswith(folder + "/"):
+                return mark
+        return None
+
+    def covered(self, key: str) -> bool:
+        """Whether ``key`` is at or below its folder's watermark (applied unless an exception)."""
+        mark = self.watermark_of(key)
+        return mark is not None and key <= mark
+
+    def __contains__(self, key: object) -> bool:
+        if not isinstance(key, str):
+            return False
+        if key in self.keys:
+            return True
+        return key not in self.exceptions and self.covered(key)
+
+    def __or__(self, keys: Iterable[str]) -> AppliedKeys:
+        """These keys applied too: a covered one leaves the exceptions, another is named."""
+        added = frozenset(keys)
+        if not added:
+            return self
+        covered = frozenset(k for k in added if self.covered(k))
+        count = len(self) + sum(1 for k in added if k not in self)
+        return AppliedKeys(self.keys | (added - covered), self.watermarks, self.exceptions - covered, count)
+
+    def __bool__(self) -> bool:
+        return bool(self.keys or self.watermarks)
+
+    @property
+    def size(self) -> int:
+        """What it holds: named keys, exceptions and watermarks (the state a driver keeps)."""
+        return len(self.keys) + len(self.exceptions) + len(self.watermarks)
+
+
+@dataclass(frozen=True)
+class LedgerCheckpoint:
+    """A table's ledger compacted, as stored in a CDC commit's summary (``CHECKPOINT_PROPERTY``):
+    what the ledger said before that commit's own files."""
+
+    applied: AppliedKeys
+    full_load_done: bool
+    cdc_applied: bool  # CDC files applied since the last full load
+    loaded: Mapping[str, LoadedFile]  # the last full load's LOAD files (what tells a reload)
+
+    def properties(self) -> dict[str, str]:
+        """The summary property, or none when it would name more than ``CHECKPOINT_MAX_KEYS`` keys."""
+        applied = self.applied
+        if len(applied.keys) + len(applied.exceptions) + len(self.loaded) > CHECKPOINT_MAX_KEYS:
+            return {}
+        value = {
+            "v": 1,
+            "watermarks": dict(sorted(applied.watermarks.items())),
+            "exceptions": sorted(applied.exceptions),
+            "keys": sorted(applied.keys),
+            "count": len(applied),
+            "full_load_done": self.full_load_done,
+            "cdc_applied": self.cdc_applied,
+            "loaded": {k: [f.size, f.version] for k, f in sorted(self.loaded.items())},
+        }
+        return {CHECKPOINT_PROPERTY: _compact(value)}
+
+    @classmethod
+    def from_summary(cls, text: str | None) -> LedgerCheckpoint | None:
+        if not text:
+            return None
+        value = json.loads(text)
+        applied = AppliedKeys(
+            frozenset(value["keys"]), dict(value["watermarks"]), frozenset(value["exceptions"]), int(value["count"])
+        )
+        loaded = {k: LoadedFile(k, size, version) for k, (size, version) in value["loaded"].items()}
+        return cls(applied, bool(value["full_load_done"]), bool(value["cdc_applied"]), loaded)
 
 
 @dataclass(frozen=True)
@@ -73,7 +190,7 @@ class LedgerState:
     """What the current snapshot lineage says about one table."""
 
     full_load_done: bool
-    applied: frozenset[str]  # bronze keys applied since (and including) the last full load
+    applied: AppliedKeys  # bronze keys applied since (and including) the last full load
     last_file: str | None
     # what the last full load recorded, by key: its LOAD files and the CDC files it superseded
     loaded: Mapping[str, LoadedFile] = field(default_factory=dict)
@@ -82,6 +199,11 @@ class LedgerState:
     # not what it says: two reads with the same entries are equal (a compaction between them changes
     # no entry)
     snapshot_id: int | None = field(default=None, compare=False)
+    # CDC files were applied since the last full load (None: whatever ``applied`` names beyond ``loaded``)
+    cdc_applied: bool | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "applied", AppliedKeys.of(self.applied))
 
 
 FULL_LOAD_KINDS = frozenset({KIND_FULL_LOAD, KIND_FULL_LOAD_STAGED})
@@ -158,7 +280,9 @@ def _loaded_files(files: str | None, sizes: str | None, versions: str | None) ->
     return [LoadedFile(key, size_of.get(key), version_of.get(key)) for key in (json.loads(files) if files else [])]
 
 
-_LINEAGE_KEYS = (KIND_PROPERTY, FILES_PROPERTY, LOAD_SIZES_PROPERTY, LOAD_VERSIONS_PROPERTY, "total-records")
+_LINEAGE_KEYS = (
+    KIND_PROPERTY, FILES_PROPERTY, LOAD_SIZES_PROPERTY, LOAD_VERSIONS_PROPERTY, "total-records", CHECKPOINT_PROPERTY
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -169,6 +293,7 @@ class LineageEntry:
     committed_at: datetime  # UTC, naive
     record: LedgerRecord | None  # None: a commit that recorded none (maintenance, another writer)
     total_records: int  # the rows the table held at it
+    checkpoint: str | None = None  # the compacted ledger before it (``CHECKPOINT_PROPERTY``)
 
     @property
     def kind(self) -> str | None:
@@ -194,6 +319,7 @@ def _lineage(spark: SparkSession, table: SilverTable) -> Iterator[LineageEntry]:
             snapshot.committed_at,
             LedgerRecord.from_summary(snapshot.summary),
             int(snapshot.summary.get("total-records") or 0),
+            snapshot.summary.get(CHECKPOINT_PROPERTY),
         )
 
 
@@ -299,31 +425,50 @@ def _ledger_archive(table: SilverTable) -> SilverTable:
 
 
 def read_ledger(
-    spark: SparkSession, table: SilverTable, archive: Mapping[str, Sequence[Any]] | None = None
+    spark: SparkSession,
+    table: SilverTable,
+    archive: Mapping[str, Sequence[Any]] | None = None,
+    whole: bool = False,
 ) -> LedgerState:
-    """Walk the current snapshot lineage back to the last full load, collecting applied files.
+    """Walk the current snapshot lineage back to the newest checkpoint (``LedgerCheckpoint``, the
+    compacted ledger a CDC commit carries) or the last full load, collecting applied files.
 
     Only ancestors of the current snapshot count: after a rollback, files applied by the
-    rolled-back snapshots are pending again. Entries of snapshots that maintenance expired come
-    from the ledger archive (``archive``: its rows per silver table, read once by a caller that
-    reads many ledgers, ``read_ledger_archive``; None: read here when needed).
+    rolled-back snapshots are pending again. A ledger without checkpoints (written before they
+    were, or by a manifest's commits on an uncompacted state) is read back to the full load, as
+    before; entries of snapshots that maintenance expired come from the ledger archive
+    (``archive``: its rows per silver table, read once by a caller that reads many ledgers,
+    ``read_ledger_archive``; None: read here when needed). ``whole``: pass over checkpoints and
+    read every key applied since the full load (a sweep's exact reconciliation).
     """
     if not table_exists(spark, table):
-        return LedgerState(full_load_done=False, applied=frozenset(), last_file=None)
+        return LedgerState(full_load_done=False, applied=AppliedKeys(), last_file=None)
     applied: set[str] = set()
     loaded: dict[str, LoadedFile] = {}
     last_file: str | None = None
     full_load_done = False
+    cdc_seen = False
     head: int | None = None
     for entry in _lineage(spark, table):
         head = entry.snapshot.snapshot_id if head is None else head
         if entry.kind == KIND_FULL_LOAD_STAGED:
             # A full load that never finished: whatever came before it no longer describes silver.
-            return LedgerState(False, frozenset(applied), last_file, snapshot_id=head)
+            return LedgerState(False, AppliedKeys.of(applied), last_file, snapshot_id=head)
         recorded = entry.files
         applied.update(f.key for f in recorded)
         if last_file is None and recorded:
             last_file = max(f.key for f in recorded)
+        cdc_seen = cdc_seen or (entry.kind == KIND_CDC and bool(recorded))
+        checkpoint = None if whole else LedgerCheckpoint.from_summary(entry.checkpoint)
+        if checkpoint is not None:
+            return LedgerState(
+                checkpoint.full_load_done,
+                checkpoint.applied | applied,
+                last_file,
+                checkpoint.loaded,
+                snapshot_id=head,
+                cdc_applied=checkpoint.cdc_applied or cdc_seen,
+            )
         if entry.kind == KIND_FULL_LOAD:
             loaded = {f.key: f for f in recorded}
             full_load_done = True
@@ -339,7 +484,10 @@ def read_ledger(
                     loaded[entry["file_key"]] = LoadedFile(
                         entry["file_key"], stored.get("file_size"), stored.get("file_version") or None
                     )
-    return LedgerState(full_load_done, frozenset(applied), last_file, loaded, snapshot_id=head)
+    cdc_applied = bool(applied - loaded.keys())
+    return LedgerState(
+        full_load_done, AppliedKeys.of(applied), last_file, loaded, snapshot_id=head, cdc_applied=cdc_applied
+    )
 
 
 def _archived(spark: SparkSession, table: SilverTable) -> list[Any]:

@@ -25,17 +25,21 @@ if TYPE_CHECKING:
 def silver_position(engine: Engine, table: TableConfig) -> SilverPosition:
     """How far silver has applied ``table``: its newest applied source commit, and its CDC files waiting."""
     silver = engine.silver_table(table)
-    listing = list_bronze(engine.store, f"{table.source_schema}/{table.source_table}")
-    cdc = listing.for_table(table.source_schema, table.source_table, FileKind.CDC)
+    folder = f"{table.source_schema}/{table.source_table}"
     if not table_exists(engine.spark, silver):
-        return SilverPosition(None, len(cdc))
+        listing = list_bronze(engine.store, folder)
+        return SilverPosition(None, len(listing.for_table(table.source_schema, table.source_table, FileKind.CDC)))
+    applied = read_ledger(engine.spark, silver).applied
+    # from the table's watermark: every key at or below it is applied or an exception (counted below)
+    listing = list_bronze(engine.store, folder, start_after=applied.watermarks.get(folder))
+    cdc = listing.for_table(table.source_schema, table.source_table, FileKind.CDC)
     held: frozenset[str] = frozenset()
     if QUARANTINE_TABLE in table_names(engine.spark, engine.catalog, engine.config.database):
         held = quarantined_files_by_table(engine.spark, engine.catalog, engine.config.database).get(
             table.target, frozenset()
         )
-    applied = read_ledger(engine.spark, silver).applied
     iceberg = IcebergTable.latest(engine.spark, silver.identifier)
     latest = newest_commit_ts(iceberg.snapshots((LATEST_COMMIT_TS_PROPERTY,)))
     waiting = sum(1 for f in cdc if f.key not in applied and f.key not in held)
+    waiting += sum(1 for key in applied.exceptions if key not in held and engine.store.size(key) is not None)
     return SilverPosition(datetime.fromisoformat(latest) if latest else None, waiting)

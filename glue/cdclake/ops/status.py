@@ -353,7 +353,9 @@ def _status_of(engine: Engine, table: TableConfig, facts: _DatabaseFacts, now: d
         return TableStatus(table.source, name, exists=False, pending_files=len(cdc), behind=reason)
     metadata = facts.metadata[table.target]
     ledger = read_ledger(engine.spark, silver, facts.archive)
-    state = TableState(ledger.full_load_done, ledger.applied, frozenset(), ledger.loaded)
+    state = TableState(
+        ledger.full_load_done, ledger.applied, frozenset(), ledger.loaded, cdc_since_load=ledger.cdc_applied
+    )
     held, last_reason = facts.quarantined.get(table.target, (0, None))
     held_rows, last_row_reason = facts.bad_rows.get(table.target, (0, None))
     waiting = max(len([f for f in cdc if f.key not in ledger.applied]) - held, 0)

@@ -36,7 +36,8 @@ _SOURCE = ("secret_id", "source_connection", "dbname", "source_engine")
 _MAINTENANCE = tuple(f.name for f in fields(MaintenanceSettings) if f.type in (int, "int"))
 # The CDC lane's state in S3: its reload request and the tables in a failure episode.
 _CDC_LANE = ("reload_requests", "failure_episodes")
-_FOLLOW = ("queue_url", "poll_seconds", "idle_seconds", "max_run_seconds", "relist_seconds")
+# --sweep true: the full reconciliation (all of bronze listed, every ledger read whole), given by hand to a run
+_FOLLOW = ("queue_url", "poll_seconds", "idle_seconds", "max_run_seconds", "relist_seconds", "sweep")
 
 # The CDC job's pace when the template gives none (its parameters CdcPollSeconds, CdcIdleSeconds, CdcMaxRunSeconds,
 # CdcRelistSeconds).
@@ -148,6 +149,7 @@ def parse_arguments(argv: Sequence[str], job: JobName) -> JobArguments:
             idle_seconds=_seconds(values, "idle_seconds", JOB_FOLLOW.idle_seconds),
             max_run_seconds=_seconds(values, "max_run_seconds", JOB_FOLLOW.max_run_seconds),
             relist_seconds=_relist_seconds(values),
+            sweep=_flag(values, "sweep"),
         ),
         alert_topic_arn=values.get("alert_topic_arn"),
         failure_episodes=values.get("failure_episodes"),

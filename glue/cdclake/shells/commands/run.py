@@ -52,6 +52,12 @@ def _configure_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-run", type=float, metavar="SECONDS", help="with --follow: end after this many seconds (default: never)"
     )
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="list all of bronze and read every ledger whole (default: each table's folder after its watermark): "
+        "finds files that landed later than bronze.look_back_minutes and unconfigured tables",
+    )
 
 
 @engine_command("run", "full load where a table has none yet, then all pending CDC", _configure_run, writes=True)
@@ -61,7 +67,7 @@ def _run(engine: Engine, settings: CliSettings) -> int:
     if settings.options.follow:
         return _follow(engine, settings)
     start_up = time.monotonic() - settings.started
-    report = run(engine, selected_tables(engine, settings.options))
+    report = run(engine, selected_tables(engine, settings.options), sweep=settings.options.sweep)
     code = print_report(report)
     print(report.time_line(start_up, time.monotonic() - settings.started))
     return code
@@ -73,7 +79,10 @@ def _follow(engine: Engine, settings: CliSettings) -> int:
 
     options = settings.options
     pace = FollowSettings(
-        poll_seconds=options.poll_interval, idle_seconds=options.idle_exit, max_run_seconds=options.max_run
+        poll_seconds=options.poll_interval,
+        idle_seconds=options.idle_exit,
+        max_run_seconds=options.max_run,
+        sweep=options.sweep,
     )
 
     def each_round(done: Round) -> None:
