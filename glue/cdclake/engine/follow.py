@@ -42,6 +42,7 @@ from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind, parse_key
 from cdclake.dms.index import BronzeIndex, folder_of
+from cdclake.engine.cut import CutRounds
 from cdclake.engine.run import apply_pending, warn
 from cdclake.engine.select import TableState, skip_reason
 from cdclake.engine.silence import SilenceEdges
@@ -207,6 +208,7 @@ class Follower:
         self.silent: tuple[str, ...] = ()
         self.outcome = FollowReport()
         self.started = self.last_relist = self.last_news = time.monotonic()
+        self.cuts = CutRounds(engine)  # each round's bound, and the cut it ended at (``engine.cut``)
 
     def run(self, on_round: Callable[[Round], None] | None = None) -> FollowReport:
         """Rounds until stopped, idle or at the maximum run time."""
@@ -245,10 +247,12 @@ class Follower:
         """Work the due tables with the states the loop vouches for; what is left unapplied after it."""
         started = time.monotonic()
         vouched = {s: state for s, state in self.states.items() if s not in self.unvouched}
-        report, touched = self.apply(self.engine, self.index.listing(), due, vouched)
+        bound = self.cuts.bound(self.index.listing, self._index_named)
+        report, touched = self.apply(self.engine, bound.listing, due, vouched)
         self.states.update(touched)
         self.unvouched -= touched.keys()
         self.unvouched |= {f.table for f in report.failures} | {t.table for t in report.tables if t.load_pending}
+        report.cut = self.cuts.settle(bound, {s: st for s, st in self.states.items() if s not in self.unvouched})
         self.index.forget_applied(self.applied)
         if self.outcome.rounds == 0:
             warn(report)
@@ -291,6 +295,14 @@ class Follower:
             if key in self.index.files:
                 self.active[folder_of(self.index.files[key])] = time.monotonic()
         return new
+
+    def _index_named(self, keys: list[str]) -> None:
+        """Index the files a cut's bound names that the index lacks and no table applied yet."""
+        missing = [
+            k for k in keys if k not in self.index.files and not any(k in s.applied for s in self.states.values())
+        ]
+        if missing:
+            self.index.announce(missing)
 
     def _relist(self) -> set[str]:
         """List all of bronze; the tables' states are read again by the next round that works them."""

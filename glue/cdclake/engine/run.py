@@ -15,6 +15,7 @@ from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind
 from cdclake.dms.store import list_bronze
+from cdclake.engine.cut import CutRounds
 from cdclake.engine.select import ReplaySelection, TableState, group_by_table, skip_reason
 from cdclake.engine.turn import HeldFiles, LoadStep, TableWork, run_tables
 from cdclake.lake.journals import files_with_quarantined_rows, quarantined_files_by_table
@@ -28,10 +29,12 @@ def list_all(engine: Engine) -> BronzeListing:
 
 
 def run(engine: Engine, tables: Sequence[TableConfig] | None = None) -> RunReport:
-    """Full load where a table has none yet, then every pending CDC file, in batches; tables
-    concurrently."""
-    listing = list_all(engine)
-    report, _ = apply_pending(engine, listing, tables)
+    """Full load where a table has none yet, then every pending CDC file up to the cut's bound, in
+    batches; tables concurrently; then the consistent cut it ended at (``engine.cut``)."""
+    cuts = CutRounds(engine)
+    bound = cuts.bound(lambda: list_all(engine))  # its record read first, then bronze listed
+    report, states = apply_pending(engine, bound.listing, tables)
+    report.cut = cuts.settle(bound, states)
     warn(report)
     return report
 
