@@ -162,8 +162,9 @@ def table_at(bound: CutBound, table: TableConfig, state: TableState | None) -> s
         return bound.why_none
     if state is None:
         return "the round left it without a state (it failed, or its load is pending)"
-    if not state.full_load_done or state.snapshot_id is None:
-        return "not loaded yet"
+    loads = bound.listing.for_table(table.source_schema, table.source_table, FileKind.FULL_LOAD)
+    if loads and not state.full_load_done:
+        return "its full load is not applied yet"
     transaction_path = bound.transaction_path
     if bound.progress is not None:
         captured = bound.progress.tables.get(table.source)
@@ -182,6 +183,8 @@ def table_at(bound: CutBound, table: TableConfig, state: TableState | None) -> s
     bound_key = None if newest is None else _sort_key(newest, transaction_path)
     if newest is not None and newest not in state.applied:
         return f"{newest} is not applied yet"
+    # No silver table yet (empty at its load, no change up to the position): empty at the cut, and
+    # not in the record, which names snapshots.
     for key in state.applied | state.held:
         try:
             file = parse_key(key, 0, transaction_path)
@@ -211,10 +214,10 @@ def cut_after_round(
     reasons = [f"{t.source}: {why}" for t in tables if (why := table_at(bound, t, states.get(t.source)))]
     if reasons:
         return None, reasons
-    snapshots = {silver_name(t): states[t.source].snapshot_id for t in tables}
+    snapshots = {silver_name(t): states[t.source].snapshot_id for t in tables}  # None: no silver table yet
     commit_ts = bound.commit_ts
     if bound.kind == TRANSACTIONS:
-        stamps = [newest_commit_ts(t, states[t.source].snapshot_id or 0) for t in tables]
+        stamps = [newest_commit_ts(t, sid) for t in tables if (sid := states[t.source].snapshot_id) is not None]
         commit_ts = max((s for s in stamps if s), default=None)
     return Cut(bound.kind, bound.position, bound.position_text, commit_ts,
                {name: sid for name, sid in snapshots.items() if sid is not None}), []  # fmt: skip
