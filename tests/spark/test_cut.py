@@ -15,9 +15,11 @@ from cdclake.context import Engine
 from cdclake.dms.progress import PROGRESS_KEY, CaptureProgress, TableProgress
 from cdclake.dms.writer import change_sequence, write_csv
 from cdclake.engine.run import run
+from cdclake.errors import CdclakeError
 from cdclake.lake.committer import IcebergCommitter
 from cdclake.lake.cuts import CUTS_TABLE, latest_cut, tagged_snapshot
 from cdclake.lake.tables import SilverTable, table_exists
+from cdclake.shells.query import at_cut, run_query
 from configs import keyed_tables
 
 pytestmark = pytest.mark.spark
@@ -92,6 +94,17 @@ def test_a_round_stops_at_the_progress_record_and_a_quiet_table_is_at_the_cut(
     assert later.snapshots["b"] == cut.snapshots["b"] and later.snapshots["a"] != cut.snapshots["a"]
     assert _names(engine, "a", later.snapshots["a"]) == ["a2"]
     assert later.position > cut.position and _tags(engine) == dict(later.snapshots)
+    # AND `query --cut` reads the tables at the latest cut, `--cut T` at the newest cut at or before T
+    db = engine.config.database
+    sql = f"SELECT a.name AS a, b.name AS b FROM {db}.a JOIN silver.{db}.b ON {db}.a.id = b.id"
+    for at, expected in ((None, "a2,b1"), ("2024-01-02 00:00:01.500000", "a1,b1")):
+        rewritten = at_cut(engine.spark, sql, engine.catalog, db, at)
+        assert run_query(engine.spark, rewritten.sql, "csv", None).text.splitlines() == ["a,b", expected]
+        for view in rewritten.views:
+            engine.spark.catalog.dropTempView(view)
+    assert "the newest cut at or before" in rewritten.note
+    with pytest.raises(CdclakeError, match="at or before 2024-01-01"):
+        at_cut(engine.spark, sql, engine.catalog, db, "2024-01-01 00:00:00.000000")
     # AND a run with nothing new publishes nothing new
     assert run(engine).checked().cut == "at 2024-01-02 00:00:02.000000 (LSN 0/2), unchanged"
     rows = engine.spark.table(f"silver.{engine.config.database}.{CUTS_TABLE}").count()
