@@ -232,6 +232,7 @@ class CutRounds:
         # every table of the database takes part, also those a ``--tables`` run leaves alone
         self.tables = [t for t in engine.config.tables if skip_reason(t) is None]
         self.tags_checked = False  # the tags were found at the latest record (once per loop, or after a failure)
+        self.commit_ts: str | None = None  # T of the cut the last round ended at (None: it ended at none)
 
     def bound(
         self, listing: Callable[[], BronzeListing], announce: Callable[[list[str]], object] | None = None
@@ -247,6 +248,7 @@ class CutRounds:
         """Publish the cut the round ended at, if it is a new one; the report's line. A table the
         round did not work (``--tables``) is judged by its state read now. Never raises: a cut not
         published leaves the previous one standing, and the line says why."""
+        self.commit_ts = None
         if bound.kind == NONE:
             return f"none: {bound.why_none}"
         try:
@@ -283,8 +285,10 @@ class CutRounds:
             if new.position == latest.position or (
                 new.commit_ts == latest.commit_ts and new.snapshots == latest.snapshots
             ):
+                self.commit_ts = latest.commit_ts
                 return f"at {latest.commit_ts} ({latest.position_text}), unchanged"
         publish_cut(spark, catalog, database, new, engine.committer)
+        self.commit_ts = new.commit_ts
         log.info("cut published commit_ts=%s position=%s tables=%d", new.commit_ts, new.position_text,
                  len(new.snapshots))  # fmt: skip
         return f"at {new.commit_ts} ({new.position_text}): {len(new.snapshots)} tables"

@@ -35,6 +35,7 @@ def run(engine: Engine, tables: Sequence[TableConfig] | None = None) -> RunRepor
     bound = cuts.bound(lambda: list_all(engine))  # its record read first, then bronze listed
     report, states = apply_pending(engine, bound.listing, tables)
     report.cut = cuts.settle(bound, states)
+    report.cut_commit_ts = cuts.commit_ts
     warn(report)
     return report
 
