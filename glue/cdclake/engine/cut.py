@@ -277,6 +277,7 @@ class CutRounds:
             repair_tags(spark, catalog, database, latest, engine.committer)  # mends a crash among the tags
         self.tags_checked = True
         if cut is None:
+            log.info("no new cut: %s", "; ".join(reasons))
             return "no new cut: " + "; ".join(reasons)
         new = PublishedCut.of(cut)
         if latest is not None and latest.kind == new.kind:

@@ -78,11 +78,14 @@ def _follow(engine: Engine, settings: CliSettings) -> int:
         poll_seconds=options.poll_interval, idle_seconds=options.idle_exit, max_run_seconds=options.max_run
     )
 
+    said_cut = [""]
+
     def each_round(done: Round) -> None:
         for table in done.report.tables:
             print(table.summary(), flush=True)
-        if done.report.cut:
+        if done.report.cut and done.report.cut != said_cut[-1]:  # said once, not every idle round
             print(f"cut: {done.report.cut}", flush=True)
+            said_cut.append(done.report.cut)
         for line in done.report.problems():
             print(f"cdclake: {line}", file=sys.stderr, flush=True)
 
