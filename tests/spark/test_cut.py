@@ -10,17 +10,21 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from pyiceberg.table import StaticTable
 
+from cdclake.config import parse_config
 from cdclake.context import Engine
 from cdclake.dms.progress import PROGRESS_KEY, CaptureProgress, TableProgress
 from cdclake.dms.writer import change_sequence, write_csv
 from cdclake.engine.run import run
 from cdclake.errors import CdclakeError
+from cdclake.gold.run import refresh_marts
 from cdclake.lake.committer import IcebergCommitter
 from cdclake.lake.cuts import CUTS_TABLE, latest_cut, tagged_snapshot
 from cdclake.lake.tables import SilverTable, table_exists
 from cdclake.shells.query import at_cut, run_query
 from configs import keyed_tables
+from readers import newest_metadata_file
 
 pytestmark = pytest.mark.spark
 
@@ -105,6 +109,20 @@ def test_a_round_stops_at_the_progress_record_and_a_quiet_table_is_at_the_cut(
     assert "the newest cut at or before" in rewritten.note
     with pytest.raises(CdclakeError, match="at or before 2024-01-01"):
         at_cut(engine.spark, sql, engine.catalog, db, "2024-01-01 00:00:00.000000")
+    # AND a consistent mart over both is computed at the published cut (second 2): from the tables' own commit
+    # times alone the newest moment both reached exactly is second 1 (b's last batch ended there)
+    mart = "marts:\n  - name: pair\n    consistent: true\n    sql: SELECT a.name AS a, b.name AS b"
+    config = parse_config(CONFIG + mart + " FROM cdclake.a a JOIN cdclake.b b ON a.id = b.id\n", "cut.yaml")
+    with_mart = replace(engine, config=replace(config.in_database(db), bronze=engine.config.bronze))
+    refreshed = refresh_marts(with_mart)
+    assert [r.reason for r in refreshed] == ["consistent cut at 2024-01-02 00:00:02.000000"], refreshed
+    rows = engine.spark.table(f"silver.{db}_gold.pair").collect()
+    assert [(r["a"], r["b"]) for r in rows] == [("a2", "b1")]
+    # AND the tag reads as the docs say: by Spark (VERSION AS OF the tag) and by pyiceberg (the metadata's refs)
+    tagged = engine.spark.sql(f"SELECT name FROM silver.{db}.a VERSION AS OF 'cdclake_cut'").collect()
+    assert [r["name"] for r in tagged] == ["a2"]
+    metadata = StaticTable.from_metadata(str(newest_metadata_file(engine.spark, f"silver.{db}.b"))).metadata
+    assert metadata.refs["cdclake_cut"].snapshot_id == later.snapshots["b"]
     # AND a run with nothing new publishes nothing new
     assert run(engine).checked().cut == "at 2024-01-02 00:00:02.000000 (LSN 0/2), unchanged"
     rows = engine.spark.table(f"silver.{engine.config.database}.{CUTS_TABLE}").count()
