@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 CDCLAKE_PREFIX = CDCLAKE_KEYS  # bronze keys of cdclake's own, never DMS files
 PROGRESS_KEY = CDCLAKE_PREFIX + "capture-progress.json"
 FORMAT = 1
+MAX_RECORD_BYTES = 64 << 20  # far above a record of thousands of tables (about 200 bytes each)
 
 
 @dataclass(frozen=True)
@@ -88,10 +89,10 @@ class CaptureProgress:
 
 def read_progress(store: BronzeStore) -> CaptureProgress | None:
     """The progress record in ``store`` (None: no capture writes one there, e.g. AWS DMS)."""
-    size = store.size(PROGRESS_KEY)
-    if size is None:
+    if store.size(PROGRESS_KEY) is None:
         return None
-    text = store.read_head(PROGRESS_KEY, size + 1).decode("utf-8")
+    # Read whole, whatever its size now: capture may have replaced it (atomically) since it was sized.
+    text = store.read_head(PROGRESS_KEY, MAX_RECORD_BYTES).decode("utf-8")
     try:
         return CaptureProgress.from_json(text)
     except (ValueError, KeyError, TypeError) as exc:
