@@ -109,7 +109,8 @@ def test_function_code_is_strictly_typed(function: str) -> None:
 
 # ------------------------------------------------------------------------------------------ observability
 PIPELINE_METRICS = ["FilesApplied", "BytesApplied", "RowsInserted", "RowsUpdated", "RowsDeleted", "TablesFailed",
-                    "FilesQuarantined", "FreshnessLagSeconds", "BacklogFiles", "BacklogBytes"]  # fmt: skip
+                    "FilesQuarantined", "FreshnessLagSeconds", "BacklogFiles", "BacklogBytes",
+                    "CutLagSeconds"]  # fmt: skip
 VERIFY_METRICS = ["TablesDiffering", "RowsDiffering", "TablesSkipped", "TablesVerified", "TablesLagging"]  # verify's
 
 

@@ -34,7 +34,7 @@ PROD = MetricsTarget("cdclake", "prod")
 PIPELINE_NAMES = {
     "FilesApplied", "BytesApplied", "RowsInserted", "RowsUpdated", "RowsDeleted", "TablesFailed",
     "FilesQuarantined", "FreshnessLagSeconds", "BacklogFiles", "BacklogBytes",
-}  # fmt: skip
+}  # fmt: skip  # and CutLagSeconds, only for a run that ended at a consistent cut
 TABLE_NAMES = {
     "RowsInserted", "RowsUpdated", "RowsDeleted", "RowsIgnoredLate", "RowsQuarantined", "FilesQuarantined",
     "FilesApplied", "BytesApplied", "BatchSeconds", "FreshnessLagSeconds",
@@ -362,3 +362,15 @@ def test_publish_sends_the_metrics_to_cloudwatch(aws_credentials: None) -> None:
     assert pipeline == PIPELINE_NAMES
     assert hosts == TABLE_NAMES
     assert len(metrics) == 20
+
+
+def test_cut_lag_is_now_minus_the_cut_source_commit_time_and_absent_without_a_cut() -> None:
+    # GIVEN a run that ended at a cut whose source commit time is 90 s before now, and one that ended at none
+    at_cut = RunReport(cut="at 2024-03-01 11:58:30.000000 (LSN 0/1): 2 tables", cut_commit_ts="2024-03-01 11:58:30")
+    no_cut = RunReport(cut="no new cut: s.a: s/a/x.csv is not applied yet")
+    # WHEN turned into metric data
+    values = _values(metric_data(at_cut, PROD, NOW))
+    names = {e["MetricName"] for e in metric_data(no_cut, PROD, NOW)}
+    # THEN CutLagSeconds is the cut's age, and not made up without a cut
+    assert values["CutLagSeconds"] == (90.0, "Seconds")
+    assert "CutLagSeconds" not in names

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 MULTI_TABLE = "*"  # the schema of a transaction-ordered file that holds rows of several tables
+CDCLAKE_KEYS = "_cdclake/"  # bronze keys of cdclake's own (``dms.progress``), never DMS files
 
 
 class FileKind(Enum):
@@ -138,6 +139,8 @@ def classify(keys_and_sizes: Iterable[tuple[str, int]], transaction_path: str | 
     files: list[BronzeFile] = []
     unrecognised: list[str] = []
     for key, size in keys_and_sizes:
+        if key.startswith(CDCLAKE_KEYS):
+            continue  # cdclake's own (a capture's progress record: ``dms.progress``), not a DMS file
         try:
             files.append(parse_key(key, size, transaction_path))
         except UnrecognisedKey as exc:

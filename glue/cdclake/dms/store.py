@@ -142,6 +142,8 @@ class LocalBronze:
                     continue
                 try:
                     size = path.stat().st_size
+                except FileNotFoundError:
+                    continue  # gone since its folder was read (a writer's temporary file, renamed): not listed
                 except OSError as exc:
                     raise BronzeError(f"The bronze file {path} cannot be read: {exc.strerror}.") from None
                 yield key, size

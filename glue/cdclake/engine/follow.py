@@ -42,6 +42,7 @@ from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind, parse_key
 from cdclake.dms.index import BronzeIndex, folder_of
+from cdclake.engine.cut import CutRounds
 from cdclake.engine.run import apply_pending, listing_starts, unconfigured_sources, warn
 from cdclake.engine.select import TableState, skip_reason
 from cdclake.engine.silence import SilenceEdges
@@ -226,6 +227,7 @@ class Follower:
         # between relists starts after each folder's newest key, so it cannot show a file that landed
         # late below it)
         self.relisted_at = datetime.now(UTC).replace(tzinfo=None)
+        self.cuts = CutRounds(engine)  # each round's bound, and the cut it ended at (``engine.cut``)
 
     def run(
         self, on_round: Callable[[Round], None] | None = None, until: Callable[[Round], str] | None = None
@@ -272,7 +274,8 @@ class Follower:
         round's outcome."""
         started = time.monotonic()
         vouched = {s: state for s, state in self.states.items() if s not in self.unvouched}
-        report, touched = self.apply(self.engine, self.index.listing(), due, vouched)
+        bound = self.cuts.bound(self.index.listing, self._index_named)
+        report, touched = self.apply(self.engine, bound.listing, due, vouched)
         self.states.update(touched)
         for table in report.tables:
             self.reopened.get(table.table, set()).difference_update(table.applied_files)
@@ -281,6 +284,8 @@ class Follower:
                 self.states[source] = self.states[source].reopened(keys)
         self.unvouched -= touched.keys()
         self.unvouched |= {f.table for f in report.failures} | {t.table for t in report.tables if t.load_pending}
+        report.cut = self.cuts.settle(bound, {s: st for s, st in self.states.items() if s not in self.unvouched})
+        report.cut_commit_ts = self.cuts.commit_ts
         self.index.forget_applied(self.applied)
         if self.outcome.rounds == 0:
             if not self.settings.sweep and self.apply == self._apply_pending:
@@ -334,6 +339,14 @@ class Follower:
         if self.apply != self._apply_pending:
             return {}
         return read_states(self.engine, self.selected, whole=self.settings.sweep)
+
+    def _index_named(self, keys: list[str]) -> None:
+        """Index the files a cut's bound names that the index lacks and no table applied yet."""
+        missing = [
+            k for k in keys if k not in self.index.files and not any(k in s.applied for s in self.states.values())
+        ]
+        if missing:
+            self.index.announce(missing)
 
     def _relist(self) -> set[str]:
         """List bronze from the tables' watermarks again (what other processes did meanwhile, events

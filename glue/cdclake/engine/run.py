@@ -17,6 +17,7 @@ from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind
 from cdclake.dms.index import list_from
 from cdclake.dms.store import list_bronze
+from cdclake.engine.cut import CutRounds
 from cdclake.engine.select import ReplaySelection, TableState, files_from_keys, group_by_table, skip_reason
 from cdclake.engine.turn import HeldFiles, LoadStep, TableWork, read_states, run_tables
 from cdclake.errors import ConfigError
@@ -96,10 +97,16 @@ def run(engine: Engine, tables: Sequence[TableConfig] | None = None, sweep: bool
     reconciliation instead: all of bronze listed, every ledger read whole (past its checkpoints),
     so a file that landed later than the look-back below a watermark, and unconfigured tables,
     are found."""
-    states = read_states(engine, selected_tables(engine, tables), whole=sweep)
+    selected = selected_tables(engine, tables)
+    states = read_states(engine, selected, whole=sweep)
     listed_at = datetime.now(UTC).replace(tzinfo=None)
-    listing = list_all(engine) if sweep else list_since(engine, selected_tables(engine, tables), states)
-    report, _ = apply_pending(engine, listing, tables, states=states, listed_at=listed_at)
+    # ... up to the cut's bound (``engine.cut``): its record read first, then bronze listed; then the cut the
+    # run ended at, published
+    cuts = CutRounds(engine)
+    bound = cuts.bound(lambda: list_all(engine) if sweep else list_since(engine, selected, states))
+    report, after = apply_pending(engine, bound.listing, tables, states=states, listed_at=listed_at)
+    report.cut = cuts.settle(bound, after)
+    report.cut_commit_ts = cuts.commit_ts
     if not sweep:
         report.unconfigured = sorted(set(report.unconfigured) | set(unconfigured_sources(engine)))
     warn(report)

@@ -53,7 +53,9 @@ def write_time(file: BronzeFile) -> datetime | None:
     """A CDC file's write time, from its DMS name (``YYYYMMDD-HHMMSSmmm``); None for a LOAD file."""
     if file.kind is not FileKind.CDC:
         return None
-    return datetime.strptime(file.sort_key[2], "%Y%m%d-%H%M%S%f").replace(tzinfo=UTC)
+    stamp = file.sort_key[2]  # the seconds, then their fraction (capture's names add the commit LSN after it)
+    moment = datetime.strptime(stamp[:15], "%Y%m%d-%H%M%S").replace(tzinfo=UTC)
+    return moment.replace(microsecond=int(stamp[15:21].ljust(6, "0")))
 
 
 def expected_gap(times: Sequence[datetime]) -> timedelta | None:

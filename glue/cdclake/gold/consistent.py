@@ -10,14 +10,16 @@ it is complete up to (``cdclake.latest-commit-ts``; along the lineage, the runni
   t holds every change up to t and none after it.
 
 T is the latest time that every table without history has a snapshot at and every table with history
-has reached. When there is none yet (the tables' batches never ended at the same source commit), the
-mart waits: it keeps its content and the refresh says what it waits for. Always a full recompute.
+has reached, or the database's published cut (``engine.cut``: every silver table at one source
+moment, quiet tables included) when it is at least as late and holds every table the mart reads.
+When there is none yet (the tables' batches never ended at the same source commit), the mart waits:
+it keeps its content and the refresh says what it waits for. Always a full recompute.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from cdclake.errors import first_line
@@ -73,6 +75,20 @@ def _timeline(spark: SparkSession, name: str, table: SilverTable, history: Silve
     return SourceTimeline(name, table, reached, history)
 
 
+def _published_cut(engine: Engine, timelines: list[SourceTimeline]) -> tuple[str, dict[str, int]] | None:
+    """The database's latest published cut (``lake.cuts``) as (T, snapshot id by the mart's name of each
+    table), when it holds every table the mart reads and has a source commit time; else None."""
+    from cdclake.lake.cuts import latest_cut
+
+    database = engine.config.database
+    if any(t.table.database != database for t in timelines):
+        return None  # a mart reading another mart: not in the silver database's cut
+    cut = latest_cut(engine.spark, engine.catalog, database)
+    if cut is None or cut.commit_ts is None or any(t.table.name not in cut.snapshots for t in timelines):
+        return None
+    return cut.commit_ts, {t.name: cut.snapshots[t.table.name] for t in timelines}
+
+
 def _as_of(spark: SparkSession, history: SilverTable, cut: str) -> DataFrame:
     """A table's rows as they were at source commit time ``cut``, from its history."""
     from cdclake.lake.history import HISTORY_COLUMNS
@@ -101,6 +117,11 @@ def refresh_consistent(engine: Engine, mart: MartConfig, label: str, started: fl
             history = None
         timelines.append(_timeline(spark, name, table, history))
     cut = choose_cut(timelines)
+    published = _published_cut(engine, timelines)
+    if published is not None and (cut is None or published[0] >= cut):
+        cut = published[0]
+        # every table at the published cut's snapshot (``engine.cut``): history is not needed
+        timelines = [replace(t, history=None, reached=[(published[1][t.name], cut)]) for t in timelines]
     if cut is None:
         reached = ", ".join(f"{t.name} at {t.reached[-1][1] if t.reached else 'no CDC commit'}" for t in timelines)
         return gold.MartRefresh(

@@ -99,3 +99,8 @@ class IcebergCommitter:
         """Take one step of finishing a staged full load (``engine.commit.FULL_LOAD_STEPS``: each a
         commit or a metadata change), in the engine's order."""
         take()
+
+    def cut_step(self, step: str, take: Callable[[], None]) -> None:
+        """Take one step of publishing a consistent cut (``lake.cuts.publish_cut``: ``record``, then
+        ``tag <table>`` for each table), in that order."""
+        take()

@@ -53,6 +53,7 @@ PIPELINE_METRICS = (
     "FreshnessLagSeconds",  # when a batch of the run knows its newest source commit
     "BacklogFiles",  # when the caller gives a backlog
     "BacklogBytes",
+    "CutLagSeconds",  # when the run ended at a consistent cut (``engine.cut``): now minus its source commit time
 )
 
 
@@ -135,6 +136,9 @@ def pipeline_metric_data(
         values.append(("FreshnessLagSeconds", lag, "Seconds"))
     if backlog is not None:
         values += [("BacklogFiles", backlog.files, "Count"), ("BacklogBytes", backlog.bytes, "Bytes")]
+    cut_lag = freshness_lag(report.cut_commit_ts, now)
+    if cut_lag is not None:
+        values.append(("CutLagSeconds", cut_lag, "Seconds"))
     return [_entry(name, value, unit, dimensions, now) for name, value, unit in values]
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cdclake.errors import CdclakeError, spark_error_sentence
+from cdclake.mart_sql import substitute_tables
 from cdclake.shells.output import format_rows
 
 if TYPE_CHECKING:
@@ -77,3 +78,41 @@ def run_query(spark: SparkSession, sql: str, style: str, limit: int | None) -> Q
             else f"only the first {cap} rows are printed (the table view's default); --limit 0 prints them all"
         )
     return QueryOutput(format_rows(frame.columns, [list(r) for r in rows], style), note)
+
+
+@dataclass(frozen=True)
+class CutQuery:
+    """A statement rewritten to read every table of a published cut at the cut's snapshot."""
+
+    sql: str
+    note: str  # for stderr: which cut was read
+    views: tuple[str, ...]  # the temporary views it reads (dropped by ``drop``)
+
+
+def at_cut(spark: SparkSession, sql: str, catalog: str, database: str, at: str | None) -> CutQuery:
+    """``sql`` with each table of the latest cut (``at`` None) or of the newest cut whose source commit
+    time is at or before ``at`` read at that cut's snapshot (``lake.cuts``); other tables as they are."""
+    from cdclake.identifiers import quote
+    from cdclake.lake.cuts import CUTS_TABLE, cut_at_or_before, latest_cut
+
+    cut = latest_cut(spark, catalog, database) if at is None else cut_at_or_before(spark, catalog, database, at)
+    if cut is None:
+        where = f"{database}.{CUTS_TABLE}"
+        raise CdclakeError(
+            f"No consistent cut is recorded in {where} yet: `cdclake run` publishes one when bronze proves it "
+            "(its last line says why not)"
+            if at is None
+            else f"No consistent cut in {where} has a source commit time at or before {at}."
+        )
+    # Each view is named as its table, so the statement's bare table names (``FROM db.t`` with
+    # ``t.col``, or ``db.t.col``) still name it; the command's session holds no other temporary view.
+    views = {}
+    for name, snapshot_id in sorted(cut.snapshots.items()):
+        view = quote(name)
+        identifier = f"{quote(catalog)}.{quote(database)}.{quote(name)}"
+        spark.sql(f"SELECT * FROM {identifier} VERSION AS OF {int(snapshot_id)}").createOrReplaceTempView(view)
+        views[f"{database}.{name}"] = view
+    note = f"read at the cut {cut.commit_ts} ({cut.position_text})"
+    if at is not None and cut.commit_ts != at:
+        note += f": the newest cut at or before {at}"
+    return CutQuery(substitute_tables(sql, views, catalog), note, tuple(views.values()))

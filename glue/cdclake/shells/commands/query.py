@@ -30,6 +30,14 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         parser, 'table: for a terminal; csv: NULL as an empty field, the empty string as ""; json: one object per line'
     )
     parser.add_argument(
+        "--cut",
+        nargs="?",
+        const="",
+        metavar="T",
+        help="read every table of the silver database at its latest consistent cut (cdclake_cuts), or at the "
+        "newest cut whose source commit time is at or before T (yyyy-MM-dd HH:mm:ss.ffffff, UTC)",
+    )
+    parser.add_argument(
         "--limit",
         type=_row_count,
         default=None,
@@ -43,7 +51,19 @@ def _query(engine: Engine, settings: CliSettings) -> int:
     from cdclake.shells.query import run_query
 
     options = settings.options
-    output = run_query(engine.spark, options.sql, options.format, options.limit)
+    sql: str = options.sql
+    views: tuple[str, ...] = ()
+    if options.cut is not None:
+        from cdclake.shells.query import at_cut
+
+        rewritten = at_cut(engine.spark, sql, engine.catalog, engine.config.database, options.cut or None)
+        sql, views = rewritten.sql, rewritten.views
+        print(f"cdclake: {rewritten.note}", file=sys.stderr)
+    try:
+        output = run_query(engine.spark, sql, options.format, options.limit)
+    finally:
+        for view in views:
+            engine.spark.catalog.dropTempView(view)
     print(output.text, end="")
     if output.note:
         print(f"cdclake: {output.note}", file=sys.stderr)

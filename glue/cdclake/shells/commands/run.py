@@ -26,6 +26,8 @@ def print_report(report: RunReport) -> int:
         print("nothing to apply")
     if line := report.no_files_line():
         print(line)
+    if report.cut:
+        print(f"cut: {report.cut}")
     for line in report.problems():
         print(f"cdclake: {line}", file=sys.stderr)
     return report.exit_code
@@ -85,9 +87,14 @@ def _follow(engine: Engine, settings: CliSettings) -> int:
         sweep=options.sweep,
     )
 
+    said_cut = [""]
+
     def each_round(done: Round) -> None:
         for table in done.report.tables:
             print(table.summary(), flush=True)
+        if done.report.cut and done.report.cut != said_cut[-1]:  # said once, not every idle round
+            print(f"cut: {done.report.cut}", flush=True)
+            said_cut.append(done.report.cut)
         for line in done.report.problems():
             print(f"cdclake: {line}", file=sys.stderr, flush=True)
 

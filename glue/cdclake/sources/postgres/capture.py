@@ -9,10 +9,12 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from cdclake.config import parse_config
 from cdclake.dms.layout import DMS_OP_COLUMN
+from cdclake.dms.progress import PROGRESS_KEY, CaptureProgress, TableProgress
 from cdclake.dms.writer import Value, csv_text
 from cdclake.sources.postgres.catalog import (
     SourceColumn,
@@ -129,6 +131,10 @@ class ChangeCapture:
         self.report = CaptureReport()
         self.transaction: _Transaction | None = None
         self.new_commits = 0
+        # the progress record last written (``dms.progress``): its commit time never goes back
+        progress_file = settings.bronze / PROGRESS_KEY
+        self.progress = CaptureProgress.from_json(progress_file.read_text("utf-8")) if progress_file.exists() else None
+        self.last_commit_ts = self.progress.commit_ts if self.progress else None
 
     def _confirmed_lsn(self) -> int:
         with self.conn.cursor() as cur:
@@ -306,6 +312,7 @@ class ChangeCapture:
             if self.buffered_since is None:
                 self.buffered_since = time.monotonic()
         self.through_lsn = message.end_lsn
+        self.last_commit_ts = max(filter(None, (self.last_commit_ts, txn.commit_ts)))
         if any(size >= self.settings.min_file_size for size in self.buffer_bytes.values()):
             self.flush()
 
@@ -354,7 +361,37 @@ class ChangeCapture:
         for table in sorted(self.buffers):
             self._write_table(table)
         self.buffered_since = None
+        self.write_progress()
         self.confirm(self.through_lsn)
+
+    # ----------------------------------------------------------------- progress (``dms.progress``)
+
+    def write_progress(self) -> None:
+        """Record in bronze that every change committed up to ``through_lsn`` is there, with every
+        captured table's newest file (changed or not). Called only with nothing buffered, after the
+        files are durable; written only when it says something new."""
+        if self.buffers:
+            return
+        bronze = self.settings.bronze
+        tables = {}
+        for name in self.tables:
+            folder = self.folders[name]
+            newest = (
+                str((folder.path / f"{folder.last_stamp}{folder.durable_lsn:020d}.csv").relative_to(bronze))
+                if folder.last_stamp
+                else None
+            )
+            held = self.state.held.get(name)
+            tables[name] = TableProgress(
+                newest, self.state.load_lsns.get(name, 0), held[1] if held else None, name in self.state.reloads
+            )
+        lsn = max(self.through_lsn, self.progress.position if self.progress else 0)
+        record = CaptureProgress(lsn, format_lsn(lsn), self.last_commit_ts, tables)
+        if self.progress is not None and replace(self.progress, written_at="") == record:
+            return
+        stamped = replace(record, written_at=datetime.now(UTC).isoformat())
+        write_durably(bronze / PROGRESS_KEY, stamped.to_json().encode("utf-8"))
+        self.progress = record
 
     def confirm(self, lsn: int) -> None:
         """Move the slot to ``lsn`` (everything committed before it is durable in bronze)."""
@@ -386,6 +423,7 @@ class ChangeCapture:
         if not self.buffers:
             # Every commit up to wal_end has been seen and nothing is waiting to be written.
             self.through_lsn = max(self.through_lsn, wal_end)
+            self.write_progress()
             self.confirm(self.through_lsn)
         return self.new_commits - seen
 

@@ -1,0 +1,181 @@
+"""The consistent cut's bound, record and tags (``engine.cut``, ``lake.cuts``), with a capture progress
+record written by hand: a round applies nothing past it, a quiet table is at the cut with its old
+snapshot, a crash before the record or among the tags leaves the previous cut whole and the next
+round mends the tags, and bronze without a progress record has no cut and says what would give one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from pyiceberg.table import StaticTable
+
+from cdclake.config import parse_config
+from cdclake.context import Engine
+from cdclake.dms.progress import PROGRESS_KEY, CaptureProgress, TableProgress
+from cdclake.dms.writer import change_sequence, write_csv
+from cdclake.engine.run import run
+from cdclake.errors import CdclakeError
+from cdclake.gold.run import refresh_marts
+from cdclake.lake.committer import IcebergCommitter
+from cdclake.lake.cuts import CUTS_TABLE, latest_cut, tagged_snapshot
+from cdclake.lake.tables import SilverTable, table_exists
+from cdclake.shells.query import at_cut, run_query
+from configs import keyed_tables
+from readers import newest_metadata_file
+
+pytestmark = pytest.mark.spark
+
+CONFIG = keyed_tables("s.a", "s.b", bronze="timestamp_column: ts, change_sequence_column: seq")
+
+
+def _cdc(bronze: Path, table: str, second: int, rows: list[tuple[str, int, str]]) -> str:
+    """A CDC file of (op, id, name) rows committed at ``second``, named as capture names them; its key."""
+    ts = f"2024-01-02 00:00:{second:02d}.000000"
+    records = [[op, ts, str(ident), name, change_sequence(ts, n)] for n, (op, ident, name) in enumerate(rows)]
+    key = f"s/{table}/20240102-00{second:02d}000000{second:020d}.csv"
+    write_csv(bronze / key, records)
+    return key
+
+
+def _progress(bronze: Path, second: int, newest: dict[str, str | None]) -> None:
+    """The progress record a capture writes: every change committed up to ``second`` is in bronze."""
+    tables = {f"s.{t}": TableProgress(key) for t, key in newest.items()}
+    record = CaptureProgress(second, f"0/{second:X}", f"2024-01-02 00:00:{second:02d}.000000", tables)
+    (bronze / PROGRESS_KEY).parent.mkdir(parents=True, exist_ok=True)
+    (bronze / PROGRESS_KEY).write_text(record.to_json(), "utf-8")
+
+
+def _names(engine: Engine, table: str, snapshot_id: int) -> list[str]:
+    identifier = SilverTable(engine.catalog, engine.config.database, table).identifier
+    return sorted(
+        r[0] for r in engine.spark.sql(f"SELECT name FROM {identifier} VERSION AS OF {snapshot_id}").collect()
+    )
+
+
+def _tags(engine: Engine) -> dict[str, int | None]:
+    return {t: tagged_snapshot(engine.spark, SilverTable(engine.catalog, engine.config.database, t)) for t in "ab"}
+
+
+class CrashAt(IcebergCommitter):
+    """A committer killed just before one step of publishing a cut (``record``, ``tag <table>``)."""
+
+    def __init__(self, step: str) -> None:
+        self.step = step
+
+    def cut_step(self, step: str, take: Callable[[], None]) -> None:
+        if step == self.step:
+            raise RuntimeError(f"the job was killed before the cut's {step}")
+        take()
+
+
+def test_a_round_stops_at_the_progress_record_and_a_quiet_table_is_at_the_cut(
+    make_engine: Callable[..., Engine], tmp_path: Path
+) -> None:
+    bronze = tmp_path / "bronze"
+    engine = make_engine(CONFIG)
+    # GIVEN both tables' first changes, a progress record at second 1, and a file of a written after it
+    a1, b1 = _cdc(bronze, "a", 1, [("I", 1, "a1")]), _cdc(bronze, "b", 1, [("I", 1, "b1")])
+    _progress(bronze, 1, {"a": a1, "b": b1})
+    _cdc(bronze, "a", 2, [("U", 1, "a2")])
+    # WHEN the run applies
+    first = run(engine).checked()
+    # THEN it applied no file past the record, and the cut is at second 1 with both tables
+    cut = latest_cut(engine.spark, engine.catalog, engine.config.database)
+    assert first.cut == "at 2024-01-02 00:00:01.000000 (LSN 0/1): 2 tables", first.cut
+    assert cut is not None and cut.commit_ts == "2024-01-02 00:00:01.000000"
+    assert _names(engine, "a", cut.snapshots["a"]) == ["a1"] and _names(engine, "b", cut.snapshots["b"]) == ["b1"]
+    assert engine.spark.table(f"silver.{engine.config.database}.a").collect()[0]["name"] == "a1"
+    assert _tags(engine) == dict(cut.snapshots)
+    # WHEN the record moves to second 2, the quiet table b having nothing new
+    _progress(bronze, 2, {"a": "s/a/20240102-0002000000" + f"{2:020d}.csv", "b": b1})
+    second = run(engine).checked()
+    # THEN the cut is at second 2: a at its new snapshot, b at the one it had
+    later = latest_cut(engine.spark, engine.catalog, engine.config.database)
+    assert later is not None and second.cut is not None and second.cut.startswith("at 2024-01-02 00:00:02"), second.cut
+    assert later.snapshots["b"] == cut.snapshots["b"] and later.snapshots["a"] != cut.snapshots["a"]
+    assert _names(engine, "a", later.snapshots["a"]) == ["a2"]
+    assert later.position > cut.position and _tags(engine) == dict(later.snapshots)
+    # AND `query --cut` reads the tables at the latest cut, `--cut T` at the newest cut at or before T
+    db = engine.config.database
+    sql = f"SELECT a.name AS a, b.name AS b FROM {db}.a JOIN silver.{db}.b ON {db}.a.id = b.id"
+    for at, expected in ((None, "a2,b1"), ("2024-01-02 00:00:01.500000", "a1,b1")):
+        rewritten = at_cut(engine.spark, sql, engine.catalog, db, at)
+        assert run_query(engine.spark, rewritten.sql, "csv", None).text.splitlines() == ["a,b", expected]
+        for view in rewritten.views:
+            engine.spark.catalog.dropTempView(view)
+    assert "the newest cut at or before" in rewritten.note
+    with pytest.raises(CdclakeError, match="at or before 2024-01-01"):
+        at_cut(engine.spark, sql, engine.catalog, db, "2024-01-01 00:00:00.000000")
+    # AND a consistent mart over both is computed at the published cut (second 2): from the tables' own commit
+    # times alone the newest moment both reached exactly is second 1 (b's last batch ended there)
+    mart = "marts:\n  - name: pair\n    consistent: true\n    sql: SELECT a.name AS a, b.name AS b"
+    config = parse_config(CONFIG + mart + " FROM cdclake.a a JOIN cdclake.b b ON a.id = b.id\n", "cut.yaml")
+    with_mart = replace(engine, config=replace(config.in_database(db), bronze=engine.config.bronze))
+    refreshed = refresh_marts(with_mart)
+    assert [r.reason for r in refreshed] == ["consistent cut at 2024-01-02 00:00:02.000000"], refreshed
+    rows = engine.spark.table(f"silver.{db}_gold.pair").collect()
+    assert [(r["a"], r["b"]) for r in rows] == [("a2", "b1")]
+    # AND the tag reads as the docs say: by Spark (VERSION AS OF the tag) and by pyiceberg (the metadata's refs)
+    tagged = engine.spark.sql(f"SELECT name FROM silver.{db}.a VERSION AS OF 'cdclake_cut'").collect()
+    assert [r["name"] for r in tagged] == ["a2"]
+    metadata = StaticTable.from_metadata(str(newest_metadata_file(engine.spark, f"silver.{db}.b"))).metadata
+    assert metadata.refs["cdclake_cut"].snapshot_id == later.snapshots["b"]
+    # AND a run with nothing new publishes nothing new
+    assert run(engine).checked().cut == "at 2024-01-02 00:00:02.000000 (LSN 0/2), unchanged"
+    rows = engine.spark.table(f"silver.{engine.config.database}.{CUTS_TABLE}").count()
+    assert rows == 2 * 2  # two cuts, a row per table each
+
+
+@pytest.mark.parametrize("step", ["record", "tag b"])
+def test_a_crash_while_publishing_leaves_the_previous_cut_whole_and_the_next_round_mends_the_tags(
+    make_engine: Callable[..., Engine], tmp_path: Path, step: str
+) -> None:
+    bronze = tmp_path / "bronze"
+    engine = make_engine(CONFIG)
+    a1, b1 = _cdc(bronze, "a", 1, [("I", 1, "a1")]), _cdc(bronze, "b", 1, [("I", 1, "b1")])
+    _progress(bronze, 1, {"a": a1, "b": b1})
+    run(engine).checked()
+    before = latest_cut(engine.spark, engine.catalog, engine.config.database)
+    assert before is not None
+    # GIVEN a transfer from a to b in one source transaction at second 2
+    a2, b2 = _cdc(bronze, "a", 2, [("U", 1, "a-")]), _cdc(bronze, "b", 2, [("U", 1, "b+")])
+    _progress(bronze, 2, {"a": a2, "b": b2})
+    # WHEN the job is killed just before a step of publishing the new cut
+    crashed = run(replace(engine, committer=CrashAt(step))).checked()
+    # THEN the tables hold the transfer, and the record's latest cut is either the old one whole or the new one whole
+    assert crashed.cut is not None and crashed.cut.startswith("not published"), crashed.cut
+    latest = latest_cut(engine.spark, engine.catalog, engine.config.database)
+    assert latest is not None
+    if step == "record":
+        assert latest == before and _tags(engine) == dict(before.snapshots)
+    else:
+        assert latest.commit_ts == "2024-01-02 00:00:02.000000"
+        assert _tags(engine) == {"a": latest.snapshots["a"], "b": before.snapshots["b"]}  # a reader of tags sees a mix
+    names = {t: _names(engine, t, latest.snapshots[t]) for t in "ab"}
+    assert names in ({"a": ["a1"], "b": ["b1"]}, {"a": ["a-"], "b": ["b+"]}), names
+    # WHEN the next round runs, with nothing new
+    again = run(engine).checked()
+    # THEN the cut is the new one, and every tag is at it
+    final = latest_cut(engine.spark, engine.catalog, engine.config.database)
+    assert final is not None and final.commit_ts == "2024-01-02 00:00:02.000000", again.cut
+    assert _tags(engine) == dict(final.snapshots)
+    assert {t: _names(engine, t, final.snapshots[t]) for t in "ab"} == {"a": ["a-"], "b": ["b+"]}
+
+
+def test_per_table_dms_files_have_no_cut_and_the_report_names_the_setting(
+    make_engine: Callable[..., Engine], tmp_path: Path
+) -> None:
+    # GIVEN per-table DMS files and no progress record
+    bronze = tmp_path / "bronze"
+    engine = make_engine(CONFIG)
+    _cdc(bronze, "a", 1, [("I", 1, "a1")])
+    _cdc(bronze, "b", 1, [("I", 1, "b1")])
+    # WHEN the run applies them
+    report = run(engine).checked()
+    # THEN both are applied, no cut is recorded, and the report says what would prove one
+    assert report.cut is not None and report.cut.startswith("none: ") and "PreserveTransactions" in report.cut
+    assert not table_exists(engine.spark, SilverTable(engine.catalog, engine.config.database, CUTS_TABLE))
+    assert engine.spark.table(f"silver.{engine.config.database}.a").count() == 1
