@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 if TYPE_CHECKING:
     from cdclake.lake.iceberg import IcebergTable
 
-_FILE_IO = {"py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO"}  # local files (named: pyiceberg logs a guess)
+FILE_IO = {"py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO"}  # local files (named: pyiceberg logs a guess)
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def live_rows(files: TableFiles) -> int:
     delete files apply to."""
     from pyiceberg.table import StaticTable
 
-    scan = StaticTable.from_metadata(files.metadata_location, _FILE_IO).scan(selected_fields=(files.first_column,))
+    scan = StaticTable.from_metadata(files.metadata_location, FILE_IO).scan(selected_fields=(files.first_column,))
     return int(scan.count())
 
 
@@ -51,5 +51,5 @@ def distinct_keys(files: TableFiles, key: Sequence[str]) -> int:
     """How many distinct values of the ``key`` columns the table's live rows hold."""
     from pyiceberg.table import StaticTable
 
-    keys = StaticTable.from_metadata(files.metadata_location, _FILE_IO).scan(selected_fields=tuple(key)).to_arrow()
+    keys = StaticTable.from_metadata(files.metadata_location, FILE_IO).scan(selected_fields=tuple(key)).to_arrow()
     return int(keys.group_by(list(key)).aggregate([]).num_rows)

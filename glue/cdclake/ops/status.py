@@ -11,7 +11,7 @@ from cdclake.columns import HISTORY_SUFFIX, TOMBSTONE_SUFFIX
 from cdclake.config import PipelineConfig, TableConfig, gold_database
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind
 from cdclake.dms.layout import parse_header, undeclared_header_columns
-from cdclake.dms.store import head_text, list_bronze
+from cdclake.dms.store import BronzeStore, head_text, list_bronze
 from cdclake.engine.history_sync import history_lag
 from cdclake.engine.select import TableState, load_again, unloaded_load_files
 from cdclake.errors import BadInputError, LoadFilesConflictError
@@ -426,7 +426,14 @@ def history_note(
 def _undeclared_columns(engine: Engine, table: TableConfig, held: Sequence[BronzeFile]) -> str:
     """The header columns of the table's held CSV files that its declared columns lack (as they
     are now: once declared, they are no longer listed)."""
-    settings = engine.config.bronze
+    return undeclared_columns(engine.config, engine.store, table, held)
+
+
+def undeclared_columns(
+    config: PipelineConfig, store: BronzeStore, table: TableConfig, held: Sequence[BronzeFile]
+) -> str:
+    """``_undeclared_columns`` from the configuration and bronze alone (no engine)."""
+    settings = config.bronze
     if not (settings.csv_header and table.columns):
         return ""
     names: list[str] = []
@@ -434,7 +441,7 @@ def _undeclared_columns(engine: Engine, table: TableConfig, held: Sequence[Bronz
         if file.file_format != "csv":
             continue
         try:
-            header = parse_header(head_text(engine.store, file), settings.csv_delimiter, file.key)
+            header = parse_header(head_text(store, file), settings.csv_delimiter, file.key)
         except BadInputError:
             continue  # held for another reason: status names that one
         undeclared, _ = undeclared_header_columns(settings, table, header)

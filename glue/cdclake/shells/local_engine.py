@@ -14,7 +14,7 @@ from cdclake.shells.commands import Command
 if TYPE_CHECKING:
     import argparse
 
-    from cdclake.config import TableConfig
+    from cdclake.config import PipelineConfig, TableConfig
     from cdclake.context import Engine
     from cdclake.shells.settings import CliSettings, Options
 
@@ -28,13 +28,7 @@ def open_local_engine(settings: CliSettings, config_path: Path, bronze_override:
     from cdclake.context import open_engine
     from cdclake.runtime.session import LocalCatalog
 
-    config = load_config(config_path)
-    bronze = bronze_override or settings.bronze
-    if bronze is None:  # bronze.path in the file is relative to the file; the others to the cwd
-        bronze = config.bronze.path
-        if not bronze.startswith("s3://"):
-            bronze = str((config_path.parent / bronze).resolve())
-    config = replace(config, bronze=replace(config.bronze, path=bronze))
+    config = local_config(settings, config_path, bronze_override)
     catalog = LocalCatalog(
         warehouse=settings.warehouse,
         cache_dir=settings.cache_dir,
@@ -45,6 +39,18 @@ def open_local_engine(settings: CliSettings, config_path: Path, bronze_override:
     return open_engine(
         config, catalog, staging_dir=settings.warehouse.parent / "staging", progress_seconds=settings.progress_seconds
     )
+
+
+def local_config(settings: CliSettings, config_path: Path, bronze_override: str | None = None) -> PipelineConfig:
+    """The configuration at ``config_path`` with bronze at ``bronze_override``, else ``--bronze``,
+    else the file's ``bronze.path`` (relative to the file; the others to the cwd)."""
+    config = load_config(config_path)
+    bronze = bronze_override or settings.bronze
+    if bronze is None:
+        bronze = config.bronze.path
+        if not bronze.startswith("s3://"):
+            bronze = str((config_path.parent / bronze).resolve())
+    return replace(config, bronze=replace(config.bronze, path=bronze))
 
 
 def on_engine(settings: CliSettings, work: EngineCommand, writes: bool) -> int:
