@@ -27,9 +27,13 @@ from cdclake.engine.select import TableState, unloaded_load_files
 from cdclake.lake.counts import distinct_keys, live_rows
 from cdclake.lake.journals import QUARANTINE_ROWS_TABLE, QUARANTINE_TABLE, SCHEMA_CHANGES_TABLE
 from cdclake.lake.ledger import (
+    CHECKPOINT_PROPERTY,
+    KIND_CDC,
     KIND_FULL_LOAD,
     KIND_FULL_LOAD_STAGED,
     LEDGER_ARCHIVE_TABLE,
+    AppliedKeys,
+    LedgerCheckpoint,
     LedgerRecord,
     LedgerState,
     LoadedFile,
@@ -166,12 +170,14 @@ def _schema_fields(table: LocalTable) -> list[dict[str, Any]]:
 
 
 def read_local_ledger(table: LocalTable, archived: Iterable[Mapping[str, Any]]) -> LedgerState:
-    """``lake.ledger.read_ledger`` of a local table: its lineage back to the last full load, then
-    the archived entries of expired snapshots (``archived``: the table's rows of ``cdclake_ledger``)."""
+    """``lake.ledger.read_ledger`` of a local table: its lineage back to the newest checkpoint or the
+    last full load, then the archived entries of expired snapshots (``archived``: the table's rows of
+    ``cdclake_ledger``). tests/spark/test_status_without_jvm.py keeps it equal to the Spark path's."""
     applied: set[str] = set()
     loaded: dict[str, LoadedFile] = {}
     last_file: str | None = None
     full_load_done = False
+    cdc_seen = False
     head: int | None = None
     for snapshot in table.lineage():
         head = snapshot.snapshot_id if head is None else head
@@ -179,10 +185,21 @@ def read_local_ledger(table: LocalTable, archived: Iterable[Mapping[str, Any]]) 
         kind = None if record is None else record.kind
         recorded = () if record is None else record.files
         if kind == KIND_FULL_LOAD_STAGED:
-            return LedgerState(False, frozenset(applied), last_file, snapshot_id=head)
+            return LedgerState(False, AppliedKeys.of(applied), last_file, snapshot_id=head)
         applied.update(f.key for f in recorded)
         if last_file is None and recorded:
             last_file = max(f.key for f in recorded)
+        cdc_seen = cdc_seen or (kind == KIND_CDC and bool(recorded))
+        checkpoint = LedgerCheckpoint.from_summary(snapshot.summary.get(CHECKPOINT_PROPERTY))
+        if checkpoint is not None:
+            return LedgerState(
+                checkpoint.full_load_done,
+                checkpoint.applied | applied,
+                last_file,
+                checkpoint.loaded,
+                snapshot_id=head,
+                cdc_applied=checkpoint.cdc_applied or cdc_seen,
+            )
         if kind == KIND_FULL_LOAD:
             loaded = {f.key: f for f in recorded}
             full_load_done = True
@@ -196,7 +213,10 @@ def read_local_ledger(table: LocalTable, archived: Iterable[Mapping[str, Any]]) 
                     loaded[entry["file_key"]] = LoadedFile(
                         entry["file_key"], entry.get("file_size"), entry.get("file_version") or None
                     )
-    return LedgerState(full_load_done, frozenset(applied), last_file, loaded, snapshot_id=head)
+    cdc_applied = bool(applied - loaded.keys())
+    return LedgerState(
+        full_load_done, AppliedKeys.of(applied), last_file, loaded, snapshot_id=head, cdc_applied=cdc_applied
+    )
 
 
 def _status_of(
