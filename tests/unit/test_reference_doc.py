@@ -41,7 +41,8 @@ COMMANDS = _subparsers(build_parser())
 def _documented() -> dict[str, str]:
     """Command name -> the first cell of its row in the commands table (its synopsis)."""
     rows: dict[str, str] = {}
-    for line in REFERENCE.read_text("utf-8").split("## Commands", 1)[1].splitlines():
+    section = REFERENCE.read_text("utf-8").split("## Commands", 1)[1].split("\n## ", 1)[0]
+    for line in section.splitlines():
         if match := re.match(r"\| (`(\w[\w-]*)[^|]*?(?:\\\|[^|]*?)*) \| ", line):
             rows[match[2]] = match[1]
     return rows

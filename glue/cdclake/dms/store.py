@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from cdclake.config import StoreSettings
-from cdclake.dms.files import BronzeFile, BronzeListing, FileKind, classify
+from cdclake.dms.files import BronzeFile, BronzeListing, FileKind, UnrecognisedKey, classify, parse_key
 from cdclake.errors import BronzeError
 
 if TYPE_CHECKING:
@@ -143,7 +143,9 @@ class LocalBronze:
                 try:
                     size = path.stat().st_size
                 except FileNotFoundError:
-                    continue  # gone since its folder was read (a writer's temporary file, renamed): not listed
+                    if _is_data_file(key):  # a DMS file that vanished: said, never skipped
+                        raise BronzeError(f"The bronze file {path} cannot be read: it vanished while listed.") from None
+                    continue  # gone since its folder was read (capture's temporary progress file, renamed)
                 except OSError as exc:
                     raise BronzeError(f"The bronze file {path} cannot be read: {exc.strerror}.") from None
                 yield key, size
@@ -468,3 +470,12 @@ def read_text(uri: str, s3: Any | None = None) -> str | None:
             return None
         raise
     return str(body.decode("utf-8"))
+
+
+def _is_data_file(key: str) -> bool:
+    """Whether ``key`` names a DMS data file (a file of a table folder), not a writer's own file."""
+    try:
+        parse_key(key)
+    except UnrecognisedKey:
+        return False
+    return True
