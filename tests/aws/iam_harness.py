@@ -757,6 +757,13 @@ OUTSIDE_THE_TESTS = [
         NOT_REACHED + "the gold job (GoldEveryIterations=0 here); tests/aws/test_gold_job.py",
     ),
     (
+        "CdcJobRole",
+        "WriteFailureEpisodes",
+        "s3:PutObject",
+        "*",
+        NOT_REACHED + "a table's failure episode (no table fails alone here); tests/aws/test_follow_queue.py",
+    ),
+    (
         "VerifyJobRole",
         "*",
         "*",
