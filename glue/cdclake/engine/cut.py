@@ -68,6 +68,7 @@ from cdclake.dms.files import BronzeFile, BronzeListing, FileKind, UnrecognisedK
 from cdclake.dms.progress import CaptureProgress, read_progress
 from cdclake.engine.select import TableState, skip_reason
 from cdclake.errors import first_line
+from cdclake.lake.cuts import Cut
 
 if TYPE_CHECKING:
     from cdclake.context import Engine
@@ -143,17 +144,6 @@ def _bound(progress: CaptureProgress | None, transaction_path: str | None, listi
             return CutBound(NONE, why_none="no transaction file in bronze yet", transaction_path=transaction_path)
         return CutBound(TRANSACTIONS, newest.position, newest.key, None, None, newest, transaction_path)
     return CutBound(NONE, why_none=NO_PROOF)
-
-
-@dataclass(frozen=True)
-class Cut:
-    """Every configured table at one source position: P, T and each silver table's snapshot."""
-
-    kind: str
-    position: str
-    position_text: str
-    commit_ts: str | None
-    snapshots: Mapping[str, int] = field(default_factory=dict)  # silver table name -> snapshot id
 
 
 def table_at(bound: CutBound, table: TableConfig, state: TableState | None) -> str | None:

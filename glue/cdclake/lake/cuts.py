@@ -34,7 +34,6 @@ from cdclake.lake.tables import SilverTable, commit_with_properties, ensure_tabl
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from cdclake.engine.cut import Cut
     from cdclake.lake.committer import IcebergCommitter
 
 CUTS_TABLE = "cdclake_cuts"
@@ -49,6 +48,17 @@ CUT_COLUMNS = (
     ("snapshot_id", "bigint"),  # the table's snapshot that holds exactly the changes up to T
     ("published_at", "timestamp"),
 )
+
+
+@dataclass(frozen=True)
+class Cut:
+    """Every configured table at one source position: P, T and each silver table's snapshot."""
+
+    kind: str
+    position: str
+    position_text: str
+    commit_ts: str | None
+    snapshots: Mapping[str, int] = field(default_factory=dict)  # silver table name -> snapshot id
 
 
 @dataclass(frozen=True)
