@@ -12,7 +12,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
-from cdclake.config import PipelineConfig, TableConfig
+from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind
 from cdclake.dms.index import list_from
@@ -146,7 +146,7 @@ def apply_pending(
         if not listing.may_hold(t.source_schema, t.source_table)
         and not ((state := known.get(t.source)) is not None and state.applied)
     ]
-    refuse_lookalikes(engine.config, without_files, listing)
+    refuse_lookalikes(engine, without_files, listing)
     report.no_files = [t.source for t in without_files]
     cdc_files = [f for f in listing.files if f.kind is FileKind.CDC]
     files_of = {t.source: tuple(fs) for t, fs in group_by_table(engine.config, cdc_files, report)}
@@ -165,13 +165,19 @@ def apply_pending(
     return report, left
 
 
-def refuse_lookalikes(config: PipelineConfig, without_files: Sequence[TableConfig], listing: BronzeListing) -> None:
+def refuse_lookalikes(engine: Engine, without_files: Sequence[TableConfig], listing: BronzeListing) -> None:
     """Stop before anything is applied when a configured table bronze holds no file of looks like a
     source bronze holds files of and no table configures (``app.prodcuts`` beside ``app/products/``):
-    a mistyped name, which would otherwise wait forever for files that arrive under the other one."""
+    a mistyped name, which would otherwise wait forever for files that arrive under the other one.
+    Bronze's folders are listed for it (``unconfigured_sources``) only when a table has no file: a
+    listing from the watermarks holds only the configured tables' folders."""
     import difflib
 
-    unconfigured = sorted(f"{s}.{t}" for s, t in listing.sources() if config.table_for_source(s, t) is None)
+    if not without_files:
+        return
+    config = engine.config
+    listed = {f"{s}.{t}" for s, t in listing.sources() if config.table_for_source(s, t) is None}
+    unconfigured = sorted(listed | set(unconfigured_sources(engine)))
     mistyped = [
         f"{table.source} (bronze has files of {match[0]}, which no table configures)"
         for table in without_files
