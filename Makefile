@@ -36,6 +36,9 @@ format: setup
 	$(BIN)/ruff format glue tests functions
 	$(BIN)/ruff check --fix glue tests functions
 
+docs-tables: setup ## the docs' tables made from the code's declarations: settings (configuration.md), alarms (runbook.md)
+	$(BIN)/python scripts/docs_tables.py
+
 wheel: setup ## the cdclake wheel AWS Glue installs (--additional-python-modules)
 	$(BIN)/python -m pip wheel --no-deps --wheel-dir dist .
 

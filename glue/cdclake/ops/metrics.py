@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
+from cdclake.ops import metric_catalog as m
+from cdclake.ops.metric_catalog import Metric
 from cdclake.report import Backlog, RunReport, TableFailure, TableReport
 
 if TYPE_CHECKING:
@@ -40,21 +42,6 @@ _MAX_PER_CALL = 1000  # PutMetricData accepts up to 1,000 entries per request
 TABLE_BATCH = "table_batch"  # the ``cdclake`` field of a table batch's log line
 TABLE_FAILURE = "table_failure"  # the ``cdclake`` field of a failed table's log line
 TABLE_LINES_LOGGER = "cdclake.table_lines"  # the logger ``table_lines_logger`` sets up
-
-# The pipeline metrics, dimension Environment only: how many there are does not depend on the tables.
-PIPELINE_METRICS = (
-    "FilesApplied",
-    "BytesApplied",
-    "RowsInserted",
-    "RowsUpdated",
-    "RowsDeleted",
-    "TablesFailed",
-    "FilesQuarantined",
-    "FreshnessLagSeconds",  # when a batch of the run knows its newest source commit
-    "BacklogFiles",  # when the caller gives a backlog
-    "BacklogBytes",
-    "CutLagSeconds",  # when the run ended at a consistent cut (``engine.cut``): now minus its source commit time
-)
 
 
 @dataclass(frozen=True)
@@ -109,8 +96,15 @@ def worst_lag(report: RunReport, now: datetime) -> float | None:
     return max(per_table.values(), default=None)
 
 
-def _entry(name: str, value: float, unit: str, dimensions: list[dict[str, str]], now: datetime) -> dict[str, Any]:
-    return {"MetricName": name, "Dimensions": dimensions, "Value": float(value), "Unit": unit, "Timestamp": now}
+def _entry(metric: Metric, value: float, dimensions: list[dict[str, str]], now: datetime) -> dict[str, Any]:
+    """One MetricData entry of ``metric`` (its declared name and unit)."""
+    return {
+        "MetricName": metric.name,
+        "Dimensions": dimensions,
+        "Value": float(value),
+        "Unit": metric.unit,
+        "Timestamp": now,
+    }
 
 
 def pipeline_metric_data(
@@ -119,27 +113,27 @@ def pipeline_metric_data(
     """The run's totals as MetricData entries with the one dimension Environment: files and bytes
     applied, rows inserted / updated / deleted, failed tables, quarantined files (always, zeros
     included, so alarms see data), the worst table's freshness lag (when known) and the backlog
-    (when given). At most ``len(PIPELINE_METRICS)`` entries, whatever the number of tables."""
+    (when given). At most ``len(metric_catalog.PIPELINE_METRICS)`` entries, whatever the number of tables."""
     dimensions = [{"Name": "Environment", "Value": target.environment}]
     batches = report.tables
-    values: list[tuple[str, float, str]] = [
-        ("FilesApplied", sum(t.files_applied for t in batches), "Count"),
-        ("BytesApplied", sum(t.bytes_applied for t in batches), "Bytes"),
-        ("RowsInserted", sum(t.inserted for t in batches), "Count"),
-        ("RowsUpdated", sum(t.updated for t in batches), "Count"),
-        ("RowsDeleted", sum(t.deleted for t in batches), "Count"),
-        ("TablesFailed", len(report.failures), "Count"),
-        ("FilesQuarantined", sum(len(t.quarantined_files) for t in batches), "Count"),
+    values: list[tuple[Metric, float]] = [
+        (m.FILES_APPLIED, sum(t.files_applied for t in batches)),
+        (m.BYTES_APPLIED, sum(t.bytes_applied for t in batches)),
+        (m.ROWS_INSERTED, sum(t.inserted for t in batches)),
+        (m.ROWS_UPDATED, sum(t.updated for t in batches)),
+        (m.ROWS_DELETED, sum(t.deleted for t in batches)),
+        (m.TABLES_FAILED, len(report.failures)),
+        (m.FILES_QUARANTINED, sum(len(t.quarantined_files) for t in batches)),
     ]
     lag = worst_lag(report, now)
     if lag is not None:
-        values.append(("FreshnessLagSeconds", lag, "Seconds"))
+        values.append((m.FRESHNESS_LAG, lag))
     if backlog is not None:
-        values += [("BacklogFiles", backlog.files, "Count"), ("BacklogBytes", backlog.bytes, "Bytes")]
+        values += [(m.BACKLOG_FILES, backlog.files), (m.BACKLOG_BYTES, backlog.bytes)]
     cut_lag = freshness_lag(report.cut_commit_ts, now)
     if cut_lag is not None:
-        values.append(("CutLagSeconds", cut_lag, "Seconds"))
-    return [_entry(name, value, unit, dimensions, now) for name, value, unit in values]
+        values.append((m.CUT_LAG, cut_lag))
+    return [_entry(metric, value, dimensions, now) for metric, value in values]
 
 
 def table_metric_data(report: RunReport, target: MetricsTarget, now: datetime) -> list[dict[str, Any]]:
@@ -150,21 +144,21 @@ def table_metric_data(report: RunReport, target: MetricsTarget, now: datetime) -
         if table.table not in target.table_metrics:
             continue
         dimensions = [{"Name": "Table", "Value": table.table}, {"Name": "Environment", "Value": target.environment}]
-        values: list[tuple[str, float, str]] = [
-            ("RowsInserted", table.inserted, "Count"),
-            ("RowsUpdated", table.updated, "Count"),
-            ("RowsDeleted", table.deleted, "Count"),
-            ("RowsIgnoredLate", table.ignored_late, "Count"),
-            ("RowsQuarantined", table.rows_quarantined, "Count"),
-            ("FilesQuarantined", len(table.quarantined_files), "Count"),
-            ("FilesApplied", table.files_applied, "Count"),
-            ("BytesApplied", table.bytes_applied, "Bytes"),
-            ("BatchSeconds", table.seconds, "Seconds"),
+        values: list[tuple[Metric, float]] = [
+            (m.ROWS_INSERTED, table.inserted),
+            (m.ROWS_UPDATED, table.updated),
+            (m.ROWS_DELETED, table.deleted),
+            (m.ROWS_IGNORED_LATE, table.ignored_late),
+            (m.ROWS_QUARANTINED, table.rows_quarantined),
+            (m.FILES_QUARANTINED, len(table.quarantined_files)),
+            (m.FILES_APPLIED, table.files_applied),
+            (m.BYTES_APPLIED, table.bytes_applied),
+            (m.BATCH_SECONDS, table.seconds),
         ]
         lag = freshness_lag(table.latest_commit_ts, now)
         if lag is not None:
-            values.append(("FreshnessLagSeconds", lag, "Seconds"))
-        entries += [_entry(name, value, unit, dimensions, now) for name, value, unit in values]
+            values.append((m.FRESHNESS_LAG, lag))
+        entries += [_entry(metric, value, dimensions, now) for metric, value in values]
     return entries
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.lake.journals import VERIFY_TABLE
 from cdclake.lake.tables import SilverTable, ensure_table, is_commit_conflict, merge_frame
+from cdclake.ops import metric_catalog as m
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -29,8 +30,6 @@ SAMPLE_KEYS = 20  # differing keys kept per table in sample_keys
 RECORD_ATTEMPTS = 3
 # Keys of each kind in a table's log line: a line stays well under CloudWatch Logs' 256 KB event limit.
 LOGGED_KEYS = 1000
-# One datapoint a run each, dimension Environment (the dashboard's verify widget; two alarms).
-VERIFY_METRICS = ("TablesDiffering", "RowsDiffering", "TablesSkipped", "TablesVerified", "TablesLagging")
 
 # The table's columns, in order (Athena: SELECT * FROM cdclake_<env>.cdclake_verify ORDER BY started DESC).
 VERIFY_SCHEMA = (
@@ -157,23 +156,23 @@ def summary_of(rows: Sequence[VerifyRow]) -> VerifySummary:
 
 def verify_metric_data(summary: VerifySummary, environment: str, now: datetime) -> list[dict[str, Any]]:
     """One datapoint a run of each verify metric, dimension Environment (the stack's alarms watch these)."""
-    values = dict(
-        zip(
-            VERIFY_METRICS,
-            (
-                summary.tables_differing,
-                summary.rows_differing,
-                summary.tables_skipped,
-                summary.tables_compared,
-                summary.tables_lagging,
-            ),
-            strict=True,
-        )
+    values = (
+        (m.TABLES_DIFFERING, summary.tables_differing),
+        (m.ROWS_DIFFERING, summary.rows_differing),
+        (m.TABLES_SKIPPED, summary.tables_skipped),
+        (m.TABLES_VERIFIED, summary.tables_compared),
+        (m.TABLES_LAGGING, summary.tables_lagging),
     )
     dimensions = [{"Name": "Environment", "Value": environment}]
     return [
-        {"MetricName": name, "Dimensions": dimensions, "Value": float(value), "Unit": "Count", "Timestamp": now}
-        for name, value in values.items()
+        {
+            "MetricName": metric.name,
+            "Dimensions": dimensions,
+            "Value": float(value),
+            "Unit": metric.unit,
+            "Timestamp": now,
+        }
+        for metric, value in values
     ]
 
 
