@@ -19,7 +19,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "glue"))
 
 from cdclake.config_settings import settings_table  # noqa: E402
-
 from cdclake.ops.metric_catalog import alarm_table  # noqa: E402
 
 TABLES: dict[str, tuple[Path, Callable[[], str]]] = {
@@ -30,12 +29,12 @@ TABLES: dict[str, tuple[Path, Callable[[], str]]] = {
 
 def with_table(text: str, name: str, table: str) -> str:
     """``text`` with the block between NAME's markers replaced by ``table``; ValueError if a marker is missing."""
-    start, end = f"<!-- generated: {name} -->\n", f"\n<!-- end generated: {name} -->"
-    if start not in text or end not in text:
-        raise ValueError(f"no '{start.strip()}' ... '{end.strip()}' markers")
+    start, end = f"<!-- generated: {name} -->\n", f"<!-- end generated: {name} -->"
+    if start not in text or end not in text.split(start, 1)[-1]:
+        raise ValueError(f"no '{start.strip()}' ... '{end}' markers")
     head, rest = text.split(start, 1)
     _, tail = rest.split(end, 1)
-    return f"{head}{start}{table}{end}{tail}"
+    return f"{head}{start}{table}\n{end}{tail}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,14 +10,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from cdclake.config_settings import DEFAULTS, read_section
+from cdclake.config_settings import keys as section_keys
 from cdclake.mart_sql import SqlSyntaxError, referenced_tables, substitute_tables
 from cdclake.yaml_doc import YamlDoc
 
 if TYPE_CHECKING:
     from yaml.nodes import Node
-
-
-_MART_KEYS = {"name", "sql", "keys", "partition_by", "consistent"}
 
 
 @dataclass(frozen=True)
@@ -39,17 +38,18 @@ class MartConfig:
 
 @dataclass(frozen=True)
 class GoldSettings:
-    database: str | None = None  # None: "<silver database>_gold"
+    # The keys of the gold section (``config_settings.SETTINGS``); the marts are the ``marts`` list.
+    database: str | None = DEFAULTS["gold.database"]  # None: "<silver database>_gold"
     marts: tuple[MartConfig, ...] = ()
     # A keyed mart refreshes in full when finding the groups its changes affect reads this share
     # of what a full refresh reads or more (the files the changes touch, the tables joined to a
     # changed one twice): on top of the recomputation, that costs more than the full refresh's
     # aggregation and write it saves (``gold.cost``; docs/benchmarks-journal.md, "Gold").
-    full_refresh_share: float = 1 / 3
+    full_refresh_share: float = DEFAULTS["gold.full_refresh_share"]
     # ... and when the tables it reads hold less than this: the incremental path's fixed work
     # (about ten Spark jobs and a MERGE) costs more than a full refresh of them (the figures:
     # docs/benchmarks-journal.md, "Figures that were code comments").
-    full_refresh_below_bytes: int = 64 * 1024 * 1024
+    full_refresh_below_bytes: int = DEFAULTS["gold.full_refresh_below_mb"]
 
     def mart(self, name: str) -> MartConfig:
         from cdclake.errors import UnknownTableError
@@ -62,7 +62,7 @@ class GoldSettings:
 
 
 def _parse_mart(doc: YamlDoc, node: Node, known: dict[str, str]) -> tuple[MartConfig, Node]:
-    fields = doc.mapping(node, "a mart", _MART_KEYS)
+    fields = doc.mapping(node, "a mart", section_keys("mart"))
     if "name" not in fields:
         raise doc.fail(node, "a mart needs a 'name'")
     name = doc.identifier(fields["name"], "mart name", plain=True)
@@ -96,25 +96,10 @@ def parse_gold(
     ``marts:`` list; raise ``ConfigError`` naming the line."""
     settings = GoldSettings()
     if gold_node is not None:
-        gold = doc.mapping(gold_node, "gold", {"database", "full_refresh_share", "full_refresh_below_mb"})
-        if "database" in gold:
-            gold_db = doc.identifier(gold["database"], "gold.database", plain=True)
-            if gold_db == database:
-                raise doc.fail(gold["database"], "gold.database must differ from silver.database")
-            settings = replace(settings, database=gold_db)
-        if "full_refresh_share" in gold:
-            share = doc.number(
-                gold["full_refresh_share"], "gold.full_refresh_share", lambda v: v > 0, "a number above 0"
-            )
-            settings = replace(settings, full_refresh_share=share)
-        if "full_refresh_below_mb" in gold:
-            mib = doc.number(
-                gold["full_refresh_below_mb"],
-                "gold.full_refresh_below_mb",
-                lambda v: v >= 0,
-                "a number of MiB, 0 or more",
-            )
-            settings = replace(settings, full_refresh_below_bytes=round(mib * (1 << 20)))
+        gold = doc.mapping(gold_node, "gold", section_keys("gold"))
+        settings = GoldSettings(**read_section(doc, gold, "gold", "gold"))
+        if settings.database == database:
+            raise doc.fail(gold["database"], "gold.database must differ from silver.database")
     if marts_node is None:
         return settings
     from yaml.nodes import SequenceNode

@@ -15,20 +15,16 @@ from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 from cdclake.config import PipelineConfig, parse_config
+from cdclake.config_settings import SECTIONS, SETTINGS, top_keys
 from cdclake.errors import ConfigError
 from property_settings import property_settings
 
 FUZZ = property_settings(300, [HealthCheck.too_slow])
 SOURCE = "fuzz.yaml"
 
-# Every key the reader knows, so the shapes reach deep into each section.
-KEYS = [
-    "bronze", "silver", "tables", "cdc", "quarantine", "gold", "marts", "path", "format", "csv_header",
-    "csv_delimiter", "csv_null_value", "csv_no_sup_value", "include_op_for_full_load", "timestamp_column",
-    "change_sequence_column", "transaction_path", "database", "max_files_per_batch", "max_bad_row_ratio",
-    "target", "primary_key", "append_only", "columns", "clean", "history", "cast", "derive", "rename", "drop",
-    "name", "sql", "keys", "partition_by", "consistent", "s.t", "s.u", "id", "ts",
-]  # fmt: skip
+# Every key the reader knows (its declarations), so the shapes reach deep into each section; then table names
+# and columns of VALID.
+KEYS = [*sorted(top_keys()), *sorted({s.key for s in SETTINGS} - top_keys()), "s.t", "s.u", "id", "ts"]
 SCALARS = st.one_of(
     st.none(),
     st.booleans(),
@@ -47,25 +43,30 @@ SHAPES = st.recursive(
     ),
     max_leaves=25,
 )
-DOCUMENTS = st.dictionaries(st.sampled_from([*KEYS[:7], "other"]), SHAPES, max_size=6)
+DOCUMENTS = st.dictionaries(st.sampled_from([*sorted(top_keys()), "other"]), SHAPES, max_size=6)
 
 
 # A valid configuration touching every section; the mutation strategy below breaks it in a few places.
 VALID: dict = {
     "bronze": {"path": "bronze", "format": "csv", "csv_header": False, "csv_delimiter": ",", "csv_null_value": "",
                "csv_no_sup_value": "~", "include_op_for_full_load": True, "timestamp_column": "ts",
-               "change_sequence_column": "seq", "transaction_path": "tx"},
+               "change_sequence_column": "seq", "transaction_path": "tx", "split_csv_files_above_mb": 0.5,
+               "look_back_minutes": 30,
+               "s3": {"retry_mode": "adaptive", "max_attempts": 3, "connect_timeout_seconds": 1.5,
+                      "read_timeout_seconds": 20, "body_attempts": 2}},
     "silver": {"database": "lake"},
-    "cdc": {"max_files_per_batch": 10},
+    "cdc": {"max_files_per_batch": 10, "max_batch_mb": 64, "parallel_tables": 2},
     "quarantine": {"max_bad_row_ratio": 0.5},
+    "source_tables": {"include": ["s.*"], "exclude": "s.tmp_*"},
     "tables": {
-        "s.t": {"target": "t_silver", "primary_key": ["id"], "columns": {"id": "int", "name": "string"},
+        "s.t": {"target": "t_silver", "primary_key": ["id"],
+                "columns": {"id": "int", "name": "string", "v": "decimal(9,2)"},
                 "clean": {"cast": {"name": "string"}, "derive": {"upper_name": "upper(name)"},
-                          "rename": {"name": "full_name"}, "drop": ["upper_name"]},
-                "history": True},
+                          "rename": {"name": "full_name"}, "drop": ["upper_name"], "round": ["v"]},
+                "history": True, "layout": "bucket", "silent_after_minutes": 0},
         "s.u": {"append_only": True, "columns": {"id": "bigint", "v": "decimal(10,2)"}},
     },
-    "gold": {"database": "lake_gold"},
+    "gold": {"database": "lake_gold", "full_refresh_share": 0.5, "full_refresh_below_mb": 8},
     "marts": [{"name": "m", "sql": "SELECT id, count(*) AS n FROM lake.t_silver GROUP BY id", "keys": ["id"],
                "partition_by": ["id"], "consistent": False}],
 }  # fmt: skip
@@ -125,6 +126,19 @@ def test_a_valid_config_broken_in_places_is_a_config_or_a_config_error_with_a_li
     # GIVEN a valid configuration with a few values replaced by any shape, removed or added
     # WHEN it is parsed / THEN it is a configuration or a ConfigError naming a line
     check(yaml.safe_dump(document, allow_unicode=True))
+
+
+def test_the_valid_config_sets_every_declared_key() -> None:
+    # GIVEN the declared keys / WHEN VALID's keys are listed by section / THEN each is set there, so mutations reach it
+    sections = {
+        "bronze": VALID["bronze"], "bronze.s3": VALID["bronze"]["s3"], "silver": VALID["silver"], "cdc": VALID["cdc"],
+        "quarantine": VALID["quarantine"], "gold": VALID["gold"], "source_tables": VALID["source_tables"],
+        "table": {**VALID["tables"]["s.t"], **VALID["tables"]["s.u"]}, "table.clean": VALID["tables"]["s.t"]["clean"],
+        "mart": VALID["marts"][0],
+    }  # fmt: skip
+    assert set(sections) == set(SECTIONS)
+    unset = [s.path for s in SETTINGS if s.key not in sections[s.section]]
+    assert unset == []
 
 
 def test_the_valid_config_parses() -> None:
