@@ -1,6 +1,8 @@
 """The table configuration file: one YAML document read once, validated, and passed down.
 
-Every mistake names its line: unknown keys, bad types, missing primary keys in the column list.
+Every mistake names its line: unknown keys, bad types, missing primary keys in the column list. Each key is
+declared once in ``config_settings.py`` (with the table and bronze values it fills); this module reads the
+file with those declarations and checks what spans keys (a key and append_only, history without a key).
 """
 
 from __future__ import annotations
@@ -8,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 import yaml
 from yaml.nodes import MappingNode, Node
@@ -17,111 +19,19 @@ from cdclake.columns import HISTORY_SUFFIX
 from cdclake.config_settings import DEFAULTS, keys, read_section, top_keys
 from cdclake.config_settings import LAYOUTS as LAYOUTS
 from cdclake.config_settings import BronzeFormat as BronzeFormat
+from cdclake.config_settings import BronzeSettings as BronzeSettings
+from cdclake.config_settings import CleaningRules as CleaningRules
 from cdclake.config_settings import Layout as Layout
+from cdclake.config_settings import StoreSettings as StoreSettings
+from cdclake.config_settings import TableConfig as TableConfig
 from cdclake.errors import ConfigError
 from cdclake.identifiers import name_problem
 from cdclake.mart_config import GoldSettings, parse_gold, with_silver_database
 from cdclake.types import fraction_digits
 from cdclake.yaml_doc import YamlDoc
 
-if TYPE_CHECKING:
-    from botocore.config import Config
-
 # The Iceberg catalog silver tables live in, locally and on AWS Glue.
 DEFAULT_CATALOG = "silver"
-
-
-@dataclass(frozen=True)
-class CleaningRules:
-    """Declarative bronze -> silver cleaning, applied in this order: cast, derive, rename, drop.
-
-    Each field is the key of that name (``config_settings.SETTINGS``, section ``table.clean``)."""
-
-    cast: dict[str, str] = field(default_factory=dict)
-    derive: dict[str, str] = field(default_factory=dict)  # new column -> Spark SQL expression
-    rename: dict[str, str] = field(default_factory=dict)
-    drop: tuple[str, ...] = DEFAULTS["table.clean.drop"]
-    # Integer and decimal columns (source names) whose values are rounded half up to the type's
-    # scale; elsewhere a value with more fraction digits than its type stores is a bad row.
-    round: tuple[str, ...] = DEFAULTS["table.clean.round"]
-
-
-@dataclass(frozen=True)
-class TableConfig:
-    """One source table (``schema.table`` as DMS lays it out) and its silver table; each field after the
-    source's name is the key of that name (``config_settings.SETTINGS``, section ``table``)."""
-
-    source_schema: str
-    source_table: str
-    target: str
-    primary_key: tuple[str, ...] = DEFAULTS["table.primary_key"]
-    append_only: bool = DEFAULTS["table.append_only"]
-    columns: dict[str, str] = field(default_factory=dict)  # source column -> type, in file order
-    clean: CleaningRules = field(default_factory=CleaningRules)
-    history: bool = DEFAULTS["table.history"]  # keep <target>__history (SCD type 2)
-    # "sorted" (files ordered by the key; the default for keyed tables), "bucket" or "none".
-    layout: Layout = DEFAULTS["table.layout"]
-    # None derives it from the table's own recent files (engine/silence.py), 0 does not watch the table.
-    silent_after_minutes: int | None = DEFAULTS["table.silent_after_minutes"]
-
-    @property
-    def source(self) -> str:
-        return f"{self.source_schema}.{self.source_table}"
-
-    @property
-    def is_keyed(self) -> bool:
-        return bool(self.primary_key)
-
-    def silver_key(self) -> tuple[str, ...]:
-        """Primary-key column names as they appear in silver (after renames)."""
-        return tuple(self.clean.rename.get(k, k) for k in self.primary_key)
-
-
-@dataclass(frozen=True)
-class StoreSettings:
-    """How the bronze store talks to S3 (``bronze.s3``): passed to the store by the shell. The fields
-    up to ``body_attempts`` are the keys of that name (``config_settings.SETTINGS``)."""
-
-    retry_mode: Literal["standard", "adaptive"] = DEFAULTS["bronze.s3.retry_mode"]
-    max_attempts: int = DEFAULTS["bronze.s3.max_attempts"]  # botocore's total_max_attempts
-    connect_timeout_seconds: float = DEFAULTS["bronze.s3.connect_timeout_seconds"]
-    read_timeout_seconds: float = DEFAULTS["bronze.s3.read_timeout_seconds"]
-    body_attempts: int = DEFAULTS["bronze.s3.body_attempts"]
-    backoff_seconds: float = 0.5  # first wait before resuming a body; doubles up to 20 s, with jitter
-    chunk_bytes: int = 8 << 20  # bytes read from a body per call while staging
-
-    def client_config(self) -> Config:
-        """The botocore configuration every bronze S3 client is made with."""
-        from botocore.config import Config
-
-        return Config(
-            # total_max_attempts counts the first try; the dict's "max_attempts" would count retries only
-            retries={"mode": self.retry_mode, "total_max_attempts": self.max_attempts},
-            connect_timeout=self.connect_timeout_seconds,
-            read_timeout=self.read_timeout_seconds,
-        )
-
-
-@dataclass(frozen=True)
-class BronzeSettings:
-    """How the DMS target endpoint writes files (mirror the endpoint's S3 settings here): each field is
-    the key of that name, or of the name its declaration gives (``config_settings.SETTINGS``)."""
-
-    path: str = DEFAULTS["bronze.path"]  # local directory or s3://bucket/prefix (BucketFolder included)
-    format: BronzeFormat = DEFAULTS["bronze.format"]
-    csv_header: bool = DEFAULTS["bronze.csv_header"]
-    csv_delimiter: str = DEFAULTS["bronze.csv_delimiter"]
-    csv_null_value: str = DEFAULTS["bronze.csv_null_value"]
-    csv_no_sup_value: str | None = DEFAULTS["bronze.csv_no_sup_value"]
-    include_op_for_full_load: bool = DEFAULTS["bronze.include_op_for_full_load"]
-    timestamp_column: str | None = DEFAULTS["bronze.timestamp_column"]
-    change_sequence_column: str | None = DEFAULTS["bronze.change_sequence_column"]
-    transaction_path: str | None = DEFAULTS["bronze.transaction_path"]
-    s3: StoreSettings = field(default_factory=StoreSettings)  # retries and timeouts of bronze on S3
-    csv_split_bytes: int = DEFAULTS["bronze.split_csv_files_above_mb"]
-    # A table's watermark (``lake.ledger.AppliedKeys``), from which its folder is listed, stays this far
-    # behind the clock. A file later than this is found by its S3 event or ``run --sweep``.
-    look_back_seconds: int = DEFAULTS["bronze.look_back_minutes"]
 
 
 @dataclass(frozen=True)

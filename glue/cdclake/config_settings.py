@@ -2,20 +2,25 @@
 
 From ``SETTINGS`` come the keys each section allows (an unknown key is refused with its line), the values
 read (``read_section``: each reader's error names the line and says what the key must be), the defaults of
-the configuration's dataclasses (``default``), docs/configuration.md's table (``settings_table``, written by
-``make docs-tables``) and the keys the configuration fuzz test tries. A key whose ``read`` is None is read
-by its section's own parser in ``config.py`` or ``mart_config.py`` (a nested section, a mart's SQL).
+the values' dataclasses (``DEFAULTS``: the table and bronze ones are below, beside their keys),
+docs/configuration.md's table (``settings_table``, written by ``make docs-tables``) and the keys the
+configuration fuzz test tries. A key whose ``read`` is None is read by its section's own parser in
+``config.py`` or ``mart_config.py`` (a nested section, a mart's SQL). tests/unit/test_config_settings.py
+checks that every key fills a field of its section's dataclass with its declared default, and back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
 from yaml.nodes import Node, SequenceNode
 
 from cdclake.yaml_doc import YamlDoc
+
+if TYPE_CHECKING:
+    from botocore.config import Config
 
 # How a key's value is read: (the document, the value's node, "section.key" for messages) -> the field's value.
 Reader = Callable[[YamlDoc, Node, str], Any]
@@ -200,6 +205,106 @@ SETTINGS: tuple[Setting, ...] = (
     _S("mart", "consistent", "true/false", False, "computed at one source cut every table it reads reached", None),
 )  # fmt: skip
 
+# "section.key" -> its declared default: what the dataclass field holds when the key is left out.
+DEFAULTS: Mapping[str, Any] = {f"{s.section}.{s.key}": s.default for s in SETTINGS}
+
+
+# The values of the table and bronze sections, filled from the keys above (``config.py`` reads the file; the
+# other sections' values are ``config.PipelineConfig``'s and ``mart_config.GoldSettings``'s fields).
+
+
+@dataclass(frozen=True)
+class CleaningRules:
+    """Declarative bronze -> silver cleaning, applied in this order: cast, derive, rename, drop.
+
+    Each field is the key of that name (``SETTINGS``, section ``table.clean``)."""
+
+    cast: dict[str, str] = field(default_factory=dict)
+    derive: dict[str, str] = field(default_factory=dict)  # new column -> Spark SQL expression
+    rename: dict[str, str] = field(default_factory=dict)
+    drop: tuple[str, ...] = DEFAULTS["table.clean.drop"]
+    # Integer and decimal columns (source names) whose values are rounded half up to the type's
+    # scale; elsewhere a value with more fraction digits than its type stores is a bad row.
+    round: tuple[str, ...] = DEFAULTS["table.clean.round"]
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    """One source table (``schema.table`` as DMS lays it out) and its silver table; each field after the
+    source's name is the key of that name (``SETTINGS``, section ``table``)."""
+
+    source_schema: str
+    source_table: str
+    target: str
+    primary_key: tuple[str, ...] = DEFAULTS["table.primary_key"]
+    append_only: bool = DEFAULTS["table.append_only"]
+    columns: dict[str, str] = field(default_factory=dict)  # source column -> type, in file order
+    clean: CleaningRules = field(default_factory=CleaningRules)
+    history: bool = DEFAULTS["table.history"]  # keep <target>__history (SCD type 2)
+    # "sorted" (files ordered by the key; the default for keyed tables), "bucket" or "none".
+    layout: Layout = DEFAULTS["table.layout"]
+    # None derives it from the table's own recent files (engine/silence.py), 0 does not watch the table.
+    silent_after_minutes: int | None = DEFAULTS["table.silent_after_minutes"]
+
+    @property
+    def source(self) -> str:
+        return f"{self.source_schema}.{self.source_table}"
+
+    @property
+    def is_keyed(self) -> bool:
+        return bool(self.primary_key)
+
+    def silver_key(self) -> tuple[str, ...]:
+        """Primary-key column names as they appear in silver (after renames)."""
+        return tuple(self.clean.rename.get(k, k) for k in self.primary_key)
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """How the bronze store talks to S3 (``bronze.s3``): passed to the store by the shell. The fields
+    up to ``body_attempts`` are the keys of that name (``SETTINGS``)."""
+
+    retry_mode: Literal["standard", "adaptive"] = DEFAULTS["bronze.s3.retry_mode"]
+    max_attempts: int = DEFAULTS["bronze.s3.max_attempts"]  # botocore's total_max_attempts
+    connect_timeout_seconds: float = DEFAULTS["bronze.s3.connect_timeout_seconds"]
+    read_timeout_seconds: float = DEFAULTS["bronze.s3.read_timeout_seconds"]
+    body_attempts: int = DEFAULTS["bronze.s3.body_attempts"]
+    backoff_seconds: float = 0.5  # first wait before resuming a body; doubles up to 20 s, with jitter
+    chunk_bytes: int = 8 << 20  # bytes read from a body per call while staging
+
+    def client_config(self) -> Config:
+        """The botocore configuration every bronze S3 client is made with."""
+        from botocore.config import Config
+
+        return Config(
+            # total_max_attempts counts the first try; the dict's "max_attempts" would count retries only
+            retries={"mode": self.retry_mode, "total_max_attempts": self.max_attempts},
+            connect_timeout=self.connect_timeout_seconds,
+            read_timeout=self.read_timeout_seconds,
+        )
+
+
+@dataclass(frozen=True)
+class BronzeSettings:
+    """How the DMS target endpoint writes files (mirror the endpoint's S3 settings here): each field is
+    the key of that name, or of the name its declaration gives (``SETTINGS``)."""
+
+    path: str = DEFAULTS["bronze.path"]  # local directory or s3://bucket/prefix (BucketFolder included)
+    format: BronzeFormat = DEFAULTS["bronze.format"]
+    csv_header: bool = DEFAULTS["bronze.csv_header"]
+    csv_delimiter: str = DEFAULTS["bronze.csv_delimiter"]
+    csv_null_value: str = DEFAULTS["bronze.csv_null_value"]
+    csv_no_sup_value: str | None = DEFAULTS["bronze.csv_no_sup_value"]
+    include_op_for_full_load: bool = DEFAULTS["bronze.include_op_for_full_load"]
+    timestamp_column: str | None = DEFAULTS["bronze.timestamp_column"]
+    change_sequence_column: str | None = DEFAULTS["bronze.change_sequence_column"]
+    transaction_path: str | None = DEFAULTS["bronze.transaction_path"]
+    s3: StoreSettings = field(default_factory=StoreSettings)  # retries and timeouts of bronze on S3
+    csv_split_bytes: int = DEFAULTS["bronze.split_csv_files_above_mb"]
+    # A table's watermark (``lake.ledger.AppliedKeys``), from which its folder is listed, stays this far
+    # behind the clock. A file later than this is found by its S3 event or ``run --sweep``.
+    look_back_seconds: int = DEFAULTS["bronze.look_back_minutes"]
+
 
 def in_section(section: str) -> tuple[Setting, ...]:
     return tuple(s for s in SETTINGS if s.section == section)
@@ -213,10 +318,6 @@ def keys(section: str) -> set[str]:
 def top_keys() -> set[str]:
     """The sections the file's top level allows."""
     return {SECTIONS[s.section].split(".")[0].removesuffix("[]") for s in SETTINGS}
-
-
-# "section.key" -> its declared default: what the dataclass field holds when the key is left out.
-DEFAULTS: Mapping[str, Any] = {f"{s.section}.{s.key}": s.default for s in SETTINGS}
 
 
 def read_section(doc: YamlDoc, fields: Mapping[str, Node], section: str, where: str) -> dict[str, Any]:

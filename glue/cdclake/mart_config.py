@@ -44,7 +44,8 @@ class GoldSettings:
     # A keyed mart refreshes in full when finding the groups its changes affect reads this share
     # of what a full refresh reads or more (the files the changes touch, the tables joined to a
     # changed one twice): on top of the recomputation, that costs more than the full refresh's
-    # aggregation and write it saves (``gold.cost``; docs/benchmarks-journal.md, "Gold").
+    # aggregation and write it saves (``gold.cost``; docs/benchmarks-journal.md, "Whole databases: the
+    # tables of a batch at once").
     full_refresh_share: float = DEFAULTS["gold.full_refresh_share"]
     # ... and when the tables it reads hold less than this: the incremental path's fixed work
     # (about ten Spark jobs and a MERGE) costs more than a full refresh of them (the figures:

@@ -14,7 +14,7 @@ applies it, skipping this check.
 A CDC file's name is the time DMS wrote it, after every change in it was committed; its changes are older by at
 most the endpoint's ``CdcMaxBatchInterval`` (60 s by default). ``margin`` (a day) covers that with room to spare,
 so the check needs only the file name, before anything is read. The cut itself is read with the table's
-metadata (``lake.metadata.TableMetadata.tombstones_pruned_before``).
+metadata (``lake.batch.TableMetadata.tombstones_pruned_before``).
 """
 
 from __future__ import annotations
