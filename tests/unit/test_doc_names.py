@@ -22,7 +22,7 @@ from file_modules import module_at
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "glue" / "cdclake"
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "tests" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 CODE = sorted([*PACKAGE.rglob("*.py"), *(ROOT / "glue" / "jobs").glob("*.py"), *(ROOT / "functions").rglob("*.py")])
 SKIPPED_DIRS = {".git", ".venv", "build", "dist", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
 
@@ -91,14 +91,19 @@ def defined_names(path: Path) -> frozenset[str]:
 
 def stack_names() -> set[str]:
     """Everything of ours a doc may name with a capital: the template's, the state machine's, the
-    metrics' and alarms', and the Python code's names."""
+    metrics' and alarms', and the Python code's names (the tests' too: tests/README.md names them)."""
     stack = template()
     names = {name for part in ("Parameters", "Resources", "Outputs", "Conditions") for name in stack.get(part, {})}
     names |= set(re.findall(r"Sid: (\w+)", (ROOT / "template.yaml").read_text(encoding="utf-8")))
     for definition in (ROOT / "statemachine").glob("*.asl.json"):
         names |= state_names(json.loads(definition.read_text(encoding="utf-8")))
     names |= {m.name for m in METRICS} | {a.name for a in ALARMS}
-    for path in [*CODE, *(ROOT / "scripts").glob("*.py"), *(ROOT / "bench").glob("*.py")]:
+    for path in [
+        *CODE,
+        *(ROOT / "scripts").glob("*.py"),
+        *(ROOT / "bench").glob("*.py"),
+        *(ROOT / "tests").rglob("*.py"),
+    ]:
         names |= defined_names(path)
     return names
 
@@ -128,13 +133,14 @@ def repository_files() -> dict[str, list[Path]]:
 
 
 def path_problem(reference: str) -> str | None:
-    """Why ``path[:name]`` names nothing: a path from the root, glue/cdclake/, glue/ or tests/, or a bare file
+    """Why ``path[:name]`` names nothing: a path from the root, glue/cdclake/, glue/ or tests/(spark/), or a bare file
     name of the repository; ``name`` defined in that Python file."""
     path, _, name = reference.partition(":")
     if path in NOT_IN_REPOSITORY:
         return None
     if "/" in path:
-        found = [base / path for base in (ROOT, PACKAGE, ROOT / "glue", ROOT / "tests") if (base / path).is_file()]
+        bases = (ROOT, PACKAGE, ROOT / "glue", ROOT / "tests", ROOT / "tests" / "spark")
+        found = [base / path for base in bases if (base / path).is_file()]
     else:
         found = repository_files().get(path, [])
     if not found:
