@@ -107,3 +107,11 @@ def test_the_keys_units_are_converted_once_where_declared() -> None:
     )
     assert (config.bronze.look_back_seconds, config.bronze.csv_split_bytes) == (120, 1 << 19)
     assert (config.max_batch_bytes, config.gold.full_refresh_below_bytes) == (3 << 20, 1 << 20)
+
+
+def test_the_docs_example_of_every_section_is_a_valid_configuration() -> None:
+    # GIVEN configuration.md's YAML example / WHEN parsed / THEN it loads: each key it shows is a declared one
+    text = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    example = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    config = parse_config(example, "configuration.md")
+    assert (config.bronze.s3.max_attempts, [t.target for t in config.tables]) == (10, ["hosts_silver"])

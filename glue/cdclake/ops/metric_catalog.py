@@ -67,6 +67,7 @@ TABLES_LAGGING = Metric("TablesLagging", "Count", "verify", "tables silver had n
 QUEUE_VISIBLE = Metric("QueueVisibleMessages", "Count", "work_check", "file events waiting in the queue")
 QUEUE_IN_FLIGHT = Metric("QueueInFlightMessages", "Count", "work_check", "file events received, not yet deleted")
 
+# Every Metric above, in the order declared (a new one is a line above, nothing more).
 METRICS: tuple[Metric, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Metric))
 # A run's totals (dimension Environment only: their number does not grow with the tables), in publishing order.
 PIPELINE_METRICS = tuple(m for m in METRICS if m.writer == "run")
