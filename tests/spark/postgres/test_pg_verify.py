@@ -11,7 +11,9 @@ from uuid import UUID
 from conftest import SourceDatabase, loaded_engine
 
 from cdclake.context import Engine
-from cdclake.sources.postgres.verify import TableComparison, comparisons_json, format_comparisons, verify
+from cdclake.verify.postgres.dialect import verify
+from cdclake.verify.report import comparisons_json, format_comparisons
+from cdclake.verify.result import TableComparison
 
 SCHEMA = """
 CREATE TABLE items (
