@@ -809,7 +809,7 @@ def test_every_metric_of_the_stack_namespace_is_read_and_written_with_the_enviro
     lines = re.findall(r'\["\$\{MetricsNamespace\}", "(\w+)", "(\w+)", "([^"]+)"', body)
     assert lines and all(line[1:] == ("Environment", "${EnvironmentName}") for line in lines), lines
     assert body.count('${MetricsNamespace}", ') == len(lines)  # no metric line of ours escaped the pattern
-    # ... and every writer sets it: the Glue jobs (ops/metrics.py, ops/verify_log.py: tests/unit/test_metrics.py,
+    # ... and every writer sets it: the Glue jobs (ops/metrics.py, verify/log.py: tests/unit/test_metrics.py,
     # test_verify_log.py) and the work check's Powertools metrics (its default dimension, from ENVIRONMENT_NAME)
     work_check = RESOURCES["WorkCheckFunction"]["Properties"]["Environment"]["Variables"]
     assert work_check["ENVIRONMENT_NAME"] == {"Ref": "EnvironmentName"}
