@@ -93,7 +93,8 @@ def measure(work: Path, rows: int) -> dict[str, Any]:
     from cdclake.engine.run import run
     from cdclake.sources.postgres.capture import capture
     from cdclake.sources.postgres.settings import CaptureSettings
-    from cdclake.sources.postgres.verify import ChecksumSettings, verify
+    from cdclake.verify.compare import ChecksumSettings
+    from cdclake.verify.postgres.dialect import verify
 
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)

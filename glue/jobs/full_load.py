@@ -18,9 +18,9 @@ from collections.abc import Sequence
 
 from cdclake.engine.run import full_load
 from cdclake.ops.source_catalog import prepare_job_configuration
-from cdclake.ops.verify_source import start_verify_after_reload
 from cdclake.report import RunReport
 from cdclake.shells.glue_job import build_engine, log_report, parse_arguments, publish_metrics
+from cdclake.verify.job import start_verify_after_reload
 
 log = logging.getLogger("cdclake")
 

@@ -6,7 +6,7 @@ Arguments: --config, --bronze, --warehouse, --secret_id (the stack's SourceSecre
 differing table may take to catch up with the live source: 0 reports the first read as it is) and
 --delivery_seconds (the longest a committed change takes to reach bronze).
 
-Each table is compared by key-range checksums (``sources.verify``, the source's dialect); a differing one is read
+Each table is compared by key-range checksums (``verify.run``, the source's dialect); a differing one is read
 again once silver has caught up with the source (the CDC loop runs beside this job), so lag is not reported as a
 difference, and a table that does not catch up in time is lagging. The run MERGEs one row per table into
 ``cdclake_verify`` (keyed by Glue's job run id, so a retried run does not add rows) and publishes TablesDiffering,
@@ -24,7 +24,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from cdclake.errors import ConfigError
-from cdclake.ops.verify_log import (
+from cdclake.shells.glue_job import build_engine, job_run_id, parse_arguments
+from cdclake.verify.job import verify_tables
+from cdclake.verify.log import (
     VerifyRun,
     log_record,
     publish_verify_metrics,
@@ -32,8 +34,6 @@ from cdclake.ops.verify_log import (
     summary_of,
     verify_rows,
 )
-from cdclake.ops.verify_source import verify_tables
-from cdclake.shells.glue_job import build_engine, job_run_id, parse_arguments
 
 log = logging.getLogger("cdclake")
 

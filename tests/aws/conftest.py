@@ -618,6 +618,7 @@ def pipeline(moto_step_functions_gaps: MotoStepFunctionsGaps, request: pytest.Fi
                 "Partition": "aws",
                 "StateMachineArn": state_machine_arn,
                 "ReplicationTaskArns": task_arn,
+                "HasReplicationTasks": "true",
                 "AlertTopicArn": topic,
                 "FullLoadJobName": "cdclake-full-load",
                 "CdcJobName": "cdclake-cdc",

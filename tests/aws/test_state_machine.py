@@ -122,6 +122,22 @@ def test_without_a_source_secret_no_verify_job_runs(pipeline: Pipeline) -> None:
     assert pipeline.states_entered(execution)[-3:] == ["MarkFullLoadDone", "StartSuccessor", "HandedOver"]
 
 
+@pytest.mark.parametrize("pipeline", [{"ReplicationTaskArns": "", "HasReplicationTasks": "false"}], indirect=True)
+def test_a_stack_that_names_no_replication_task_fails_at_once_saying_what_to_deploy(pipeline: Pipeline) -> None:
+    # GIVEN a first deploy that created the DMS target endpoint and names no task yet
+    # WHEN the pipeline is started for its full load
+    execution = pipeline.start({})
+    # THEN it fails at once, before asking DMS or running a job, with the steps that make it work
+    result = pipeline.wait_until_done(execution)
+    assert (result["status"], result["error"]) == ("FAILED", "NoReplicationTask")
+    assert "deploy again with ReplicationTaskArns=<its ARN>" in result["cause"]
+    assert "DescribeReplicationTasks" not in pipeline.states_entered(execution)
+    assert pipeline.job_runs(pipeline.full_load_job) == []
+    # AND a pipeline whose full load is in silver still runs its CDC loop without one
+    later = pipeline.start({"fullLoadDone": True})
+    pipeline.wait_for_state(later, "WaitForFiles")
+
+
 def test_full_load_skipped_when_the_input_says_it_ran(pipeline: Pipeline) -> None:
     execution = pipeline.start({"fullLoadDone": True})
     pipeline.wait_for_state(execution, "WaitForFiles")

@@ -22,6 +22,7 @@ from cdclake.shells.glue_job import job_config, parse_arguments
 
 RESOURCES = template()["Resources"]
 PARAMETERS = template()["Parameters"]
+CONDITIONS = template()["Conditions"]
 EXAMPLE_CONFIG = ROOT / "glue" / "cdclake" / "examples" / "hosts.yaml"
 
 
@@ -665,8 +666,15 @@ def dms_rule_pattern(tasks: list[str]) -> EventPattern:
     pattern: dict[str, Any] = json.loads(
         json.dumps(RESOURCES["ReplicationTaskStoppedRule"]["Properties"]["EventPattern"])
     )
-    assert pattern["resources"] == {"Ref": "ReplicationTaskArns"}  # a CommaDelimitedList: a list of ARNs
-    pattern["resources"] = tasks
+    # ReplicationTaskArns is a CommaDelimitedList (a list of ARNs); empty ([""]) on a first deploy
+    condition, given, placeholder = pattern["resources"]["If"]
+    assert (condition, given) == ("HasReplicationTasks", {"Ref": "ReplicationTaskArns"})
+    assert CONDITIONS["HasReplicationTasks"] == {
+        "Not": [{"Equals": [{"Join": ["", {"Ref": "ReplicationTaskArns"}]}, ""]}]
+    }
+    none_yet = [p["Sub"].replace("${AWS::Partition}", "aws").replace("${AWS::Region}", "us-east-1").replace(
+        "${AWS::AccountId}", "123456789012") for p in placeholder]  # fmt: skip
+    pattern["resources"] = tasks if "".join(tasks) else none_yet
     return EventPattern.load(json.dumps(pattern))
 
 
@@ -694,6 +702,14 @@ def test_a_stopped_or_failed_dms_task_of_the_stack_alerts(event_type: str, task:
     other = "arn:aws:dms:us-east-1:123456789012:task:SECOND"
     assert dms_rule_pattern([TASK, other]).matches_event(dms_event(event_type, task)) is alerted
     assert dms_rule_pattern([TASK, other]).matches_event(dms_event("REPLICATION_TASK_FAILED", other))
+
+
+def test_a_stack_that_names_no_task_yet_alerts_on_no_task() -> None:
+    # GIVEN a first deploy: ReplicationTaskArns empty (CloudFormation passes [""])
+    # THEN no task's stop matches the rule (an empty pattern list would be refused or match anything)
+    for task in (TASK, "arn:aws:dms:us-east-1:123456789012:task:SECOND"):
+        assert not dms_rule_pattern([""]).matches_event(dms_event("REPLICATION_TASK_STOPPED", task))
+    assert PARAMETERS["ReplicationTaskArns"]["Default"] == ""
 
 
 def test_the_dms_task_rule_publishes_to_the_alert_topic_which_admits_it_alone() -> None:
@@ -793,7 +809,7 @@ def test_every_metric_of_the_stack_namespace_is_read_and_written_with_the_enviro
     lines = re.findall(r'\["\$\{MetricsNamespace\}", "(\w+)", "(\w+)", "([^"]+)"', body)
     assert lines and all(line[1:] == ("Environment", "${EnvironmentName}") for line in lines), lines
     assert body.count('${MetricsNamespace}", ') == len(lines)  # no metric line of ours escaped the pattern
-    # ... and every writer sets it: the Glue jobs (ops/metrics.py, ops/verify_log.py: tests/unit/test_metrics.py,
+    # ... and every writer sets it: the Glue jobs (ops/metrics.py, verify/log.py: tests/unit/test_metrics.py,
     # test_verify_log.py) and the work check's Powertools metrics (its default dimension, from ENVIRONMENT_NAME)
     work_check = RESOURCES["WorkCheckFunction"]["Properties"]["Environment"]["Variables"]
     assert work_check["ENVIRONMENT_NAME"] == {"Ref": "EnvironmentName"}

@@ -179,3 +179,46 @@ def test_per_table_dms_files_have_no_cut_and_the_report_names_the_setting(
     assert report.cut is not None and report.cut.startswith("none: ") and "PreserveTransactions" in report.cut
     assert not table_exists(engine.spark, SilverTable(engine.catalog, engine.config.database, CUTS_TABLE))
     assert engine.spark.table(f"silver.{engine.config.database}.a").count() == 1
+
+
+def test_transaction_ordered_files_give_a_cut_at_the_newest_file_with_a_quiet_table_in_it(
+    make_engine: Callable[..., Engine], tmp_path: Path
+) -> None:
+    # GIVEN PreserveTransactions: one folder of files in commit order, each row naming its table; a transfer
+    # moves 5 from a's row to b's row in one source transaction (the balance total stays 10)
+    config = keyed_tables("s.a", "s.b", bronze="timestamp_column: ts, change_sequence_column: seq, "
+                          "transaction_path: changes")  # fmt: skip
+    engine = make_engine(config)
+    folder = tmp_path / "bronze" / "changes"
+
+    def transactions(second: int, rows: list[tuple[str, str, int, str]]) -> None:
+        ts = f"2024-01-02 00:00:{second:02d}.000000"
+        records = [[op, ts, "s", t, str(i), name, change_sequence(ts, n)] for n, (op, t, i, name) in enumerate(rows)]
+        write_csv(folder / f"20240102-00{second:02d}000000.csv", records)
+
+    transactions(1, [("I", "a", 1, "10"), ("I", "b", 1, "0")])
+    transactions(2, [("U", "a", 1, "5"), ("U", "b", 1, "5")])
+    # WHEN the run applies them
+    first = run(engine).checked()
+    # THEN the cut is at the newest transaction file, its time the newest commit either table holds
+    cut = latest_cut(engine.spark, engine.catalog, engine.config.database)
+    assert first.cut == "at 2024-01-02 00:00:02.000000 (changes/20240102-0002000000.csv): 2 tables", first.cut
+    assert cut is not None and cut.commit_ts == "2024-01-02 00:00:02.000000"
+    assert {t: _names(engine, t, cut.snapshots[t]) for t in "ab"} == {"a": ["5"], "b": ["5"]}
+    # WHEN a later transaction changes a alone (b is quiet) and the next run applies it
+    transactions(3, [("U", "a", 1, "7")])
+    later = run(engine).checked()
+    # THEN the cut moved to that file, b at it with its rows unchanged (its ledger records the file it read
+    # and found nothing of its own in), and the tags follow the record
+    moved = latest_cut(engine.spark, engine.catalog, engine.config.database)
+    assert later.cut == "at 2024-01-02 00:00:03.000000 (changes/20240102-0003000000.csv): 2 tables", later.cut
+    assert moved is not None and moved.commit_ts == "2024-01-02 00:00:03.000000"
+    assert {t: _names(engine, t, moved.snapshots[t]) for t in "ab"} == {"a": ["7"], "b": ["5"]}
+    assert _tags(engine) == dict(moved.snapshots)
+    # AND the earlier cut still reads the transfer whole: the total is 10 at it
+    db = engine.config.database
+    sql = f"SELECT CAST(a.name AS INT) + CAST(b.name AS INT) AS total FROM {db}.a a JOIN {db}.b b ON a.id = b.id"
+    rewritten = at_cut(engine.spark, sql, engine.catalog, db, "2024-01-02 00:00:02.500000")
+    assert run_query(engine.spark, rewritten.sql, "csv", None).text.splitlines() == ["total", "10"]
+    for view in rewritten.views:
+        engine.spark.catalog.dropTempView(view)

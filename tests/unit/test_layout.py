@@ -8,7 +8,9 @@ import pytest
 
 from cdclake.config import BronzeSettings, TableConfig, load_config
 from cdclake.dms.files import FileKind, parse_key
-from cdclake.dms.layout import FileLayout, headerless_columns, layout_for, parse_header
+from cdclake.dms.layout import FileLayout, headerless_columns, lacks_change_sequence, layout_for, parse_header
+from cdclake.dms.reader import plan_scans
+from cdclake.dms.store import LocalBronze, list_bronze
 from cdclake.errors import BadInputError, CdclakeError
 
 TABLE = TableConfig(source_schema="s", source_table="t", target="t", columns={"id": "int", "name": "string"})
@@ -188,3 +190,37 @@ def test_layout_for_csv_with_header_needs_the_header() -> None:
     # WHEN / THEN it is a programming error
     with pytest.raises(ValueError, match="needs its header parsed first"):
         layout_for(BronzeSettings(csv_header=True), TABLE, file, None)
+
+
+# --------------------------------------------------------------------------- a task without the change-sequence rule
+
+
+def test_a_header_without_the_configured_change_sequence_is_found() -> None:
+    # GIVEN headers as DMS writes them with and without the task's AR_H_CHANGE_SEQ mapping rule
+    with_rule = ("Op", "ts", "id", "name", "SEQ")  # names compare case-insensitively, as Spark resolves them
+    without_rule = ("Op", "ts", "id", "name")
+    # THEN only the one without it lacks the change sequence, and nothing lacks one none is configured
+    assert not lacks_change_sequence(TS_AND_SEQ, with_rule)
+    assert lacks_change_sequence(TS_AND_SEQ, without_rule)
+    assert not lacks_change_sequence(BronzeSettings(timestamp_column="ts"), without_rule)
+
+
+def test_cdc_files_without_the_change_sequence_are_said_once_a_table_and_still_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # GIVEN two CDC files whose header rows lack the configured change-sequence column, and a LOAD file
+    settings = BronzeSettings(timestamp_column="ts", change_sequence_column="AR_H_CHANGE_SEQ", csv_header=True)
+    folder = tmp_path / "s" / "t"
+    folder.mkdir(parents=True)
+    (folder / "LOAD00000001.csv").write_text("ts,id,name\n2024-01-01 00:00:00,1,a\n")
+    for name in ("20240102-000000000.csv", "20240103-000000000.csv"):
+        (folder / name).write_text("Op,ts,id,name\nU,2024-01-02 00:00:00,1,b\n")
+    store = LocalBronze(tmp_path)
+    files = sorted(f for f in list_bronze(store, "s/t").files)
+    # WHEN their scans are planned
+    groups = plan_scans(store, settings, TABLE, files)
+    # THEN every file is read, and one warning names the table, the count, the setting and the fix
+    assert sum(len(members) for members in groups.values()) == 3
+    [warning] = [r.getMessage() for r in caplog.records if "change sequence missing" in r.getMessage()]
+    assert warning.startswith("change sequence missing table=s.t files=2 first=s/t/20240102-000000000.csv:")
+    assert "AR_H_CHANGE_SEQ mapping rule" in warning

@@ -1,4 +1,4 @@
-"""sources/live.py: when silver has caught up with the moment a comparison started, and what lag looks like."""
+"""verify/live.py: when silver has caught up with the moment a comparison started, and what lag looks like."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import itertools
 from datetime import datetime, timedelta
 from typing import Any
 
-from cdclake.sources.live import (
+from cdclake.verify.live import (
     LiveSettings,
     SilverPosition,
     SourcePosition,
@@ -89,7 +89,7 @@ def test_only_keys_differing_both_times_persist() -> None:
     assert persisting(["id=1"], []) == []
 
 
-# --- sources.verify._settle: which keys are confirmed, which were lag (the reads faked; no Spark) ----------
+# --- verify.run._settle: which keys are confirmed, which were lag (the reads faked; no Spark) ----------
 
 
 def _settled(
@@ -97,8 +97,9 @@ def _settled(
 ) -> Any:
     """``_settle`` over a first read of id=1..4 differing, then ``reads`` (each: key -> its source row digest),
     silver at ``positions`` poll after poll."""
-    from cdclake.sources import verify as engine_verify
-    from cdclake.sources.verify import LiveCheck, TableComparison
+    from cdclake.verify import run as engine_verify
+    from cdclake.verify.result import TableComparison
+    from cdclake.verify.run import LiveCheck
 
     def comparison(digests: dict[str, bytes | None]) -> TableComparison:
         columns = {k: ["v"] for k in digests}

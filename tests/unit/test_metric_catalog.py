@@ -13,8 +13,8 @@ from typing import Any
 from cdclake.ops import metric_catalog as catalog
 from cdclake.ops.metric_catalog import ALARMS, METRICS, OURS, PIPELINE_METRICS, VERIFY_METRICS, Alarm, alarm_table
 from cdclake.ops.metrics import MetricsTarget, metric_data
-from cdclake.ops.verify_log import VerifySummary, verify_metric_data
 from cdclake.report import Backlog, RunReport, TableReport
+from cdclake.verify.log import VerifySummary, verify_metric_data
 from file_modules import module_at
 
 ROOT = Path(__file__).resolve().parents[2]

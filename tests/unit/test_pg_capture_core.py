@@ -21,13 +21,9 @@ from cdclake.sources.postgres.catalog import (
 )
 from cdclake.sources.postgres.pgoutput import UNCHANGED_TOAST, Begin, RowChange, decode, format_lsn, parse_lsn
 from cdclake.sources.postgres.state import TableFolder, change_sequence
-from cdclake.sources.postgres.verify import (
-    TableComparison,
-    canonical,
-    differing_columns,
-    format_comparisons,
-    row_digest,
-)
+from cdclake.verify.report import format_comparisons
+from cdclake.verify.result import TableComparison
+from cdclake.verify.rows import canonical, differing_columns, row_digest
 
 
 def _tuple(*values: object) -> bytes:
@@ -171,7 +167,7 @@ def test_only_columns_whose_values_can_exceed_toasts_threshold_are_warned_about(
 
 
 def test_a_keyless_row_is_named_by_its_values_and_a_digest_the_same_in_every_run() -> None:
-    from cdclake.sources.verify import row_name
+    from cdclake.verify.rows import row_name
 
     # GIVEN two keyless rows that differ only past what their name shows, and one with a NULL
     long_a, long_b = "x" * 40 + "a", "x" * 40 + "b"

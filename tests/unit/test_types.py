@@ -116,10 +116,10 @@ def test_widening_families_are_ranked_from_one() -> None:
 # the table cannot.
 _TYPE_LISTS = {
     "sources/catalog/dms_types.py": "source engines' own type names (MySQL's and SQL Server's match Spark's)",
-    "sources/checksum.py": "verify's canonical text of each type (its kinds)",
-    "sources/mysql/checksums.py": "MySQL's SQL of each kind of canonical text (kinds share names with types)",
-    "sources/postgres/checksums.py": "PostgreSQL's SQL of each kind of canonical text (kinds share names with types)",
-    "sources/sqlserver/checksums.py": "SQL Server's SQL of each kind of canonical text (kinds share names with types)",
+    "verify/checksum.py": "verify's canonical text of each type (its kinds)",
+    "verify/mysql/checksums.py": "MySQL's SQL of each kind of canonical text (kinds share names with types)",
+    "verify/postgres/checksums.py": "PostgreSQL's SQL of each kind of canonical text (kinds share names with types)",
+    "verify/sqlserver/checksums.py": "SQL Server's SQL of each kind of canonical text (kinds share names with types)",
 }
 _NAMES = {t.spark for t in COLUMN_TYPES} | {alias for t in COLUMN_TYPES for alias in t.aliases}
 

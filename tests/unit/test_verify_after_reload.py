@@ -1,4 +1,4 @@
-"""``ops.verify_source.start_verify_after_reload``: a reload (a full-load run given --tables) starts the verify job for
+"""``verify.job.start_verify_after_reload``: a reload (a full-load run given --tables) starts the verify job for
 exactly the tables it loaded, queued behind a verify run already active; a run that loaded nothing starts none.
 Against moto's Glue."""
 
@@ -11,8 +11,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from cdclake.ops.verify_source import start_verify_after_reload
 from cdclake.report import RunReport, TableFailure, TableReport
+from cdclake.verify.job import start_verify_after_reload
 
 JOB = "cdclake-dev-verify"
 

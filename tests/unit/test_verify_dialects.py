@@ -1,5 +1,5 @@
 """The source dialects of ``cdclake verify`` (``sources/{postgres,mysql,sqlserver}/checksums.py``): every
-engine writes every kind of canonical text ``sources.checksum`` defines, its queries take their
+engine writes every kind of canonical text ``verify.checksum`` defines, its queries take their
 parameters as its driver formats them, and SQL Server's T-SQL (no server here) is pinned as golden
 strings written from Microsoft's documentation. PostgreSQL and MariaDB run for real in
 tests/spark/postgres/test_pg_verify.py and tests/spark/mariadb/test_mariadb_verify.py."""
@@ -13,16 +13,16 @@ from typing import Any
 
 import pytest
 
-from cdclake.sources import dialects
 from cdclake.sources.catalog.connect import SourceAddress, parse_source
 from cdclake.sources.catalog.model import CatalogColumn, CatalogTable
-from cdclake.sources.checksum import KeyRange, kind_of
-from cdclake.sources.mysql import checksums as mysql
-from cdclake.sources.mysql.verify import MysqlDialect
-from cdclake.sources.postgres import checksums as postgres
 from cdclake.sources.postgres.catalog import SourceColumn, SourceTable
-from cdclake.sources.sqlserver import checksums as sqlserver
-from cdclake.sources.sqlserver.verify import SqlServerDialect, select_rows
+from cdclake.verify import dialects
+from cdclake.verify.checksum import KeyRange, kind_of
+from cdclake.verify.mysql import checksums as mysql
+from cdclake.verify.mysql.dialect import MysqlDialect
+from cdclake.verify.postgres import checksums as postgres
+from cdclake.verify.sqlserver import checksums as sqlserver
+from cdclake.verify.sqlserver.dialect import SqlServerDialect, select_rows
 
 # Every configured type init writes (sources.catalog.dms_types), as the kinds the dialects must write.
 CONFIGURED = ["string", "tinyint", "smallint", "int", "bigint", "boolean", "decimal(20,0)", "decimal(12,2)", "date"]

@@ -1,4 +1,4 @@
-"""The verify job's pure core (cdclake.ops.verify_log, sources.dialects.conninfo, shells.glue_job.job_run_id):
+"""The verify job's pure core (cdclake.verify.log, verify.dialects.conninfo, shells.glue_job.job_run_id):
 the cdclake_verify rows built from comparisons, the run's summary and metric data, the source's libpq string and
 the run id. No Spark, no AWS."""
 
@@ -12,11 +12,12 @@ import psycopg2.extensions
 import pytest
 
 from cdclake.errors import ConfigError
-from cdclake.ops.verify_log import SAMPLE_KEYS, summary_of, verify_metric_data, verify_rows
-from cdclake.ops.verify_source import TableComparison, TableVerified
 from cdclake.shells.glue_job import job_run_id, parse_arguments
 from cdclake.sources.catalog.connect import SourceAddress
-from cdclake.sources.dialects import conninfo
+from cdclake.verify.dialects import conninfo
+from cdclake.verify.job import TableVerified
+from cdclake.verify.log import SAMPLE_KEYS, summary_of, verify_metric_data, verify_rows
+from cdclake.verify.result import TableComparison
 
 T0 = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)
 
@@ -151,7 +152,7 @@ def test_a_record_that_loses_a_commit_race_is_merged_again(
 ) -> None:
     # GIVEN a MERGE that loses to another writer's commit (maintenance compacting the table) the first times
     from cdclake.lake.tables import TableMovedError
-    from cdclake.ops import verify_log
+    from cdclake.verify import log as verify_log
 
     statements: list[str] = []
 
@@ -171,7 +172,7 @@ def test_a_record_that_loses_a_commit_race_is_merged_again(
 
 def test_a_record_that_keeps_losing_or_fails_otherwise_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     from cdclake.lake.tables import TableMovedError
-    from cdclake.ops import verify_log
+    from cdclake.verify import log as verify_log
 
     attempts: list[int] = []
 
@@ -206,7 +207,7 @@ def test_a_source_verify_cannot_reach_or_read_skips_every_table_with_the_reason(
 
     from cdclake.config import parse_config
     from cdclake.ops.source_catalog import SourceSettings
-    from cdclake.ops.verify_source import verify_tables
+    from cdclake.verify.job import verify_tables
 
     config = parse_config(
         "bronze: {format: csv}\nsilver: {database: shop}\ntables:\n"
@@ -234,7 +235,7 @@ def test_a_source_verify_cannot_reach_or_read_skips_every_table_with_the_reason(
 
 
 def test_a_tables_log_line_keeps_the_first_keys_of_each_kind_and_counts_them_all() -> None:
-    from cdclake.ops.verify_log import log_record
+    from cdclake.verify.log import log_record
 
     comparison = TableComparison(
         table="s.t", missing=[f"id={i}" for i in range(5)], different=["id=7", "id=8", "id=9"],

@@ -89,6 +89,14 @@ def undeclared_header_columns(
     return undeclared, [name for name in table.columns if name.lower() not in in_header]
 
 
+def lacks_change_sequence(settings: BronzeSettings, header: tuple[str, ...]) -> bool:
+    """Whether a header row lacks the configured change-sequence column: the DMS task has no
+    ``AR_H_CHANGE_SEQ`` mapping rule (docs/deploy.md). Its changes are still applied, those of one
+    commit time in file and row order (DMS's write order), with no change sequence to tell them apart."""
+    seq = settings.change_sequence_column
+    return seq is not None and seq.lower() not in {name.lower() for name in header}
+
+
 def layout_for(
     settings: BronzeSettings, table: TableConfig, file: BronzeFile, header: tuple[str, ...] | None
 ) -> FileLayout:

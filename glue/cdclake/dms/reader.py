@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -37,12 +38,15 @@ from cdclake.dms.layout import (
     SOURCE_SCHEMA_COLUMN,
     SOURCE_TABLE_COLUMN,
     FileLayout,
+    lacks_change_sequence,
     layout_for,
     parse_header,
     undeclared_header_columns,
 )
 from cdclake.dms.store import BronzeStore, head_text
 from cdclake.errors import BadInputError, ConfigError
+
+log = logging.getLogger("cdclake")
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -100,6 +104,7 @@ def plan_scans(
     Spark never reads one file with another file's column order.
     """
     groups: dict[FileLayout, list[tuple[int, BronzeFile]]] = defaultdict(list)
+    lacking: list[str] = []  # CDC files whose header has no change-sequence column (said once, below)
     for ordinal, file in enumerate(files):
         header = None
         if file.file_format == "csv" and settings.csv_header:
@@ -112,7 +117,16 @@ def plan_scans(
                 raise MissingOpError(file.key)
         if header is not None and (undeclared := undeclared_header_columns(settings, table, header))[0]:
             raise UndeclaredHeaderError(file, table, *undeclared)
+        if header is not None and file.kind is FileKind.CDC and lacks_change_sequence(settings, header):
+            lacking.append(file.key)
         groups[layout].append((ordinal, file))
+    if lacking:
+        log.warning(
+            "change sequence missing table=%s files=%d first=%s: the configured change_sequence_column %s is not "
+            "in their header row (the DMS task has no AR_H_CHANGE_SEQ mapping rule, docs/deploy.md); their changes "
+            "are applied, those of one commit time in file and row order",
+            table.source, len(lacking), lacking[0], settings.change_sequence_column,
+        )  # fmt: skip
     return groups
 
 

@@ -37,7 +37,7 @@ class TableRun:
     """One table's part of a run: filled by the one thread that works on the table."""
 
     table: TableConfig
-    kind: str  # "full-load" or "cdc": what the table's reports and failure say it was doing
+    kind: str  # "full-load", "cdc" or "state" (its state read): what its reports and failure say it was doing
     stopping: threading.Event
     reports: list[TableReport] = field(default_factory=list)
     state: TableState | None = None  # the table's state once its work is done
@@ -98,7 +98,10 @@ def _run_unit(engine: Engine, table_run: TableRun, work: Callable[[TableRun], No
         if table_run.stopping.is_set():
             return  # its Spark job was cancelled by the stop: not the table's failure
         table_run.failure = TableFailure(table_run.table.source, table_run.kind, error)
-        if isinstance(error, CdclakeError):
+        if table_run.kind == "state":  # a run's first read (``turn.read_states``): the table's turn reads it again
+            log.warning("state read failed table=%s: %s; its turn reads it again", table_run.table.source,
+                        first_line(error))  # fmt: skip
+        elif isinstance(error, CdclakeError):
             log.error("table failed table=%s: %s", table_run.table.source, first_line(error))
         else:
             log.exception("table failed table=%s: %s", table_run.table.source, first_line(error))

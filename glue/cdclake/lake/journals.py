@@ -19,7 +19,7 @@ SCHEMA_CHANGES_TABLE = "cdclake_schema_changes"
 QUARANTINE_TABLE = "cdclake_quarantine"
 QUARANTINE_ROWS_TABLE = "cdclake_quarantine_rows"
 DISMISSED_TABLE = "cdclake_quarantine_dismissed"
-VERIFY_TABLE = "cdclake_verify"  # the verify job's results, one row per table and run (ops.verify_log)
+VERIFY_TABLE = "cdclake_verify"  # the verify job's results, one row per table and run (verify.log)
 # On the tombstone table, an ISO 8601 UTC time: maintenance pruned the tombstones of deletes before it
 # (``dms.horizon``).
 PRUNED_BEFORE_PROPERTY = "cdclake.tombstones.pruned-before"

@@ -1,6 +1,6 @@
 """Every CloudWatch metric the stack writes and every alarm it raises, declared once.
 
-The writers take their names and units from here (``ops/metrics.py``, ``ops/verify_log.py``; the work
+The writers take their names and units from here (``ops/metrics.py``, ``verify/log.py``; the work
 check's Lambda cannot import cdclake, so ``tests/unit/test_metric_catalog.py`` reads its ``add_metric``
 calls). ``template.yaml`` is deployed as written, so it is not made from this module: the same test checks
 that its alarms and its dashboard's metric lines equal these declarations, and that docs/runbook.md's alarm
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 Unit = Literal["Count", "Bytes", "Seconds"]
-# Who writes a metric: a run's totals (ops/metrics.py), a verify run (ops/verify_log.py), the work check
+# Who writes a metric: a run's totals (ops/metrics.py), a verify run (verify/log.py), the work check
 # Lambda (functions/work_check/app.py); "table" is a metric only opted-in tables get (per_table).
 Writer = Literal["run", "verify", "work_check", "table"]
 OURS = "MetricsNamespace"  # the stack's own namespace (a template parameter); dimension Environment

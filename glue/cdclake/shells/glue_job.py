@@ -24,7 +24,7 @@ from cdclake.ops.maintenance import MaintenanceSettings
 from cdclake.ops.source_catalog import SourceSettings
 from cdclake.report import Backlog, RunReport
 from cdclake.runtime.session import GlueCatalog, LocalCatalog
-from cdclake.sources.live import LiveSettings
+from cdclake.verify.live import LiveSettings
 
 log = logging.getLogger("cdclake")
 
@@ -113,7 +113,7 @@ class JobArguments:
     # Full-load job: the source whose catalog writes (or checks) the configuration; None without a secret.
     source: SourceSettings | None = None
     maintenance: MaintenanceSettings = DEFAULT_MAINTENANCE  # maintenance job
-    # Verify job: how long differing tables may take to catch up with a live source (sources.live)
+    # Verify job: how long differing tables may take to catch up with a live source (verify.live)
     live: LiveSettings = JOB_LIVE
     # Full-load job: the verify job it starts for the tables a run given --tables (a reload) loaded; None: none
     verify_job_name: str | None = None

@@ -14,8 +14,10 @@ import pytest
 
 from cdclake.context import Engine
 from cdclake.shells.cli import main
-from cdclake.sources.mysql.verify import MysqlDialect
-from cdclake.sources.verify import TableComparison, format_comparisons, verify
+from cdclake.verify.mysql.dialect import MysqlDialect
+from cdclake.verify.report import format_comparisons
+from cdclake.verify.result import TableComparison
+from cdclake.verify.run import verify
 from mariadb_dms import init_and_load
 
 ROWS = 2000

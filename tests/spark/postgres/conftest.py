@@ -21,7 +21,8 @@ from cdclake.engine.run import run
 from cdclake.report import RunReport
 from cdclake.sources.postgres.capture import capture
 from cdclake.sources.postgres.settings import CaptureReport, CaptureSettings
-from cdclake.sources.postgres.verify import TableComparison, verify
+from cdclake.verify.postgres.dialect import verify
+from cdclake.verify.result import TableComparison
 from local_databases import PgServer
 
 

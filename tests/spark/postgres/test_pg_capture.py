@@ -1,6 +1,6 @@
 """PostgreSQL -> capture -> bronze -> cdclake run -> silver, checked against the source database.
 
-The oracle is the source database itself (``cdclake.sources.postgres.verify``), never the capture's own output.
+The oracle is the source database itself (``cdclake.verify.postgres.dialect``), never the capture's own output.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from cdclake.sources.postgres.capture import ChangeCapture
-from cdclake.sources.postgres.verify import TableComparison, format_comparisons
+from cdclake.verify.report import format_comparisons
+from cdclake.verify.result import TableComparison
 from local_databases import PG_BIN
 
 SourceDatabase = Any  # conftest.SourceDatabase (a conftest cannot be imported by name)
@@ -53,7 +54,7 @@ def test_pgbench_workload_is_captured_applied_and_verified(source_db: SourceData
     source_db.execute("UPDATE pgbench_branches SET bbalance = bbalance + 1 WHERE bid = 1")
     conn = source_db.connect()
     try:
-        from cdclake.sources.postgres.verify import verify
+        from cdclake.verify.postgres.dialect import verify
 
         engine_results = verify(_engine_of(apply_and_verify, source_db), conn)
     finally:

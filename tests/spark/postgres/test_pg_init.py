@@ -9,7 +9,8 @@ from typing import Any
 
 from cdclake.config import load_config
 from cdclake.shells.cli import main
-from cdclake.sources.postgres.verify import TableComparison, format_comparisons
+from cdclake.verify.report import format_comparisons
+from cdclake.verify.result import TableComparison
 
 SourceDatabase = Any  # conftest.SourceDatabase
 Verify = Callable[[SourceDatabase], list[TableComparison]]

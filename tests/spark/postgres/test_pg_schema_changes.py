@@ -1,7 +1,7 @@
 """DDL at the source, mid-workload: capture follows it, the engine applies or quarantines it, and
 ``verify`` compares silver with what the source has now.
 
-The oracle is the source database itself (``cdclake.sources.postgres.verify``).
+The oracle is the source database itself (``cdclake.verify.postgres.dialect``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from cdclake.engine.select import ReplaySelection
 from cdclake.lake.journals import QUARANTINE_TABLE
 from cdclake.schema import type_change_advice
 from cdclake.shells.commands.run import print_report
-from cdclake.sources.postgres.verify import TableComparison, format_comparisons
+from cdclake.verify.report import format_comparisons
+from cdclake.verify.result import TableComparison
 
 SourceDatabase = Any  # conftest.SourceDatabase (a conftest cannot be imported by name)
 Verify = Callable[[SourceDatabase], list[TableComparison]]

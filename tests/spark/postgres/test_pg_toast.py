@@ -15,7 +15,8 @@ from cdclake.ops.status import HELD_BY_CAPTURE, table_statuses
 from cdclake.shells.cli import main
 from cdclake.shells.status_view import table_state
 from cdclake.sources.postgres.state import capture_holds
-from cdclake.sources.postgres.verify import TableComparison, format_comparisons
+from cdclake.verify.report import format_comparisons
+from cdclake.verify.result import TableComparison
 
 SourceDatabase = Any  # conftest.SourceDatabase
 Verify = Callable[[SourceDatabase], list[TableComparison]]

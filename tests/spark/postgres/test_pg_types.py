@@ -12,8 +12,9 @@ import pytest
 
 from cdclake.config import load_config
 from cdclake.shells.cli import main
-from cdclake.sources import verify  # the engine-neutral comparison, whose silver reader is broken below
-from cdclake.sources.postgres.verify import TableComparison, format_comparisons
+from cdclake.verify import compare as verify  # the engine-neutral comparison, whose silver reader is broken below
+from cdclake.verify.report import format_comparisons
+from cdclake.verify.result import TableComparison
 from pg_every_type import MOOD, changes, create
 
 SourceDatabase = Any  # conftest.SourceDatabase

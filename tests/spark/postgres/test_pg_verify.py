@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from functools import partial
 from hashlib import md5
 from uuid import UUID
 
 from conftest import SourceDatabase, loaded_engine
 
 from cdclake.context import Engine
-from cdclake.sources.postgres.verify import TableComparison, comparisons_json, format_comparisons, verify
+from cdclake.verify.applied import silver_position
+from cdclake.verify.live import LiveSettings
+from cdclake.verify.postgres.dialect import PostgresDialect, verify
+from cdclake.verify.report import comparisons_json, format_comparisons
+from cdclake.verify.result import TableComparison
+from cdclake.verify.run import LiveCheck
+from cdclake.verify.run import verify as verify_with
 
 SCHEMA = """
 CREATE TABLE items (
@@ -64,6 +71,8 @@ def test_equal_tables_are_proved_by_checksums_and_every_planted_difference_is_na
     source_db.execute(
         "UPDATE items SET price = price + 0.01 WHERE id = 10",  # a numeric off in its last digit
         "UPDATE items SET note = '' WHERE id = 21",  # NULL in silver, an empty string at the source
+        "UPDATE items SET name = 'renamed' WHERE id = 11",  # two neighbours (one range), each in a column of its own
+        "UPDATE items SET flag = NOT flag WHERE id = 12",
         "UPDATE items SET at = at + interval '1 microsecond' WHERE id = 1500",  # a timestamp off by 1 µs
         "UPDATE items SET data = '\\x00'::bytea WHERE id = 2999",
         "INSERT INTO items (id, name) VALUES (3001, 'new')",  # missing from silver
@@ -82,7 +91,11 @@ def test_equal_tables_are_proved_by_checksums_and_every_planted_difference_is_na
     # THEN each difference is named by key with its columns, nothing else
     items = after["public.items"]
     assert items.missing == ["id=3001"] and items.unexpected == ["id=5"]
-    assert items.differing_columns == {"id=10": ["price"], "id=21": ["note"], "id=1500": ["at"], "id=2999": ["data"]}
+    own = {"id=10": ["price"], "id=11": ["name"], "id=12": ["flag"], "id=21": ["note"], "id=1500": ["at"]}
+    assert items.differing_columns == own | {"id=2999": ["data"]}
+    # AND the report names each row with its own columns only, never one that differs in another row
+    text = format_comparisons([items])
+    assert "content differs: id=11 (columns: name)\n" in text and "content differs: id=12 (columns: flag)\n" in text
     # AND only the ranges holding them were read row by row (a few hundred rows of 3000, each side)
     assert 0 < items.ranges_differing <= 6 and items.rows_read < 1200, items.as_json()
     assert after["public.codes"].differing_columns == {"code=Ff5é": ["label"]}
@@ -90,6 +103,19 @@ def test_equal_tables_are_proved_by_checksums_and_every_planted_difference_is_na
     assert after["public.tags"].differing_columns == {f"id={UUID(md5(b'7').hexdigest())}": ["share%"]}
     assert after["public.measures"].equal
     assert report["summary"] == {"equal": 1, "differing": 4, "lagging": 0, "skipped": 0}
+    (items_json,) = [t for t in report["tables"] if t["table"] == "public.items"]
+    assert items_json["different"] == own | {"id=2999": ["data"]}
+
+    # WHEN verify reads the differing rows again once silver has caught up, as `cdclake verify` does
+    waits = LiveSettings(wait_seconds=60.0, delivery_seconds=1.0, poll_seconds=0.2)
+    live = LiveCheck(waits, partial(silver_position, engine))
+    conn = source_db.connect()
+    try:
+        again = {r.table: r for r in verify_with(engine, PostgresDialect(conn), live=live)}["public.items"]
+    finally:
+        conn.close()
+    # THEN each confirmed row still names its own columns only, and none of them was lag
+    assert again.differing_columns == items.differing_columns and again.lag_resolved == 0, again.as_json()
 
 
 def test_a_keyless_tables_differing_rows_are_named_by_their_values_the_same_in_every_run(

@@ -1,5 +1,5 @@
 """``cdclake verify`` against a PostgreSQL that keeps changing: lag is not reported as a difference, and a real
-difference planted in silver is still found (sources/live.py, ``sources.verify._settle``).
+difference planted in silver is still found (verify/live.py, ``verify.run._settle``).
 
 The source changes under a steady load while verify reads it; capture and ``run`` catch silver up only once
 verify has started waiting (so its first read certainly saw lag). Verify then reads the differing rows again
@@ -18,10 +18,12 @@ from conftest import SourceDatabase, loaded_engine
 
 from cdclake.context import Engine
 from cdclake.engine.run import run
-from cdclake.ops.applied import silver_position
-from cdclake.sources.live import LiveSettings, SilverPosition
-from cdclake.sources.postgres.verify import PostgresDialect
-from cdclake.sources.verify import LiveCheck, TableComparison, format_comparisons, verify
+from cdclake.verify.applied import silver_position
+from cdclake.verify.live import LiveSettings, SilverPosition
+from cdclake.verify.postgres.dialect import PostgresDialect
+from cdclake.verify.report import format_comparisons
+from cdclake.verify.result import TableComparison
+from cdclake.verify.run import LiveCheck, verify
 
 SCHEMA = """
 CREATE TABLE accounts (id int PRIMARY KEY, owner text, balance numeric(12,2), touched int NOT NULL DEFAULT 0);

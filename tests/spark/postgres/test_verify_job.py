@@ -22,7 +22,7 @@ import pytest
 from conftest import SourceDatabase
 from pyspark.sql import SparkSession
 
-from cdclake.ops.verify_log import VerifyRun
+from cdclake.verify.log import VerifyRun
 
 JOBS = Path(__file__).resolve().parents[3] / "glue" / "jobs"
 SCHEMA = """

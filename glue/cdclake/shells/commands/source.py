@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from cdclake.ops.init import InitSettings
     from cdclake.shells.settings import CliSettings
     from cdclake.sources.postgres.settings import CaptureSettings
-    from cdclake.sources.verify import SourceDialect
+    from cdclake.verify.dialect import SourceDialect
+    from cdclake.verify.result import TableComparison
 
 
 def source_option(parser: argparse.ArgumentParser, note: str) -> None:
@@ -210,9 +211,9 @@ def _verify_command(settings: CliSettings) -> int:
     starts, so a wrong password or a missing grant is said at once."""
     import psycopg2
 
-    from cdclake.sources.dialects import open_dialect
     from cdclake.sources.postgres.problems import SourceAccessError, read_problems, source_problem
-    from cdclake.sources.postgres.verify import PostgresDialect
+    from cdclake.verify.dialects import open_dialect
+    from cdclake.verify.postgres.dialect import PostgresDialect
 
     args = settings.options
     config = load_config(settings.config)
@@ -229,21 +230,35 @@ def _verify_command(settings: CliSettings) -> int:
 
 
 def _verify(engine: Engine, settings: CliSettings, dialect: SourceDialect[Any]) -> int:
-    from cdclake.sources.verify import ChecksumSettings, comparisons_text, verify
+    from cdclake.verify.compare import ChecksumSettings
+    from cdclake.verify.run import LiveCheck, verify
 
     args = settings.options
     live = None
     if args.wait > 0:
-        from cdclake.ops.applied import silver_position
-        from cdclake.sources.live import LiveSettings
-        from cdclake.sources.verify import LiveCheck
+        from cdclake.verify.applied import silver_position
+        from cdclake.verify.live import LiveSettings
 
         waits = LiveSettings(wait_seconds=args.wait, delivery_seconds=args.delivery)
         live = LiveCheck(waits, lambda table: silver_position(engine, table))
     checksums = None if args.rows else ChecksumSettings()
     results = verify(engine, dialect, selected_tables(engine, args), checksums, live)
-    print(comparisons_text(results, args.format, args.show), end="")
+    print(_verify_output(results, args.format, args.show), end="")
     return 0 if all(r.equal for r in results) else 1
+
+
+def _verify_output(results: list[TableComparison], style: str, show: int) -> str:
+    """``verify``'s output in the ``--format`` every command shares: ``table`` (a line a table, then its differing
+    keys), ``csv`` (a row a table: the counts, the keys' lists left to json) or ``json`` (one document with every
+    key)."""
+    from cdclake.shells.output import csv_lines
+    from cdclake.verify.report import comparisons_csv, comparisons_json, format_comparisons
+
+    if style == "json":
+        return comparisons_json(results)
+    if style == "csv":
+        return csv_lines(*comparisons_csv(results))
+    return format_comparisons(results, show)
 
 
 # --------------------------------------------------------------------------- init

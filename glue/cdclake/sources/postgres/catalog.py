@@ -69,7 +69,7 @@ class SourceColumn:
 
     @property
     def source_type(self) -> str:
-        """The type as the checksums' SQL reads it (``sources.checksum_sql``)."""
+        """The type as the checksums' SQL reads it (``verify.checksum_sql``)."""
         return self.pg_type
 
 

@@ -1,5 +1,5 @@
-"""PostgreSQL's side of the checksums (``sources.checksum``): canonical text, row numbers and range sums in
-PostgreSQL's own SQL (``sources.checksum_sql`` builds the queries from the table here), so an equal table
+"""PostgreSQL's side of the checksums (``verify.checksum``): canonical text, row numbers and range sums in
+PostgreSQL's own SQL (``verify.checksum_sql`` builds the queries from the table here), so an equal table
 sends a few numbers, not its rows.
 
 A column typed ``string`` whose source type is not text (inet, arrays, ranges, uuid, ...) is its output text
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cdclake.identifiers import quote_pg as _quote_pg
-from cdclake.sources.checksum import HASH_DIGITS, PieceSql
-from cdclake.sources.checksum_sql import ChecksumSql, by_types
+from cdclake.verify.checksum import HASH_DIGITS, PieceSql
+from cdclake.verify.checksum_sql import ChecksumSql, by_types
 
 TEXT_TYPES = ("text", "varchar", "bpchar", "name")
 TIMESTAMP_TEXT = "'YYYY-MM-DD HH24:MI:SS.US'"

@@ -1,5 +1,5 @@
-"""SQL Server's side of the checksums (``sources.checksum``): canonical text, row numbers and range
-sums in T-SQL (``sources.checksum_sql`` builds the queries from the table here). Written from
+"""SQL Server's side of the checksums (``verify.checksum``): canonical text, row numbers and range
+sums in T-SQL (``verify.checksum_sql`` builds the queries from the table here). Written from
 Microsoft's documentation and checked by unit tests (golden SQL, and the canonical text rules shared with
 the other engines: tests/unit/test_verify_dialects.py); no server runs here, so none of it has run
 against a live SQL Server.
@@ -39,8 +39,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cdclake.sources.catalog.dms_types import SQLSERVER_BYTES
-from cdclake.sources.checksum import HASH_DIGITS, PieceSql
-from cdclake.sources.checksum_sql import ChecksumSql, by_types
+from cdclake.verify.checksum import HASH_DIGITS, PieceSql
+from cdclake.verify.checksum_sql import ChecksumSql, by_types
 
 UTF8 = "Latin1_General_100_CI_AS_SC_UTF8"
 CODE_POINT_ORDER = "Latin1_General_100_BIN2"

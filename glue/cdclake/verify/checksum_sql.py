@@ -1,11 +1,11 @@
-"""The checksums' SQL at a source (``sources.checksum`` defines what it computes), written once for every engine.
+"""The checksums' SQL at a source (``verify.checksum`` defines what it computes), written once for every engine.
 
 An engine is a table, ``ChecksumSql``: how it quotes a name, how it writes each kind of canonical text (a
 template over ``{column}``, and ``{scale}`` for decimals), where one of its own types is written otherwise,
 how a row's pieces are joined and hashed, how a string key is compared by code point, and its ``false``.
 The queries are built from that table here: the range condition, the buckets' sums and the rows' select.
-PostgreSQL's table is in ``sources/postgres/checksums.py``, MariaDB/MySQL's in ``sources/mysql/checksums.py``,
-SQL Server's in ``sources/sqlserver/checksums.py``.
+PostgreSQL's table is in ``verify/postgres/checksums.py``, MariaDB/MySQL's in ``verify/mysql/checksums.py``,
+SQL Server's in ``verify/sqlserver/checksums.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from contextlib import closing
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from cdclake.sources.checksum import KeyRange, PieceSql, RangeSum, Sums, bucket_of, row_pieces, where_in_ranges
+from cdclake.verify.checksum import KeyRange, PieceSql, RangeSum, Sums, bucket_of, row_pieces, where_in_ranges
 
 # The rows to read: the key column as (name, kind) and the ranges of it (None: every row).
 Within = tuple[tuple[str, str] | None, list[KeyRange] | None]
@@ -62,13 +62,13 @@ class ChecksumSql:
     kinds: Mapping[str, str]  # kind (``decimal`` for ``decimal:S``) -> its text's template
     by_type: Mapping[tuple[str, str], str]  # (base type, kind) -> the template where that type is written otherwise
     pieces: PieceSql
-    number: Callable[[Sequence[str]], str]  # a row's pieces -> its number (``sources.checksum``: 60 bits of MD5)
+    number: Callable[[Sequence[str]], str]  # a row's pieces -> its number (``verify.checksum``: 60 bits of MD5)
     string_key: str  # a string key's text as compared by code point, a template over ``{text}``
     false: str
     group_by_position: bool = True  # ``GROUP BY 1``; else (T-SQL) the buckets are grouped in a derived table
 
     def text(self, column_type: str, name: str, kind: str) -> str:
-        """A column's canonical text (``sources.checksum``'s kinds) in this engine's SQL."""
+        """A column's canonical text (``verify.checksum``'s kinds) in this engine's SQL."""
         family, _, scale = kind.partition(":")
         template = self.by_type.get((self.base_type(column_type), family), self.kinds.get(family))
         if template is None:

@@ -1,6 +1,6 @@
 """The verify job's reach to the source: the stack's secret (and Glue connection) give the address, the verify
-engine (``sources.verify``, through the address's dialect: PostgreSQL, MariaDB/MySQL or SQL Server) compares the
-tables, waiting for a differing table to catch up with a live source (``sources.live``), and each comparison
+engine (``verify.run``, through the address's dialect: PostgreSQL, MariaDB/MySQL or SQL Server) compares the
+tables, waiting for a differing table to catch up with a live source (``verify.live``), and each comparison
 keeps when it ran and where the source stood.
 
 PostgreSQL is read through psycopg2 (typed values, a server-side cursor), as ``cdclake verify`` reads it: the
@@ -20,12 +20,14 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import first_line
-from cdclake.ops.applied import silver_position
 from cdclake.ops.source_catalog import SourceSettings, source_address
 from cdclake.sources.catalog.model import SourceCatalogError
-from cdclake.sources.dialects import open_dialect_at
-from cdclake.sources.live import LiveSettings
-from cdclake.sources.verify import DEFAULT_CHECKSUMS, LiveCheck, TableComparison, verify
+from cdclake.verify.applied import silver_position
+from cdclake.verify.compare import DEFAULT_CHECKSUMS
+from cdclake.verify.dialects import open_dialect_at
+from cdclake.verify.live import LiveSettings
+from cdclake.verify.result import TableComparison
+from cdclake.verify.run import LiveCheck, verify
 
 if TYPE_CHECKING:
     from cdclake.config import TableConfig
@@ -33,8 +35,6 @@ if TYPE_CHECKING:
     from cdclake.report import RunReport
 
 log = logging.getLogger("cdclake.verify")
-
-__all__ = ["TableComparison", "TableVerified", "start_verify_after_reload", "verify_tables"]
 
 
 @dataclass(frozen=True)

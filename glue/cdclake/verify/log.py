@@ -22,8 +22,8 @@ from cdclake.ops import metric_catalog as m
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from cdclake.ops.verify_source import TableComparison, TableVerified
-    from cdclake.sources.verify import Verdict
+    from cdclake.verify.job import TableVerified
+    from cdclake.verify.result import TableComparison, Verdict
 
 SAMPLE_KEYS = 20  # differing keys kept per table in sample_keys
 # A MERGE that loses to another commit (maintenance compacting the table) is tried again, this often in all.

@@ -1,4 +1,4 @@
-"""How far silver has applied one table, for verify against a live source (``sources.live``): the newest source
+"""How far silver has applied one table, for verify against a live source (``verify.live``): the newest source
 commit it applied (``lake.ledger.newest_commit_ts``) and its CDC files in bronze neither
 applied nor held in quarantine. Table metadata and a bronze listing of the table's folder; no Spark job but the
 quarantine journal's read, when it holds rows. Kept apart from ``ops.status`` so the verify Glue job reaches no
@@ -15,7 +15,7 @@ from cdclake.lake.iceberg import IcebergTable
 from cdclake.lake.journals import QUARANTINE_TABLE, quarantined_files_by_table
 from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY, newest_commit_ts, read_ledger
 from cdclake.lake.tables import table_exists, table_names
-from cdclake.sources.live import SilverPosition
+from cdclake.verify.live import SilverPosition
 
 if TYPE_CHECKING:
     from cdclake.config import TableConfig

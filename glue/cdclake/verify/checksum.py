@@ -8,10 +8,10 @@ length in front (``5:hello``; NULL ``-``), any other column's value with ``,`` a
 only strings pay for their length. Equal ranges are done. A differing range
 is split again at quantiles of silver's keys in it, until it holds at most ``row_limit`` rows on
 either side; then only its rows are read from both sides and compared value by value, which names
-the differing columns (``sources.verify``). An equal table costs one query a side.
+the differing columns (``verify.rows``). An equal table costs one query a side.
 
 The canonical text of a value is defined once per configured (Spark) type, here, as a *kind*; each
-dialect (Spark for silver; ``sources/<engine>/checksums.py`` for PostgreSQL, MariaDB/MySQL and SQL
+dialect (Spark for silver; ``verify/<engine>/checksums.py`` for PostgreSQL, MariaDB/MySQL and SQL
 Server) writes the kind in its own SQL:
 
 =============  ==========================================================================

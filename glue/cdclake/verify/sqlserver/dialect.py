@@ -1,6 +1,6 @@
-"""SQL Server's side of ``cdclake verify`` (the comparison itself: ``sources.verify``), through
+"""SQL Server's side of ``cdclake verify`` (the comparison itself: ``verify.compare``), through
 python-tds. The tables and their Spark types are ``init``'s (``sources.catalog.readers``); the
-checksums' T-SQL is ``sources.sqlserver.checksums``, which also says what is not exact. Rows are
+checksums' T-SQL is ``verify.sqlserver.checksums``, which also says what is not exact. Rows are
 read typed (``Decimal``, ``datetime``, ``date``, ``bool``, ``bytes``) where the configured Spark
 type is typed, else as the canonical text. Untested against a live server (none runs here).
 """
@@ -13,11 +13,11 @@ from typing import Any
 
 from cdclake.sources.catalog.model import CatalogTable
 from cdclake.sources.catalog.readers import SQLSERVER_COLUMNS_SQL, SQLSERVER_KEYS_SQL, sqlserver_tables
-from cdclake.sources.checksum import Sums, kind_of
-from cdclake.sources.checksum_sql import Within
-from cdclake.sources.live import SourcePosition
-from cdclake.sources.sqlserver.checksums import SQL, base_type, inexact
-from cdclake.sources.verify import clock_position
+from cdclake.verify.checksum import Sums, kind_of
+from cdclake.verify.checksum_sql import Within
+from cdclake.verify.dialect import clock_position
+from cdclake.verify.live import SourcePosition
+from cdclake.verify.sqlserver.checksums import SQL, base_type, inexact
 
 STREAM_ROWS = 5000
 
@@ -43,7 +43,7 @@ def select_rows(
 
 @dataclass(frozen=True)
 class SqlServerDialect:
-    """SQL Server as ``sources.verify``'s ``SourceDialect``, over a python-tds connection."""
+    """SQL Server as ``verify.dialect``'s ``SourceDialect``, over a python-tds connection."""
 
     conn: Any
 

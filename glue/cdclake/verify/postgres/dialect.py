@@ -1,7 +1,7 @@
-"""PostgreSQL's side of ``cdclake verify`` (the engine-neutral comparison: ``sources.verify``).
+"""PostgreSQL's side of ``cdclake verify`` (the engine-neutral comparison: ``verify.compare``).
 
 The rows are read typed through psycopg2 (``Decimal``, aware ``datetime``, ``bytes``, ``money`` as
-``numeric``, ...); the checksums' SQL is ``sources.postgres.checksums``. Columns typed ``string``
+``numeric``, ...); the checksums' SQL is ``verify.postgres.checksums``. Columns typed ``string``
 whose source type is not text (inet, cidr, arrays, ranges, intervals, enums, json, uuid,
 unconstrained numeric) are read as the type's output text (never a cast to ``text``, which prints
 inet's netmask where the output function does not). psycopg2 reads ``±infinity`` dates and
@@ -13,8 +13,7 @@ while silver has NULL there until a row is written again. ``PostgresDialect.unlo
 names those values (the value stored at ADD COLUMN, or the current default when it is a constant),
 so keys whose only differences are such NULLs are reported apart, as ``default not in silver``.
 
-``verify(engine, conn, ...)`` here is the PostgreSQL entry point with a psycopg2 connection; the
-names of ``sources.verify`` it re-exports are the ones callers used before the split.
+``verify(engine, conn, ...)`` here is the PostgreSQL entry point with a psycopg2 connection.
 """
 
 from __future__ import annotations
@@ -25,38 +24,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cdclake.identifiers import quote_pg
-from cdclake.sources.checksum import Sums
-from cdclake.sources.checksum_sql import Within
-from cdclake.sources.live import SourcePosition
 from cdclake.sources.postgres.catalog import SourceTable, read_tables
-from cdclake.sources.postgres.checksums import SQL, TEXT_TYPES
-from cdclake.sources.verify import (
-    DEFAULT_CHECKSUMS,
-    ChecksumSettings,
-    TableComparison,
-    canonical,
-    comparisons_json,
-    differing_columns,
-    format_comparisons,
-    row_digest,
-)
-from cdclake.sources.verify import verify as verify_with
+from cdclake.verify.checksum import Sums
+from cdclake.verify.checksum_sql import Within
+from cdclake.verify.compare import DEFAULT_CHECKSUMS, ChecksumSettings
+from cdclake.verify.live import SourcePosition
+from cdclake.verify.postgres.checksums import SQL, TEXT_TYPES
+from cdclake.verify.result import TableComparison
+from cdclake.verify.run import verify as verify_with
 
 if TYPE_CHECKING:
     from cdclake.config import TableConfig
     from cdclake.context import Engine
-
-__all__ = [
-    "ChecksumSettings",
-    "PostgresDialect",
-    "TableComparison",
-    "canonical",
-    "comparisons_json",
-    "differing_columns",
-    "format_comparisons",
-    "row_digest",
-    "verify",
-]
 
 _DECIMAL_SCALE_PREFIX = "decimal("
 
@@ -134,7 +113,7 @@ def _doubled(text: str) -> str:
 
 @dataclass(frozen=True)
 class PostgresDialect:
-    """PostgreSQL as ``sources.verify``'s ``SourceDialect``, over a psycopg2 connection."""
+    """PostgreSQL as ``verify.dialect``'s ``SourceDialect``, over a psycopg2 connection."""
 
     conn: Any
 
@@ -180,5 +159,5 @@ def verify(
     tables: Sequence[TableConfig] | None = None,
     checksums: ChecksumSettings | None = DEFAULT_CHECKSUMS,
 ) -> list[TableComparison]:
-    """``sources.verify.verify`` against the PostgreSQL database behind the psycopg2 ``conn``."""
+    """``verify.run.verify`` against the PostgreSQL database behind the psycopg2 ``conn``."""
     return verify_with(engine, PostgresDialect(conn), tables, checksums)

@@ -1,5 +1,5 @@
-"""MariaDB's and MySQL's side of the checksums (``sources.checksum``): canonical text, row numbers and
-range sums in their SQL (``sources.checksum_sql`` builds the queries from the table here), so an equal
+"""MariaDB's and MySQL's side of the checksums (``verify.checksum``): canonical text, row numbers and
+range sums in their SQL (``verify.checksum_sql`` builds the queries from the table here), so an equal
 table sends a few numbers, not its rows.
 
 Each kind of canonical text, written to match what silver holds from DMS's files
@@ -39,8 +39,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cdclake.sources.catalog.dms_types import MYSQL_BYTES
-from cdclake.sources.checksum import HASH_DIGITS, PieceSql
-from cdclake.sources.checksum_sql import ChecksumSql, by_types
+from cdclake.verify.checksum import HASH_DIGITS, PieceSql
+from cdclake.verify.checksum_sql import ChecksumSql, by_types
 
 CHARACTER_TYPES = ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json")
 TIME_FORMAT = "%%H:%%i:%%s.%%f"  # ``%`` doubled: PyMySQL formats every query with ``%``

@@ -21,7 +21,7 @@ from cdclake.sources.catalog.connect import (
     libpq_dsn,
     parse_source,
 )
-from cdclake.sources.verify import SourceDialect
+from cdclake.verify.dialect import SourceDialect
 
 
 @contextmanager
@@ -42,8 +42,8 @@ def open_dialect_at(address: SourceAddress) -> Iterator[SourceDialect[Any]]:
         with _postgres(conninfo(address)) as dialect:
             yield dialect
         return
-    from cdclake.sources.mysql.verify import MysqlDialect
-    from cdclake.sources.sqlserver.verify import SqlServerDialect
+    from cdclake.verify.mysql.dialect import MysqlDialect
+    from cdclake.verify.sqlserver.dialect import SqlServerDialect
 
     conn = connect(address)
     try:
@@ -55,7 +55,7 @@ def open_dialect_at(address: SourceAddress) -> Iterator[SourceDialect[Any]]:
 @contextmanager
 def _postgres(dsn: str) -> Iterator[SourceDialect[Any]]:
     from cdclake.sources.postgres.settings import connect as connect_pg
-    from cdclake.sources.postgres.verify import PostgresDialect
+    from cdclake.verify.postgres.dialect import PostgresDialect
 
     conn = connect_pg(dsn)
     try:

@@ -14,7 +14,7 @@ again, in the ranges that differed, once silver has caught up with the second po
 Only the keys that differ in both comparisons can be reported; the others were lag, and are counted as such.
 A table that has not caught up when ``wait_seconds`` have passed (counted from the end of the first pass, for
 every table at once) is reported as lagging: how far its newest change is behind the noted clock, and how many
-files wait. This module is the rule alone; the reading, and which keys are confirmed, is ``sources.verify``'s.
+files wait. This module is the rule alone; the reading, and which keys are confirmed, is ``verify.run``'s.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""MariaDB's and MySQL's side of ``cdclake verify`` (the comparison itself: ``sources.verify``).
+"""MariaDB's and MySQL's side of ``cdclake verify`` (the comparison itself: ``verify.compare``).
 
 The tables and their Spark types are ``init``'s (``sources.catalog.readers``); the checksums' SQL is
-``sources.mysql.checksums``. Rows are streamed through PyMySQL (an unbuffered cursor), in a session
+``verify.mysql.checksums``. Rows are streamed through PyMySQL (an unbuffered cursor), in a session
 whose ``time_zone`` is UTC, so a TIMESTAMP reads as the UTC wall-clock DMS writes and a DATETIME as
 stored. Values are read typed (``Decimal``, ``datetime``, ``date``, ``int``, ``bytes``) where the
 configured Spark type is typed; a column silver holds as text is read as the text DMS writes of it
@@ -23,11 +23,11 @@ from typing import Any
 
 from cdclake.sources.catalog.model import CatalogTable
 from cdclake.sources.catalog.readers import MYSQL_COLUMNS_SQL, MYSQL_KEYS_SQL, mysql_tables
-from cdclake.sources.checksum import Sums, kind_of
-from cdclake.sources.checksum_sql import Within
-from cdclake.sources.live import SourcePosition
-from cdclake.sources.mysql.checksums import SQL, stored_bytes
-from cdclake.sources.verify import clock_position
+from cdclake.verify.checksum import Sums, kind_of
+from cdclake.verify.checksum_sql import Within
+from cdclake.verify.dialect import clock_position
+from cdclake.verify.live import SourcePosition
+from cdclake.verify.mysql.checksums import SQL, stored_bytes
 
 STREAM_ROWS = 5000  # rows fetched from the server at a time
 
@@ -47,7 +47,7 @@ def read_value(table: CatalogTable, name: str, spark_type: str) -> str:
 
 @dataclass(frozen=True)
 class MysqlDialect:
-    """MariaDB or MySQL as ``sources.verify``'s ``SourceDialect``, over a PyMySQL connection."""
+    """MariaDB or MySQL as ``verify.dialect``'s ``SourceDialect``, over a PyMySQL connection."""
 
     conn: Any
 
