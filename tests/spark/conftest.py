@@ -3,6 +3,7 @@ database and bronze directory so tests never see each other's tables."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -30,7 +31,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     warehouse = tmp_path_factory.mktemp("warehouse")
     session = build_spark_session(
-        SessionSettings(LocalCatalog(warehouse=warehouse, cache_dir=CACHE_DIR, shuffle_partitions=2))
+        SessionSettings(
+            LocalCatalog(
+                warehouse=warehouse,
+                cache_dir=CACHE_DIR,
+                shuffle_partitions=2,
+                jvm_options=os.environ["CDCLAKE_JVM_OPTIONS"],  # set for every test process (tests/conftest.py)
+            )
+        )
     )
     yield session
     session.stop()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
 import uuid
 from collections.abc import Sequence
@@ -298,7 +299,9 @@ def build_engine(args: JobArguments) -> Engine:
         staging = None
     else:
         warehouse = Path(args.warehouse)
-        catalog = LocalCatalog(warehouse=warehouse, cache_dir=warehouse.parent / "cache")
+        # a job run on a laptop or in the tests: the driver JVM's extra options as the CLI takes them
+        jvm_options = os.environ.get("CDCLAKE_JVM_OPTIONS", "")
+        catalog = LocalCatalog(warehouse=warehouse, cache_dir=warehouse.parent / "cache", jvm_options=jvm_options)
         staging = warehouse.parent / "staging"
     return open_engine(config, catalog, args.catalog, staging)
 

@@ -35,6 +35,7 @@ def open_local_engine(settings: CliSettings, config_path: Path, bronze_override:
         runtime_jar=settings.iceberg_jar,
         maven_packages=settings.iceberg_packages,
         driver_memory=settings.driver_memory,
+        jvm_options=settings.jvm_options,
     )
     return open_engine(
         config, catalog, staging_dir=settings.warehouse.parent / "staging", progress_seconds=settings.progress_seconds

@@ -76,6 +76,12 @@ def global_options(
     )
     option("--driver-memory", default=default("2g"), help="Spark driver memory for local runs (default: 2g)")
     option(
+        "--jvm-options",
+        default=default(os.environ.get("CDCLAKE_JVM_OPTIONS", "")),
+        help="more options of the local Spark driver's JVM (env CDCLAKE_JVM_OPTIONS), e.g. "
+        "'-XX:TieredStopAtLevel=1' for quicker short commands on small tables",
+    )
+    option(
         "--lock-wait",
         type=float,
         default=default(600.0),
@@ -93,13 +99,15 @@ def global_options(
 # The destinations of the global options above, and of the subcommand's name: what CliSettings holds.
 GLOBAL_DESTINATIONS = frozenset(
     {"command", "config", "bronze", "warehouse", "cache_dir", "iceberg_jar", "iceberg_packages"}
-    | {"driver_memory", "lock_wait", "quiet"}
+    | {"driver_memory", "jvm_options", "lock_wait", "quiet"}
 )
 
 
 # The global options of the local warehouse and its Spark session: what a command that starts no
 # Spark (init, capture) has no use for.
-SPARK_OPTIONS = frozenset({"warehouse", "cache_dir", "iceberg_jar", "iceberg_packages", "driver_memory", "lock_wait"})
+SPARK_OPTIONS = frozenset(
+    {"warehouse", "cache_dir", "iceberg_jar", "iceberg_packages", "driver_memory", "jvm_options", "lock_wait"}
+)
 
 
 def global_options_parent(skip: frozenset[str] = frozenset()) -> argparse.ArgumentParser:
@@ -150,6 +158,7 @@ class CliSettings:
     iceberg_jar: Path | None
     iceberg_packages: tuple[str, ...]  # Maven coordinates, each stripped
     driver_memory: str
+    jvm_options: str  # more driver JVM options (--jvm-options)
     lock_wait: float  # seconds a writing command waits for another one on the warehouse
     quiet: bool
     started: float  # time.monotonic() when the command started: a run's time line counts from here
@@ -180,6 +189,7 @@ def cli_settings(parsed: argparse.Namespace, started: float, progress_bar: bool)
         iceberg_jar=parsed.iceberg_jar,
         iceberg_packages=tuple(p.strip() for p in parsed.iceberg_packages.split(",") if p.strip()),
         driver_memory=parsed.driver_memory,
+        jvm_options=parsed.jvm_options,
         lock_wait=parsed.lock_wait,
         quiet=parsed.quiet,
         started=started,

@@ -1,0 +1,14 @@
+"""What every test process shares: the driver JVM options of every local Spark session it starts.
+
+The tests' sessions are short and their tables small: the JIT's first tier alone and the serial
+collector start a session and plan its jobs about twice as fast as the default on 2 cores
+(`CDCLAKE_JVM_OPTIONS`, read by the command line and the local Glue job shell; the Spark fixture
+passes it too). A subprocess the tests start (the `cdclake` command, a local Glue job) inherits it.
+"""
+
+from __future__ import annotations
+
+import os
+
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+os.environ.setdefault("CDCLAKE_JVM_OPTIONS", TEST_JVM_OPTIONS)
