@@ -41,6 +41,10 @@ def warehouse(spark: SparkSession) -> Path:
     spark.sql(f"INSERT INTO silver.{DB}.every_type SELECT /*+ COALESCE(1) */ * FROM VALUES {ROWS}")
     for _ in range(2):
         spark.sql(f"INSERT INTO silver.{DB}.two_files SELECT * FROM silver.{DB}.every_type")
+    # dates Python spells otherwise (year 999) or cannot hold (year 10000): Spark prints them
+    for name, day in (("year_999", "0999-12-31"), ("year_10000", "+10000-01-01")):
+        spark.sql(f"DROP TABLE IF EXISTS silver.{DB}.{name}")
+        spark.sql(f"CREATE TABLE silver.{DB}.{name} USING iceberg AS SELECT CAST('{day}' AS DATE) AS day")
     return Path(spark.conf.get("spark.sql.catalog.silver.warehouse") or "")
 
 
@@ -89,12 +93,17 @@ def test_values_render_as_spark_renders_them(spark: SparkSession, warehouse: Pat
         f"SELECT * FROM other.{DB}.every_type",
         f"SELECT * FROM {DB}.missing",
         f"SELECT * FROM {DB}.two_files",
+        f"SELECT * FROM {DB}.year_999",
+        f"SELECT * FROM {DB}.year_10000",
     ],
 )
-def test_any_other_statement_or_table_is_left_to_spark(warehouse: Path, sql: str) -> None:
-    # GIVEN a statement outside the simple form, or a table in two data files (the readers' orders may differ)
+def test_any_other_statement_or_table_is_left_to_spark(spark: SparkSession, warehouse: Path, sql: str) -> None:
+    # GIVEN a statement outside the simple form, a table in two data files (the readers' orders may differ),
+    # or a date Python would print otherwise than Spark
     # WHEN it is tried with no JVM / THEN that path declines: Spark runs it
     assert query_without_jvm(warehouse, sql, "table", None) is None
+    if "year_" in sql:  # AND the table does hold a date the simple form would otherwise have printed
+        assert run_query(spark, sql, "csv", None).text.splitlines()[1] in ("0999-12-31", "+10000-01-01")
 
 
 def test_the_query_command_starts_spark_only_outside_the_simple_form(warehouse: Path, tmp_path: Path) -> None:

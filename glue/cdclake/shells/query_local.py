@@ -38,7 +38,7 @@ _DECIMAL = re.compile(r"decimal\(\s*\d+\s*,\s*\d+\s*\)")
 
 
 class _NeedsSpark(Exception):
-    """A value this path does not render as Spark does."""
+    """A value this path does not render as Spark does (a year outside 1000-9999, a zone other than UTC)."""
 
 
 def query_without_jvm(warehouse: Path, sql: str, style: str, limit: int | None) -> QueryOutput | None:
@@ -63,8 +63,8 @@ def query_without_jvm(warehouse: Path, sql: str, style: str, limit: int | None) 
     take = min([*bounds, cap + 1]) if cap is not None else min(bounds, default=None)
     try:
         rows = [[_spark_value(v, k) for v, k in zip(row, kinds, strict=True)] for row in _read(table, wanted, take)]
-    except (_NeedsSpark, ValueError, OverflowError):  # pyarrow refuses a date or time Python cannot hold
-        return None
+    except Exception:  # a value out of reach (pyarrow refuses a year Python cannot hold), an unreadable
+        return None  # file: Spark reads it, or says what is wrong in its own words
     return rendered(wanted, rows, style, limit, cap)
 
 
