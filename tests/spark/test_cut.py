@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,10 @@ from cdclake.gold.run import refresh_marts
 from cdclake.lake.committer import IcebergCommitter
 from cdclake.lake.cuts import CUTS_TABLE, latest_cut, tagged_snapshot
 from cdclake.lake.tables import SilverTable, table_exists
+from cdclake.ops.status import table_statuses
+from cdclake.ops.status_local import local_cut, local_table_statuses
 from cdclake.shells.query import at_cut, run_query
+from cdclake.shells.status_view import status_text
 from configs import keyed_tables
 from readers import newest_metadata_file
 
@@ -127,6 +131,16 @@ def test_a_round_stops_at_the_progress_record_and_a_quiet_table_is_at_the_cut(
     assert run(engine).checked().cut == "at 2024-01-02 00:00:02.000000 (LSN 0/2), unchanged"
     rows = engine.spark.table(f"silver.{engine.config.database}.{CUTS_TABLE}").count()
     assert rows == 2 * 2  # two cuts, a row per table each
+    # AND `status` says where the cut stands in one line, the same through Spark and with no JVM (pyiceberg)
+    warehouse = Path(engine.spark.conf.get("spark.sql.catalog.silver.warehouse") or "")
+    now = datetime.now(UTC)
+    spark_cut = latest_cut(engine.spark, engine.catalog, db)
+    by_spark = status_text(table_statuses(engine, now), [], "table", False, spark_cut)
+    local_statuses = local_table_statuses(engine.config, engine.store, warehouse, now)
+    assert local_statuses is not None
+    local = status_text(local_statuses, [], "table", False, local_cut(engine.config, warehouse))
+    line = "cut: at 2024-01-02 00:00:02.000000 (LSN 0/2): 2 tables, at the newest change"
+    assert by_spark.splitlines()[-1] == line and local == by_spark
 
 
 @pytest.mark.parametrize("step", ["record", "tag b"])

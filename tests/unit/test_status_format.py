@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 
 import pytest
 
 from cdclake.gold.status import MartStatus
+from cdclake.lake.cuts import PublishedCut
 from cdclake.ops import status as status_module
 from cdclake.ops.status import TableStatus, _lag
 from cdclake.shells.output import format_rows
@@ -15,6 +17,7 @@ from cdclake.shells.status_view import (
     WIDTH,
     compact_marts,
     compact_tables,
+    cut_line,
     human_duration,
     status_text,
     table_state,
@@ -231,3 +234,26 @@ def test_unloaded_load_files_and_undeclared_header_columns_show_in_the_compact_v
     status = _status("s.t", unloaded_load_files="LOAD00000002.csv", undeclared_columns="quantity", behind="up to date")
     # WHEN shown compactly / THEN both are in its state, in the user's words
     assert table_state(status) == "LOAD files not loaded: LOAD00000002.csv, undeclared header columns: quantity"
+
+
+def test_the_table_format_says_where_the_latest_cut_stands_and_csv_and_json_keep_their_shape() -> None:
+    # GIVEN two tables whose newest applied changes are 35 s and 2 min after a published cut
+    tables = [
+        _status("s.a", latest_change="2024-01-02 00:00:37.000000", behind="up to date"),
+        _status("s.b", latest_change="2024-01-02 00:02:02.500000", behind="up to date"),
+    ]
+    cut = PublishedCut("capture", "0002", "LSN 0/2", "2024-01-02 00:00:02.000000", {"a": 1, "b": 2})
+    # WHEN status is shown with the cut
+    compact, wide = (status_text(tables, [], "table", w, cut) for w in (False, True))
+    # THEN the table format ends with one line: T, the position, the tables, how far T is behind the newest change
+    line = "cut: at 2024-01-02 00:00:02.000000 (LSN 0/2): 2 tables, 2m 0s behind the newest change"
+    assert compact == status_text(tables, [], "table", False) + "\n" + line + "\n"
+    assert wide.splitlines()[-1] == line
+    # AND a cut at the newest change, or at the first full load (no T yet), says so
+    assert cut_line(replace(cut, commit_ts="2024-01-02 00:02:02.500000"), tables).endswith(
+        ": 2 tables, at the newest change"
+    )
+    assert cut_line(replace(cut, commit_ts=None), tables) == "cut: at the first full load (LSN 0/2): 2 tables"
+    # AND csv and json are one record per table, as before
+    for style in ("csv", "json"):
+        assert status_text(tables, [], style, False, cut) == status_text(tables, [], style, False)

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from cdclake.lake.committer import IcebergCommitter
+    from cdclake.lake.local_tables import LocalTable
 
 CUTS_TABLE = "cdclake_cuts"
 CUT_TAG = "cdclake_cut"
@@ -102,6 +103,24 @@ def latest_cut(spark: SparkSession, catalog: str, database: str) -> PublishedCut
         if CUT_PROPERTY in snapshot.summary:
             return PublishedCut.from_json(snapshot.summary[CUT_PROPERTY])
     return _cut_rows(spark, table, None)
+
+
+def latest_local_cut(table: LocalTable | None) -> PublishedCut | None:
+    """``latest_cut`` of a local warehouse's ``cdclake_cuts`` (``table``; None: there is none), with no
+    JVM: its metadata file's lineage, else its rows read by pyiceberg."""
+    if table is None:
+        return None
+    for snapshot in table.lineage():
+        if CUT_PROPERTY in snapshot.summary:
+            return PublishedCut.from_json(snapshot.summary[CUT_PROPERTY])
+    rows = table.rows([name for name, _ in CUT_COLUMNS])
+    newest = max((r["cut_position"] for r in rows if r["cut_position"] is not None), default=None)
+    rows = [r for r in rows if newest is not None and r["cut_position"] == newest]
+    if not rows:
+        return None
+    first = rows[0]
+    snapshots = {str(r["table_name"]): int(r["snapshot_id"]) for r in rows}
+    return PublishedCut(first["cut_kind"], first["cut_position"], first["position_text"], first["cut_ts"], snapshots)
 
 
 def cut_at_or_before(spark: SparkSession, catalog: str, database: str, commit_ts: str) -> PublishedCut | None:

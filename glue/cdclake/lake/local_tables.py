@@ -92,6 +92,11 @@ class LocalTable:
         wanted = self.current_snapshot_id
         return next((s for s in self.snapshots() if s.snapshot_id == wanted), None)
 
+    def current_summary(self) -> dict[str, str] | None:
+        """The current snapshot's summary (None: no snapshot)."""
+        current = self.current()
+        return None if current is None else dict(current.summary)
+
     def lineage(self) -> Iterator[Snapshot]:
         """The current snapshot and its ancestors, newest first, back to the first one expiry kept."""
         by_id = {s.snapshot_id: s for s in self.snapshots()}

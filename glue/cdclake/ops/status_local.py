@@ -25,6 +25,7 @@ from cdclake.dms.files import FileKind
 from cdclake.dms.store import BronzeStore, list_bronze
 from cdclake.engine.select import TableState, unloaded_load_files
 from cdclake.lake.counts import distinct_keys, live_rows
+from cdclake.lake.cuts import CUTS_TABLE, PublishedCut, latest_local_cut
 from cdclake.lake.journals import QUARANTINE_ROWS_TABLE, QUARANTINE_TABLE, SCHEMA_CHANGES_TABLE
 from cdclake.lake.ledger import (
     CHECKPOINT_PROPERTY,
@@ -82,6 +83,11 @@ def local_table_statuses(
         return _statuses(config, store, LocalWarehouse(warehouse), now or datetime.now(UTC), capture_holds or {})
     except NeedsSpark:
         return None
+
+
+def local_cut(config: PipelineConfig, warehouse: Path) -> PublishedCut | None:
+    """``lake.cuts.latest_cut`` of ``config``'s database on the local warehouse ``warehouse``, with no JVM."""
+    return latest_local_cut(LocalWarehouse(warehouse).table(config.database, CUTS_TABLE))
 
 
 def _statuses(

@@ -9,7 +9,7 @@ a value Python cannot hold (year 10000) prints as Spark writes it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import CdclakeError, spark_error_sentence
 from cdclake.mart_sql import substitute_tables
@@ -69,6 +69,12 @@ def run_query(spark: SparkSession, sql: str, style: str, limit: int | None) -> Q
         rows = (frame.limit(cap + 1) if cap else frame).collect()
     except Exception as exc:  # AnalysisException, ParseException, a failed job (Py4JJavaError)
         raise CdclakeError(f"The query failed: {spark_error_sentence(exc)}") from None
+    return rendered(frame.columns, [list(r) for r in rows], style, limit, cap)
+
+
+def rendered(columns: list[str], rows: list[list[Any]], style: str, limit: int | None, cap: int | None) -> QueryOutput:
+    """``rows`` (at most ``cap`` + 1 of them, dates and timestamps as text) in ``style``, cut to ``cap``
+    with a note saying so; shared by the Spark path and ``shells.query_local``."""
     note = None
     if cap is not None and len(rows) > cap:
         rows = rows[:cap]
@@ -77,7 +83,7 @@ def run_query(spark: SparkSession, sql: str, style: str, limit: int | None) -> Q
             if limit
             else f"only the first {cap} rows are printed (the table view's default); --limit 0 prints them all"
         )
-    return QueryOutput(format_rows(frame.columns, [list(r) for r in rows], style), note)
+    return QueryOutput(format_rows(columns, rows, style), note)
 
 
 @dataclass(frozen=True)

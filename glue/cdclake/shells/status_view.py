@@ -9,14 +9,17 @@ every field, with the lag in seconds.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from cdclake.gold.status import mart_statuses_as_rows
+from cdclake.ops.metrics import freshness_lag
 from cdclake.ops.status import NO_FILES, TableStatus, attention, statuses_as_rows
 from cdclake.shells.output import aligned_table, format_rows, text_of
 
 if TYPE_CHECKING:
     from cdclake.gold.status import MartStatus
+    from cdclake.lake.cuts import PublishedCut
 
 WIDTH = 100  # the compact view's widest line (the reasons below it excepted)
 _NAME_WIDTH = 32  # a longer table or mart name is shortened in the middle
@@ -127,12 +130,41 @@ def compact_marts(statuses: Sequence[MartStatus]) -> str:
     return "\n".join(lines) + "\n" + "".join(f"\n{line}" for line in reasons) + ("\n" if reasons else "")
 
 
-def status_text(tables: Sequence[TableStatus], marts: Sequence[MartStatus], style: str, wide: bool) -> str:
-    """The whole ``status`` output: tables, then marts (when any are configured)."""
+def cut_line(cut: PublishedCut, tables: Sequence[TableStatus]) -> str:
+    """Where the database's latest published cut stands (``lake.cuts``), in the words of ``run``'s
+    ``cut:`` line, and how far its commit time T is behind the newest change any table applied."""
+    if cut.commit_ts is None:
+        return f"cut: at the first full load ({cut.position_text}): {len(cut.snapshots)} tables"
+    head = f"cut: at {cut.commit_ts} ({cut.position_text}): {len(cut.snapshots)} tables"
+    newest = max((s.latest_change for s in tables if s.latest_change), default=None)
+    if newest is None:
+        return head
+    try:
+        moment = datetime.fromisoformat(newest).replace(tzinfo=UTC)
+    except ValueError:
+        return head
+    behind = freshness_lag(cut.commit_ts, moment)
+    if behind is None:
+        return head
+    if behind == 0:
+        return f"{head}, at the newest change"
+    return f"{head}, {human_duration(behind)} behind the newest change"
+
+
+def status_text(
+    tables: Sequence[TableStatus],
+    marts: Sequence[MartStatus],
+    style: str,
+    wide: bool,
+    cut: PublishedCut | None = None,
+) -> str:
+    """The whole ``status`` output: tables, the latest cut (the table format, when the database has
+    one), then marts (when any are configured). csv and json keep one record per table."""
     columns, rows = statuses_as_rows(tables)
     mart_columns, mart_rows = mart_statuses_as_rows(marts)
     if style != "table":
         return format_rows(columns, rows, style) + (format_rows(mart_columns, mart_rows, style) if marts else "")
+    cut_text = "" if cut is None else "\n" + cut_line(cut, tables) + "\n"
     if wide:
-        return _wide(columns, rows) + (("\n" + _wide(mart_columns, mart_rows)) if marts else "")
-    return compact_tables(tables) + (("\n" + compact_marts(marts)) if marts else "")
+        return _wide(columns, rows) + cut_text + (("\n" + _wide(mart_columns, mart_rows)) if marts else "")
+    return compact_tables(tables) + cut_text + (("\n" + compact_marts(marts)) if marts else "")

@@ -6,12 +6,13 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from cdclake.shells.commands import format_option
-from cdclake.shells.local_engine import engine_command
+from cdclake.shells.commands import Command, format_option
+from cdclake.shells.local_engine import on_engine
 from cdclake.shells.query import TABLE_ROWS
 
 if TYPE_CHECKING:
     from cdclake.context import Engine
+    from cdclake.shells.query import QueryOutput
     from cdclake.shells.settings import CliSettings
 
 
@@ -46,8 +47,26 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-@engine_command("query", "run SQL on the silver catalog", _configure, writes=False)
-def _query(engine: Engine, settings: CliSettings) -> int:
+def _print(output: QueryOutput) -> int:
+    print(output.text, end="")
+    if output.note:
+        print(f"cdclake: {output.note}", file=sys.stderr)
+    return 0
+
+
+def _query(settings: CliSettings) -> int:
+    """The statement read with no JVM where ``shells.query_local`` renders it exactly, else on Spark."""
+    from cdclake.shells.query_local import query_without_jvm
+
+    options = settings.options
+    if options.cut is None:
+        output = query_without_jvm(settings.warehouse, options.sql, options.format, options.limit)
+        if output is not None:
+            return _print(output)
+    return on_engine(settings, _on_spark, writes=False)
+
+
+def _on_spark(engine: Engine, settings: CliSettings) -> int:
     from cdclake.shells.query import run_query
 
     options = settings.options
@@ -64,10 +83,7 @@ def _query(engine: Engine, settings: CliSettings) -> int:
     finally:
         for view in views:
             engine.spark.catalog.dropTempView(view)
-    print(output.text, end="")
-    if output.note:
-        print(f"cdclake: {output.note}", file=sys.stderr)
-    return 0
+    return _print(output)
 
 
-COMMANDS = (_query,)
+COMMANDS = (Command("query", "run SQL on the silver catalog", _configure, _query),)
