@@ -95,7 +95,7 @@ class RunReport:
     # wall-clock seconds of the run's phases that ran ("full loads", "CDC", "gold"), in order
     phase_seconds: dict[str, float] = field(default_factory=dict)
     cut: str | None = None  # the consistent cut the run ended at, or why none (``engine.cut``)
-    cut_commit_ts: str | None = None  # the source commit time T of the latest cut, when the run ended at one
+    cut_commit_ts: str | None = None  # the source commit time T of the latest cut after the run (moved or not)
 
     def time_line(self, start_up: float, total: float) -> str:
         """Where the run's time went, in one line: ``start-up`` (the process until the engine was

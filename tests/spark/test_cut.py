@@ -221,6 +221,11 @@ def test_transaction_ordered_files_give_a_cut_at_the_newest_file_with_a_quiet_ta
     assert {t: _names(engine, t, cut.snapshots[t]) for t in "ab"} == {"a": ["5"], "b": ["5"]}
     # WHEN a later transaction changes a alone (b is quiet) and the next run applies it
     transactions(3, [("U", "a", 1, "7")])
+    # (first a run of table a alone: b has not read the new file, so the cut stays, and its time is reported
+    # still, for its lag to grow while it stalls)
+    alone = run(engine, [engine.config.table("s.a")]).checked()
+    assert alone.cut is not None and alone.cut.startswith("no new cut: s.b: changes/20240102-0003000000.csv")
+    assert alone.cut_commit_ts == "2024-01-02 00:00:02.000000", alone.cut
     later = run(engine).checked()
     # THEN the cut moved to that file, b at it with its rows unchanged (its ledger records the file it read
     # and found nothing of its own in), and the tags follow the record

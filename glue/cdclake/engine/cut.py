@@ -223,7 +223,10 @@ class CutRounds:
         # every table of the database takes part, also those a ``--tables`` run leaves alone
         self.tables = [t for t in engine.config.tables if skip_reason(t) is None]
         self.tags_checked = False  # the tags were found at the latest record (once per loop, or after a failure)
-        self.commit_ts: str | None = None  # T of the cut the last round ended at (None: it ended at none)
+        # T of the latest published cut after the last round, whether that round moved it or not (the cut's lag,
+        # ``CutLagSeconds``, grows while it stalls); None: there is none, or the round could not say
+        self.commit_ts: str | None = None
+        self.published: str | None = None  # T of the latest cut this loop published or read
 
     def bound(
         self, listing: Callable[[], BronzeListing], announce: Callable[[list[str]], object] | None = None
@@ -266,13 +269,17 @@ class CutRounds:
         latest = latest_cut(spark, catalog, database) if cut is not None or not self.tags_checked else None
         if latest is not None and not self.tags_checked:
             repair_tags(spark, catalog, database, latest, engine.committer)  # mends a crash among the tags
+        if latest is not None:
+            self.published = latest.commit_ts
         self.tags_checked = True
         if cut is None:
+            self.commit_ts = self.published  # the cut stands where it was: its lag keeps growing
             log.info("no new cut: %s", "; ".join(reasons))
             return "no new cut: " + "; ".join(reasons)
         new = PublishedCut.of(cut)
         if latest is not None and latest.kind == new.kind:
             if new.position < latest.position:
+                self.commit_ts = latest.commit_ts
                 return f"no new cut: {new.position_text} is before the published cut's {latest.position_text}"
             if new.position == latest.position or (
                 new.commit_ts == latest.commit_ts and new.snapshots == latest.snapshots
@@ -280,7 +287,7 @@ class CutRounds:
                 self.commit_ts = latest.commit_ts
                 return f"at {latest.commit_ts} ({latest.position_text}), unchanged"
         publish_cut(spark, catalog, database, new, engine.committer)
-        self.commit_ts = new.commit_ts
+        self.commit_ts = self.published = new.commit_ts
         log.info("cut published commit_ts=%s position=%s tables=%d", new.commit_ts, new.position_text,
                  len(new.snapshots))  # fmt: skip
         return f"at {new.commit_ts} ({new.position_text}): {len(new.snapshots)} tables"

@@ -196,6 +196,23 @@ ALARMS = (
         ),
     ),
     Alarm(
+        "CutStalledAlarm",
+        OURS,
+        ("CutLagSeconds",),
+        "Maximum",
+        ">",
+        "FreshnessLagAlarmSeconds",
+        (
+            "the database's consistent cut (docs/cuts.md) is older than `FreshnessLagAlarmSeconds`: a table is "
+            "not at the newest position (failed, held in quarantine, its load pending, held by capture), so "
+            "readers of `cdclake_cut` see ever older data; no data when bronze proves no cut"
+        ),
+        (
+            "the CDC job's log says why on each round (`no new cut: <table>: <why>`); fix that table, or read "
+            "the tables' latest snapshots until it is mended"
+        ),
+    ),
+    Alarm(
         "FreshnessLagAlarm",
         OURS,
         ("FreshnessLagSeconds",),
