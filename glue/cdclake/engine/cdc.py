@@ -17,7 +17,7 @@ from cdclake.engine.prepare import prepare_batch
 from cdclake.engine.select import TableState
 from cdclake.errors import FullLoadPendingError
 from cdclake.lake.ledger import committed_snapshot
-from cdclake.report import TableReport
+from cdclake.report import Outcome, OutcomeKind, TableReport
 
 log = logging.getLogger("cdclake")
 
@@ -52,7 +52,7 @@ def apply_cdc_batch(engine: Engine, batch: CdcBatch, state: TableState) -> tuple
     held_before = 0 if force else sum(1 for k in keys if k in state.held and k not in state.applied)
     if not pending:
         report = TableReport(table=table.source, kind="cdc", files_skipped=skipped, files_held=held_before)
-        report.note = "nothing new"
+        report.outcome = Outcome(OutcomeKind.NOTHING_NEW)
         return report, state
     if not state.full_load_done and batch.loads_pending:
         # Creating the table from CDC alone would mark it loaded and its LOAD files would never
@@ -99,7 +99,7 @@ def batch_report(table: TableConfig, plan: BatchPlan, skipped: int, held_before:
     report.seconds = seconds
     for held in plan.holds:
         report.quarantined_files.extend(f.key for f in held.files)
-        report.note = f"quarantined: {held.reason}"
+        report.outcome = Outcome.held(held.reason, held.type_change)
     changes = plan.changes
     if changes is None:
         return report

@@ -28,7 +28,7 @@ from cdclake.errors import ConfigError
 from cdclake.identifiers import quote
 from cdclake.lake.ledger import newest_load, staged_load
 from cdclake.lake.tables import added_data, parallel_scan
-from cdclake.report import TableReport
+from cdclake.report import Outcome, OutcomeKind, TableReport
 from cdclake.runtime.progress import watch_stages
 from cdclake.types import INTEGRAL_TYPES
 
@@ -70,15 +70,16 @@ def full_load_table(
     if not reload and state.full_load_done:
         why = load_again(table, state, files)
         if why is None:
-            report.note = "already loaded"
+            report.outcome = Outcome(OutcomeKind.ALREADY_LOADED)
             return report, state
         log.warning("full load again table=%s: %s", table.source, why)
-        report.note = why
+        report.outcome = Outcome(OutcomeKind.LOADED_AGAIN, why)
+    folder = f"{table.source_schema}/{table.source_table}"
     if not files and not table.columns:
-        report.note = f"{nothing_loaded(table)}; without declared columns the table is created by its first CDC batch"
+        report.outcome = Outcome(OutcomeKind.LEFT_TO_CDC, folder)
         return report, state
     if not files:
-        report.note = f"{nothing_loaded(table)}; created empty, its CDC files apply to it"
+        report.outcome = Outcome(OutcomeKind.CREATED_EMPTY, folder)
     log.info("full load table=%s files=%d", table.source, len(files))
     with watch_stages(engine.spark, f"full load {table.source}", engine.progress_seconds):
         loaded = (files and _load_in_one_scan(engine, table, files, listing, report)) or _load_carefully(
@@ -94,14 +95,6 @@ def full_load_table(
     log.info("full load done table=%s rows=%d seconds=%.1f", table.source, report.inserted, report.seconds)
     load = newest_load(engine.spark, silver)
     return report, TableState.after_load(loaded, state.held, None if load is None else load[0].snapshot_id)
-
-
-def nothing_loaded(table: TableConfig) -> str:
-    """What a full load without LOAD files says: it loaded nothing, and why."""
-    return (
-        f"nothing loaded: bronze has no LOAD file under {table.source_schema}/{table.source_table}/ "
-        "(a table empty at the source gets none)"
-    )
 
 
 def _load_in_one_scan(

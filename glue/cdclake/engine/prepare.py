@@ -215,7 +215,7 @@ def _prepare_readable(
     materialise, assemble."""
     read = _read(engine, table, files, metadata)
     if read.schema.incompatible:
-        plan.holds.append(Hold(list(files), "; ".join(read.schema.incompatible)))
+        plan.holds.append(Hold(list(files), "; ".join(read.schema.incompatible), type_change=True))
         return plan
     classified = _classify_batch(engine, table, read, metadata)
     chosen = _choose_and_materialise(engine, table, metadata, read, classified)
