@@ -16,7 +16,6 @@ from cdclake.engine.plan import BatchPlan
 from cdclake.engine.prepare import prepare_batch
 from cdclake.engine.select import TableState
 from cdclake.errors import FullLoadPendingError
-from cdclake.lake.ledger import committed_snapshot
 from cdclake.report import Outcome, OutcomeKind, TableReport
 
 log = logging.getLogger("cdclake")
@@ -72,7 +71,7 @@ def apply_cdc_batch(engine: Engine, batch: CdcBatch, state: TableState) -> tuple
         checkpoint=state.checkpoint().properties() if state.full_load_done else None,
     )
     try:
-        commit_batch(engine, table, plan, force)
+        made = commit_batch(engine, table, plan, force)
     finally:
         if plan.changes is not None:
             plan.changes.commit.release()
@@ -80,13 +79,8 @@ def apply_cdc_batch(engine: Engine, batch: CdcBatch, state: TableState) -> tuple
     log.info("cdc batch done %s", report.summary())
     applied = [f.key for f in plan.changes.files] if plan.changes else []
     held = [f.key for h in plan.holds for f in h.files]
-    # The snapshot of this batch's data commit (found by its ledger record: another writer may have
-    # committed since), from which the table's next batch is planned.
-    committed = (
-        None
-        if plan.changes is None
-        else committed_snapshot(engine.spark, engine.silver_table(table), plan.changes.commit.properties).snapshot_id
-    )
+    # The snapshot of this batch's data commit, from which the table's next batch is planned.
+    committed = None if made is None else made.snapshot_id
     after = state.after(applied=applied, held=held, released=applied if force else (), snapshot_id=committed)
     if plan.changes is not None and plan.changes.creates_table:  # created as loaded with no LOAD files
         after = replace(after, full_load_done=True)
