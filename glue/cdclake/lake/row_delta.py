@@ -44,7 +44,7 @@ from cdclake.lake.tables import iceberg_table
 from cdclake.types import ROW_DELTA_PLAIN_ICEBERG_TYPES
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, Observation, SparkSession
 
 log = logging.getLogger("cdclake")
 
@@ -321,7 +321,6 @@ def apply_row_delta(
     ``before_commit`` is called between the writes and the commit (a failure there removes the
     written files).
     """
-    from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     metadata, changes = row_delta_input(batch)
@@ -341,6 +340,25 @@ def apply_row_delta(
         images = images.coalesce(_image_files(spark, table, metadata, batch.image_count))
     if sort_columns:
         images = images.sortWithinPartitions(*sort_columns)
+    replaced, deleted = _position_deletes(spark, batch, changes)
+    assert metadata.snapshot_id is not None
+    with WrittenFiles(spark, table) as files:
+        delete_files, data_files = files.write_both(replaced, images)
+        # Data file paths hold no newline. No metrics at all: Spark found nothing to delete.
+        deleted_from = list(filter(None, str(deleted.get.get("files") or "").split("\n")))
+        return files.commit(
+            metadata.snapshot_id, batch.properties, data_files, delete_files, deleted_from, before_commit
+        )
+
+
+def _position_deletes(
+    spark: SparkSession, batch: KeyedBatch[DataFrame], changes: DataFrame
+) -> tuple[DataFrame, Observation]:
+    """The position deletes of the stored rows the batch replaces (one delete file per data file,
+    sorted by position), and what observes the data files they delete from while they are written."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
     deleted = Observation(f"cdclake_deleted_from_{uuid.uuid4().hex}")
     # The Iceberg spec has a delete file's columns required, and Spark's writer declares a nullable
     # column optional: coalesced with a literal, each is non-nullable. Rows lacking either are
@@ -364,17 +382,10 @@ def apply_row_delta(
     # reader of a data file opens only its own deletes (file-scoped: both path bounds are the
     # data file). Each writing task cuts its sorted rows by data file (Spark's writer, partitioned
     # by a hash of the path), so no range shuffle and no sampling job are needed for that.
-    replaced = replaced.withColumn(_DATA_FILE, F.xxhash64("file_path")).sortWithinPartitions(
+    sorted_by_file = replaced.withColumn(_DATA_FILE, F.xxhash64("file_path")).sortWithinPartitions(
         _DATA_FILE, "file_path", "pos"
     )
-    assert metadata.snapshot_id is not None
-    with WrittenFiles(spark, table) as files:
-        delete_files, data_files = files.write_both(replaced, images)
-        # Data file paths hold no newline. No metrics at all: Spark found nothing to delete.
-        deleted_from = list(filter(None, str(deleted.get.get("files") or "").split("\n")))
-        return files.commit(
-            metadata.snapshot_id, batch.properties, data_files, delete_files, deleted_from, before_commit
-        )
+    return sorted_by_file, deleted
 
 
 def append_blocker(metadata: TableMetadata) -> str | None:

@@ -163,7 +163,8 @@ def committed_by_spark(
     Spark hands no snapshot back, so the table's last sequence number is read just before the
     write (0: no table yet) and the snapshot is the one committed since that carries
     ``properties`` (``IcebergTable.made_since``: the current one, unless another writer committed
-    around it; never one committed before the write began)."""
+    around it; never one committed before the write began). The tables written so are format v2
+    (``TABLE_PROPERTIES``, a replace included), whose sequence numbers grow with every commit."""
     before = IcebergTable.latest(spark, table.identifier).last_sequence_number if table_exists(spark, table) else 0
     commit_with_properties(spark, properties, write)
     return IcebergTable.latest(spark, table.identifier).made_since(before, properties)
