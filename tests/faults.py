@@ -8,6 +8,7 @@ from typing import Any
 
 from cdclake.lake.batch import KeyedBatch
 from cdclake.lake.committer import IcebergCommitter
+from cdclake.lake.iceberg import Snapshot
 from cdclake.lake.publish import abandon_staged, commit_staged, stage_changes
 from cdclake.lake.tables import SilverTable
 
@@ -31,10 +32,10 @@ def _before(commit: str) -> Any:
     """The ``commit`` method of the committer it extends, preceded by ``self.before(table)``: the table of
     the call's second argument (a keyed batch, or an append's table metadata)."""
 
-    def intercepted(self: BeforeRowDeltas, spark: Any, batch: Any, *args: Any, **kwargs: Any) -> None:
+    def intercepted(self: BeforeRowDeltas, spark: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
         self.before(batch.table)
         # the next committer past the Before* classes in the instance's MRO (a mixin's, else IcebergCommitter's)
-        getattr(super(BeforeRowDeltas, self), commit)(spark, batch, *args, **kwargs)
+        return getattr(super(BeforeRowDeltas, self), commit)(spark, batch, *args, **kwargs)
 
     return intercepted
 
@@ -93,15 +94,15 @@ class TombstoneWitness(IcebergCommitter):
         exists = spark.catalog.tableExists(self.tombstones.replace("`", ""))
         self.seen.append(sorted(tuple(r) for r in spark.table(self.tombstones).collect()) if exists else [])
 
-    def merge(self, spark: Any, *args: Any) -> None:
+    def merge(self, spark: Any, *args: Any) -> Snapshot:
         self._look(spark)
-        super().merge(spark, *args)
+        return super().merge(spark, *args)
 
-    def row_delta(self, spark: Any, *args: Any, before_commit: Any = None, **kwargs: Any) -> None:
-        super().row_delta(spark, *args, before_commit=self._looking(spark, before_commit), **kwargs)
+    def row_delta(self, spark: Any, *args: Any, before_commit: Any = None, **kwargs: Any) -> Snapshot:
+        return super().row_delta(spark, *args, before_commit=self._looking(spark, before_commit), **kwargs)
 
-    def driver_row_delta(self, spark: Any, *args: Any, before_commit: Any = None, **kwargs: Any) -> None:
-        super().driver_row_delta(spark, *args, before_commit=self._looking(spark, before_commit), **kwargs)
+    def driver_row_delta(self, spark: Any, *args: Any, before_commit: Any = None, **kwargs: Any) -> Snapshot:
+        return super().driver_row_delta(spark, *args, before_commit=self._looking(spark, before_commit), **kwargs)
 
     def _looking(self, spark: Any, before_commit: Any) -> Callable[[], None]:
         def look() -> None:
@@ -141,15 +142,14 @@ class MaintenanceRacingCommitter(BeforeRowDeltas):
         self.rival = rival
         self.attempts = 0
 
-    def publish(self, spark: Any, batch: KeyedBatch) -> None:
+    def publish(self, spark: Any, batch: KeyedBatch) -> Snapshot:
         self.attempts += 1
         if self.attempts > 1:
-            super().publish(spark, batch)
-            return
+            return super().publish(spark, batch)
         staged = stage_changes(spark, batch)
         self.rival()
         try:
-            commit_staged(spark, staged, dict(batch.properties))
+            return commit_staged(spark, staged, dict(batch.properties))
         except BaseException:
             abandon_staged(spark, staged)
             raise

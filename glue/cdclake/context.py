@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from cdclake.runtime.session import GlueCatalog, LocalCatalog
 
-# The setting: "auto" (``engine.prepare.choose_commit_way`` decides per batch) or one way pinned.
+# The setting: "auto" (``engine.commit_way.choose_commit_way`` decides per batch) or one way pinned.
 CommitPath = Literal["auto"] | CommitWay
 
 # How often a long Spark action (a full load's scan) logs how far it is, by default: plain log lines

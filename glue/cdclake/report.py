@@ -3,10 +3,74 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import ClassVar
 
 from cdclake.errors import CdclakeError, ConcurrentWriterError, TablesFailedError
-from cdclake.schema import is_type_change, type_change_advice
+from cdclake.schema import type_change_advice
+
+
+class OutcomeKind(Enum):
+    """What became of one table's full load or CDC batch."""
+
+    DONE = "done"  # the work ran: the table loaded, or the batch applied (in part: rows may be quarantined)
+    NOTHING_NEW = "nothing new"  # every file of the batch was applied or held already
+    ALREADY_LOADED = "already loaded"  # the table is loaded and bronze holds no new load
+    LOAD_PENDING = "load pending"  # a load is due, left to the full-load lane; the table's CDC waits for it
+    LOADED_AGAIN = "loaded again"  # a loaded table was loaded again
+    CREATED_EMPTY = "created empty"  # no LOAD files: created empty from its declared columns
+    LEFT_TO_CDC = "left to CDC"  # no LOAD files, no declared columns: its first CDC batch creates it
+    QUARANTINED = "quarantined"  # files held in quarantine until a replay
+    TYPE_CHANGE = "type change"  # files held for a type change no widening covers: held until a reload
+
+
+_HELD = (OutcomeKind.QUARANTINED, OutcomeKind.TYPE_CHANGE)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """An outcome and its reason (why a load is due or was taken again, why files were held; for
+    a load without LOAD files, the bronze folder it found empty). Code branches on ``kind``; the
+    sentence (``note``) is made from both, for people only."""
+
+    kind: OutcomeKind = OutcomeKind.DONE
+    reason: str = ""
+
+    @classmethod
+    def load_pending(cls, why: str) -> Outcome:
+        return cls(OutcomeKind.LOAD_PENDING, why)
+
+    @classmethod
+    def held(cls, reason: str, type_change: bool = False) -> Outcome:
+        """Files held in quarantine for ``reason`` (``type_change``: a type change silver cannot take)."""
+        return cls(OutcomeKind.TYPE_CHANGE if type_change else OutcomeKind.QUARANTINED, reason)
+
+    @property
+    def is_held(self) -> bool:
+        """Files were held in quarantine (for any reason)."""
+        return self.kind in _HELD
+
+    @property
+    def note(self) -> str:
+        """The outcome in words: what ``TableReport.summary`` ends with ("" when the work simply ran)."""
+        kind, reason = self.kind, self.reason
+        if kind in _HELD:
+            return f"quarantined: {reason}"
+        if kind is OutcomeKind.LOAD_PENDING:
+            return f"load pending in the full-load lane, CDC held until then: {reason}"
+        if kind in (OutcomeKind.CREATED_EMPTY, OutcomeKind.LEFT_TO_CDC):
+            then = (
+                "created empty, its CDC files apply to it"
+                if kind is OutcomeKind.CREATED_EMPTY
+                else "without declared columns the table is created by its first CDC batch"
+            )
+            return (
+                f"nothing loaded: bronze has no LOAD file under {reason}/ (a table empty at the source gets none); "
+                + then
+            )
+        if kind is OutcomeKind.LOADED_AGAIN:
+            return reason
+        return "" if kind is OutcomeKind.DONE else kind.value
 
 
 @dataclass
@@ -31,12 +95,20 @@ class TableReport:
     rows_quarantined: int = 0
     latest_commit_ts: str | None = None  # the newest source commit this batch applied
     files_held: int = 0  # in quarantine from an earlier run: applied only by a replay
-    # a (re)load is due and left to the full-load lane (the CDC lane never loads): this is why;
-    # the table's CDC waits for it
-    load_pending: str | None = None
     loaded: bool = False  # a full load that (re)loaded the table in this run: its silver table was replaced
     seconds: float = 0.0
-    note: str = ""
+    outcome: Outcome = Outcome()
+
+    @property
+    def note(self) -> str:
+        """The outcome in words (``Outcome.note``)."""
+        return self.outcome.note
+
+    @property
+    def load_pending(self) -> str | None:
+        """Why a (re)load is due and left to the full-load lane (the CDC lane never loads), the
+        table's CDC waiting for it; None when none is."""
+        return self.outcome.reason if self.outcome.kind is OutcomeKind.LOAD_PENDING else None
 
     def summary(self) -> str:
         """One line: what the CLI prints, the jobs log and the engine logs when a batch is done."""
@@ -159,10 +231,10 @@ class RunReport:
         for source in dict.fromkeys(t.table for t in self.quarantined):
             batches = [t for t in self.quarantined if t.table == source]
             if files := [f for t in batches for f in t.quarantined_files]:
-                reasons = list(dict.fromkeys(t.note.removeprefix("quarantined: ") for t in batches if t.note))
+                reasons = list(dict.fromkeys(t.outcome.reason for t in batches if t.outcome.is_held))
                 advice = (
                     type_change_advice(source)
-                    if any(is_type_change(r) for r in reasons)
+                    if any(t.outcome.kind is OutcomeKind.TYPE_CHANGE for t in batches)
                     else "fix them in bronze, then `cdclake replay --quarantined`"
                 )
                 lines.append(

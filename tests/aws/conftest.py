@@ -23,6 +23,7 @@ import pytest
 from moto import mock_aws
 from task_calls import TaskCalls
 
+import jvm_options  # noqa: F401  (sets the JVM options of every Spark session this process starts)
 from file_modules import module_at
 from s3_events import ACCOUNT, REGION, object_created_event
 

@@ -560,12 +560,13 @@ def test_a_cdc_run_that_dies_mid_round_is_finished_by_the_next_with_nothing_lost
     for method in ("merge", "publish", "row_delta", "driver_row_delta"):
         real = getattr(IcebergCommitter, method)
 
-        def dies_after_ten(self: Any, *args: Any, _real: Any = real, **kwargs: Any) -> None:
+        def dies_after_ten(self: Any, *args: Any, _real: Any = real, **kwargs: Any) -> Any:
             if commits["count"] >= 10 and not commits["died"]:
                 commits["died"] = 1
                 raise Killed("the Glue worker was lost")
-            _real(self, *args, **kwargs)
+            made = _real(self, *args, **kwargs)
             commits["count"] += 1
+            return made
 
         monkeypatch.setattr(IcebergCommitter, method, dies_after_ten)
     before = {t: applied_per_file(deployed, t) for t in BACKLOG_TABLES}

@@ -33,7 +33,7 @@ from cdclake.engine.follow import FollowReport, FollowSettings, Polling, Round, 
 from cdclake.engine.select import TableState
 from cdclake.errors import BronzeError, TablesFailedError
 from cdclake.ops.failure_episodes import S3Episodes
-from cdclake.report import RunReport, TableFailure, TableReport
+from cdclake.report import Outcome, RunReport, TableFailure, TableReport
 from cdclake.shells.glue_job import JobArguments
 from s3_events import object_created_event
 
@@ -77,7 +77,9 @@ class FakeRounds:
             source = table.source
             self.tried[source] = self.tried.get(source, 0) + 1
             if source in self.loads_due:
-                report.tables.append(TableReport(source, "cdc", load_pending="a reload: LOAD files written again"))
+                report.tables.append(
+                    TableReport(source, "cdc", outcome=Outcome.load_pending("a reload: LOAD files written again"))
+                )
                 continue
             applied, held = self.applied.setdefault(source, set()), self.held.setdefault(source, set())
             pending = [
@@ -103,7 +105,7 @@ class FakeRounds:
                         files_applied=len(good),
                         bytes_applied=sum(f.size for f in good),
                         quarantined_files=bad,
-                        note=f"quarantined: {'; '.join(reasons)}" if bad else "",
+                        outcome=Outcome.held("; ".join(reasons)) if bad else Outcome(),
                     )
                 )
             states[source] = TableState(True, frozenset(applied), frozenset(held))

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+import jvm_options  # noqa: F401  (sets the JVM options of every Spark session this process starts)
 from cdclake.config import DEFAULT_CATALOG, PipelineConfig, parse_config
 from cdclake.context import Engine
 from cdclake.dms.store import BronzeStore, LocalBronze

@@ -155,21 +155,21 @@ class FailingFor(IcebergCommitter):
             self.failures += 1
             raise RuntimeError(f"simulated fault in {self.table}")
 
-    def merge(self, spark: Any, batch: Any, statement: Any) -> None:
+    def merge(self, spark: Any, batch: Any, statement: Any) -> Any:
         self._fault(batch)
-        super().merge(spark, batch, statement)
+        return super().merge(spark, batch, statement)
 
-    def publish(self, spark: Any, batch: Any) -> None:
+    def publish(self, spark: Any, batch: Any) -> Any:
         self._fault(batch)
-        super().publish(spark, batch)
+        return super().publish(spark, batch)
 
-    def row_delta(self, spark: Any, batch: Any, before_commit: Any = None) -> None:
+    def row_delta(self, spark: Any, batch: Any, before_commit: Any = None) -> Any:
         self._fault(batch)
-        super().row_delta(spark, batch, before_commit)
+        return super().row_delta(spark, batch, before_commit)
 
-    def driver_row_delta(self, spark: Any, batch: Any, before_commit: Any = None) -> None:
+    def driver_row_delta(self, spark: Any, batch: Any, before_commit: Any = None) -> Any:
         self._fault(batch)
-        super().driver_row_delta(spark, batch, before_commit)
+        return super().driver_row_delta(spark, batch, before_commit)
 
 
 def test_a_failing_table_is_tried_again_with_backoff_while_the_others_go_on(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -9,6 +10,7 @@ from pyspark.sql import Row, SparkSession
 
 from cdclake.lake.iceberg import DATA, POSITION_DELETES, IcebergTable, Snapshot
 from cdclake.lake.ledger import KIND_CDC, KIND_PROPERTY, LedgerRecord
+from cdclake.lake.tables import SilverTable, committed_by_spark
 
 
 def _table(spark: SparkSession) -> str:
@@ -119,3 +121,65 @@ def _data_files(spark: SparkSession, identifier: str) -> list[Row]:
     return spark.sql(
         f"SELECT file_path, file_size_in_bytes, readable_metrics.id.lower_bound AS id FROM {identifier}.data_files"
     ).collect()
+
+
+def _rival(spark: SparkSession, identifier: str, value: int) -> None:
+    """Another writer's commit: an insert from a thread of its own (no commit properties of ours)."""
+    thread = threading.Thread(target=lambda: spark.sql(f"INSERT INTO {identifier} VALUES ({value}, 'rival')"))
+    thread.start()
+    thread.join()
+
+
+def test_a_commit_returns_the_snapshot_it_made_whoever_commits_around_it(spark: SparkSession) -> None:
+    # GIVEN a table with one row
+    identifier = _table(spark)
+    spark.sql(f"INSERT INTO {identifier} VALUES (1, 'a')")
+    handle = IcebergTable.latest(spark, identifier)
+    record = LedgerRecord.batch(["s/t/20240101-1.csv"], "2024-01-01 00:00:00").properties()
+    # WHEN a commit through the Java API (an empty append recording a ledger entry) is followed by a rival's
+    made = handle.append_nothing(record)
+    _rival(spark, identifier, 2)
+    # THEN the commit returned its own snapshot, not the table's current one
+    current = IcebergTable.latest(spark, identifier).current(None)
+    assert current is not None and current.parent_id == made.snapshot_id != current.snapshot_id
+    assert made == IcebergTable.latest(spark, identifier).snapshot(made.snapshot_id, None)
+    assert LedgerRecord.from_summary(made.summary) == LedgerRecord.from_summary(record)
+
+
+def test_a_spark_write_is_found_by_its_properties_among_the_commits_since_it_began(spark: SparkSession) -> None:
+    # GIVEN a table, and three Spark writes carrying a ledger record each: one alone, one a rival commits
+    # after (inside the write, before it is looked for), one a rival commits before
+    identifier = _table(spark)
+    catalog, database, name = identifier.split(".")
+    silver = SilverTable(catalog, database, name)
+    records = [LedgerRecord.batch([f"s/t/20240101-{n}.csv"], "2024-01-01 00:00:00").properties() for n in (1, 2, 3)]
+
+    def ours(value: int) -> None:
+        spark.sql(f"INSERT INTO {identifier} VALUES ({value}, 'ours')")
+
+    def ours_then_rival() -> None:
+        ours(20)
+        _rival(spark, identifier, 21)
+
+    def rival_then_ours() -> None:
+        _rival(spark, identifier, 30)
+        ours(31)
+
+    # WHEN each is committed and its snapshot looked for
+    alone = committed_by_spark(spark, silver, records[0], lambda: ours(10))
+    overtaken = committed_by_spark(spark, silver, records[1], ours_then_rival)
+    late = committed_by_spark(spark, silver, records[2], rival_then_ours)
+    # THEN each is the snapshot that added its own row and carries its own record
+    handle = IcebergTable.latest(spark, identifier)
+    for made, record, value in ((alone, records[0], 10), (overtaken, records[1], 20), (late, records[2], 31)):
+        assert {k: made.summary[k] for k in record} == record
+        added = spark.sql(f"SELECT id FROM {identifier} VERSION AS OF {made.snapshot_id}").collect()
+        before = (
+            ()
+            if made.parent_id is None
+            else spark.sql(f"SELECT id FROM {identifier} VERSION AS OF {made.parent_id}").collect()
+        )
+        assert {r["id"] for r in added} - {r["id"] for r in before} == {value}
+    # AND the rivals' commits were not taken for ours: the overtaken write is not the current snapshot
+    assert handle.current_snapshot_id == late.snapshot_id != overtaken.snapshot_id
+    assert late.parent_id != overtaken.snapshot_id  # the rival committed between them

@@ -147,7 +147,8 @@ def test_same_table_as_merge_one_snapshot_per_batch(spark: SparkSession, databas
             _merge(spark, merged, changes, key)
             history_before = _main_history(spark, published)
             properties = LedgerRecord.batch([f"batch-{step}"], "2024-01-01 00:00:00").properties()
-            snapshot = publish_changes(spark, _batch(published, changes, key, properties))
+            made = publish_changes(spark, _batch(published, changes, key, properties))
+            snapshot = made.snapshot_id
             boundaries.add(snapshot)
             # THEN the tables are equal, main gained exactly one snapshot that carries the ledger
             assert _rows(spark, published) == _rows(spark, merged)
@@ -158,6 +159,8 @@ def test_same_table_as_merge_one_snapshot_per_batch(spark: SparkSession, databas
             ).first()
             assert summary is not None
             assert summary["parent_id"] == history_before[-1]
+            # AND the publish returned that very snapshot: its parent and its ledger record
+            assert made.parent_id == history_before[-1] and {k: made.summary[k] for k in properties} == properties
             assert {k: summary["summary"][k] for k in properties} == properties
             assert _branches(spark, published) == []
     # AND a reader polling main only ever saw batch boundaries

@@ -158,10 +158,11 @@ def test_same_table_as_merge_one_snapshot_per_batch(
             before = _history(spark, written)
             properties = LedgerRecord.batch([f"batch-{step}"], "2024-01-01 00:00:00").properties()
             if writer == "spark":
-                snapshot = apply_row_delta(spark, _batch(written, classified, metadata, properties))
+                made = apply_row_delta(spark, _batch(written, classified, metadata, properties))
             else:
                 collected = collect_rows(classified)
-                snapshot = apply_collected_row_delta(spark, _batch(written, collected, metadata, properties))
+                made = apply_collected_row_delta(spark, _batch(written, collected, metadata, properties))
+            snapshot = made.snapshot_id
             boundaries.add(snapshot)
             # THEN the tables are equal, main gained one snapshot carrying the ledger, with delete files
             assert _rows(spark, written) == _rows(spark, merged)
@@ -170,6 +171,8 @@ def test_same_table_as_merge_one_snapshot_per_batch(
             summary = spark.sql(query).first()
             assert summary is not None and summary["parent_id"] == before[-1]
             assert {k: summary["summary"][k] for k in properties} == properties
+            # AND the commit returned that very snapshot: its parent and its ledger record
+            assert made.parent_id == before[-1] and {k: made.summary[k] for k in properties} == properties
             assert int(summary["summary"]["added-position-deletes"]) > 0
     # AND a reader polling main only ever saw batch boundaries
     assert poller.seen <= boundaries

@@ -14,7 +14,7 @@ from cdclake.dms.store import LocalBronze
 from cdclake.dms.writer import write_csv
 from cdclake.engine.follow import Follower, FollowSettings, Polling, _due
 from cdclake.engine.select import TableState
-from cdclake.report import RunReport, TableFailure, TableReport
+from cdclake.report import Outcome, RunReport, TableFailure, TableReport
 
 CONFIG = parse_config(
     "tables:\n" + "".join(f"  s.{t}: {{primary_key: [id], columns: {{id: int}}}}\n" for t in ("a", "b")), "test"
@@ -41,7 +41,9 @@ class Rounds:
                 report.failures.append(TableFailure(source, "cdc", RuntimeError("simulated")))
                 continue
             if source in self.load_pending:
-                report.tables.append(TableReport(source, "full-load", load_pending="a new load in bronze"))
+                report.tables.append(
+                    TableReport(source, "full-load", outcome=Outcome.load_pending("a new load in bronze"))
+                )
                 continue
             files = [f.key for f in listing.files if f.kind is FileKind.CDC and f.source == source]
             self.applied[source] = self.applied.get(source, frozenset()) | frozenset(files)

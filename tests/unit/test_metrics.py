@@ -27,7 +27,7 @@ from cdclake.ops.metrics import (
     table_log_records,
     table_metrics_for,
 )
-from cdclake.report import RunReport, TableFailure, TableReport
+from cdclake.report import Outcome, RunReport, TableFailure, TableReport
 
 NOW = datetime(2024, 3, 1, 12, 0, 0, tzinfo=UTC)
 PROD = MetricsTarget("cdclake", "prod")
@@ -78,7 +78,7 @@ def _hosts_batch() -> TableReport:
                        changes_read=19, inserted=5, updated=7, deleted=2, deleted_missing=1, ignored_late=1,
                        rows_quarantined=4, quarantined_files=["a.csv"], schema_changes=["added column x"],
                        files_held=2, seconds=12.5, latest_commit_ts="2024-03-01 11:59:00.000000",
-                       note="quarantined: bad row")  # fmt: skip
+                       outcome=Outcome.held("bad row"))  # fmt: skip
 
 
 def _tables(count: int) -> RunReport:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from cdclake.errors import BronzeError, ConcurrentWriterError, TablesFailedError
-from cdclake.report import Backlog, RunReport, TableFailure, TableReport
+from cdclake.report import Backlog, Outcome, OutcomeKind, RunReport, TableFailure, TableReport
 
 
 def failure(table: str, error: Exception) -> TableFailure:
@@ -52,8 +52,8 @@ def test_a_failure_summary_is_the_first_line_of_the_error_or_its_type() -> None:
 def test_problems_say_per_table_what_was_held_and_why_then_each_failure() -> None:
     report = RunReport(
         tables=[
-            TableReport("s.a", "cdc", quarantined_files=["k1"], note="quarantined: bad header"),
-            TableReport("s.a", "cdc", quarantined_files=["k2", "k3"], note="quarantined: bad header"),
+            TableReport("s.a", "cdc", quarantined_files=["k1"], outcome=Outcome.held("bad header")),
+            TableReport("s.a", "cdc", quarantined_files=["k2", "k3"], outcome=Outcome.held("bad header")),
             TableReport("s.b", "cdc", rows_quarantined=4),
             TableReport("s.c", "cdc", files_applied=1),
         ],
@@ -100,7 +100,10 @@ def test_of_table_keeps_only_that_tables_reports_and_failures() -> None:
 
 def test_loads_pending_names_each_table_the_cdc_lane_left_to_the_full_load_lane() -> None:
     report = RunReport(
-        tables=[TableReport("s.a", "cdc", load_pending="a reload"), TableReport("s.b", "cdc", files_applied=1)]
+        tables=[
+            TableReport("s.a", "cdc", outcome=Outcome.load_pending("a reload")),
+            TableReport("s.b", "cdc", files_applied=1),
+        ]
     )
 
     assert report.loads_pending == {"s.a": "a reload"}
@@ -118,12 +121,13 @@ def test_no_files_line_speaks_of_one_table_or_several() -> None:
 def test_a_table_report_summary_has_every_count_and_the_note() -> None:
     batch = TableReport(
         "s.a", "cdc", files_applied=2, files_skipped=1, inserted=3, updated=4, deleted=5, ignored_late=6,
-        rows_quarantined=7, quarantined_files=["k"], seconds=1.25, note="late",
+        rows_quarantined=7, quarantined_files=["k"], seconds=1.25,
+        outcome=Outcome.held("bad header"),
     )  # fmt: skip
 
     assert batch.summary() == (
         "cdc       s.a: files=2 skipped=1 inserted=3 updated=4 deleted=5 ignored_late=6 rows_quarantined=7 "
-        "files_quarantined=1 1.2s (late)"
+        "files_quarantined=1 1.2s (quarantined: bad header)"
     )
 
 
@@ -133,3 +137,50 @@ def test_a_backlog_cannot_be_negative() -> None:
         Backlog(-1, 0)
     with pytest.raises(ValueError, match="files=0 bytes=-5"):
         Backlog(0, -5)
+
+
+def test_an_outcome_is_said_in_the_same_words_as_before_it_was_a_value() -> None:
+    # GIVEN each outcome a table's load or batch can have, WHEN it is put in words, THEN the sentences are the ones
+    # the CLI and the logs have always printed
+    assert Outcome().note == ""
+    assert Outcome(OutcomeKind.NOTHING_NEW).note == "nothing new"
+    assert Outcome(OutcomeKind.ALREADY_LOADED).note == "already loaded"
+    assert Outcome(OutcomeKind.LOADED_AGAIN, "a reload: LOAD files written again").note == (
+        "a reload: LOAD files written again"
+    )
+    assert Outcome.load_pending("a reload").note == "load pending in the full-load lane, CDC held until then: a reload"
+    assert Outcome.held("empty file").note == "quarantined: empty file"
+    assert Outcome(OutcomeKind.CREATED_EMPTY, "s/a").note == (
+        "nothing loaded: bronze has no LOAD file under s/a/ (a table empty at the source gets none); "
+        "created empty, its CDC files apply to it"
+    )
+    assert Outcome(OutcomeKind.LEFT_TO_CDC, "s/a").note == (
+        "nothing loaded: bronze has no LOAD file under s/a/ (a table empty at the source gets none); "
+        "without declared columns the table is created by its first CDC batch"
+    )
+    # AND only a pending load says why through ``load_pending``
+    assert TableReport("s.a", "full-load", outcome=Outcome.load_pending("a reload")).load_pending == "a reload"
+    assert TableReport("s.a", "cdc", outcome=Outcome.held("a reload")).load_pending is None
+
+
+def test_the_advice_for_held_files_follows_the_outcome_kind_not_its_words() -> None:
+    # GIVEN a batch held for a type change, and one held for a reason worded like a type change
+    report = RunReport(
+        tables=[
+            TableReport(
+                "s.a", "cdc", quarantined_files=["k1"], outcome=Outcome.held("v is now text", type_change=True)
+            ),
+            TableReport(
+                "s.b", "cdc", quarantined_files=["k2"], outcome=Outcome.held("column v changed type from a to b")
+            ),
+        ]
+    )
+    # WHEN the problems are said
+    held_for_type, held_otherwise = report.problems()
+    # THEN the type change's advice is a reload, the other's a fix in bronze
+    assert held_for_type.startswith("s.a: 1 file(s) held in quarantine (v is now text); a type change silver cannot")
+    assert "--reload" in held_for_type
+    assert held_otherwise == (
+        "s.b: 1 file(s) held in quarantine (column v changed type from a to b); fix them in bronze, then "
+        "`cdclake replay --quarantined` (`cdclake quarantine list` shows them)"
+    )

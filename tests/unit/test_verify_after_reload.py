@@ -11,7 +11,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from cdclake.report import RunReport, TableFailure, TableReport
+from cdclake.report import Outcome, OutcomeKind, RunReport, TableFailure, TableReport
 from cdclake.verify.job import start_verify_after_reload
 
 JOB = "cdclake-dev-verify"
@@ -35,8 +35,8 @@ def test_the_tables_a_reload_loaded_are_verified_and_the_failed_ones_are_not(glu
     report = RunReport(
         tables=[
             TableReport("s.b", "full-load", loaded=True), TableReport("s.a", "full-load", loaded=True),
-            TableReport("s.e", "full-load", note="already loaded"),
-            TableReport("s.f", "full-load", note="nothing loaded"),
+            TableReport("s.e", "full-load", outcome=Outcome(OutcomeKind.ALREADY_LOADED)),
+            TableReport("s.f", "full-load", outcome=Outcome(OutcomeKind.LEFT_TO_CDC, "s/f")),
             TableReport("s.d", "cdc"),
         ],
         failures=[TableFailure("s.c", "full-load", RuntimeError("timed out"))],
@@ -53,7 +53,7 @@ def test_the_tables_a_reload_loaded_are_verified_and_the_failed_ones_are_not(glu
 def test_a_reload_that_loaded_nothing_starts_no_verify(glue: Any) -> None:
     failed = RunReport(failures=[TableFailure("s.c", "full-load", RuntimeError("timed out"))])
     assert start_verify_after_reload(glue, JOB, failed) is None
-    retried = RunReport(tables=[TableReport("s.a", "full-load", note="already loaded")])
+    retried = RunReport(tables=[TableReport("s.a", "full-load", outcome=Outcome(OutcomeKind.ALREADY_LOADED))])
     assert start_verify_after_reload(glue, JOB, retried) is None
     assert start_verify_after_reload(glue, JOB, RunReport()) is None
     assert _runs(glue) == []

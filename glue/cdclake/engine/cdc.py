@@ -16,8 +16,7 @@ from cdclake.engine.plan import BatchPlan
 from cdclake.engine.prepare import prepare_batch
 from cdclake.engine.select import TableState
 from cdclake.errors import FullLoadPendingError
-from cdclake.lake.ledger import committed_snapshot
-from cdclake.report import TableReport
+from cdclake.report import Outcome, OutcomeKind, TableReport
 
 log = logging.getLogger("cdclake")
 
@@ -38,7 +37,7 @@ def apply_cdc_batch(engine: Engine, batch: CdcBatch, state: TableState) -> tuple
 
     Keyed tables: the latest change per key is compared with the stored row and the tombstones
     (older changes are ignored and counted), tombstones are appended for deletes, then one data
-    commit applies the rest and records the files (``context.CommitWay``: written files and
+    commit applies the rest and records the files (``lake.batch.CommitWay``: written files and
     one RowDelta where the table allows it, else a MERGE or a branch-staged RowDelta). Bad rows go
     to ``cdclake_quarantine_rows`` (a file above ``max_bad_row_ratio`` is held whole instead);
     unreadable or empty files and batches with an incompatible schema change go to
@@ -52,7 +51,7 @@ def apply_cdc_batch(engine: Engine, batch: CdcBatch, state: TableState) -> tuple
     held_before = 0 if force else sum(1 for k in keys if k in state.held and k not in state.applied)
     if not pending:
         report = TableReport(table=table.source, kind="cdc", files_skipped=skipped, files_held=held_before)
-        report.note = "nothing new"
+        report.outcome = Outcome(OutcomeKind.NOTHING_NEW)
         return report, state
     if not state.full_load_done and batch.loads_pending:
         # Creating the table from CDC alone would mark it loaded and its LOAD files would never
@@ -72,7 +71,7 @@ def apply_cdc_batch(engine: Engine, batch: CdcBatch, state: TableState) -> tuple
         checkpoint=state.checkpoint().properties() if state.full_load_done else None,
     )
     try:
-        commit_batch(engine, table, plan, force)
+        made = commit_batch(engine, table, plan, force)
     finally:
         if plan.changes is not None:
             plan.changes.commit.release()
@@ -80,13 +79,8 @@ def apply_cdc_batch(engine: Engine, batch: CdcBatch, state: TableState) -> tuple
     log.info("cdc batch done %s", report.summary())
     applied = [f.key for f in plan.changes.files] if plan.changes else []
     held = [f.key for h in plan.holds for f in h.files]
-    # The snapshot of this batch's data commit (found by its ledger record: another writer may have
-    # committed since), from which the table's next batch is planned.
-    committed = (
-        None
-        if plan.changes is None
-        else committed_snapshot(engine.spark, engine.silver_table(table), plan.changes.commit.properties).snapshot_id
-    )
+    # The snapshot of this batch's data commit, from which the table's next batch is planned.
+    committed = None if made is None else made.snapshot_id
     after = state.after(applied=applied, held=held, released=applied if force else (), snapshot_id=committed)
     if plan.changes is not None and plan.changes.creates_table:  # created as loaded with no LOAD files
         after = replace(after, full_load_done=True)
@@ -99,7 +93,7 @@ def batch_report(table: TableConfig, plan: BatchPlan, skipped: int, held_before:
     report.seconds = seconds
     for held in plan.holds:
         report.quarantined_files.extend(f.key for f in held.files)
-        report.note = f"quarantined: {held.reason}"
+        report.outcome = Outcome.held(held.reason, held.type_change)
     changes = plan.changes
     if changes is None:
         return report

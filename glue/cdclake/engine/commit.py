@@ -5,6 +5,8 @@ that also records the batch's files in the ledger, then history (which records t
 it reflects). Full load: the staged replace, the reset of what the old load left behind, then the
 ledger record that says it is done. Nothing here reads bronze, but for files history lacks besides
 the batch's (``engine.history_sync``: another writer's batch, committed without its history).
+Each data commit returns the snapshot it made (``lake.committer``): history reflects it, and the
+caller plans the table's next batch from it.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from cdclake.lake.batch import (
     read_table_metadata,
 )
 from cdclake.lake.history import apply_history, create_history, history_of, reflecting, start_history
+from cdclake.lake.iceberg import Snapshot
 from cdclake.lake.journals import (
     record_quarantine,
     record_quarantined_rows,
@@ -50,12 +53,11 @@ from cdclake.lake.layout import apply_layout
 from cdclake.lake.ledger import (
     KIND_FULL_LOAD,
     KIND_FULL_LOAD_STAGED,
-    committed_snapshot,
+    SnapshotRef,
     forget_archived_ledger,
     record_full_load,
     replace_table,
     snapshot_ref,
-    staged_load,
 )
 from cdclake.lake.tables import (
     SilverTable,
@@ -72,9 +74,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("cdclake")
 
 
-def commit_batch(engine: Engine, table: TableConfig, plan: BatchPlan, force: bool) -> None:
+def commit_batch(engine: Engine, table: TableConfig, plan: BatchPlan, force: bool) -> Snapshot | None:
     """Write a CDC batch's plan: its holds, then (if any rows can be applied) its changes, by the
-    way the plan chose. Everything comes from the plan; the caller reports from it.
+    way the plan chose. Everything comes from the plan; the caller reports from it. Returns the
+    snapshot of the batch's data commit (None: the plan applies nothing).
 
     ``force`` (a replay): the applied files leave the quarantine.
     """
@@ -82,7 +85,7 @@ def commit_batch(engine: Engine, table: TableConfig, plan: BatchPlan, force: boo
     for held in plan.holds:
         hold(engine, silver, held)
     if plan.changes is None:
-        return
+        return None
     changes = plan.changes
     if changes.bad is not None:
         quarantine_rows(engine, silver, changes.bad)
@@ -104,10 +107,10 @@ def commit_batch(engine: Engine, table: TableConfig, plan: BatchPlan, force: boo
             metadata = evolved if planned is None else replace(evolved, snapshot_id=planned.snapshot_id)
         assert metadata is not None
         if isinstance(commit, DriverAppend):
-            engine.committer.driver_append(engine.spark, metadata, commit.rows, commit.properties)
+            made = engine.committer.driver_append(engine.spark, metadata, commit.rows, commit.properties)
         else:
             rows = silver_shape(commit.rows)
-            engine.committer.append(engine.spark, metadata, rows, commit.count, commit.properties)
+            made = engine.committer.append(engine.spark, metadata, rows, commit.count, commit.properties)
     else:
         planned = commit.batch.metadata
         if changes.schema.changes_table and planned is not None:
@@ -115,11 +118,12 @@ def commit_batch(engine: Engine, table: TableConfig, plan: BatchPlan, force: boo
             # classified against and validated from the snapshot the plan read.
             evolved = read_table_metadata(engine.spark, silver)
             commit = commit.with_metadata(replace(evolved, snapshot_id=planned.snapshot_id))
-        _apply_keyed(engine, table, silver, changes, commit)
+        made = _apply_keyed(engine, table, silver, changes, commit)
     if force:  # after the data commit: a replay that never commits leaves the quarantine as it was
         replayed = [f.key for f in changes.files]
         release_quarantine(engine.spark, silver, replayed)
         release_quarantined_rows(engine.spark, silver, replayed, changes.bad.rows if changes.bad else None)
+    return made
 
 
 def hold(engine: Engine, silver: SilverTable, held: Hold) -> None:
@@ -148,8 +152,9 @@ def _evolve(engine: Engine, silver: SilverTable, changes: ChangeSet) -> None:
 
 def _apply_keyed(
     engine: Engine, table: TableConfig, silver: SilverTable, changes: ChangeSet, commit: KeyedCommit
-) -> None:
-    """Tombstones for the deletes, then one commit of the rest that records the batch's files, then history."""
+) -> Snapshot:
+    """Tombstones for the deletes, then one commit of the rest that records the batch's files, then
+    history; returns the data commit's snapshot."""
     with ThreadPoolExecutor(1, thread_name_prefix="cdclake-tombstones") as pool:
         # Tombstones before the data commit: if it never happens, the re-run appends them again
         # harmlessly. Appended, never upserted (one write whose cost follows the deletes): a key
@@ -157,7 +162,7 @@ def _apply_keyed(
         # Their job runs while the data files are written; the data commit waits for their commit.
         tombstoned = pool.submit(_append_tombstones, engine, silver, changes, commit) if changes.deletes else None
         waited = tombstoned.result if tombstoned else _no_tombstones
-        _commit_keyed(engine, table, changes, commit, waited)
+        return _commit_keyed(engine, table, changes, commit, waited)
 
 
 def _start_history(
@@ -206,8 +211,9 @@ def _commit_keyed(
     changes: ChangeSet,
     commit: KeyedCommit,
     tombstones_committed: Callable[[], None],
-) -> None:
-    """The data commit the plan chose, which waits for ``tombstones_committed`` first, then history.
+) -> Snapshot:
+    """The data commit the plan chose, which waits for ``tombstones_committed`` first, then history
+    (reflecting the snapshot the data commit made); returns that snapshot.
 
     Silver first, history after it: a crash in between leaves history behind silver, never ahead
     (its versions never show a change silver does not hold), and the next run catches it up from
@@ -219,9 +225,9 @@ def _commit_keyed(
     log.debug("commit table=%s path=%s", batch.table.name, commit.way)
     match commit:
         case RowDelta():
-            engine.committer.row_delta(engine.spark, commit.batch, before_commit=tombstones_committed)
+            made = engine.committer.row_delta(engine.spark, commit.batch, before_commit=tombstones_committed)
         case DriverRowDelta():
-            engine.committer.driver_row_delta(engine.spark, commit.batch, before_commit=tombstones_committed)
+            made = engine.committer.driver_row_delta(engine.spark, commit.batch, before_commit=tombstones_committed)
         case Merge():
             tombstones_committed()
 
@@ -229,16 +235,17 @@ def _commit_keyed(
             def statement(target: str, view: str) -> str:
                 return merge_statement(target, view, batch.written)
 
-            engine.committer.merge(engine.spark, commit.batch, statement)
+            made = engine.committer.merge(engine.spark, commit.batch, statement)
         case Publish():
             tombstones_committed()
-            engine.committer.publish(engine.spark, commit.batch)
+            made = engine.committer.publish(engine.spark, commit.batch)
         case _:
             assert_never(commit)
     if changes.history is not None:
-        committed = committed_snapshot(engine.spark, batch.table, batch.properties)
+        committed = SnapshotRef(made.snapshot_id, made.sequence_number)
         files = tuple(f.key for f in changes.files)
         append_batch_history(engine, table, BatchHistory(files, changes.history, batch.properties, committed))
+    return made
 
 
 # ------------------------------------------------------------------------------- full load
@@ -249,20 +256,20 @@ def stage_full_load(
     silver: SilverTable,
     rows: DataFrame,
     loaded: Sequence[BronzeFile],
-) -> None:
+) -> Snapshot:
     """Create or atomically replace the silver table with a full load's rows, recorded as a staged
     load of ``loaded`` (its LOAD files, with their sizes and versions, and any CDC files it
-    supersedes): the ledger says "not loaded" until ``finish_full_load`` records it done."""
+    supersedes): the ledger says "not loaded" until ``finish_full_load`` records it done. Returns
+    the staged replace's snapshot."""
     ensure_database(engine.spark, engine.catalog, engine.config.database)
-    replace_table(engine.spark, silver, rows, loaded_files(loaded), KIND_FULL_LOAD_STAGED)
+    return replace_table(engine.spark, silver, rows, loaded_files(loaded), KIND_FULL_LOAD_STAGED)
 
 
-def _history_of_full_load(engine: Engine, table: TableConfig, silver: SilverTable) -> None:
+def _history_of_full_load(engine: Engine, table: TableConfig, silver: SilverTable, staged: SnapshotRef) -> None:
     """Every loaded row's first version: an insert, valid from its timestamp (or the load time),
-    in a commit that reflects the staged load."""
+    in a commit that reflects the staged load (snapshot ``staged``)."""
     from pyspark.sql import functions as F
 
-    staged = staged_load(engine.spark, silver)
     loaded = engine.spark.sql(f"SELECT * FROM {silver.identifier} VERSION AS OF {staged.snapshot_id}")
     stamp = engine.config.bronze.timestamp_column
     valid_from = F.col(stamp) if stamp and stamp in loaded.columns else F.current_timestamp()
@@ -280,22 +287,24 @@ def finish_full_load(
     table: TableConfig,
     silver: SilverTable,
     loaded: Sequence[BronzeFile],
-) -> None:
-    """Finish a staged load: give the table its layout for the writes to come (the replace reset
-    it), write every loaded row's first version to history, forget what the old load left (its
-    archived ledger and its tombstones: the new load is the truth now), and only then record the
-    load of ``loaded`` as done (its LOAD files, with their sizes and versions, and the CDC files it
-    superseded).
+    staged: Snapshot,
+) -> Snapshot:
+    """Finish a staged load (its replace made snapshot ``staged``): give the table its layout for
+    the writes to come (the replace reset it), write every loaded row's first version to history,
+    forget what the old load left (its archived ledger and its tombstones: the new load is the
+    truth now), and only then record the load of ``loaded`` as done (its LOAD files, with their
+    sizes and versions, and the CDC files it superseded).
 
     One step or none: until the record, the ledger says "not loaded" (the staged commit), so a
     crash at any step makes the next run load the table again and take every step again; each
     is idempotent (a layout the table has is kept, history adds a version once, the forgetting
     deletes what is there). Each step (``FULL_LOAD_STEPS``) is taken through
-    ``engine.committer.full_load_step``."""
+    ``engine.committer.full_load_step``. Returns the record's snapshot."""
+    recorded: list[Snapshot] = []
 
     def history() -> None:
         if table.history:
-            _history_of_full_load(engine, table, silver)
+            _history_of_full_load(engine, table, silver, SnapshotRef(staged.snapshot_id, staged.sequence_number))
 
     def forget_tombstones() -> None:
         tombstones = tombstones_of(silver)
@@ -307,7 +316,10 @@ def finish_full_load(
         "history": history,
         "forget-ledger-archive": lambda: forget_archived_ledger(engine.spark, silver),
         "forget-tombstones": forget_tombstones,
-        "record": lambda: record_full_load(engine.spark, silver, loaded_files(loaded)),
+        "record": lambda: recorded.append(record_full_load(engine.spark, silver, loaded_files(loaded))),
     }
     for step in FULL_LOAD_STEPS:
         engine.committer.full_load_step(step, steps[step])
+    if not recorded:
+        raise RuntimeError(f"{silver.identifier}: the full load's record step was not taken")
+    return recorded[-1]

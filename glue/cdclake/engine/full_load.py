@@ -26,9 +26,9 @@ from cdclake.engine.read import (
 from cdclake.engine.select import TableState, load_again, superseded_cdc_files
 from cdclake.errors import ConfigError
 from cdclake.identifiers import quote
-from cdclake.lake.ledger import newest_load, staged_load
+from cdclake.lake.iceberg import Snapshot
 from cdclake.lake.tables import added_data, parallel_scan
-from cdclake.report import TableReport
+from cdclake.report import Outcome, OutcomeKind, TableReport
 from cdclake.runtime.progress import watch_stages
 from cdclake.types import INTEGRAL_TYPES
 
@@ -70,20 +70,21 @@ def full_load_table(
     if not reload and state.full_load_done:
         why = load_again(table, state, files)
         if why is None:
-            report.note = "already loaded"
+            report.outcome = Outcome(OutcomeKind.ALREADY_LOADED)
             return report, state
         log.warning("full load again table=%s: %s", table.source, why)
-        report.note = why
+        report.outcome = Outcome(OutcomeKind.LOADED_AGAIN, why)
+    folder = f"{table.source_schema}/{table.source_table}"
     if not files and not table.columns:
-        report.note = f"{nothing_loaded(table)}; without declared columns the table is created by its first CDC batch"
+        report.outcome = Outcome(OutcomeKind.LEFT_TO_CDC, folder)
         return report, state
     if not files:
-        report.note = f"{nothing_loaded(table)}; created empty, its CDC files apply to it"
+        report.outcome = Outcome(OutcomeKind.CREATED_EMPTY, folder)
     log.info("full load table=%s files=%d", table.source, len(files))
     with watch_stages(engine.spark, f"full load {table.source}", engine.progress_seconds):
-        loaded = (files and _load_in_one_scan(engine, table, files, listing, report)) or _load_carefully(
-            engine, table, files, listing, report
-        )
+        loaded = _load_in_one_scan(engine, table, files, listing, report) if files else None
+        if loaded is None:
+            loaded = _load_carefully(engine, table, files, listing, report)
     silver = engine.silver_table(table)
     report.loaded = True
     report.files_applied = len(files)
@@ -92,23 +93,22 @@ def full_load_table(
         report.inserted = engine.spark.table(silver.identifier).count()
     report.seconds = time.monotonic() - started
     log.info("full load done table=%s rows=%d seconds=%.1f", table.source, report.inserted, report.seconds)
-    load = newest_load(engine.spark, silver)
-    return report, TableState.after_load(loaded, state.held, None if load is None else load[0].snapshot_id)
+    return report, TableState.after_load(loaded.files, state.held, loaded.record.snapshot_id)
 
 
-def nothing_loaded(table: TableConfig) -> str:
-    """What a full load without LOAD files says: it loaded nothing, and why."""
-    return (
-        f"nothing loaded: bronze has no LOAD file under {table.source_schema}/{table.source_table}/ "
-        "(a table empty at the source gets none)"
-    )
+@dataclass(frozen=True)
+class _Loaded:
+    """A finished load: the files recorded as loaded, and the snapshot of its record."""
+
+    files: list[BronzeFile]
+    record: Snapshot
 
 
 def _load_in_one_scan(
     engine: Engine, table: TableConfig, files: Sequence[BronzeFile], listing: BronzeListing, report: TableReport
-) -> list[BronzeFile]:
-    """Load in one scan, assuming valid rows and unique keys. Returns the files recorded as loaded,
-    or nothing (nothing recorded as loaded) when the assumption fails."""
+) -> _Loaded | None:
+    """Load in one scan, assuming valid rows and unique keys. Returns the load (the files recorded
+    as loaded), or None (nothing recorded as loaded) when the assumption fails."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
@@ -135,26 +135,25 @@ def _load_in_one_scan(
     valid = changes.withColumn(source, F.when(has_error(changes), failing).otherwise(F.col(source)))
     rows = stored_rows(valid, table, deduplicate=False)
     try:
-        stage_full_load(engine, silver, rows, files)
+        staged_at = stage_full_load(engine, silver, rows, files)
     except ConfigError:
         raise
     except Exception as failure:
         if engine.stopping.is_set():
             raise  # the scan was cancelled by a stop (Ctrl-C), not failed by the data
         log.info("full load table=%s takes the careful path: %s", table.source, root_cause(failure))
-        return []
-    snapshot = staged_load(engine.spark, silver).snapshot_id
-    staged = staged_facts(engine.spark, silver.identifier, snapshot, key[0] if integral else None)
+        return None
+    staged = staged_facts(engine.spark, silver.identifier, staged_at.snapshot_id, key[0] if integral else None)
     if not table.append_only and _has_repeated_keys(engine, silver, key, staged.rows, staged.key_range):
         log.warning("full load table=%s: a key occurs more than once; keeping each key's last row", table.source)
-        return []
+        return None
     watermark = None if earliest is None else earliest.get["earliest"]
     loaded = [*files, *superseded_cdc_files(listing, table, watermark)]
-    finish_full_load(engine, table, silver, loaded)
+    record = finish_full_load(engine, table, silver, loaded, staged_at)
     report.changes_read = staged.rows
     report.inserted = staged.rows  # every row valid and every key once: all of them were written
     report.files_skipped = len(loaded) - len(files)
-    return loaded
+    return _Loaded(loaded, record)
 
 
 @dataclass(frozen=True)
@@ -241,7 +240,7 @@ def has_repeated_integers(keys: DataFrame, column: str) -> bool:
 
 def _load_carefully(
     engine: Engine, table: TableConfig, files: Sequence[BronzeFile], listing: BronzeListing, report: TableReport
-) -> list[BronzeFile]:
+) -> _Loaded:
     """Count and screen the rows (bad ones to quarantine), keep each key's last row, one staged
     replace, finished like the one-scan load's (``finish_full_load``)."""
     silver = engine.silver_table(table)
@@ -258,7 +257,7 @@ def _load_carefully(
     else:
         changes = empty_changes(engine, table)
     loaded = [*files, *superseded]
-    stage_full_load(engine, silver, stored_rows(changes, table), loaded)
-    finish_full_load(engine, table, silver, loaded)
+    staged_at = stage_full_load(engine, silver, stored_rows(changes, table), loaded)
+    record = finish_full_load(engine, table, silver, loaded, staged_at)
     report.files_skipped = len(superseded)
-    return loaded
+    return _Loaded(loaded, record)

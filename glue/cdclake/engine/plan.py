@@ -38,6 +38,7 @@ class Hold:
 
     files: list[BronzeFile]
     reason: str
+    type_change: bool = False  # a type change no widening covers (``SchemaPlan.incompatible``): held until a reload
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from cdclake.dms.files import BronzeFile
 from cdclake.dms.horizon import beyond_horizon
 from cdclake.dms.reader import HeldFileError
 from cdclake.engine.changes import classify_effects, data_columns, has_error, silver_shape, unchanged_flags
+from cdclake.engine.commit_way import choose_commit_way
 from cdclake.engine.plan import (
     APPLIED,
     TOMBSTONED,
@@ -72,7 +73,7 @@ from cdclake.lake.batch import (
 from cdclake.lake.driver_write import collect_rows, collectable
 from cdclake.lake.journals import tombstones_of
 from cdclake.lake.ledger import LedgerRecord
-from cdclake.lake.row_delta import append_blocker, why_not_row_delta
+from cdclake.lake.row_delta import append_blocker
 from cdclake.lake.tables import TableMovedError
 from cdclake.runtime.session import interpreted_expressions
 from cdclake.schema import SchemaPlan, plan_schema_change
@@ -215,7 +216,7 @@ def _prepare_readable(
     materialise, assemble."""
     read = _read(engine, table, files, metadata)
     if read.schema.incompatible:
-        plan.holds.append(Hold(list(files), "; ".join(read.schema.incompatible)))
+        plan.holds.append(Hold(list(files), "; ".join(read.schema.incompatible), type_change=True))
         return plan
     classified = _classify_batch(engine, table, read, metadata)
     chosen = _choose_and_materialise(engine, table, metadata, read, classified)
@@ -371,33 +372,6 @@ def _assemble(
 
 # The observed name of the batch's newest commit time.
 _LATEST = "_cdc_latest"
-
-
-def choose_commit_way(
-    engine: Engine,
-    table: TableConfig,
-    metadata: TableMetadata,
-    written: WrittenColumns,
-) -> CommitWay:
-    """How the batch's data commit is made (``context.CommitWay``): "append" (append-only tables);
-    "row-delta" (written files, one RowDelta, no scan) where the table allows it and the engine does
-    not pin another way (``prepare_batch`` makes it "driver-row-delta" for a batch it collects);
-    else "merge" into a small table (fewer than ``Engine.merge_below_records`` stored records; a
-    table the batch creates) and "publish" (branch-staged) into a large one. A pinned "append" is
-    "auto" for keyed tables."""
-    if table.append_only:
-        return "append"
-    base = metadata.snapshot_id
-    if engine.commit_path in ("auto", "row-delta", "driver-row-delta") and base is not None:
-        why_not = why_not_row_delta(metadata, written)
-        if why_not is None:
-            return "row-delta"
-        log.debug("commit table=%s not through a RowDelta: %s", metadata.table.name, why_not)
-    if engine.commit_path == "merge" or engine.commit_path == "publish":
-        return engine.commit_path
-    if base is None:
-        return "merge"
-    return "merge" if metadata.total_records < engine.merge_below_records else "publish"
 
 
 # The ways whose rows stay in Spark, by the name ``choose_commit_way`` gives them.

@@ -43,8 +43,7 @@ from cdclake.errors import ConcurrentWriterError, first_line
 from cdclake.lake.journals import quarantined_files_by_table
 from cdclake.lake.ledger import read_ledger
 from cdclake.lake.tables import TableMovedError, is_commit_conflict
-from cdclake.report import Progress, RunReport, TableReport
-from cdclake.schema import is_type_change
+from cdclake.report import Outcome, OutcomeKind, Progress, RunReport, TableReport
 
 log = logging.getLogger("cdclake")
 
@@ -205,8 +204,7 @@ class _Turns:
         if work.load is LoadStep.LANE:
             files = listing.for_table(table.source_schema, table.source_table, FileKind.FULL_LOAD)
             if why := load_due(table, state, files):
-                pending = TableReport(table=table.source, kind="full-load", load_pending=why)
-                pending.note = f"load pending in the full-load lane, CDC held until then: {why}"
+                pending = TableReport(table=table.source, kind="full-load", outcome=Outcome.load_pending(why))
                 table_run.reports.append(pending)
                 return  # no state: its CDC files stay pending
         if state.applied.watermarks and (
@@ -217,7 +215,7 @@ class _Turns:
             # later ones pending, below the watermark too, so it and its CDC pass see the whole folder.
             listing = self.whole_folder(table)
         done, table_run.state = full_load_table(self.engine, table, listing, state, work.load is LoadStep.AGAIN)
-        if work.load in (LoadStep.ASKED, LoadStep.AGAIN) or done.note != "already loaded":
+        if work.load in (LoadStep.ASKED, LoadStep.AGAIN) or done.outcome.kind is not OutcomeKind.ALREADY_LOADED:
             table_run.reports.append(done)
 
     def apply(self, table_run: TableRun) -> None:
@@ -253,7 +251,7 @@ class _Turns:
             held_whole = (
                 bool(applied.quarantined_files)
                 and not applied.files_applied
-                and is_type_change(applied.note.removeprefix("quarantined: "))
+                and applied.outcome.kind is OutcomeKind.TYPE_CHANGE
             )
             counted = number == len(chosen) or held_whole
             self._advance(applied, len(files), table_done=counted)

@@ -236,5 +236,5 @@ class DriverRowDelta(_Keyed["pa.Table"]):
 
 
 KeyedCommit = RowDelta | Merge | Publish | DriverRowDelta
-# The one data commit a batch's plan chose, with the rows it commits (``engine.prepare.choose_commit_way``).
+# The one data commit a batch's plan chose, with the rows it commits (``engine.commit_way.choose_commit_way``).
 DataCommit = Append | DriverAppend | KeyedCommit

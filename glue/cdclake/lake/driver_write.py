@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.columns import OP, SILVER_ORDER, STORED_FILE, STORED_POS
 from cdclake.lake.batch import KeyedBatch, TableMetadata
+from cdclake.lake.iceberg import Snapshot
 from cdclake.lake.row_delta import DELETE_FILE_COLUMNS, WrittenFile, WrittenFiles, row_delta_input, sort_order_columns
 from cdclake.lake.tables import iceberg_fields, iceberg_table
 from cdclake.types import DRIVER_WRITE_TYPES
@@ -152,12 +153,12 @@ def sorted_ascending(rows: pa.Table, columns: Sequence[str]) -> pa.Table:
 
 def apply_collected_row_delta(
     spark: SparkSession, batch: KeyedBatch[pa.Table], before_commit: Callable[[], None] | None = None
-) -> int:
+) -> Snapshot:
     """``lake.row_delta.apply_row_delta`` for a batch whose changes were collected in the driver: the
     same new images (one data file, in the table's sort order), the same position deletes (one file
     per data file they delete from, sorted by position) and the same one RowDelta on ``main``
     carrying its properties and validated against its base snapshot, written without a Spark job.
-    Returns the new snapshot's id."""
+    Returns the snapshot it made."""
     import pyarrow.compute as pc
     from pyspark.sql.types import LongType, StringType
 
@@ -204,10 +205,10 @@ def apply_collected_row_delta(
 
 def append_collected_validated(
     spark: SparkSession, metadata: TableMetadata, rows: pa.Table, properties: Mapping[str, str]
-) -> int:
+) -> Snapshot:
     """``lake.row_delta.append_written`` for rows collected in the driver: one data file the driver
     writes (in the table's sort order; a column the rows lack is NULL) and one RowDelta carrying
-    ``properties``, validated from the snapshot ``metadata`` was read at. Returns the new snapshot's id."""
+    ``properties``, validated from the snapshot ``metadata`` was read at. Returns the snapshot it made."""
     assert metadata.schema is not None and metadata.snapshot_id is not None
     table = iceberg_table(spark, metadata.table.identifier)
     ids = {f.name: f.id for f in metadata.fields}

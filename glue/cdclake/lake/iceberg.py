@@ -49,6 +49,10 @@ def _snapshot(java: Any, keys: Iterable[str] | None) -> Snapshot:
     )
 
 
+def _carries(snapshot: Snapshot, properties: Mapping[str, str]) -> bool:
+    return all(snapshot.summary.get(name) == value for name, value in properties.items())
+
+
 DATA, POSITION_DELETES, EQUALITY_DELETES = 0, 1, 2  # Iceberg's FileContent ids
 
 
@@ -238,11 +242,12 @@ class IcebergTable:
         removed_data: Sequence[Any] = (),
         removed_deletes: Sequence[Any] = (),
         referenced: Iterable[str] = (),
-    ) -> None:
+    ) -> Snapshot:
         """Commit one RowDelta on ``main`` of Iceberg's content file entries (``ContentFile.java``,
         or those ``lake/`` builds) carrying ``properties``, validated against ``base_snapshot_id``:
         it fails (a commit conflict) if a data or delete file was added since, a file it removes is
-        gone, or a data file in ``referenced`` (the paths its deletes point into) no longer exists."""
+        gone, or a data file in ``referenced`` (the paths its deletes point into) no longer exists.
+        Returns the snapshot it made (``committed``)."""
         delta = self.java.newRowDelta()
         for file in added_data:
             delta = delta.addRows(file)
@@ -265,7 +270,47 @@ class IcebergTable:
         )
         for name, value in properties.items():
             delta = delta.set(name, value)
-        delta.commit()
+        return self.committed(delta)
+
+    def committed(self, update: Any) -> Snapshot:
+        """Commit ``update`` (an Iceberg ``SnapshotUpdate`` of this table) and return the snapshot it
+        made, whatever other writers commit around it: the update knows its own snapshot's id before
+        it commits (kept through Iceberg's retries) and says it after (``updateEvent``, the event
+        Iceberg tells its listeners); the snapshot is then read from the metadata the commit left."""
+        update.commit()
+        snapshot_id = int(update.updateEvent().snapshotId())
+        found = self.java.snapshot(snapshot_id)
+        if found is None:  # the commit's metadata not yet read back by this handle
+            found = self.refresh().java.snapshot(snapshot_id)
+        if found is None:
+            raise LookupError(f"{self.java.name()}: the snapshot {snapshot_id} just committed is not in its metadata")
+        return _snapshot(found, None)
+
+    @property
+    def last_sequence_number(self) -> int:
+        """The sequence number of the newest snapshot committed to the table, on any branch (0: none)."""
+        return int(self.java.operations().current().lastSequenceNumber())
+
+    def made_since(self, last_sequence_number: int, properties: Mapping[str, str]) -> Snapshot:
+        """The snapshot carrying ``properties`` in its summary committed after ``last_sequence_number``
+        (``last_sequence_number`` read just before a commit of ours that Spark made: Spark hands no
+        snapshot back). The current snapshot when it is the one commit since (the common case: one
+        look); else, another writer having committed around ours, the newest such snapshot among the
+        table's snapshots since (never one made before ours started)."""
+        current = self.current(None)
+        if (
+            current is not None
+            and current.sequence_number == last_sequence_number + 1
+            and _carries(current, properties)
+        ):
+            return current
+        since = [s for s in self.snapshots(properties) if s.sequence_number > last_sequence_number]
+        ours = [s for s in since if _carries(s, properties)]
+        if not ours:
+            raise LookupError(f"{self.java.name()}: no snapshot since sequence number {last_sequence_number} "
+                              f"carries {sorted(properties)}")  # fmt: skip
+        newest = max(ours, key=lambda s: s.sequence_number)
+        return self.snapshot(newest.snapshot_id, None) or newest
 
     def snapshots(self, keys: Iterable[str] | None = ()) -> Iterator[Snapshot]:
         """Every snapshot the metadata holds (its lineage and any other), oldest first."""
@@ -289,13 +334,13 @@ class IcebergTable:
         """Set a table property: a metadata commit, no snapshot."""
         self.java.updateProperties().set(name, value).commit()
 
-    def append_nothing(self, summary: Mapping[str, str]) -> None:
+    def append_nothing(self, summary: Mapping[str, str]) -> Snapshot:
         """Commit a snapshot that adds no data, only ``summary`` (what an empty Spark append commits,
-        without its Spark job)."""
+        without its Spark job); return it."""
         append = self.java.newAppend()
         for name, value in summary.items():
             append = append.set(name, value)
-        append.commit()
+        return self.committed(append)
 
     def expire_snapshots(self, older_than: datetime, retain_last: int) -> None:
         """Expire the snapshots committed before ``older_than`` but the last ``retain_last`` (on the

@@ -255,10 +255,6 @@ class LedgerRecord:
                 properties[LOAD_VERSIONS_PROPERTY] = _compact(versions)
         return properties
 
-    def recording(self, other: LedgerRecord) -> bool:
-        """Whether this record (read back) records what ``other`` does: the same kind and files."""
-        return self.kind == other.kind and self.keys == other.keys
-
     @classmethod
     def from_summary(cls, summary: Mapping[str, str]) -> LedgerRecord | None:
         """The record a snapshot summary holds; None for a commit that recorded none (maintenance,
@@ -347,24 +343,6 @@ def snapshot_ref(spark: SparkSession, table: SilverTable, snapshot_id: int) -> S
     if snapshot is None:
         raise LookupError(f"{table.identifier} has no snapshot {snapshot_id}")
     return SnapshotRef(snapshot_id, snapshot.sequence_number)
-
-
-def committed_snapshot(spark: SparkSession, table: SilverTable, properties: Mapping[str, str]) -> SnapshotRef:
-    """The newest snapshot of the lineage whose ledger record is ``properties`` (the batch or load
-    just committed with them: the current snapshot, unless another writer committed since)."""
-    wanted = LedgerRecord.from_summary(properties)
-    for entry in _lineage(spark, table):
-        if wanted is not None and entry.record is not None and entry.record.recording(wanted):
-            return entry.snapshot
-    raise LookupError(f"{table.identifier} has no snapshot recording {properties.get(FILES_PROPERTY)}")
-
-
-def staged_load(spark: SparkSession, table: SilverTable) -> SnapshotRef:
-    """The snapshot of the newest staged full load in the lineage (the one being finished)."""
-    for entry in _lineage(spark, table):
-        if entry.kind == KIND_FULL_LOAD_STAGED:
-            return entry.snapshot
-    raise LookupError(f"{table.identifier} has no staged full load")
 
 
 def batches_after(spark: SparkSession, table: SilverTable, sequence_number: int) -> BatchesAfter:
@@ -577,11 +555,11 @@ def forget_archived_ledger(spark: SparkSession, table: SilverTable) -> None:
         spark.sql(f"DELETE FROM {archive.identifier} WHERE silver_table = {sql_string(table.name)}")
 
 
-def record_full_load(spark: SparkSession, table: SilverTable, loaded: Sequence[LoadedFile]) -> None:
+def record_full_load(spark: SparkSession, table: SilverTable, loaded: Sequence[LoadedFile]) -> Snapshot:
     """Record a staged full load of ``loaded`` as done: a commit that adds no data, only the ledger
     entry (an append of no files through the Iceberg Java API, what an empty Spark append commits,
-    without its Spark job)."""
-    IcebergTable.latest(spark, table.identifier).append_nothing(
+    without its Spark job); return its snapshot."""
+    return IcebergTable.latest(spark, table.identifier).append_nothing(
         LedgerRecord(KIND_FULL_LOAD, tuple(loaded)).properties()
     )
 
@@ -592,8 +570,8 @@ def replace_table(
     rows: DataFrame,
     loaded: Sequence[LoadedFile],
     kind: str = KIND_FULL_LOAD,
-) -> None:
+) -> Snapshot:
     """Create or atomically replace ``table`` with ``rows``: the full load of ``loaded``, recorded
     in the ledger (as ``kind``: a staged load is recorded as done only by ``record_full_load``
-    after it)."""
-    create_or_replace(spark, table, rows, LedgerRecord(kind, tuple(loaded)).properties())
+    after it); return the replace's snapshot."""
+    return create_or_replace(spark, table, rows, LedgerRecord(kind, tuple(loaded)).properties())

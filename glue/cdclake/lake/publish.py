@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from cdclake.columns import EFFECT, EFFECT_DELETE, EFFECT_UPDATE, OP, SILVER_ORDER
 from cdclake.identifiers import quote
 from cdclake.lake.batch import KeyedBatch
-from cdclake.lake.iceberg import IcebergTable
+from cdclake.lake.iceberg import IcebergTable, Snapshot
 from cdclake.lake.tables import iceberg_table, merge_frame
 
 if TYPE_CHECKING:
@@ -231,8 +231,8 @@ def stage_changes(spark: SparkSession, batch: KeyedBatch[DataFrame]) -> StagedBa
     return StagedBatch(table_identifier, base, branch, tuple(ids), replaced, written)
 
 
-def commit_staged(spark: SparkSession, staged: StagedBatch, properties: Mapping[str, str]) -> int:
-    """Publish a staged batch to ``main`` as one RowDelta carrying ``properties``; return its id.
+def commit_staged(spark: SparkSession, staged: StagedBatch, properties: Mapping[str, str]) -> Snapshot:
+    """Publish a staged batch to ``main`` as one RowDelta carrying ``properties``; return the snapshot it made.
 
     Fails (Iceberg ``ValidationException``) when a commit since the base snapshot added data or
     delete files, or removed a file this batch deletes from or replaces; then nothing changes on
@@ -253,13 +253,12 @@ def commit_staged(spark: SparkSession, staged: StagedBatch, properties: Mapping[
                 raise RuntimeError(f"{staged.table_identifier}: main moved since the batch was staged")
         else:
             referenced.append(file.referenced)
-    handle.commit_row_delta(
+    committed = handle.commit_row_delta(
         staged.base_snapshot_id, properties,
         added_data=[f.java for f in net.added_data], added_deletes=[f.java for f in net.added_deletes],
         removed_data=[f.java for f in net.removed_data], removed_deletes=[f.java for f in net.removed_deletes],
         referenced=referenced,
     )  # fmt: skip
-    committed = int(table.currentSnapshot().snapshotId())
     _forget_branch(table, staged)
     return committed
 
@@ -284,9 +283,9 @@ def abandon_staged(spark: SparkSession, staged: StagedBatch) -> None:
         table.manageSnapshots().removeBranch(staged.branch).commit()
 
 
-def publish_changes(spark: SparkSession, batch: KeyedBatch[DataFrame]) -> int:
+def publish_changes(spark: SparkSession, batch: KeyedBatch[DataFrame]) -> Snapshot:
     """Apply the batch's classified changes exactly as ``merge_statement`` would, as ONE new snapshot
-    on ``main`` whose summary carries its properties; return its snapshot id.
+    on ``main`` whose summary carries its properties; return that snapshot.
 
     ``batch.changes``: one row per key (``key`` columns, the data ``columns``, ``_cdc_order``,
     ``_cdc_op``, ``_cdc_effect`` and the flag columns named in ``unchanged``), as
@@ -309,9 +308,9 @@ def publish_changes(spark: SparkSession, batch: KeyedBatch[DataFrame]) -> int:
 
 def append_validated(
     spark: SparkSession, table_identifier: str, rows: DataFrame, base_snapshot_id: int, properties: Mapping[str, str]
-) -> int:
+) -> Snapshot:
     """Append ``rows`` to ``main`` as ONE snapshot carrying ``properties``, only while ``main`` has
-    had no data commit since ``base_snapshot_id``; return the new snapshot's id.
+    had no data commit since ``base_snapshot_id``; return the snapshot it made.
 
     A plain append never conflicts: two writers that both read the ledger at the base snapshot
     would both append the same files' rows. So the rows are appended on a private branch created
@@ -324,10 +323,12 @@ def append_validated(
     )
 
 
-def merge_validated(spark: SparkSession, batch: KeyedBatch[DataFrame], statement: Callable[[str, str], str]) -> int:
+def merge_validated(
+    spark: SparkSession, batch: KeyedBatch[DataFrame], statement: Callable[[str, str], str]
+) -> Snapshot:
     """Run the MERGE ``statement(target, view)`` of the batch's changes so that ``main`` gets ONE
     snapshot carrying its properties, only while ``main`` has had no data commit since the batch's
-    base snapshot; return the new snapshot's id.
+    base snapshot; return the snapshot it made.
 
     Spark's MERGE validates from the snapshot its own scan reads, not from the one the batch was
     planned at (its ledger read): a commit by another writer in between would go unseen and the
@@ -351,7 +352,7 @@ def _validated(
     base_snapshot_id: int,
     properties: Mapping[str, str],
     write: Callable[[str], object],
-) -> int:
+) -> Snapshot:
     """``write(target)`` on a new private branch at ``base_snapshot_id``, then published to ``main``
     as one RowDelta carrying ``properties`` and validated from the base (``commit_staged``)."""
     drop_leftover_branches(spark, table_identifier)

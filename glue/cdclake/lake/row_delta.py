@@ -39,12 +39,12 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.columns import OP, SILVER_ORDER, STORED_FILE, STORED_POS
 from cdclake.lake.batch import KeyedBatch, Rows, TableMetadata, WrittenColumns
-from cdclake.lake.iceberg import IcebergTable
+from cdclake.lake.iceberg import IcebergTable, Snapshot
 from cdclake.lake.tables import iceberg_table
 from cdclake.types import ROW_DELTA_PLAIN_ICEBERG_TYPES
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, Observation, SparkSession
 
 log = logging.getLogger("cdclake")
 
@@ -252,18 +252,18 @@ class WrittenFiles:
         delete_files: Sequence[Any] = (),
         deleted_from: Sequence[str] = (),
         before_commit: Callable[[], None] | None = None,
-    ) -> int:
+    ) -> Snapshot:
         """Call ``before_commit``, then commit the batch's content files (its data files, its delete
         files and the paths of the data files those delete from) as one RowDelta
-        (``IcebergTable.commit_row_delta``). Returns the new snapshot's id; from then on the files are the
-        table's and the block keeps them whatever follows."""
+        (``IcebergTable.commit_row_delta``). Returns the snapshot it made; from then on the files are
+        the table's and the block keeps them whatever follows."""
         if before_commit is not None:
             before_commit()
-        IcebergTable(self.table, self.jvm).commit_row_delta(
+        made = IcebergTable(self.table, self.jvm).commit_row_delta(
             base_snapshot_id, properties, data_files, delete_files, referenced=deleted_from
         )
         self.keep()
-        return int(self.table.currentSnapshot().snapshotId())
+        return made
 
     def keep(self) -> None:
         """The files are the table's now (committed): leaving the block no longer removes them."""
@@ -307,11 +307,11 @@ def _image_files(spark: SparkSession, table: Any, metadata: TableMetadata, image
 
 def apply_row_delta(
     spark: SparkSession, batch: KeyedBatch[DataFrame], before_commit: Callable[[], None] | None = None
-) -> int:
+) -> Snapshot:
     """Apply the batch's classified changes (a DataFrame; effects insert, update and delete only, one
     per key, with the place of the key's stored row read at the batch's base snapshot:
     ``_cdc_stored_file``, ``_cdc_stored_pos``) as one RowDelta on ``main`` carrying its properties;
-    return the new snapshot's id. ``why_not_row_delta`` must have found nothing in the way.
+    return the snapshot it made. ``why_not_row_delta`` must have found nothing in the way.
 
     The stored row of every changed key is deleted (an insert's key may hold a stored row the
     classification did not count as matched, one with a NULL ``_cdc_order``: MERGE would update
@@ -321,7 +321,6 @@ def apply_row_delta(
     ``before_commit`` is called between the writes and the commit (a failure there removes the
     written files).
     """
-    from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     metadata, changes = row_delta_input(batch)
@@ -341,6 +340,25 @@ def apply_row_delta(
         images = images.coalesce(_image_files(spark, table, metadata, batch.image_count))
     if sort_columns:
         images = images.sortWithinPartitions(*sort_columns)
+    replaced, deleted = _position_deletes(spark, batch, changes)
+    assert metadata.snapshot_id is not None
+    with WrittenFiles(spark, table) as files:
+        delete_files, data_files = files.write_both(replaced, images)
+        # Data file paths hold no newline. No metrics at all: Spark found nothing to delete.
+        deleted_from = list(filter(None, str(deleted.get.get("files") or "").split("\n")))
+        return files.commit(
+            metadata.snapshot_id, batch.properties, data_files, delete_files, deleted_from, before_commit
+        )
+
+
+def _position_deletes(
+    spark: SparkSession, batch: KeyedBatch[DataFrame], changes: DataFrame
+) -> tuple[DataFrame, Observation]:
+    """The position deletes of the stored rows the batch replaces (one delete file per data file,
+    sorted by position), and what observes the data files they delete from while they are written."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
     deleted = Observation(f"cdclake_deleted_from_{uuid.uuid4().hex}")
     # The Iceberg spec has a delete file's columns required, and Spark's writer declares a nullable
     # column optional: coalesced with a literal, each is non-nullable. Rows lacking either are
@@ -364,17 +382,10 @@ def apply_row_delta(
     # reader of a data file opens only its own deletes (file-scoped: both path bounds are the
     # data file). Each writing task cuts its sorted rows by data file (Spark's writer, partitioned
     # by a hash of the path), so no range shuffle and no sampling job are needed for that.
-    replaced = replaced.withColumn(_DATA_FILE, F.xxhash64("file_path")).sortWithinPartitions(
+    sorted_by_file = replaced.withColumn(_DATA_FILE, F.xxhash64("file_path")).sortWithinPartitions(
         _DATA_FILE, "file_path", "pos"
     )
-    assert metadata.snapshot_id is not None
-    with WrittenFiles(spark, table) as files:
-        delete_files, data_files = files.write_both(replaced, images)
-        # Data file paths hold no newline. No metrics at all: Spark found nothing to delete.
-        deleted_from = list(filter(None, str(deleted.get.get("files") or "").split("\n")))
-        return files.commit(
-            metadata.snapshot_id, batch.properties, data_files, delete_files, deleted_from, before_commit
-        )
+    return sorted_by_file, deleted
 
 
 def append_blocker(metadata: TableMetadata) -> str | None:
@@ -394,12 +405,12 @@ def append_blocker(metadata: TableMetadata) -> str | None:
 
 def append_written(
     spark: SparkSession, metadata: TableMetadata, rows: DataFrame, count: int, properties: Mapping[str, str]
-) -> int:
+) -> Snapshot:
     """Append ``rows`` (``count`` of them, columns named as the table's; a column the table has and
     the rows lack is NULL) as data files Spark writes and ONE RowDelta carrying ``properties``,
     validated from the snapshot ``metadata`` was read at: a commit on main since then that added
-    data or delete files makes it fail as a conflict (a plain append never does). Returns the new
-    snapshot's id. ``append_blocker`` must have found nothing in the way."""
+    data or delete files makes it fail as a conflict (a plain append never does). Returns the
+    snapshot it made. ``append_blocker`` must have found nothing in the way."""
     from pyspark.sql import functions as F
 
     assert metadata.snapshot_id is not None

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from cdclake.errors import java_classes
 from cdclake.identifiers import quote, sql_string
+from cdclake.lake.iceberg import IcebergTable, Snapshot
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -147,9 +148,26 @@ def _iceberg_writer(rows: DataFrame, table: SilverTable) -> Any:
     return writer
 
 
-def create_or_replace(spark: SparkSession, table: SilverTable, rows: DataFrame, properties: dict[str, str]) -> None:
-    """Create or atomically replace ``table`` with ``rows``, one commit carrying ``properties``."""
-    commit_with_properties(spark, properties, _iceberg_writer(rows, table).createOrReplace)
+def create_or_replace(spark: SparkSession, table: SilverTable, rows: DataFrame, properties: dict[str, str]) -> Snapshot:
+    """Create or atomically replace ``table`` with ``rows``, one commit carrying ``properties``;
+    return the snapshot it made (``committed_by_spark``)."""
+    return committed_by_spark(spark, table, properties, _iceberg_writer(rows, table).createOrReplace)
+
+
+def committed_by_spark(
+    spark: SparkSession, table: SilverTable, properties: dict[str, str], write: Callable[[], object]
+) -> Snapshot:
+    """Run the Spark write ``write``, which makes one commit to ``table`` (creating it or not),
+    carrying ``properties`` (``commit_with_properties``), and return the snapshot it made.
+
+    Spark hands no snapshot back, so the table's last sequence number is read just before the
+    write (0: no table yet) and the snapshot is the one committed since that carries
+    ``properties`` (``IcebergTable.made_since``: the current one, unless another writer committed
+    around it; never one committed before the write began). The tables written so are format v2
+    (``TABLE_PROPERTIES``, a replace included), whose sequence numbers grow with every commit."""
+    before = IcebergTable.latest(spark, table.identifier).last_sequence_number if table_exists(spark, table) else 0
+    commit_with_properties(spark, properties, write)
+    return IcebergTable.latest(spark, table.identifier).made_since(before, properties)
 
 
 def ensure_table(spark: SparkSession, table: SilverTable, empty: DataFrame) -> None:

@@ -1,4 +1,5 @@
-"""What every test process shares: the driver JVM options of every local Spark session it starts.
+"""The driver JVM options of every local Spark session a test process starts (imported first by the
+Spark and AWS tests' conftest files).
 
 The tests' sessions are short and their tables small: the JIT's first tier alone and the serial
 collector start a session and plan its jobs about twice as fast as the default on 2 cores
