@@ -50,6 +50,13 @@ def newest_metadata_file(spark: SparkSession, identifier: str) -> Path:
     return max(folder.glob("v*.metadata.json"), key=lambda p: int(p.name[1:].split(".")[0]))
 
 
+def warehouse_of(spark: SparkSession, identifier: str) -> Path:
+    """The local warehouse ``identifier`` (``silver.<db>.<table>``) lives in, from its own location: the
+    session's ``spark.sql.catalog.silver.warehouse`` names the warehouse it was last asked for, not the one
+    its catalog was made with when another test's job built the session first."""
+    return newest_metadata_file(spark, identifier).parents[3]
+
+
 def pyiceberg_read(spark: SparkSession, identifier: str) -> pa.Table:
     """``identifier``'s current rows as pyiceberg reads them from its newest metadata file."""
     from pyiceberg.table import StaticTable

@@ -28,7 +28,7 @@ from cdclake.ops.status_local import local_cut, local_table_statuses
 from cdclake.shells.query import at_cut, run_query
 from cdclake.shells.status_view import status_text
 from configs import keyed_tables
-from readers import newest_metadata_file
+from readers import newest_metadata_file, warehouse_of
 
 pytestmark = pytest.mark.spark
 
@@ -132,7 +132,7 @@ def test_a_round_stops_at_the_progress_record_and_a_quiet_table_is_at_the_cut(
     rows = engine.spark.table(f"silver.{engine.config.database}.{CUTS_TABLE}").count()
     assert rows == 2 * 2  # two cuts, a row per table each
     # AND `status` says where the cut stands in one line, the same through Spark and with no JVM (pyiceberg)
-    warehouse = Path(engine.spark.conf.get("spark.sql.catalog.silver.warehouse") or "")
+    warehouse = warehouse_of(engine.spark, f"silver.{db}.a")
     now = datetime.now(UTC)
     spark_cut = latest_cut(engine.spark, engine.catalog, db)
     by_spark = status_text(table_statuses(engine, now), [], "table", False, spark_cut)

@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 
 from cdclake.shells.query import run_query
 from cdclake.shells.query_local import query_without_jvm
+from readers import warehouse_of
 
 pytestmark = pytest.mark.spark
 
@@ -45,7 +46,7 @@ def warehouse(spark: SparkSession) -> Path:
     for name, day in (("year_999", "0999-12-31"), ("year_10000", "+10000-01-01")):
         spark.sql(f"DROP TABLE IF EXISTS silver.{DB}.{name}")
         spark.sql(f"CREATE TABLE silver.{DB}.{name} USING iceberg AS SELECT CAST('{day}' AS DATE) AS day")
-    return Path(spark.conf.get("spark.sql.catalog.silver.warehouse") or "")
+    return warehouse_of(spark, f"silver.{DB}.every_type")
 
 
 @pytest.mark.parametrize(

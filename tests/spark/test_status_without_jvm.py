@@ -19,6 +19,7 @@ from cdclake.lake.journals import record_schema_changes
 from cdclake.ops.status import table_statuses
 from cdclake.ops.status_local import local_table_statuses, needs_spark
 from cdclake.shells.status_view import status_text
+from readers import warehouse_of
 
 EngineFactory = Callable[..., Engine]
 
@@ -31,10 +32,6 @@ tables:
   s.pending: {primary_key: [id], columns: {id: int, name: string}}
   s.absent: {primary_key: [id], columns: {id: int, name: string}}
 """
-
-
-def _warehouse(spark: SparkSession) -> Path:
-    return Path(spark.conf.get("spark.sql.catalog.silver.warehouse") or "")
 
 
 def test_status_without_a_jvm_says_what_the_spark_status_says(
@@ -67,7 +64,8 @@ def test_status_without_a_jvm_says_what_the_spark_status_says(
     now = datetime.now(UTC)
     holds = {"s.pending": "a type change"}
     # WHEN status answers with no JVM and through Spark
-    local = local_table_statuses(engine.config, engine.store, _warehouse(spark), now, holds)
+    warehouse = warehouse_of(spark, f"silver.{engine.config.database}.prodcuts")
+    local = local_table_statuses(engine.config, engine.store, warehouse, now, holds)
     by_spark = table_statuses(engine, now, holds)
     # THEN every field is the same, and so is every format's text
     assert local == by_spark
