@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import runpy
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -23,6 +24,7 @@ from conftest import MAX_RECEIVE_COUNT, ROOT
 from moto import mock_aws
 from work import WorkCheckSettings, check_work
 
+import cdclake.engine.follow as follow_module
 from cdclake.alerts import LoggedAlerts, SnsAlerts
 from cdclake.config import TableConfig, parse_config
 from cdclake.context import Engine
@@ -208,6 +210,16 @@ class ArrivingNotices(QueueNotices):
         return super().wait(until, stopping, note)
 
 
+class SkewedClock:
+    """``time`` for the loop, its ``monotonic`` moved on by ``skew`` seconds."""
+
+    def __init__(self) -> None:
+        self.skew = 0.0
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.skew
+
+
 def engine_on(stack: Stack, store: S3Bronze | None = None) -> Engine:
     store = store or S3Bronze(stack.s3, BUCKET, "dms")
     return Engine(spark=None, config=CONFIG, store=store)  # the fake rounds need no Spark
@@ -272,7 +284,7 @@ def test_a_table_that_keeps_failing_beside_ten_healthy_ones_dead_letters_nothing
 
 @pytest.mark.parametrize("exit_by", ["idle", "max run time", "interrupted", "error"])
 def test_however_the_loop_ends_no_event_is_left_in_flight_and_no_run_is_started_for_them(
-    stack: Stack, exit_by: str
+    stack: Stack, exit_by: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN a failing table's file in bronze and a healthy table's, both listed by the loop's first listing
     rounds = FakeRounds(failing=[FAILING])
@@ -284,8 +296,8 @@ def test_however_the_loop_ends_no_event_is_left_in_flight_and_no_run_is_started_
     notices = ArrivingNotices(stack.client(), stack.url, BUCKET, "dms")
     notices.arrive = lambda: (stack.announce(pending), stack.put("s.t2"))
     settings = {
-        "idle": FollowSettings(poll_seconds=0.05, idle_seconds=0.5),
-        "max run time": FollowSettings(poll_seconds=0.05, max_run_seconds=0.5),
+        "idle": FollowSettings(poll_seconds=0.05, idle_seconds=3600),
+        "max run time": FollowSettings(poll_seconds=0.05, max_run_seconds=3600),
         "interrupted": FollowSettings(poll_seconds=0.05),
         "error": FollowSettings(poll_seconds=0.05),
     }[exit_by]
@@ -293,9 +305,16 @@ def test_however_the_loop_ends_no_event_is_left_in_flight_and_no_run_is_started_
         notices.arrive = lambda: stack.announce(pending)
     rounds.crash_in = 5 if exit_by == "error" else None
 
+    # (the loop's clock jumps two hours after its fifth round: it ends idle or out of time there, however
+    # slow the machine's rounds are)
+    clock = SkewedClock()
+    monkeypatch.setattr(follow_module, "time", clock)
+
     def each_round(done: Round) -> None:
         if exit_by == "interrupted" and done.number == 5:
             engine.stopping.set()
+        if done.number == 5:
+            clock.skew += 7200
 
     # AND the loop ends that way, with events received in its last round
     if exit_by == "error":

@@ -25,6 +25,7 @@ from typing import Any
 from cdclake.config import DEFAULT_CATALOG
 from cdclake.lake.local_tables import LocalTable, LocalWarehouse
 from cdclake.shells.query import QueryOutput, rendered, row_limit
+from cdclake.types import COLUMN_TYPES
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _SIMPLE = re.compile(
@@ -33,7 +34,9 @@ _SIMPLE = re.compile(
     re.IGNORECASE,
 )
 _KEYWORDS = frozenset({"select", "from", "limit", "where", "distinct", "all", "as"})
-_PLAIN = frozenset({"int", "long", "double", "boolean", "string", "binary", "date", "timestamp", "timestamptz"})
+# The Iceberg types whose values this path renders as Spark does: all but a float (Spark prints a float32's
+# shortest text, Python a float64's) and a decimal (matched by its spelling, below).
+_PLAIN = frozenset(t.iceberg for t in COLUMN_TYPES if t.iceberg != "float" and t.family != "decimal")
 _DECIMAL = re.compile(r"decimal\(\s*\d+\s*,\s*\d+\s*\)")
 
 
