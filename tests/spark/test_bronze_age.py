@@ -13,7 +13,7 @@ import pytest
 from cdclake.context import Engine
 from cdclake.dms.store import LocalBronze
 from cdclake.dms.writer import SourceChange, cdc_file_name, cdc_records, write_csv
-from cdclake.engine.follow import FollowSettings, Polling, follow
+from cdclake.engine.follow import FollowSettings, Polling, Round, follow
 from cdclake.engine.run import replay, run
 from cdclake.engine.select import ReplaySelection
 from cdclake.lake.ledger import LedgerCheckpoint, read_ledger
@@ -36,9 +36,15 @@ class CountingBronze(LocalBronze):
         super().__init__(directory)
         self.starts: list[tuple[str, str | None]] = []
 
+        self.folder_listings: list[str] = []
+
     def list_keys(self, under: str = "", start_after: str | None = None) -> Iterator[tuple[str, int]]:
         self.starts.append((under, start_after))
         return super().list_keys(under, start_after)
+
+    def list_folders(self, under: str = "") -> Iterator[str]:
+        self.folder_listings.append(under)
+        return super().list_folders(under)
 
 
 class Source:
@@ -194,3 +200,28 @@ def test_the_follow_loop_lists_from_the_watermarks_and_applies_every_file_once(
     assert [s for s in store.starts[:2]] == [(f"s/{t}", marks[t]) for t in TABLES]
     for table in TABLES:
         assert silver(engine, table) == source.expected(table)
+
+
+def test_a_table_that_never_gets_a_file_has_bronze_folders_listed_once_a_loop_not_once_a_round(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # GIVEN the tables loaded, and a third configured table that is empty at the source: it never gets a file
+    store = CountingBronze(tmp_path / "bronze")
+    source = Source(tmp_path / "bronze")
+    engine = make_engine(CONFIG + "  s.quiet: {primary_key: [id], columns: {id: int, name: string}}\n", store)
+    run(engine).checked()
+    store.folder_listings.clear()
+    rounds = []
+
+    def each_round(done: Round) -> None:
+        rounds.append(done.number)
+        if len(rounds) < 4:  # a new file of alpha each round: the loop stays busy
+            source.cdc_file("alpha", [("U", 1, f"round{len(rounds)}")])
+
+    # WHEN the loop follows bronze for several rounds
+    outcome = follow(engine, FollowSettings(poll_seconds=0.1, idle_seconds=1.0), Polling(), on_round=each_round)
+    # THEN bronze's folders (a schema listing, then its tables') were listed once for the whole loop, where
+    # each round asks whether the quiet table's name is a mistyped one
+    assert outcome.failures == {} and len(rounds) >= 4
+    assert store.folder_listings == ["", "s"]
+    assert silver(engine, "alpha") == source.expected("alpha")

@@ -43,7 +43,7 @@ from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind, parse_key
 from cdclake.dms.index import BronzeIndex, folder_of
 from cdclake.engine.cut import CutRounds
-from cdclake.engine.run import apply_pending, listing_starts, unconfigured_sources, warn
+from cdclake.engine.run import BronzeFolders, apply_pending, listing_starts, warn
 from cdclake.engine.select import TableState, skip_reason
 from cdclake.engine.silence import SilenceEdges
 from cdclake.engine.turn import read_states
@@ -199,6 +199,8 @@ class Follower:
         config = engine.config
         self.engine, self.settings, self.notices = engine, settings, notices
         self.apply = apply or self._apply_pending
+        # bronze's unconfigured folders, listed once a loop (a table empty at the source has no file any round)
+        self.bronze_folders = BronzeFolders(engine)
         self.selected = [t for t in (config.tables if tables is None else tables) if skip_reason(t) is None]
         self.by_source = {t.source: t for t in self.selected}
         self.transaction_path = config.bronze.transaction_path
@@ -289,7 +291,7 @@ class Follower:
         self.index.forget_applied(self.applied)
         if self.outcome.rounds == 0:
             if not self.settings.sweep and self.apply == self._apply_pending:
-                report.unconfigured = sorted(set(report.unconfigured) | set(unconfigured_sources(self.engine)))
+                report.unconfigured = sorted(set(report.unconfigured) | set(self.bronze_folders.unconfigured()))
             warn(report)
         worked_on = {t.source for t in due}
         _record(self.outcome, report, worked_on, self.retry_at, self.settings, started)
@@ -378,7 +380,13 @@ class Follower:
         self, engine: Engine, listing: BronzeListing, due: Sequence[TableConfig], states: Mapping[str, TableState]
     ) -> tuple[RunReport, dict[str, TableState]]:
         return apply_pending(
-            engine, listing, due, loads=self.settings.loads, states=dict(states), listed_at=self.relisted_at
+            engine,
+            listing,
+            due,
+            loads=self.settings.loads,
+            states=dict(states),
+            listed_at=self.relisted_at,
+            folders=self.bronze_folders,
         )
 
     def applied(self, file: BronzeFile) -> bool:

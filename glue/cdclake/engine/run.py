@@ -85,6 +85,20 @@ def unconfigured_sources(engine: Engine) -> list[str]:
     return found
 
 
+class BronzeFolders:
+    """``unconfigured_sources``, listed at most once: a run, or a follow loop, asks for it when a
+    configured table has no file (``refuse_lookalikes``) and for its report, every round."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._unconfigured: list[str] | None = None
+
+    def unconfigured(self) -> list[str]:
+        if self._unconfigured is None:
+            self._unconfigured = unconfigured_sources(self.engine)
+        return self._unconfigured
+
+
 def selected_tables(engine: Engine, tables: Sequence[TableConfig] | None = None) -> list[TableConfig]:
     """The tables of a run that can be mirrored (``skip_reason``)."""
     return [t for t in (engine.config.tables if tables is None else tables) if skip_reason(t) is None]
@@ -104,11 +118,12 @@ def run(engine: Engine, tables: Sequence[TableConfig] | None = None, sweep: bool
     # run ended at, published
     cuts = CutRounds(engine)
     bound = cuts.bound(lambda: list_all(engine) if sweep else list_since(engine, selected, states))
-    report, after = apply_pending(engine, bound.listing, tables, states=states, listed_at=listed_at)
+    folders = BronzeFolders(engine)
+    report, after = apply_pending(engine, bound.listing, tables, states=states, listed_at=listed_at, folders=folders)
     report.cut = cuts.settle(bound, after)
     report.cut_commit_ts = cuts.commit_ts
     if not sweep:
-        report.unconfigured = sorted(set(report.unconfigured) | set(unconfigured_sources(engine)))
+        report.unconfigured = sorted(set(report.unconfigured) | set(folders.unconfigured()))
     warn(report)
     return report
 
@@ -120,12 +135,14 @@ def apply_pending(
     loads: bool = True,
     states: dict[str, TableState] | None = None,
     listed_at: datetime | None = None,
+    folders: BronzeFolders | None = None,
 ) -> tuple[RunReport, dict[str, TableState]]:
     """What ``run`` does with a listing it is given: the report, and the state each table was left
     in (by source; a table that failed is absent). ``states``: the tables' states as an earlier
     round left them (the follow loop), used instead of reading them again. ``listed_at``: when the
     listing was made (UTC; None: now), from which the applied keys are compacted
-    (``TableWork.listed_at``).
+    (``TableWork.listed_at``). ``folders``: bronze's unconfigured folders as the run or loop listed
+    them (None: listed here if needed).
 
     ``loads`` False: the CDC lane (the Glue CDC job's loop), which never runs a (re)load: a table
     whose load is due is reported (``TableReport.load_pending``, ``RunReport.loads_pending``) and
@@ -146,7 +163,7 @@ def apply_pending(
         if not listing.may_hold(t.source_schema, t.source_table)
         and not ((state := known.get(t.source)) is not None and state.applied)
     ]
-    refuse_lookalikes(engine, without_files, listing)
+    refuse_lookalikes(engine, without_files, listing, folders or BronzeFolders(engine))
     report.no_files = [t.source for t in without_files]
     cdc_files = [f for f in listing.files if f.kind is FileKind.CDC]
     files_of = {t.source: tuple(fs) for t, fs in group_by_table(engine.config, cdc_files, report)}
@@ -165,19 +182,21 @@ def apply_pending(
     return report, left
 
 
-def refuse_lookalikes(engine: Engine, without_files: Sequence[TableConfig], listing: BronzeListing) -> None:
+def refuse_lookalikes(
+    engine: Engine, without_files: Sequence[TableConfig], listing: BronzeListing, folders: BronzeFolders
+) -> None:
     """Stop before anything is applied when a configured table bronze holds no file of looks like a
     source bronze holds files of and no table configures (``app.prodcuts`` beside ``app/products/``):
     a mistyped name, which would otherwise wait forever for files that arrive under the other one.
-    Bronze's folders are listed for it (``unconfigured_sources``) only when a table has no file: a
-    listing from the watermarks holds only the configured tables' folders."""
+    Bronze's folders are listed for it (``folders``) only when a table has no file: a listing from
+    the watermarks holds only the configured tables' folders."""
     import difflib
 
     if not without_files:
         return
     config = engine.config
     listed = {f"{s}.{t}" for s, t in listing.sources() if config.table_for_source(s, t) is None}
-    unconfigured = sorted(listed | set(unconfigured_sources(engine)))
+    unconfigured = sorted(listed | set(folders.unconfigured()))
     mistyped = [
         f"{table.source} (bronze has files of {match[0]}, which no table configures)"
         for table in without_files
