@@ -224,3 +224,8 @@ def test_cdc_files_without_the_change_sequence_are_said_once_a_table_and_still_r
     [warning] = [r.getMessage() for r in caplog.records if "change sequence missing" in r.getMessage()]
     assert warning.startswith("change sequence missing table=s.t files=2 first=s/t/20240102-000000000.csv:")
     assert "AR_H_CHANGE_SEQ mapping rule" in warning
+    # AND the next batch of the table in this process (a follow loop's next round) does not say it again
+    caplog.clear()
+    (folder / "20240104-000000000.csv").write_text("Op,ts,id,name\nU,2024-01-04 00:00:00,1,c\n")
+    plan_scans(store, settings, TABLE, sorted(f for f in list_bronze(store, "s/t").files if f.kind is FileKind.CDC))
+    assert not [r for r in caplog.records if "change sequence missing" in r.getMessage()]

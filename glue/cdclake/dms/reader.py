@@ -56,6 +56,9 @@ if TYPE_CHECKING:
 _NO_NULL_MARKER = "\u0000cdclake-no-null-marker\u0000"
 # Enough of a headerless CDC file to hold its first record, in which the Op column is looked for.
 _FIRST_RECORD_BYTES = 1 << 14
+# The tables (by bronze root) whose lack of the change sequence this process has said: once, not every batch
+# of a follow loop's rounds (the task's mapping rule is fixed by a redeploy, not by the next round).
+_SAID_LACKING: set[tuple[str, str]] = set()
 
 
 class HeldFileError(BadInputError):
@@ -120,7 +123,8 @@ def plan_scans(
         if header is not None and file.kind is FileKind.CDC and lacks_change_sequence(settings, header):
             lacking.append(file.key)
         groups[layout].append((ordinal, file))
-    if lacking:
+    if lacking and (store.root, table.source) not in _SAID_LACKING:
+        _SAID_LACKING.add((store.root, table.source))
         log.warning(
             "change sequence missing table=%s files=%d first=%s: the configured change_sequence_column %s is not "
             "in their header row (the DMS task has no AR_H_CHANGE_SEQ mapping rule, docs/deploy.md); their changes "
