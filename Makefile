@@ -21,8 +21,11 @@ demo: setup ## the Airbnb hosts example end to end on local Spark + Iceberg
 demo-postgres: setup ## a real PostgreSQL source: capture, apply, verify (scripts/demo-postgres.sh)
 	scripts/demo-postgres.sh
 
+# Two pytest workers, each taking a whole file at a time (its module fixtures built once): a test's
+# small Spark jobs keep about one core busy, so two JVMs fill a 2-core machine. WORKERS=0: one process.
+WORKERS ?= 2
 test: setup aws-tools lint bench-check ## linters, type checks, the benchmark harness's self-check and the whole test suite (AWS stack checks included)
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(WORKERS) --dist loadfile
 
 unit: setup ## the fast tests only: no Spark, no SAM CLI, checkov or moto server, no state machine runs
 	$(BIN)/pytest -m "not spark and not stack"

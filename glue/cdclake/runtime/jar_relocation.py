@@ -9,6 +9,7 @@ constant-pool index valid.
 
 from __future__ import annotations
 
+import os
 import re
 import struct
 import zipfile
@@ -123,10 +124,12 @@ def relocate_jars(sources: Iterable[Path], destination: Path, relocation: Reloca
 
     Class files get their constant pools rewritten, entry paths are moved, and ServiceLoader
     files (``META-INF/services/...``) are renamed and rewritten so relocated providers still load.
-    The jar is written to a temporary name first so an interrupted run never leaves a half jar.
+    The jar is written to a temporary name of this process's first, so an interrupted run never
+    leaves a half jar and two processes building it at once (two commands on a fresh machine) each
+    move a whole one into place.
     """
     destination.parent.mkdir(parents=True, exist_ok=True)
-    partial = destination.with_suffix(".partial")
+    partial = destination.with_name(f"{destination.name}.{os.getpid()}.partial")
     seen: set[str] = set()
     with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as out:
         for source in sources:
