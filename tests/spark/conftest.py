@@ -37,7 +37,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
                 warehouse=warehouse,
                 cache_dir=CACHE_DIR,
                 shuffle_partitions=2,
-                jvm_options=os.environ["CDCLAKE_JVM_OPTIONS"],  # set for every test process (tests/conftest.py)
+                jvm_options=os.environ["CDCLAKE_JVM_OPTIONS"],  # set for every test process (tests/jvm_options.py)
             )
         )
     )
