@@ -10,7 +10,7 @@ leave their entries in the ``cdclake_ledger`` archive first.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -309,14 +309,7 @@ def _lineage(spark: SparkSession, table: SilverTable) -> Iterator[LineageEntry]:
     first one maintenance has not expired): table metadata only, no Spark job. Lazily: a reader
     that stops early (at a full load, at the snapshot it looks for) walks no further.
     """
-    for snapshot in IcebergTable.latest(spark, table.identifier).lineage(_LINEAGE_KEYS):
-        yield LineageEntry(
-            SnapshotRef(snapshot.snapshot_id, snapshot.sequence_number),
-            snapshot.committed_at,
-            LedgerRecord.from_summary(snapshot.summary),
-            int(snapshot.summary.get("total-records") or 0),
-            snapshot.summary.get(CHECKPOINT_PROPERTY),
-        )
+    return lineage_entries(IcebergTable.latest(spark, table.identifier).lineage(_LINEAGE_KEYS))
 
 
 @dataclass(frozen=True)
@@ -409,25 +402,55 @@ def read_ledger(
     whole: bool = False,
 ) -> LedgerState:
     """Walk the current snapshot lineage back to the newest checkpoint (``LedgerCheckpoint``, the
-    compacted ledger a CDC commit carries) or the last full load, collecting applied files.
+    compacted ledger a CDC commit carries) or the last full load, collecting applied files
+    (``ledger_state``).
 
-    Only ancestors of the current snapshot count: after a rollback, files applied by the
-    rolled-back snapshots are pending again. A ledger without checkpoints (written before they
-    were, or by a manifest's commits on an uncompacted state) is read back to the full load, as
-    before; entries of snapshots that maintenance expired come from the ledger archive
-    (``archive``: its rows per silver table, read once by a caller that reads many ledgers,
-    ``read_ledger_archive``; None: read here when needed). ``whole``: pass over checkpoints and
-    read every key applied since the full load (a sweep's exact reconciliation).
+    Entries of snapshots that maintenance expired come from the ledger archive (``archive``: its
+    rows per silver table, read once by a caller that reads many ledgers, ``read_ledger_archive``;
+    None: read here when needed). ``whole``: pass over checkpoints and read every key applied since
+    the full load (a sweep's exact reconciliation).
     """
     if not table_exists(spark, table):
         return LedgerState(full_load_done=False, applied=AppliedKeys(), last_file=None)
+
+    def archived() -> Iterable[Mapping[str, Any]]:
+        rows = _archived(spark, table) if archive is None else archive.get(table.name, ())
+        return [row.asDict() for row in rows]  # Spark's rows
+
+    return ledger_state(_lineage(spark, table), archived, whole)
+
+
+def lineage_entries(snapshots: Iterable[Snapshot]) -> Iterator[LineageEntry]:
+    """A lineage's snapshots (newest first) with their ledger records, read from their summaries."""
+    for snapshot in snapshots:
+        yield LineageEntry(
+            SnapshotRef(snapshot.snapshot_id, snapshot.sequence_number),
+            snapshot.committed_at,
+            LedgerRecord.from_summary(snapshot.summary),
+            int(snapshot.summary.get("total-records") or 0),
+            snapshot.summary.get(CHECKPOINT_PROPERTY),
+        )
+
+
+def ledger_state(
+    lineage: Iterable[LineageEntry], archived: Callable[[], Iterable[Mapping[str, Any]]], whole: bool = False
+) -> LedgerState:
+    """The ledger a table's lineage (newest first) records, back to the newest checkpoint or the
+    last full load; then, when the lineage ends before a full load (expired), the ``archived``
+    entries (rows of ``cdclake_ledger``, asked for only then). The one walk of the Spark path
+    (``read_ledger``) and the no-JVM one (``ops.status_local``).
+
+    Only ancestors of the current snapshot count: after a rollback, files applied by the
+    rolled-back snapshots are pending again. A ledger without checkpoints (written before they
+    were, or by a manifest's commits on an uncompacted state) is read back to the full load.
+    ``whole``: pass over checkpoints."""
     applied: set[str] = set()
     loaded: dict[str, LoadedFile] = {}
     last_file: str | None = None
     full_load_done = False
     cdc_seen = False
     head: int | None = None
-    for entry in _lineage(spark, table):
+    for entry in lineage:
         head = entry.snapshot.snapshot_id if head is None else head
         if entry.kind == KIND_FULL_LOAD_STAGED:
             # A full load that never finished: whatever came before it no longer describes silver.
@@ -452,15 +475,13 @@ def read_ledger(
             full_load_done = True
             break
     if not full_load_done:
-        entries = _archived(spark, table) if archive is None else archive.get(table.name, ())
-        for entry in entries:
-            full_load_done = full_load_done or entry["kind"] == KIND_FULL_LOAD
-            if entry["file_key"]:
-                applied.add(entry["file_key"])
-                if entry["kind"] == KIND_FULL_LOAD:
-                    stored = entry.asDict()
-                    loaded[entry["file_key"]] = LoadedFile(
-                        entry["file_key"], stored.get("file_size"), stored.get("file_version") or None
+        for stored in archived():
+            full_load_done = full_load_done or stored["kind"] == KIND_FULL_LOAD
+            if stored["file_key"]:
+                applied.add(stored["file_key"])
+                if stored["kind"] == KIND_FULL_LOAD:
+                    loaded[stored["file_key"]] = LoadedFile(
+                        stored["file_key"], stored.get("file_size"), stored.get("file_version") or None
                     )
     cdc_applied = bool(applied - loaded.keys())
     return LedgerState(

@@ -29,6 +29,7 @@ from cdclake.lake.journals import (
 from cdclake.lake.ledger import (
     LATEST_COMMIT_TS_PROPERTY,
     LEDGER_ARCHIVE_TABLE,
+    LedgerState,
     newest_commit_ts,
     read_ledger,
     read_ledger_archive,
@@ -239,7 +240,7 @@ def table_statuses(
     statuses = [_status_of(engine, table, facts, now) for table in engine.config.tables]
     holds = capture_holds or {}
     strays = [_stray(engine, name) for name in stray_tables(engine.config, facts.existing)]
-    return [_held(s, holds[s.source]) if s.source in holds else s for s in statuses] + strays
+    return [held_by_capture(s, holds[s.source]) if s.source in holds else s for s in statuses] + strays
 
 
 NOT_CONFIGURED = "not configured"
@@ -279,15 +280,100 @@ def _stray(engine: Engine, name: str) -> TableStatus:
 
 
 @dataclass(frozen=True)
+class Journals:
+    """What the database's journals say of each silver table, read once for the database (by the
+    Spark path here, or with no JVM by ``ops.status_local``)."""
+
+    schema_changes: dict[str, tuple[int, Any]]  # by silver table: count, latest
+    quarantined: dict[str, tuple[int, Any]]  # files held: count, last reason
+    bad_rows: dict[str, tuple[int, Any]]  # rows held: count, last reason
+    held_keys: Mapping[str, frozenset[str]]  # the keys of the files held
+
+
+@dataclass(frozen=True)
+class SilverReading:
+    """What a path read of one silver table that exists: its ledger, rows and snapshots."""
+
+    ledger: LedgerState
+    rows: int
+    snapshots: int
+    latest_change: str | None
+    tombstones: int
+    history_behind: str | None = None  # history's lag, said (the Spark path reads it)
+
+
+def absent_status(table: TableConfig, name: str, listing: BronzeListing) -> TableStatus:
+    """The status of a configured table that has no silver table yet."""
+    loads = listing.for_table(table.source_schema, table.source_table, FileKind.FULL_LOAD)
+    cdc = listing.for_table(table.source_schema, table.source_table, FileKind.CDC)
+    arrived = listing.may_hold(table.source_schema, table.source_table)
+    reason = no_files_yet(table, arrived, 0) or f"not loaded: {len(loads)} full-load and {len(cdc)} CDC files in bronze"
+    return TableStatus(table.source, name, exists=False, pending_files=len(cdc), behind=reason)
+
+
+def held_files(table: TableConfig, listing: BronzeListing, journals: Journals) -> list[BronzeFile]:
+    """The table's CDC files in bronze that quarantine holds."""
+    held = journals.held_keys.get(table.target, frozenset())
+    cdc = listing.for_table(table.source_schema, table.source_table, FileKind.CDC)
+    return [f for f in cdc if f.key in held]
+
+
+def existing_status(
+    table: TableConfig, name: str, listing: BronzeListing, journals: Journals, reading: SilverReading, now: datetime
+) -> TableStatus:
+    """The status of a table whose silver table exists, from what a path read of it (``reading``)
+    and the database's journals; the undeclared columns and the history note are each path's own
+    reads (empty here)."""
+    loads = listing.for_table(table.source_schema, table.source_table, FileKind.FULL_LOAD)
+    cdc = listing.for_table(table.source_schema, table.source_table, FileKind.CDC)
+    arrived = listing.may_hold(table.source_schema, table.source_table)
+    ledger = reading.ledger
+    state = TableState(
+        ledger.full_load_done, ledger.applied, frozenset(), ledger.loaded, cdc_since_load=ledger.cdc_applied
+    )
+    held, last_reason = journals.quarantined.get(table.target, (0, None))
+    held_rows, last_row_reason = journals.bad_rows.get(table.target, (0, None))
+    waiting = max(len([f for f in cdc if f.key not in ledger.applied]) - held, 0)
+    changes, last_change = journals.schema_changes.get(table.target, (0, None))
+    behind = no_files_yet(table, arrived, len(ledger.applied)) or _behind(
+        table.source,
+        ledger.full_load_done,
+        bool(loads),
+        waiting,
+        (held, last_reason),
+        (held_rows, last_row_reason),
+        _unloaded(table, state, loads),
+        reading.history_behind,
+    )
+    return TableStatus(
+        source=table.source,
+        silver_table=name,
+        exists=True,
+        rows=reading.rows,
+        snapshots=reading.snapshots,
+        files_applied=len(ledger.applied),
+        last_applied_file=ledger.last_file,
+        latest_change=reading.latest_change,
+        lag_seconds=_lag(reading.latest_change, now),
+        tombstones=reading.tombstones,
+        schema_changes=changes,
+        last_schema_change=last_change,
+        quarantined_files=held,
+        pending_files=waiting,
+        quarantined_rows=held_rows,
+        unloaded_load_files=", ".join(f.name for f in unloaded_load_files(state, loads)),
+        history_note=reading.history_behind or "",
+        behind=behind,
+    )
+
+
+@dataclass(frozen=True)
 class _DatabaseFacts:
     """What every table's status reads, read once for the database."""
 
     existing: frozenset[str]  # the database's table names
-    schema_changes: dict[str, tuple[int, Any]]  # by silver table: count, latest
-    quarantined: dict[str, tuple[int, Any]]  # files held: count, last reason
-    bad_rows: dict[str, tuple[int, Any]]  # rows held: count, last reason
+    journals: Journals
     listing: BronzeListing
-    held_keys: Mapping[str, frozenset[str]]
     archive: Any  # the ledger archive, for read_ledger
     metadata: dict[str, _Metadata]  # by silver table, for the tables that exist
     counts: dict[tuple[str, str], int]  # ("rows" | "tombstones", table) -> count
@@ -333,72 +419,36 @@ def _read_database(engine: Engine) -> _DatabaseFacts:
         if tombstones.name in existing and _exact_rows(kept := _refreshed(engine, tombstones)) != 0:
             keys_of[table.target] = TableToCount(tombstones, table_files(kept), table.silver_key())
     counts = count_rows_and_tombstones(engine, to_count, keys_of)
-    return _DatabaseFacts(
-        frozenset(existing), schema_changes, quarantined, bad_rows, listing, held_keys, archive, metadata, dict(counts)
-    )
+    journals = Journals(schema_changes, quarantined, bad_rows, held_keys)
+    return _DatabaseFacts(frozenset(existing), journals, listing, archive, metadata, dict(counts))
 
 
 def _status_of(engine: Engine, table: TableConfig, facts: _DatabaseFacts, now: datetime) -> TableStatus:
     """One table's status from the database's facts (and its own ledger and history lag)."""
     silver = engine.silver_table(table)
     name = f"{engine.config.database}.{table.target}"
-    listing = facts.listing
-    loads = listing.for_table(table.source_schema, table.source_table, FileKind.FULL_LOAD)
-    cdc = listing.for_table(table.source_schema, table.source_table, FileKind.CDC)
-    arrived = listing.may_hold(table.source_schema, table.source_table)
     if table.target not in facts.metadata:
-        reason = (
-            no_files_yet(table, arrived, 0) or f"not loaded: {len(loads)} full-load and {len(cdc)} CDC files in bronze"
-        )
-        return TableStatus(table.source, name, exists=False, pending_files=len(cdc), behind=reason)
+        return absent_status(table, name, facts.listing)
     metadata = facts.metadata[table.target]
-    ledger = read_ledger(engine.spark, silver, facts.archive)
-    state = TableState(
-        ledger.full_load_done, ledger.applied, frozenset(), ledger.loaded, cdc_since_load=ledger.cdc_applied
-    )
-    held, last_reason = facts.quarantined.get(table.target, (0, None))
-    held_rows, last_row_reason = facts.bad_rows.get(table.target, (0, None))
-    waiting = max(len([f for f in cdc if f.key not in ledger.applied]) - held, 0)
     exact = metadata.exact_rows
-    rows = exact if exact is not None else facts.counts.get(("rows", table.target), 0)
-    changes, last_change = facts.schema_changes.get(table.target, (0, None))
     lag = history_lag(engine, table)
-    history_behind = lag.describe() if lag else None
-    held_here = [f for f in cdc if f.key in facts.held_keys.get(table.target, ())]
-    behind = no_files_yet(table, arrived, len(ledger.applied)) or _behind(
-        table.source,
-        ledger.full_load_done,
-        bool(loads),
-        waiting,
-        (held, last_reason),
-        (held_rows, last_row_reason),
-        _unloaded(table, state, loads),
-        history_behind,
-    )
-    return TableStatus(
-        source=table.source,
-        silver_table=name,
-        exists=True,
-        rows=rows,
+    reading = SilverReading(
+        ledger=read_ledger(engine.spark, silver, facts.archive),
+        rows=exact if exact is not None else facts.counts.get(("rows", table.target), 0),
         snapshots=metadata.snapshots,
-        files_applied=len(ledger.applied),
-        last_applied_file=ledger.last_file,
         latest_change=metadata.latest_change,
-        lag_seconds=_lag(metadata.latest_change, now),
         tombstones=facts.counts.get(("tombstones", table.target), 0),
-        schema_changes=changes,
-        last_schema_change=last_change,
-        quarantined_files=held,
-        pending_files=waiting,
-        quarantined_rows=held_rows,
-        unloaded_load_files=", ".join(f.name for f in unloaded_load_files(state, loads)),
-        undeclared_columns=_undeclared_columns(engine, table, held_here),
-        history_note=history_behind or history_note(engine, table, silver, rows, facts.existing),
-        behind=behind,
+        history_behind=lag.describe() if lag else None,
+    )
+    status = existing_status(table, name, facts.listing, facts.journals, reading, now)
+    return replace(
+        status,
+        undeclared_columns=_undeclared_columns(engine, table, held_files(table, facts.listing, facts.journals)),
+        history_note=status.history_note or history_note(engine, table, silver, reading.rows, facts.existing),
     )
 
 
-def _held(status: TableStatus, reason: str) -> TableStatus:
+def held_by_capture(status: TableStatus, reason: str) -> TableStatus:
     """``status`` of a table capture holds: its changes from the held one on are not in bronze."""
     behind = "" if status.behind == "up to date" else f"; {status.behind}"
     return replace(status, held_by_capture=reason, behind=f"{HELD_BY_CAPTURE}: {reason}{behind}")

@@ -14,42 +14,36 @@ where it says exactly what the Spark path says, and returns None (the caller sta
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from cdclake.columns import TOMBSTONE_SUFFIX
 from cdclake.config import DEFAULT_CATALOG, PipelineConfig, TableConfig
-from cdclake.dms.files import FileKind
+from cdclake.dms.files import BronzeListing
 from cdclake.dms.store import BronzeStore, list_bronze
-from cdclake.engine.select import TableState, unloaded_load_files
 from cdclake.lake.counts import distinct_keys, live_rows
 from cdclake.lake.cuts import CUTS_TABLE, PublishedCut, latest_local_cut
 from cdclake.lake.journals import QUARANTINE_ROWS_TABLE, QUARANTINE_TABLE, SCHEMA_CHANGES_TABLE
 from cdclake.lake.ledger import (
-    CHECKPOINT_PROPERTY,
-    KIND_CDC,
-    KIND_FULL_LOAD,
-    KIND_FULL_LOAD_STAGED,
     LEDGER_ARCHIVE_TABLE,
-    AppliedKeys,
-    LedgerCheckpoint,
-    LedgerRecord,
     LedgerState,
-    LoadedFile,
+    ledger_state,
+    lineage_entries,
     newest_commit_ts,
 )
 from cdclake.lake.local_tables import LocalTable, LocalWarehouse
 from cdclake.lake.tables import SilverTable
 from cdclake.ops.status import (
     NOT_CONFIGURED,
+    Journals,
+    SilverReading,
     TableStatus,
-    _behind,
-    _held,
-    _lag,
-    _unloaded,
-    no_files_yet,
+    absent_status,
+    existing_status,
+    held_by_capture,
+    held_files,
     stray_tables,
     undeclared_columns,
 )
@@ -99,15 +93,17 @@ def _statuses(
     facts = _Facts(
         existing=frozenset(existing),
         tables=tables,
-        schema_changes=_journal_counts(tables.get(SCHEMA_CHANGES_TABLE), "changed_at", "change"),
-        quarantined=_journal_counts(tables.get(QUARANTINE_TABLE), "quarantined_at", "reason"),
-        bad_rows=_journal_counts(tables.get(QUARANTINE_ROWS_TABLE), "quarantined_at", "reason"),
-        held_keys=_held_keys(tables.get(QUARANTINE_TABLE)),
+        journals=Journals(
+            schema_changes=_journal_counts(tables.get(SCHEMA_CHANGES_TABLE), "changed_at", "change"),
+            quarantined=_journal_counts(tables.get(QUARANTINE_TABLE), "quarantined_at", "reason"),
+            bad_rows=_journal_counts(tables.get(QUARANTINE_ROWS_TABLE), "quarantined_at", "reason"),
+            held_keys=_held_keys(tables.get(QUARANTINE_TABLE)),
+        ),
         archive=_archive(tables.get(LEDGER_ARCHIVE_TABLE)),
     )
     listing = list_bronze(store, transaction_path=config.bronze.transaction_path)
     statuses = [_status_of(config, store, listing, table, facts, now) for table in config.tables]
-    statuses = [_held(s, holds[s.source]) if s.source in holds else s for s in statuses]
+    statuses = [held_by_capture(s, holds[s.source]) if s.source in holds else s for s in statuses]
     return statuses + [_stray(database, name, tables.get(name)) for name in stray_tables(config, existing)]
 
 
@@ -115,10 +111,7 @@ def _statuses(
 class _Facts:
     existing: frozenset[str]
     tables: Mapping[str, LocalTable]
-    schema_changes: dict[str, tuple[int, Any]]
-    quarantined: dict[str, tuple[int, Any]]
-    bad_rows: dict[str, tuple[int, Any]]
-    held_keys: Mapping[str, frozenset[str]]
+    journals: Journals
     archive: Mapping[str, Sequence[Mapping[str, Any]]]
 
 
@@ -176,119 +169,41 @@ def _schema_fields(table: LocalTable) -> list[dict[str, Any]]:
 
 
 def read_local_ledger(table: LocalTable, archived: Iterable[Mapping[str, Any]]) -> LedgerState:
-    """``lake.ledger.read_ledger`` of a local table: its lineage back to the newest checkpoint or the
-    last full load, then the archived entries of expired snapshots (``archived``: the table's rows of
+    """``lake.ledger.read_ledger`` of a local table: the same walk (``ledger_state``) of its lineage,
+    then the archived entries of expired snapshots (``archived``: the table's rows of
     ``cdclake_ledger``). tests/spark/test_status_without_jvm.py keeps it equal to the Spark path's."""
-    applied: set[str] = set()
-    loaded: dict[str, LoadedFile] = {}
-    last_file: str | None = None
-    full_load_done = False
-    cdc_seen = False
-    head: int | None = None
-    for snapshot in table.lineage():
-        head = snapshot.snapshot_id if head is None else head
-        record = LedgerRecord.from_summary(snapshot.summary)
-        kind = None if record is None else record.kind
-        recorded = () if record is None else record.files
-        if kind == KIND_FULL_LOAD_STAGED:
-            return LedgerState(False, AppliedKeys.of(applied), last_file, snapshot_id=head)
-        applied.update(f.key for f in recorded)
-        if last_file is None and recorded:
-            last_file = max(f.key for f in recorded)
-        cdc_seen = cdc_seen or (kind == KIND_CDC and bool(recorded))
-        checkpoint = LedgerCheckpoint.from_summary(snapshot.summary.get(CHECKPOINT_PROPERTY))
-        if checkpoint is not None:
-            return LedgerState(
-                checkpoint.full_load_done,
-                checkpoint.applied | applied,
-                last_file,
-                checkpoint.loaded,
-                snapshot_id=head,
-                cdc_applied=checkpoint.cdc_applied or cdc_seen,
-            )
-        if kind == KIND_FULL_LOAD:
-            loaded = {f.key: f for f in recorded}
-            full_load_done = True
-            break
-    if not full_load_done:
-        for entry in archived:
-            full_load_done = full_load_done or entry["kind"] == KIND_FULL_LOAD
-            if entry["file_key"]:
-                applied.add(entry["file_key"])
-                if entry["kind"] == KIND_FULL_LOAD:
-                    loaded[entry["file_key"]] = LoadedFile(
-                        entry["file_key"], entry.get("file_size"), entry.get("file_version") or None
-                    )
-    cdc_applied = bool(applied - loaded.keys())
-    return LedgerState(
-        full_load_done, AppliedKeys.of(applied), last_file, loaded, snapshot_id=head, cdc_applied=cdc_applied
-    )
+    return ledger_state(lineage_entries(table.lineage()), lambda: archived)
 
 
 def _status_of(
     config: PipelineConfig,
     store: BronzeStore,
-    listing: Any,
+    listing: BronzeListing,
     table: TableConfig,
     facts: _Facts,
     now: datetime,
 ) -> TableStatus:
     name = f"{config.database}.{table.target}"
-    loads = listing.for_table(table.source_schema, table.source_table, FileKind.FULL_LOAD)
-    cdc = listing.for_table(table.source_schema, table.source_table, FileKind.CDC)
-    arrived = listing.may_hold(table.source_schema, table.source_table)
     silver = facts.tables.get(table.target)
     if silver is None:
-        reason = (
-            no_files_yet(table, arrived, 0) or f"not loaded: {len(loads)} full-load and {len(cdc)} CDC files in bronze"
-        )
-        return TableStatus(table.source, name, exists=False, pending_files=len(cdc), behind=reason)
+        return absent_status(table, name, listing)
     snapshots = silver.snapshots()
-    latest = newest_commit_ts(snapshots)
-    ledger = read_local_ledger(silver, facts.archive.get(table.target, ()))
-    state = TableState(ledger.full_load_done, ledger.applied, frozenset(), ledger.loaded)
-    held, last_reason = facts.quarantined.get(table.target, (0, None))
-    held_rows, last_row_reason = facts.bad_rows.get(table.target, (0, None))
-    waiting = max(len([f for f in cdc if f.key not in ledger.applied]) - held, 0)
     rows = silver.exact_rows()
     if rows is None:
         files = silver.files()
         if not files.counted_here:
             raise NeedsSpark(f"{name}: equality deletes")
         rows = live_rows(files)
-    changes, last_change = facts.schema_changes.get(table.target, (0, None))
-    held_here = [f for f in cdc if f.key in facts.held_keys.get(table.target, ())]
-    behind = no_files_yet(table, arrived, len(ledger.applied)) or _behind(
-        table.source,
-        ledger.full_load_done,
-        bool(loads),
-        waiting,
-        (held, last_reason),
-        (held_rows, last_row_reason),
-        _unloaded(table, state, loads),
-        None,
-    )
-    return TableStatus(
-        source=table.source,
-        silver_table=name,
-        exists=True,
+    reading = SilverReading(
+        ledger=read_local_ledger(silver, facts.archive.get(table.target, ())),
         rows=rows,
         snapshots=len(snapshots),
-        files_applied=len(ledger.applied),
-        last_applied_file=ledger.last_file,
-        latest_change=latest,
-        lag_seconds=_lag(latest, now),
+        latest_change=newest_commit_ts(snapshots),
         tombstones=_tombstones(table, facts),
-        schema_changes=changes,
-        last_schema_change=last_change,
-        quarantined_files=held,
-        pending_files=waiting,
-        quarantined_rows=held_rows,
-        unloaded_load_files=", ".join(f.name for f in unloaded_load_files(state, loads)),
-        undeclared_columns=undeclared_columns(config, store, table, held_here),
-        history_note="",  # tables with history take the Spark path (needs_spark)
-        behind=behind,
-    )
+    )  # history's lag and note: tables with history take the Spark path (needs_spark)
+    status = existing_status(table, name, listing, facts.journals, reading, now)
+    held_here = held_files(table, listing, facts.journals)
+    return replace(status, undeclared_columns=undeclared_columns(config, store, table, held_here))
 
 
 def _tombstones(table: TableConfig, facts: _Facts) -> int:
