@@ -74,7 +74,11 @@ def test_each_key_is_declared_once_with_a_doc_line() -> None:
 TABLE = "tables:\n  s.t:\n    primary_key: [id]\n    columns: {id: int}\n"
 
 
-@pytest.mark.parametrize("setting", [s for s in SETTINGS if s.section in ("bronze", "bronze.s3", "cdc")], ids=str)
+@pytest.mark.parametrize(
+    "setting",
+    [s for s in SETTINGS if s.section in ("bronze", "bronze.s3", "cdc")],
+    ids=lambda s: f"{s.section}.{s.key}",
+)
 def test_an_unknown_key_beside_a_declared_one_names_the_declared_keys(setting: Setting) -> None:
     # GIVEN a section with a declared key misspelt / WHEN parsed / THEN refused, naming the section's keys
     misspelt = setting.key + "x"
