@@ -125,6 +125,34 @@ def rounds_of(lines: Sequence[tuple[float, str]], gap: float = 0.5) -> list[dict
     return found
 
 
+def cut_lags(lines: Sequence[tuple[float, str]], start: float, end: float) -> dict[str, list[float]]:
+    """The consistent cut's lag from ``run --follow``'s ``cut: at T (...)`` lines (T: the source commit
+    time every table holds, UTC): ``published``, the line's time - T for each cut published in
+    [start, end]; ``age``, now - T of the latest cut, sampled each second of [start, end] (what a reader
+    of the cut sees at a random moment)."""
+    from datetime import UTC, datetime
+
+    cuts: list[tuple[float, float]] = []
+    for stamp, line in lines:
+        if not line.startswith("cut: at ") or " (" not in line:
+            continue
+        try:
+            at = datetime.fromisoformat(line[len("cut: at ") : line.index(" (")]).replace(tzinfo=UTC).timestamp()
+        except ValueError:
+            continue
+        cuts.append((stamp, at))
+    published = [stamp - at for stamp, at in cuts if start <= stamp <= end]
+    age, index, latest = [], 0, None
+    moment = start
+    while moment <= end:
+        while index < len(cuts) and cuts[index][0] <= moment:
+            latest, index = cuts[index][1], index + 1
+        if latest is not None:
+            age.append(moment - latest)
+        moment += 1.0
+    return {"published": published, "age": age}
+
+
 # ---------------------------------------------------------------------------------- the source
 
 
@@ -386,6 +414,7 @@ def measure(settings: FreshnessSettings, work: Path) -> dict[str, Any]:
         applied = [m.visible - m.captured for m in counted if m.visible is not None and m.captured is not None]
         measured_rounds = [r for r in rounds_of(lines) if r["ended"] >= load_started + settings.warmup_seconds]
         ends = [r["ended"] for r in measured_rounds]
+        cut = cut_lags(lines, load_started + settings.warmup_seconds, load_started + load_seconds)
         result |= {
             "markers": len(counted),
             "visible": len(lags),
@@ -399,6 +428,9 @@ def measure(settings: FreshnessSettings, work: Path) -> dict[str, Any]:
             "round_table_seconds_mean": (
                 statistics.fmean(r["table_seconds"] for r in measured_rounds) if measured_rounds else 0.0
             ),
+            "cuts_published": len(cut["published"]),
+            "cut_published_lag": summarise(cut["published"]) if cut["published"] else {},
+            "cut_age": summarise(cut["age"]) if cut["age"] else {},
             "silver_scans": observer.scans,
             "silver_scan_seconds": observer.scan_seconds,
             "load_average": ", ".join(f"{x:.1f}" for x in os.getloadavg()),
@@ -457,6 +489,7 @@ def render(result: dict[str, Any], command: str) -> str:
         f"| of which capture (commit → CDC file in bronze) | {cap['p50']:.1f} s | {cap['p95']:.1f} s | "
         f"{cap['max']:.1f} s | |",
         f"| of which apply (CDC file → visible) | {app['p50']:.1f} s | {app['p95']:.1f} s | {app['max']:.1f} s | |",
+        *_cut_rows(result),
         "",
         f"`run --follow` during the measured load: {result['rounds']} rounds, one ending every "
         f"{interval.get('p50', float('nan')):.1f} s (p50; p95 {interval.get('p95', float('nan')):.1f} s), "
@@ -468,6 +501,21 @@ def render(result: dict[str, Any], command: str) -> str:
         where_the_time_goes(result),
     ]
     return "\n".join(lines)
+
+
+def _cut_rows(result: dict[str, Any]) -> list[str]:
+    """The consistent cut's rows of the lag table (a result stored before the cut was measured: none)."""
+    published, age = result.get("cut_published_lag"), result.get("cut_age")
+    if published is None or age is None:
+        return []
+    if not published or not age:
+        return ["| the consistent cut (`cut:` lines of `run --follow`) | no cut published | | | |"]
+    return [
+        f"| the consistent cut, at its publishing (commit T → every table at T; {result['cuts_published']} cuts) | "
+        f"{published['p50']:.1f} s | {published['p95']:.1f} s | {published['max']:.1f} s | |",
+        f"| the consistent cut's age, sampled each second (now − T) | {age['p50']:.1f} s | {age['p95']:.1f} s | "
+        f"{age['max']:.1f} s | |",
+    ]
 
 
 def where_the_time_goes(result: dict[str, Any]) -> str:

@@ -159,6 +159,22 @@ def check_run_follow_lines_are_grouped_into_rounds_by_when_they_arrived() -> Non
     assert _near(rounds[0]["table_seconds"], 3.0)
 
 
+def check_the_cut_lag_is_read_from_the_cut_lines_at_publishing_and_each_second() -> None:
+    from datetime import UTC, datetime
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
+    lines = [
+        (t0 + 3.0, "cut: at 2026-01-01 00:00:01 (lsn 0/10): 2 tables"),
+        (t0 + 3.5, "s.t: cdc files=1 2.0s"),
+        (t0 + 6.0, "cut: at 2026-01-01 00:00:05.500000 (lsn 0/20): 2 tables"),
+        (t0 + 7.0, "cut: none: no progress record"),
+    ]
+    lags = freshness.cut_lags(lines, t0 + 2.0, t0 + 8.0)
+    # published 2 s and 0.5 s after their T; sampled at 2..8 s: no cut at 2, then T=1 (3, 4, 5), then T=5.5
+    assert lags["published"] == [2.0, 0.5]
+    assert lags["age"] == [2.0, 3.0, 4.0, 0.5, 1.5, 2.5]
+
+
 def check_the_background_load_updates_the_benchmark_tables_and_never_the_marker_column() -> None:
     script = freshness.pgbench_script(freshness.FreshnessSettings(tables=30, rows=200))
     assert "random(0, 29)" in script and "random(1, 200)" in script
