@@ -15,7 +15,9 @@ from pyspark.sql import SparkSession
 from cdclake.context import Engine
 from cdclake.dms.writer import write_csv
 from cdclake.engine.run import run
+from cdclake.lake.counts import Count, count_all, counted
 from cdclake.lake.journals import record_schema_changes
+from cdclake.lake.local_tables import LocalWarehouse
 from cdclake.ops.status import table_statuses
 from cdclake.ops.status_local import local_table_statuses, needs_spark
 from cdclake.shells.status_view import status_text
@@ -85,6 +87,12 @@ def test_status_without_a_jvm_says_what_the_spark_status_says(
     )
     assert by_source["s.pending"].pending_files == 1 and by_source["s.pending"].held_by_capture
     assert by_source["prodcuts"].not_configured and by_source["prodcuts"].rows == 2
+    # AND counts read in forked processes (as a larger database's are) are the ones read in this process
+    tables = LocalWarehouse(warehouse)
+    changed, tombstones = (tables.table(engine.config.database, n) for n in ("changed", "changed__tombstones"))
+    assert changed is not None and tombstones is not None
+    counts = [Count(changed.files()), Count(tombstones.files(), ("id",))] * 3
+    assert count_all(counts, pool_from=2) == [counted(c) for c in counts] == [4, 1] * 3
 
 
 def test_status_takes_spark_only_for_what_needs_it(make_engine: EngineFactory) -> None:

@@ -23,7 +23,7 @@ from cdclake.columns import TOMBSTONE_SUFFIX
 from cdclake.config import DEFAULT_CATALOG, PipelineConfig, TableConfig
 from cdclake.dms.files import BronzeListing
 from cdclake.dms.store import BronzeStore, list_bronze
-from cdclake.lake.counts import distinct_keys, live_rows
+from cdclake.lake.counts import Count, TableFiles, count_all
 from cdclake.lake.cuts import CUTS_TABLE, PublishedCut, latest_local_cut
 from cdclake.lake.journals import QUARANTINE_ROWS_TABLE, QUARANTINE_TABLE, SCHEMA_CHANGES_TABLE
 from cdclake.lake.ledger import (
@@ -100,6 +100,7 @@ def _statuses(
             held_keys=_held_keys(tables.get(QUARANTINE_TABLE)),
         ),
         archive=_archive(tables.get(LEDGER_ARCHIVE_TABLE)),
+        counts=_counts(config, tables),
     )
     listing = list_bronze(store, transaction_path=config.bronze.transaction_path)
     statuses = [_status_of(config, store, listing, table, facts, now) for table in config.tables]
@@ -113,6 +114,7 @@ class _Facts:
     tables: Mapping[str, LocalTable]
     journals: Journals
     archive: Mapping[str, Sequence[Mapping[str, Any]]]
+    counts: Mapping[tuple[str, str], int]  # ("rows" | "tombstones", target) -> count (``_counts``)
 
 
 def _filled(table: LocalTable | None) -> bool:
@@ -189,31 +191,41 @@ def _status_of(
         return absent_status(table, name, listing)
     snapshots = silver.snapshots()
     rows = silver.exact_rows()
-    if rows is None:
-        files = silver.files()
-        if not files.counted_here:
-            raise NeedsSpark(f"{name}: equality deletes")
-        rows = live_rows(files)
     reading = SilverReading(
         ledger=read_local_ledger(silver, facts.archive.get(table.target, ())),
-        rows=rows,
+        rows=rows if rows is not None else facts.counts[("rows", table.target)],
         snapshots=len(snapshots),
         latest_change=newest_commit_ts(snapshots),
-        tombstones=_tombstones(table, facts),
+        tombstones=facts.counts.get(("tombstones", table.target), 0),
     )  # history's lag and note: tables with history take the Spark path (needs_spark)
     status = existing_status(table, name, listing, facts.journals, reading, now)
     held_here = held_files(table, listing, facts.journals)
     return replace(status, undeclared_columns=undeclared_columns(config, store, table, held_here))
 
 
-def _tombstones(table: TableConfig, facts: _Facts) -> int:
-    kept = facts.tables.get(f"{table.target}{TOMBSTONE_SUFFIX}")
-    if kept is None or kept.exact_rows() == 0:
-        return 0
-    files = kept.files()
+def _counts(config: PipelineConfig, tables: Mapping[str, LocalTable]) -> dict[tuple[str, str], int]:
+    """The counts the configured tables' metadata does not say, read at once (``lake.counts.count_all``):
+    ``("rows", target)``, a table's live rows where delete files apply; ``("tombstones", target)``,
+    the distinct keys its tombstones hold, where it has any."""
+    wanted: dict[tuple[str, str], Count] = {}
+    for table in config.tables:
+        silver = tables.get(table.target)
+        if silver is None:
+            continue
+        if silver.exact_rows() is None:
+            wanted[("rows", table.target)] = Count(_countable(silver, f"{config.database}.{table.target}"))
+        kept = tables.get(f"{table.target}{TOMBSTONE_SUFFIX}")
+        if kept is not None and kept.exact_rows() != 0:
+            files = _countable(kept, f"{table.target} tombstones")
+            wanted[("tombstones", table.target)] = Count(files, tuple(table.silver_key()))
+    return dict(zip(wanted, count_all(list(wanted.values())), strict=True))
+
+
+def _countable(table: LocalTable, name: str) -> TableFiles:
+    files = table.files()
     if not files.counted_here:
-        raise NeedsSpark(f"{table.target} tombstones: equality deletes")
-    return distinct_keys(files, table.silver_key())
+        raise NeedsSpark(f"{name}: equality deletes")
+    return files
 
 
 def _stray(database: str, name: str, table: LocalTable | None) -> TableStatus:

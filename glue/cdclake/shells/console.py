@@ -90,7 +90,8 @@ def console_logging(quiet: bool) -> Iterator[bool]:
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(level)
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    for chatty in ("py4j", "pyiceberg"):  # pyiceberg says "Loaded FileIO" at INFO for every table it reads
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     if isinstance(handler, ProgressConsole):
         sys.stdout = _ClearingStream(stdout, handler)
         sys.stderr = _ClearingStream(stderr, handler)
