@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import subprocess
+import sys
 import time
 from dataclasses import FrozenInstanceError, replace
 from pathlib import Path
@@ -186,3 +188,25 @@ def test_init_refuses_add_new_with_force_before_connecting(tmp_path: Path, capsy
     assert code == 2
     assert capsys.readouterr().err == "cdclake: --add-new keeps the file and --force replaces it: choose one.\n"
     assert not config.exists()
+
+
+def test_a_command_started_with_sigint_ignored_is_still_stopped_by_it() -> None:
+    # GIVEN a process that ignores SIGINT, as a script's background job (`cdclake capture --follow &`) inherits it
+    script = (
+        "import os, signal, sys\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "from cdclake.shells import cli\n"
+        "try:\n"
+        "    cli.main(['--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "try:\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    signal.pause() if hasattr(signal, 'pause') else None\n"
+        "except KeyboardInterrupt:\n"
+        "    sys.exit(130)\n"
+    )
+    # WHEN the command line has started and the process gets SIGINT
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=20, check=False)
+    # THEN it is interrupted (KeyboardInterrupt), as in an interactive shell, instead of ignoring it
+    assert done.returncode == 130, done.stderr

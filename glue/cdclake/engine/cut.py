@@ -59,6 +59,7 @@ commit names the silver snapshot it reflects).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -245,8 +246,11 @@ class CutRounds:
         self.commit_ts = None
         if bound.kind == NONE:
             return f"none: {bound.why_none}"
+        started = time.monotonic()
         try:
-            return self._settle(bound, states)
+            line = self._settle(bound, states)
+            log.debug("cut settled seconds=%.2f: %s", time.monotonic() - started, line)
+            return line
         except Exception as exc:  # the tables' commits stand; the previous cut stays the latest
             self.tags_checked = False
             log.warning("cut not published: %s", first_line(exc))
