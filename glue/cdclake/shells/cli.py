@@ -8,9 +8,11 @@ user mistakes end here as one sentence and an exit code. Nothing below reads the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 
@@ -63,11 +65,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()  # a run's time line counts its start-up from here
-    if hasattr(faulthandler, "register"):  # `kill -USR1 <pid>`: every thread's Python stack on stderr
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    if hasattr(faulthandler, "register") and sys.__stderr__ is not None:
+        with contextlib.suppress(OSError, ValueError):  # a standard error with no file behind it: no dump
+            # `kill -USR1 <pid>`: every thread's Python stack on the process's standard error
+            faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
     # SIGINT stops every command, also one started where it is ignored (a script's `cdclake capture --follow &`
     # inherits SIG_IGN, and Python then raises no KeyboardInterrupt): its buffered work is left for the next run
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if threading.current_thread() is threading.main_thread():  # (a caller's thread cannot set handlers)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     parsed = build_parser().parse_args(argv)
     with console_logging(parsed.quiet) as bar:
         return run_command(cli_settings(parsed, started, progress_bar=bar))
