@@ -41,6 +41,7 @@ class PipelineConfig:
     tables: tuple[TableConfig, ...]
     # The sections cdc, quarantine and source_tables (``config_settings.SETTINGS``).
     max_files_per_batch: int = DEFAULTS["cdc.max_files_per_batch"]
+    cut_tag_days: int = DEFAULTS["silver.cut_tag_days"]  # the dated tags of a published cut (``lake.cuts``)
     max_batch_bytes: int = DEFAULTS["cdc.max_batch_mb"]
     max_bad_row_ratio: float = DEFAULTS["quarantine.max_bad_row_ratio"]
     # None: ``Engine.parallel_tables`` decides.

@@ -158,6 +158,9 @@ SETTINGS: tuple[Setting, ...] = (
     _S("bronze.s3", "body_attempts", "integer >= 1", 5, "an object body that breaks is resumed this often in all",
        _count),
     _S("silver", "database", "name", "cdclake", "the silver database (Glue Data Catalog or local)", _name),
+    _S("silver", "cut_tag_days", "integer >= 0", 7, "days of source time each table keeps the hourly dated "
+       "tags of the published cuts (`cdclake_cut_<T>`, docs/cuts.md; 0: none)",
+       lambda doc, node, what: doc.integer(node, what, minimum=0)),
     _S("cdc", "max_files_per_batch", "integer >= 1", 500, "a table's batch (one commit) takes at most this many files",
        _count),
     _S("cdc", "max_batch_mb", "integer >= 1", 1 << 30, "... and this many MB of them (a larger file is a batch alone)",

@@ -127,6 +127,11 @@ def test_a_round_stops_at_the_progress_record_and_a_quiet_table_is_at_the_cut(
     assert [r["name"] for r in tagged] == ["a2"]
     metadata = StaticTable.from_metadata(str(newest_metadata_file(engine.spark, f"silver.{db}.b"))).metadata
     assert metadata.refs["cdclake_cut"].snapshot_id == later.snapshots["b"]
+    # AND the first cut of the hour has a dated tag on every table (the second, in the same hour, none), read by name
+    assert sorted(n for n in metadata.refs if n.startswith("cdclake_cut_")) == ["cdclake_cut_20240102_000001_000000"]
+    assert metadata.refs["cdclake_cut_20240102_000001_000000"].snapshot_id == cut.snapshots["b"]
+    old = engine.spark.sql(f"SELECT name FROM silver.{db}.a VERSION AS OF 'cdclake_cut_20240102_000001_000000'")
+    assert [r["name"] for r in old.collect()] == ["a1"]
     # AND a run with nothing new publishes nothing new
     assert run(engine).checked().cut == "at 2024-01-02 00:00:02.000000 (LSN 0/2), unchanged"
     rows = engine.spark.table(f"silver.{engine.config.database}.{CUTS_TABLE}").count()

@@ -7,6 +7,7 @@ from cdclake.dms.files import BronzeListing, classify
 from cdclake.dms.progress import PROGRESS_KEY, CaptureProgress, TableProgress
 from cdclake.engine.cut import CAPTURE, NONE, TRANSACTIONS, cut_after_round, cut_bound, table_at
 from cdclake.engine.select import TableState
+from cdclake.lake.cuts import CutTags, PublishedCut, TagMoves, dated_tag
 from configs import keyed_tables
 
 CONFIG = parse_config(keyed_tables("s.a", "s.b"), "t.yaml")
@@ -92,3 +93,27 @@ def test_transaction_files_bound_by_the_newest_and_per_table_files_prove_nothing
     assert cut_after_round(bound, CONFIG.tables, behind, lambda t: t.target, lambda t, s: None)[0] is None
     plain = cut_bound(None, None, _listing(_key("a", 1)))
     assert plain.kind == NONE and "PreserveTransactions" in plain.why_none
+
+
+def _cut_at(commit_ts: str | None) -> PublishedCut:
+    return PublishedCut(CAPTURE, "1", "0/1", commit_ts, {"a": 1})
+
+
+def test_a_table_gets_a_dated_tag_for_the_first_cut_of_each_hour_and_loses_those_older_than_its_days() -> None:
+    tags = CutTags(keep_days=7)
+    # the first cut: its latest tag and its dated one
+    assert tags.moves(_cut_at("2024-01-02 00:00:01.000000"), ["main"]) == TagMoves(
+        ("cdclake_cut", "cdclake_cut_20240102_000001_000000")
+    )
+    # a later cut of the same hour moves the latest tag only; the next hour's gets its own
+    first = ["main", "cdclake_cut", "cdclake_cut_20240102_000001_000000"]
+    assert tags.moves(_cut_at("2024-01-02 00:59:59.999999"), first) == TagMoves(("cdclake_cut",))
+    assert tags.moves(_cut_at("2024-01-02 01:00:00.000000"), first).set[1] == "cdclake_cut_20240102_010000_000000"
+    # seven days of source time after a dated tag's T it stays; a moment more and the cut removes it
+    assert tags.moves(_cut_at("2024-01-09 00:00:01.000000"), first).removed == ()
+    later = tags.moves(_cut_at("2024-01-09 00:00:01.000001"), first)
+    assert later.removed == ("cdclake_cut_20240102_000001_000000",) and len(later.set) == 2
+    # none with keep_days 0, and none for a cut with no T yet
+    assert CutTags(keep_days=0).moves(_cut_at("2024-01-02 00:00:01.000000"), ["main"]) == TagMoves(("cdclake_cut",))
+    assert tags.moves(_cut_at(None), first) == TagMoves(("cdclake_cut",))
+    assert dated_tag("2024-01-02 00:00:01.000000") == "cdclake_cut_20240102_000001_000000"

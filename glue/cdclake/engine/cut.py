@@ -258,10 +258,11 @@ class CutRounds:
 
     def _settle(self, bound: CutBound, states: Mapping[str, TableState]) -> str:
         from cdclake.engine.turn import read_state
-        from cdclake.lake.cuts import PublishedCut, latest_cut, newest_commit_ts, publish_cut, repair_tags
+        from cdclake.lake.cuts import CutTags, PublishedCut, latest_cut, newest_commit_ts, publish_cut, repair_tags
 
         engine = self.engine
         spark, catalog, database = engine.spark, engine.catalog, engine.config.database
+        tags = CutTags(keep_days=engine.config.cut_tag_days)
         known = dict(states)
         for table in self.tables:
             if table.source not in known:
@@ -272,7 +273,7 @@ class CutRounds:
         )  # fmt: skip
         latest = latest_cut(spark, catalog, database) if cut is not None or not self.tags_checked else None
         if latest is not None and not self.tags_checked:
-            repair_tags(spark, catalog, database, latest, engine.committer)  # mends a crash among the tags
+            repair_tags(spark, catalog, database, latest, engine.committer, tags)  # mends a crash among the tags
         if latest is not None:
             self.published = latest.commit_ts
         self.tags_checked = True
@@ -290,7 +291,7 @@ class CutRounds:
             ):
                 self.commit_ts = latest.commit_ts
                 return f"at {latest.commit_ts} ({latest.position_text}), unchanged"
-        publish_cut(spark, catalog, database, new, engine.committer)
+        publish_cut(spark, catalog, database, new, engine.committer, tags)
         self.commit_ts = self.published = new.commit_ts
         log.info("cut published commit_ts=%s position=%s tables=%d", new.commit_ts, new.position_text,
                  len(new.snapshots))  # fmt: skip

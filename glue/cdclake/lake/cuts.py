@@ -7,11 +7,12 @@ A cut (``engine.cut``) is published after the round's table commits, in this ord
    in one Iceberg commit whose snapshot summary also carries the whole cut (``CUT_PROPERTY``). A
    reader at any snapshot of ``cdclake_cuts`` sees a cut whole or not at all: every table at T or,
    before the commit, every table at the previous cut — never a mix.
-2. **The tags**: ``ALTER TABLE ... CREATE OR REPLACE TAG cdclake_cut AS OF VERSION <id>`` on each table,
-   for engines that read tags. Tags are moved one table at a time, so a reader of several tags
-   during those moments (or after a crash among them) can see two cuts; the record is the atomic
-   one. Every publication first moves the tags still at an older cut than the record's
-   (``repair_tags``), so a crash among them is mended by the next round, cut or no cut.
+2. **The tags**: on each table ``cdclake_cut`` at the cut's snapshot, and a dated
+   ``cdclake_cut_<T>`` for the first cut of each hour, kept ``silver.cut_tag_days`` days (``CutTags``),
+   in one metadata commit per table, several tables at once. Tags are moved table by table, so a
+   reader of several tags during those moments (or after a crash among them) can see two cuts; the
+   record is the atomic one. Every publication first moves the tags still at an older cut than the
+   record's (``repair_tags``), so a crash among them is mended by the next round, cut or no cut.
 
 A crash before the record leaves the previous cut the latest, and its snapshots are kept: each is
 the target of a tag until the tags move, and a tagged snapshot is never expired. Older cuts stay in
@@ -21,12 +22,15 @@ the record; their snapshots are read for as long as maintenance keeps them.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Collection, Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING
 
-from cdclake.identifiers import quote, sql_string
+from cdclake.identifiers import sql_string
 from cdclake.lake.iceberg import IcebergTable
 from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY
 from cdclake.lake.tables import SilverTable, commit_with_properties, ensure_table, table_exists
@@ -39,6 +43,7 @@ if TYPE_CHECKING:
 
 CUTS_TABLE = "cdclake_cuts"
 CUT_TAG = "cdclake_cut"
+DATED_TAG = "cdclake_cut_"  # + T: the tag of one cut an hour (``CutTags``)
 CUT_PROPERTY = "cdclake.cut"  # on each cdclake_cuts commit: the cut it records, as JSON
 CUT_COLUMNS = (
     ("cut_ts", "string"),  # T: the source commit time, UTC, yyyy-MM-dd HH:mm:ss.ffffff (NULL: none seen yet)
@@ -167,37 +172,102 @@ def record_cut(spark: SparkSession, catalog: str, database: str, cut: PublishedC
 
 def tagged_snapshot(spark: SparkSession, table: SilverTable) -> int | None:
     """The snapshot ``table``'s ``cdclake_cut`` tag points at (None: no tag)."""
-    refs = IcebergTable.latest(spark, table.identifier).java.refs()
-    ref = refs.get(CUT_TAG)
-    return None if ref is None else int(ref.snapshotId())
+    return IcebergTable.latest(spark, table.identifier).tag(CUT_TAG)
 
 
-def tag_cut(spark: SparkSession, table: SilverTable, snapshot_id: int) -> None:
-    """Point ``table``'s ``cdclake_cut`` tag at ``snapshot_id`` (a metadata commit; no data moves)."""
-    spark.sql(f"ALTER TABLE {table.identifier} CREATE OR REPLACE TAG {quote(CUT_TAG)} AS OF VERSION {int(snapshot_id)}")
+def dated_tag(commit_ts: str | None) -> str | None:
+    """The name of the tag that keeps a cut by its T (``cdclake_cut_20240102_000002_000000`` for
+    ``2024-01-02 00:00:02.000000``: text order is time order); None for a cut with no T yet."""
+    if commit_ts is None:
+        return None
+    return DATED_TAG + re.sub(r"[^0-9]+", "_", re.sub(r"[-:]", "", commit_ts)).strip("_")
+
+
+# A dated tag's name up to its hour (``cdclake_cut_20240102_00``): one dated tag an hour.
+_HOUR = len(DATED_TAG) + len("20240102_00")
+
+
+@dataclass(frozen=True)
+class TagMoves:
+    """What one table's tags do for a cut, in one metadata commit: tags set to the cut's snapshot, and
+    dated tags removed."""
+
+    set: tuple[str, ...]
+    removed: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CutTags:
+    """How a publication tags each table: ``cdclake_cut`` at the latest cut, and a dated tag for the
+    first cut of each hour, kept ``keep_days`` days of source time (0: none); moved ``workers``
+    tables at a time, each table's in one metadata commit.
+
+    The dated tags are dropped here, by T, not by Iceberg's ``max-ref-age-ms``: that counts a tag's
+    age from its snapshot's commit, so a quiet table's tag would go at once and a cut would be
+    readable by its name on some tables only."""
+
+    keep_days: int = 7
+    workers: int = 8
+
+    def moves(self, cut: PublishedCut, existing: Collection[str]) -> TagMoves:
+        """The tag moves of a table whose tags are ``existing`` (every ref's name)."""
+        dated = [name for name in existing if name.startswith(DATED_TAG)]
+        new = dated_tag(cut.commit_ts) if self.keep_days > 0 else None
+        if new is not None and any(name[:_HOUR] == new[:_HOUR] for name in dated):
+            new = None  # this hour has its dated tag
+        removed: tuple[str, ...] = ()
+        if cut.commit_ts is not None:
+            t = datetime.strptime(cut.commit_ts, "%Y-%m-%d %H:%M:%S.%f")
+            oldest = dated_tag(f"{t - timedelta(days=self.keep_days):%Y-%m-%d %H:%M:%S.%f}")
+            removed = tuple(sorted(name for name in dated if oldest is not None and name < oldest and name != new))
+        return TagMoves((CUT_TAG,) if new is None else (CUT_TAG, new), removed)
 
 
 def repair_tags(
-    spark: SparkSession, catalog: str, database: str, cut: PublishedCut, committer: IcebergCommitter
+    spark: SparkSession,
+    catalog: str,
+    database: str,
+    cut: PublishedCut,
+    committer: IcebergCommitter,
+    tags: CutTags = CutTags(),
 ) -> list[str]:
-    """Move every tag that is not at ``cut`` (the latest record) to it; the tables moved."""
-    moved = []
-    for name, snapshot_id in sorted(cut.snapshots.items()):
+    """Move every tag that is not at ``cut`` (the latest record) to it, ``tags.workers`` tables at a
+    time (a table's tags in one metadata commit); the tables moved. Every table is tried; the first
+    failure is raised after the others are done."""
+
+    def move(name: str, snapshot_id: int) -> bool:
         table = SilverTable(catalog, database, name)
-        if not table_exists(spark, table) or tagged_snapshot(spark, table) == snapshot_id:
-            continue
-        committer.cut_step(f"tag {name}", partial(tag_cut, spark, table, snapshot_id))
-        moved.append(name)
-    return moved
+        if not table_exists(spark, table):
+            return False
+        iceberg = IcebergTable.latest(spark, table.identifier)
+        moves = tags.moves(cut, iceberg.ref_names())
+        if iceberg.tag(CUT_TAG) == snapshot_id and moves.set == (CUT_TAG,) and not moves.removed:
+            return False
+        committer.cut_step(f"tag {name}", partial(iceberg.move_tags, moves.set, snapshot_id, moves.removed))
+        return True
+
+    items = sorted(cut.snapshots.items())
+    with ThreadPoolExecutor(max(1, min(tags.workers, len(items))), thread_name_prefix="cdclake-tag") as pool:
+        futures = [(name, pool.submit(move, name, snapshot_id)) for name, snapshot_id in items]
+        wait([f for _, f in futures])
+    failed = next((f.exception() for _, f in futures if f.exception() is not None), None)
+    if failed is not None:
+        raise failed
+    return [name for name, f in futures if f.result()]
 
 
 def publish_cut(
-    spark: SparkSession, catalog: str, database: str, cut: PublishedCut, committer: IcebergCommitter
+    spark: SparkSession,
+    catalog: str,
+    database: str,
+    cut: PublishedCut,
+    committer: IcebergCommitter,
+    tags: CutTags = CutTags(),
 ) -> list[str]:
     """Record ``cut``, then move the tags to it (the order the module docstring proves); the tables
     whose tag moved."""
     committer.cut_step("record", lambda: record_cut(spark, catalog, database, cut))
-    return repair_tags(spark, catalog, database, cut, committer)
+    return repair_tags(spark, catalog, database, cut, committer, tags)
 
 
 def newest_commit_ts(spark: SparkSession, table: SilverTable, snapshot_id: int) -> str | None:

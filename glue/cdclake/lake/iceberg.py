@@ -334,6 +334,26 @@ class IcebergTable:
         """Set a table property: a metadata commit, no snapshot."""
         self.java.updateProperties().set(name, value).commit()
 
+    def tag(self, name: str) -> int | None:
+        """The snapshot the tag ``name`` points at (None: no such tag)."""
+        ref = self.java.refs().get(name)
+        return None if ref is None else int(ref.snapshotId())
+
+    def ref_names(self) -> list[str]:
+        """The names of the table's branches and tags."""
+        return [str(name) for name in self.java.refs().keySet()]
+
+    def move_tags(self, names: Sequence[str], snapshot_id: int, removed: Sequence[str] = ()) -> None:
+        """Point the tags ``names`` at ``snapshot_id`` (created or moved) and remove the tags
+        ``removed``: one metadata commit, no data moves."""
+        refs, manage = self.java.refs(), self.java.manageSnapshots()
+        for name in names:
+            move = manage.replaceTag if refs.containsKey(name) else manage.createTag
+            manage = move(name, snapshot_id)
+        for name in removed:
+            manage = manage.removeTag(name)
+        manage.commit()
+
     def append_nothing(self, summary: Mapping[str, str]) -> Snapshot:
         """Commit a snapshot that adds no data, only ``summary`` (what an empty Spark append commits,
         without its Spark job); return it."""
