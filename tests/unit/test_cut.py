@@ -117,3 +117,8 @@ def test_a_table_gets_a_dated_tag_for_the_first_cut_of_each_hour_and_loses_those
     assert CutTags(keep_days=0).moves(_cut_at("2024-01-02 00:00:01.000000"), ["main"]) == TagMoves(("cdclake_cut",))
     assert tags.moves(_cut_at(None), first) == TagMoves(("cdclake_cut",))
     assert dated_tag("2024-01-02 00:00:01.000000") == "cdclake_cut_20240102_000001_000000"
+    # a cut in the same hour as the tagged one asks no dated tag of a table it left alone; the next hour's does
+    assert tags.same_hour(_cut_at("2024-01-02 00:00:01.000000"), _cut_at("2024-01-02 00:59:59.999999"))
+    assert not tags.same_hour(_cut_at("2024-01-02 00:59:59.999999"), _cut_at("2024-01-02 01:00:00.000000"))
+    assert not tags.same_hour(_cut_at(None), _cut_at("2024-01-02 01:00:00.000000"))
+    assert CutTags(keep_days=0).same_hour(_cut_at(None), _cut_at("2024-01-02 01:00:00.000000"))

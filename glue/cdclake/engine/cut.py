@@ -274,6 +274,7 @@ class CutRounds:
         latest = latest_cut(spark, catalog, database) if cut is not None or not self.tags_checked else None
         if latest is not None and not self.tags_checked:
             repair_tags(spark, catalog, database, latest, engine.committer, tags)  # mends a crash among the tags
+        # from here on the latest record's tags are in place (a failure sets tags_checked back)
         if latest is not None:
             self.published = latest.commit_ts
         self.tags_checked = True
@@ -291,7 +292,7 @@ class CutRounds:
             ):
                 self.commit_ts = latest.commit_ts
                 return f"at {latest.commit_ts} ({latest.position_text}), unchanged"
-        publish_cut(spark, catalog, database, new, engine.committer, tags)
+        publish_cut(spark, catalog, database, new, engine.committer, tags, latest)
         self.commit_ts = self.published = new.commit_ts
         log.info("cut published commit_ts=%s position=%s tables=%d", new.commit_ts, new.position_text,
                  len(new.snapshots))  # fmt: skip

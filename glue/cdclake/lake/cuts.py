@@ -222,6 +222,13 @@ class CutTags:
             removed = tuple(sorted(name for name in dated if oldest is not None and name < oldest and name != new))
         return TagMoves((CUT_TAG,) if new is None else (CUT_TAG, new), removed)
 
+    def same_hour(self, earlier: PublishedCut, later: PublishedCut) -> bool:
+        """Whether ``later`` asks no dated tag ``earlier``'s did not: both in one hour, or none at all."""
+        first, second = dated_tag(earlier.commit_ts), dated_tag(later.commit_ts)
+        if self.keep_days <= 0 or second is None:
+            return True
+        return first is not None and first[:_HOUR] == second[:_HOUR]
+
 
 def repair_tags(
     spark: SparkSession,
@@ -230,10 +237,13 @@ def repair_tags(
     cut: PublishedCut,
     committer: IcebergCommitter,
     tags: CutTags = CutTags(),
+    tagged: PublishedCut | None = None,
 ) -> list[str]:
     """Move every tag that is not at ``cut`` (the latest record) to it, ``tags.workers`` tables at a
     time (a table's tags in one metadata commit); the tables moved. Every table is tried; the first
-    failure is raised after the others are done."""
+    failure is raised after the others are done. ``tagged``: a cut whose tags are known to be in
+    place; a table at the same snapshot in both is left alone, unless ``cut`` is the first of an
+    hour (a dated tag for every table)."""
 
     def move(name: str, snapshot_id: int) -> bool:
         table = SilverTable(catalog, database, name)
@@ -247,6 +257,8 @@ def repair_tags(
         return True
 
     items = sorted(cut.snapshots.items())
+    if tagged is not None and tags.same_hour(tagged, cut):
+        items = [(name, sid) for name, sid in items if tagged.snapshots.get(name) != sid]
     with ThreadPoolExecutor(max(1, min(tags.workers, len(items))), thread_name_prefix="cdclake-tag") as pool:
         futures = [(name, pool.submit(move, name, snapshot_id)) for name, snapshot_id in items]
         wait([f for _, f in futures])
@@ -263,11 +275,13 @@ def publish_cut(
     cut: PublishedCut,
     committer: IcebergCommitter,
     tags: CutTags = CutTags(),
+    tagged: PublishedCut | None = None,
 ) -> list[str]:
     """Record ``cut``, then move the tags to it (the order the module docstring proves); the tables
-    whose tag moved."""
+    whose tag moved. ``tagged``: the previous cut, when its tags are known to be in place (only the
+    tables whose snapshot moved since are looked at, as ``repair_tags`` says)."""
     committer.cut_step("record", lambda: record_cut(spark, catalog, database, cut))
-    return repair_tags(spark, catalog, database, cut, committer, tags)
+    return repair_tags(spark, catalog, database, cut, committer, tags, tagged)
 
 
 def newest_commit_ts(spark: SparkSession, table: SilverTable, snapshot_id: int) -> str | None:
