@@ -168,7 +168,8 @@ def _timed_run(house: Warehouse) -> tuple[float, int]:
 def _timed_follow(house: Warehouse) -> tuple[float, int, int]:
     """A follow that finds one new file per table, applies them in a round and ends idle: its seconds
     less the idle wait, its LIST requests, its rounds."""
-    from cdclake.engine.follow import FollowSettings, Polling, follow
+    from cdclake.dms.notices import Polling
+    from cdclake.engine.follow import FollowSettings, follow
 
     idle = 0.5
     house.new_files()

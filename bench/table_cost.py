@@ -79,7 +79,8 @@ def _follow_round(engine: Any) -> float:
     """Seconds of a warm round of the follow loop that applies every table's CDC files: the tables'
     states are handed in as an earlier round would have left them (read before the clock starts)."""
     from cdclake.alerts import LoggedAlerts
-    from cdclake.engine.follow import Follower, FollowSettings, Polling
+    from cdclake.dms.notices import Polling
+    from cdclake.engine.follow import Follower, FollowSettings
     from cdclake.engine.turn import read_state
 
     follower = Follower(engine, FollowSettings(), Polling(), None, LoggedAlerts())

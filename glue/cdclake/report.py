@@ -319,3 +319,34 @@ class Progress:
             f"eta_s={left}"
         )
         return ProgressLine(text, share)
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round's outcome, as the shells report it."""
+
+    number: int
+    report: RunReport
+    backlog: Backlog
+    seconds: float
+    # The tables with CDC files still to apply after the round that are not failing (a batch bound, a load due)
+    waiting: frozenset[str] = frozenset()
+    silent: tuple[str, ...] = ()  # the tables silent as of this round (``engine.silence``)
+
+
+@dataclass
+class FollowReport:
+    """What a follow did in all: its rounds, why it ended, the tables still failing at the end."""
+
+    rounds: int = 0
+    files_applied: int = 0
+    bytes_applied: int = 0
+    listings: int = 0
+    stopped_by: str = ""  # "idle", "max run time", "interrupted", or the reason ``until`` gave
+    failures: dict[str, TableFailure] = field(default_factory=dict)  # by source, as of the last round
+
+    @property
+    def exit_code(self) -> int:
+        if self.stopped_by == "interrupted":
+            return 130
+        return max((f.exit_code for f in self.failures.values()), default=0)

@@ -39,14 +39,15 @@ from typing import Any
 from cdclake.alerts import Alerts, FailureEpisodes, LoggedAlerts, MemoryEpisodes, SnsAlerts
 from cdclake.context import Engine
 from cdclake.dms.manifest import read_manifest
+from cdclake.dms.notices import Notices
 from cdclake.dms.store import read_text as read_stored_text
-from cdclake.engine.follow import ApplyPending, FollowReport, Notices, Round, follow
+from cdclake.engine.follow import ApplyPending, follow
 from cdclake.engine.run import apply_cdc_files, replay, run
 from cdclake.engine.select import ReplaySelection, files_from_keys, skip_reason
 from cdclake.engine.silence import DmsTableStates, SilenceEdges
 from cdclake.errors import first_line
 from cdclake.ops.reload_requests import ReloadRequest, ReloadRequester
-from cdclake.report import RunReport
+from cdclake.report import FollowReport, Round, RunReport
 from cdclake.shells.glue_job import (
     JobArguments,
     build_engine,

@@ -29,13 +29,13 @@ from cdclake.alerts import LoggedAlerts, SnsAlerts
 from cdclake.config import TableConfig, parse_config
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeListing, FileKind
-from cdclake.dms.notices import QueueNotices
+from cdclake.dms.notices import Polling, QueueNotices
 from cdclake.dms.store import LocalBronze, S3Bronze
-from cdclake.engine.follow import FollowReport, FollowSettings, Polling, Round, follow
+from cdclake.engine.follow import FollowSettings, follow
 from cdclake.engine.select import TableState
 from cdclake.errors import BronzeError, TablesFailedError
 from cdclake.ops.failure_episodes import S3Episodes
-from cdclake.report import Outcome, RunReport, TableFailure, TableReport
+from cdclake.report import FollowReport, Outcome, Round, RunReport, TableFailure, TableReport
 from cdclake.shells.glue_job import JobArguments
 from s3_events import object_created_event
 

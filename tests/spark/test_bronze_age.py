@@ -11,12 +11,14 @@ from typing import Any
 import pytest
 
 from cdclake.context import Engine
+from cdclake.dms.notices import Polling
 from cdclake.dms.store import LocalBronze
 from cdclake.dms.writer import SourceChange, cdc_file_name, cdc_records, write_csv
-from cdclake.engine.follow import FollowSettings, Polling, Round, follow
+from cdclake.engine.follow import FollowSettings, follow
 from cdclake.engine.run import replay, run
 from cdclake.engine.select import ReplaySelection
 from cdclake.lake.ledger import LedgerCheckpoint, read_ledger
+from cdclake.report import Round
 from oracle import replay_change_log
 
 EngineFactory = Callable[..., Engine]

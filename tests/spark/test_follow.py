@@ -18,12 +18,13 @@ from typing import Any
 import boto3
 
 from cdclake.context import Engine
-from cdclake.dms.notices import QueueNotices
+from cdclake.dms.notices import Polling, QueueNotices
 from cdclake.dms.store import S3Bronze
 from cdclake.dms.writer import SourceChange, cdc_file_name, cdc_records, write_csv
-from cdclake.engine.follow import FollowSettings, Polling, Round, follow
+from cdclake.engine.follow import FollowSettings, follow
 from cdclake.lake.committer import IcebergCommitter
 from cdclake.lake.ledger import read_ledger
+from cdclake.report import Round
 from oracle import replay_change_log
 
 EngineFactory = Callable[..., Engine]

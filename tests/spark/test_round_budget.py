@@ -20,8 +20,9 @@ from pyspark.sql import SparkSession
 import cdclake.engine.prepare as prepare
 import cdclake.engine.turn as turn
 from cdclake.context import Engine
+from cdclake.dms.notices import Polling
 from cdclake.dms.writer import SourceChange, cdc_file_name, cdc_records, write_csv
-from cdclake.engine.follow import Follower, FollowSettings, Polling, _due
+from cdclake.engine.follow import Follower, FollowSettings, _due
 from cdclake.lake.ledger import read_ledger
 from oracle import replay_change_log
 

@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 from cdclake.context import CommitPath, Engine
+from cdclake.dms.notices import Polling
 from cdclake.dms.writer import SourceChange, cdc_file_name, cdc_records, change_sequence, write_csv
 from cdclake.engine.cdc import CdcBatch
-from cdclake.engine.follow import FollowSettings, Polling, follow
+from cdclake.engine.follow import FollowSettings, follow
 from cdclake.engine.run import apply_cdc_files, run
 from cdclake.engine.select import files_from_keys
 from cdclake.engine.turn import apply_batch, read_state

@@ -54,7 +54,7 @@ VALID: dict = {
                "look_back_minutes": 30,
                "s3": {"retry_mode": "adaptive", "max_attempts": 3, "connect_timeout_seconds": 1.5,
                       "read_timeout_seconds": 20, "body_attempts": 2}},
-    "silver": {"database": "lake"},
+    "silver": {"database": "lake", "cut_tag_days": 3},
     "cdc": {"max_files_per_batch": 10, "max_batch_mb": 64, "parallel_tables": 2},
     "quarantine": {"max_bad_row_ratio": 0.5},
     "source_tables": {"include": ["s.*"], "exclude": "s.tmp_*"},

@@ -10,9 +10,10 @@ from cdclake.alerts import LoggedAlerts
 from cdclake.config import TableConfig, parse_config
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeListing, FileKind
+from cdclake.dms.notices import Polling
 from cdclake.dms.store import LocalBronze
 from cdclake.dms.writer import write_csv
-from cdclake.engine.follow import Follower, FollowSettings, Polling, _due
+from cdclake.engine.follow import Follower, FollowSettings, _due
 from cdclake.engine.select import TableState
 from cdclake.report import Outcome, RunReport, TableFailure, TableReport
 

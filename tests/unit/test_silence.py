@@ -15,9 +15,10 @@ from botocore.stub import Stubber
 from cdclake.config import ConfigError, parse_config
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile, parse_key
+from cdclake.dms.notices import Polling
 from cdclake.dms.store import LocalBronze
 from cdclake.dms.writer import write_csv
-from cdclake.engine.follow import Follower, FollowSettings, Polling
+from cdclake.engine.follow import Follower, FollowSettings
 from cdclake.engine.silence import Silence, SilenceWatch, expected_gap, silent_tables, write_time
 from cdclake.shells.glue_job import parse_arguments
 from file_modules import module_at

@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote
 
 if TYPE_CHECKING:
@@ -55,6 +55,42 @@ def announced_key(body: str, bucket: str, prefix: str) -> str | None:
     key = unquote(key)
     root = prefix.strip("/") + "/" if prefix.strip("/") else ""
     return key[len(root) :] if key.startswith(root) else None
+
+
+class Notices(Protocol):
+    """Where new bronze keys are announced."""
+
+    @property
+    def announces(self) -> bool:
+        """True when new files are announced (a round may skip looking at bronze without news)."""
+        ...
+
+    def wait(self, until: float, stopping: threading.Event, note: Callable[[str], bool]) -> set[str]:
+        """The keys (relative to the bronze root) announced until ``until`` (``time.monotonic``).
+        Each is handed to ``note`` as it arrives (the loop indexes it), and its announcement is
+        acknowledged at once when ``note`` says it needs nothing more."""
+        ...
+
+    def settle(self, done: Callable[[str], bool]) -> int:
+        """Acknowledge the announcements not acknowledged yet whose key is ``done``. Returns how
+        many were acknowledged."""
+        ...
+
+
+@dataclass
+class Polling:
+    """No announcements: every round looks at every table folder (a local bronze directory)."""
+
+    @property
+    def announces(self) -> bool:
+        return False
+
+    def wait(self, until: float, stopping: threading.Event, note: Callable[[str], bool]) -> set[str]:
+        stopping.wait(max(0.0, until - time.monotonic()))
+        return set()
+
+    def settle(self, done: Callable[[str], bool]) -> int:
+        return 0
 
 
 @dataclass

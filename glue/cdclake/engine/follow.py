@@ -30,25 +30,24 @@ it reads the ledger again and skips what the other applied (``turn.apply_batch``
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
 
-from cdclake.alerts import Alerts, FailureEpisodes, LoggedAlerts, MemoryEpisodes
+from cdclake.alerts import Alerts, FailureEpisodes, LoggedAlerts
 from cdclake.config import TableConfig
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind, parse_key
 from cdclake.dms.index import BronzeIndex, folder_of
+from cdclake.dms.notices import Notices
 from cdclake.engine.cut import CutRounds
+from cdclake.engine.failure_alerts import FailureAlerts
 from cdclake.engine.run import BronzeFolders, apply_pending, listing_starts, warn
 from cdclake.engine.select import TableState, skip_reason
 from cdclake.engine.silence import SilenceEdges
 from cdclake.engine.turn import read_states
-from cdclake.errors import first_line
-from cdclake.report import Backlog, RunReport, TableFailure
+from cdclake.report import Backlog, FollowReport, Round, RunReport
 
 log = logging.getLogger("cdclake")
 
@@ -73,78 +72,11 @@ class FollowSettings:
     sweep: bool = False
 
 
-class Notices(Protocol):
-    """Where new bronze keys are announced."""
-
-    @property
-    def announces(self) -> bool:
-        """True when new files are announced (a round may skip looking at bronze without news)."""
-        ...
-
-    def wait(self, until: float, stopping: threading.Event, note: Callable[[str], bool]) -> set[str]:
-        """The keys (relative to the bronze root) announced until ``until`` (``time.monotonic``).
-        Each is handed to ``note`` as it arrives (the loop indexes it), and its announcement is
-        acknowledged at once when ``note`` says it needs nothing more."""
-        ...
-
-    def settle(self, done: Callable[[str], bool]) -> int:
-        """Acknowledge the announcements not acknowledged yet whose key is ``done``. Returns how
-        many were acknowledged."""
-        ...
-
-
-@dataclass
-class Polling:
-    """No announcements: every round looks at every table folder (a local bronze directory)."""
-
-    @property
-    def announces(self) -> bool:
-        return False
-
-    def wait(self, until: float, stopping: threading.Event, note: Callable[[str], bool]) -> set[str]:
-        stopping.wait(max(0.0, until - time.monotonic()))
-        return set()
-
-    def settle(self, done: Callable[[str], bool]) -> int:
-        return 0
-
-
 # What a round runs: ``run.apply_pending`` over the due tables, with the states the loop carries (a
 # seam: the loop's tests give it tables that fail).
 ApplyPending = Callable[
     [Engine, BronzeListing, Sequence[TableConfig], Mapping[str, TableState]], tuple[RunReport, dict[str, TableState]]
 ]
-
-
-@dataclass(frozen=True)
-class Round:
-    """One round's outcome, as the shells report it."""
-
-    number: int
-    report: RunReport
-    backlog: Backlog
-    seconds: float
-    # The tables with CDC files still to apply after the round that are not failing (a batch bound, a load due)
-    waiting: frozenset[str] = frozenset()
-    silent: tuple[str, ...] = ()  # the tables silent as of this round (``engine.silence``)
-
-
-@dataclass
-class FollowReport:
-    """What a follow did in all: its rounds, why it ended, the tables still failing at the end."""
-
-    rounds: int = 0
-    files_applied: int = 0
-    bytes_applied: int = 0
-    listings: int = 0
-    stopped_by: str = ""  # "idle", "max run time", "interrupted", or the reason ``until`` gave
-    failures: dict[str, TableFailure] = field(default_factory=dict)  # by source, as of the last round
-
-    @property
-    def exit_code(self) -> int:
-        if self.stopped_by == "interrupted":
-            return 130
-        return max((f.exit_code for f in self.failures.values()), default=0)
 
 
 def follow(
@@ -220,7 +152,7 @@ class Follower:
         # folder, and the folders with files still to apply are looked at anyway; a new run that marked
         # every folder active would list all of them every round for its first ``active_seconds``.
         self.active: dict[str, float] = {}
-        self.episodes = _Episodes(alerts, settings, episodes)
+        self.episodes = FailureAlerts(alerts, settings.retry_cap_seconds, episodes)
         self.silence = (silence or SilenceEdges()).watch(self.selected, alerts)
         self.silent: tuple[str, ...] = ()
         self.outcome = FollowReport()
@@ -445,48 +377,6 @@ class Follower:
             )
             self.states[file.source] = state.reopened([key])
             self.reopened.setdefault(file.source, set()).add(key)
-
-
-class _Episodes:
-    """Alerts once per failure episode of a table (and once when it ends), and once per file a round
-    quarantined. The episodes are ``FailureEpisodes``': a durable record makes them span runs."""
-
-    def __init__(self, alerts: Alerts, settings: FollowSettings, episodes: FailureEpisodes | None = None) -> None:
-        self.alerts = alerts
-        self.settings = settings
-        self.episodes = episodes or MemoryEpisodes()
-        self.quarantined: set[str] = set()  # keys alerted as quarantined
-
-    def report(self, report: RunReport, worked_on: set[str]) -> None:
-        failed = {f.table: f for f in report.failures}
-        # a round that worked the table without a failure ends its episode
-        changes = self.episodes.settle({s: first_line(f.error) for s, f in failed.items()}, worked_on)
-        for source in sorted(changes.started):
-            self.alerts.send(f"{source} is failing", self._failing(failed[source]))
-        for source in sorted(changes.ended):
-            self.alerts.send(
-                f"{source} recovered",
-                f"{source}: a round applied it again after its failure episode; its held files are applied in order.",
-            )
-        for source in dict.fromkeys(t.table for t in report.tables if t.quarantined_files):
-            batches = [t for t in report.tables if t.table == source and t.quarantined_files]
-            files = [f for t in batches for f in t.quarantined_files if f not in self.quarantined]
-            if not files:
-                continue
-            self.quarantined.update(files)
-            advice = RunReport(tables=batches).problems()[0]
-            self.alerts.send(
-                f"{source}: {len(files)} file(s) quarantined",
-                f"{advice}. Files: {', '.join(files)}",
-            )
-
-    def _failing(self, failure: TableFailure) -> str:
-        return (
-            f"{failure.table}: its {failure.kind} failed: {first_line(failure.error)}. "
-            f"The loop tries it again after growing pauses (up to {self.settings.retry_cap_seconds:.0f} s) while "
-            "every other table goes on; no other alert is sent for it until a round applies it again. "
-            "The job's log has the whole error."
-        )
 
 
 def _record(

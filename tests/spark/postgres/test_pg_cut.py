@@ -26,11 +26,13 @@ import pytest
 
 from cdclake.config import parse_config
 from cdclake.context import Engine
+from cdclake.dms.notices import Polling
 from cdclake.dms.progress import read_progress
-from cdclake.engine.follow import FollowSettings, Polling, Round, follow
+from cdclake.engine.follow import FollowSettings, follow
 from cdclake.engine.run import run
 from cdclake.lake.cuts import CUTS_TABLE, PublishedCut, latest_cut, tagged_snapshot
 from cdclake.lake.tables import SilverTable
+from cdclake.report import Round
 from readers import newest_metadata_file
 
 pytestmark = pytest.mark.spark

@@ -77,7 +77,9 @@ def _run(engine: Engine, settings: CliSettings) -> int:
 
 def _follow(engine: Engine, settings: CliSettings) -> int:
     """``run --follow``: the loop the Glue CDC job runs, polling a local (or S3) bronze."""
-    from cdclake.engine.follow import FollowSettings, Polling, Round, follow
+    from cdclake.dms.notices import Polling
+    from cdclake.engine.follow import FollowSettings, follow
+    from cdclake.report import Round
 
     options = settings.options
     pace = FollowSettings(
