@@ -42,7 +42,7 @@ class Engine:
     # they touch (a few tens of MB of keys at most: well within a 2 GB driver).
     broadcast_batch_bytes: int = 128 * 1024 * 1024
     # ... and only while the stored rows it touches fit this share of the driver's heap, shared by
-    # the tables in flight (``engine.prepare.broadcast_fits``); a larger batch shuffles instead.
+    # the tables in flight (``engine.commit_way.broadcast_fits``); a larger batch shuffles instead.
     broadcast_heap_share: float = 0.25
     # A batch of one file up to ``broadcast_batch_bytes``, or of files up to this many bytes in
     # all, is read, de-duplicated and classified in one task: no shuffle (a single file is read by

@@ -7,7 +7,8 @@ from pyspark.sql import SparkSession
 
 from cdclake.columns import OP
 from cdclake.config import CleaningRules
-from cdclake.engine.changes import apply_cleaning, latest_change_per_key
+from cdclake.engine.changes import apply_cleaning
+from cdclake.engine.effects import latest_change_per_key
 from cdclake.engine.statements import merge_statement
 from cdclake.errors import ConfigError
 from cdclake.lake.batch import WrittenColumns

@@ -25,7 +25,8 @@ from cdclake.dms.files import FileKind
 from cdclake.dms.store import list_bronze
 from cdclake.dms.writer import write_csv
 from cdclake.engine import prepare
-from cdclake.engine.changes import apply_cleaning, commit_instant, flag_missing_keys, has_error, to_changes
+from cdclake.engine.changes import apply_cleaning, flag_missing_keys, has_error, to_changes
+from cdclake.engine.commit_instants import commit_instant
 from cdclake.engine.read import bad_rows, read_and_count
 from cdclake.engine.run import run
 from cdclake.errors import BadInputError

@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from cdclake.columns import OP, SILVER_ORDER, UNCHANGED_PREFIX
 from cdclake.config import Layout
-from cdclake.engine.changes import classify_effects
+from cdclake.engine.effects import classify_effects
 from cdclake.engine.plan import APPLIED, with_effects
 from cdclake.engine.statements import merge_statement
 from cdclake.lake.batch import KeyedBatch, WrittenColumns, read_table_metadata

@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdclake.columns import EFFECT, OP, SILVER_ORDER, STORED_FILE, STORED_POS
-from cdclake.engine.changes import classify_effects
+from cdclake.engine.effects import classify_effects
 from cdclake.engine.statements import merge_statement
 from cdclake.lake.batch import KeyedBatch, TableMetadata, WrittenColumns, read_table_metadata
 from cdclake.lake.committer import IcebergCommitter

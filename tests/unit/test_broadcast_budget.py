@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cdclake.engine.prepare import BROADCAST_BYTES_PER_KEY, broadcast_fits
+from cdclake.engine.commit_way import BROADCAST_BYTES_PER_KEY, broadcast_fits
 
 SHARE = 0.25  # Engine.broadcast_heap_share's default
 

@@ -1,4 +1,5 @@
-"""The pure core of the engine: raw DMS rows -> typed, validated, cleaned, de-duplicated changes.
+"""The pure core of the engine: raw DMS rows -> typed, validated, cleaned changes (their commit
+instants: ``commit_instants``; the latest per key and its effect: ``effects``).
 
 Every function here is ``DataFrame -> DataFrame`` with its parameters passed in; none reads or
 writes anything. Bookkeeping columns all start with ``_cdc_`` and never reach silver.
@@ -14,23 +15,17 @@ from cdclake.columns import (
     CHANGE_SEQ,
     COMMIT_TS,
     CORRUPT_RECORD,
-    EFFECT,
-    EFFECT_DELETE,
-    EFFECT_DELETE_MISSING,
-    EFFECT_INSERT,
-    EFFECT_LATE,
-    EFFECT_UPDATE,
     ERROR,
     FILE_INDEX,
     INVALID,
     OP,
-    ORDER_COLUMNS,
     RAW_LINE,
     SILVER_ORDER,
     UNCHANGED_PREFIX,
 )
 from cdclake.config import BronzeSettings, CleaningRules, TableConfig
 from cdclake.dms.layout import DMS_OP_COLUMN
+from cdclake.engine.commit_instants import DMS_TS_TEXT, commit_instant_parts, instant_of_parts
 from cdclake.errors import ConfigError
 from cdclake.identifiers import quote, sql_string
 from cdclake.types import NUMERIC_TYPES, TIMESTAMP_TYPES, fraction_digits
@@ -41,15 +36,6 @@ if TYPE_CHECKING:
 _TS_WIDTH, _SEQ_WIDTH = 32, 48
 VALID_OPS = ("I", "U", "D")
 UNKNOWN_OP = "unknown Op '%s'"
-# The commit timestamp forms DMS writes: its default ``yyyy-MM-dd HH:mm:ss.SSSSSS`` (UTC) and
-# ISO-8601 with ``T``, ``Z`` or an offset; up to nanoseconds.
-# DMS's default timestamp text, the form ``commit_instant`` normalises every other form to: its
-# date-time pattern and a regular expression that matches it alone.
-_DMS_TS_TEXT = sql_string("yyyy-MM-dd HH:mm:ss.SSSSSS")
-_DMS_TS = sql_string(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{6}$")
-_COMMIT_TS_PATTERN = (
-    r"^\s*(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,9}))?\s*(Z|[+-]\d{2}(?::?\d{2})?)?\s*$"
-)
 
 
 def data_columns(df: DataFrame) -> list[str]:
@@ -228,56 +214,6 @@ def _rounded(value: str, source: str, type_name: str) -> str:
     return f"CAST(round({exact}, 0) AS {type_name})"
 
 
-def commit_instant(text: str) -> str:
-    """SQL text: a commit timestamp's text (SQL ``text``) -> the instant it names, as UTC text
-    ``yyyy-MM-dd HH:mm:ss.SSSSSS`` (more fraction digits kept when written); NULL when it is no
-    timestamp or names no real day.
-
-    Text in that one form sorts as the instants do, whatever form DMS wrote. It is also DMS's own
-    default form, so the order keys of rows stored before timestamps were normalised (built from
-    that text as written) stay comparable with new ones. Text without a zone is UTC, as DMS writes
-    it. The parse does not depend on the session's time zone (timestamps without a zone).
-    ``to_changes`` computes it in two projections: ``commit_instant_parts``, then ``instant_of_parts``.
-    """
-    return instant_of_parts(f"({commit_instant_parts(text)})")
-
-
-def commit_instant_parts(text: str) -> str:
-    """SQL text: a commit timestamp's text -> the text itself when it is in DMS's default form
-    (nearly every row: already the instant's text); for the other forms, the parts of the match,
-    as "date time|fraction|zone|"; NULL when it is no timestamp (``instant_of_parts`` reads it).
-
-    One regular expression evaluation for all the parts (no part holds a '|'; what a final line
-    terminator leaves after the match follows the last '|'): a regexp_extract per part made the
-    generated code of a CSV load's typing and checks too big for the JIT (``hugeMethodLimit``)."""
-    pattern = sql_string(_COMMIT_TS_PATTERN)
-    # DMS's own form: one match that fixes every digit's place, then Spark's cast parser refuses
-    # days and times that do not exist.
-    canonical = f"coalesce({text} RLIKE {_DMS_TS} AND CAST({text} AS TIMESTAMP_NTZ) IS NOT NULL, false)"
-    text_ok = f"coalesce({text} RLIKE {pattern}, false)"
-    parts = f"regexp_replace({text}, {pattern}, '$1 $2|$3|$4|')"
-    return f"CASE WHEN {canonical} THEN {text} WHEN {text_ok} THEN {parts} END"
-
-
-def instant_of_parts(parts: str) -> str:
-    """SQL text: ``commit_instant_parts``'s result (SQL ``parts``) -> the instant as UTC text."""
-
-    def part(index: int) -> str:  # 1: "date time", 2: fraction digits, 3: zone
-        first = f"substring_index({parts}, '|', {index})"
-        return first if index == 1 else f"substring_index({first}, '|', -1)"
-
-    zone, digits = part(3), f"translate({part(3)}, 'Z+-:', '')"  # "Z", "+02:00" -> "0200", "-05" -> "05"
-    hours, rest = f"CAST(substring({digits}, 1, 2) AS INT)", f"CAST(substring({digits}, 3, 2) AS INT)"
-    minutes = f"coalesce({hours} * 60 + coalesce({rest}, 0), 0)"
-    offset = f"CASE WHEN {zone} LIKE '-%' THEN -({minutes}) ELSE {minutes} END"
-    local = f"to_timestamp_ntz({part(1)}, 'yyyy-MM-dd HH:mm:ss')"
-    utc = f"({local} - make_dt_interval(0, 0, {offset}, 0))"
-    fraction = f"CASE WHEN length({part(2)}) > 6 THEN {part(2)} ELSE rpad({part(2)}, 6, '0') END"
-    general = f"concat(date_format({utc}, 'yyyy-MM-dd HH:mm:ss'), '.', {fraction})"
-    # DMS's default form has no '|': it is the instant's text already.
-    return f"CASE WHEN NOT contains({parts}, '|') THEN {parts} ELSE {general} END"
-
-
 def _row_reasons(
     raw: DataFrame, op: str, ts_name: str | None, ts_text: str, decoded: bool, full_load: bool
 ) -> list[_Reason]:
@@ -334,11 +270,34 @@ def to_changes(
     casts = {c: _cast_value(quote(c), sources[c], t, c in table.clean.round) for c, t in typed.items()}
     checked = {quote(c): (c, sources[c], t) for c, t in typed.items()}
     reasons += _cast_reasons(checked, table.clean.round, {quote(c): quote(_typed(c)) for c in typed})
+    projection = _change_projection(raw.columns, typed, op, seq_name, reasons)
+    # The instant and the casts in projections of their own: their checks and their values read
+    # them, so Spark keeps the projections apart (CollapseProject inlines no costly expression
+    # used twice) and evaluates, and analyses, each parse and cast once per row instead of twice.
+    # The instant's parts likewise: the instant reads them several times.
+    if ts_name and sources.get(ts_name) in TIMESTAMP_TYPES:
+        # Already a timestamp (Parquet): its text in the normalised form, nothing to parse. The
+        # session's time zone is UTC (``runtime.session``), as for the text cast it replaces.
+        parts, instant = "CAST(NULL AS STRING)", f"date_format({quote(ts_name)}, {DMS_TS_TEXT})"
+    else:
+        parts, instant = commit_instant_parts(ts_text), instant_of_parts(_TS_PARTS)
+    computed = [f"{parts} AS {_TS_PARTS}", *[f"{cast} AS {quote(_typed(c))}" for c, cast in casts.items()]]
+    df = raw.selectExpr("*", *computed).selectExpr("*", f"{instant} AS {COMMIT_TS}").selectExpr(*projection)
+    if settings.csv_no_sup_value is not None:
+        df = _mark_unchanged(df, settings.csv_no_sup_value, exclude={ts_name or "", *table.primary_key})
+    return df
+
+
+def _change_projection(
+    columns: Sequence[str], typed: Collection[str], op: str, seq_name: str | None, reasons: Sequence[_Reason]
+) -> list[str]:
+    """``to_changes``'s last projection, as SQL text: the data columns (the typed ones from their
+    cast), the raw line of a corrupt record, then ``_cdc_op``, ``_cdc_ts``, ``_cdc_seq``, the errors
+    and whether there is one. Every expression is SQL text, so building it costs a few calls into
+    Spark per table rather than one per function of every column's checks."""
     dropped = {c for c in (DMS_OP_COLUMN, seq_name) if c}
-    # One projection: every expression is SQL text, so building it costs a few calls into Spark
-    # per table rather than one per function of every column's checks.
     projection = []
-    for column in raw.columns:
+    for column in columns:
         if column in dropped:
             continue
         if column == CORRUPT_RECORD:
@@ -347,29 +306,15 @@ def to_changes(
             projection.append(f"{quote(_typed(column))} AS {quote(column)}")
         else:
             projection.append(quote(column))
-    seq = f"CAST({quote(seq_name)} AS STRING)" if seq_name in columns else "CAST(NULL AS STRING)"
-    projection += [
+    seq = f"CAST({quote(seq_name)} AS STRING)" if seq_name and seq_name in columns else "CAST(NULL AS STRING)"
+    return [
+        *projection,
         f"{op} AS {OP}",
         COMMIT_TS,
         f"{seq} AS {CHANGE_SEQ}",
         f"{_error_array(reasons)} AS {ERROR}",
         f"{_any_reason(reasons)} AS {INVALID}",
     ]
-    # The instant and the casts in projections of their own: their checks and their values read
-    # them, so Spark keeps the projections apart (CollapseProject inlines no costly expression
-    # used twice) and evaluates, and analyses, each parse and cast once per row instead of twice.
-    # The instant's parts likewise: the instant reads them several times.
-    if ts_name and sources.get(ts_name) in TIMESTAMP_TYPES:
-        # Already a timestamp (Parquet): its text in the normalised form, nothing to parse. The
-        # session's time zone is UTC (``runtime.session``), as for the text cast it replaces.
-        parts, instant = "CAST(NULL AS STRING)", f"date_format({quote(ts_name)}, {_DMS_TS_TEXT})"
-    else:
-        parts, instant = commit_instant_parts(ts_text), instant_of_parts(_TS_PARTS)
-    computed = [f"{parts} AS {_TS_PARTS}", *[f"{cast} AS {quote(_typed(c))}" for c, cast in casts.items()]]
-    df = raw.selectExpr("*", *computed).selectExpr("*", f"{instant} AS {COMMIT_TS}").selectExpr(*projection)
-    if settings.csv_no_sup_value is not None:
-        df = _mark_unchanged(df, settings.csv_no_sup_value, exclude={ts_name or "", *table.primary_key})
-    return df
 
 
 def _mark_unchanged(df: DataFrame, marker: str, exclude: set[str]) -> DataFrame:
@@ -458,80 +403,6 @@ def with_silver_order(changes: DataFrame, file_positions: dict[int, str], full_l
     seq = F.coalesce(F.col(CHANGE_SEQ), F.lit(""))
     order = F.concat(F.rpad(ts, _TS_WIDTH, " "), F.lpad(seq, _SEQ_WIDTH, "0"), position)
     return changes.withColumn(SILVER_ORDER, order)
-
-
-def change_order() -> Column:
-    """The apply order of changes: commit timestamp, change sequence, file order, row in file."""
-    from pyspark.sql import functions as F
-
-    return F.expr(f"struct({', '.join(ORDER_COLUMNS)})")
-
-
-def latest_change_per_key(
-    df: DataFrame, key: Sequence[str], columns: Sequence[str] | None = None, valid: Column | None = None
-) -> DataFrame:
-    """Keep the last change of each key by ``change_order()``.
-
-    Out: ``key``, then ``columns`` (default: every other column of ``df``) and the unchanged flags.
-    Naming the columns a caller needs keeps the aggregate narrow: Spark sorts and compares the
-    carried values as one struct per row, and cannot drop unused fields of it afterwards (the
-    error array and the raw line alone doubled the cost of 1M changes). ``valid``: rows where it
-    is false do not compete (as if filtered out first, without a filter that Spark would push
-    below the typing and so compute every cast twice); a key with no valid row is dropped.
-    Ties are impossible: file ordinal and row position make every change unique.
-    """
-    from pyspark.sql import functions as F
-
-    flags = unchanged_flags(df)
-    values = [
-        c
-        for c in (columns if columns is not None else df.columns)
-        if c not in key and c not in flags and c not in flags.values()
-    ]
-    ok = F.lit(True) if valid is None else valid
-    order = F.when(ok, change_order())
-    # The carried values as one struct in SQL text: one call into the JVM, not two per column.
-    aggregates = [F.max_by(F.expr(f"struct({', '.join(quote(c) for c in values)})"), order).alias("_cdc_latest")]
-    for column, flag in flags.items():
-        # The newest captured value in the batch; unchanged only if no valid change captured it.
-        captured_order = F.when(ok & ~F.col(flag), change_order())
-        aggregates += [
-            F.max_by(F.col(column), captured_order).alias(column),
-            (~F.coalesce(F.max(F.when(ok, ~F.col(flag))), F.lit(False))).alias(flag),
-        ]
-    latest = df.groupBy(*key).agg(*aggregates)
-    if valid is not None:
-        latest = latest.where(F.col("_cdc_latest").isNotNull())
-    carried = [f"_cdc_latest.{quote(c)} AS {quote(c)}" for c in values]
-    return latest.selectExpr(*[quote(k) for k in key], *carried, *[quote(c) for c in (*flags, *flags.values())])
-
-
-def classify_effects(latest: DataFrame, stored: DataFrame, tombstones: DataFrame, key: Sequence[str]) -> DataFrame:
-    """Add ``_cdc_effect`` to each latest change: insert, update, delete, delete-missing or late.
-
-    ``stored`` and ``tombstones`` hold ``key`` + ``_cdc_order`` of silver rows and of deleted keys;
-    a key may have several tombstones (they are appended), its newest counts. A change is late
-    when the stored row, or the newest tombstone of a deleted key, is newer: it must not
-    overwrite newer data nor bring a deleted row back.
-    """
-    from pyspark.sql import functions as F
-
-    stored_order, tomb_order = "_cdc_stored_order", "_cdc_tomb_order"
-    newest = tombstones.groupBy(*key).agg(F.max(SILVER_ORDER).alias(tomb_order))
-    joined = latest.join(stored.withColumnRenamed(SILVER_ORDER, stored_order), list(key), "left").join(
-        newest, list(key), "left"
-    )
-    order, is_delete = F.col(SILVER_ORDER), F.col(OP) == "D"
-    matched = F.col(stored_order).isNotNull()
-    effect = (
-        F.when(matched & (order < F.col(stored_order)), F.lit(EFFECT_LATE))
-        .when(matched & is_delete, F.lit(EFFECT_DELETE))
-        .when(matched, F.lit(EFFECT_UPDATE))
-        .when(F.col(tomb_order).isNotNull() & (order < F.col(tomb_order)), F.lit(EFFECT_LATE))
-        .when(is_delete, F.lit(EFFECT_DELETE_MISSING))
-        .otherwise(F.lit(EFFECT_INSERT))
-    )
-    return joined.withColumn(EFFECT, effect).drop(stored_order, tomb_order)
 
 
 def silver_shape(rows: DataFrame) -> DataFrame:

@@ -1,4 +1,5 @@
-"""How a batch's data commit is made (``lake.batch.CommitWay``), from the table as the plan read it."""
+"""How a batch is worked, by its size and its table: its data commit's way (``lake.batch.CommitWay``),
+one task or many, its stored keys broadcast or shuffled (``engine.prepare``)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,30 @@ def choose_commit_way(
     if base is None:
         return "merge"
     return "merge" if metadata.total_records < engine.merge_below_records else "publish"
+
+
+# What one touched stored row costs in a broadcast: its key, ``_cdc_order`` (35 characters), its
+# data file's path (about 150 characters) and position, as an UnsafeRow in a hashed relation, built
+# once in the driver and once more while it is serialised: twice what such a row takes, on purpose.
+BROADCAST_BYTES_PER_KEY = 1024
+
+
+def broadcast_fits(keys: int, heap_bytes: int, tables_at_once: int, share: float) -> bool:
+    """Whether a batch of ``keys`` keys may broadcast its touched stored rows: the estimate must fit
+    its part of ``share`` of the driver's heap while ``tables_at_once`` tables may broadcast at the
+    same time (else the classification shuffles both sides: slower, never out of memory)."""
+    budget = heap_bytes * share / max(tables_at_once, 1)
+    return keys * BROADCAST_BYTES_PER_KEY <= budget
+
+
+def driver_heap_bytes(engine: Engine) -> int:
+    """The driver JVM's maximum heap (``spark.driver.memory``, as the JVM sees it)."""
+    jvm = engine.spark.sparkContext._jvm
+    assert jvm is not None
+    return int(jvm.java.lang.Runtime.getRuntime().maxMemory())
+
+
+def one_task(engine: Engine, files: int, batch_bytes: int) -> bool:
+    """Whether a batch of ``files`` files and ``batch_bytes`` bytes is small enough to prepare in
+    one task (``Engine.single_task_batch_bytes``)."""
+    return batch_bytes <= engine.single_task_batch_bytes or (files == 1 and batch_bytes <= engine.broadcast_batch_bytes)

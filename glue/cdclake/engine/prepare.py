@@ -30,8 +30,9 @@ from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile
 from cdclake.dms.horizon import beyond_horizon
 from cdclake.dms.reader import HeldFileError
-from cdclake.engine.changes import classify_effects, data_columns, has_error, silver_shape, unchanged_flags
-from cdclake.engine.commit_way import choose_commit_way
+from cdclake.engine.changes import data_columns, has_error, silver_shape, unchanged_flags
+from cdclake.engine.commit_way import broadcast_fits, choose_commit_way, driver_heap_bytes, one_task
+from cdclake.engine.effects import classify_effects
 from cdclake.engine.plan import (
     APPLIED,
     TOMBSTONED,
@@ -81,6 +82,8 @@ from cdclake.schema import SchemaPlan, plan_schema_change
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, Observation
+
+    from cdclake.lake.tables import SilverTable
 
 log = logging.getLogger("cdclake")
 
@@ -229,7 +232,7 @@ def _read(engine: Engine, table: TableConfig, files: Sequence[BronzeFile], metad
     from pyspark.sql import Observation as Observed
 
     changes = read_changes(engine, table, files)
-    if _one_task(engine, len(files), sum(f.size for f in files)):
+    if one_task(engine, len(files), sum(f.size for f in files)):
         # One partition: Spark plans the latest-per-key aggregate and the classification's joins
         # (their other side broadcast) without a shuffle.
         changes = changes.coalesce(1)
@@ -327,8 +330,34 @@ def _assemble(
     if bad is not None:  # a few rows: read from bronze once, here, not again by the commit
         bad = replace(bad, rows=bad.rows.localCheckpoint())
     properties = LedgerRecord.batch([f.key for f in read.files], stats[_LATEST]).properties() | dict(checkpoint)
+    commit = _data_commit(silver, table, metadata, read.creates_table, chosen, effects, properties)
+    return ChangeSet(
+        files=list(read.files),
+        shape=read.shape,
+        schema=read.schema,
+        creates_table=read.creates_table,
+        counts=counts,
+        effects=effects,
+        latest_commit_ts=stats[_LATEST],
+        bad=bad,
+        history=classified.history,
+        commit=commit,
+    )
+
+
+def _data_commit(
+    silver: SilverTable,
+    table: TableConfig,
+    metadata: TableMetadata,
+    creates_table: bool,
+    chosen: _Chosen,
+    effects: Mapping[str, int],
+    properties: dict[str, str],
+) -> DataCommit:
+    """The batch's data commit, by the way chosen and where its rows are (collected into the driver,
+    or in Spark), from ``metadata`` unless the batch creates the table."""
     key, written = table.silver_key(), chosen.written
-    base = None if read.creates_table else metadata
+    base = None if creates_table else metadata
 
     def keyed(changes: Rows) -> KeyedBatch[Rows]:
         return KeyedBatch(
@@ -345,29 +374,15 @@ def _assemble(
         )
 
     collected, materialized = chosen.collected, chosen.materialized
-    commit: DataCommit
     if table.append_only and collected is not None:
-        commit = DriverAppend(collected, properties, metadata)
-    elif table.append_only:
-        commit = Append(materialized, properties, effects[EFFECT_INSERT], base)
-    elif collected is not None:
+        return DriverAppend(collected, properties, metadata)
+    if table.append_only:
+        return Append(materialized, properties, effects[EFFECT_INSERT], base)
+    if collected is not None:
         tombstones = collected_tombstone_rows(collected_with_effects(collected, TOMBSTONED), key)
-        commit = DriverRowDelta(keyed(collected_with_effects(collected, APPLIED)), tombstones)
-    else:
-        deletes = tombstone_rows(with_effects(materialized, TOMBSTONED), key)
-        commit = _IN_SPARK[chosen.way](keyed(with_effects(materialized, APPLIED)), deletes, materialized)
-    return ChangeSet(
-        files=list(read.files),
-        shape=read.shape,
-        schema=read.schema,
-        creates_table=read.creates_table,
-        counts=counts,
-        effects=effects,
-        latest_commit_ts=stats[_LATEST],
-        bad=bad,
-        history=classified.history,
-        commit=commit,
-    )
+        return DriverRowDelta(keyed(collected_with_effects(collected, APPLIED)), tombstones)
+    deletes = tombstone_rows(with_effects(materialized, TOMBSTONED), key)
+    return _IN_SPARK[chosen.way](keyed(with_effects(materialized, APPLIED)), deletes, materialized)
 
 
 # The observed name of the batch's newest commit time.
@@ -380,33 +395,6 @@ _IN_SPARK: dict[CommitWay, type[RowDelta] | type[Merge] | type[Publish]] = {
     "merge": Merge,
     "publish": Publish,
 }
-
-
-# What one touched stored row costs in a broadcast: its key, ``_cdc_order`` (35 characters), its
-# data file's path (about 150 characters) and position, as an UnsafeRow in a hashed relation, built
-# once in the driver and once more while it is serialised: twice what such a row takes, on purpose.
-BROADCAST_BYTES_PER_KEY = 1024
-
-
-def broadcast_fits(keys: int, heap_bytes: int, tables_at_once: int, share: float) -> bool:
-    """Whether a batch of ``keys`` keys may broadcast its touched stored rows: the estimate must fit
-    its part of ``share`` of the driver's heap while ``tables_at_once`` tables may broadcast at the
-    same time (else the classification shuffles both sides: slower, never out of memory)."""
-    budget = heap_bytes * share / max(tables_at_once, 1)
-    return keys * BROADCAST_BYTES_PER_KEY <= budget
-
-
-def driver_heap_bytes(engine: Engine) -> int:
-    """The driver JVM's maximum heap (``spark.driver.memory``, as the JVM sees it)."""
-    jvm = engine.spark.sparkContext._jvm
-    assert jvm is not None
-    return int(jvm.java.lang.Runtime.getRuntime().maxMemory())
-
-
-def _one_task(engine: Engine, files: int, batch_bytes: int) -> bool:
-    """Whether a batch of ``files`` files and ``batch_bytes`` bytes is small enough to prepare in
-    one task (``Engine.single_task_batch_bytes``)."""
-    return batch_bytes <= engine.single_task_batch_bytes or (files == 1 and batch_bytes <= engine.broadcast_batch_bytes)
 
 
 def _classify(

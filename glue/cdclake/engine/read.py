@@ -33,12 +33,12 @@ from cdclake.engine.changes import (
     error_text,
     flag_missing_keys,
     has_error,
-    latest_change_per_key,
     silver_shape,
     to_changes,
     unchanged_flags,
     with_silver_order,
 )
+from cdclake.engine.effects import latest_change_per_key
 from cdclake.errors import BadInputError, ConfigError, first_line, java_cause
 from cdclake.lake.tables import silver_columns
 from cdclake.schema import plan_schema_change
