@@ -26,7 +26,8 @@ def per_table_statuses(engine: Engine, now: datetime | None = None) -> list[Tabl
         quarantined_files_by_table,
         tombstones_of,
     )
-    from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY, read_ledger
+    from cdclake.lake.ledger import read_ledger
+    from cdclake.lake.ledger_record import LATEST_COMMIT_TS_PROPERTY
     from cdclake.lake.tables import SilverTable, table_exists, table_property
     from cdclake.ops.status import (
         TableStatus,

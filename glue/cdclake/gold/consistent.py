@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from cdclake.errors import first_line
 from cdclake.gold import refresh as gold
-from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY
+from cdclake.lake.ledger_record import LATEST_COMMIT_TS_PROPERTY
 from cdclake.lake.tables import SilverTable, ensure_database, table_exists
 from cdclake.mart_config import MartConfig
 from cdclake.mart_sql import definition_id

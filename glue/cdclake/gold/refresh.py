@@ -52,7 +52,7 @@ from cdclake.gold.snapshots import (
 )
 from cdclake.identifiers import quote
 from cdclake.lake.iceberg import IcebergTable
-from cdclake.lake.ledger import KIND_PROPERTY, MART_SOURCES_PROPERTY
+from cdclake.lake.ledger_record import KIND_PROPERTY, MART_SOURCES_PROPERTY
 from cdclake.lake.tables import (
     TABLE_PROPERTIES,
     SilverTable,

@@ -35,7 +35,7 @@ from cdclake.columns import COMMIT_TS, HISTORY_PLACE_PREFIX, HISTORY_SUFFIX, OP,
 from cdclake.errors import CdclakeError
 from cdclake.identifiers import quote
 from cdclake.lake.iceberg import IcebergTable, Snapshot
-from cdclake.lake.ledger import SnapshotRef
+from cdclake.lake.ledger_record import SnapshotRef
 from cdclake.lake.tables import (
     SilverTable,
     commit_with_properties,

@@ -26,14 +26,8 @@ from cdclake.lake.journals import (
     quarantined_files_by_table,
     tombstones_of,
 )
-from cdclake.lake.ledger import (
-    LATEST_COMMIT_TS_PROPERTY,
-    LEDGER_ARCHIVE_TABLE,
-    LedgerState,
-    newest_commit_ts,
-    read_ledger,
-    read_ledger_archive,
-)
+from cdclake.lake.ledger import LEDGER_ARCHIVE_TABLE, LedgerState, read_ledger, read_ledger_archive
+from cdclake.lake.ledger_record import LATEST_COMMIT_TS_PROPERTY, newest_commit_ts
 from cdclake.lake.tables import SilverTable, current_snapshot_id, table_names
 from cdclake.ops.metrics import freshness_lag
 from cdclake.schema import is_type_change, type_change_advice

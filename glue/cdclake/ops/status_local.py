@@ -26,13 +26,8 @@ from cdclake.dms.store import BronzeStore, list_bronze
 from cdclake.lake.counts import Count, TableFiles, count_all
 from cdclake.lake.cuts import CUTS_TABLE, PublishedCut, latest_local_cut
 from cdclake.lake.journals import QUARANTINE_ROWS_TABLE, QUARANTINE_TABLE, SCHEMA_CHANGES_TABLE
-from cdclake.lake.ledger import (
-    LEDGER_ARCHIVE_TABLE,
-    LedgerState,
-    ledger_state,
-    lineage_entries,
-    newest_commit_ts,
-)
+from cdclake.lake.ledger import LEDGER_ARCHIVE_TABLE, LedgerState, ledger_state
+from cdclake.lake.ledger_record import lineage_entries, newest_commit_ts
 from cdclake.lake.local_tables import LocalTable, LocalWarehouse
 from cdclake.lake.tables import SilverTable
 from cdclake.ops.status import (
