@@ -30,7 +30,7 @@ from cdclake.lake.ledger import LEDGER_ARCHIVE_TABLE, LedgerState, ledger_state
 from cdclake.lake.ledger_record import lineage_entries, newest_commit_ts
 from cdclake.lake.local_tables import LocalTable, LocalWarehouse
 from cdclake.lake.tables import SilverTable
-from cdclake.ops.status import (
+from cdclake.ops.table_status import (
     NOT_CONFIGURED,
     Journals,
     SilverReading,
