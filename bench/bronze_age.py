@@ -251,7 +251,7 @@ def moto_requests(keys: int) -> dict[str, int]:
     from moto import mock_aws
 
     from cdclake.dms.index import list_from
-    from cdclake.dms.store import S3Bronze
+    from cdclake.dms.s3_bronze import S3Bronze
 
     with mock_aws():
         s3 = boto3.client("s3", region_name="us-east-1")

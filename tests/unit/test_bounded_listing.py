@@ -16,7 +16,8 @@ from cdclake.config import parse_config
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile, parse_key
 from cdclake.dms.index import BronzeIndex, list_from
-from cdclake.dms.store import LocalBronze, S3Bronze
+from cdclake.dms.s3_bronze import S3Bronze
+from cdclake.dms.store import LocalBronze
 from cdclake.engine.follow import Follower, FollowSettings, Polling
 from cdclake.engine.run import listing_starts, unconfigured_sources
 from cdclake.engine.select import TableState, compact_applied, look_back_stamp
