@@ -27,7 +27,6 @@ from cdclake.lake.ledger import LEDGER_ARCHIVE_TABLE, read_ledger, read_ledger_a
 from cdclake.lake.ledger_record import LATEST_COMMIT_TS_PROPERTY, newest_commit_ts
 from cdclake.lake.tables import SilverTable, current_snapshot_id, table_names
 from cdclake.ops.table_status import (
-    NOT_CONFIGURED,
     Journals,
     SilverReading,
     TableStatus,
@@ -35,6 +34,7 @@ from cdclake.ops.table_status import (
     existing_status,
     held_by_capture,
     held_files,
+    stray_status,
     stray_tables,
     undeclared_columns,
 )
@@ -199,15 +199,7 @@ def _stray(engine: Engine, name: str) -> TableStatus:
         rows = _exact_rows(_refreshed(engine, table))
     except Exception:  # not a table cdclake can read (a view, another format): listed all the same
         rows = None
-    return TableStatus(
-        name,
-        f"{engine.config.database}.{name}",
-        exists=True,
-        rows=rows,
-        behind=f"{NOT_CONFIGURED}: no configured table writes this silver table (a renamed or mistyped table's "
-        f"leftover?); drop it once you are sure: DROP TABLE {table.identifier}",
-        not_configured=NOT_CONFIGURED,
-    )
+    return stray_status(table, rows)
 
 
 @dataclass(frozen=True)

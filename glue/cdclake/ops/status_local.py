@@ -31,7 +31,6 @@ from cdclake.lake.ledger_record import lineage_entries, newest_commit_ts
 from cdclake.lake.local_tables import LocalTable, LocalWarehouse
 from cdclake.lake.tables import SilverTable
 from cdclake.ops.table_status import (
-    NOT_CONFIGURED,
     Journals,
     SilverReading,
     TableStatus,
@@ -39,6 +38,7 @@ from cdclake.ops.table_status import (
     existing_status,
     held_by_capture,
     held_files,
+    stray_status,
     stray_tables,
     undeclared_columns,
 )
@@ -225,13 +225,4 @@ def _countable(table: LocalTable, name: str) -> TableFiles:
 
 def _stray(database: str, name: str, table: LocalTable | None) -> TableStatus:
     """``ops.status._stray`` from the table's metadata file."""
-    identifier = SilverTable(DEFAULT_CATALOG, database, name).identifier
-    return TableStatus(
-        name,
-        f"{database}.{name}",
-        exists=True,
-        rows=None if table is None else table.exact_rows(),
-        behind=f"{NOT_CONFIGURED}: no configured table writes this silver table (a renamed or mistyped table's "
-        f"leftover?); drop it once you are sure: DROP TABLE {identifier}",
-        not_configured=NOT_CONFIGURED,
-    )
+    return stray_status(SilverTable(DEFAULT_CATALOG, database, name), None if table is None else table.exact_rows())

@@ -21,6 +21,7 @@ from cdclake.dms.store import BronzeStore, head_text
 from cdclake.engine.select import TableState, load_again, unloaded_load_files
 from cdclake.errors import BadInputError, LoadFilesConflictError
 from cdclake.lake.ledger import LedgerState
+from cdclake.lake.tables import SilverTable
 from cdclake.ops.metrics import freshness_lag
 from cdclake.schema import is_type_change, type_change_advice
 
@@ -92,6 +93,20 @@ def stray_tables(config: PipelineConfig, existing: Iterable[str]) -> list[str]:
         if name not in ours | marts
         and not name.startswith("cdclake_")
         and not name.endswith((HISTORY_SUFFIX, TOMBSTONE_SUFFIX))
+    )
+
+
+def stray_status(table: SilverTable, rows: int | None) -> TableStatus:
+    """The status of a silver table no configured table writes (``stray_tables``), with its rows
+    as its metadata says them (None: not known)."""
+    return TableStatus(
+        table.name,
+        f"{table.database}.{table.name}",
+        exists=True,
+        rows=rows,
+        behind=f"{NOT_CONFIGURED}: no configured table writes this silver table (a renamed or mistyped table's "
+        f"leftover?); drop it once you are sure: DROP TABLE {table.identifier}",
+        not_configured=NOT_CONFIGURED,
     )
 
 
