@@ -127,7 +127,8 @@ class Warehouse:
         from cdclake.dms.writer import write_csv
         from cdclake.engine.run import run
         from cdclake.lake.iceberg import IcebergTable
-        from cdclake.lake.ledger import LedgerCheckpoint, archive_ledger, expiring_snapshots
+        from cdclake.lake.ledger import archive_ledger, expiring_snapshots
+        from cdclake.lake.ledger_record import LedgerCheckpoint
 
         for table in TABLES:
             rows = [["2019-12-31 00:00:00.000000", str(i), f"n{i}"] for i in range(1, 200)]
@@ -251,7 +252,7 @@ def moto_requests(keys: int) -> dict[str, int]:
     from moto import mock_aws
 
     from cdclake.dms.index import list_from
-    from cdclake.dms.store import S3Bronze
+    from cdclake.dms.s3_bronze import S3Bronze
 
     with mock_aws():
         s3 = boto3.client("s3", region_name="us-east-1")

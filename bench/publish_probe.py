@@ -38,7 +38,7 @@ from cdclake.engine.statements import merge_statement
 from cdclake.lake.batch import KeyedBatch
 from cdclake.lake.committer import IcebergCommitter
 from cdclake.lake.layout import apply_layout
-from cdclake.lake.ledger import LedgerRecord
+from cdclake.lake.ledger_record import LedgerRecord
 from cdclake.lake.publish import (
     drop_leftover_branches,
     key_bounds,

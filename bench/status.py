@@ -29,7 +29,7 @@ from status_oracle import per_table_statuses
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from cdclake.ops.status import TableStatus
+    from cdclake.ops.table_status import TableStatus
 
 
 log = logging.getLogger("bench")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from cdclake.context import Engine
-    from cdclake.ops.status import TableStatus
+    from cdclake.ops.table_status import TableStatus
 
 
 def per_table_statuses(engine: Engine, now: datetime | None = None) -> list[TableStatus]:
@@ -26,16 +26,11 @@ def per_table_statuses(engine: Engine, now: datetime | None = None) -> list[Tabl
         quarantined_files_by_table,
         tombstones_of,
     )
-    from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY, read_ledger
+    from cdclake.lake.ledger import read_ledger
+    from cdclake.lake.ledger_record import LATEST_COMMIT_TS_PROPERTY
     from cdclake.lake.tables import SilverTable, table_exists, table_property
-    from cdclake.ops.status import (
-        TableStatus,
-        _behind,
-        _lag,
-        _undeclared_columns,
-        _unloaded,
-        no_files_yet,
-    )
+    from cdclake.ops.status import _undeclared_columns
+    from cdclake.ops.table_status import TableStatus, _behind, _lag, _unloaded, no_files_yet
 
     def history_note(table: Any, silver: Any, rows: int) -> str:
         if not table.history:

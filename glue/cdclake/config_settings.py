@@ -304,7 +304,7 @@ class BronzeSettings:
     transaction_path: str | None = DEFAULTS["bronze.transaction_path"]
     s3: StoreSettings = field(default_factory=StoreSettings)  # retries and timeouts of bronze on S3
     csv_split_bytes: int = DEFAULTS["bronze.split_csv_files_above_mb"]
-    # A table's watermark (``lake.ledger.AppliedKeys``), from which its folder is listed, stays this far
+    # A table's watermark (``lake.ledger_record.AppliedKeys``), from which its folder is listed, stays this far
     # behind the clock. A file later than this is found by its S3 event or ``run --sweep``.
     look_back_seconds: int = DEFAULTS["bronze.look_back_minutes"]
 

@@ -30,7 +30,8 @@ from cdclake.config import TableConfig, parse_config
 from cdclake.context import Engine
 from cdclake.dms.files import BronzeListing, FileKind
 from cdclake.dms.notices import Polling, QueueNotices
-from cdclake.dms.store import LocalBronze, S3Bronze
+from cdclake.dms.s3_bronze import S3Bronze
+from cdclake.dms.store import LocalBronze
 from cdclake.engine.follow import FollowSettings, follow
 from cdclake.engine.select import TableState
 from cdclake.errors import BronzeError, TablesFailedError

@@ -17,7 +17,8 @@ from cdclake.dms.writer import SourceChange, cdc_file_name, cdc_records, write_c
 from cdclake.engine.follow import FollowSettings, follow
 from cdclake.engine.run import replay, run
 from cdclake.engine.select import ReplaySelection
-from cdclake.lake.ledger import LedgerCheckpoint, read_ledger
+from cdclake.lake.ledger import read_ledger
+from cdclake.lake.ledger_record import LedgerCheckpoint
 from cdclake.report import Round
 from oracle import replay_change_log
 

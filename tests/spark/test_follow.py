@@ -19,7 +19,7 @@ import boto3
 
 from cdclake.context import Engine
 from cdclake.dms.notices import Polling, QueueNotices
-from cdclake.dms.store import S3Bronze
+from cdclake.dms.s3_bronze import S3Bronze
 from cdclake.dms.writer import SourceChange, cdc_file_name, cdc_records, write_csv
 from cdclake.engine.follow import FollowSettings, follow
 from cdclake.lake.committer import IcebergCommitter

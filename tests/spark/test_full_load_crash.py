@@ -17,7 +17,8 @@ from cdclake.engine.commit import FULL_LOAD_STEPS
 from cdclake.engine.run import full_load, run
 from cdclake.lake.history import history_of
 from cdclake.lake.journals import tombstones_of
-from cdclake.lake.ledger import LoadedFile, read_ledger
+from cdclake.lake.ledger import read_ledger
+from cdclake.lake.ledger_record import LoadedFile
 from cdclake.lake.tables import iceberg_table, table_exists
 from cdclake.ops.maintenance import MaintenanceSettings, maintain
 from cdclake.ops.status import table_statuses

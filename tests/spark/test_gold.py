@@ -634,7 +634,7 @@ marts:
 
 def _cdc_commit(spark: SparkSession, identifier: str, values: str, commit_ts: str) -> None:
     """Append rows as one silver CDC commit that is complete up to ``commit_ts``."""
-    from cdclake.lake.ledger import LedgerRecord
+    from cdclake.lake.ledger_record import LedgerRecord
     from cdclake.lake.tables import commit_with_properties
 
     statement = f"INSERT INTO {identifier} VALUES {values}"

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pyspark.sql import Row, SparkSession
 
 from cdclake.lake.iceberg import DATA, POSITION_DELETES, IcebergTable, Snapshot
-from cdclake.lake.ledger import KIND_CDC, KIND_PROPERTY, LedgerRecord
+from cdclake.lake.ledger_record import KIND_CDC, KIND_PROPERTY, LedgerRecord
 from cdclake.lake.tables import SilverTable, committed_by_spark
 
 

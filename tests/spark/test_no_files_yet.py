@@ -14,7 +14,8 @@ from cdclake.dms.writer import write_csv
 from cdclake.engine.run import full_load, run
 from cdclake.errors import ConfigError
 from cdclake.lake.tables import table_names
-from cdclake.ops.status import NO_FILES, table_statuses
+from cdclake.ops.status import table_statuses
+from cdclake.ops.table_status import NO_FILES
 from cdclake.shells.commands.run import print_report
 from cdclake.shells.status_view import compact_tables, table_state
 from configs import keyed_tables

@@ -18,7 +18,8 @@ from cdclake.dms.writer import write_csv
 from cdclake.engine.run import replay, run
 from cdclake.engine.select import ReplaySelection
 from cdclake.lake.journals import QUARANTINE_ROWS_TABLE, QUARANTINE_TABLE
-from cdclake.lake.ledger import LoadedFile, read_ledger
+from cdclake.lake.ledger import read_ledger
+from cdclake.lake.ledger_record import LoadedFile
 from cdclake.lake.tables import iceberg_table
 from cdclake.ops.maintenance import MaintenanceSettings, maintain
 from faults import MaintenanceRacingCommitter

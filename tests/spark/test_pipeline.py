@@ -31,7 +31,8 @@ from cdclake.engine.turn import read_state
 from cdclake.errors import BadInputError, FullLoadPendingError
 from cdclake.lake.batch import DriverRowDelta, RowDelta
 from cdclake.lake.journals import tombstones_of
-from cdclake.lake.ledger import KIND_FULL_LOAD_STAGED, LoadedFile, read_ledger, replace_table
+from cdclake.lake.ledger import read_ledger, replace_table
+from cdclake.lake.ledger_record import KIND_FULL_LOAD_STAGED, LoadedFile
 from oracle import replay_change_log
 
 EngineFactory = Callable[..., Engine]

@@ -18,15 +18,8 @@ from cdclake.engine.statements import merge_statement
 from cdclake.lake.batch import KeyedBatch, WrittenColumns, read_table_metadata
 from cdclake.lake.committer import IcebergCommitter
 from cdclake.lake.layout import apply_layout, has_layout, layout_statements
-from cdclake.lake.ledger import (
-    FILES_PROPERTY,
-    KIND_CDC,
-    KIND_PROPERTY,
-    LedgerRecord,
-    LoadedFile,
-    read_ledger,
-    replace_table,
-)
+from cdclake.lake.ledger import read_ledger, replace_table
+from cdclake.lake.ledger_record import FILES_PROPERTY, KIND_CDC, KIND_PROPERTY, LedgerRecord, LoadedFile
 from cdclake.lake.publish import (
     commit_staged,
     iceberg_table,

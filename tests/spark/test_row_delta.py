@@ -20,7 +20,7 @@ from cdclake.engine.statements import merge_statement
 from cdclake.lake.batch import KeyedBatch, TableMetadata, WrittenColumns, read_table_metadata
 from cdclake.lake.committer import IcebergCommitter
 from cdclake.lake.driver_write import apply_collected_row_delta, arrow_shape, collect_rows, write_parquet
-from cdclake.lake.ledger import LedgerRecord
+from cdclake.lake.ledger_record import LedgerRecord
 from cdclake.lake.row_delta import WrittenFile, WrittenFiles, apply_row_delta, why_not_row_delta
 from cdclake.lake.tables import SilverTable, iceberg_fields, iceberg_table, is_commit_conflict
 from faults import iceberg_failure

@@ -17,7 +17,8 @@ from cdclake.engine.run import run
 from cdclake.lake.counts import table_files
 from cdclake.lake.iceberg import IcebergTable
 from cdclake.lake.journals import tombstones_of
-from cdclake.ops.status import NO_FILES, TableToCount, count_rows_and_tombstones, table_statuses
+from cdclake.ops.status import TableToCount, count_rows_and_tombstones, table_statuses
+from cdclake.ops.table_status import NO_FILES
 from status_oracle import per_table_statuses
 
 EngineFactory = Callable[..., Engine]

@@ -21,7 +21,7 @@ from cdclake.engine.follow import FollowSettings, follow
 from cdclake.engine.run import apply_cdc_files, run
 from cdclake.engine.select import files_from_keys
 from cdclake.engine.turn import apply_batch, read_state
-from cdclake.lake.ledger import FILES_PROPERTY
+from cdclake.lake.ledger_record import FILES_PROPERTY
 from cdclake.lake.tables import SilverTable, iceberg_table
 from faults import BeforeDataCommits
 from oracle import replay_change_log

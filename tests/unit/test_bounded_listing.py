@@ -1,5 +1,5 @@
 """Bronze listed from each table's watermark (``dms.index.list_from``, ``engine.run.listing_starts``), the
-applied keys compacted to it (``lake.ledger.AppliedKeys``, ``engine.select.compact_applied``), and a late file
+applied keys compacted to it (``lake.ledger_record.AppliedKeys``, ``engine.select.compact_applied``), and a late file
 below it found by its S3 event (``engine.follow.Follower.note``). No Spark; S3 is moto."""
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile, parse_key
 from cdclake.dms.index import BronzeIndex, list_from
 from cdclake.dms.notices import Polling
-from cdclake.dms.store import LocalBronze, S3Bronze
+from cdclake.dms.s3_bronze import S3Bronze
+from cdclake.dms.store import LocalBronze
 from cdclake.engine.follow import Follower, FollowSettings
 from cdclake.engine.run import listing_starts, unconfigured_sources
 from cdclake.engine.select import TableState, compact_applied, look_back_stamp
-from cdclake.lake.ledger import CHECKPOINT_PROPERTY, AppliedKeys, LedgerCheckpoint, LoadedFile
+from cdclake.lake.ledger_record import CHECKPOINT_PROPERTY, AppliedKeys, LedgerCheckpoint, LoadedFile
 
 from .conftest import BUCKET
 from .test_follow_bronze import CountingS3, put

@@ -18,7 +18,8 @@ from moto import mock_aws
 from cdclake.dms.files import parse_key
 from cdclake.dms.index import BronzeIndex, in_time_order
 from cdclake.dms.notices import QueueNotices, announced_key
-from cdclake.dms.store import LocalBronze, S3Bronze
+from cdclake.dms.s3_bronze import S3Bronze
+from cdclake.dms.store import LocalBronze
 from cdclake.engine.select import batches
 
 from .conftest import BUCKET

@@ -8,7 +8,7 @@ tests/spark/test_history_crash.py, test_history_start.py and test_history_same_i
 from __future__ import annotations
 
 from cdclake.engine.history_sync import HistoryLag
-from cdclake.lake.ledger import SnapshotRef
+from cdclake.lake.ledger_record import SnapshotRef
 
 
 def test_a_lag_of_cdc_files_counts_them_and_says_the_next_run_catches_up() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cdclake.lake.ledger import KIND_CDC, KIND_FULL_LOAD, KIND_FULL_LOAD_STAGED, LedgerRecord, LoadedFile
+from cdclake.lake.ledger_record import KIND_CDC, KIND_FULL_LOAD, KIND_FULL_LOAD_STAGED, LedgerRecord, LoadedFile
 
 LOAD1, LOAD2, CDC = "s/t/LOAD00000001.csv", "s/t/LOAD00000002.csv", "s/t/20240102-0000000000.csv"
 

@@ -11,7 +11,7 @@ from cdclake.dms.files import BronzeFile, parse_key
 from cdclake.dms.layout import undeclared_header_columns
 from cdclake.engine.select import TableState, load_again, loaded_files, unloaded_load_files
 from cdclake.errors import LoadFilesConflictError
-from cdclake.lake.ledger import KIND_FULL_LOAD, LedgerRecord, LoadedFile
+from cdclake.lake.ledger_record import KIND_FULL_LOAD, LedgerRecord, LoadedFile
 
 TABLE = TableConfig(source_schema="s", source_table="t", target="t", columns={"id": "int", "qty": "int"})
 LOAD1, LOAD2, CDC = "s/t/LOAD00000001.csv", "s/t/LOAD00000002.csv", "s/t/20240102-0000000000.csv"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from cdclake.config import parse_config
 from cdclake.dms.files import classify
-from cdclake.ops.status import NO_FILES, TableStatus, no_files_yet
+from cdclake.ops.table_status import NO_FILES, TableStatus, no_files_yet
 from cdclake.report import RunReport
 from cdclake.shells.status_view import compact_tables, table_state
 

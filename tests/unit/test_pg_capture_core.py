@@ -10,7 +10,6 @@ from decimal import Decimal
 import pytest
 
 from cdclake.config import parse_config
-from cdclake.sources.postgres.capture import file_columns, render_records
 from cdclake.sources.postgres.catalog import (
     SourceColumn,
     SourceTable,
@@ -19,6 +18,7 @@ from cdclake.sources.postgres.catalog import (
     spark_type,
     value_text,
 )
+from cdclake.sources.postgres.change_stream import file_columns, render_records
 from cdclake.sources.postgres.pgoutput import UNCHANGED_TOAST, Begin, RowChange, decode, format_lsn, parse_lsn
 from cdclake.sources.postgres.state import TableFolder, change_sequence
 from cdclake.verify.report import format_comparisons

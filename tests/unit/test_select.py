@@ -24,7 +24,7 @@ from cdclake.engine.select import (
     unloaded_load_files,
 )
 from cdclake.errors import BronzeError, ConfigError, LoadFilesConflictError
-from cdclake.lake.ledger import LoadedFile
+from cdclake.lake.ledger_record import LoadedFile
 from cdclake.report import RunReport
 
 ORDERS = TableConfig("sales", "orders", "orders", primary_key=("id",))

@@ -9,8 +9,8 @@ import pytest
 
 from cdclake.gold.status import MartStatus
 from cdclake.lake.cuts import PublishedCut
-from cdclake.ops import status as status_module
-from cdclake.ops.status import TableStatus, _lag
+from cdclake.ops import table_status as status_module
+from cdclake.ops.table_status import TableStatus, _lag
 from cdclake.shells.output import format_rows
 from cdclake.shells.query import row_limit
 from cdclake.shells.status_view import (

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from cdclake.dms.files import parse_key
-from cdclake.dms.store import LocalBronze, S3Bronze, head_text, list_bronze, open_store
+from cdclake.dms.s3_bronze import S3Bronze
+from cdclake.dms.store import LocalBronze, head_text, list_bronze, open_store
 from cdclake.errors import BronzeError
 
 from .conftest import BUCKET

@@ -25,7 +25,8 @@ from botocore.response import StreamingBody
 from urllib3.exceptions import ProtocolError
 
 from cdclake.dms.files import parse_key
-from cdclake.dms.store import S3Bronze, StoreSettings, list_bronze
+from cdclake.dms.s3_bronze import S3Bronze
+from cdclake.dms.store import StoreSettings, list_bronze
 from cdclake.errors import BronzeError
 
 from .conftest import BUCKET

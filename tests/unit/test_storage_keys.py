@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from cdclake.dms.files import FileKind, parse_key
-from cdclake.dms.store import LocalBronze, S3Bronze, list_bronze, spark_path
+from cdclake.dms.files import FileKind, parse_key, spark_path
+from cdclake.dms.s3_bronze import S3Bronze
+from cdclake.dms.store import LocalBronze, list_bronze
 from cdclake.errors import BronzeError
 
 from .conftest import BUCKET

@@ -146,3 +146,17 @@ def classify(keys_and_sizes: Iterable[tuple[str, int]], transaction_path: str | 
         except UnrecognisedKey as exc:
             unrecognised.append(str(exc))
     return BronzeListing(files=tuple(sorted(files)), unrecognised=tuple(unrecognised))
+
+
+# Characters Hadoop reads as a glob in a path handed to Spark; escaped so a folder named
+# "orders [old]" is read as itself (DataFrameReader globs every path that holds one of them).
+_GLOB_CHARACTERS = frozenset("{}[]*?\\")
+
+
+def spark_path(path: str) -> str:
+    """``path`` as Spark's reader takes it literally: glob characters escaped, nothing else quoted.
+
+    Spaces and non-ASCII characters need no quoting (Hadoop encodes them itself); percent-encoding
+    here would make Spark look for a file literally named ``%20``.
+    """
+    return "".join(f"\\{ch}" if ch in _GLOB_CHARACTERS else ch for ch in path)

@@ -43,7 +43,7 @@ def list_from(
 ) -> BronzeListing:
     """Each folder of ``starts`` listed after its start key (S3 ``StartAfter``; None: the whole
     folder), in one listing: a request per folder and per 1,000 keys found, not per 1,000 keys
-    the folder holds. A start is a table's watermark (``lake.ledger.AppliedKeys``): with date
+    the folder holds. A start is a table's watermark (``lake.ledger_record.AppliedKeys``): with date
     folders written year first, key order is time order across them, so one listing after it
     reads only the date folders from its day on, and the table's LOAD files, which sort after every
     CDC name (a reload's new LOAD files are found)."""

@@ -1,6 +1,6 @@
 """A capture's progress record in bronze: "every change committed up to here is in these files".
 
-``cdclake capture`` (``sources/postgres/capture.py``) writes it after every flush, when the files
+``cdclake capture`` (``sources/postgres/change_stream.py``) writes it after every flush, when the files
 of the flush are durable: the source log position (PostgreSQL's commit LSN) up to which every
 captured change is in bronze, the commit time of the newest transaction at or below it, and for
 every captured table — changed or not — the newest CDC file it has at that position, the position

@@ -50,15 +50,8 @@ from cdclake.lake.journals import (
     tombstones_of,
 )
 from cdclake.lake.layout import apply_layout
-from cdclake.lake.ledger import (
-    KIND_FULL_LOAD,
-    KIND_FULL_LOAD_STAGED,
-    SnapshotRef,
-    forget_archived_ledger,
-    record_full_load,
-    replace_table,
-    snapshot_ref,
-)
+from cdclake.lake.ledger import forget_archived_ledger, record_full_load, replace_table, snapshot_ref
+from cdclake.lake.ledger_record import KIND_FULL_LOAD, KIND_FULL_LOAD_STAGED, SnapshotRef
 from cdclake.lake.tables import (
     SilverTable,
     ensure_database,

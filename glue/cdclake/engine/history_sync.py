@@ -21,13 +21,8 @@ from cdclake.dms.files import parse_key
 from cdclake.engine.read import history_changes
 from cdclake.errors import HistoryBehindError
 from cdclake.lake.history import apply_history, history_of, history_started, reflected_sequence, reflecting
-from cdclake.lake.ledger import (
-    LedgerRecord,
-    SnapshotRef,
-    batches_after,
-    full_load_unfinished,
-    newest_load,
-)
+from cdclake.lake.ledger import batches_after, full_load_unfinished, newest_load
+from cdclake.lake.ledger_record import LedgerRecord, SnapshotRef
 from cdclake.lake.tables import table_exists
 
 if TYPE_CHECKING:

@@ -73,7 +73,7 @@ from cdclake.lake.batch import (
 )
 from cdclake.lake.driver_write import collect_rows, collectable
 from cdclake.lake.journals import tombstones_of
-from cdclake.lake.ledger import LedgerRecord
+from cdclake.lake.ledger_record import LedgerRecord
 from cdclake.lake.row_delta import append_blocker
 from cdclake.lake.tables import TableMovedError
 from cdclake.runtime.session import interpreted_expressions

@@ -35,7 +35,7 @@ def list_all(engine: Engine) -> BronzeListing:
 def listing_starts(
     engine: Engine, tables: Sequence[TableConfig], states: Mapping[str, TableState]
 ) -> dict[str, str | None]:
-    """Where each table's folder is listed from: its watermark (``lake.ledger.AppliedKeys``), or
+    """Where each table's folder is listed from: its watermark (``lake.ledger_record.AppliedKeys``), or
     the whole folder (no state, no watermark). The transaction folder (multi-table files) from the
     least advanced of the tables' watermarks there."""
     starts: dict[str, str | None] = {}

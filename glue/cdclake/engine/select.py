@@ -15,7 +15,7 @@ from cdclake.dms.files import BronzeFile, BronzeListing, FileKind, parse_key
 from cdclake.dms.index import folder_of, in_time_order
 from cdclake.dms.store import BronzeStore
 from cdclake.errors import BronzeError, ConfigError, LoadFilesConflictError
-from cdclake.lake.ledger import AppliedKeys, LedgerCheckpoint, LoadedFile
+from cdclake.lake.ledger_record import AppliedKeys, LedgerCheckpoint, LoadedFile
 from cdclake.report import RunReport
 
 
@@ -24,7 +24,7 @@ class TableState:
     """What silver holds of one table: read once per run, then carried forward from each commit."""
 
     full_load_done: bool
-    applied: AppliedKeys  # bronze keys in the ledger (compacted: ``lake.ledger.AppliedKeys``)
+    applied: AppliedKeys  # bronze keys in the ledger (compacted: ``lake.ledger_record.AppliedKeys``)
     held: frozenset[str]  # bronze keys in quarantine (applied only by a replay)
     # what the last full load recorded, by key: its LOAD files (with their sizes and versions
     # where the ledger has them) and the CDC files it superseded

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 
 from cdclake.errors import first_line
 from cdclake.gold import refresh as gold
-from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY
+from cdclake.gold.pinned import PinnedSource, mart_sources, pinned_read, pinned_views
+from cdclake.lake.ledger_record import LATEST_COMMIT_TS_PROPERTY
 from cdclake.lake.tables import SilverTable, ensure_database, table_exists
 from cdclake.mart_config import MartConfig
 from cdclake.mart_sql import definition_id
@@ -108,7 +109,7 @@ def refresh_consistent(engine: Engine, mart: MartConfig, label: str, started: fl
     spark = engine.spark
     target = gold.mart_table(engine, mart)
     timelines = []
-    for name, table in gold.mart_sources(engine, mart):
+    for name, table in mart_sources(engine, mart):
         if not table_exists(spark, table):
             return gold.MartRefresh(label, gold.WAITING, reason=f"silver table {name} has no data yet")
         config = next((t for t in engine.config.tables if t.target == table.name), None)
@@ -131,15 +132,15 @@ def refresh_consistent(engine: Engine, mart: MartConfig, label: str, started: fl
     for t in timelines:
         matching = [sid for sid, reached in t.reached if reached == cut] if not t.history else []
         chosen[t.name] = matching[-1] if matching else t.reached[-1][0]
-    pinned = [gold.PinnedSource(t.name, t.table, chosen[t.name]) for t in timelines]
+    pinned = [PinnedSource(t.name, t.table, chosen[t.name]) for t in timelines]
     previous = gold.last_refresh(spark, target)
     definition = definition_id(mart.sql, mart.keys, mart.partition_by, mart.consistent)
     if previous and previous.cut == cut and previous.sources == chosen and previous.definition == definition:
         return gold.MartRefresh(label, gold.UP_TO_DATE, sources=chosen, seconds=time.monotonic() - started)
-    with gold.pinned_views(spark) as registered:
+    with pinned_views(spark) as registered:
         views = {}
         for i, t in enumerate(timelines):
-            frame = _as_of(spark, t.history, cut) if t.history else gold.pinned_read(spark, t.table, chosen[t.name])
+            frame = _as_of(spark, t.history, cut) if t.history else pinned_read(spark, t.table, chosen[t.name])
             views[t.name] = registered.register(f"cut_{i}", frame)
         try:
             current = gold.evaluate(spark, mart, views, engine.catalog)

@@ -28,17 +28,15 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from cdclake.config import gold_database as gold_database  # the gold modules and jobs import it from here
-from cdclake.config import readable_tables
 from cdclake.errors import first_line
 from cdclake.gold.cost import SourceReads, full_refresh_reason
 from cdclake.gold.groups import groups_and_key_ranges, incremental_shape_problem
+from cdclake.gold.pinned import PinnedSource, PinnedViews, mart_sources, pinned_read, pinned_views
 from cdclake.gold.snapshots import (
     ChangeScope,
     IncrementalUnavailable,
@@ -52,7 +50,7 @@ from cdclake.gold.snapshots import (
 )
 from cdclake.identifiers import quote
 from cdclake.lake.iceberg import IcebergTable
-from cdclake.lake.ledger import KIND_PROPERTY, MART_SOURCES_PROPERTY
+from cdclake.lake.ledger_record import KIND_PROPERTY, MART_SOURCES_PROPERTY
 from cdclake.lake.tables import (
     TABLE_PROPERTIES,
     SilverTable,
@@ -61,7 +59,7 @@ from cdclake.lake.tables import (
     table_exists,
 )
 from cdclake.mart_config import MartConfig
-from cdclake.mart_sql import definition_id, group_merge_statement, referenced_tables, substitute_tables
+from cdclake.mart_sql import definition_id, group_merge_statement, substitute_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -111,13 +109,6 @@ class LastRefresh:
     cut: str | None
 
 
-@dataclass(frozen=True)
-class PinnedSource:
-    name: str  # database.table, as the SQL names it
-    table: SilverTable
-    snapshot_id: int
-
-
 def mart_table(engine: Engine, mart: MartConfig) -> SilverTable:
     """The Iceberg table a mart is kept in: ``<catalog>.<gold database>.<mart name>``."""
     return SilverTable(engine.catalog, gold_database(engine.config), mart.name)
@@ -146,55 +137,6 @@ def last_refresh(spark: SparkSession, target: SilverTable) -> LastRefresh | None
         reason=summary.get(REASON_PROPERTY),
         cut=summary.get(CUT_PROPERTY),
     )
-
-
-def mart_sources(engine: Engine, mart: MartConfig) -> list[tuple[str, SilverTable]]:
-    """The tables a mart's SQL reads: (``database.table`` as written, the table): silver tables,
-    then other marts (``<gold database>.<mart>``), which are pinned and recorded the same way."""
-    known = readable_tables(engine.config.database, engine.config.tables)
-    found = [
-        (name, SilverTable(engine.catalog, engine.config.database, known[name]))
-        for name in referenced_tables(mart.sql, known, engine.catalog)
-    ]
-    gold_db = gold_database(engine.config)
-    marts = {f"{gold_db}.{m.name}": m.name for m in engine.config.gold.marts if m.name != mart.name}
-    found += [
-        (name, SilverTable(engine.catalog, gold_db, marts[name]))
-        for name in referenced_tables(mart.sql, marts, engine.catalog)
-    ]
-    return found
-
-
-class PinnedViews:
-    """The temporary views of one refresh: session-wide names, so each refresh gets its own
-    (``cdclake_gold_<random>_<role>``) and marts refreshing at once in one session never see
-    each other's pinned snapshots; all dropped when the refresh ends."""
-
-    def __init__(self, spark: SparkSession) -> None:
-        self.spark = spark
-        self.prefix = f"cdclake_gold_{uuid.uuid4().hex[:12]}_"
-        self.registered: list[str] = []
-
-    def register(self, role: str, frame: DataFrame) -> str:
-        name = self.prefix + role
-        frame.createOrReplaceTempView(name)
-        self.registered.append(name)
-        return name
-
-
-@contextmanager
-def pinned_views(spark: SparkSession) -> Iterator[PinnedViews]:
-    """Temporary views registered during one refresh, dropped afterwards."""
-    views = PinnedViews(spark)
-    try:
-        yield views
-    finally:
-        for name in views.registered:
-            spark.catalog.dropTempView(name)
-
-
-def pinned_read(spark: SparkSession, table: SilverTable, snapshot_id: int) -> DataFrame:
-    return spark.sql(f"SELECT * FROM {table.identifier} VERSION AS OF {int(snapshot_id)}")
 
 
 def mart_properties(

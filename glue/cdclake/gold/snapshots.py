@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cdclake.lake.iceberg import EQUALITY_DELETES, IcebergTable, ScanTask
-from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY
+from cdclake.lake.ledger_record import LATEST_COMMIT_TS_PROPERTY
 from cdclake.lake.tables import SilverTable, table_exists
 
 if TYPE_CHECKING:

@@ -8,7 +8,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from cdclake.gold.refresh import last_refresh, mart_sources, mart_table
+from cdclake.gold.pinned import mart_sources
+from cdclake.gold.refresh import last_refresh, mart_table
 from cdclake.gold.snapshots import current_snapshot, snapshots_after
 from cdclake.lake.tables import table_exists
 

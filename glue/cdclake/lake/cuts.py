@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from cdclake.identifiers import sql_string
 from cdclake.lake.iceberg import IcebergTable
-from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY
+from cdclake.lake.ledger_record import LATEST_COMMIT_TS_PROPERTY
 from cdclake.lake.tables import SilverTable, commit_with_properties, ensure_table, table_exists
 
 if TYPE_CHECKING:

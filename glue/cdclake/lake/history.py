@@ -35,7 +35,7 @@ from cdclake.columns import COMMIT_TS, HISTORY_PLACE_PREFIX, HISTORY_SUFFIX, OP,
 from cdclake.errors import CdclakeError
 from cdclake.identifiers import quote
 from cdclake.lake.iceberg import IcebergTable, Snapshot
-from cdclake.lake.ledger import SnapshotRef
+from cdclake.lake.ledger_record import SnapshotRef
 from cdclake.lake.tables import (
     SilverTable,
     commit_with_properties,
@@ -310,7 +310,19 @@ def drop_repeated_versions(spark: SparkSession, history: SilverTable, key: Seque
     dropped = ranked.where("_cdc_repeat").count()
     if dropped == 0:
         return 0
-    identity = [*keys, SILVER_ORDER]
+    _merge_repeats(spark, history, key, touched, ranked)
+    return dropped
+
+
+def _merge_repeats(
+    spark: SparkSession, history: SilverTable, key: Sequence[str], touched: DataFrame, ranked: DataFrame
+) -> None:
+    """One MERGE into ``history``: the versions ``ranked`` marks (``_cdc_repeat``) deleted, and
+    ``valid_to`` and ``is_current`` set again on those of ``touched`` (the keys' versions as stored)
+    whose validity the deletion moves; committed with the silver snapshot history already reflects."""
+    from pyspark.sql import functions as F
+
+    identity = [*[quote(k) for k in key], SILVER_ORDER]
     kept = with_validity(ranked.where("NOT _cdc_repeat").drop("_cdc_repeat", VALID_TO, IS_CURRENT), key)
     was = touched.select(*identity, F.col(VALID_TO).alias("_cdc_was_to"), F.col(IS_CURRENT).alias("_cdc_was_current"))
     moved = (
@@ -340,7 +352,6 @@ def drop_repeated_versions(spark: SparkSession, history: SilverTable, key: Seque
         commit_with_properties(spark, properties, lambda: spark.sql(statement))
     finally:
         spark.catalog.dropTempView(view)
-    return dropped
 
 
 def _data_columns(rows: DataFrame) -> list[str]:

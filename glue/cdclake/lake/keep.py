@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 
 from cdclake.lake.history import history_of, reflecting_snapshot_id
 from cdclake.lake.iceberg import IcebergTable
-from cdclake.lake.ledger import MART_SOURCES_PROPERTY, full_load_unfinished
+from cdclake.lake.ledger import full_load_unfinished
+from cdclake.lake.ledger_record import MART_SOURCES_PROPERTY
 from cdclake.lake.tables import SilverTable, table_exists
 
 if TYPE_CHECKING:

@@ -110,7 +110,7 @@ def _images_and_replaced(
     """The batch's changes with ``_cdc_stored_matched`` (a stored row is replaced), and the
     expressions of their new images in table column order.
 
-    The changes' effects (``changes.classify_effects`` against this same snapshot: insert, update
+    The changes' effects (``effects.classify_effects`` against this same snapshot: insert, update
     and delete only, late changes and deletes of missing keys already left out) are trusted: the
     stored rows are read only when an update must keep stored values.
     """
@@ -181,16 +181,7 @@ def stage_changes(spark: SparkSession, batch: KeyedBatch[DataFrame]) -> StagedBa
     # Decided once, on a frame the size of the batch: the DELETE and the INSERT read it, not the table.
     applied = applied.localCheckpoint()
     started = time.monotonic()
-    counts = applied.agg(
-        F.count(F.lit(1)).alias("replaced"),
-        F.count_if(F.col(OP) != "D").alias("written"),
-        F.min(F.col(key[0])).alias("lo"),
-        F.max(F.col(key[0])).alias("hi"),
-    ).first()
-    assert counts is not None
-    replaced, written = int(counts["replaced"]), int(counts["written"])
-    # The replaced keys' range as literals lets Iceberg skip files (and row groups) outside it.
-    bounds = (counts["lo"], counts["hi"]) if len(key) == 1 and counts["lo"] is not None else None
+    replaced, written, bounds = _replaced_written_bounds(applied, key)
     log.debug("publish %s: decided in %.2fs", table_identifier, time.monotonic() - started)
     deleted = applied.select(*key)
     images = applied.where(F.col(OP) != "D").select(*image)
@@ -221,6 +212,28 @@ def stage_changes(spark: SparkSession, batch: KeyedBatch[DataFrame]) -> StagedBa
         spark.catalog.dropTempView(view)
         applied.unpersist()
     table.refresh()
+    return StagedBatch(table_identifier, base, branch, _branch_commits(table, branch, base), replaced, written)
+
+
+def _replaced_written_bounds(applied: DataFrame, key: Sequence[str]) -> tuple[int, int, tuple[Any, Any] | None]:
+    """In one Spark job: how many stored rows the batch replaces, how many new images it writes,
+    and the replaced keys' (lowest, highest) for a one-column key (else None)."""
+    from pyspark.sql import functions as F
+
+    counts = applied.agg(
+        F.count(F.lit(1)).alias("replaced"),
+        F.count_if(F.col(OP) != "D").alias("written"),
+        F.min(F.col(key[0])).alias("lo"),
+        F.max(F.col(key[0])).alias("hi"),
+    ).first()
+    assert counts is not None
+    # The replaced keys' range as literals lets Iceberg skip files (and row groups) outside it.
+    bounds = (counts["lo"], counts["hi"]) if len(key) == 1 and counts["lo"] is not None else None
+    return int(counts["replaced"]), int(counts["written"]), bounds
+
+
+def _branch_commits(table: Any, branch: str, base: int) -> tuple[int, ...]:
+    """The snapshot ids ``branch`` of the (refreshed) Java table holds above ``base``, newest first."""
     head = table.snapshot(branch)
     ids: list[int] = []
     snapshot = table.snapshot(head.snapshotId()) if head is not None else None
@@ -228,7 +241,7 @@ def stage_changes(spark: SparkSession, batch: KeyedBatch[DataFrame]) -> StagedBa
         ids.append(int(snapshot.snapshotId()))
         parent = snapshot.parentId()
         snapshot = table.snapshot(parent) if parent is not None else None
-    return StagedBatch(table_identifier, base, branch, tuple(ids), replaced, written)
+    return tuple(ids)
 
 
 def commit_staged(spark: SparkSession, staged: StagedBatch, properties: Mapping[str, str]) -> Snapshot:

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cdclake.alerts import EpisodeChanges, apply_episode_changes, episode_changes
-from cdclake.dms.store import MISSING_KEY_CODES
+from cdclake.dms.s3_bronze import MISSING_KEY_CODES
 
 log = logging.getLogger("cdclake")
 

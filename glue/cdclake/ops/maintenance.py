@@ -337,6 +337,29 @@ def _prune_tombstones(engine: Engine, tombstones: SilverTable, now: datetime, se
     return removed
 
 
+def _compact_in_layout(engine: Engine, silver: SilverTable, table: TableConfig) -> None:
+    """Rewrite the silver table's data files, in its key layout, and its position delete files."""
+    name = _procedure_name(silver)
+    # Compaction also applies merge-on-read deletes to the files it rewrites.
+    compaction = "map('min-input-files', '2', 'delete-file-threshold', '1')"
+    # Keyed tables keep their layout: the compaction sorts by the key (the table's sort order).
+    apply_layout(engine.spark, silver.identifier, table.silver_key(), table.layout)
+    strategy = "strategy => 'sort', " if table.layout == "sorted" else ""
+    _call(engine, "rewrite_data_files", f"table => {name}, {strategy}options => {compaction}")
+    _call(engine, "rewrite_position_delete_files", f"table => {name}, options => map('rewrite-all', 'true')")
+
+
+def _drop_history_repeats(engine: Engine, history: SilverTable, table: TableConfig) -> int:
+    """The versions history holds of one change twice, dropped (``lake.history.drop_repeated_versions``);
+    how many (0: no history table)."""
+    repeats = (
+        drop_repeated_versions(engine.spark, history, table.silver_key()) if table_exists(engine.spark, history) else 0
+    )
+    if repeats:
+        log.warning("history repeats removed table=%s versions=%d", table.source, repeats)
+    return repeats
+
+
 def maintain_table(
     engine: Engine,
     table: TableConfig,
@@ -358,15 +381,8 @@ def maintain_table(
         # Its tombstones and history change only with its commits: they are unchanged too.
         report.unchanged = True
         return report
-    name = _procedure_name(silver)
     report.data_files_before, report.delete_files_before = _file_counts(engine, silver)
-    # Compaction also applies merge-on-read deletes to the files it rewrites.
-    compaction = "map('min-input-files', '2', 'delete-file-threshold', '1')"
-    # Keyed tables keep their layout: the compaction sorts by the key (the table's sort order).
-    apply_layout(engine.spark, silver.identifier, table.silver_key(), table.layout)
-    strategy = "strategy => 'sort', " if table.layout == "sorted" else ""
-    _call(engine, "rewrite_data_files", f"table => {name}, {strategy}options => {compaction}")
-    _call(engine, "rewrite_position_delete_files", f"table => {name}, options => map('rewrite-all', 'true')")
+    _compact_in_layout(engine, silver, table)
     kept = snapshots_to_keep(engine.spark, silver, keep)
     if not kept.silver_expires:
         log.warning("snapshots kept table=%s: its full load is unfinished; the next run loads it again", table.source)
@@ -380,11 +396,7 @@ def maintain_table(
         report.tombstones_removed = _prune_tombstones(engine, tombstones, now, settings)
     history = history_of(silver)
     # Before its compaction, which then takes the repair's deletes in.
-    repeats = (
-        drop_repeated_versions(engine.spark, history, table.silver_key()) if table_exists(engine.spark, history) else 0
-    )
-    if repeats:
-        log.warning("history repeats removed table=%s versions=%d", table.source, repeats)
+    repeats = _drop_history_repeats(engine, history, table)
     for side, role, side_keep in (
         (tombstones, TOMBSTONES, kept.marts_read),
         (history, HISTORY, kept.history),

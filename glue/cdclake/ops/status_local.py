@@ -26,17 +26,11 @@ from cdclake.dms.store import BronzeStore, list_bronze
 from cdclake.lake.counts import Count, TableFiles, count_all
 from cdclake.lake.cuts import CUTS_TABLE, PublishedCut, latest_local_cut
 from cdclake.lake.journals import QUARANTINE_ROWS_TABLE, QUARANTINE_TABLE, SCHEMA_CHANGES_TABLE
-from cdclake.lake.ledger import (
-    LEDGER_ARCHIVE_TABLE,
-    LedgerState,
-    ledger_state,
-    lineage_entries,
-    newest_commit_ts,
-)
+from cdclake.lake.ledger import LEDGER_ARCHIVE_TABLE, LedgerState, ledger_state
+from cdclake.lake.ledger_record import lineage_entries, newest_commit_ts
 from cdclake.lake.local_tables import LocalTable, LocalWarehouse
 from cdclake.lake.tables import SilverTable
-from cdclake.ops.status import (
-    NOT_CONFIGURED,
+from cdclake.ops.table_status import (
     Journals,
     SilverReading,
     TableStatus,
@@ -44,6 +38,7 @@ from cdclake.ops.status import (
     existing_status,
     held_by_capture,
     held_files,
+    stray_status,
     stray_tables,
     undeclared_columns,
 )
@@ -230,13 +225,4 @@ def _countable(table: LocalTable, name: str) -> TableFiles:
 
 def _stray(database: str, name: str, table: LocalTable | None) -> TableStatus:
     """``ops.status._stray`` from the table's metadata file."""
-    identifier = SilverTable(DEFAULT_CATALOG, database, name).identifier
-    return TableStatus(
-        name,
-        f"{database}.{name}",
-        exists=True,
-        rows=None if table is None else table.exact_rows(),
-        behind=f"{NOT_CONFIGURED}: no configured table writes this silver table (a renamed or mistyped table's "
-        f"leftover?); drop it once you are sure: DROP TABLE {identifier}",
-        not_configured=NOT_CONFIGURED,
-    )
+    return stray_status(SilverTable(DEFAULT_CATALOG, database, name), None if table is None else table.exact_rows())

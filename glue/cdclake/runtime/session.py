@@ -132,9 +132,17 @@ def interpreted_expressions(spark: SparkSession) -> Iterator[None]:
 
 def spark_conf(settings: SessionSettings) -> dict[str, str]:
     """The Spark configuration for ``settings``; pure, so both shells' settings are testable."""
-    name = settings.catalog_name
+    prefix = f"spark.sql.catalog.{settings.catalog_name}"
+    catalog = settings.catalog
+    where = _glue_conf(prefix, catalog) if isinstance(catalog, GlueCatalog) else _local_conf(prefix, catalog)
+    return _engine_conf(settings.catalog_name) | where | settings.extra_conf
+
+
+def _engine_conf(name: str) -> dict[str, str]:
+    """What every session of cdclake's sets, wherever it runs: Iceberg as the catalog ``name``, UTC, and
+    the planning and reading settings the engine's plans rely on."""
     prefix = f"spark.sql.catalog.{name}"
-    conf: dict[str, str] = {
+    return {
         "spark.sql.extensions": ICEBERG_EXTENSIONS,
         prefix: "org.apache.iceberg.spark.SparkCatalog",
         "spark.sql.defaultCatalog": name,
@@ -176,31 +184,35 @@ def spark_conf(settings: SessionSettings) -> dict[str, str]:
             for way in ("Read", "Write")
         },
     }
-    catalog = settings.catalog
-    if isinstance(catalog, GlueCatalog):
-        conf |= {
-            f"{prefix}.catalog-impl": "org.apache.iceberg.aws.glue.GlueCatalog",
-            f"{prefix}.io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
-            f"{prefix}.warehouse": catalog.warehouse,
-            # Iceberg's GlueCatalog refuses names outside [a-z0-9_] by default; DMS writes tables
-            # such as inventory.order-items, which the Glue API itself accepts (cdclake quotes them).
-            f"{prefix}.glue.skip-name-validation": "true",
-        }
-    else:
-        conf |= {
-            f"{prefix}.type": "hadoop",
-            f"{prefix}.warehouse": str(catalog.warehouse.resolve()),
-            "spark.master": f"local[{catalog.cores}]",
-            "spark.driver.memory": catalog.driver_memory,
-            "spark.sql.shuffle.partitions": str(catalog.shuffle_partitions),
-            "spark.default.parallelism": str(catalog.shuffle_partitions),
-            "spark.sql.adaptive.enabled": "true",
-            "spark.ui.enabled": "false",
-            "spark.ui.showConsoleProgress": "false",
-            "spark.driver.extraJavaOptions": f"-Dderby.system.home={catalog.cache_dir} "
-            f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()} {catalog.jvm_options}".strip(),
-        }
-    return conf | settings.extra_conf
+
+
+def _glue_conf(prefix: str, catalog: GlueCatalog) -> dict[str, str]:
+    """The catalog ``prefix`` as the AWS Glue Data Catalog, its files in S3."""
+    return {
+        f"{prefix}.catalog-impl": "org.apache.iceberg.aws.glue.GlueCatalog",
+        f"{prefix}.io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
+        f"{prefix}.warehouse": catalog.warehouse,
+        # Iceberg's GlueCatalog refuses names outside [a-z0-9_] by default; DMS writes tables
+        # such as inventory.order-items, which the Glue API itself accepts (cdclake quotes them).
+        f"{prefix}.glue.skip-name-validation": "true",
+    }
+
+
+def _local_conf(prefix: str, catalog: LocalCatalog) -> dict[str, str]:
+    """The catalog ``prefix`` as a local Hadoop warehouse, and the local driver that runs it."""
+    return {
+        f"{prefix}.type": "hadoop",
+        f"{prefix}.warehouse": str(catalog.warehouse.resolve()),
+        "spark.master": f"local[{catalog.cores}]",
+        "spark.driver.memory": catalog.driver_memory,
+        "spark.sql.shuffle.partitions": str(catalog.shuffle_partitions),
+        "spark.default.parallelism": str(catalog.shuffle_partitions),
+        "spark.sql.adaptive.enabled": "true",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={catalog.cache_dir} "
+        f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()} {catalog.jvm_options}".strip(),
+    }
 
 
 def process_alive(pid: int) -> bool:

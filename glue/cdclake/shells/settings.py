@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -42,6 +42,30 @@ def global_options(
         if flags[-1].lstrip("-").replace("-", "_") not in skip:
             parser.add_argument(*flags, **kwargs)
 
+    _place_options(option, default)
+    _spark_options(option, default)
+    option(
+        "--lock-wait",
+        type=float,
+        default=default(600.0),
+        help="seconds a writing command waits for another one on the same warehouse (default: 600)",
+    )
+    option(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=default(False),
+        help="print only results and warnings (Spark logs errors only, no progress)",
+    )
+
+
+# ``global_options``' two halves: how one option is added (or left out), and its default there.
+_Option = Callable[..., None]
+_Default = Callable[[object], object]
+
+
+def _place_options(option: _Option, default: _Default) -> None:
+    """Where the command works: its configuration, bronze and the local warehouse."""
     option(
         "--config",
         type=Path,
@@ -57,6 +81,10 @@ def global_options(
         default=default(None),
         help=f"local Iceberg warehouse directory (default: {DEFAULT_WAREHOUSE} next to the --config file)",
     )
+
+
+def _spark_options(option: _Option, default: _Default) -> None:
+    """The local Spark session: the Iceberg runtime, the jar cache, the driver's memory and JVM."""
     option(
         "--cache-dir",
         type=Path,
@@ -80,19 +108,6 @@ def global_options(
         default=default(os.environ.get("CDCLAKE_JVM_OPTIONS", "")),
         help="more options of the local Spark driver's JVM (env CDCLAKE_JVM_OPTIONS), e.g. "
         "'-XX:TieredStopAtLevel=1' for quicker short commands on small tables",
-    )
-    option(
-        "--lock-wait",
-        type=float,
-        default=default(600.0),
-        help="seconds a writing command waits for another one on the same warehouse (default: 600)",
-    )
-    option(
-        "-q",
-        "--quiet",
-        action="store_true",
-        default=default(False),
-        help="print only results and warnings (Spark logs errors only, no progress)",
     )
 
 

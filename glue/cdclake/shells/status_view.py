@@ -2,7 +2,7 @@
 
 The compact view has one line per table (TABLE, ROWS, APPLIED, PENDING, LAG, STATE), then, for
 each table that is not up to date, the whole reason on a line of its own. STATE is "up to date" or
-the table's short markers (``ops.status.ATTENTION_MARKERS``). The csv and json formats always carry
+the table's short markers (``ops.table_status.ATTENTION_MARKERS``). The csv and json formats always carry
 every field, with the lag in seconds.
 """
 
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.gold.status import mart_statuses_as_rows
 from cdclake.ops.metrics import freshness_lag
-from cdclake.ops.status import NO_FILES, TableStatus, attention, statuses_as_rows
+from cdclake.ops.table_status import NO_FILES, TableStatus, attention, statuses_as_rows
 from cdclake.shells.output import aligned_table, format_rows, text_of
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 """How far silver has applied one table, for verify against a live source (``verify.live``): the newest source
-commit it applied (``lake.ledger.newest_commit_ts``) and its CDC files in bronze neither
+commit it applied (``lake.ledger_record.newest_commit_ts``) and its CDC files in bronze neither
 applied nor held in quarantine. Table metadata and a bronze listing of the table's folder; no Spark job but the
 quarantine journal's read, when it holds rows. Kept apart from ``ops.status`` so the verify Glue job reaches no
 local-only reader (``lake.counts`` reads a local warehouse with pyiceberg, which Glue does not install)."""
@@ -13,7 +13,8 @@ from cdclake.dms.files import FileKind
 from cdclake.dms.store import list_bronze
 from cdclake.lake.iceberg import IcebergTable
 from cdclake.lake.journals import QUARANTINE_TABLE, quarantined_files_by_table
-from cdclake.lake.ledger import LATEST_COMMIT_TS_PROPERTY, newest_commit_ts, read_ledger
+from cdclake.lake.ledger import read_ledger
+from cdclake.lake.ledger_record import LATEST_COMMIT_TS_PROPERTY, newest_commit_ts
 from cdclake.lake.tables import table_exists, table_names
 from cdclake.verify.live import SilverPosition
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from cdclake.sources.postgres.capture import ChangeCapture
+from cdclake.sources.postgres.change_stream import ChangeCapture
 from cdclake.verify.report import format_comparisons
 from cdclake.verify.result import TableComparison
 from local_databases import PG_BIN

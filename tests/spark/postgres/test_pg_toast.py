@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from cdclake.context import Engine
-from cdclake.ops.status import HELD_BY_CAPTURE, table_statuses
+from cdclake.ops.status import table_statuses
+from cdclake.ops.table_status import HELD_BY_CAPTURE
 from cdclake.shells.cli import main
 from cdclake.shells.status_view import table_state
 from cdclake.sources.postgres.state import capture_holds

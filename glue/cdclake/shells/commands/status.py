@@ -15,7 +15,7 @@ from cdclake.shells.local_engine import on_engine
 if TYPE_CHECKING:
     from cdclake.context import Engine
     from cdclake.lake.cuts import PublishedCut
-    from cdclake.ops.status import TableStatus
+    from cdclake.ops.table_status import TableStatus
     from cdclake.shells.settings import CliSettings
 
 

@@ -193,54 +193,10 @@ def connect(address: SourceAddress, timeout: float = CONNECT_TIMEOUT_SECONDS) ->
     ``timeout`` seconds to connect and log in."""
     try:
         if address.engine == "postgres":
-            import pg8000.dbapi
-
-            options = dict(address.options)
-            ssl_context: Any = None
-            if options.get("sslmode") in ("require", "verify-ca", "verify-full"):
-                import ssl
-
-                ssl_context = ssl.create_default_context()
-                if options["sslmode"] == "require":
-                    ssl_context.check_hostname = False
-                    ssl_context.verify_mode = ssl.CERT_NONE
-            socket_dir = address.host if address.host.startswith("/") else None
-            conn = pg8000.dbapi.connect(
-                user=address.user or "postgres",
-                password=address.password or None,
-                host=address.host if socket_dir is None else "localhost",
-                unix_sock=f"{socket_dir}/.s.PGSQL.{address.port}" if socket_dir else None,
-                port=address.port,
-                database=address.database or None,
-                timeout=timeout,
-                ssl_context=ssl_context,
-            )
-            conn.autocommit = True
-            return conn
+            return _connect_postgres(address, timeout)
         if address.engine == "mysql":
-            import pymysql
-
-            return pymysql.connect(
-                host=address.host,
-                port=address.port,
-                user=address.user or "root",
-                password=address.password,
-                database=address.database or None,
-                connect_timeout=max(1, round(timeout)),
-                autocommit=True,
-                charset="utf8mb4",
-            )
-        import pytds
-
-        return pytds.connect(
-            dsn=address.host,
-            port=address.port,
-            database=address.database or None,
-            user=address.user,
-            password=address.password,
-            login_timeout=max(1, round(timeout)),
-            autocommit=True,
-        )
+            return _connect_mysql(address, timeout)
+        return _connect_sqlserver(address, timeout)
     except ImportError as exc:
         raise SourceCatalogError(
             f"The driver for {address.engine} is not installed ({exc.name}): pip install 'cdclake[sources]'."
@@ -257,6 +213,66 @@ def connect(address: SourceAddress, timeout: float = CONNECT_TIMEOUT_SECONDS) ->
             reason = _reason(cause) if isinstance(cause, OSError) else _reason(exc)
             raise SourceCatalogError(_postgres_problem(reason, address)) from None
         raise SourceCatalogError(f"Cannot connect to {address.describe()}: {_reason(exc)}.") from None
+
+
+def _connect_postgres(address: SourceAddress, timeout: float) -> Any:
+    """pg8000, over TLS as ``sslmode`` asks (``require``: unverified), or through the Unix socket of
+    a host that is a directory."""
+    import pg8000.dbapi
+
+    options = dict(address.options)
+    ssl_context: Any = None
+    if options.get("sslmode") in ("require", "verify-ca", "verify-full"):
+        import ssl
+
+        ssl_context = ssl.create_default_context()
+        if options["sslmode"] == "require":
+            ssl_context.check_hostname = False
+            ssl_context.verify_mode = ssl.CERT_NONE
+    socket_dir = address.host if address.host.startswith("/") else None
+    conn = pg8000.dbapi.connect(
+        user=address.user or "postgres",
+        password=address.password or None,
+        host=address.host if socket_dir is None else "localhost",
+        unix_sock=f"{socket_dir}/.s.PGSQL.{address.port}" if socket_dir else None,
+        port=address.port,
+        database=address.database or None,
+        timeout=timeout,
+        ssl_context=ssl_context,
+    )
+    conn.autocommit = True
+    return conn
+
+
+def _connect_mysql(address: SourceAddress, timeout: float) -> Any:
+    """PyMySQL (MySQL and MariaDB), in utf8mb4."""
+    import pymysql
+
+    return pymysql.connect(
+        host=address.host,
+        port=address.port,
+        user=address.user or "root",
+        password=address.password,
+        database=address.database or None,
+        connect_timeout=max(1, round(timeout)),
+        autocommit=True,
+        charset="utf8mb4",
+    )
+
+
+def _connect_sqlserver(address: SourceAddress, timeout: float) -> Any:
+    """python-tds (SQL Server)."""
+    import pytds
+
+    return pytds.connect(
+        dsn=address.host,
+        port=address.port,
+        database=address.database or None,
+        user=address.user,
+        password=address.password,
+        login_timeout=max(1, round(timeout)),
+        autocommit=True,
+    )
 
 
 def _postgres_problem(reason: str, address: SourceAddress) -> str:

@@ -20,10 +20,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cdclake.errors import CdclakeError
 from cdclake.identifiers import quote_pg
-from cdclake.sources.postgres.settings import CaptureError
 
 DOCS = 'docs/capture.md, "What capture needs"'
+
+
+class CaptureError(CdclakeError):
+    """Capture cannot go on without losing or corrupting changes (the message says what to do)."""
 
 
 class SourceAccessError(CaptureError):

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cdclake.errors import CdclakeError
 from cdclake.sources.postgres.catalog import (
     SESSION_SETTINGS,
 )
@@ -16,10 +15,6 @@ from cdclake.sources.postgres.catalog import (
 log = logging.getLogger("cdclake.capture")
 
 CAPTURED_NAME = re.compile(r"^(\d{8}-\d{10})(\d{20})\.csv$")
-
-
-class CaptureError(CdclakeError):
-    """Capture cannot go on without losing or corrupting changes (the message says what to do)."""
 
 
 @dataclass(frozen=True)

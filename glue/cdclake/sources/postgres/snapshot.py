@@ -19,8 +19,8 @@ from cdclake.sources.postgres.catalog import (
     value_text,
 )
 from cdclake.sources.postgres.pgoutput import format_lsn, parse_lsn
-from cdclake.sources.postgres.problems import SourceAccessError, capture_problems
-from cdclake.sources.postgres.settings import CaptureError, CaptureReport, CaptureSettings, connect
+from cdclake.sources.postgres.problems import CaptureError, SourceAccessError, capture_problems
+from cdclake.sources.postgres.settings import CaptureReport, CaptureSettings, connect
 from cdclake.sources.postgres.state import CaptureState, change_sequence, state_path, timestamp_text, write_durably
 
 log = logging.getLogger("cdclake.capture")

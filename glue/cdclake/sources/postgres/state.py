@@ -37,7 +37,7 @@ class CaptureState:
     # the publications the first capture created (changes are decoded through these names)
     publications: list[str] = field(default_factory=list)
     # table -> (commit LSN, reason): a table whose changes from that transaction on are not
-    # captured (an unlogged TOAST value, ``capture.ChangeCapture._hold``) until it is reloaded
+    # captured (an unlogged TOAST value, ``change_stream.ChangeCapture._hold``) until it is reloaded
     held: dict[str, tuple[int, str]] = field(default_factory=dict)
     # tables being loaded again (``capture --reload``): their changes are not written until it is done
     reloads: list[str] = field(default_factory=list)
