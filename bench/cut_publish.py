@@ -7,7 +7,7 @@
 
 - ``sql serial``: the way before (each table: exists, its tag read, ``ALTER TABLE ... CREATE OR REPLACE
   TAG``, one after another), the baseline;
-- ``publish``: ``lake.cuts.publish_cut`` as the engine calls it (the record, then each table's tags in
+- ``publish``: ``lake.cuts.CutPublisher.publish`` as the engine calls it (the record, then each table's tags in
   one metadata commit, ``CutTags.workers`` tables at a time);
 - ``publish, one at a time``: the same with one worker, to tell the commit's way from the overlap.
 
@@ -75,9 +75,9 @@ def _sql_serial(spark: SparkSession, cut: PublishedCut) -> None:
 def _publish(workers: int) -> Callable[[SparkSession, PublishedCut], None]:
     def publish(spark: SparkSession, cut: PublishedCut) -> None:
         from cdclake.lake.committer import IcebergCommitter
-        from cdclake.lake.cuts import CutTags, publish_cut
+        from cdclake.lake.cuts import CutPublisher, CutTags
 
-        publish_cut(spark, CATALOG, DATABASE, cut, IcebergCommitter(), CutTags(workers=workers))
+        CutPublisher(spark, CATALOG, DATABASE, IcebergCommitter(), CutTags(workers=workers)).publish(cut)
 
     return publish
 

@@ -258,11 +258,13 @@ class CutRounds:
 
     def _settle(self, bound: CutBound, states: Mapping[str, TableState]) -> str:
         from cdclake.engine.turn import read_state
-        from cdclake.lake.cuts import CutTags, PublishedCut, latest_cut, newest_commit_ts, publish_cut, repair_tags
+        from cdclake.lake.cuts import CutPublisher, CutTags, PublishedCut, latest_cut, newest_commit_ts
 
         engine = self.engine
         spark, catalog, database = engine.spark, engine.catalog, engine.config.database
-        tags = CutTags(keep_days=engine.config.cut_tag_days)
+        publisher = CutPublisher(
+            spark, catalog, database, engine.committer, CutTags(keep_days=engine.config.cut_tag_days)
+        )
         known = dict(states)
         for table in self.tables:
             if table.source not in known:
@@ -273,7 +275,7 @@ class CutRounds:
         )  # fmt: skip
         latest = latest_cut(spark, catalog, database) if cut is not None or not self.tags_checked else None
         if latest is not None and not self.tags_checked:
-            repair_tags(spark, catalog, database, latest, engine.committer, tags)  # mends a crash among the tags
+            publisher.repair(latest)  # mends a crash among the tags
         # from here on the latest record's tags are in place (a failure sets tags_checked back)
         if latest is not None:
             self.published = latest.commit_ts
@@ -292,7 +294,7 @@ class CutRounds:
             ):
                 self.commit_ts = latest.commit_ts
                 return f"at {latest.commit_ts} ({latest.position_text}), unchanged"
-        publish_cut(spark, catalog, database, new, engine.committer, tags, latest)
+        publisher.publish(new, tagged=latest)
         self.commit_ts = self.published = new.commit_ts
         log.info("cut published commit_ts=%s position=%s tables=%d", new.commit_ts, new.position_text,
                  len(new.snapshots))  # fmt: skip

@@ -106,6 +106,6 @@ class IcebergCommitter:
         take()
 
     def cut_step(self, step: str, take: Callable[[], None]) -> None:
-        """Take one step of publishing a consistent cut (``lake.cuts.publish_cut``: ``record``, then
+        """Take one step of publishing a consistent cut (``lake.cuts.CutPublisher``: ``record``, then
         ``tag <table>`` for each table), in that order."""
         take()

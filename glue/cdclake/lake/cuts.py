@@ -12,7 +12,7 @@ A cut (``engine.cut``) is published after the round's table commits, in this ord
    in one metadata commit per table, several tables at once. Tags are moved table by table, so a
    reader of several tags during those moments (or after a crash among them) can see two cuts; the
    record is the atomic one. Every publication first moves the tags still at an older cut than the
-   record's (``repair_tags``), so a crash among them is mended by the next round, cut or no cut.
+   record's (``CutPublisher.repair``), so a crash among them is mended by the next round, cut or no cut.
 
 A crash before the record leaves the previous cut the latest, and its snapshots are kept: each is
 the target of a tag until the tags move, and a tagged snapshot is never expired. Older cuts stay in
@@ -230,58 +230,53 @@ class CutTags:
         return first is not None and first[:_HOUR] == second[:_HOUR]
 
 
-def repair_tags(
-    spark: SparkSession,
-    catalog: str,
-    database: str,
-    cut: PublishedCut,
-    committer: IcebergCommitter,
-    tags: CutTags = CutTags(),
-    tagged: PublishedCut | None = None,
-) -> list[str]:
-    """Move every tag that is not at ``cut`` (the latest record) to it, ``tags.workers`` tables at a
-    time (a table's tags in one metadata commit); the tables moved. Every table is tried; the first
-    failure is raised after the others are done. ``tagged``: a cut whose tags are known to be in
-    place; a table at the same snapshot in both is left alone, unless ``cut`` is the first of an
-    hour (a dated tag for every table)."""
+@dataclass(frozen=True)
+class CutPublisher:
+    """Publishes the cuts of one silver database (``catalog``.``database``): the record, then the
+    tags, each step through ``committer.cut_step`` (the fault tests' seam)."""
 
-    def move(name: str, snapshot_id: int) -> bool:
-        table = SilverTable(catalog, database, name)
-        if not table_exists(spark, table):
+    spark: SparkSession
+    catalog: str
+    database: str
+    committer: IcebergCommitter
+    tags: CutTags = CutTags()
+
+    def publish(self, cut: PublishedCut, tagged: PublishedCut | None = None) -> list[str]:
+        """Record ``cut``, then move the tags to it (the order the module docstring proves); the
+        tables whose tags moved. ``tagged``: the previous cut, when its tags are known to be in place
+        (only the tables whose snapshot moved since are looked at, as ``repair`` says)."""
+        self.committer.cut_step("record", lambda: record_cut(self.spark, self.catalog, self.database, cut))
+        return self.repair(cut, tagged)
+
+    def repair(self, cut: PublishedCut, tagged: PublishedCut | None = None) -> list[str]:
+        """Move every tag that is not at ``cut`` (the latest record) to it, ``tags.workers`` tables at
+        a time (a table's tags in one metadata commit); the tables moved. Every table is tried; the
+        first failure is raised after the others are done. ``tagged``: a cut whose tags are known to
+        be in place; a table at the same snapshot in both is left alone, unless ``cut`` is the first
+        of an hour (a dated tag for every table)."""
+        items = sorted(cut.snapshots.items())
+        if tagged is not None and self.tags.same_hour(tagged, cut):
+            items = [(name, sid) for name, sid in items if tagged.snapshots.get(name) != sid]
+        workers = max(1, min(self.tags.workers, len(items)))
+        with ThreadPoolExecutor(workers, thread_name_prefix="cdclake-tag") as pool:
+            futures = [(name, pool.submit(self._move, cut, name, snapshot_id)) for name, snapshot_id in items]
+            wait([f for _, f in futures])
+        failed = next((f.exception() for _, f in futures if f.exception() is not None), None)
+        if failed is not None:
+            raise failed
+        return [name for name, f in futures if f.result()]
+
+    def _move(self, cut: PublishedCut, name: str, snapshot_id: int) -> bool:
+        """Move one table's tags to ``snapshot_id`` if they are not there; whether they moved."""
+        table = SilverTable(self.catalog, self.database, name)
+        if not table_exists(self.spark, table):
             return False
-        iceberg = IcebergTable.latest(spark, table.identifier)
-        moves = tags.moves(cut, iceberg.ref_names())
+        iceberg = IcebergTable.latest(self.spark, table.identifier)
+        moves = self.tags.moves(cut, iceberg.ref_names())
         if iceberg.tag(CUT_TAG) == snapshot_id and moves.set == (CUT_TAG,) and not moves.removed:
             return False
-        committer.cut_step(f"tag {name}", partial(iceberg.move_tags, moves.set, snapshot_id, moves.removed))
+        self.committer.cut_step(f"tag {name}", partial(iceberg.move_tags, moves.set, snapshot_id, moves.removed))
         return True
-
-    items = sorted(cut.snapshots.items())
-    if tagged is not None and tags.same_hour(tagged, cut):
-        items = [(name, sid) for name, sid in items if tagged.snapshots.get(name) != sid]
-    with ThreadPoolExecutor(max(1, min(tags.workers, len(items))), thread_name_prefix="cdclake-tag") as pool:
-        futures = [(name, pool.submit(move, name, snapshot_id)) for name, snapshot_id in items]
-        wait([f for _, f in futures])
-    failed = next((f.exception() for _, f in futures if f.exception() is not None), None)
-    if failed is not None:
-        raise failed
-    return [name for name, f in futures if f.result()]
-
-
-def publish_cut(
-    spark: SparkSession,
-    catalog: str,
-    database: str,
-    cut: PublishedCut,
-    committer: IcebergCommitter,
-    tags: CutTags = CutTags(),
-    tagged: PublishedCut | None = None,
-) -> list[str]:
-    """Record ``cut``, then move the tags to it (the order the module docstring proves); the tables
-    whose tag moved. ``tagged``: the previous cut, when its tags are known to be in place (only the
-    tables whose snapshot moved since are looked at, as ``repair_tags`` says)."""
-    committer.cut_step("record", lambda: record_cut(spark, catalog, database, cut))
-    return repair_tags(spark, catalog, database, cut, committer, tags, tagged)
 
 
 def newest_commit_ts(spark: SparkSession, table: SilverTable, snapshot_id: int) -> str | None:
