@@ -120,26 +120,32 @@ def prepare_batch(
         files = [f for f in files if f not in held_late]
     small = 0 < sum(f.size for f in files) <= engine.interpreted_batch_bytes
     with interpreted_expressions(engine.spark) if small else nullcontext():
-        _prepare(engine, table, files, metadata, plan, checkpoint or {})
+        _prepare(_Batch(engine, table, metadata, checkpoint or {}), files, plan)
     plan.holds.extend(Hold([x.file], x.reason) for x in late)
     return plan
 
 
-def _prepare(
-    engine: Engine,
-    table: TableConfig,
-    files: Sequence[BronzeFile],
-    metadata: TableMetadata,
-    plan: BatchPlan,
-    checkpoint: Mapping[str, str],
-) -> BatchPlan:
+@dataclass(frozen=True)
+class _Batch:
+    """What every step of preparing one batch reads: the engine, the table, its metadata as the plan
+    read it, and the checkpoint the commit also records."""
+
+    engine: Engine
+    table: TableConfig
+    metadata: TableMetadata
+    checkpoint: Mapping[str, str]
+
+
+def _prepare(batch: _Batch, files: Sequence[BronzeFile], plan: BatchPlan) -> BatchPlan:
+    """Prepare ``files`` but the empty, unreadable or refused ones, which the plan holds with their reason."""
+    engine, table = batch.engine, batch.table
     remaining = [f for f in files if f.size != 0]
     if empty := [f for f in files if f.size == 0]:
         plan.holds.append(Hold(empty, "empty file"))
     failures = 0
     while remaining:
         try:
-            return _prepare_readable(engine, table, remaining, metadata, plan, checkpoint)
+            return _prepare_readable(batch, remaining, plan)
         except ConfigError:
             raise
         except TooManyBadRowsError as too_many:
@@ -206,17 +212,11 @@ class _Chosen:
     materialized: DataFrame
 
 
-def _prepare_readable(
-    engine: Engine,
-    table: TableConfig,
-    files: Sequence[BronzeFile],
-    metadata: TableMetadata,
-    plan: BatchPlan,
-    checkpoint: Mapping[str, str],
-) -> BatchPlan:
+def _prepare_readable(batch: _Batch, files: Sequence[BronzeFile], plan: BatchPlan) -> BatchPlan:
     """Plan the schema change, then read, count and classify the batch in one pass over its files
     (the counts are observed while the rows are materialised): read, classify, choose and
     materialise, assemble."""
+    engine, table, metadata, checkpoint = batch.engine, batch.table, batch.metadata, batch.checkpoint
     read = _read(engine, table, files, metadata)
     if read.schema.incompatible:
         plan.holds.append(Hold(list(files), "; ".join(read.schema.incompatible), type_change=True))
