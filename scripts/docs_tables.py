@@ -1,7 +1,8 @@
 """Write the docs' generated tables from their one declaration in the code, or check them.
 
 - docs/runbook.md, "Alarms": ``cdclake.ops.metric_catalog.alarm_table()`` (the ``ALARMS`` declarations);
-- docs/configuration.md, "Every setting": ``cdclake.config_settings.settings_table()`` (the ``SETTINGS``).
+- docs/configuration.md, "Every setting": ``cdclake.config_settings.settings_table()`` (the ``SETTINGS``);
+- docs/configuration.md, the column types: ``cdclake.types.types_table()`` (the ``COLUMN_TYPES``).
 
 Each table sits between ``<!-- generated: NAME -->`` and ``<!-- end generated: NAME -->``. Run it after
 changing a declaration (``make docs-tables``); ``--check`` exits 1 naming a table that differs (the unit tests
@@ -20,10 +21,12 @@ sys.path.insert(0, str(ROOT / "glue"))
 
 from cdclake.config_settings import settings_table  # noqa: E402
 from cdclake.ops.metric_catalog import alarm_table  # noqa: E402
+from cdclake.types import types_table  # noqa: E402
 
 TABLES: dict[str, tuple[Path, Callable[[], str]]] = {
     "alarms": (ROOT / "docs" / "runbook.md", alarm_table),
     "settings": (ROOT / "docs" / "configuration.md", settings_table),
+    "types": (ROOT / "docs" / "configuration.md", types_table),
 }
 
 

@@ -115,3 +115,19 @@ def _family_rank(type_name: str) -> tuple[str, int] | None:
     if column_type is None or column_type.family is None or column_type.family == "decimal":
         return None
     return column_type.family, column_type.rank
+
+
+def types_table() -> str:
+    """docs/configuration.md's table of the column types (between its ``types`` markers): each
+    type's name, the other names the configuration takes, the DMS types read as it and what it
+    widens to."""
+    lines = ["| type | also written | DMS types read as it | a column of it widens to |", "|---|---|---|---|"]
+    for t in COLUMN_TYPES:
+        name = "decimal(p,s)" if t.family == "decimal" else t.spark
+        wider = [u.spark for u in COLUMN_TYPES if t.family not in (None, "decimal") and u.family == t.family
+                 and u.rank > t.rank]  # fmt: skip
+        widens = "a larger precision, the same scale" if t.family == "decimal" else ", ".join(wider) or "—"
+        aliases = ", ".join(f"`{a}`" for a in t.aliases) or "—"
+        dms = ", ".join(t.dms) or "those with parameters (the engines' map)"
+        lines.append(f"| `{name}` | {aliases} | {dms} | {widens} |")
+    return "\n".join(lines)
