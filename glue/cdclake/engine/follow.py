@@ -186,10 +186,7 @@ class Follower:
                 new = self.look(announced, set(unapplied))
                 if new:
                     self.last_news = time.monotonic()
-                elif (
-                    self.settings.idle_seconds is not None
-                    and time.monotonic() - self.last_news >= self.settings.idle_seconds
-                ):
+                elif self._idle():
                     stop = "idle"
                     break
                 due = _due(self.selected, self.index, self.states, new, set(unapplied), self.retry_at)
@@ -296,6 +293,7 @@ class Follower:
         return {folder: start for folder, start in starts.items() if folder in self.folders}
 
     def _idle(self) -> bool:
+        """Whether the loop has seen no new file for ``idle_seconds`` (None: never idle)."""
         idle = self.settings.idle_seconds
         return idle is not None and time.monotonic() - self.last_news >= idle
 
