@@ -65,18 +65,18 @@ log = logging.getLogger("cdclake")
 def main(argv: Sequence[str]) -> RunReport | FollowReport:
     args = parse_arguments(argv, "cdc")
     engine = build_engine(args)
-    if args.queue_url and not args.manifest and not args.replay:
+    if args.cdc.queue_url and not args.cdc.manifest and not args.cdc.replay:
         return _follow(args, engine)
     files = []
-    if args.manifest:
-        keys = [e.key for e in read_manifest(read_text(args.manifest), args.manifest)]
+    if args.cdc.manifest:
+        keys = [e.key for e in read_manifest(read_text(args.cdc.manifest), args.cdc.manifest)]
         files = files_from_keys(engine.store, keys, engine.config.bronze.transaction_path)
-    if args.replay:
+    if args.cdc.replay:
         report = replay(engine, ReplaySelection(keys=frozenset(f.key for f in files), quarantined=not files))
-    elif args.manifest:
+    elif args.cdc.manifest:
         report = apply_cdc_files(engine, files)
     else:
-        report = run(engine, sweep=args.follow.sweep)
+        report = run(engine, sweep=args.cdc.follow.sweep)
     log_report(report)
     publish_metrics(args, engine.config, report)
     report.checked()  # after the other tables' outcomes are logged and published
@@ -88,7 +88,7 @@ def _follow(
 ) -> FollowReport:
     """The CDC lane: follow the queue (``notices``: the job's queue unless given; ``apply``: a round's work,
     ``run.apply_pending`` unless given: the seams tests use)."""
-    uri = args.reload_requests
+    uri = args.cdc.reload_requests
     requester = None if uri is None else ReloadRequester(lambda text: write_text(uri, text), _requested(uri))
     asked: set[str] = set()  # tables this run added to the reload request
 
@@ -108,7 +108,7 @@ def _follow(
         )
         publish_metrics(args, engine.config, done.report, done.backlog)
 
-    settings = args.follow if requester is None else replace(args.follow, loads=False)
+    settings = args.cdc.follow if requester is None else replace(args.cdc.follow, loads=False)
     outcome = follow(
         engine,
         settings,
@@ -177,19 +177,19 @@ def _requested(uri: str) -> frozenset[str] | None:
 
 def job_episodes(args: JobArguments) -> FailureEpisodes:
     """The failure episodes in --failure_episodes when the job is given it, else this run's own."""
-    if not args.failure_episodes:
+    if not args.cdc.failure_episodes:
         return MemoryEpisodes()
     import boto3
 
     from cdclake.ops.failure_episodes import S3Episodes
 
-    return S3Episodes(boto3.client("s3"), args.failure_episodes)
+    return S3Episodes(boto3.client("s3"), args.cdc.failure_episodes)
 
 
 def silence_edges(args: JobArguments) -> SilenceEdges:
     """The silence watch's edges (``engine.silence``): the DMS tasks' table states (with
     --replication_task_arns) and the tables earlier runs alerted, recorded at --silent_tables."""
-    uri = args.silent_tables
+    uri = args.cdc.silent_tables
     alerted: frozenset[str] = frozenset()
     if uri is not None:
         try:
@@ -201,7 +201,7 @@ def silence_edges(args: JobArguments) -> SilenceEdges:
         if uri is not None:
             write_text(uri, json.dumps(sorted(tables)))
 
-    return SilenceEdges(dms_table_states(args.replication_task_arns), alerted, remember)
+    return SilenceEdges(dms_table_states(args.cdc.replication_task_arns), alerted, remember)
 
 
 def dms_table_states(task_arns: Sequence[str], dms: Any = None) -> DmsTableStates | None:
@@ -227,11 +227,11 @@ def dms_table_states(task_arns: Sequence[str], dms: Any = None) -> DmsTableState
 
 def job_alerts(args: JobArguments) -> Alerts:
     """The stack's alert topic when the job is given one, else log lines at ERROR."""
-    if not args.alert_topic_arn:
+    if not args.cdc.alert_topic_arn:
         return LoggedAlerts()
     import boto3
 
-    return SnsAlerts(boto3.client("sns"), args.alert_topic_arn, args.environment)
+    return SnsAlerts(boto3.client("sns"), args.cdc.alert_topic_arn, args.environment)
 
 
 if __name__ == "__main__":

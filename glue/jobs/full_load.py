@@ -29,11 +29,11 @@ def main(argv: Sequence[str]) -> RunReport:
     args = parse_arguments(argv, "full_load")
     prepare_job_configuration(args.source, args.config, args.database)
     engine = build_engine(args)
-    report = full_load(engine, [engine.config.table(t) for t in args.tables] or None, reload=args.reload)
+    report = full_load(engine, [engine.config.table(t) for t in args.tables] or None, reload=args.full_load.reload)
     log_report(report)
     publish_metrics(args, engine.config, report)
-    if args.verify_job_name and args.tables:
-        _verify_reloaded(args.verify_job_name, report)
+    if args.full_load.verify_job_name and args.tables:
+        _verify_reloaded(args.full_load.verify_job_name, report)
     report.checked()  # after the other tables' outcomes are logged and published
     return report
 

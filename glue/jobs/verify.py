@@ -58,9 +58,9 @@ def main(argv: Sequence[str]) -> VerifyRun:
         "verify run_id=%s tables=%d differing=%d rows_differing=%d skipped=%d",
         run_id, len(rows), summary.tables_differing, summary.rows_differing, summary.tables_skipped,
     )  # fmt: skip
-    if args.metrics_namespace is not None:
+    if args.metrics.namespace is not None:
         now = datetime.now(UTC)
-        publish_verify_metrics(boto3.client("cloudwatch"), args.metrics_namespace, summary, args.environment, now)
+        publish_verify_metrics(boto3.client("cloudwatch"), args.metrics.namespace, summary, args.environment, now)
     return VerifyRun(run_id, rows, summary)
 
 

@@ -37,7 +37,7 @@ from cdclake.engine.select import TableState
 from cdclake.errors import BronzeError, TablesFailedError
 from cdclake.ops.failure_episodes import S3Episodes
 from cdclake.report import FollowReport, Outcome, Round, RunReport, TableFailure, TableReport
-from cdclake.shells.glue_job import JobArguments
+from cdclake.shells.glue_job import CdcArguments, JobArguments
 from s3_events import object_created_event
 
 BUCKET = "bronze"
@@ -418,7 +418,7 @@ def test_the_cdc_job_publishes_alerts_to_its_topic_when_given_one(stack: Stack) 
     arguments = JobArguments(config="c.yaml", bronze=f"s3://{BUCKET}/dms", warehouse="s3://w", environment="prod")
     # WHEN the job's alerts are built with and without --alert_topic_arn, and one is sent
     assert isinstance(job_alerts(arguments), LoggedAlerts)
-    alerts = job_alerts(replace(arguments, alert_topic_arn=topic))
+    alerts = job_alerts(replace(arguments, cdc=CdcArguments(alert_topic_arn=topic)))
     assert isinstance(alerts, SnsAlerts)
     alerts.send("s.t0 is failing", "s.t0: its cdc failed: simulated fault in s.t0.")
     # THEN the topic received it, its subject naming the environment and the table
@@ -574,8 +574,9 @@ def test_a_run_that_asks_for_a_reload_ends_after_that_round_so_the_reload_starts
     cdc_follow = runpy.run_path(str(ROOT / "glue" / "jobs" / "cdc.py"), run_name="job_cdc")["_follow"]
     requests = f"s3://{BUCKET}/state/reloads.json"
     arguments = JobArguments(
-        config="c.yaml", bronze=f"s3://{BUCKET}/dms", warehouse="s3://w", queue_url=stack.url,
-        reload_requests=requests, follow=FollowSettings(poll_seconds=0.05, max_run_seconds=3600),
+        config="c.yaml", bronze=f"s3://{BUCKET}/dms", warehouse="s3://w",
+        cdc=CdcArguments(queue_url=stack.url, reload_requests=requests,
+                         follow=FollowSettings(poll_seconds=0.05, max_run_seconds=3600)),
     )  # fmt: skip
     for table in TABLES:
         stack.put(table)

@@ -49,10 +49,10 @@ def test_a_setting_that_is_not_a_positive_whole_number_is_a_clear_error(value: s
 def test_a_job_reads_only_its_own_arguments() -> None:
     argv = ["job.py", *COMMON, "--retain_last_snapshots", "5", "--poll_seconds", "7", "--reload", "true"]
     assert parse_arguments(argv, "cdc").maintenance == MaintenanceSettings(changed_only=True)  # not the CDC job's
-    assert parse_arguments(argv, "cdc").follow.poll_seconds == 7
-    assert parse_arguments(argv, "cdc").reload is False
-    assert parse_arguments(argv, "full_load").reload is True
-    assert parse_arguments(argv, "maintain").follow.poll_seconds == 30  # the job's default pace, untouched
+    assert parse_arguments(argv, "cdc").cdc.follow.poll_seconds == 7
+    assert parse_arguments(argv, "cdc").full_load.reload is False
+    assert parse_arguments(argv, "full_load").full_load.reload is True
+    assert parse_arguments(argv, "maintain").cdc.follow.poll_seconds == 30  # the job's default pace, untouched
     with pytest.raises(ConfigError, match="The cdc job needs --warehouse"):
         parse_arguments(["job.py", *COMMON[:4]], "cdc")
     with pytest.raises(ConfigError, match="--idle_seconds must not be negative"):

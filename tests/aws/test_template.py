@@ -761,7 +761,7 @@ def test_the_full_relisting_comes_inside_every_run_for_any_accepted_setting() ->
     # and the job refuses the pair the template cannot (a run started by hand with its own arguments)
     common = ["cdc.py", "--config", "c", "--bronze", "b", "--warehouse", "w"]
     given = parse_arguments([*common, "--relist_seconds", "900", "--max_run_seconds", "3600"], "cdc")
-    assert (given.follow.relist_seconds, given.follow.max_run_seconds) == (900, 3600)
+    assert (given.cdc.follow.relist_seconds, given.cdc.follow.max_run_seconds) == (900, 3600)
     with pytest.raises(ConfigError, match=r"--relist_seconds \(3600\) must be shorter than --max_run_seconds"):
         parse_arguments([*common, "--relist_seconds", "3600", "--max_run_seconds", "3600"], "cdc")
     with pytest.raises(ConfigError, match="--relist_seconds must be positive"):
@@ -773,9 +773,9 @@ def test_the_cdc_job_is_given_the_alert_topic_and_reads_it() -> None:
     assert arguments["--alert_topic_arn"] == {"Ref": "AlertTopic"}
     topic = "arn:aws:sns:us-east-1:123456789012:cdclake-dev-alerts"
     common = ["cdc.py", "--config", "c", "--bronze", "b", "--warehouse", "w"]
-    assert parse_arguments([*common, "--alert_topic_arn", topic], "cdc").alert_topic_arn == topic
-    assert parse_arguments(common, "cdc").alert_topic_arn is None
-    assert parse_arguments([*common, "--alert_topic_arn", topic], "full_load").alert_topic_arn is None
+    assert parse_arguments([*common, "--alert_topic_arn", topic], "cdc").cdc.alert_topic_arn == topic
+    assert parse_arguments(common, "cdc").cdc.alert_topic_arn is None
+    assert parse_arguments([*common, "--alert_topic_arn", topic], "full_load").cdc.alert_topic_arn is None
     for job in ("FullLoadJob", "MaintenanceJob", "GoldJob"):
         assert "--alert_topic_arn" not in RESOURCES[job]["Properties"]["DefaultArguments"], job
 

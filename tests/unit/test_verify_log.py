@@ -132,9 +132,9 @@ def test_the_verify_job_reads_its_source_tables_and_metrics_and_nothing_else() -
     args = parse_arguments(argv, "verify")
     assert args.source is not None and args.source.secret_id == "cdclake/source"
     assert (args.source.connection_name, args.source.database, args.source.engine) == ("db", "shop", "postgres")
-    assert args.tables == ("s.a", "s.b") and (args.metrics_namespace, args.environment) == ("cdclake", "prod")
+    assert args.tables == ("s.a", "s.b") and (args.metrics.namespace, args.environment) == ("cdclake", "prod")
     # not the verify job's: left at their defaults
-    assert (args.table_metrics, args.reload, args.queue_url) == ("", False, None)
+    assert (args.metrics.tables, args.full_load.reload, args.cdc.queue_url) == ("", False, None)
     with pytest.raises(ConfigError, match="The verify job needs --warehouse"):
         parse_arguments(["verify.py", *COMMON[:4]], "verify")
 

@@ -78,46 +78,69 @@ JOB_ARGUMENTS: dict[JobName, tuple[str, ...]] = {
 
 
 @dataclass(frozen=True)
+class JobMetrics:
+    """Where a job's CloudWatch metrics go; none without a namespace."""
+
+    namespace: str | None = None  # publish CloudWatch metrics under this namespace when set
+    tables: str = ""  # comma-separated tables that get CloudWatch metrics of their own (others: log lines)
+
+
+@dataclass(frozen=True)
+class CdcArguments:
+    """What the CDC job alone reads: what it applies, the queue it follows, and its lane's state in S3."""
+
+    manifest: str | None = None  # the batch manifest; absent = everything pending
+    replay: bool = False  # apply the manifest's files (or, without one, the quarantine) again
+    # follow the file queue (S3 events) and apply files as they arrive (engine.follow)
+    queue_url: str | None = None
+    follow: FollowSettings = JOB_FOLLOW
+    # where the loop writes the (re)loads it leaves to the full-load lane (ops.reload_requests); None: it
+    # writes none (a manual run)
+    reload_requests: str | None = None
+    # the SNS topic its alerts go to (one per failure episode); None: no alert is published
+    alert_topic_arn: str | None = None
+    # the S3 object (s3://bucket/key) where the tables in a failure episode are kept from run to run
+    # (ops.failure_episodes); None: each run keeps its own, and alerts a table still failing again
+    failure_episodes: str | None = None
+    # the DMS tasks whose table statistics tell a table DMS stopped capturing (engine.silence)
+    replication_task_arns: tuple[str, ...] = ()
+    # where the tables alerted as silent are recorded (a JSON list), so a next run does not alert them again
+    silent_tables: str | None = None
+
+
+@dataclass(frozen=True)
+class FullLoadArguments:
+    """What the full-load job alone reads."""
+
+    reload: bool = False  # replace tables that are already loaded
+    # the verify job it starts for the tables a run given --tables (a reload) loaded; None: none
+    verify_job_name: str | None = None
+
+
+@dataclass(frozen=True)
 class JobArguments:
-    """A Glue job's arguments, parsed once when it starts; what a job does not read keeps its default."""
+    """A Glue job's arguments, parsed once when it starts, grouped as the jobs read them; what a job
+    does not read keeps its default."""
 
     config: str  # s3:// URI or local path of the table configuration
     bronze: str  # s3://bucket/prefix DMS writes to (or a local directory)
     warehouse: str  # s3:// warehouse (Glue Data Catalog) or a local directory (Hadoop catalog)
     catalog: str = DEFAULT_CATALOG
     database: str | None = None  # the stack's Glue database; replaces the configuration's silver.database
-    manifest: str | None = None  # CDC job: the batch manifest; absent = everything pending
-    reload: bool = False  # full-load job: replace tables that are already loaded
-    # Full-load job: only these tables (source names; the state machine passes the CDC lane's reload
+    gold_database: str | None = None  # the stack's gold Glue database; replaces the configuration's gold.database
+    environment: str = "dev"  # the stack's environment: its metrics' dimension, its alerts' subject
+    # Full-load and verify jobs: only these tables (source names; the state machine passes the CDC lane's reload
     # request); empty: every configured table. Either way a loaded table is left alone unless its load is due.
     tables: tuple[str, ...] = ()
-    # CDC job: where the loop writes the (re)loads it leaves to the full-load lane (ops.reload_requests);
-    # None: it writes none (a manual run)
-    reload_requests: str | None = None
-    replay: bool = False  # CDC job: apply the manifest's files (or, without one, the quarantine) again
-    environment: str = "dev"
-    metrics_namespace: str | None = None  # publish CloudWatch metrics under this namespace when set
-    table_metrics: str = ""  # comma-separated tables that get CloudWatch metrics of their own (others: log lines)
-    gold_database: str | None = None  # the stack's gold Glue database; replaces the configuration's gold.database
-    # CDC job: follow the file queue (S3 events) and apply files as they arrive (engine.follow).
-    queue_url: str | None = None
-    follow: FollowSettings = JOB_FOLLOW
-    # CDC job: the SNS topic its alerts go to (one per failure episode); None: no alert is published.
-    alert_topic_arn: str | None = None
-    # CDC job: the S3 object (s3://bucket/key) where the tables in a failure episode are kept from run to run
-    # (ops.failure_episodes); None: each run keeps its own, and alerts a table still failing again
-    failure_episodes: str | None = None
-    # CDC job: the DMS tasks whose table statistics tell a table DMS stopped capturing (engine.silence)
-    replication_task_arns: tuple[str, ...] = ()
-    # CDC job: where the tables alerted as silent are recorded (a JSON list), so a next run does not alert them again
-    silent_tables: str | None = None
-    # Full-load job: the source whose catalog writes (or checks) the configuration; None without a secret.
+    # Full-load and verify jobs: the source (its catalog writes or checks the configuration; verify reads it);
+    # None without a secret.
     source: SourceSettings | None = None
+    metrics: JobMetrics = JobMetrics()
+    cdc: CdcArguments = CdcArguments()
+    full_load: FullLoadArguments = FullLoadArguments()
     maintenance: MaintenanceSettings = DEFAULT_MAINTENANCE  # maintenance job
     # Verify job: how long differing tables may take to catch up with a live source (verify.live)
     live: LiveSettings = JOB_LIVE
-    # Full-load job: the verify job it starts for the tables a run given --tables (a reload) loaded; None: none
-    verify_job_name: str | None = None
 
 
 def parse_arguments(argv: Sequence[str], job: JobName) -> JobArguments:
@@ -135,36 +158,41 @@ def parse_arguments(argv: Sequence[str], job: JobName) -> JobArguments:
         warehouse=values["warehouse"],
         catalog=values.get("catalog", DEFAULT_CATALOG),
         database=values.get("database"),
-        manifest=values.get("manifest"),
-        reload=_flag(values, "reload"),
-        tables=tuple(t.strip() for t in values.get("tables", "").split(",") if t.strip()),
-        reload_requests=values.get("reload_requests"),
-        replay=_flag(values, "replay"),
-        environment=values.get("environment", "dev"),
-        metrics_namespace=values.get("metrics_namespace"),
-        table_metrics=values.get("table_metrics", ""),
         gold_database=values.get("gold_database"),
-        queue_url=values.get("queue_url"),
-        follow=FollowSettings(
-            poll_seconds=_seconds(values, "poll_seconds", JOB_FOLLOW.poll_seconds) or 0.0,
-            idle_seconds=_seconds(values, "idle_seconds", JOB_FOLLOW.idle_seconds),
-            max_run_seconds=_seconds(values, "max_run_seconds", JOB_FOLLOW.max_run_seconds),
-            relist_seconds=_relist_seconds(values),
-            sweep=_flag(values, "sweep"),
-        ),
-        alert_topic_arn=values.get("alert_topic_arn"),
-        failure_episodes=values.get("failure_episodes"),
-        replication_task_arns=tuple(a.strip() for a in values.get("replication_task_arns", "").split(",") if a.strip()),
-        silent_tables=values.get("silent_tables"),
+        environment=values.get("environment", "dev"),
+        tables=_listed(values, "tables"),
         source=_source(values),
+        metrics=JobMetrics(values.get("metrics_namespace"), values.get("table_metrics", "")),
+        cdc=CdcArguments(
+            manifest=values.get("manifest"),
+            replay=_flag(values, "replay"),
+            queue_url=values.get("queue_url"),
+            follow=FollowSettings(
+                poll_seconds=_seconds(values, "poll_seconds", JOB_FOLLOW.poll_seconds) or 0.0,
+                idle_seconds=_seconds(values, "idle_seconds", JOB_FOLLOW.idle_seconds),
+                max_run_seconds=_seconds(values, "max_run_seconds", JOB_FOLLOW.max_run_seconds),
+                relist_seconds=_relist_seconds(values),
+                sweep=_flag(values, "sweep"),
+            ),
+            reload_requests=values.get("reload_requests"),
+            alert_topic_arn=values.get("alert_topic_arn"),
+            failure_episodes=values.get("failure_episodes"),
+            replication_task_arns=_listed(values, "replication_task_arns"),
+            silent_tables=values.get("silent_tables"),
+        ),
+        full_load=FullLoadArguments(reload=_flag(values, "reload"), verify_job_name=values.get("verify_job_name")),
         maintenance=_maintenance(values),
         live=LiveSettings(
             wait_seconds=_seconds(values, "wait_seconds", JOB_LIVE.wait_seconds) or 0.0,
             delivery_seconds=_seconds(values, "delivery_seconds", JOB_LIVE.delivery_seconds) or 0.0,
             poll_seconds=JOB_LIVE.poll_seconds,
         ),
-        verify_job_name=values.get("verify_job_name"),
     )
+
+
+def _listed(values: dict[str, str], name: str) -> tuple[str, ...]:
+    """A comma-separated argument's items (none when it is absent)."""
+    return tuple(item.strip() for item in values.get(name, "").split(",") if item.strip())
 
 
 def job_run_id(argv: Sequence[str]) -> str:
@@ -310,12 +338,12 @@ def queue_notices(args: JobArguments) -> QueueNotices:
     """The file queue as the follow loop reads it; bronze must be on S3 (the events name its keys)."""
     import boto3
 
-    if not args.queue_url:
+    if not args.cdc.queue_url:
         raise ConfigError("--queue_url is not set.")
     if not args.bronze.startswith("s3://"):
         raise ConfigError(f"--queue_url needs bronze on S3 (its events name S3 keys), not {args.bronze}.")
     bucket, _, prefix = args.bronze[len("s3://") :].partition("/")
-    return QueueNotices(boto3.client("sqs"), args.queue_url, bucket, prefix.strip("/"))
+    return QueueNotices(boto3.client("sqs"), args.cdc.queue_url, bucket, prefix.strip("/"))
 
 
 def publish_metrics(
@@ -323,18 +351,18 @@ def publish_metrics(
 ) -> None:
     """Send the run's (or round's) pipeline metrics to CloudWatch and log a JSON line per table
     batch, when the job was given a namespace; tables in --table_metrics get metrics of their own."""
-    if args.metrics_namespace is None:
+    if args.metrics.namespace is None:
         return
     import boto3
 
     from cdclake.ops.metrics import MetricsTarget, publish, table_metrics_for
 
     target = MetricsTarget(
-        args.metrics_namespace, args.environment, table_metrics_for(args.table_metrics.split(","), config)
+        args.metrics.namespace, args.environment, table_metrics_for(args.metrics.tables.split(","), config)
     )
     sent = publish(boto3.client("cloudwatch"), target, report, backlog)
     log.info(
-        "metrics published namespace=%s entries=%d table_lines=%d", args.metrics_namespace, sent.entries, sent.lines
+        "metrics published namespace=%s entries=%d table_lines=%d", args.metrics.namespace, sent.entries, sent.lines
     )
 
 
