@@ -34,29 +34,30 @@ class ColumnType:
     aliases: tuple[str, ...] = ()
     # DMS's own data types (CHAP_Reference.DataTypes) whose output is read as this type.
     dms: tuple[str, ...] = ()
+    # A value as DMS writes it in a CSV file (tests/spark/test_every_type.py takes each type from here)
+    example: str = ""
 
 
 COLUMN_TYPES: tuple[ColumnType, ...] = (
-    ColumnType("boolean", "bool", "boolean", dms=("BOOLEAN",)),
-    ColumnType("tinyint", "int8", "int", family="integral", rank=1, integral=True, dms=("INT1",)),
-    ColumnType("smallint", "int16", "int", family="integral", rank=2, integral=True, dms=("INT2", "UINT1")),
-    ColumnType(
-        "int", "int32", "int", family="integral", rank=3, integral=True, aliases=("integer",), dms=("INT4", "UINT2")
-    ),
-    ColumnType(
-        "bigint", "int64", "long", family="integral", rank=4, integral=True, aliases=("long",), dms=("INT8", "UINT4")
-    ),
-    ColumnType("float", "float32", "float", family="floating", rank=1, dms=("REAL4",)),
-    ColumnType("double", "float64", "double", family="floating", rank=2, dms=("REAL8",)),
+    ColumnType("boolean", "bool", "boolean", dms=("BOOLEAN",), example="true"),
+    ColumnType("tinyint", "int8", "int", family="integral", rank=1, integral=True, dms=("INT1",), example="-7"),
+    ColumnType("smallint", "int16", "int", family="integral", rank=2, integral=True, dms=("INT2", "UINT1"),
+               example="-1234"),
+    ColumnType("int", "int32", "int", family="integral", rank=3, integral=True, aliases=("integer",),
+               dms=("INT4", "UINT2"), example="123456789"),
+    ColumnType("bigint", "int64", "long", family="integral", rank=4, integral=True, aliases=("long",),
+               dms=("INT8", "UINT4"), example="-1234567890123"),
+    ColumnType("float", "float32", "float", family="floating", rank=1, dms=("REAL4",), example="1.5"),
+    ColumnType("double", "float64", "double", family="floating", rank=2, dms=("REAL8",), example="-2.25"),
     # Its precision and scale follow its name: decimal(p,s), widening within one scale.
-    ColumnType("decimal", "decimal128", "decimal", family="decimal"),
-    ColumnType("date", "date32", "date", dms=("DATE",)),
-    ColumnType("timestamp", "timestamp[us, tz=UTC]", "timestamptz"),
-    ColumnType("timestamp_ntz", "timestamp[us]", "timestamp"),
+    ColumnType("decimal", "decimal128", "decimal", family="decimal", example="12345678.91"),
+    ColumnType("date", "date32", "date", dms=("DATE",), example="2024-02-29"),
+    ColumnType("timestamp", "timestamp[us, tz=UTC]", "timestamptz", example="2024-01-02 03:04:05.123456"),
+    ColumnType("timestamp_ntz", "timestamp[us]", "timestamp", example="1999-12-31 23:59:59.999999"),
     # Spark has no time-of-day type: TIME is its text.
-    ColumnType("string", "string", "string", dms=("STRING", "WSTRING", "CLOB", "NCLOB", "TIME")),
-    ColumnType("binary", "binary", "binary"),
-)
+    ColumnType("string", "string", "string", dms=("STRING", "WSTRING", "CLOB", "NCLOB", "TIME"), example="héllo wörld"),
+    ColumnType("binary", "binary", "binary", example="raw bytes"),
+)  # fmt: skip
 
 BY_SPARK = {t.spark: t for t in COLUMN_TYPES}
 INTEGRAL_TYPES = tuple(t.spark for t in COLUMN_TYPES if t.integral)
