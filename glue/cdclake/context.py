@@ -6,9 +6,9 @@ Built once by a shell (Glue job, CLI, tests) and passed down; nothing below read
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from cdclake.config import DEFAULT_CATALOG, PipelineConfig, TableConfig
 from cdclake.dms.store import BronzeStore, open_store
@@ -30,14 +30,9 @@ LOG_PROGRESS_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
-class Engine:
-    """Everything the engine needs. ``committer`` makes the data commits (a seam for fault tests)."""
+class BatchSizes:
+    """Where a batch's work changes its way, by its size (each default measured: docs/benchmarks.md)."""
 
-    spark: SparkSession
-    config: PipelineConfig
-    store: BronzeStore
-    catalog: str = DEFAULT_CATALOG
-    committer: IcebergCommitter = field(default_factory=lambda: IcebergCommitter())
     # Up to this many bytes of change files, a batch's keys are broadcast to pick the stored rows
     # they touch (a few tens of MB of keys at most: well within a 2 GB driver).
     broadcast_batch_bytes: int = 128 * 1024 * 1024
@@ -59,21 +54,40 @@ class Engine:
     # expressions (``runtime.session.interpreted_expressions``): up to about ten thousand changes,
     # generating code for the typing and checks costs more than it saves. 0: generated code always.
     interpreted_batch_bytes: int = 1024 * 1024
-    # How a keyed batch is committed: "auto" writes its files and commits one RowDelta
-    # (``lake.row_delta``: no scan of the table) where the table allows it, else takes the MERGE
-    # or the branch-staged path by size; "row-delta", "merge" and "publish" pin a path (tests,
-    # benchmarks; "row-delta" still falls back where the table does not allow it).
-    commit_path: CommitPath = "auto"
     # On the fallback: keyed silver tables with fewer stored records than this take a batch as one
     # MERGE (its join with every stored row costs less than staging on a branch); larger ones the
     # branch-staged RowDelta, whose cost follows the batch (docs/benchmarks.md).
     merge_below_records: int = 2_000_000
+
+
+@dataclass(frozen=True)
+class CommitPolicy:
+    """How a keyed batch is committed, and how often a commit that lost a race is tried again."""
+
+    # How a keyed batch is committed: "auto" writes its files and commits one RowDelta
+    # (``lake.row_delta``: no scan of the table) where the table allows it, else takes the MERGE
+    # or the branch-staged path by size; "row-delta", "merge" and "publish" pin a path (tests,
+    # benchmarks; "row-delta" still falls back where the table does not allow it).
+    way: CommitPath = "auto"
+    # A batch whose commit loses a race with another writer is retried this many times in all,
+    # after pauses of about 1, 2, 4 ... times ``backoff_seconds``.
+    attempts: int = 4
+    backoff_seconds: float = 1.0
+
+
+@dataclass(frozen=True)
+class Engine:
+    """Everything the engine needs. ``committer`` makes the data commits (a seam for fault tests)."""
+
+    spark: SparkSession
+    config: PipelineConfig
+    store: BronzeStore
+    catalog: str = DEFAULT_CATALOG
+    committer: IcebergCommitter = field(default_factory=lambda: IcebergCommitter())
+    sizes: BatchSizes = BatchSizes()  # where a batch's work changes its way, by its size
+    commits: CommitPolicy = CommitPolicy()  # how a keyed batch is committed, and retried
     # How often a long Spark action (a full load's scan) logs how far it is; 0: never.
     progress_seconds: float = LOG_PROGRESS_SECONDS
-    # A batch whose commit loses a race with another writer is retried this many times in all,
-    # after pauses of about 1, 2, 4 ... times ``commit_backoff_seconds``.
-    commit_attempts: int = 4
-    commit_backoff_seconds: float = 1.0
     # Set when the run is to stop (Ctrl-C): no table starts or takes another batch, and a Spark
     # action that fails because its job was cancelled is not retried another way (nothing held,
     # no careful path): the failure is the stop, not the data's.
@@ -88,6 +102,14 @@ class Engine:
         if self.config.parallel_tables is not None:
             return self.config.parallel_tables
         return min(8, max(2, int(self.spark.sparkContext.defaultParallelism)))
+
+    def tuned(self, **knobs: Any) -> Engine:
+        """A copy with some knobs set (tests and benchmarks): each a field of ``BatchSizes``, of
+        ``CommitPolicy`` or of the engine itself."""
+        sizes = {k: v for k, v in knobs.items() if k in _SIZE_FIELDS}
+        commits = {k: v for k, v in knobs.items() if k in _COMMIT_FIELDS}
+        rest = {k: v for k, v in knobs.items() if k not in sizes and k not in commits}
+        return replace(self, sizes=replace(self.sizes, **sizes), commits=replace(self.commits, **commits), **rest)
 
     def silver_table(self, table: TableConfig) -> SilverTable:
         return SilverTable(self.catalog, self.config.database, table.target)
@@ -108,3 +130,7 @@ def open_engine(
     spark = build_spark_session(SessionSettings(catalog=catalog, catalog_name=catalog_name))
     store = open_store(config.bronze.path, staging_dir, settings=config.bronze.s3)
     return Engine(spark=spark, config=config, store=store, catalog=catalog_name, progress_seconds=progress_seconds)
+
+
+_SIZE_FIELDS = frozenset(f.name for f in fields(BatchSizes))
+_COMMIT_FIELDS = frozenset(f.name for f in fields(CommitPolicy))

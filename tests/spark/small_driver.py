@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--driver-memory", default="640m")
     parser.add_argument("--tables", type=int, default=2)
     parser.add_argument("--rows", type=int, default=250_000, help="rows and changes of each table")
-    parser.add_argument("--heap-share", type=float, default=None, help="Engine.broadcast_heap_share")
+    parser.add_argument("--heap-share", type=float, default=None, help="BatchSizes.broadcast_heap_share")
     args = parser.parse_args(argv)
     bronze = args.workdir / "bronze"
     names = [table_name(i) for i in range(args.tables)]
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         config = replace(config, bronze=replace(config.bronze, path=str(bronze)))
         engine = Engine(spark=spark, config=config, store=LocalBronze(bronze))
         if args.heap_share is not None:
-            engine = replace(engine, broadcast_heap_share=args.heap_share)
+            engine = engine.tuned(broadcast_heap_share=args.heap_share)
         report = run(engine)
         expected = expected_rows(args.rows, log)
         differences = {}

@@ -10,7 +10,6 @@ calendar (Parquet's LEGACY rebase) differs from it by days before 1582-10-15.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +96,7 @@ def _writer_of(path: str) -> str:
         # a small batch: the driver's pyarrow writes them
         pytest.param({}, "driver", id="driver-pyarrow"),
         # Spark SQL's MERGE: Iceberg's own writer
-        pytest.param({"commit_path": "merge"}, "iceberg", id="merge-iceberg-writer"),
+        pytest.param({"way": "merge"}, "iceberg", id="merge-iceberg-writer"),
     ],
 )
 def test_dates_of_any_year_are_stored_proleptic_and_read_alike(
@@ -105,7 +104,7 @@ def test_dates_of_any_year_are_stored_proleptic_and_read_alike(
 ) -> None:
     # GIVEN a full load of dates and timestamps from year 1 to year 10000, and a CDC batch that
     # updates keys to other such values, deletes some and inserts new ones
-    engine = replace(make_engine(CONFIG), **settings)
+    engine = make_engine(CONFIG).tuned(**settings)
     folder = tmp_path / "bronze" / "s" / "events"
     loaded = dict(enumerate(VALUES, start=1))
     write_csv(folder / "LOAD00000001.csv", [[LOAD_TS, str(k), v.split(" ")[0], v, v] for k, v in loaded.items()])

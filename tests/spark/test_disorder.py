@@ -114,7 +114,7 @@ def test_the_data_commit_waits_for_the_batch_tombstones(make_engine: EngineFacto
     tombstones = tombstones_of(engine.silver_table(engine.config.tables[0])).identifier
     witness = TombstoneWitness(tombstones)
     # WHEN the batch is applied through either commit path
-    _apply(replace(engine, committer=witness, commit_path=path), batch)
+    _apply(engine.tuned(committer=witness, way=path), batch)
     # THEN at the moment of the data commit the delete's tombstone was already committed
     assert [[(key, deleted_at) for key, _, deleted_at in seen] for seen in witness.seen] == [
         [(1, "2024-01-02 00:00:02.000000")]
@@ -324,7 +324,7 @@ tables:
 def test_copy_on_write_tables_merge_too(make_engine: EngineFactory, tmp_path: Path, merge_below_records: int) -> None:
     # GIVEN a silver table switched to copy-on-write (a user's choice for read-heavy tables), on
     # either commit path
-    engine = replace(make_engine(ITEMS), merge_below_records=merge_below_records)
+    engine = make_engine(ITEMS).tuned(merge_below_records=merge_below_records)
     bronze = tmp_path / "bronze"
     _apply(engine, _cdc(bronze, "items", "20240102-0000010000.csv", [("I", "1", "1", "a"), ("I", "1", "2", "b")]))
     table = engine.silver_table(engine.config.tables[0]).identifier
@@ -379,7 +379,7 @@ def test_history_keeps_every_version_and_a_late_file_lands_in_its_place(
 def test_a_commit_that_loses_a_race_retries_from_the_ledger(make_engine: EngineFactory, tmp_path: Path) -> None:
     # GIVEN two batches, and a writer whose commit of the second loses the race twice: each time
     # the other writer has just applied the same and another file
-    engine = replace(make_engine(ITEMS), commit_backoff_seconds=0.01)
+    engine = make_engine(ITEMS).tuned(backoff_seconds=0.01)
     bronze = tmp_path / "bronze"
     first = _cdc(bronze, "items", "20240102-0000010000.csv", [("I", "1", "1", "a"), ("I", "1", "2", "b")])
     second = _cdc(bronze, "items", "20240102-0000020000.csv", [("U", "2", "1", "a2")])
@@ -396,7 +396,7 @@ def test_a_commit_that_loses_a_race_retries_from_the_ledger(make_engine: EngineF
 
 def test_a_writer_that_keeps_losing_says_so_in_one_sentence(make_engine: EngineFactory, tmp_path: Path) -> None:
     # GIVEN a writer that loses every commit race
-    engine = replace(make_engine(ITEMS), commit_backoff_seconds=0.01, committer=RacingCommitter(losses=99))
+    engine = make_engine(ITEMS).tuned(backoff_seconds=0.01, committer=RacingCommitter(losses=99))
     batch = _cdc(tmp_path / "bronze", "items", "20240102-0000010000.csv", [("I", "1", "1", "a")])
     # WHEN it applies a batch THEN it gives up after its attempts, naming the table, asking to retry
     with pytest.raises(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import uuid
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.types import DataType, DecimalType, _all_atomic_types
 
 from cdclake.config import parse_config
-from cdclake.context import Engine
+from cdclake.context import BatchSizes, Engine
 from cdclake.dms.store import LocalBronze
 from cdclake.engine.run import run
 from cdclake.types import COLUMN_TYPES, ColumnType
@@ -82,7 +81,9 @@ def _write(bronze: Path, name: str, lines: list[str]) -> None:
     path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
 
 
-@pytest.mark.parametrize("driver_write_bytes", [0, Engine.driver_write_bytes], ids=["spark-writes", "driver-writes"])
+@pytest.mark.parametrize(
+    "driver_write_bytes", [0, BatchSizes.driver_write_bytes], ids=["spark-writes", "driver-writes"]
+)
 def test_every_type_of_the_table_reaches_silver_as_its_dms_text_says(
     spark: SparkSession, tmp_path: Path, driver_write_bytes: int
 ) -> None:
@@ -96,9 +97,7 @@ def test_every_type_of_the_table_reaches_silver_as_its_dms_text_says(
         "20240102-000001000.csv",
         [f"I,2024-01-02 00:00:01.000000,2,{examples}", f"U,2024-01-02 00:00:02.000000,1,{examples}"],
     )
-    engine = replace(
-        Engine(spark, parse_config(_config(db)), LocalBronze(bronze)), driver_write_bytes=driver_write_bytes
-    )
+    engine = Engine(spark, parse_config(_config(db)), LocalBronze(bronze)).tuned(driver_write_bytes=driver_write_bytes)
     # WHEN the load and the CDC file are applied
     report = run(engine).checked()
     assert sum(t.files_applied for t in report.tables) == 2, report

@@ -129,14 +129,14 @@ def _caught_up(engine: Engine, source: Source, since: int = 0) -> None:
 
 @pytest.mark.parametrize(
     "settings",
-    [{}, {"driver_write_bytes": 0}, {"commit_path": "merge"}, {"commit_path": "publish"}],
+    [{}, {"driver_write_bytes": 0}, {"way": "merge"}, {"way": "publish"}],
     ids=["row-delta-driver", "row-delta-spark", "merge", "publish"],
 )
 def test_a_batch_killed_before_its_history_is_caught_up_by_the_next_run(
     make_engine: EngineFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture, settings: dict[str, Any]
 ) -> None:
     # GIVEN a loaded table with history, committed through one of the commit paths
-    engine = replace(make_engine(WITH_HISTORY), **settings)
+    engine = make_engine(WITH_HISTORY).tuned(**settings)
     source = Source(tmp_path / "bronze" / "s" / "items")
     source.write_load([_row(i, f"a{i}") for i in (1, 2, 3, 4)])
     run(engine).checked()

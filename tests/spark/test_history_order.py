@@ -7,7 +7,6 @@ recorded with, and history adds it once."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -94,7 +93,7 @@ def _places(engine: Engine) -> set[tuple[int, str, str, str]]:
 def _applied(make_engine: EngineFactory, store: LocalBronze, bronze: str, spark_path: bool) -> Engine:
     engine = make_engine(CONFIG.format(bronze=bronze), store)
     if spark_path:  # no single task, no collection into the driver
-        engine = replace(engine, driver_write_bytes=0, single_task_batch_bytes=0, broadcast_batch_bytes=0)
+        engine = engine.tuned(driver_write_bytes=0, single_task_batch_bytes=0, broadcast_batch_bytes=0)
     run(engine).checked()
     return engine
 

@@ -8,7 +8,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -45,13 +44,13 @@ tables:
 """
 
 
-# A small batch is prepared with Spark's interpreted expressions (``Engine.interpreted_batch_bytes``),
+# A small batch is prepared with Spark's interpreted expressions (``BatchSizes.interpreted_batch_bytes``),
 # a larger one with generated code: the checks below hold for both.
 EVALUATION = pytest.mark.parametrize("evaluation", ["interpreted", "generated code"])
 
 
 def _evaluated(engine: Engine, evaluation: str) -> Engine:
-    return engine if evaluation == "interpreted" else replace(engine, interpreted_batch_bytes=0)
+    return engine if evaluation == "interpreted" else engine.tuned(interpreted_batch_bytes=0)
 
 
 def test_interpreted_expressions_reach_the_tasks_of_the_calling_thread_only(spark: SparkSession) -> None:

@@ -19,7 +19,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from cdclake.config import parse_config
-from cdclake.context import Engine
+from cdclake.context import BatchSizes, Engine
 from cdclake.dms.store import LocalBronze
 from cdclake.engine.run import run
 from cdclake.gold.refresh import FAILED, gold_database
@@ -108,15 +108,17 @@ def _tables(spark: SparkSession, database: str) -> list[str]:
     )
 
 
-@pytest.mark.parametrize("driver_write_bytes", [0, Engine.driver_write_bytes], ids=["spark-writes", "driver-writes"])
+@pytest.mark.parametrize(
+    "driver_write_bytes", [0, BatchSizes.driver_write_bytes], ids=["spark-writes", "driver-writes"]
+)
 def test_pyiceberg_reads_every_table_as_spark_does(
     spark: SparkSession, tmp_path: Path, driver_write_bytes: int
 ) -> None:
     # GIVEN a database of two tables (one with history) and a gold mart over both
     db = f"i_{uuid.uuid4().hex[:10]}"
     bronze = tmp_path / "bronze"
-    engine = Engine(
-        spark, parse_config(CONFIG.format(db=db)), LocalBronze(bronze), driver_write_bytes=driver_write_bytes
+    engine = Engine(spark, parse_config(CONFIG.format(db=db)), LocalBronze(bronze)).tuned(
+        driver_write_bytes=driver_write_bytes
     )
     # WHEN the load and a batch of updates, deletes and inserts are applied and the mart refreshed,
     # then a batch that widens a column and adds one, and the mart refreshed again

@@ -148,7 +148,7 @@ def test_batches_too_large_to_broadcast_are_classified_without_forcing_one(
 ) -> None:
     # GIVEN three tables with updates, deletes and inserts, and an engine whose broadcast budget is
     # nothing (as a batch of millions of keys in a small driver, several tables in flight)
-    engine = replace(make_engine(CONFIG), broadcast_heap_share=0.0)
+    engine = make_engine(CONFIG).tuned(broadcast_heap_share=0.0)
     logs = {
         name: _write_table(
             tmp_path / "bronze", name, [(1, "a"), (2, "b")], [("U", 1, f"{name}-1"), ("D", 2, ""), ("I", 5, name)]

@@ -6,7 +6,6 @@ timestamps Python cannot hold, Spark's reason for a bad statement."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -67,7 +66,7 @@ def test_a_hyphenated_table_through_load_cdc_maintenance_status_and_query(
     write_csv(stock / "20240102-0000010000.csv", [["U", "2024-01-02 00:00:01.000000", "7", "5"]])
     # WHEN it is loaded and its CDC applied (the bucketed table through the branch-staged commit),
     # then maintained
-    run(replace(engine, merge_below_records=0)).checked()
+    run(engine.tuned(merge_below_records=0)).checked()
     table = engine.config.tables[0]
     maintained = maintain_table(engine, table, MaintenanceSettings())
     # THEN silver has the source's rows, queried with the names quoted

@@ -249,7 +249,7 @@ def test_a_batch_overtaken_by_maintenance_retries_and_converges(
 ) -> None:
     # GIVEN a table with merge-on-read deletes, and a batch classified (and on the branch path
     # staged) when maintenance compacts the table
-    engine = replace(make_engine(CONFIG), commit_backoff_seconds=0.01, commit_path=commit_path)
+    engine = make_engine(CONFIG).tuned(backoff_seconds=0.01, way=commit_path)
     bronze = tmp_path / "bronze" / "s" / "people"
     write_csv(bronze / "LOAD00000001.csv", [[TS, str(i), f"n{i}", "1990-01-01"] for i in range(1, 21)])
     write_csv(bronze / "20240102-0001000000.csv", [["U", "2024-01-02 00:01:00.000000", "1", "u1", "1990-01-01"]])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import date
 from decimal import Decimal
 from pathlib import Path
@@ -133,7 +132,7 @@ def test_random_change_streams_match_the_replayed_source(
     # GIVEN a random full load and change log written as DMS files (some gzip, random batches),
     # prepared in one task, with the batch keys broadcast, or with the stored keys shuffled
     rng = random.Random(seed)
-    engine = replace(make_engine(ORDERS), **PREPARATIONS[preparation])
+    engine = make_engine(ORDERS).tuned(**PREPARATIONS[preparation])
     initial, log = _random_stream(rng, initial_keys=30, changes=120)
     files = _write_stream(tmp_path / "bronze", initial, log, rng)
     # WHEN the pipeline runs (full load, then CDC in batches of 3 files)
@@ -235,7 +234,7 @@ def test_the_plan_says_by_its_type_whether_the_batch_left_spark(
 ) -> None:
     # GIVEN a loaded table and a small batch that updates one key and deletes another, with the
     # driver allowed to write a small batch's files or not
-    engine = replace(make_engine(ORDERS), driver_write_bytes=driver_write_bytes)
+    engine = make_engine(ORDERS).tuned(driver_write_bytes=driver_write_bytes)
     table_dir = tmp_path / "bronze" / "sales" / "orders"
     write_csv(
         table_dir / "LOAD00000001.csv",
@@ -282,7 +281,7 @@ def test_a_small_batch_is_prepared_without_a_shuffle(
     # GIVEN a loaded table with tombstones, and a small batch of updates, inserts and deletes in one file
     engine = make_engine(ORDERS)
     if not one_task:
-        engine = replace(engine, single_task_batch_bytes=0, broadcast_batch_bytes=0)
+        engine = engine.tuned(single_task_batch_bytes=0, broadcast_batch_bytes=0)
     table_dir = tmp_path / "bronze" / "sales" / "orders"
     loaded = [["2024-01-01 00:00:00.000000", "eu", str(i), "old", "1.00", ""] for i in range(20)]
     write_csv(table_dir / "LOAD00000001.csv", loaded)
@@ -366,7 +365,7 @@ def test_a_full_load_with_a_repeated_key_keeps_its_last_row(
 ) -> None:
     # GIVEN a key loaded twice (a LOAD file written again after a restarted load); the check for
     # repeated keys reading every key in one task, or shuffling them (tables over its limit)
-    engine = replace(make_engine(ORDERS), one_task_keys=keys_per_task)
+    engine = make_engine(ORDERS).tuned(one_task_keys=keys_per_task)
     table_dir = tmp_path / "bronze" / "sales" / "orders"
     ts = "2024-01-01 00:00:00.000000"
     first = [[ts, "eu", "1", "first", "1.00", ""], [ts, "eu", "2", "once", "1.00", ""]]
@@ -415,7 +414,7 @@ def test_a_full_load_of_one_integer_key_checks_its_keys_with_bitmaps(
 ) -> None:
     # GIVEN LOAD files keyed by one bigint column (keys across a few bitmaps: a dense range), the
     # second repeating key 32769 or not; more keys than one task checks (the bitmap check's case)
-    engine = replace(make_engine(KEYED_BY_ID), one_task_keys=0)
+    engine = make_engine(KEYED_BY_ID).tuned(one_task_keys=0)
     table_dir = tmp_path / "bronze" / "sales" / "items"
     ts, keys = "2024-01-01 00:00:00.000000", EDGE_KEYS[1:-1]
     write_csv(table_dir / "LOAD00000001.csv", [[ts, str(k), "first"] for k in keys])

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 from cdclake.config import parse_config
-from cdclake.context import Engine
+from cdclake.context import BatchSizes, Engine
 from cdclake.dms.store import LocalBronze
 from cdclake.dms.writer import SourceChange, change_sequence, write_csv
 from cdclake.engine.run import apply_cdc_files, full_load
@@ -127,12 +127,9 @@ def test_any_delivery_converges_to_the_source(spark: SparkSession, tmp_path: Pat
     initial, log = _build_log(scenario)
     keys = _write_files(bronze, initial, log, scenario["cuts"])
     config = parse_config(CONFIG)
-    engine = Engine(
-        spark,
-        replace(config, database=f"p_{uuid.uuid4().hex[:10]}"),
-        LocalBronze(bronze),
-        commit_path=scenario["commit_path"],
-        driver_write_bytes=Engine.driver_write_bytes if scenario["driver_writes"] else 0,
+    engine = Engine(spark, replace(config, database=f"p_{uuid.uuid4().hex[:10]}"), LocalBronze(bronze)).tuned(
+        way=scenario["commit_path"],
+        driver_write_bytes=BatchSizes.driver_write_bytes if scenario["driver_writes"] else 0,
     )
     full_load(engine).checked()
     # WHEN the CDC files are delivered shuffled, some twice, in random batches, one batch crashing once

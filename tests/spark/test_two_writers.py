@@ -90,13 +90,13 @@ def test_a_file_the_other_loop_committed_meanwhile_is_not_committed_again(
 ) -> None:
     # GIVEN a table with one batch applied, and a second file both loops see as pending (files the
     # driver writes, or Spark with driver_bytes 0)
-    engine = replace(make_engine(TABLES), commit_backoff_seconds=0.01, commit_path=path)
+    engine = make_engine(TABLES).tuned(backoff_seconds=0.01, way=path)
     if driver_bytes is not None:
-        engine = replace(engine, driver_write_bytes=driver_bytes)
+        engine = engine.tuned(driver_write_bytes=driver_bytes)
     bronze = tmp_path / "bronze"
     first = _cdc(bronze, table, "20240102-0000010000.csv", [("I", 1, 1, "a"), ("I", 1, 2, "b")])
     second = _cdc(bronze, table, "20240102-0000020000.csv", [("U", 2, 1, "a2"), ("I", 2, 3, "c")])
-    apply_cdc_files(replace(engine, commit_path="auto"), files_from_keys(engine.store, [first])).checked()
+    apply_cdc_files(engine.tuned(way="auto"), files_from_keys(engine.store, [first])).checked()
     # WHEN one loop plans the second file, and the other loop commits the same file before it does
     files = files_from_keys(engine.store, [second])
     rival = RivalFirst(lambda: apply_cdc_files(engine, files).checked())
@@ -117,7 +117,7 @@ def test_a_state_read_before_the_other_loop_committed_is_planned_again(
     make_engine: EngineFactory, tmp_path: Path, table: str
 ) -> None:
     # GIVEN a loop that read the table's ledger, and another loop that then applied a file
-    engine = replace(make_engine(TABLES), commit_backoff_seconds=0.01)
+    engine = make_engine(TABLES).tuned(backoff_seconds=0.01)
     bronze = tmp_path / "bronze"
     first = _cdc(bronze, table, "20240102-0000010000.csv", [("I", 1, 1, "a")])
     apply_cdc_files(engine, files_from_keys(engine.store, [first])).checked()
@@ -139,7 +139,7 @@ def test_two_follow_loops_at_once_commit_every_arriving_file_exactly_once(
     make_engine: EngineFactory, tmp_path: Path
 ) -> None:
     # GIVEN a keyed and an append-only table with a first batch applied
-    engine = replace(make_engine(TABLES), commit_backoff_seconds=0.05, commit_attempts=8)
+    engine = make_engine(TABLES).tuned(backoff_seconds=0.05, attempts=8)
     bronze = tmp_path / "bronze"
     log: list[SourceChange] = []
     events: list[tuple[int, str]] = []

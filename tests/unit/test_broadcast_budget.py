@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cdclake.engine.commit_way import BROADCAST_BYTES_PER_KEY, broadcast_fits
 
-SHARE = 0.25  # Engine.broadcast_heap_share's default
+SHARE = 0.25  # BatchSizes.broadcast_heap_share's default
 
 GIB = 1 << 30
 

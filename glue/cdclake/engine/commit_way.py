@@ -22,22 +22,22 @@ def choose_commit_way(
     """How the batch's data commit is made (``lake.batch.CommitWay``): "append" (append-only tables);
     "row-delta" (written files, one RowDelta, no scan) where the table allows it and the engine does
     not pin another way (``prepare_batch`` makes it "driver-row-delta" for a batch it collects);
-    else "merge" into a small table (fewer than ``Engine.merge_below_records`` stored records; a
+    else "merge" into a small table (fewer than ``BatchSizes.merge_below_records`` stored records; a
     table the batch creates) and "publish" (branch-staged) into a large one. A pinned "append" is
     "auto" for keyed tables."""
     if table.append_only:
         return "append"
     base = metadata.snapshot_id
-    if engine.commit_path in ("auto", "row-delta", "driver-row-delta") and base is not None:
+    if engine.commits.way in ("auto", "row-delta", "driver-row-delta") and base is not None:
         why_not = why_not_row_delta(metadata, written)
         if why_not is None:
             return "row-delta"
         log.debug("commit table=%s not through a RowDelta: %s", metadata.table.name, why_not)
-    if engine.commit_path == "merge" or engine.commit_path == "publish":
-        return engine.commit_path
+    if engine.commits.way == "merge" or engine.commits.way == "publish":
+        return engine.commits.way
     if base is None:
         return "merge"
-    return "merge" if metadata.total_records < engine.merge_below_records else "publish"
+    return "merge" if metadata.total_records < engine.sizes.merge_below_records else "publish"
 
 
 # What one touched stored row costs in a broadcast: its key, ``_cdc_order`` (35 characters), its
@@ -63,5 +63,7 @@ def driver_heap_bytes(engine: Engine) -> int:
 
 def one_task(engine: Engine, files: int, batch_bytes: int) -> bool:
     """Whether a batch of ``files`` files and ``batch_bytes`` bytes is small enough to prepare in
-    one task (``Engine.single_task_batch_bytes``)."""
-    return batch_bytes <= engine.single_task_batch_bytes or (files == 1 and batch_bytes <= engine.broadcast_batch_bytes)
+    one task (``BatchSizes.single_task_batch_bytes``)."""
+    return batch_bytes <= engine.sizes.single_task_batch_bytes or (
+        files == 1 and batch_bytes <= engine.sizes.broadcast_batch_bytes
+    )

@@ -191,7 +191,7 @@ def _has_repeated_keys(
 
     A count over a window per key, not a group-by: the keys are nearly all distinct, so a hash
     aggregate's map-side pass reduces nothing and costs more than sorting.
-    Up to ``engine.one_task_keys`` keys are read and sorted in one task: one partition already satisfies
+    Up to ``engine.sizes.one_task_keys`` keys are read and sorted in one task: one partition already satisfies
     the window's clustering, so the check is one Spark job instead of a shuffle's two. More keys
     of one integer column within a range of at most ``MAX_KEY_BUCKETS`` bitmaps are counted with
     bitmaps instead (``has_repeated_integers``), faster than the window. The figures:
@@ -201,7 +201,7 @@ def _has_repeated_keys(
     from pyspark.sql import functions as F
 
     keys = parallel_scan(engine.spark, silver.identifier).select(*key)
-    if rows <= engine.one_task_keys:
+    if rows <= engine.sizes.one_task_keys:
         keys = keys.coalesce(1)
     elif key_range is not None and key_buckets(*key_range) <= MAX_KEY_BUCKETS:
         return has_repeated_integers(keys, key[0])

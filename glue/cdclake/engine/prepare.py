@@ -102,7 +102,7 @@ def prepare_batch(
     (``dms.horizon``: it could revive a deleted row) unless a person ``replay``s it; empty files
     are held without reading them; if Spark cannot read the batch, the unreadable files are found
     one by one, planned to be held, and the rest prepared. A batch of at most
-    ``Engine.interpreted_batch_bytes`` is evaluated by Spark's interpreter (``interpreted_expressions``).
+    ``BatchSizes.interpreted_batch_bytes`` is evaluated by Spark's interpreter (``interpreted_expressions``).
 
     ``ledger_snapshot``: the snapshot at which the caller read the table's ledger (which chose
     ``files``); a table elsewhere now (another writer committed) raises ``TableMovedError``, a
@@ -118,7 +118,7 @@ def prepare_batch(
     if late:
         held_late = {x.file for x in late}
         files = [f for f in files if f not in held_late]
-    small = 0 < sum(f.size for f in files) <= engine.interpreted_batch_bytes
+    small = 0 < sum(f.size for f in files) <= engine.sizes.interpreted_batch_bytes
     with interpreted_expressions(engine.spark) if small else nullcontext():
         _prepare(_Batch(engine, table, metadata, checkpoint or {}), files, plan)
     plan.holds.extend(Hold([x.file], x.reason) for x in late)
@@ -273,8 +273,8 @@ def _classify_batch(engine: Engine, table: TableConfig, read: _BatchRead, metada
     keys_seen = Observed(f"cdclake_keys_{uuid.uuid4().hex}")
     rows = rows.observe(keys_seen, F.count(F.lit(1)).alias("keys")).localCheckpoint()
     keys, heap = int(keys_seen.get["keys"]), driver_heap_bytes(engine)
-    small = read.bytes <= engine.broadcast_batch_bytes and broadcast_fits(
-        keys, heap, engine.parallel_tables, engine.broadcast_heap_share
+    small = read.bytes <= engine.sizes.broadcast_batch_bytes and broadcast_fits(
+        keys, heap, engine.parallel_tables, engine.sizes.broadcast_heap_share
     )
     log.debug("classify table=%s keys=%d heap=%d broadcast=%s", table.source, keys, heap, small)
     classified = _classify(engine, table, rows, read.shape, metadata, small)
@@ -286,7 +286,7 @@ def _choose_and_materialise(
     engine: Engine, table: TableConfig, metadata: TableMetadata, read: _BatchRead, classified: _Classified
 ) -> _Chosen:
     """The commit's way, and the one point where the batch's rows leave Spark or stay: small
-    enough to collect into the driver (``Engine.driver_write_bytes``), the driver writes its files;
+    enough to collect into the driver (``BatchSizes.driver_write_bytes``), the driver writes its files;
     else the rows are materialised once. The commit's type says which from here on."""
     written = WrittenColumns(
         table.silver_key(), data_columns(classified.rows), read.schema.absent, unchanged_flags(classified.rows)
@@ -295,7 +295,7 @@ def _choose_and_materialise(
     collected: pa.Table | None = None
     materialized = classified.observed
     driver_way = way == "row-delta" or (way == "append" and not read.creates_table and append_blocker(metadata) is None)
-    if driver_way and read.bytes <= engine.driver_write_bytes and collectable(classified.observed):
+    if driver_way and read.bytes <= engine.sizes.driver_write_bytes and collectable(classified.observed):
         collected = collect_rows(classified.observed)  # its files are written by the driver, no Spark job
     else:
         # A local checkpoint, not a cache: it also cuts the lineage back to the reader's row ids

@@ -291,14 +291,14 @@ def apply_batch(
                 log.info("table moved table=%s: %s; its state is read again", table.source, first_line(failure))
             else:
                 conflicts += 1
-                if conflicts == engine.commit_attempts:
+                if conflicts == engine.commits.attempts:
                     raise ConcurrentWriterError(
                         f"Table {table.source}: another writer committed to "
                         f"{engine.silver_table(table).identifier} {conflicts} times while this batch was applied "
                         "(a second cdclake run, a Glue job or maintenance on the same catalog); nothing of this "
                         "batch is lost: run it again later."
                     ) from None
-                pause = engine.commit_backoff_seconds * 2 ** (conflicts - 1) * (1 + random.random())
+                pause = engine.commits.backoff_seconds * 2 ** (conflicts - 1) * (1 + random.random())
                 log.warning("commit conflict table=%s attempt=%d retry_in=%.1fs: %s", table.source, conflicts,
                             pause, first_line(failure))  # fmt: skip
                 time.sleep(pause)

@@ -3,7 +3,7 @@
 A whole database's batch holds a few changes of each of many tables. Every Spark job a table's
 batch runs costs the driver a fixed fraction of a second of planning and scheduling, whatever its
 size, and Spark writes a table's new images, its position deletes and its tombstones as three
-jobs. A batch small enough for the driver (``Engine.driver_write_bytes``) is instead collected once
+jobs. A batch small enough for the driver (``BatchSizes.driver_write_bytes``) is instead collected once
 as Arrow (the same one job that would have materialised it) and its Parquet files are written here
 with pyarrow, through the table's own ``FileIO`` (a local path or S3 alike), as Iceberg's writer
 makes them: the schema's field ids, INT64 microsecond timestamps, the table's codec. The commits
