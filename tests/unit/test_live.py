@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -107,8 +108,7 @@ def _settled(
             table="s.t", different=sorted(digests), differing_columns=columns, source_digests=dict(digests)
         )
 
-    first = comparison({f"id={i}": b"a" for i in range(1, 5)})
-    first.read_again = (("id", "integer"), [])
+    first = replace(comparison({f"id={i}": b"a" for i in range(1, 5)}), read_again=(("id", "integer"), []))
     again = iter(comparison(d) for d in reads)
     polls = iter(positions)
     clock = Clock(1000.0)

@@ -16,7 +16,7 @@ where the source shows a value it never logged (``unlogged_defaults``) are repor
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from cdclake.config import TableConfig
@@ -78,8 +78,7 @@ def compare_table(
     result = TableComparison(table=config.source)
     columns, types = _columns_and_types(config, source)
     if not table_exists(engine.spark, engine.silver_table(config)):
-        result.problem = "no silver table"
-        return result
+        return replace(result, problem="no silver table")
     key = list(config.primary_key)
     kinds = {c: kind_of(types[c]) for c in columns}
     first_kind = kinds.get(key[0]) if key else None
@@ -87,13 +86,12 @@ def compare_table(
     ranges: list[KeyRange] | None = None  # None: every row
     frame = engine.spark.table(engine.silver_table(config).identifier)
     if missing := [c for c in columns if c not in frame.columns]:
-        result.problem = f"silver lacks column(s) {', '.join(missing)}"
-        return result
+        return replace(result, problem=f"silver lacks column(s) {', '.join(missing)}")
     unhashable = [f"{c} ({types[c]})" for c in columns if kinds[c] is None]
     hashed = [(c, kinds[c] or "") for c in columns]
     unhashable += [f"{c} ({types[c]}, not exact in the source's SQL)" for c in dialect.inexact(source, hashed)]
     if unhashable:
-        result.why_rows = f"no canonical text for {', '.join(unhashable)}: compared value by value"
+        result = replace(result, why_rows=f"no canonical text for {', '.join(unhashable)}: compared value by value")
     elif checksums is not None:
         frame = frame.select(*columns)
         found = search(
@@ -104,17 +102,21 @@ def compare_table(
             checksums.row_limit,
             checksums.depth if range_column else 1,
         )
-        result.method, result.ranges, result.ranges_differing = "checksums", found.ranges, len(found.differing)
+        result = replace(
+            result,
+            method="checksums",
+            ranges=found.ranges,
+            ranges_differing=len(found.differing),
+            source_rows=found.source_rows,
+            silver_rows=found.silver_rows,
+        )
         ranges = found.differing
-        result.source_rows, result.silver_rows = found.source_rows, found.silver_rows
         if not ranges:
             return result
         if range_column is None:
             ranges = None  # one range, the whole table: every row
-    _compare_rows(engine, dialect, config, source, columns, types, result, (range_column, ranges))
-    if result.differing_keys:
-        result.read_again = (range_column, ranges)
-    return result
+    result = _compare_rows(engine, dialect, config, source, columns, types, result, (range_column, ranges))
+    return replace(result, read_again=(range_column, ranges)) if result.differing_keys else result
 
 
 def _columns_and_types(config: TableConfig, source: SourceTableShape) -> tuple[list[str], dict[str, str]]:
@@ -131,8 +133,7 @@ def compare_again(
     """Read the rows of ``within`` from both sides again and compare them value by value."""
     columns, types = _columns_and_types(config, source)
     result = TableComparison(table=config.source, method="rows")
-    _compare_rows(engine, dialect, config, source, columns, types, result, within)
-    return result
+    return _compare_rows(engine, dialect, config, source, columns, types, result, within)
 
 
 def _compare_rows(
@@ -144,9 +145,9 @@ def _compare_rows(
     types: dict[str, str],
     result: TableComparison,
     within: Within,
-) -> None:
+) -> TableComparison:
     """Read the rows of both sides (those of ``within``'s ranges, or every row) and compare them
-    value by value, into ``result``."""
+    value by value: ``result`` with what they showed."""
     range_column, ranges = within
     shape = RowShape(columns, types, tuple(config.primary_key))
     defaults = unlogged_digests(shape, dialect.unlogged_defaults(source, columns, types))
@@ -158,10 +159,16 @@ def _compare_rows(
         theirs = digest_rows(shape, source_rows, named)
     finally:
         source_rows.close()  # ends the reading transaction now, also after a failure
-    result.rows_read = silver.count + theirs.count
     if ranges is None or range_column is None:
-        result.source_rows, result.silver_rows = theirs.count, silver.count
+        result = replace(result, source_rows=theirs.count, silver_rows=silver.count)
     found = compare_digests(shape, theirs, silver, defaults, named)
-    result.missing, result.unexpected, result.different = found.missing, found.unexpected, found.different
-    result.differing_columns, result.unlogged_defaults = found.differing_columns, found.unlogged_defaults
-    result.source_digests = found.source_digests
+    return replace(
+        result,
+        rows_read=silver.count + theirs.count,
+        missing=found.missing,
+        unexpected=found.unexpected,
+        different=found.different,
+        differing_columns=found.differing_columns,
+        unlogged_defaults=found.unlogged_defaults,
+        source_digests=found.source_digests,
+    )

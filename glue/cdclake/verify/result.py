@@ -14,8 +14,10 @@ from cdclake.verify.live import SourcePosition
 Verdict = Literal["equal", "differing", "lagging", "skipped"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class TableComparison:
+    """One table's comparison: each step of verify makes a new one (``dataclasses.replace``)."""
+
     table: str
     source_rows: int = 0
     silver_rows: int = 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -81,10 +81,7 @@ def verify(
             return compare_table(engine, dialect, table, source, checksums)
 
         began = datetime.now(UTC)
-        results.append(_guarded(table, compare))
-        results[-1].source_at = started
-        results[-1].started = began
-        results[-1].finished = datetime.now(UTC)
+        results.append(replace(_guarded(table, compare), source_at=started, started=began, finished=datetime.now(UTC)))
         if live is not None and results[-1].read_again is not None:
             read_at[len(results) - 1] = dialect.position()
     if live is not None:
@@ -96,9 +93,9 @@ def verify(
                 return _settle(engine, dialect, (table, sources[table.source]), (first, noted), live, deadline)
 
             first_started = results[index].started
-            results[index] = _guarded(table, settle)
-            results[index].source_at = started
-            results[index].started, results[index].finished = first_started, datetime.now(UTC)
+            results[index] = replace(
+                _guarded(table, settle), source_at=started, started=first_started, finished=datetime.now(UTC)
+            )
     return results
 
 
@@ -140,8 +137,7 @@ def _settle(
             silver_at, noted, live.settings, deadline, live.clock, live.sleep, live.tell, first.table
         )
         if not waited.caught_up:
-            kept.lagging = lag_text(waited.silver, noted)
-            kept.lag_seconds = lag_seconds(waited.silver, noted)
+            kept = replace(kept, lagging=lag_text(waited.silver, noted), lag_seconds=lag_seconds(waited.silver, noted))
             break
         again = compare_again(engine, dialect, config, source, first.read_again)
         noted = dialect.position()
@@ -153,39 +149,52 @@ def _settle(
         previous = again
     unconfirmed = [] if kept.lagging else moving  # a lagging table keeps its keys, none of them confirmed
     if unconfirmed:
-        kept = _without(kept, set(unconfirmed))
-        kept.unconfirmed = len(unconfirmed)
+        kept = replace(_without(kept, set(unconfirmed)), unconfirmed=len(unconfirmed))
         if not kept.differing_keys:
-            kept.lagging = (
-                f"{len(unconfirmed)} differing key(s) still changing at the source after {_READS_AGAIN} reads"
-            )
-    kept.lag_resolved = first.differing_keys - kept.differing_keys - len(unconfirmed)
-    kept.rows_read = rows_read
-    kept.method, kept.why_rows = first.method, first.why_rows
-    kept.ranges, kept.ranges_differing = first.ranges, first.ranges_differing
-    kept.source_rows, kept.silver_rows = first.source_rows, first.silver_rows
-    return kept
+            still = f"{len(unconfirmed)} differing key(s) still changing at the source after {_READS_AGAIN} reads"
+            kept = replace(kept, lagging=still)
+    return replace(
+        kept,
+        lag_resolved=first.differing_keys - kept.differing_keys - len(unconfirmed),
+        rows_read=rows_read,
+        method=first.method,
+        why_rows=first.why_rows,
+        ranges=first.ranges,
+        ranges_differing=first.ranges_differing,
+        source_rows=first.source_rows,
+        silver_rows=first.silver_rows,
+    )
 
 
 def _both(before: TableComparison, again: TableComparison) -> TableComparison:
     """The keys that differ in both comparisons, with ``again``'s differing columns and source rows."""
-    kept = TableComparison(table=again.table, read_again=before.read_again)
-    kept.missing = persisting(before.missing, again.missing)
-    kept.unexpected = persisting(before.unexpected, again.unexpected)
-    kept.different = persisting(before.different, again.different)
-    kept.unlogged_defaults = persisting(before.unlogged_defaults, again.unlogged_defaults)
-    kept.differing_columns = {k: again.differing_columns[k] for k in kept.different}
-    kept.source_digests = {k: again.source_digests.get(k) for k in kept.differing()}
-    return kept
+    kept = TableComparison(
+        table=again.table,
+        read_again=before.read_again,
+        missing=persisting(before.missing, again.missing),
+        unexpected=persisting(before.unexpected, again.unexpected),
+        different=persisting(before.different, again.different),
+        unlogged_defaults=persisting(before.unlogged_defaults, again.unlogged_defaults),
+    )
+    return replace(
+        kept,
+        differing_columns={k: again.differing_columns[k] for k in kept.different},
+        source_digests={k: again.source_digests.get(k) for k in kept.differing()},
+    )
 
 
 def _without(comparison: TableComparison, keys: set[str]) -> TableComparison:
     """``comparison`` without ``keys`` (those not confirmed)."""
-    kept = TableComparison(table=comparison.table, read_again=comparison.read_again)
-    kept.missing = [k for k in comparison.missing if k not in keys]
-    kept.unexpected = [k for k in comparison.unexpected if k not in keys]
-    kept.different = [k for k in comparison.different if k not in keys]
-    kept.unlogged_defaults = [k for k in comparison.unlogged_defaults if k not in keys]
-    kept.differing_columns = {k: comparison.differing_columns[k] for k in kept.different}
-    kept.source_digests = {k: comparison.source_digests.get(k) for k in kept.differing()}
-    return kept
+    kept = TableComparison(
+        table=comparison.table,
+        read_again=comparison.read_again,
+        missing=[k for k in comparison.missing if k not in keys],
+        unexpected=[k for k in comparison.unexpected if k not in keys],
+        different=[k for k in comparison.different if k not in keys],
+        unlogged_defaults=[k for k in comparison.unlogged_defaults if k not in keys],
+    )
+    return replace(
+        kept,
+        differing_columns={k: comparison.differing_columns[k] for k in kept.different},
+        source_digests={k: comparison.source_digests.get(k) for k in kept.differing()},
+    )
