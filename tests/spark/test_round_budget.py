@@ -22,7 +22,7 @@ import cdclake.engine.turn as turn
 from cdclake.context import Engine
 from cdclake.dms.notices import Polling
 from cdclake.dms.writer import SourceChange, cdc_file_name, cdc_records, write_csv
-from cdclake.engine.follow import Follower, FollowSettings, _due
+from cdclake.engine.follow import Follower, FollowSettings
 from cdclake.lake.ledger import read_ledger
 from oracle import replay_change_log
 
@@ -68,7 +68,7 @@ def test_a_warm_round_of_30_tables_stays_within_its_job_and_read_budget(
     for table in TABLES:
         log[table] += _cdc_file(bronze, table, 2, [("U", 2, "c"), ("D", 3, ""), ("I", 5, "d")])
     new = follower.look(set(), set())
-    due = _due(follower.selected, follower.index, follower.states, new, set(), follower.retry_at)
+    due = follower.due(new, set())
     assert len(due) == len(TABLES)
     reads: Counter[str] = Counter()
     monkeypatch.setattr(turn, "read_ledger", _counted(reads, "ledger", turn.read_ledger))

@@ -13,7 +13,7 @@ from cdclake.dms.files import BronzeListing, FileKind
 from cdclake.dms.notices import Polling
 from cdclake.dms.store import LocalBronze
 from cdclake.dms.writer import write_csv
-from cdclake.engine.follow import Follower, FollowSettings, _due
+from cdclake.engine.follow import Follower, FollowSettings
 from cdclake.engine.select import TableState
 from cdclake.report import Outcome, RunReport, TableFailure, TableReport
 
@@ -64,7 +64,7 @@ def _arrive_in_both(tmp_path: Path, name: str) -> None:
 
 def _next_round(follower: Follower) -> None:
     new = follower.look(set(), set())
-    follower.round(_due(follower.selected, follower.index, follower.states, new, set(), follower.retry_at), None)
+    follower.round(follower.due(new, set()), None)
 
 
 def _after_a_first_round(tmp_path: Path, relist_seconds: float = 3600.0) -> tuple[Rounds, Follower]:

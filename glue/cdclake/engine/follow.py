@@ -189,7 +189,7 @@ class Follower:
                 elif self._idle():
                     stop = "idle"
                     break
-                due = _due(self.selected, self.index, self.states, new, set(unapplied), self.retry_at)
+                due = self.due(new, set(unapplied))
             self.outcome.stopped_by = stop
         finally:
             # Every exit: no event stays in flight for a key the index holds (only one whose key could
@@ -223,7 +223,7 @@ class Follower:
                 report.unconfigured = sorted(set(report.unconfigured) | set(self.bronze_folders.unconfigured()))
             warn(report)
         worked_on = {t.source for t in due}
-        _record(self.outcome, report, worked_on, self.retry_at, self.settings, started)
+        self._record(report, worked_on, started)
         self.episodes.report(report, worked_on)
         unapplied = _unapplied(self.index, self.states)  # after the round: what is pending, once per round
         backlog = Backlog(
@@ -291,6 +291,38 @@ class Follower:
         """Each folder's start: its tables' watermarks (``run.listing_starts``)."""
         starts = listing_starts(self.engine, self.selected, self.states)
         return {folder: start for folder, start in starts.items() if folder in self.folders}
+
+    def due(self, new: set[str], pending: set[str]) -> list[TableConfig]:
+        """The tables the next round works on: new files (``new``), files left pending (``pending``: a
+        batch bound, a load due), failures due again."""
+        now = time.monotonic()
+        news = {self.index.files[k].source for k in new if k in self.index.files}
+        multi = any(self.index.files[k].is_multi_table for k in new if k in self.index.files)
+        chosen = []
+        for table in self.selected:
+            if table.source in self.retry_at:
+                if self.retry_at[table.source][0] <= now:
+                    chosen.append(table)
+            elif multi or table.source in news or table.source in pending or table.source not in self.states:
+                chosen.append(table)
+        return chosen
+
+    def _record(self, report: RunReport, worked_on: set[str], now: float) -> None:
+        """Add a round to the totals; a table's failure stands until a later round applies it, and is
+        tried again after poll x 2^n seconds, up to the retry cap."""
+        outcome, settings = self.outcome, self.settings
+        outcome.rounds += 1
+        outcome.files_applied += sum(t.files_applied for t in report.tables)
+        outcome.bytes_applied += sum(t.bytes_applied for t in report.tables)
+        failed = {f.table: f for f in report.failures}
+        for table in worked_on - failed.keys():
+            outcome.failures.pop(table, None)
+            self.retry_at.pop(table, None)
+        for source, failure in failed.items():
+            outcome.failures[source] = failure
+            count = self.retry_at.get(source, (0.0, 0))[1] + 1
+            wait = min(settings.retry_cap_seconds, settings.poll_seconds * 2 ** (count - 1))
+            self.retry_at[source] = (now + wait, count)
 
     def _idle(self) -> bool:
         """Whether the loop has seen no new file for ``idle_seconds`` (None: never idle)."""
@@ -377,29 +409,6 @@ class Follower:
             self.reopened.setdefault(file.source, set()).add(key)
 
 
-def _record(
-    outcome: FollowReport,
-    report: RunReport,
-    worked_on: set[str],
-    retry_at: dict[str, tuple[float, int]],
-    settings: FollowSettings,
-    now: float,
-) -> None:
-    """Add a round to the totals; a table's failure stands until a later round applies it."""
-    outcome.rounds += 1
-    outcome.files_applied += sum(t.files_applied for t in report.tables)
-    outcome.bytes_applied += sum(t.bytes_applied for t in report.tables)
-    failed = {f.table: f for f in report.failures}
-    for table in worked_on - failed.keys():
-        outcome.failures.pop(table, None)
-        retry_at.pop(table, None)
-    for source, failure in failed.items():
-        outcome.failures[source] = failure
-        count = retry_at.get(source, (0.0, 0))[1] + 1
-        wait = min(settings.retry_cap_seconds, settings.poll_seconds * 2 ** (count - 1))
-        retry_at[source] = (now + wait, count)
-
-
 def _unapplied(index: BronzeIndex, states: dict[str, TableState]) -> dict[str, list[int]]:
     """The sizes of each loaded table's CDC files that are neither applied nor held, by source."""
     done = {source: state.applied | state.held for source, state in states.items()}
@@ -413,25 +422,3 @@ def _unapplied(index: BronzeIndex, states: dict[str, TableState]) -> dict[str, l
 def _folders_of(index: BronzeIndex, sources: set[str]) -> set[str]:
     """The folders of these tables' files (tables with files still to apply: a batch bound, a failure)."""
     return {folder_of(f) for f in index.files.values() if f.source in sources}
-
-
-def _due(
-    selected: Sequence[TableConfig],
-    index: BronzeIndex,
-    states: dict[str, TableState],
-    new: set[str],
-    pending: set[str],
-    retry_at: dict[str, tuple[float, int]],
-) -> list[TableConfig]:
-    """The tables the next round works on: new files, files left pending, failures due again."""
-    now = time.monotonic()
-    news = {index.files[k].source for k in new if k in index.files}
-    multi = any(index.files[k].is_multi_table for k in new if k in index.files)
-    chosen = []
-    for table in selected:
-        if table.source in retry_at:
-            if retry_at[table.source][0] <= now:
-                chosen.append(table)
-        elif multi or table.source in news or table.source in pending or table.source not in states:
-            chosen.append(table)
-    return chosen
