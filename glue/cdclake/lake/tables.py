@@ -208,9 +208,10 @@ def merge_frame(spark: SparkSession, rows: DataFrame, statement: Callable[[str],
 
 
 def iceberg_table(spark: SparkSession, table_identifier: str) -> Any:
-    """The Iceberg Java ``Table`` behind ``table_identifier`` (the catalog's cached instance)."""
-    jvm: Any = spark.sparkContext._jvm
-    return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table_identifier)
+    """The Iceberg Java ``Table`` behind ``table_identifier`` (the catalog's cached instance), for the
+    Iceberg operations ``lake`` builds itself (a RowDelta, a branch): ``IcebergTable.load``'s handle, the
+    one loader; outside ``lake`` tables are read through ``IcebergTable``'s typed methods."""
+    return IcebergTable.load(spark, table_identifier).java
 
 
 @dataclass(frozen=True)
