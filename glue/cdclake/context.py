@@ -50,6 +50,9 @@ class BatchSizes:
     # into the driver once and its files are written there (``lake.driver_write``): no Spark job
     # for its new images, position deletes and tombstones. 0: Spark writes every batch's files.
     driver_write_bytes: int = 8 * 1024 * 1024
+    # A keyed CDC batch of files up to this many bytes in all is read and classified in the driver
+    # (``engine.driver_batch``): one Spark job, for the stored rows of its keys. 0: never.
+    driver_read_bytes: int = 1024 * 1024
     # A CDC batch of files up to this many bytes in all is prepared with Spark's interpreted
     # expressions (``runtime.session.interpreted_expressions``): up to about ten thousand changes,
     # generating code for the typing and checks costs more than it saves. 0: generated code always.

@@ -278,8 +278,10 @@ def test_the_plan_says_by_its_type_whether_the_batch_left_spark(
 def test_a_small_batch_is_prepared_without_a_shuffle(
     make_engine: EngineFactory, tmp_path: Path, one_task: bool
 ) -> None:
-    # GIVEN a loaded table with tombstones, and a small batch of updates, inserts and deletes in one file
-    engine = make_engine(ORDERS)
+    # GIVEN a loaded table with tombstones, and a small batch of updates, inserts and deletes in one file,
+    # prepared by Spark (the driver, which takes such a batch by default, shuffles nothing either:
+    # tests/spark/test_driver_batch.py)
+    engine = make_engine(ORDERS).tuned(driver_read_bytes=0)
     if not one_task:
         engine = engine.tuned(single_task_batch_bytes=0, broadcast_batch_bytes=0)
     table_dir = tmp_path / "bronze" / "sales" / "orders"

@@ -34,10 +34,11 @@ cdc: {parallel_tables: 2}
 tables:
 """ + "".join(f"  s.{t}: {{primary_key: [id], columns: {{id: int, name: string}}}}\n" for t in TABLES)
 LOAD_TS = "2024-01-01 00:00:00.000000"
-# The Spark jobs of one small batch into a keyed table with tombstones: the latest changes materialised
-# (their keys counted), the stored rows of those keys and their tombstones (each broadcast into the
-# classification, each a job), the classified rows collected for the driver-written files.
-JOBS_PER_TABLE = 4
+# The Spark jobs of one small batch into a keyed table with tombstones, prepared in the driver
+# (``engine.driver_batch``): one, the stored rows of its keys and their tombstones. (The Spark path
+# ran four: the latest changes materialised, the stored rows and the tombstones each broadcast into
+# the classification, the classified rows collected for the driver-written files.)
+JOBS_PER_TABLE = 1
 
 
 def _cdc_file(bronze: Path, table: str, second: int, changes: list[tuple[str, int, str]]) -> list[SourceChange]:
@@ -76,6 +77,8 @@ def test_a_warm_round_of_30_tables_stays_within_its_job_and_read_budget(
         turn, "quarantined_files_by_table", _counted(reads, "quarantine", turn.quarantined_files_by_table)
     )
     monkeypatch.setattr(prepare, "read_table_metadata", _counted(reads, "metadata", prepare.read_table_metadata))
+    in_driver: list[bool] = []
+    monkeypatch.setattr(prepare, "prepare_in_driver", _noted(in_driver, prepare.prepare_in_driver))
     applied_before = follower.outcome.files_applied
     tracker = spark.sparkContext.statusTracker()
     jobs_before = set(tracker.getJobIdsForGroup(None))
@@ -94,7 +97,8 @@ def test_a_warm_round_of_30_tables_stays_within_its_job_and_read_budget(
         assert sorted((r.id, r.name) for r in rows) == sorted((int(r["id"]), r["name"]) for r in expected)
     # AND the round read no ledger and no quarantine journal, each table's metadata once,
     assert reads == Counter({"metadata": len(TABLES)}), reads
-    # AND ran at most the budget's Spark jobs per table
+    # AND prepared every batch in the driver, running at most the budget's Spark jobs per table
+    assert in_driver == [True] * len(TABLES), in_driver
     assert jobs <= JOBS_PER_TABLE * len(TABLES), (
         f"{jobs} Spark jobs for {len(TABLES)} tables ({jobs / len(TABLES):.1f} a table)"
     )
@@ -111,6 +115,15 @@ def _counted(counts: Counter[str], name: str, function: Callable[..., Any]) -> C
         return function(*args, **kwargs)
 
     return counting
+
+
+def _noted(taken: list[bool], function: Callable[..., Any]) -> Callable[..., Any]:
+    def noting(*args: Any, **kwargs: Any) -> Any:
+        prepared = function(*args, **kwargs)
+        taken.append(prepared is not None)
+        return prepared
+
+    return noting
 
 
 class _NoAlerts:

@@ -204,6 +204,25 @@ def _scan(
     return frame
 
 
+def csv_options(settings: BronzeSettings, header: bool, multi_line: bool) -> dict[str, str]:
+    """How Spark parses a DMS CSV file (its reader's options; ``from_csv`` takes the same for a record)."""
+    return {
+        "header": str(header).lower(),
+        "sep": settings.csv_delimiter,
+        "quote": '"',
+        "escape": '"',
+        "multiLine": str(multi_line).lower(),
+        # DMS ends rows with "\n" (CsvRowDelimiter). Naming it also stops the parser from guessing
+        # the row end and from turning a quoted "\r" or "\r\n" inside a value into "\n".
+        "lineSep": "\n",
+        "nullValue": settings.csv_null_value or _NO_NULL_MARKER,
+        "emptyValue": "",
+        "mode": "PERMISSIVE",
+        "columnNameOfCorruptRecord": CORRUPT_RECORD,
+        "encoding": "UTF-8",
+    }
+
+
 def _csv(
     spark: SparkSession, settings: BronzeSettings, layout: FileLayout, file_paths: list[str], multi_line: bool
 ) -> DataFrame:
@@ -216,23 +235,7 @@ def _csv(
     schema = StructType(
         [StructField(c, StringType(), True) for c in layout.columns] + [StructField(CORRUPT_RECORD, StringType(), True)]
     )
-    frame = (
-        spark.read.schema(schema)
-        .option("header", str(layout.has_header).lower())
-        .option("sep", settings.csv_delimiter)
-        .option("quote", '"')
-        .option("escape", '"')
-        .option("multiLine", str(multi_line).lower())
-        # DMS ends rows with "\n" (CsvRowDelimiter). Naming it also stops the parser from guessing
-        # the row end and from turning a quoted "\r" or "\r\n" inside a value into "\n".
-        .option("lineSep", "\n")
-        .option("nullValue", settings.csv_null_value or _NO_NULL_MARKER)
-        .option("emptyValue", "")
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", CORRUPT_RECORD)
-        .option("encoding", "UTF-8")
-        .csv(file_paths)
-    )
+    frame = spark.read.schema(schema).options(**csv_options(settings, layout.has_header, multi_line)).csv(file_paths)
     block = F.col("_metadata.file_block_start") if not multi_line else F.lit(0).cast("long")
     return frame.withColumn(FILE_BLOCK, block)
 

@@ -8,7 +8,7 @@ for them (``lake.batch``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -22,14 +22,27 @@ from cdclake.columns import (
     SILVER_ORDER,
     TOMBSTONE_DELETED_AT,
 )
+from cdclake.config import TableConfig
+from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile
 from cdclake.engine.read import BadRows, RowCounts
-from cdclake.lake.batch import DataCommit
+from cdclake.lake.batch import DataCommit, TableMetadata
 from cdclake.schema import SchemaPlan
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
+
+
+@dataclass(frozen=True)
+class BatchContext:
+    """What every step of preparing one batch reads: the engine, the table, its metadata as the plan
+    read it, and the checkpoint the commit also records."""
+
+    engine: Engine
+    table: TableConfig
+    metadata: TableMetadata
+    checkpoint: Mapping[str, str]
 
 
 @dataclass(frozen=True)

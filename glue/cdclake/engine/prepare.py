@@ -17,9 +17,7 @@ from typing import TYPE_CHECKING
 from cdclake.columns import (
     COMMIT_TS,
     EFFECT,
-    EFFECT_DELETE,
     EFFECT_INSERT,
-    EFFECT_UPDATE,
     EFFECTS,
     SILVER_ORDER,
     STORED_FILE,
@@ -30,19 +28,16 @@ from cdclake.context import Engine
 from cdclake.dms.files import BronzeFile
 from cdclake.dms.horizon import beyond_horizon
 from cdclake.dms.reader import HeldFileError
-from cdclake.engine.changes import data_columns, has_error, silver_shape, unchanged_flags
+from cdclake.engine.changes import data_columns, has_error, unchanged_flags
 from cdclake.engine.commit_way import broadcast_fits, choose_commit_way, driver_heap_bytes, one_task
+from cdclake.engine.data_commit import Chosen, data_commit, one_row_per_key
+from cdclake.engine.driver_batch import prepare_in_driver
 from cdclake.engine.effects import classify_effects
 from cdclake.engine.plan import (
-    APPLIED,
-    TOMBSTONED,
+    BatchContext,
     BatchPlan,
     ChangeSet,
     Hold,
-    collected_tombstone_rows,
-    collected_with_effects,
-    tombstone_rows,
-    with_effects,
 )
 from cdclake.engine.read import (
     RowCounts,
@@ -50,23 +45,14 @@ from cdclake.engine.read import (
     bad_rows,
     cast_columns,
     history_rows,
+    incoming_schema,
     latest_changes,
     read_changes,
     unreadable_files,
 )
-from cdclake.errors import CdclakeError, ConfigError
+from cdclake.errors import ConfigError
 from cdclake.identifiers import quote
 from cdclake.lake.batch import (
-    Append,
-    CommitWay,
-    DataCommit,
-    DriverAppend,
-    DriverRowDelta,
-    KeyedBatch,
-    Merge,
-    Publish,
-    RowDelta,
-    Rows,
     TableMetadata,
     WrittenColumns,
     read_table_metadata,
@@ -77,13 +63,12 @@ from cdclake.lake.ledger_record import LedgerRecord
 from cdclake.lake.row_delta import append_blocker
 from cdclake.lake.tables import TableMovedError
 from cdclake.runtime.session import interpreted_expressions
-from cdclake.schema import SchemaPlan, plan_schema_change
+from cdclake.schema import SchemaPlan
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, Observation
 
-    from cdclake.lake.tables import SilverTable
 
 log = logging.getLogger("cdclake")
 
@@ -120,23 +105,12 @@ def prepare_batch(
         files = [f for f in files if f not in held_late]
     small = 0 < sum(f.size for f in files) <= engine.sizes.interpreted_batch_bytes
     with interpreted_expressions(engine.spark) if small else nullcontext():
-        _prepare(_Batch(engine, table, metadata, checkpoint or {}), files, plan)
+        _prepare(BatchContext(engine, table, metadata, checkpoint or {}), files, plan)
     plan.holds.extend(Hold([x.file], x.reason) for x in late)
     return plan
 
 
-@dataclass(frozen=True)
-class _Batch:
-    """What every step of preparing one batch reads: the engine, the table, its metadata as the plan
-    read it, and the checkpoint the commit also records."""
-
-    engine: Engine
-    table: TableConfig
-    metadata: TableMetadata
-    checkpoint: Mapping[str, str]
-
-
-def _prepare(batch: _Batch, files: Sequence[BronzeFile], plan: BatchPlan) -> BatchPlan:
+def _prepare(batch: BatchContext, files: Sequence[BronzeFile], plan: BatchPlan) -> BatchPlan:
     """Prepare ``files`` but the empty, unreadable or refused ones, which the plan holds with their reason."""
     engine, table = batch.engine, batch.table
     remaining = [f for f in files if f.size != 0]
@@ -202,21 +176,14 @@ class _Classified:
     history: DataFrame | None  # every valid change (tables with ``history: true``)
 
 
-@dataclass(frozen=True)
-class _Chosen:
-    """Step 3: the data commit's way, and its rows, collected into the driver or materialised in Spark."""
-
-    way: CommitWay
-    written: WrittenColumns
-    collected: pa.Table | None
-    materialized: DataFrame
-
-
-def _prepare_readable(batch: _Batch, files: Sequence[BronzeFile], plan: BatchPlan) -> BatchPlan:
-    """Plan the schema change, then read, count and classify the batch in one pass over its files
-    (the counts are observed while the rows are materialised): read, classify, choose and
-    materialise, assemble."""
+def _prepare_readable(batch: BatchContext, files: Sequence[BronzeFile], plan: BatchPlan) -> BatchPlan:
+    """A small batch the driver can take is prepared there (``engine.driver_batch``); else plan the
+    schema change, then read, count and classify the batch in one pass over its files (the counts
+    are observed while the rows are materialised): read, classify, choose and materialise, assemble."""
     engine, table, metadata, checkpoint = batch.engine, batch.table, batch.metadata, batch.checkpoint
+    plan.changes = prepare_in_driver(batch, files)
+    if plan.changes is not None:
+        return plan
     read = _read(engine, table, files, metadata)
     if read.schema.incompatible:
         plan.holds.append(Hold(list(files), "; ".join(read.schema.incompatible), type_change=True))
@@ -236,12 +203,8 @@ def _read(engine: Engine, table: TableConfig, files: Sequence[BronzeFile], metad
         # One partition: Spark plans the latest-per-key aggregate and the classification's joins
         # (their other side broadcast) without a shuffle.
         changes = changes.coalesce(1)
-    shape = latest_changes(changes, table).limit(0)
+    shape, schema = incoming_schema(changes, table, metadata)
     creates_table = not metadata.exists
-    incoming = [(f.name, f.dataType.simpleString()) for f in silver_shape(shape).schema.fields]
-    schema = (
-        SchemaPlan() if creates_table else plan_schema_change(metadata.columns, incoming, bookkeeping=(SILVER_ORDER,))
-    )
     # Observations count what the one materialising action below sees; no other action may
     # run on the observed frames first, or it would be the one observed.
     counts = Observed(f"cdclake_read_{uuid.uuid4().hex}")
@@ -284,7 +247,7 @@ def _classify_batch(engine: Engine, table: TableConfig, read: _BatchRead, metada
 
 def _choose_and_materialise(
     engine: Engine, table: TableConfig, metadata: TableMetadata, read: _BatchRead, classified: _Classified
-) -> _Chosen:
+) -> Chosen:
     """The commit's way, and the one point where the batch's rows leave Spark or stay: small
     enough to collect into the driver (``BatchSizes.driver_write_bytes``), the driver writes its files;
     else the rows are materialised once. The commit's type says which from here on."""
@@ -302,7 +265,7 @@ def _choose_and_materialise(
         # (monotonically_increasing_id), which a copy-on-write MERGE refuses as non-deterministic.
         materialized = classified.observed.localCheckpoint()
     classified.rows.unpersist()  # a checkpoint of its own, if any: the materialised rows no longer need it
-    return _Chosen(way, written, collected, materialized)
+    return Chosen(way, written, collected, materialized)
 
 
 def _assemble(
@@ -311,7 +274,7 @@ def _assemble(
     metadata: TableMetadata,
     read: _BatchRead,
     classified: _Classified,
-    chosen: _Chosen,
+    chosen: Chosen,
     checkpoint: Mapping[str, str],
 ) -> ChangeSet:
     """The change set from what the materialising action observed: counts, effects, bad rows, and
@@ -320,17 +283,12 @@ def _assemble(
     stats = classified.effects.get
     counts = RowCounts.of(read.counts.get)
     effects = {e: int(stats[e]) for e in stats if e != _LATEST}
-    if not table.append_only and sum(effects.values()) != classified.keys:
-        raise CdclakeError(
-            f"Table {table.source}: silver table {silver.identifier} holds some of this batch's keys more "
-            f"than once ({sum(effects.values()) - classified.keys} extra rows); a mirror holds each key "
-            "once. Reload the table (`cdclake full-load --reload`) to rebuild it from bronze."
-        )
+    one_row_per_key(table, silver, effects, classified.keys)
     bad = bad_rows(engine, table, read.changes, read.files, counts)
     if bad is not None:  # a few rows: read from bronze once, here, not again by the commit
         bad = replace(bad, rows=bad.rows.localCheckpoint())
     properties = LedgerRecord.batch([f.key for f in read.files], stats[_LATEST]).properties() | dict(checkpoint)
-    commit = _data_commit(silver, table, metadata, read.creates_table, chosen, effects, properties)
+    commit = data_commit(silver, table, metadata, read.creates_table, chosen, effects, properties)
     return ChangeSet(
         files=list(read.files),
         shape=read.shape,
@@ -345,56 +303,8 @@ def _assemble(
     )
 
 
-def _data_commit(
-    silver: SilverTable,
-    table: TableConfig,
-    metadata: TableMetadata,
-    creates_table: bool,
-    chosen: _Chosen,
-    effects: Mapping[str, int],
-    properties: dict[str, str],
-) -> DataCommit:
-    """The batch's data commit, by the way chosen and where its rows are (collected into the driver,
-    or in Spark), from ``metadata`` unless the batch creates the table."""
-    key, written = table.silver_key(), chosen.written
-    base = None if creates_table else metadata
-
-    def keyed(changes: Rows) -> KeyedBatch[Rows]:
-        return KeyedBatch(
-            table=silver,
-            changes=changes,
-            key=written.key,
-            columns=written.columns,
-            properties=properties,
-            metadata=base,
-            absent=written.absent,
-            unchanged=written.unchanged,
-            image_count=effects[EFFECT_INSERT] + effects[EFFECT_UPDATE],
-            replaced_count=effects[EFFECT_UPDATE] + effects[EFFECT_DELETE],
-        )
-
-    collected, materialized = chosen.collected, chosen.materialized
-    if table.append_only and collected is not None:
-        return DriverAppend(collected, properties, metadata)
-    if table.append_only:
-        return Append(materialized, properties, effects[EFFECT_INSERT], base)
-    if collected is not None:
-        tombstones = collected_tombstone_rows(collected_with_effects(collected, TOMBSTONED), key)
-        return DriverRowDelta(keyed(collected_with_effects(collected, APPLIED)), tombstones)
-    deletes = tombstone_rows(with_effects(materialized, TOMBSTONED), key)
-    return _IN_SPARK[chosen.way](keyed(with_effects(materialized, APPLIED)), deletes, materialized)
-
-
 # The observed name of the batch's newest commit time.
 _LATEST = "_cdc_latest"
-
-
-# The ways whose rows stay in Spark, by the name ``choose_commit_way`` gives them.
-_IN_SPARK: dict[CommitWay, type[RowDelta] | type[Merge] | type[Publish]] = {
-    "row-delta": RowDelta,
-    "merge": Merge,
-    "publish": Publish,
-}
 
 
 def _classify(

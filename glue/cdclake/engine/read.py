@@ -40,8 +40,9 @@ from cdclake.engine.changes import (
 )
 from cdclake.engine.effects import latest_change_per_key
 from cdclake.errors import BadInputError, ConfigError, first_line, java_cause
+from cdclake.lake.batch import TableMetadata
 from cdclake.lake.tables import silver_columns
-from cdclake.schema import plan_schema_change
+from cdclake.schema import SchemaPlan, plan_schema_change
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -54,6 +55,14 @@ _HELD_REASON_ROWS = 3  # a held file's reason names this many of its bad rows
 def read_changes(engine: Engine, table: TableConfig, files: Sequence[BronzeFile], full_load: bool = False) -> DataFrame:
     """The change rows of ``files``: typed, ordered, cleaned, with an error array per row."""
     raw = read_files(engine.spark, engine.store, engine.config.bronze, table, files)
+    return changes_of(raw, engine, table, files, full_load)
+
+
+def changes_of(
+    raw: DataFrame, engine: Engine, table: TableConfig, files: Sequence[BronzeFile], full_load: bool = False
+) -> DataFrame:
+    """The change rows of ``raw``, ``files`` as a reader gives them (``dms.reader``): typed,
+    ordered, cleaned, with an error array per row."""
     csv = any(f.file_format == "csv" for f in files)
     changes = to_changes(raw, engine.config.bronze, table, full_load, csv)
     changes = with_silver_order(changes, {i: f.position for i, f in enumerate(files)}, full_load)
@@ -318,6 +327,16 @@ def latest_changes(changes: DataFrame, table: TableConfig, valid: Column | None 
     latest = latest_change_per_key(changes, table.silver_key(), columns, valid)
     flags = list(unchanged_flags(latest).values())
     return latest.select(*data_columns(changes), SILVER_ORDER, OP, COMMIT_TS, *flags)
+
+
+def incoming_schema(changes: DataFrame, table: TableConfig, metadata: TableMetadata) -> tuple[DataFrame, SchemaPlan]:
+    """The latest changes' columns (a frame with no rows: no Spark job) and the schema change they
+    bring to silver as ``metadata`` read it (none for a table the batch creates)."""
+    shape = latest_changes(changes, table).limit(0)
+    if not metadata.exists:
+        return shape, SchemaPlan()
+    incoming = [(f.name, f.dataType.simpleString()) for f in silver_shape(shape).schema.fields]
+    return shape, plan_schema_change(metadata.columns, incoming, bookkeeping=(SILVER_ORDER,))
 
 
 def cast_columns(rows: DataFrame, casts: dict[str, str]) -> DataFrame:

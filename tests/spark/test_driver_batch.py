@@ -1,0 +1,252 @@
+"""A small batch prepared in the driver (``engine.driver_batch``) gives what the Spark path gives.
+
+Every test runs the same bronze through two engines, one as configured (small batches in the
+driver) and one with ``BatchSizes.driver_read_bytes`` 0 (every batch through Spark), and compares
+what each leaves: silver (its order keys included), history, the tombstones, the report and the
+quarantine. Each also checks that the driver did take the batches it should, so that a driver path
+that declines everything cannot pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import cdclake.engine.prepare as prepare
+from cdclake.context import Engine
+from cdclake.dms.local_reader import file_records, read_locally
+from cdclake.dms.reader import read_files
+from cdclake.dms.store import LocalBronze, list_bronze
+from cdclake.dms.writer import write_csv
+from cdclake.engine.run import run
+from cdclake.lake.history import history_of
+from cdclake.lake.journals import QUARANTINE_ROWS_TABLE, QUARANTINE_TABLE, tombstones_of
+from cdclake.report import RunReport, TableReport
+
+EngineFactory = Callable[..., Engine]
+
+CONFIG = """
+bronze: {timestamp_column: ts}
+tables:
+  s.items: {primary_key: [id], columns: {id: int, v: string, amount: "decimal(12,2)", day: date}, history: true}
+  s.pairs: {primary_key: [region, at], columns: {region: string, at: timestamp, n: bigint}}
+"""
+T0 = "2024-01-01 00:00:00.000000"
+# Columns that say when a run wrote a row, not what it holds.
+_WRITE_TIMES = ("deleted_at", "valid_from", "valid_to")
+
+
+def _t(second: int) -> str:
+    return f"2024-01-02 00:00:{second:02d}.000000"
+
+
+@pytest.fixture
+def taken(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
+    """Whether the driver took each batch prepared while the test runs."""
+    noted: list[bool] = []
+    prepare_in_driver = prepare.prepare_in_driver
+
+    def noting(*args: Any, **kwargs: Any) -> Any:
+        prepared = prepare_in_driver(*args, **kwargs)
+        noted.append(prepared is not None)
+        return prepared
+
+    monkeypatch.setattr(prepare, "prepare_in_driver", noting)
+    yield noted
+
+
+def _state(engine: Engine) -> dict[str, Any]:
+    """Everything a run leaves that the two paths must agree on, by table."""
+    spark, state = engine.spark, {}
+    for table in engine.config.tables:
+        silver = engine.silver_table(table)
+        parts = {"silver": silver.identifier, "tombstones": tombstones_of(silver).identifier}
+        if table.history:
+            parts["history"] = history_of(silver).identifier
+        for part, identifier in parts.items():
+            rows = spark.table(identifier).collect() if spark.catalog.tableExists(identifier) else []
+            kept = [
+                {k: v for k, v in r.asDict().items() if k not in ("deleted_at", "valid_from", "valid_to")} for r in rows
+            ]
+            state[f"{table.source} {part}"] = sorted(kept, key=repr)
+    for journal in (QUARANTINE_TABLE, QUARANTINE_ROWS_TABLE):
+        identifier = f"silver.{engine.config.database}.{journal}"
+        if spark.catalog.tableExists(identifier):
+            rows = spark.table(identifier).drop("quarantined_at", "held_at", "noted_at").collect()
+            state[journal] = sorted(repr(sorted(r.asDict().items())) for r in rows)
+    return state
+
+
+def _tables(report: RunReport) -> list[TableReport]:
+    """The report's tables, without the time each took."""
+    return sorted((replace(t, seconds=0.0) for t in report.tables), key=repr)
+
+
+def _run_both(driver: Engine, spark_only: Engine, taken: list[bool], batches: int) -> RunReport:
+    """Run both engines: the driver takes ``batches`` batches of the first, none of the second;
+    their reports agree (the first's is returned)."""
+    taken.clear()
+    first = run(driver).checked()
+    assert taken == [True] * batches, taken
+    taken.clear()
+    second = run(spark_only).checked()
+    assert taken == [False] * batches, taken
+    assert _tables(first) == _tables(second)
+    return first
+
+
+def test_a_batch_prepared_in_the_driver_leaves_what_the_spark_path_leaves(
+    make_engine: EngineFactory, tmp_path: Path, taken: list[bool]
+) -> None:
+    # GIVEN two loaded tables (a text key; a composite key of text and a timestamp), one with history
+    items, pairs = tmp_path / "bronze" / "s" / "items", tmp_path / "bronze" / "s" / "pairs"
+    write_csv(items / "LOAD00000001.csv", [[T0, str(i), f"v{i}", f"{i}.50", "2024-01-01"] for i in range(1, 6)])
+    write_csv(pairs / "LOAD00000001.csv", [[T0, "eu", "2024-01-01 10:00:00.123456", "1"], [T0, "us", T0, "2"]])
+    driver, spark_only = make_engine(CONFIG), make_engine(CONFIG).tuned(driver_read_bytes=0)
+    for engine in (driver, spark_only):
+        run(engine).checked()
+    # AND a batch of two files per table: a key updated in both files, twice at one instant in one
+    # file (file order decides), a delete, a delete of a key never stored, values with the
+    # delimiter, quotes, an empty text and NULL, an insert after a delete
+    write_csv(
+        items / "20240102-0000010000.csv",
+        [
+            ["U", _t(1), "1", 'a "quoted", value', "1.00", "2024-02-01"],
+            ["U", _t(2), "2", "", None, None],
+            ["U", _t(2), "2", "second at one instant", "2.25", "2024-02-02"],
+            ["D", _t(3), "3", "v3", "3.50", "2024-01-01"],
+            ["D", _t(3), "9", "never", "0", "2024-01-01"],
+            ["I", _t(4), "10", "new", "10.10", "2024-03-01"],
+        ],
+    )
+    write_csv(
+        items / "20240102-0000050000.csv",
+        [["U", _t(5), "1", "last of 1", "1.01", "2024-02-03"], ["I", _t(6), "3", "back", "3.00", None]],
+    )
+    write_csv(
+        pairs / "20240102-0000010000.csv",
+        [
+            ["U", _t(1), "eu", "2024-01-01 10:00:00.123456", "10"],
+            ["I", _t(2), "ap", "2024-06-30 23:59:59.999999", "3"],
+            ["D", _t(3), "us", T0, "2"],
+        ],
+    )
+    # WHEN each engine runs it (the driver takes both tables' batches; the other engine, none)
+    _run_both(driver, spark_only, taken, batches=2)
+    # AND a second batch: changes older than the stored row and than a tombstone (late), one older
+    # than the load's commit time (every loaded row orders first), a change to a key the first
+    # batch inserted
+    write_csv(
+        items / "20240102-0000070000.csv",
+        [
+            ["U", _t(4), "1", "older than stored", "4.00", None],
+            ["U", _t(0), "4", "newer than the load", "4.00", None],
+            ["I", _t(7), "10", "newer", "10.20", "2024-03-02"],
+        ],
+    )
+    write_csv(
+        pairs / "20240102-0000070000.csv",
+        [["I", _t(2), "us", T0, "99"], ["U", _t(8), "ap", "2024-06-30 23:59:59.999999", "4"]],
+    )
+    report = _run_both(driver, spark_only, taken, batches=2)
+    # THEN both leave the same silver, history, tombstones and quarantine
+    assert _state(driver) == _state(spark_only)
+    stored = driver.spark.table(driver.silver_table(driver.config.tables[0]).identifier).collect()
+    silver = {r["id"]: r["v"] for r in stored}
+    assert silver == {
+        1: "last of 1",
+        2: "second at one instant",
+        3: "back",
+        4: "newer than the load",
+        5: "v5",
+        10: "newer",
+    }
+    assert sorted((t.table, t.ignored_late) for t in report.tables) == [("s.items", 1), ("s.pairs", 1)]
+
+
+def test_the_bad_input_corpus_gives_the_same_outcome_by_either_path(
+    spark: Any, tmp_path_factory: pytest.TempPathFactory, taken: list[bool]
+) -> None:
+    # GIVEN the bad-input corpus's files, run by an engine that prepares small batches in the
+    # driver and by one that prepares every batch with Spark
+    from test_bad_input_corpus import CASES, _config
+
+    from cdclake.config import parse_config
+
+    bronze = tmp_path_factory.mktemp("corpus") / "bronze"
+    for case in CASES:
+        for name, write in case.files.items():
+            (bronze / "s" / case.name).mkdir(parents=True, exist_ok=True)
+            write(bronze / "s" / case.name / name)
+    config = parse_config(_config(), "corpus.yaml")
+    config = replace(config, bronze=replace(config.bronze, path=str(bronze)))
+    engines = [
+        Engine(spark=spark, config=replace(config, database=name), store=LocalBronze(bronze)).tuned(
+            driver_read_bytes=limit
+        )
+        for name, limit in (("corpus_driver", 1 << 20), ("corpus_spark", 0))
+    ]
+    # WHEN each runs them
+    reports = [run(engine) for engine in engines]
+    # THEN the driver took some of the corpus's batches (those with no bad row), and left the rest
+    assert any(taken) and not all(taken), taken
+    # AND the outcome is the same: each table's report, silver and quarantine
+    for case in CASES:
+        source = f"s.{case.name}"
+        outcomes = [(r.of_table(source).exit_code, _tables(r.of_table(source))) for r in reports]
+        assert outcomes[0] == outcomes[1], (case.name, outcomes)
+    assert _state(engines[0]) == _state(engines[1])
+
+
+@pytest.mark.parametrize(
+    ("data", "header", "records"),
+    [
+        (b"I,1,a\nU,2,b\n", False, ["I,1,a", "U,2,b"]),
+        (b"Op,id,v\nI,1,a\n\n\nU,2,b", True, ["I,1,a", "U,2,b"]),  # empty lines skipped; no final newline
+        (b'I,1,"a ""q"", b"\n', False, ['I,1,"a ""q"", b"']),
+        (b"", False, []),
+        (b'I,1,"a\nb"\n', False, None),  # a value holding a newline: Spark's reader decides
+        (b'I,1,a"b\n', False, None),  # a stray quote
+        (b"I,1,a\n   \n", False, None),  # white space alone: a bad record of Spark's own text
+        (b"I,1,a\r\n", False, None),
+        (b"I,1,\x00\n", False, None),
+        (b"\xef\xbb\xbfI,1,a\n", False, None),
+        (b"I,1,\xff\n", False, None),
+    ],
+)
+def test_a_file_is_cut_into_records_only_where_the_rule_is_sparks(
+    data: bytes, header: bool, records: list[str] | None
+) -> None:
+    assert file_records(data, header) == records
+
+
+def test_the_driver_reads_files_as_spark_reads_them(make_engine: EngineFactory, tmp_path: Path) -> None:
+    # GIVEN files with quoted delimiters and quotes, empty texts, NULLs, a record with a field too
+    # many, one with a field too few, a header, several files
+    folder = tmp_path / "bronze" / "s" / "items"
+    folder.mkdir(parents=True)
+    (folder / "20240102-0000010000.csv").write_text(
+        'U,2024-01-02 00:00:01,1,"a, b","1.5",2024-01-01\n'
+        'I,2024-01-02 00:00:02,2,"",,\n'
+        "\n"
+        'U,2024-01-02 00:00:03,3,"say ""hi""",2,2024-01-02,extra\n'
+        "D,2024-01-02 00:00:04,4\n"
+    )
+    write_csv(
+        folder / "20240102-0000020000.csv", [["I", _t(5), "5", None, "5", None], ["U", _t(6), "5", "x", "6", None]]
+    )
+    engine = make_engine(CONFIG)
+    table = engine.config.tables[0]
+    files = [f for f in list_bronze(engine.store).files if f.table == "items"]
+    # WHEN the driver reads them and Spark reads them
+    local = read_locally(engine.spark, engine.store, engine.config.bronze, table, files)
+    spark = read_files(engine.spark, engine.store, engine.config.bronze, table, files)
+    # THEN the columns, their order and every row are the same, and the driver ran no job
+    assert local is not None
+    assert local.columns == spark.columns
+    assert sorted(map(repr, local.collect())) == sorted(map(repr, spark.collect()))
+    assert local._jdf.queryExecution().optimizedPlan().getClass().getSimpleName() == "LocalRelation"
