@@ -34,6 +34,7 @@ bronze: {timestamp_column: ts}
 tables:
   s.items: {primary_key: [id], columns: {id: int, v: string, amount: "decimal(12,2)", day: date}, history: true}
   s.pairs: {primary_key: [region, at], columns: {region: string, at: timestamp, n: bigint}}
+  s.moves: {append_only: true, columns: {account: int, delta: "decimal(10,2)"}}
 """
 T0 = "2024-01-01 00:00:00.000000"
 # Columns that say when a run wrote a row, not what it holds.
@@ -102,8 +103,11 @@ def _run_both(driver: Engine, spark_only: Engine, taken: list[bool], batches: in
 def test_a_batch_prepared_in_the_driver_leaves_what_the_spark_path_leaves(
     make_engine: EngineFactory, tmp_path: Path, taken: list[bool]
 ) -> None:
-    # GIVEN two loaded tables (a text key; a composite key of text and a timestamp), one with history
-    items, pairs = tmp_path / "bronze" / "s" / "items", tmp_path / "bronze" / "s" / "pairs"
+    # GIVEN three loaded tables (a text key; a composite key of text and a timestamp; append-only),
+    # one with history
+    bronze = tmp_path / "bronze" / "s"
+    items, pairs, moves = bronze / "items", bronze / "pairs", bronze / "moves"
+    write_csv(moves / "LOAD00000001.csv", [[T0, "1", "10.00"]])
     write_csv(items / "LOAD00000001.csv", [[T0, str(i), f"v{i}", f"{i}.50", "2024-01-01"] for i in range(1, 6)])
     write_csv(pairs / "LOAD00000001.csv", [[T0, "eu", "2024-01-01 10:00:00.123456", "1"], [T0, "us", T0, "2"]])
     driver, spark_only = make_engine(CONFIG), make_engine(CONFIG).tuned(driver_read_bytes=0)
@@ -135,8 +139,12 @@ def test_a_batch_prepared_in_the_driver_leaves_what_the_spark_path_leaves(
             ["D", _t(3), "us", T0, "2"],
         ],
     )
-    # WHEN each engine runs it (the driver takes both tables' batches; the other engine, none)
-    _run_both(driver, spark_only, taken, batches=2)
+    write_csv(
+        moves / "20240102-0000010000.csv",
+        [["I", _t(1), "1", "-2.50"], ["U", _t(1), "1", "-2.50"], ["D", _t(2), "2", "0"]],
+    )
+    # WHEN each engine runs it (the driver takes every table's batch; the other engine, none)
+    _run_both(driver, spark_only, taken, batches=3)
     # AND a second batch: changes older than the stored row and than a tombstone (late), one older
     # than the load's commit time (every loaded row orders first), a change to a key the first
     # batch inserted
@@ -152,7 +160,8 @@ def test_a_batch_prepared_in_the_driver_leaves_what_the_spark_path_leaves(
         pairs / "20240102-0000070000.csv",
         [["I", _t(2), "us", T0, "99"], ["U", _t(8), "ap", "2024-06-30 23:59:59.999999", "4"]],
     )
-    report = _run_both(driver, spark_only, taken, batches=2)
+    write_csv(moves / "20240102-0000070000.csv", [["I", _t(0), "3", "1.25"]])
+    report = _run_both(driver, spark_only, taken, batches=3)
     # THEN both leave the same silver, history, tombstones and quarantine
     assert _state(driver) == _state(spark_only)
     stored = driver.spark.table(driver.silver_table(driver.config.tables[0]).identifier).collect()
@@ -165,7 +174,9 @@ def test_a_batch_prepared_in_the_driver_leaves_what_the_spark_path_leaves(
         5: "v5",
         10: "newer",
     }
-    assert sorted((t.table, t.ignored_late) for t in report.tables) == [("s.items", 1), ("s.pairs", 1)]
+    assert sorted((t.table, t.ignored_late) for t in report.tables) == [("s.items", 1), ("s.moves", 0), ("s.pairs", 1)]
+    moved = driver.spark.table(driver.silver_table(driver.config.table("s.moves")).identifier).collect()
+    assert len(moved) == 5  # the load's row and every change, each kept
 
 
 def test_the_bad_input_corpus_gives_the_same_outcome_by_either_path(

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from cdclake.columns import (
+    APPEND_ONLY_OP_COLUMN,
     CHANGE_SEQ,
     COMMIT_TS,
     EFFECT,
@@ -50,16 +51,18 @@ from cdclake.engine.changes import data_columns, has_error, unchanged_flags
 from cdclake.engine.commit_way import choose_commit_way
 from cdclake.engine.data_commit import Chosen, data_commit, one_row_per_key
 from cdclake.engine.plan import BatchContext, ChangeSet
-from cdclake.engine.read import RowCounts, cast_columns, changes_of, history_rows, incoming_schema
+from cdclake.engine.read import RowCounts, cast_columns, changes_of, history_rows, schema_change
 from cdclake.identifiers import quote, sql_string
 from cdclake.lake.batch import WrittenColumns
 from cdclake.lake.driver_write import collect_rows, collectable
 from cdclake.lake.journals import tombstones_of
 from cdclake.lake.ledger_record import LedgerRecord
+from cdclake.lake.row_delta import append_blocker
 from cdclake.runtime.local_relation import local_arrow
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger("cdclake")
 
@@ -72,38 +75,49 @@ _ORDER = (COMMIT_TS, CHANGE_SEQ, FILE_INDEX, FILE_BLOCK, ROW_POSITION)
 
 def prepare_in_driver(batch: BatchContext, files: Sequence[BronzeFile]) -> ChangeSet | None:
     """The batch's change set, prepared in the driver; None: the Spark path prepares it (module docstring)."""
+    from pyspark.sql import functions as F
+
     engine, table, metadata = batch.engine, batch.table, batch.metadata
+    silver = engine.silver_table(table)
     limit = min(engine.sizes.driver_read_bytes, engine.sizes.driver_write_bytes)  # the driver writes its files too
-    if table.append_only or not metadata.exists or sum(f.size for f in files) > limit:
+    if not metadata.exists or sum(f.size for f in files) > limit:
+        return None
+    if table.append_only and append_blocker(metadata) is not None:
         return None
     raw = read_locally(engine.spark, engine.store, engine.config.bronze, table, files)
     if raw is None:
         return None
     changes = changes_of(raw, engine, table, files)
-    shape, schema = incoming_schema(changes, table, metadata)
-    key = table.silver_key()
-    if schema.incompatible or unchanged_flags(changes):
+    if unchanged_flags(changes):
         return None
-    written = WrittenColumns(key, data_columns(shape), schema.absent, {})
-    if choose_commit_way(engine, table, metadata, written) != "row-delta" or not collectable(shape):
+    # The latest changes' columns (``engine.read.latest_changes``: for a keyed table with no
+    # "unchanged" flags, these), without planning its aggregate.
+    kept = APPEND_ONLY_OP_COLUMN if table.append_only else SILVER_ORDER
+    columns = [*data_columns(changes), kept, OP, COMMIT_TS]
+    shape = changes.withColumn(APPEND_ONLY_OP_COLUMN, F.col(OP)).select(*columns).limit(0)
+    schema = schema_change(shape, metadata)
+    written = WrittenColumns(table.silver_key(), data_columns(shape), schema.absent, {})
+    way = choose_commit_way(engine, table, metadata, written)
+    if schema.incompatible or way != ("append" if table.append_only else "row-delta") or not collectable(shape):
         return None
     typed = cast_columns(changes, schema.cast)
     rows = local_arrow(typed.withColumn(_BAD, has_error()))
     if rows is None or rows.num_rows == 0 or any(rows.column(_BAD).to_pylist()):
         return None  # a plan Spark cannot evaluate in the driver, nothing, or bad rows (the Spark path quarantines)
-    latest = _latest_per_key(rows, key, [*data_columns(shape), SILVER_ORDER, OP, COMMIT_TS])
-    where = _key_filter(latest, key, {f.name: f.dataType.simpleString() for f in shape.schema.fields})
-    if where is None:
-        return None
-    classified = _classified(latest, _stored(batch, key, where), key)
-    effects = {e: classified.column(EFFECT).to_pylist().count(e) for e in EFFECTS}
-    one_row_per_key(table, engine.silver_table(table), effects, latest.num_rows)
-    newest = max(latest.column(COMMIT_TS).to_pylist(), default=None)
+    if table.append_only:
+        classified = rows.append_column(APPEND_ONLY_OP_COLUMN, rows.column(OP)).select(columns)
+        effects = {EFFECT_INSERT: rows.num_rows}
+    else:
+        classified = _classified_latest(batch, rows, shape)
+        if classified is None:
+            return None
+        effects = {e: classified.column(EFFECT).to_pylist().count(e) for e in EFFECTS}
+        one_row_per_key(table, silver, effects, len(set(_keys(classified, table.silver_key()))))
+    newest = max(classified.column(COMMIT_TS).to_pylist(), default=None)
     properties = LedgerRecord.batch([f.key for f in files], newest).properties() | dict(batch.checkpoint)
-    chosen = Chosen("row-delta", written, classified, None)
     # Every change, as history takes it: the same rows, evaluated in the driver again when written.
     history = history_rows(typed) if table.history else None
-    log.debug("prepared in the driver table=%s changes=%d keys=%d", table.source, rows.num_rows, latest.num_rows)
+    log.debug("prepared in the driver table=%s changes=%d rows=%d", table.source, rows.num_rows, classified.num_rows)
     return ChangeSet(
         files=list(files),
         shape=shape,
@@ -114,8 +128,19 @@ def prepare_in_driver(batch: BatchContext, files: Sequence[BronzeFile]) -> Chang
         latest_commit_ts=newest,
         bad=None,
         history=history,
-        commit=data_commit(engine.silver_table(table), table, metadata, False, chosen, effects, properties),
+        commit=data_commit(silver, table, metadata, False, Chosen(way, written, classified, None), effects, properties),
     )
+
+
+def _classified_latest(batch: BatchContext, rows: pa.Table, shape: DataFrame) -> pa.Table | None:
+    """The latest change of each key of ``rows``, classified against the stored rows and the
+    tombstones; None when a key has no exact literal for the stored rows' filter."""
+    key = batch.table.silver_key()
+    latest = _latest_per_key(rows, key, shape.columns)
+    where = _key_filter(latest, key, {f.name: f.dataType.simpleString() for f in shape.schema.fields})
+    if where is None:
+        return None
+    return _classified(latest, _stored(batch, key, where), key)
 
 
 def _latest_per_key(rows: pa.Table, key: Sequence[str], columns: Sequence[str]) -> pa.Table:

@@ -333,10 +333,16 @@ def incoming_schema(changes: DataFrame, table: TableConfig, metadata: TableMetad
     """The latest changes' columns (a frame with no rows: no Spark job) and the schema change they
     bring to silver as ``metadata`` read it (none for a table the batch creates)."""
     shape = latest_changes(changes, table).limit(0)
+    return shape, schema_change(shape, metadata)
+
+
+def schema_change(shape: DataFrame, metadata: TableMetadata) -> SchemaPlan:
+    """The schema change latest changes of ``shape``'s columns bring to silver as ``metadata`` read it
+    (none for a table the batch creates)."""
     if not metadata.exists:
-        return shape, SchemaPlan()
+        return SchemaPlan()
     incoming = [(f.name, f.dataType.simpleString()) for f in silver_shape(shape).schema.fields]
-    return shape, plan_schema_change(metadata.columns, incoming, bookkeeping=(SILVER_ORDER,))
+    return plan_schema_change(metadata.columns, incoming, bookkeeping=(SILVER_ORDER,))
 
 
 def cast_columns(rows: DataFrame, casts: dict[str, str]) -> DataFrame:
