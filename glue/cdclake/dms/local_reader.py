@@ -20,7 +20,9 @@ are not UTF-8, Parquet files, transaction-ordered files and a batch whose files 
 from __future__ import annotations
 
 import gzip
-from collections.abc import Sequence
+import zlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from cdclake.columns import CORRUPT_RECORD, FILE_BLOCK, FILE_INDEX, ROW_POSITION
@@ -70,7 +72,8 @@ def read_locally(
 
     if not files or any(f.file_format != "csv" or f.is_multi_table for f in files):
         return None
-    scans = plan_scans(store, settings, table, files)
+    held = _HeldFiles(store, {f.key: store.read_head(f.key, f.size) for f in files})
+    scans = plan_scans(held, settings, table, files)  # the headers read from the bytes held
     if len(scans) != 1:
         return None
     [(layout, members)] = scans.items()
@@ -80,8 +83,12 @@ def read_locally(
     places: list[int] = []
     records: list[str] = []
     for ordinal, file in members:
-        data = store.read_head(file.key, file.size)
-        found = file_records(gzip.decompress(data) if file.compressed else data, layout.has_header)
+        data = held.files[file.key]
+        try:
+            text = gzip.decompress(data) if file.compressed else data
+        except (OSError, EOFError, zlib.error):
+            return None  # Spark's reader says what is wrong with it
+        found = file_records(text, layout.has_header)
         if found is None:
             return None
         ordinals += [ordinal] * len(found)
@@ -110,3 +117,37 @@ def read_locally(
         F.from_csv(F.col(_RECORD), ddl, options).alias(_RECORD), FILE_BLOCK, FILE_INDEX, ROW_POSITION
     )
     return parsed.select(*[F.col(_RECORD)[c].alias(c) for c in fields], FILE_BLOCK, FILE_INDEX, ROW_POSITION)
+
+
+class _HeldFiles:
+    """``store`` with the bytes of some of its files already read: their heads come from those
+    bytes (one read a file, where ``plan_scans`` reading headers would make it two)."""
+
+    def __init__(self, store: BronzeStore, files: Mapping[str, bytes]) -> None:
+        self.store, self.files = store, files
+
+    @property
+    def root(self) -> str:
+        return self.store.root
+
+    def list_keys(self, under: str = "", start_after: str | None = None) -> Iterator[tuple[str, int]]:
+        return self.store.list_keys(under, start_after=start_after)
+
+    def list_folders(self, under: str = "") -> Iterator[str]:
+        return self.store.list_folders(under)
+
+    def read_head(self, key: str, max_bytes: int) -> bytes:
+        held = self.files.get(key)
+        return held[:max_bytes] if held is not None else self.store.read_head(key, max_bytes)
+
+    def spark_paths(self, files: Iterable[BronzeFile]) -> dict[str, str]:
+        return self.store.spark_paths(files)
+
+    def size(self, key: str) -> int | None:
+        return self.store.size(key)
+
+    def version(self, key: str) -> str | None:
+        return self.store.version(key)
+
+    def modified(self, key: str) -> datetime | None:
+        return self.store.modified(key)
