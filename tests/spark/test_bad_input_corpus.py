@@ -19,12 +19,14 @@ from typing import Any
 
 import pytest
 
+import cdclake.engine.prepare as prepare
 from cdclake.context import Engine
 from cdclake.dms.writer import write_csv
 from cdclake.engine.run import run
 from cdclake.lake.journals import QUARANTINE_ROWS_TABLE, QUARANTINE_TABLE
 from cdclake.report import RunReport
 from cdclake.shells.commands.run import print_report
+from run_outcome import run_state, table_reports
 
 EngineFactory = Callable[..., Engine]
 
@@ -260,7 +262,8 @@ def _config() -> str:
 
 @pytest.fixture(scope="module")
 def corpus(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Engine, RunReport]:
-    """Every case's files in one bronze, one run over all of them."""
+    """Every case's files in one bronze, one run over all of them (small batches in the driver where
+    it takes them: ``DRIVER_TOOK`` says which did)."""
     from dataclasses import replace
 
     from cdclake.config import parse_config
@@ -274,7 +277,20 @@ def corpus(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Engine
     config = parse_config(_config(), "corpus.yaml")
     config = replace(config, database="bad_input_corpus", bronze=replace(config.bronze, path=str(bronze)))
     engine = Engine(spark=spark, config=config, store=LocalBronze(bronze))
-    return engine, run(engine)
+    prepare_in_driver = prepare.prepare_in_driver
+
+    def noting(batch: Any, files: Any) -> Any:
+        prepared = prepare_in_driver(batch, files)
+        DRIVER_TOOK.append(prepared is not None)
+        return prepared
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(prepare, "prepare_in_driver", noting)
+        return engine, run(engine)
+
+
+# Whether the driver prepared each CDC batch of the corpus's run (``engine.driver_batch``).
+DRIVER_TOOK: list[bool] = []
 
 
 def _journal(engine: Engine, name: str, source_table: str) -> list[Any]:
@@ -315,3 +331,17 @@ def test_bad_input_is_held_or_refused_and_nothing_else_changes(
     for (_, reason), (_, start) in zip(files, case.files_held, strict=True):
         assert reason.startswith(start), reason
         assert "An error occurred while calling" not in reason
+
+
+def test_the_spark_path_gives_the_corpus_the_outcome_the_driver_gave(corpus: tuple[Engine, RunReport]) -> None:
+    # GIVEN the corpus's run, whose batches without a bad row the driver prepared (the others, Spark)
+    engine, report = corpus
+    assert any(DRIVER_TOOK) and not all(DRIVER_TOOK), DRIVER_TOOK
+    # WHEN an engine that prepares every batch with Spark runs the same bronze into another database
+    from dataclasses import replace
+
+    spark_only = replace(engine, config=replace(engine.config, database="bad_input_corpus_spark"))
+    spark_report = run(spark_only.tuned(driver_read_bytes=0))
+    # THEN every table's report, silver and quarantine are the same
+    assert table_reports(spark_report) == table_reports(report)
+    assert run_state(spark_only) == run_state(engine)

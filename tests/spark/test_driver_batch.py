@@ -3,14 +3,14 @@
 Every test runs the same bronze through two engines, one as configured (small batches in the
 driver) and one with ``BatchSizes.driver_read_bytes`` 0 (every batch through Spark), and compares
 what each leaves: silver (its order keys included), history, the tombstones, the report and the
-quarantine. Each also checks that the driver did take the batches it should, so that a driver path
+quarantine (``tests/run_outcome.py``; the bad-input corpus is compared the same way in
+``test_bad_input_corpus.py``). Each also checks that the driver did take the batches it should, so that a driver path
 that declines everything cannot pass.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +20,11 @@ import cdclake.engine.prepare as prepare
 from cdclake.context import Engine
 from cdclake.dms.local_reader import file_records, read_locally
 from cdclake.dms.reader import read_files
-from cdclake.dms.store import LocalBronze, list_bronze
+from cdclake.dms.store import list_bronze
 from cdclake.dms.writer import write_csv
 from cdclake.engine.run import run
-from cdclake.lake.history import history_of
-from cdclake.lake.journals import QUARANTINE_ROWS_TABLE, QUARANTINE_TABLE, tombstones_of
-from cdclake.report import RunReport, TableReport
+from cdclake.report import RunReport
+from run_outcome import run_state, table_reports
 
 EngineFactory = Callable[..., Engine]
 
@@ -37,8 +36,6 @@ tables:
   s.moves: {append_only: true, columns: {account: int, delta: "decimal(10,2)"}}
 """
 T0 = "2024-01-01 00:00:00.000000"
-# Columns that say when a run wrote a row, not what it holds.
-_WRITE_TIMES = ("deleted_at", "valid_from", "valid_to")
 
 
 def _t(second: int) -> str:
@@ -60,33 +57,6 @@ def taken(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
     yield noted
 
 
-def _state(engine: Engine) -> dict[str, Any]:
-    """Everything a run leaves that the two paths must agree on, by table."""
-    spark, state = engine.spark, {}
-    for table in engine.config.tables:
-        silver = engine.silver_table(table)
-        parts = {"silver": silver.identifier, "tombstones": tombstones_of(silver).identifier}
-        if table.history:
-            parts["history"] = history_of(silver).identifier
-        for part, identifier in parts.items():
-            rows = spark.table(identifier).collect() if spark.catalog.tableExists(identifier) else []
-            kept = [
-                {k: v for k, v in r.asDict().items() if k not in ("deleted_at", "valid_from", "valid_to")} for r in rows
-            ]
-            state[f"{table.source} {part}"] = sorted(kept, key=repr)
-    for journal in (QUARANTINE_TABLE, QUARANTINE_ROWS_TABLE):
-        identifier = f"silver.{engine.config.database}.{journal}"
-        if spark.catalog.tableExists(identifier):
-            rows = spark.table(identifier).drop("quarantined_at", "held_at", "noted_at").collect()
-            state[journal] = sorted(repr(sorted(r.asDict().items())) for r in rows)
-    return state
-
-
-def _tables(report: RunReport) -> list[TableReport]:
-    """The report's tables, without the time each took."""
-    return sorted((replace(t, seconds=0.0) for t in report.tables), key=repr)
-
-
 def _run_both(driver: Engine, spark_only: Engine, taken: list[bool], batches: int) -> RunReport:
     """Run both engines: the driver takes ``batches`` batches of the first, none of the second;
     their reports agree (the first's is returned)."""
@@ -96,7 +66,7 @@ def _run_both(driver: Engine, spark_only: Engine, taken: list[bool], batches: in
     taken.clear()
     second = run(spark_only).checked()
     assert taken == [False] * batches, taken
-    assert _tables(first) == _tables(second)
+    assert table_reports(first) == table_reports(second)
     return first
 
 
@@ -163,7 +133,7 @@ def test_a_batch_prepared_in_the_driver_leaves_what_the_spark_path_leaves(
     write_csv(moves / "20240102-0000070000.csv", [["I", _t(0), "3", "1.25"]])
     report = _run_both(driver, spark_only, taken, batches=3)
     # THEN both leave the same silver, history, tombstones and quarantine
-    assert _state(driver) == _state(spark_only)
+    assert run_state(driver) == run_state(spark_only)
     stored = driver.spark.table(driver.silver_table(driver.config.tables[0]).identifier).collect()
     silver = {r["id"]: r["v"] for r in stored}
     assert silver == {
@@ -177,40 +147,6 @@ def test_a_batch_prepared_in_the_driver_leaves_what_the_spark_path_leaves(
     assert sorted((t.table, t.ignored_late) for t in report.tables) == [("s.items", 1), ("s.moves", 0), ("s.pairs", 1)]
     moved = driver.spark.table(driver.silver_table(driver.config.table("s.moves")).identifier).collect()
     assert len(moved) == 5  # the load's row and every change, each kept
-
-
-def test_the_bad_input_corpus_gives_the_same_outcome_by_either_path(
-    spark: Any, tmp_path_factory: pytest.TempPathFactory, taken: list[bool]
-) -> None:
-    # GIVEN the bad-input corpus's files, run by an engine that prepares small batches in the
-    # driver and by one that prepares every batch with Spark
-    from test_bad_input_corpus import CASES, _config
-
-    from cdclake.config import parse_config
-
-    bronze = tmp_path_factory.mktemp("corpus") / "bronze"
-    for case in CASES:
-        for name, write in case.files.items():
-            (bronze / "s" / case.name).mkdir(parents=True, exist_ok=True)
-            write(bronze / "s" / case.name / name)
-    config = parse_config(_config(), "corpus.yaml")
-    config = replace(config, bronze=replace(config.bronze, path=str(bronze)))
-    engines = [
-        Engine(spark=spark, config=replace(config, database=name), store=LocalBronze(bronze)).tuned(
-            driver_read_bytes=limit
-        )
-        for name, limit in (("corpus_driver", 1 << 20), ("corpus_spark", 0))
-    ]
-    # WHEN each runs them
-    reports = [run(engine) for engine in engines]
-    # THEN the driver took some of the corpus's batches (those with no bad row), and left the rest
-    assert any(taken) and not all(taken), taken
-    # AND the outcome is the same: each table's report, silver and quarantine
-    for case in CASES:
-        source = f"s.{case.name}"
-        outcomes = [(r.of_table(source).exit_code, _tables(r.of_table(source))) for r in reports]
-        assert outcomes[0] == outcomes[1], (case.name, outcomes)
-    assert _state(engines[0]) == _state(engines[1])
 
 
 @pytest.mark.parametrize(
