@@ -197,3 +197,33 @@ def test_the_driver_reads_files_as_spark_reads_them(make_engine: EngineFactory, 
     assert local.columns == spark.columns
     assert sorted(map(repr, local.collect())) == sorted(map(repr, spark.collect()))
     assert local._jdf.queryExecution().optimizedPlan().getClass().getSimpleName() == "LocalRelation"
+
+
+def test_a_spark_without_the_local_converters_prepares_every_batch_itself(
+    make_engine: EngineFactory, tmp_path: Path, taken: list[bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a loaded table and a small batch, and a Spark whose Arrow converters refuse the call
+    # (they are internal to Spark: another version may not have them)
+    from py4j.protocol import Py4JError
+
+    import cdclake.runtime.local_relation as local_relation
+
+    def missing(spark: Any) -> Any:
+        raise Py4JError("ArrowConverters$.MODULE$ does not exist in the JVM")
+
+    items = tmp_path / "bronze" / "s" / "items"
+    write_csv(items / "LOAD00000001.csv", [[T0, "1", "a", "1.00", "2024-01-01"]])
+    engine = make_engine("bronze: {timestamp_column: ts}\ntables:\n  s.items: {primary_key: [id], columns: "
+                         "{id: int, v: string, amount: 'decimal(12,2)', day: date}}\n")  # fmt: skip
+    run(engine).checked()
+    write_csv(
+        items / "20240102-0000010000.csv", [["U", _t(1), "1", "b", "2.00", None], ["I", _t(1), "2", "c", "3", None]]
+    )
+    monkeypatch.setattr(local_relation, "_converters", missing)
+    # WHEN the run applies it
+    taken.clear()
+    run(engine).checked()
+    # THEN the driver declined it and the Spark path applied it
+    assert taken == [False]
+    rows = engine.spark.table(engine.silver_table(engine.config.tables[0]).identifier).collect()
+    assert sorted((r["id"], r["v"]) for r in rows) == [(1, "b"), (2, "c")]

@@ -113,9 +113,10 @@ def read_locally(
     fields = [*layout.columns, CORRUPT_RECORD]
     ddl = ", ".join(f"{quote(c)} STRING" for c in fields)
     options = csv_options(settings, header=False, multi_line=False)
-    parsed = local_frame(spark, rows, schema).select(
-        F.from_csv(F.col(_RECORD), ddl, options).alias(_RECORD), FILE_BLOCK, FILE_INDEX, ROW_POSITION
-    )
+    local = local_frame(spark, rows, schema)
+    if local is None:
+        return None
+    parsed = local.select(F.from_csv(F.col(_RECORD), ddl, options).alias(_RECORD), FILE_BLOCK, FILE_INDEX, ROW_POSITION)
     return parsed.select(*[F.col(_RECORD)[c].alias(c) for c in fields], FILE_BLOCK, FILE_INDEX, ROW_POSITION)
 
 
