@@ -35,7 +35,7 @@ EXTERNAL = {
     "DeduplicateRelations", "DefinitionS3Location", "DefinitionSubstitutions", "DeleteFile", "DeletionPolicy",
     "DontCompileHugeMethods", "ExecutionAlreadyExists", "ExecutionTime", "FailedInvocations", "FileIO",
     "FullLoadProgressPercent", "GenerateUnsafeProjection", "GetTable", "InvocationsFailedToBeSentToDlq",
-    "InvocationsSentToDlq", "LastFailureMessage", "ListObjectsV2", "LobMaxSize", "LocationUri",
+    "InvocationsSentToDlq", "LastFailureMessage", "ListObjectsV2", "LobMaxSize", "LocalRelation", "LocationUri",
     "MapUnboundedNumericAsString",
     "MatchedEvents", "MaxConcurrentRuns", "MaxFileSize", "MessageRetentionPeriod", "NaN", "NoSuchBucket",
     "NoSuchKey", "NotificationConfiguration", "PreserveTransactions", "PutMetricData", "PythonUtils",
