@@ -5,17 +5,19 @@ changes materialised, the stored rows of their keys and their tombstones (each b
 classified rows collected. Here the batch's files are read in the driver (``dms.local_reader``)
 and every expression that types, checks, cleans and orders them runs unchanged over those rows,
 evaluated by Spark's optimizer in the driver (``runtime.local_relation``); the rows come back as
-Arrow. The latest change of each key is kept in Arrow, by the apply order ``change_order`` gives
-Spark; the stored rows and tombstones of those keys are read in one job, each table's scan
-filtered by the keys, so Iceberg prunes its data files by their column bounds; each change is
-classified as ``engine.effects.classify_effects`` classifies it; the driver writes the files and
-commits one RowDelta (``lake.driver_write``).
+Arrow. The latest change of each key is kept by the apply order ``change_order`` gives Spark;
+the stored rows and tombstones of those keys are read in one job, each table's scan filtered by
+the keys, so Iceberg prunes its data files by their column bounds; each change is classified as
+``engine.effects.classify_effects`` classifies it; the driver writes the files and commits one
+RowDelta (``lake.driver_write``).
 
-It takes a batch only where it gives what the Spark path gives: a keyed table that exists and
-takes a RowDelta, files the driver reads as Spark does, at most ``BatchSizes.driver_read_bytes``,
-no bad row (the quarantine is the Spark path's), no "unchanged" value (``CsvNoSupValue``), keys
-of types a SQL literal states exactly. Anything else returns None and the Spark path prepares the
-batch, so both give the same silver, history and quarantine (``tests/spark/test_driver_batch.py``).
+It takes a batch only where it gives what the Spark path gives: a table that exists and takes a
+RowDelta (keyed) or a driver append (append-only), files the driver reads as Spark does, at most
+``BatchSizes.driver_read_bytes``, no bad row (the quarantine is the Spark path's), no "unchanged"
+value (``CsvNoSupValue``), key values a SQL literal states exactly, a plan Spark evaluates in the
+driver. Anything else returns None and the Spark path prepares the batch, so both give the same
+silver, history and quarantine (``tests/spark/test_driver_batch.py``, and the bad-input corpus in
+``tests/spark/test_bad_input_corpus.py``).
 """
 
 from __future__ import annotations
@@ -68,8 +70,7 @@ log = logging.getLogger("cdclake")
 
 _BAD = "_cdc_bad"
 _TOMB = "_cdc_tomb"
-# The apply order (``engine.effects.change_order``) as Arrow sorts it: Spark orders a struct's NULL
-# fields first, and compares text by its UTF-8 bytes, as Arrow does.
+# The apply order (``engine.effects.change_order``), compared as Spark compares the struct (``_rank``).
 _ORDER = (COMMIT_TS, CHANGE_SEQ, FILE_INDEX, FILE_BLOCK, ROW_POSITION)
 
 
