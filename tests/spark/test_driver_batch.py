@@ -227,3 +227,29 @@ def test_a_spark_without_the_local_converters_prepares_every_batch_itself(
     assert taken == [False]
     rows = engine.spark.table(engine.silver_table(engine.config.tables[0]).identifier).collect()
     assert sorted((r["id"], r["v"]) for r in rows) == [(1, "b"), (2, "c")]
+
+
+def test_a_table_that_takes_no_row_delta_is_declined_before_its_files_are_read(
+    make_engine: EngineFactory, tmp_path: Path, taken: list[bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a loaded copy-on-write table (no batch of it can be a RowDelta) and a small batch
+    import cdclake.engine.driver_batch as driver_batch
+
+    items = tmp_path / "bronze" / "s" / "items"
+    write_csv(items / "LOAD00000001.csv", [[T0, "1", "a", "1.00", "2024-01-01"]])
+    engine = make_engine("bronze: {timestamp_column: ts}\ntables:\n  s.items: {primary_key: [id], columns: "
+                         "{id: int, v: string, amount: 'decimal(12,2)', day: date}}\n")  # fmt: skip
+    run(engine).checked()
+    silver = engine.silver_table(engine.config.tables[0]).identifier
+    engine.spark.sql(f"ALTER TABLE {silver} SET TBLPROPERTIES ('write.merge.mode' = 'copy-on-write')")
+    write_csv(items / "20240102-0000010000.csv", [["U", _t(1), "1", "b", "2.00", None]])
+    reads: list[int] = []
+    read_locally = driver_batch.read_locally
+    monkeypatch.setattr(driver_batch, "read_locally", lambda *a: reads.append(1) or read_locally(*a))
+    # WHEN the run applies it
+    taken.clear()
+    run(engine).checked()
+    # THEN the driver declined it without reading a file (every round would pay for that read), and
+    # the Spark path applied it
+    assert taken == [False] and reads == []
+    assert [(r["id"], r["v"]) for r in engine.spark.table(silver).collect()] == [(1, "b")]

@@ -49,7 +49,7 @@ from cdclake.columns import (
 )
 from cdclake.dms.files import BronzeFile
 from cdclake.dms.local_reader import read_locally
-from cdclake.engine.changes import data_columns, has_error, unchanged_flags
+from cdclake.engine.changes import data_columns, has_error
 from cdclake.engine.commit_way import choose_commit_way
 from cdclake.engine.data_commit import Chosen, data_commit, one_row_per_key
 from cdclake.engine.plan import BatchContext, ChangeSet
@@ -59,7 +59,7 @@ from cdclake.lake.batch import WrittenColumns
 from cdclake.lake.driver_write import collect_rows, collectable
 from cdclake.lake.journals import tombstones_of
 from cdclake.lake.ledger_record import LedgerRecord
-from cdclake.lake.row_delta import append_blocker
+from cdclake.lake.row_delta import append_blocker, row_delta_blocker
 from cdclake.runtime.local_relation import local_arrow
 
 if TYPE_CHECKING:
@@ -83,16 +83,18 @@ def prepare_in_driver(batch: BatchContext, files: Sequence[BronzeFile]) -> Chang
     limit = min(engine.sizes.driver_read_bytes, engine.sizes.driver_write_bytes)  # the driver writes its files too
     if not metadata.exists or sum(f.size for f in files) > limit:
         return None
-    if table.append_only and append_blocker(metadata) is not None:
+    # Declined before any file is read, as a table declines every batch: one that takes no driver
+    # append or RowDelta; every table when DMS marks values it did not capture (CsvNoSupValue:
+    # "unchanged" columns, which the driver does not carry).
+    blocker = append_blocker(metadata) if table.append_only else row_delta_blocker(metadata)
+    if blocker is not None or engine.config.bronze.csv_no_sup_value is not None:
         return None
     raw = read_locally(engine.spark, engine.store, engine.config.bronze, table, files)
     if raw is None:
         return None
     changes = changes_of(raw, engine, table, files)
-    if unchanged_flags(changes):
-        return None
-    # The latest changes' columns (``engine.read.latest_changes``: for a keyed table with no
-    # "unchanged" flags, these), without planning its aggregate.
+    # The latest changes' columns (``engine.read.latest_changes``: with no "unchanged" flags,
+    # these), without planning its aggregate.
     kept = APPEND_ONLY_OP_COLUMN if table.append_only else SILVER_ORDER
     columns = [*data_columns(changes), kept, OP, COMMIT_TS]
     shape = changes.withColumn(APPEND_ONLY_OP_COLUMN, F.col(OP)).select(*columns).limit(0)

@@ -75,15 +75,9 @@ class WrittenFile:
 def why_not_row_delta(metadata: TableMetadata, written: WrittenColumns) -> str | None:
     """Why a batch writing ``written`` cannot be applied to the table (as ``metadata`` found it) through
     written files and a RowDelta; None when it can."""
-    if metadata.format_version != 2:
-        return f"format v{metadata.format_version}"
-    if metadata.partitioned:
-        return "a partitioned table"
-    if metadata.merge_mode != "merge-on-read":
-        return "a copy-on-write table"
-    for field in metadata.fields:
-        if field.primitive not in _PLAIN_TYPES:
-            return f"column {field.name} of type {_type_name(field.type)}"
+    blocker = row_delta_blocker(metadata)
+    if blocker is not None:
+        return blocker
     sent = {*written.columns, *written.absent, SILVER_ORDER}
     kept = [
         f.name
@@ -92,6 +86,28 @@ def why_not_row_delta(metadata: TableMetadata, written: WrittenColumns) -> str |
     ]
     if kept:
         return f"updates keep the stored values of {', '.join(kept)}"
+    return None
+
+
+def row_delta_blocker(metadata: TableMetadata) -> str | None:
+    """What in the table itself (as ``metadata`` found it) keeps any batch from written files and a
+    RowDelta, whatever its columns (``why_not_row_delta`` adds those); None: nothing."""
+    blocker = _written_files_blocker(metadata)
+    if blocker is None and metadata.merge_mode != "merge-on-read":
+        return "a copy-on-write table"
+    return blocker
+
+
+def _written_files_blocker(metadata: TableMetadata) -> str | None:
+    """Why files written outside Spark's Iceberg writer cannot be the table's: a format other than
+    v2, a partition spec, a column of a type they do not carry; None: nothing."""
+    if metadata.format_version != 2:
+        return f"format v{metadata.format_version}"
+    if metadata.partitioned:
+        return "a partitioned table"
+    for field in metadata.fields:
+        if field.primitive not in _PLAIN_TYPES:
+            return f"column {field.name} of type {_type_name(field.type)}"
     return None
 
 
@@ -393,14 +409,7 @@ def append_blocker(metadata: TableMetadata) -> str | None:
     one RowDelta; None when they can (``append_written``)."""
     if not metadata.exists or metadata.snapshot_id is None:
         return "no table or no snapshot yet"
-    if metadata.format_version != 2:
-        return f"format v{metadata.format_version}"
-    if metadata.partitioned:
-        return "a partitioned table"
-    for field in metadata.fields:
-        if field.primitive not in _PLAIN_TYPES:
-            return f"column {field.name} of type {_type_name(field.type)}"
-    return None
+    return _written_files_blocker(metadata)
 
 
 def append_written(
