@@ -6,7 +6,10 @@ tests/spark/postgres/test_pg_verify.py and tests/spark/mariadb/test_mariadb_veri
 
 from __future__ import annotations
 
+import bisect
+import math
 import re
+import sqlite3
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -17,7 +20,7 @@ from cdclake.sources.catalog.connect import SourceAddress, parse_source
 from cdclake.sources.catalog.model import CatalogColumn, CatalogTable
 from cdclake.sources.postgres.catalog import SourceColumn, SourceTable
 from cdclake.verify import dialects
-from cdclake.verify.checksum import KeyRange, kind_of
+from cdclake.verify.checksum import KeyRange, bucket_of, bucket_search, kind_of
 from cdclake.verify.mysql import checksums as mysql
 from cdclake.verify.mysql.dialect import MysqlDialect
 from cdclake.verify.postgres import checksums as postgres
@@ -122,14 +125,15 @@ def test_sqlserver_row_number_hashes_the_utf8_text_of_length_framed_strings_and_
 
 
 def test_sqlserver_sums_cut_string_keys_by_code_unit_and_group_in_a_derived_table() -> None:
-    query, parameters = sqlserver.SQL.sums_query(ORDERS, ("name", "text"), [("id", "integer")], KeyRange("a", "q"), 2)
+    whole = KeyRange("a", "q")
+    query, parameters = sqlserver.SQL.sums_query(ORDERS, ("name", "text"), [("id", "integer")], whole, ["f", "k"])
     key = "CAST([name] AS nvarchar(max)) COLLATE Latin1_General_100_BIN2"
     assert query.startswith(
         f"SELECT bucket, COUNT_BIG(*), COALESCE(SUM(number), 0) FROM (SELECT CASE WHEN {key} < %s THEN 0 "
-        f"WHEN {key} < %s THEN 1 ELSE 2 END AS bucket, CAST(CAST(CONVERT(varbinary(8)"
+        f"ELSE CASE WHEN {key} < %s THEN 1 ELSE 2 END END AS bucket, CAST(CAST(CONVERT(varbinary(8)"
     )
     assert query.endswith(f"FROM [dbo].[orders] WHERE ({key} >= %s AND {key} < %s)) AS numbered GROUP BY bucket")
-    assert parameters == ["a", "q"]
+    assert parameters == ["f", "k", "a", "q"]
 
 
 def test_sqlserver_reads_the_columns_it_cannot_hash_exactly_row_by_row() -> None:
@@ -155,10 +159,10 @@ def test_queries_take_their_parameters_as_the_driver_formats_them(engine: str) -
     columns = [(c.name, kind_of(c.spark_type) or "") for c in table.columns]
     module: Any = mysql.SQL if engine == "mysql" else sqlserver.SQL
     # WHEN a range cut in three is summed
-    query, parameters = module.sums_query(table, ("code", "text"), columns, KeyRange("b", "y"), 2)
+    query, parameters = module.sums_query(table, ("code", "text"), columns, KeyRange("b", "y"), ["f", "k"])
     # THEN the driver's formatting finds one placeholder per value (the two cuts first) and nothing else
     formatted = query % tuple(f"@P{i}" for i in range(1, 5))
-    assert parameters == ["b", "y"] and re.findall(r"@P\d", formatted) == ["@P1", "@P2", "@P3", "@P4"]
+    assert parameters == ["f", "k", "b", "y"] and re.findall(r"@P\d", formatted) == ["@P1", "@P2", "@P3", "@P4"]
     assert "%" in formatted  # the names and DATE_FORMAT's %Y are there, once formatted
     if engine == "mysql":
         assert "DATE_FORMAT(`r%`, '%Y-%m-%d %H:%i:%s.%f')" in formatted
@@ -250,3 +254,20 @@ def test_a_postgres_address_from_a_secret_reaches_libpq_whole() -> None:
     # with the time to connect
     timed = (("connect_timeout", "15"), ("sslmode", "require"))
     assert parse_source(dialects.conninfo(address, timeout=15)) == replace(address, options=timed)
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 3, 7, 8, 63, 64])
+def test_a_row_meets_log2_cuts_on_its_way_to_its_bucket_and_lands_where_bisect_puts_it(count: int) -> None:
+    # GIVEN `count` increasing cuts and keys below, on, between and above them
+    cuts = [10 * (i + 1) for i in range(count)]
+    keys = sorted({k for c in [0, *cuts] for k in (c - 1, c, c + 1)})
+    # WHEN the bucket of each key is found by the SQL every dialect runs (evaluated by SQLite here)
+    sql, parameters = bucket_of("k", cuts)
+    with sqlite3.connect(":memory:") as db:
+        found = [db.execute(f"SELECT {sql.replace('%s', '?')} FROM (SELECT ? AS k)", [*parameters, k]).fetchone()[0]
+                 for k in keys]  # fmt: skip
+    # THEN it is the bucket bisect gives (0 below the first cut), and a key meets at most log2 cuts
+    assert found == [bisect.bisect_right(cuts, k) for k in keys]
+    assert sql.count("CASE WHEN") == count and len(parameters) == count
+    depth = bucket_search(0, count, lambda _: 0, lambda _, below, rest: 1 + max(below, rest))
+    assert depth == math.ceil(math.log2(count + 1))

@@ -65,7 +65,13 @@ class ChecksumSql:
     number: Callable[[Sequence[str]], str]  # a row's pieces -> its number (``verify.checksum``: 60 bits of MD5)
     string_key: str  # a string key's text as compared by code point, a template over ``{text}``
     false: str
-    group_by_position: bool = True  # ``GROUP BY 1``; else (T-SQL) the buckets are grouped in a derived table
+    # None: the buckets are grouped by position (``GROUP BY 1``) over the table's rows; else the rows are numbered
+    # in a derived table first, ended by this text: T-SQL groups by no position nor by an expression with
+    # parameters; PostgreSQL's ``OFFSET 0`` keeps the derived table whole, so its planner numbers the rows in
+    # its parallel workers and sums few groups after them, instead of sorting every row by a bucket it cannot
+    # estimate and numbering them all in one process (twice as slow, `make bench-verify`).
+    numbered_rows: str | None = None
+    count: str = "COUNT(*)"  # a range's rows (T-SQL's COUNT is an int)
 
     def text(self, column_type: str, name: str, kind: str) -> str:
         """A column's canonical text (``verify.checksum``'s kinds) in this engine's SQL."""
@@ -114,20 +120,19 @@ class ChecksumSql:
         key: tuple[str, str] | None,
         columns: Sequence[tuple[str, str]],
         whole: KeyRange,
-        cuts: int,
+        cuts: Sequence[Any],
     ) -> tuple[str, list[Any]]:
-        """The query of ``cuts`` + 1 buckets' sums and the parameters of the range's ends; the boundaries'
-        parameters go before them (the bucket's CASE comes first)."""
-        where, parameters = self.range_condition(table, key, [whole])
-        bucket = bucket_of(self.key_text(table, *key) if key else None, cuts)
+        """The query of the sums of the buckets ``whole`` is cut into at ``cuts``, and its parameters in order
+        (the bucket's cuts, then the range's ends)."""
+        where, bounds = self.range_condition(table, key, [whole])
+        bucket, parameters = bucket_of(self.key_text(table, *key) if key else None, cuts)
         number = self.row_number(table, columns)
-        if self.group_by_position:
-            totals = f"{bucket} AS bucket, COUNT(*), COALESCE(SUM({number}), 0)"
-            return f"{self.select(table, [totals], where)} GROUP BY 1", parameters
-        # T-SQL groups by no position nor by an expression with parameters
-        numbered = self.select(table, [f"{bucket} AS bucket", f"{number} AS number"], where)
-        query = f"SELECT bucket, COUNT_BIG(*), COALESCE(SUM(number), 0) FROM ({numbered}) AS numbered GROUP BY bucket"
-        return query, parameters
+        if self.numbered_rows is None:
+            totals = f"{bucket} AS bucket, {self.count}, COALESCE(SUM({number}), 0)"
+            return f"{self.select(table, [totals], where)} GROUP BY 1", [*parameters, *bounds]
+        numbered = self.select(table, [f"{bucket} AS bucket", f"{number} AS number"], where) + self.numbered_rows
+        query = f"SELECT bucket, {self.count}, COALESCE(SUM(number), 0) FROM ({numbered}) AS numbered GROUP BY bucket"
+        return query, [*parameters, *bounds]
 
     def source_sums(
         self, conn: Any, table: SourceTableShape, key: tuple[str, str] | None, columns: Sequence[tuple[str, str]]
@@ -135,9 +140,9 @@ class ChecksumSql:
         """The source's ``Sums`` of ``table`` over a DB-API connection (``key`` None: one range, the whole table)."""
 
         def sums(whole: KeyRange, cuts: Sequence[Any]) -> dict[int, RangeSum]:
-            query, parameters = self.sums_query(table, key, columns, whole, len(cuts))
+            query, parameters = self.sums_query(table, key, columns, whole, cuts)
             with closing(conn.cursor()) as cur:
-                cur.execute(query, (*cuts, *parameters))
+                cur.execute(query, parameters)
                 return {int(b): RangeSum(int(n), int(total)) for b, n, total in cur.fetchall()}
 
         return sums

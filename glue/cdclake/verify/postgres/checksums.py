@@ -52,4 +52,5 @@ SQL = ChecksumSql(
     number=_number,
     string_key='{text} COLLATE "C"',
     false="false",
+    numbered_rows=" OFFSET 0",
 )

@@ -103,5 +103,6 @@ SQL = ChecksumSql(
     number=_number,
     string_key=f"{{text}} COLLATE {CODE_POINT_ORDER}",
     false="1 = 0",
-    group_by_position=False,
+    numbered_rows="",
+    count="COUNT_BIG(*)",
 )
