@@ -210,12 +210,14 @@ def check_the_verify_section_sets_each_figure_beside_its_target() -> None:
         "plain_select": {"seconds": 24.0},
         "row_by_row_vs_checksums": 10.0,
         "one_differing_vs_equal": 1.25,
+        "each_side_alone": {"source": 21.04, "silver": 30.5},
     }
     section = verify.render(result)
     assert "#### Verify, 10M rows — measured 2026-11-29 04:00" in section
     assert "| checksums vs every row read | 10× faster | ≥ 10×: **met** |" in section
     assert "| bytes from the source, equal, by checksums | 4.2 KB | ≤ 1 MB: **met** |" in section
     assert "| bytes from the source, every row read | 520.0 MB | |" in section
+    assert "| the same, each side alone: the source's query / silver's job | 21.0 s / 30.5 s | |" in section
     assert "| one differing row found (490 rows read) | 50.0 s, 1.25× the equal case | ≤ 2×: **met** |" in section
     result["row_by_row_vs_checksums"] = 4.5
     assert "≥ 10×: **missed**" in verify.render(result)

@@ -84,6 +84,29 @@ def counting_cursor() -> Any:
     return CountingCursor
 
 
+def _each_side_alone(engine: Any, conn: Any) -> dict[str, float]:
+    """The whole table's checksums of 64 ranges on each side alone, one after the other (seconds, best of 2):
+    where the time of ``checksums`` goes when the two sides do not share the cores."""
+    from cdclake.verify.checksum import KeyRange, kind_of, spark_boundaries, spark_sums
+    from cdclake.verify.postgres.dialect import PostgresDialect
+
+    dialect = PostgresDialect(conn)
+    [source] = dialect.read_tables(["public"])
+    columns = [(c.name, kind_of(c.spark_type) or "") for c in source.columns]
+    frame = engine.spark.table(engine.silver_table(engine.config.tables[0]).identifier).select(*(n for n, _ in columns))
+    cuts = spark_boundaries(frame, "id", "integer")(KeyRange(), 64)
+    sides = {"source": dialect.sums(source, ("id", "integer"), columns), "silver": spark_sums(frame, "id", columns)}
+    seconds = {}
+    for side, sums in sides.items():
+        times = []
+        for _ in range(2):
+            started = time.perf_counter()
+            sums(KeyRange(), cuts)
+            times.append(time.perf_counter() - started)
+        seconds[side] = round(min(times), 2)
+    return seconds
+
+
 def measure(work: Path, rows: int) -> dict[str, Any]:
     import psycopg2
 
@@ -142,6 +165,7 @@ def measure(work: Path, rows: int) -> dict[str, Any]:
 
             timed("checksums", ChecksumSettings())  # a first pass warms the JVM's code for both
             first = timed("checksums", ChecksumSettings())
+            result["each_side_alone"] = _each_side_alone(engine, conn)
             conn.autocommit = False  # a named (server-side) cursor streams inside a transaction
             with conn.cursor(name="plain") as cur:
                 started = time.perf_counter()
@@ -179,6 +203,7 @@ def render(result: dict[str, Any]) -> str:
     size, equal, rows = _size(result["rows"]), result["checksums"], result["row_by_row"]
     differing, select = result["one_differing_row"], result["plain_select"]
     ratio, against = result["row_by_row_vs_checksums"], result["one_differing_vs_equal"]
+    alone = result.get("each_side_alone")  # measured since 2026-12-07
 
     def verdict(met: bool) -> str:
         return "**met**" if met else "**missed**"
@@ -193,6 +218,14 @@ def render(result: dict[str, Any]) -> str:
         "| figure | now | target |",
         "|---|---:|---|",
         f"| equal, by checksums ({equal['ranges']} ranges) | {equal['seconds']:.1f} s | |",
+        *(
+            [
+                f"| the same, each side alone: the source's query / silver's job | {alone['source']:.1f} s / "
+                f"{alone['silver']:.1f} s | |"
+            ]
+            if alone
+            else []
+        ),
         f"| equal, every row read (`verify --rows`) | {rows['seconds']:.1f} s | |",
         f"| checksums vs every row read | {ratio:g}× faster | ≥ {TARGET_RATIO:g}×: {verdict(ratio >= TARGET_RATIO)} |",
         f"| bytes from the source, equal, by checksums | {_bytes(equal['source_bytes'])} | ≤ 1 MB: "

@@ -100,9 +100,13 @@ def test_sqlserver_writes_each_kind_as_documented() -> None:
     assert text("price", "decimal:4") == "CAST(CAST([price] AS decimal(38,4)) AS nvarchar(50))"
     assert text("due", "date") == "CONVERT(nvarchar(10), [due], 23)"
     assert text("paid", "boolean") == "CASE WHEN [paid] = 1 THEN N'true' ELSE N'false' END"
-    assert text("seen", "timestamp") == "CONVERT(nvarchar(26), CAST([seen] AS datetime2(6)), 121)"
+    epoch = "CAST('1970-01-01' AS datetime2(6))"
+    assert text("seen", "timestamp") == (
+        f"CAST(DATEDIFF_BIG(microsecond, {epoch}, CAST([seen] AS datetime2(6))) AS nvarchar(20))"
+    )
     assert text("placed", "timestamp") == (
-        "CONVERT(nvarchar(26), CAST(SWITCHOFFSET([placed], '+00:00') AS datetime2(6)), 121)"
+        f"CAST(DATEDIFF_BIG(microsecond, {epoch}, CAST(SWITCHOFFSET([placed], '+00:00') AS datetime2(6))) "
+        "AS nvarchar(20))"
     )
 
 
@@ -155,7 +159,8 @@ def test_sqlserver_reads_the_columns_it_cannot_hash_exactly_row_by_row() -> None
 @pytest.mark.parametrize("engine", ["mysql", "sqlserver"])
 def test_queries_take_their_parameters_as_the_driver_formats_them(engine: str) -> None:
     # GIVEN a table with a name and a column holding % (PyMySQL and python-tds format the query with %)
-    table = CatalogTable("s%", "t%", (*ITEMS.columns, CatalogColumn("r%", "datetime(6)", "timestamp_ntz")), ("code",))
+    more = (CatalogColumn("r%", "datetime(6)", "timestamp_ntz"), CatalogColumn("d%", "date", "date"))
+    table = CatalogTable("s%", "t%", (*ITEMS.columns, *more), ("code",))
     columns = [(c.name, kind_of(c.spark_type) or "") for c in table.columns]
     module: Any = mysql.SQL if engine == "mysql" else sqlserver.SQL
     # WHEN a range cut in three is summed
@@ -165,7 +170,8 @@ def test_queries_take_their_parameters_as_the_driver_formats_them(engine: str) -
     assert parameters == ["f", "k", "b", "y"] and re.findall(r"@P\d", formatted) == ["@P1", "@P2", "@P3", "@P4"]
     assert "%" in formatted  # the names and DATE_FORMAT's %Y are there, once formatted
     if engine == "mysql":
-        assert "DATE_FORMAT(`r%`, '%Y-%m-%d %H:%i:%s.%f')" in formatted
+        assert "DATE_FORMAT(`d%`, '%Y-%m-%d')" in formatted
+        assert "CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', `r%`) AS CHAR)" in formatted
         assert "HEX(CAST(`bits` AS BINARY))" in formatted  # a BIT's bytes, leading zero digits kept
         assert re.search(r"CAST\(CONVERT\(`code` USING utf8mb4\) AS BINARY\) < @P1", formatted)  # code points
 

@@ -22,7 +22,8 @@ integer        decimal digits, ``-`` in front when negative
 boolean        ``true`` / ``false``
 decimal:S      the value rounded to S fraction digits, S digits printed, no exponent
 date           ``YYYY-MM-DD``
-timestamp      ``YYYY-MM-DD HH:MM:SS.ffffff`` in UTC
+timestamp      microseconds since 1970-01-01 00:00:00 UTC, decimal digits (a wall-clock value
+               without a zone: as if it were UTC)
 binary         lower-case hexadecimal
 =============  ==========================================================================
 
@@ -254,8 +255,8 @@ def spark_text(column: Column, kind: str) -> Column:
         return F.regexp_replace(F.format_number(column, scale), ",", "")
     if kind == "date":
         return F.date_format(column, "yyyy-MM-dd")
-    if kind == "timestamp":
-        return F.date_format(column, "yyyy-MM-dd HH:mm:ss.SSSSSS")  # the session's zone is UTC
+    if kind == "timestamp":  # a number, not formatted text: a fifth of the cost in Spark (`make bench-verify`)
+        return F.unix_micros(column.cast("timestamp")).cast("string")  # the session's zone is UTC
     if kind == "binary":
         return F.lower(F.hex(column))
     raise ValueError(f"no canonical text for kind {kind}")

@@ -11,9 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from cdclake.context import Engine
 from cdclake.shells.cli import main
+from cdclake.verify.checksum import spark_text
+from cdclake.verify.mysql import checksums as mysql
 from cdclake.verify.mysql.dialect import MysqlDialect
 from cdclake.verify.report import format_comparisons
 from cdclake.verify.result import TableComparison
@@ -156,3 +160,29 @@ def test_every_mysql_type_is_proved_equal_by_checksums_and_each_planted_differen
     # AND each difference was confirmed by reading it again once silver had caught up: none was lag
     assert tables["items"]["lag_resolved"] == 0 and tables["items"]["source_position"].endswith(" UTC")
     conn.close()
+
+
+def test_a_timestamps_canonical_text_is_the_same_in_mariadb_and_spark(mariadb_server: Any, spark: SparkSession) -> None:
+    # GIVEN wall clocks (DATETIME) from the first year MySQL takes to the last, and instants (TIMESTAMP) across its
+    # range, to the microsecond, stored in a table
+    walls = ["1000-01-01 00:00:00", "1969-12-31 23:59:59.999999", "1970-01-01 00:00:00", "9999-12-31 23:59:59.999999"]
+    instants = ["1970-01-01 00:00:01", "2024-02-29 12:34:56.789012", "2038-01-19 03:14:07.999999"]
+    conn = mariadb_server.connect(mariadb_server.create_database())
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute("CREATE TABLE t (n int PRIMARY KEY, wall datetime(6), instant timestamp(6) NULL)")
+            cursor.executemany("INSERT INTO t (n, wall) VALUES (%s, %s)", list(enumerate(walls)))
+            cursor.executemany("INSERT INTO t (n, instant) VALUES (%s, %s)", list(enumerate(instants, len(walls))))
+            # WHEN MariaDB writes each (its session in UTC, as verify's) and Spark writes silver's timestamp_ntz and
+            # timestamp
+            wall = mysql.SQL.text("datetime(6)", "wall", "timestamp")
+            instant = mysql.SQL.text("timestamp(6)", "instant", "timestamp")
+            cursor.execute(f"SELECT COALESCE({wall}, {instant}) FROM t ORDER BY n")
+            source = [row[0] for row in cursor.fetchall()]
+    finally:
+        conn.close()
+    rows = [*(f"timestamp_ntz'{v}'" for v in walls), *(f"timestamp'{v}'" for v in instants)]
+    texts = [spark.sql(f"SELECT {r} AS v").select(spark_text(F.col("v"), "timestamp")).first()[0] for r in rows]
+    # THEN both write the same text: the microseconds since 1970 UTC
+    assert source == texts
+    assert source[1] == "-1"

@@ -10,10 +10,14 @@ from hashlib import md5
 from uuid import UUID
 
 from conftest import SourceDatabase, loaded_engine
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from cdclake.context import Engine
 from cdclake.verify.applied import silver_position
+from cdclake.verify.checksum import spark_text
 from cdclake.verify.live import LiveSettings
+from cdclake.verify.postgres.checksums import SQL
 from cdclake.verify.postgres.dialect import PostgresDialect, verify
 from cdclake.verify.report import comparisons_json, format_comparisons
 from cdclake.verify.result import TableComparison
@@ -139,3 +143,41 @@ def test_a_keyless_tables_differing_rows_are_named_by_their_values_the_same_in_e
     for result in results:
         assert (result.missing, result.unexpected) == ([name("changed")], [name("a")])
     assert "  missing from silver: row (id=1, note=changed) md5:" in format_comparisons(results[:1])
+
+
+EDGES = [
+    "0001-01-01 00:00:00",
+    "1900-03-01 12:00:00.5",
+    "1969-12-31 23:59:59.999999",
+    "1970-01-01 00:00:00",
+    "1970-01-01 00:00:00.000001",
+    "2024-02-29 12:34:56.789012",
+    "9999-12-31 23:59:59.999999",
+]
+
+
+def test_a_timestamps_canonical_text_is_the_same_in_postgresql_and_spark(
+    source_db: SourceDatabase, spark: SparkSession
+) -> None:
+    # GIVEN instants from the first year to the last, before and after 1970, to the microsecond
+    conn = source_db.connect()
+    try:
+        with conn.cursor() as cur:
+            # WHEN PostgreSQL writes each as a timestamptz and as a timestamp (a wall clock), and Spark as silver's
+            # timestamp and timestamp_ntz
+            source = {}
+            for pg_type in ("timestamptz", "timestamp"):
+                text = SQL.text(pg_type, "v", "timestamp")
+                for edge in EDGES:
+                    literal = f"{edge}+00" if pg_type == "timestamptz" else edge
+                    cur.execute(f"SELECT {text} FROM (SELECT %s::{pg_type} AS v) AS t", (literal,))
+                    source[(pg_type, edge)] = cur.fetchone()[0]
+    finally:
+        conn.close()
+    values = ", ".join(f"(timestamp'{e}', timestamp_ntz'{e}')" for e in EDGES)
+    frame = spark.sql(f"SELECT * FROM VALUES {values} AS v(instant, wall)")
+    texts = frame.select(spark_text(F.col("instant"), "timestamp"), spark_text(F.col("wall"), "timestamp")).collect()
+    # THEN both write the same text: the microseconds since 1970 UTC
+    for edge, (instant, wall) in zip(EDGES, texts, strict=True):
+        assert (source[("timestamptz", edge)], source[("timestamp", edge)]) == (instant, wall), edge
+    assert source[("timestamp", "1969-12-31 23:59:59.999999")] == "-1"

@@ -16,10 +16,10 @@ integer        ``CAST(... AS CHAR)`` (YEAR included)
 boolean        ``true`` unless 0 (BIT(1), or TINYINT(1) configured as boolean)
 decimal:S      ``CAST(CAST(... AS DECIMAL(65,S)) AS CHAR)``: S digits, no exponent
 date           ``DATE_FORMAT(..., '%Y-%m-%d')``
-timestamp      ``DATE_FORMAT(..., '%Y-%m-%d %H:%i:%s.%f')`` in a session whose ``time_zone`` is
-               ``+00:00``: a TIMESTAMP is an instant DMS writes in UTC (silver: ``timestamp``); a
-               DATETIME is a wall-clock value written as stored (silver: ``timestamp_ntz``),
-               which the session's zone does not change
+timestamp      ``TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ...)`` in a session whose
+               ``time_zone`` is ``+00:00``: a TIMESTAMP is an instant DMS writes in UTC (silver:
+               ``timestamp``); a DATETIME is a wall-clock value written as stored (silver:
+               ``timestamp_ntz``), which the session's zone does not change
 binary         ``LOWER(HEX(...))`` (Parquet bronze: silver holds the bytes)
 =============  ===========================================================================
 
@@ -77,7 +77,7 @@ SQL = ChecksumSql(
         "boolean": "CASE WHEN {column} <> 0 THEN 'true' ELSE 'false' END",
         "decimal": "CAST(CAST({column} AS DECIMAL(65,{scale})) AS CHAR)",
         "date": f"DATE_FORMAT({{column}}, '{DATE_FORMAT}')",
-        "timestamp": f"DATE_FORMAT({{column}}, '{DATE_FORMAT} {TIME_FORMAT}')",
+        "timestamp": "CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {column}) AS CHAR)",
         "binary": "LOWER(HEX({column}))",
     },
     by_type={

@@ -16,7 +16,9 @@ from cdclake.verify.checksum import HASH_DIGITS, PieceSql
 from cdclake.verify.checksum_sql import ChecksumSql, by_types
 
 TEXT_TYPES = ("text", "varchar", "bpchar", "name")
-TIMESTAMP_TEXT = "'YYYY-MM-DD HH24:MI:SS.US'"
+# Microseconds since the epoch: a timestamptz's instant, a timestamp's wall clock as if in UTC (EXTRACT's
+# numeric is exact; round, not trunc, would keep it exact were it a double, as before PostgreSQL 14).
+TIMESTAMP_MICROS = "round(extract(epoch FROM {column}) * 1000000)::numeric::text"
 
 
 def quote_pg(name: str) -> str:
@@ -39,14 +41,13 @@ SQL = ChecksumSql(
         "boolean": "CASE WHEN {column} THEN 'true' ELSE 'false' END",
         "decimal": "({column})::numeric(1000,{scale})::text",
         "date": "to_char({column}, 'YYYY-MM-DD')",
-        "timestamp": f"to_char({{column}}, {TIMESTAMP_TEXT})",
+        "timestamp": TIMESTAMP_MICROS,
         "binary": "encode({column}, 'hex')",
     },
     by_type={
         **by_types(TEXT_TYPES, "text", "{column}"),
         ("bytea", "text"): "encode({column}, 'hex')",
         ("money", "decimal"): "({column}::numeric)::numeric(1000,{scale})::text",
-        ("timestamptz", "timestamp"): f"to_char({{column}} AT TIME ZONE 'UTC', {TIMESTAMP_TEXT})",
     },
     pieces=PieceSql(length=lambda value: f"length({value})::text", concat=" || ".join, literal=lambda s: f"'{s}'"),
     number=_number,

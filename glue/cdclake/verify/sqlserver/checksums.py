@@ -20,8 +20,8 @@ integer        ``CAST(x AS nvarchar(20))``
 boolean        ``true`` when 1
 decimal:S      ``CAST(CAST(x AS decimal(38,S)) AS nvarchar(50))``: S digits, no exponent
 date           ``CONVERT(nvarchar(10), x, 23)``
-timestamp      ``CONVERT(nvarchar(26), CAST(x AS datetime2(6)), 121)``; a DATETIMEOFFSET first
-               moved to UTC (``SWITCHOFFSET(x, '+00:00')``)
+timestamp      ``DATEDIFF_BIG(microsecond, '1970-01-01', CAST(x AS datetime2(6)))`` printed; a
+               DATETIMEOFFSET first moved to UTC (``SWITCHOFFSET(x, '+00:00')``)
 binary         ``LOWER(CONVERT(varchar(max), x, 2))``
 =============  ===========================================================================
 
@@ -46,7 +46,11 @@ UTF8 = "Latin1_General_100_CI_AS_SC_UTF8"
 CODE_POINT_ORDER = "Latin1_General_100_BIN2"
 # Types whose canonical text T-SQL cannot produce exactly for their configured kind (module docstring).
 INEXACT = {"datetime2": "timestamp", "datetimeoffset": "timestamp", "datetime": "timestamp"}
-TIMESTAMP_TEXT = "CONVERT(nvarchar(26), CAST({value} AS datetime2(6)), 121)"
+# Microseconds since the epoch: between two datetime2(6) values, DATEDIFF_BIG's microsecond boundaries crossed
+# are their exact difference.
+TIMESTAMP_TEXT = (
+    "CAST(DATEDIFF_BIG(microsecond, CAST('1970-01-01' AS datetime2(6)), CAST({value} AS datetime2(6))) AS nvarchar(20))"
+)
 
 
 def quote_tsql(name: str) -> str:
