@@ -266,14 +266,17 @@ def spark_row_number(columns: Sequence[tuple[str, str]]) -> Column:
     """A row's number in Spark SQL, over ``columns`` as (name, kind): a bigint of 60 bits."""
     from pyspark.sql import functions as F
 
+    # One flat concat of small parts, each NULL-safe on its own (``-``, or ``-`` and ``,``, for a NULL): Spark
+    # builds the row's text once, where a concat per piece built each piece first (a tenth of the cost).
     parts = []
     for name, kind in columns:
-        text = spark_text(F.col(name), kind)
+        text, null = spark_text(F.col(name), kind), F.col(name).isNull()
         if kind == "text":
-            piece, null = F.concat(F.length(text).cast("string"), F.lit(":"), text), NULL_TEXT
+            length = F.length(text).cast("string")
+            parts += [F.when(null, F.lit(NULL_TEXT)).otherwise(length), F.when(null, F.lit("")).otherwise(F.lit(":"))]
+            parts.append(F.when(null, F.lit("")).otherwise(text))
         else:
-            piece, null = F.concat(text, F.lit(END)), NULL_PIECE
-        parts.append(F.when(F.col(name).isNull(), F.lit(null)).otherwise(piece))
+            parts += [F.when(null, F.lit(NULL_TEXT)).otherwise(text), F.lit(END)]
     digest = F.md5(F.concat(*parts).cast("binary"))
     return F.conv(F.substring(digest, 1, HASH_DIGITS), 16, 10).cast("bigint")
 
