@@ -26,15 +26,16 @@ DOCS = [ROOT / "README.md", ROOT / "tests" / "README.md", *sorted((ROOT / "docs"
 CODE = sorted([*PACKAGE.rglob("*.py"), *(ROOT / "glue" / "jobs").glob("*.py"), *(ROOT / "functions").rglob("*.py")])
 SKIPPED_DIRS = {".git", ".venv", "build", "dist", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
 
-# Names of AWS services' APIs, settings and errors, of DMS endpoint settings, and of Spark, Iceberg and Linux
-# classes or fields that the docs name in backticks: not ours, so not checked against the code.
+# Names of AWS services' APIs, settings and errors, of DMS endpoint settings, and of Spark, Iceberg, PostgreSQL and
+# Linux classes, plan nodes or fields that the docs name in backticks: not ours, so not checked against the code.
 EXTERNAL = {
     "AccessDenied", "AlreadyExists", "BucketFolder", "BucketName", "CdcInsertsAndUpdates", "CdcInsertsOnly",
     "CdcMaxBatchInterval", "CdcMinFileSize", "CdcPath", "CollapseProject", "CollectMetrics", "CommitMetadata",
     "ConcurrentRunsExceededException", "ConnectionClosedError", "CreateChangeSet", "CsvRowDelimiter", "DataFile",
     "DeduplicateRelations", "DefinitionS3Location", "DefinitionSubstitutions", "DeleteFile", "DeletionPolicy",
     "DontCompileHugeMethods", "ExecutionAlreadyExists", "ExecutionTime", "FailedInvocations", "FileIO",
-    "FullLoadProgressPercent", "GenerateUnsafeProjection", "GetTable", "InvocationsFailedToBeSentToDlq",
+    "FullLoadProgressPercent", "GenerateUnsafeProjection", "GetTable", "GroupAggregate", "HashAggregate",
+    "InvocationsFailedToBeSentToDlq",
     "InvocationsSentToDlq", "LastFailureMessage", "ListObjectsV2", "LobMaxSize", "LocalRelation", "LocationUri",
     "MapUnboundedNumericAsString",
     "MatchedEvents", "MaxConcurrentRuns", "MaxFileSize", "MessageRetentionPeriod", "NaN", "NoSuchBucket",
