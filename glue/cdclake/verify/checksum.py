@@ -255,7 +255,7 @@ def spark_text(column: Column, kind: str) -> Column:
         return F.regexp_replace(F.format_number(column, scale), ",", "")
     if kind == "date":
         return F.date_format(column, "yyyy-MM-dd")
-    if kind == "timestamp":  # a number, not formatted text: a fifth of the cost in Spark (`make bench-verify`)
+    if kind == "timestamp":  # a number, not formatted text: formatting was the dearest part of a row's text
         return F.unix_micros(column.cast("timestamp")).cast("string")  # the session's zone is UTC
     if kind == "binary":
         return F.lower(F.hex(column))
@@ -267,7 +267,7 @@ def spark_row_number(columns: Sequence[tuple[str, str]]) -> Column:
     from pyspark.sql import functions as F
 
     # One flat concat of small parts, each NULL-safe on its own (``-``, or ``-`` and ``,``, for a NULL): Spark
-    # builds the row's text once, where a concat per piece built each piece first (a tenth of the cost).
+    # builds the row's text once, where a concat per piece built each piece first.
     parts = []
     for name, kind in columns:
         text, null = spark_text(F.col(name), kind), F.col(name).isNull()

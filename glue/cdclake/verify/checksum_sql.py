@@ -69,7 +69,7 @@ class ChecksumSql:
     # in a derived table first, ended by this text: T-SQL groups by no position nor by an expression with
     # parameters; PostgreSQL's ``OFFSET 0`` keeps the derived table whole, so its planner numbers the rows in
     # its parallel workers and sums few groups after them, instead of sorting every row by a bucket it cannot
-    # estimate and numbering them all in one process (twice as slow, `make bench-verify`).
+    # estimate and numbering them all in one process (docs/benchmarks-journal.md).
     numbered_rows: str | None = None
     count: str = "COUNT(*)"  # a range's rows (T-SQL's COUNT is an int)
 
