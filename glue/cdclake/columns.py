@@ -33,6 +33,8 @@ SILVER_ORDER = "_cdc_order"
 # History's ``_cdc_order`` is silver's, then this, then the change's row index in its file (20
 # digits). The zeros once held where the row's split of its file started.
 HISTORY_PLACE_PREFIX = "#" + "0" * 20
+# A history version's validity and operation (``lake.history``).
+VALID_FROM, VALID_TO, IS_CURRENT, OPERATION = "valid_from", "valid_to", "is_current", "operation"
 TOMBSTONE_DELETED_AT = "deleted_at"  # the delete's source commit time, for tombstone retention
 # Append-only tables keep every change row, with its operation in this column.
 APPEND_ONLY_OP_COLUMN = "cdc_operation"

@@ -494,10 +494,31 @@ def test_the_affected_key_range_reaches_the_iceberg_scan(spark: SparkSession) ->
 Change = tuple[int, str | None, str, str]  # id, name, op, commit time (text)
 
 
-def _changes(spark: SparkSession, changes: list[Change]) -> Any:
+# How history takes a batch: rows Spark computed in the driver (a small batch, ``lake.history_delta``:
+# one RowDelta the driver writes) or rows in Spark (a MERGE).
+HISTORY_WAYS = ["driver", "spark"]
+HISTORY_SCHEMA = "id int, name string, _cdc_order string, _cdc_op string, _cdc_ts string"
+
+
+def _changes(spark: SparkSession, changes: list[Change], way: str = "driver") -> Any:
     """Change rows as a CDC batch hands them to history: key, data, _cdc_order, _cdc_op, _cdc_ts."""
     rows = [(ident, name, f"{ts}|{n:04d}", op, ts) for n, (ident, name, op, ts) in enumerate(changes)]
-    return spark.createDataFrame(rows, "id int, name string, _cdc_order string, _cdc_op string, _cdc_ts string")
+    return _the_way(spark.createDataFrame(rows, HISTORY_SCHEMA), way)
+
+
+def _the_way(frame: Any, way: str) -> Any:
+    """``frame`` as ``way`` hands it to history: rows the driver holds (a ``LocalRelation``, as a
+    small batch's are), or rows Spark holds (``createDataFrame`` from a list parallelizes them)."""
+    from cdclake.lake.driver_write import collect_rows
+    from cdclake.runtime.local_relation import local_frame
+
+    return local_frame(frame.sparkSession, collect_rows(frame), frame.schema) if way == "driver" else frame
+
+
+def _driver_files(spark: SparkSession, identifier: str) -> int:
+    """How many of the table's live data files the driver wrote (``lake.driver_write``'s names)."""
+    files = spark.sql(f"SELECT file_path FROM {identifier}.files WHERE content = 0").collect()
+    return sum("/cdclake-data-" in row.file_path for row in files)
 
 
 def _history_rows(spark: SparkSession, identifier: str) -> list[tuple[Any, ...]]:
@@ -529,8 +550,9 @@ def history_table(spark: SparkSession) -> Any:
     return history_of(SilverTable("silver", db, "people"))
 
 
+@pytest.mark.parametrize("way", HISTORY_WAYS)
 def test_late_change_splits_the_version_it_falls_into_and_deletes_close(
-    spark: SparkSession, history_table: Any
+    spark: SparkSession, history_table: Any, way: str
 ) -> None:
     from cdclake.lake.history import apply_history
 
@@ -540,13 +562,17 @@ def test_late_change_splits_the_version_it_falls_into_and_deletes_close(
         spark,
         history_table,
         _changes(
-            spark, [(1, "a", "I", day + "09:00:00"), (1, "c", "U", day + "11:00:00"), (2, "x", "I", day + "09:00:00")]
+            spark,
+            [(1, "a", "I", day + "09:00:00"), (1, "c", "U", day + "11:00:00"), (2, "x", "I", day + "09:00:00")],
+            way,
         ),
         ["id"],
     )
     # WHEN a late batch arrives: id 1 updated at 10:00 (between the two), id 2 deleted at 10:00
-    late = _changes(spark, [(1, "b", "U", day + "10:00:00"), (2, None, "D", day + "10:00:00")])
+    late = _changes(spark, [(1, "b", "U", day + "10:00:00"), (2, None, "D", day + "10:00:00")], way)
     report = apply_history(spark, history_table, late, ["id"])
+    # (the driver writes the batch's versions itself; Spark's MERGE writes its own files)
+    assert _driver_files(spark, history_table.identifier) == (1 if way == "driver" else 0)
     # THEN the late update split id 1's first version, and the delete closed id 2's version
     expected = [
         (1, "a", "I", "09:00", "10:00", False),
@@ -561,7 +587,7 @@ def test_late_change_splits_the_version_it_falls_into_and_deletes_close(
     assert apply_history(spark, history_table, late, ["id"]).versions_added == 0
     assert _history_rows(spark, history_table.identifier) == expected
     # AND a change older than the delete lands before it, not after
-    apply_history(spark, history_table, _changes(spark, [(2, "y", "U", day + "09:30:00")]), ["id"])
+    apply_history(spark, history_table, _changes(spark, [(2, "y", "U", day + "09:30:00")], way), ["id"])
     assert _history_rows(spark, history_table.identifier)[3:] == [
         (2, "x", "I", "09:00", "09:30", False),
         (2, "y", "U", "09:30", "10:00", False),
@@ -583,9 +609,9 @@ def _timeline_oracle(changes: list[Change]) -> list[tuple[Any, ...]]:
     return sorted(result, key=lambda r: (r[0], r[3]))
 
 
-@pytest.mark.parametrize("seed", [3, 99])
+@pytest.mark.parametrize(("seed", "way"), [(3, "driver"), (99, "driver"), (3, "spark")])
 def test_history_of_batches_delivered_out_of_order_equals_the_timeline(
-    spark: SparkSession, history_table: Any, seed: int
+    spark: SparkSession, history_table: Any, seed: int, way: str
 ) -> None:
     from cdclake.lake.history import apply_history
 
@@ -605,9 +631,12 @@ def test_history_of_batches_delivered_out_of_order_equals_the_timeline(
     # WHEN the batches arrive in random order, one of them twice
     order = rng.sample(range(len(batches)), len(batches))
     for index in [*order, order[0]]:
-        numbered = spark.createDataFrame(
-            [(i, n, f"{ts}|{log.index((i, n, op, ts)):04d}", op, ts) for i, n, op, ts in batches[index]],
-            "id int, name string, _cdc_order string, _cdc_op string, _cdc_ts string",
+        numbered = _the_way(
+            spark.createDataFrame(
+                [(i, n, f"{ts}|{log.index((i, n, op, ts)):04d}", op, ts) for i, n, op, ts in batches[index]],
+                HISTORY_SCHEMA,
+            ),
+            way,
         )
         apply_history(spark, history_table, numbered, ["id"])
     # THEN the history is every key's timeline, and its current rows are the source's live rows

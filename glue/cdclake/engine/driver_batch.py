@@ -22,8 +22,6 @@ silver, history and quarantine (``tests/spark/test_driver_batch.py``, and the ba
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -54,10 +52,11 @@ from cdclake.engine.commit_way import choose_commit_way
 from cdclake.engine.data_commit import Chosen, data_commit, one_row_per_key
 from cdclake.engine.plan import BatchContext, ChangeSet
 from cdclake.engine.read import RowCounts, cast_columns, changes_of, history_rows, schema_change
-from cdclake.identifiers import quote, sql_string
+from cdclake.identifiers import quote
 from cdclake.lake.batch import WrittenColumns
 from cdclake.lake.driver_write import collect_rows, collectable
 from cdclake.lake.journals import tombstones_of
+from cdclake.lake.key_filter import key_filter
 from cdclake.lake.ledger_record import LedgerRecord
 from cdclake.lake.row_delta import append_blocker, row_delta_blocker
 from cdclake.runtime.local_relation import local_arrow
@@ -140,7 +139,7 @@ def _classified_latest(batch: BatchContext, rows: pa.Table, shape: DataFrame) ->
     tombstones; None when a key has no exact literal for the stored rows' filter."""
     key = batch.table.silver_key()
     latest = _latest_per_key(rows, key, shape.columns)
-    where = _key_filter(latest, key, {f.name: f.dataType.simpleString() for f in shape.schema.fields})
+    where = key_filter(latest, key, {f.name: f.dataType.simpleString() for f in shape.schema.fields})
     if where is None:
         return None
     return _classified(latest, _stored(batch, key, where), key)
@@ -169,43 +168,10 @@ def _keys(rows: pa.Table, key: Sequence[str]) -> list[tuple[Any, ...]]:
     return list(zip(*[rows.column(k).to_pylist() for k in key], strict=True))
 
 
-def _literal(value: Any, type_name: str) -> str | None:
-    """``value`` (a key's value as Arrow gives it) as a Spark SQL literal of ``type_name``, or None
-    for a value no literal states exactly (a float, bytes)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        return sql_string(value)
-    if isinstance(value, decimal.Decimal):
-        return f"CAST({sql_string(str(value))} AS {type_name.upper()})"
-    if isinstance(value, dt.datetime) and value.tzinfo is None:
-        return f"TIMESTAMP_NTZ {sql_string(value.strftime('%Y-%m-%d %H:%M:%S.%f'))}"
-    if isinstance(value, dt.datetime):  # the session's time zone is UTC (``runtime.session``)
-        return f"TIMESTAMP {sql_string(value.astimezone(dt.UTC).strftime('%Y-%m-%d %H:%M:%S.%f'))}"
-    if isinstance(value, dt.date):
-        return f"DATE {sql_string(value.isoformat())}"
-    return None
-
-
-def _key_filter(latest: pa.Table, key: Sequence[str], types: dict[str, str]) -> str | None:
-    """SQL text: a row's key is among ``latest``'s, column by column (every key a batch holds
-    passes; a stored row of another key may, and is matched by its whole key after), or None when
-    a value has no exact literal."""
-    parts = []
-    for k in key:
-        literals = {_literal(v, types[k]) for v in latest.column(k).to_pylist()}
-        if None in literals:
-            return None
-        parts.append(f"{quote(k)} IN ({', '.join(sorted(str(x) for x in literals))})")
-    return " AND ".join(parts)
-
-
 def _stored(batch: BatchContext, key: Sequence[str], where: str) -> pa.Table:
     """The stored rows of ``latest``'s keys at the batch's snapshot (key, order, data file and
     position) and their tombstones (key, order; ``_cdc_tomb`` true), in one Spark job: each
-    table's scan filtered by ``where`` (``_key_filter``), so Iceberg prunes its data files by
+    table's scan filtered by ``where`` (``lake.key_filter``), so Iceberg prunes its data files by
     their column bounds."""
     engine, metadata = batch.engine, batch.metadata
     silver = engine.silver_table(batch.table)

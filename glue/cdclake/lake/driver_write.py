@@ -160,7 +160,6 @@ def apply_collected_row_delta(
     carrying its properties and validated against its base snapshot, written without a Spark job.
     Returns the snapshot it made."""
     import pyarrow.compute as pc
-    from pyspark.sql.types import LongType, StringType
 
     metadata, changes = row_delta_input(batch)
     assert metadata.schema is not None
@@ -174,8 +173,30 @@ def apply_collected_row_delta(
         silver,
         nulls={name for name, _, _ in silver if name not in present or name in absent},
     )
-    images = sorted_ascending(images, sort_order_columns(table))
     replaced = changes.filter(pc.is_valid(changes.column(STORED_FILE)))
+    assert metadata.snapshot_id is not None
+    return commit_collected(spark, table, metadata.snapshot_id, batch.properties, images, replaced, before_commit)
+
+
+def commit_collected(
+    spark: SparkSession,
+    table: Any,
+    base_snapshot_id: int,
+    properties: Mapping[str, str],
+    images: pa.Table,
+    replaced: pa.Table,
+    before_commit: Callable[[], None] | None = None,
+) -> Snapshot:
+    """Write ``images`` (rows shaped as the Iceberg Java ``table``'s data files, ``arrow_shape``) as
+    one data file in the table's sort order, and position deletes of the stored rows ``replaced``
+    names (``_cdc_stored_file``, ``_cdc_stored_pos``) as one delete file per data file they delete
+    from, sorted by position, as Iceberg's own writer makes them (file-scoped deletes); commit both
+    as one RowDelta carrying ``properties``, validated against ``base_snapshot_id``. Returns the
+    snapshot it made."""
+    import pyarrow.compute as pc
+    from pyspark.sql.types import LongType, StringType
+
+    images = sorted_ascending(images, sort_order_columns(table))
     path_id, pos_id = DELETE_FILE_COLUMNS
     deletes = sorted_ascending(
         arrow_shape(
@@ -186,11 +207,9 @@ def apply_collected_row_delta(
         ),
         ["file_path", "pos"],
     )
-    assert metadata.snapshot_id is not None
     with WrittenFiles(spark, table) as files:
         written_deletes, written_images = [], []
         deleted_from = pc.unique(deletes.column("file_path")).to_pylist()
-        # One delete file per data file, as Iceberg's own writer makes them (file-scoped deletes).
         for data_file in deleted_from:
             rows = deletes.filter(pc.equal(deletes.column("file_path"), data_file))
             written_deletes.append(files.track(write_parquet(table, rows, "deletes")))
@@ -198,9 +217,7 @@ def apply_collected_row_delta(
             written_images.append(files.track(write_parquet(table, images, "data")))
         data_files = files.content_files(written_images, deletes=False)
         delete_files = files.content_files(written_deletes, deletes=True)
-        return files.commit(
-            metadata.snapshot_id, batch.properties, data_files, delete_files, deleted_from, before_commit
-        )
+        return files.commit(base_snapshot_id, properties, data_files, delete_files, deleted_from, before_commit)
 
 
 def append_collected_validated(

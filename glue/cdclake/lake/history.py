@@ -31,9 +31,20 @@ from functools import reduce
 from operator import and_
 from typing import TYPE_CHECKING
 
-from cdclake.columns import COMMIT_TS, HISTORY_PLACE_PREFIX, HISTORY_SUFFIX, OP, SILVER_ORDER
+from cdclake.columns import (
+    COMMIT_TS,
+    HISTORY_PLACE_PREFIX,
+    HISTORY_SUFFIX,
+    IS_CURRENT,
+    OP,
+    OPERATION,
+    SILVER_ORDER,
+    VALID_FROM,
+    VALID_TO,
+)
 from cdclake.errors import CdclakeError
 from cdclake.identifiers import quote
+from cdclake.lake.history_delta import apply_in_driver
 from cdclake.lake.iceberg import IcebergTable, Snapshot
 from cdclake.lake.ledger_record import SnapshotRef
 from cdclake.lake.tables import (
@@ -50,7 +61,6 @@ from cdclake.schema import plan_schema_change
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-VALID_FROM, VALID_TO, IS_CURRENT, OPERATION = "valid_from", "valid_to", "is_current", "operation"
 HISTORY_COLUMNS = (VALID_FROM, VALID_TO, IS_CURRENT, OPERATION)
 # Set on a history started from silver's rows (``start_history``): when it was turned on. Versions
 # before that moment are unknown; ``cdclake status`` says so.
@@ -154,7 +164,9 @@ def apply_history(
     key: Sequence[str],
     properties: dict[str, str] | None = None,
 ) -> HistoryReport:
-    """Add a batch of ordered changes to ``history`` exactly once, as one Iceberg commit.
+    """Add a batch of ordered changes to ``history`` exactly once, as one Iceberg commit: a small
+    batch computed in the driver as one RowDelta the driver writes (``lake.history_delta``), any
+    other in Spark, its versions' validity by ``with_validity`` and one MERGE.
 
     ``changes``: one row per change (every change of the batch, in any row order): the key and
     data columns as silver stores them, ``_cdc_order`` (the change's order text, as in silver),
@@ -169,8 +181,12 @@ def apply_history(
     missing = [k for k in key if k not in data]
     if missing:
         raise ValueError(f"the changes lack the key column(s) {', '.join(missing)}")
-    incoming = with_validity(_versions(changes, data), key).dropDuplicates([*key, SILVER_ORDER])
+    versions = _versions(changes, data)
+    incoming = with_validity(versions, key).dropDuplicates([*key, SILVER_ORDER])
     _ensure_history(spark, history, incoming)
+    in_driver = apply_in_driver(spark, history, versions, key, properties or {})
+    if in_driver is not None:
+        return HistoryReport(*in_driver)
     stored = spark.table(history.identifier)
     columns = stored.columns
     incoming = incoming.select(
