@@ -53,7 +53,7 @@ wheel: setup ## the cdclake wheel AWS Glue installs (--additional-python-modules
 # Writes docs/benchmarks.md, docs/benchmarks-<profile>.json and docs/benchmarks.png.
 PROFILE ?= quick
 
-.PHONY: bench bench-check bench-full bench-profile bench-big-csv bench-throughput bench-freshness bench-warm bench-status bench-table-cost bench-cut-publish bench-verify bench-bronze-age
+.PHONY: bench bench-check bench-full bench-profile bench-big-csv bench-throughput bench-freshness bench-warm bench-status bench-table-cost bench-cut-publish bench-verify bench-bronze-age bench-history
 
 bench: setup bench-check ## benchmarks: ratios against baselines measured in the same run (docs/benchmarks.md)
 	$(BIN)/python -m bench.run --profile $(PROFILE) $(ARGS)
@@ -85,6 +85,9 @@ bench-table-cost: setup ## where one more table's time goes in a CDC batch (TABL
 
 bench-cut-publish: setup ## publishing a consistent cut at TABLES=300 tables (the record and each table's tags): the engine's way vs a statement per table
 	$(BIN)/python -m bench.cut_publish --tables $(or $(TABLES),300)
+
+bench-history: setup ## a small batch's history commit (KEYS=10000, CHANGES=20): written by the driver as one RowDelta vs one Spark MERGE
+	$(BIN)/python -m bench.history_apply --keys $(or $(KEYS),10000) --changes $(or $(CHANGES),20)
 
 bench-status: setup ## `status` on 40 small tables (TABLES=40): per table as before vs now (same run, same answer), and the command from a new process
 	$(BIN)/python -m bench.status --tables $(or $(TABLES),40)
