@@ -56,7 +56,7 @@ def _frame(spark: SparkSession, rows: list[tuple[Any, ...]], way: str) -> DataFr
 
 def _batch(rng: random.Random, keys: int, changes: int, at: datetime) -> list[tuple[Any, ...]]:
     """``changes`` changes of random keys (a fifth of them deletes), a second apart from ``at``."""
-    out = []
+    out: list[tuple[Any, ...]] = []
     for n in range(changes):
         ts = (at + timedelta(seconds=n)).strftime("%Y-%m-%d %H:%M:%S")
         key = rng.randrange(keys)
