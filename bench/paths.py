@@ -24,7 +24,7 @@ def scratch_session(workdir: Path, extra_conf: dict[str, str] | None = None) -> 
     from cdclake.runtime.session import LocalCatalog, SessionSettings, build_spark_session
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    for noisy in ("cdclake", "py4j"):
+    for noisy in ("cdclake", "py4j", "pyiceberg"):  # pyiceberg: "Loaded FileIO" at INFO for every table read
         logging.getLogger(noisy).setLevel(logging.WARNING)
     shutil.rmtree(workdir, ignore_errors=True)
     spark = build_spark_session(
