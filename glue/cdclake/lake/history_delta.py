@@ -17,7 +17,8 @@ the same is done here:
    in one RowDelta validated from the snapshot the scan read: a concurrent history commit makes it
    fail rather than close a version twice.
 
-Anything else (a history not started, a format or type the driver's files do not carry, a key with
+Anything else (a history not started, a format or type the driver's files do not carry (or Arrow
+does not carry both ways exactly, ``lake.driver_write.collectable``), a key with
 a NULL or a value no SQL literal states exactly, rows Spark cannot evaluate in the driver) returns
 None and Spark applies the batch.
 """
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from cdclake.columns import IS_CURRENT, OPERATION, SILVER_ORDER, STORED_FILE, STORED_POS, VALID_FROM, VALID_TO
 from cdclake.identifiers import quote
 from cdclake.lake.batch import read_table_metadata
-from cdclake.lake.driver_write import arrow_shape, collect_rows, commit_collected
+from cdclake.lake.driver_write import arrow_shape, collect_rows, collectable, commit_collected
 from cdclake.lake.key_filter import key_filter
 from cdclake.lake.row_delta import row_delta_blocker
 from cdclake.lake.tables import SilverTable, iceberg_table
@@ -69,7 +70,7 @@ def apply_in_driver(
             if name not in (VALID_TO, IS_CURRENT)
         ]
     )
-    rows = local_arrow(shaped)
+    rows = local_arrow(shaped) if collectable(shaped) else None
     if rows is None:
         return None
     keys = _keys(rows, key)
