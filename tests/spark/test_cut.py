@@ -5,6 +5,7 @@ round mends the tags, and bronze without a progress record has no cut and says w
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -25,6 +26,7 @@ from cdclake.lake.cuts import CUTS_TABLE, latest_cut, tagged_snapshot
 from cdclake.lake.tables import SilverTable, table_exists
 from cdclake.ops.status import table_statuses
 from cdclake.ops.status_local import local_cut, local_table_statuses
+from cdclake.shells.commands.run import cut_line
 from cdclake.shells.query import at_cut, run_query
 from cdclake.shells.status_view import status_text
 from configs import keyed_tables
@@ -90,6 +92,9 @@ def test_a_round_stops_at_the_progress_record_and_a_quiet_table_is_at_the_cut(
     cut = latest_cut(engine.spark, engine.catalog, engine.config.database)
     assert first.cut == "at 2024-01-02 00:00:01.000000 (LSN 0/1): 2 tables", first.cut
     assert cut is not None and cut.commit_ts == "2024-01-02 00:00:01.000000"
+    # AND the run's time counts the cut as a phase of its own, as the CLI's cut line says
+    assert first.phase_seconds["cut"] > 0
+    assert re.fullmatch(r"cut: at .*: 2 tables; settled in \d+\.\d\d s", cut_line(first)), cut_line(first)
     assert _names(engine, "a", cut.snapshots["a"]) == ["a1"] and _names(engine, "b", cut.snapshots["b"]) == ["b1"]
     assert engine.spark.table(f"silver.{engine.config.database}.a").collect()[0]["name"] == "a1"
     assert _tags(engine) == dict(cut.snapshots)
@@ -196,6 +201,7 @@ def test_per_table_dms_files_have_no_cut_and_the_report_names_the_setting(
     report = run(engine).checked()
     # THEN both are applied, no cut is recorded, and the report says what would prove one
     assert report.cut is not None and report.cut.startswith("none: ") and "PreserveTransactions" in report.cut
+    assert "cut" not in report.phase_seconds and cut_line(report) == f"cut: {report.cut}"
     assert not table_exists(engine.spark, SilverTable(engine.catalog, engine.config.database, CUTS_TABLE))
     assert engine.spark.table(f"silver.{engine.config.database}.a").count() == 1
 

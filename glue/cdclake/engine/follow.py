@@ -215,8 +215,7 @@ class Follower:
                 self.states[source] = self.states[source].reopened(keys)
         self.unvouched -= touched.keys()
         self.unvouched |= {f.table for f in report.failures} | {t.table for t in report.tables if t.load_pending}
-        report.cut = self.cuts.settle(bound, {s: st for s, st in self.states.items() if s not in self.unvouched})
-        report.cut_commit_ts = self.cuts.commit_ts
+        self.cuts.settled(report, bound, {s: st for s, st in self.states.items() if s not in self.unvouched})
         self.index.forget_applied(self.applied)
         if self.outcome.rounds == 0:
             if not self.settings.sweep and self.apply == self._apply_pending:

@@ -120,8 +120,7 @@ def run(engine: Engine, tables: Sequence[TableConfig] | None = None, sweep: bool
     bound = cuts.bound(lambda: list_all(engine) if sweep else list_since(engine, selected, states))
     folders = BronzeFolders(engine)
     report, after = apply_pending(engine, bound.listing, tables, states=states, listed_at=listed_at, folders=folders)
-    report.cut = cuts.settle(bound, after)
-    report.cut_commit_ts = cuts.commit_ts
+    cuts.settled(report, bound, after)
     if not sweep:
         report.unconfigured = sorted(set(report.unconfigured) | set(folders.unconfigured()))
     warn(report)

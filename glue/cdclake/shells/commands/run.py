@@ -17,6 +17,12 @@ if TYPE_CHECKING:
     from cdclake.shells.settings import CliSettings
 
 
+def cut_line(report: RunReport) -> str:
+    """The cut a run or round ended at, and how long settling it took (its ``cut`` phase)."""
+    seconds = report.phase_seconds.get("cut")
+    return f"cut: {report.cut}" + ("" if seconds is None else f"; settled in {seconds:.2f} s")
+
+
 def print_report(report: RunReport) -> int:
     """Print one line per table and batch, then what was set aside and each table that failed;
     the exit code is ``RunReport.exit_code``."""
@@ -27,7 +33,7 @@ def print_report(report: RunReport) -> int:
     if line := report.no_files_line():
         print(line)
     if report.cut:
-        print(f"cut: {report.cut}")
+        print(cut_line(report))
     for line in report.problems():
         print(f"cdclake: {line}", file=sys.stderr)
     return report.exit_code
@@ -95,7 +101,7 @@ def _follow(engine: Engine, settings: CliSettings) -> int:
         for table in done.report.tables:
             print(table.summary(), flush=True)
         if done.report.cut and done.report.cut != said_cut[-1]:  # said once, not every idle round
-            print(f"cut: {done.report.cut}", flush=True)
+            print(cut_line(done.report), flush=True)
             said_cut.append(done.report.cut)
         for line in done.report.problems():
             print(f"cdclake: {line}", file=sys.stderr, flush=True)
