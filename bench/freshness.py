@@ -129,10 +129,12 @@ def cut_lags(lines: Sequence[tuple[float, str]], start: float, end: float) -> di
     """The consistent cut's lag from ``run --follow``'s ``cut: at T (...)`` lines (T: the source commit
     time every table holds, UTC): ``published``, the line's time - T for each cut published in
     [start, end]; ``age``, now - T of the latest cut, sampled each second of [start, end] (what a reader
-    of the cut sees at a random moment)."""
+    of the cut sees at a random moment); ``settled``, the seconds each published cut took its round
+    (the line's ``; settled in N s``)."""
     from datetime import UTC, datetime
 
     cuts: list[tuple[float, float]] = []
+    settled: list[float] = []
     for stamp, line in lines:
         if not line.startswith("cut: at ") or " (" not in line:
             continue
@@ -141,6 +143,9 @@ def cut_lags(lines: Sequence[tuple[float, str]], start: float, end: float) -> di
         except ValueError:
             continue
         cuts.append((stamp, at))
+        if start <= stamp <= end and "; settled in " in line:
+            with contextlib.suppress(ValueError):
+                settled.append(float(line.rsplit("; settled in ", 1)[1].removesuffix(" s")))
     published = [stamp - at for stamp, at in cuts if start <= stamp <= end]
     age, index, latest = [], 0, None
     moment = start
@@ -150,7 +155,7 @@ def cut_lags(lines: Sequence[tuple[float, str]], start: float, end: float) -> di
         if latest is not None:
             age.append(moment - latest)
         moment += 1.0
-    return {"published": published, "age": age}
+    return {"published": published, "age": age, "settled": settled}
 
 
 # ---------------------------------------------------------------------------------- the source
@@ -431,6 +436,7 @@ def measure(settings: FreshnessSettings, work: Path) -> dict[str, Any]:
             "cuts_published": len(cut["published"]),
             "cut_published_lag": summarise(cut["published"]) if cut["published"] else {},
             "cut_age": summarise(cut["age"]) if cut["age"] else {},
+            "cut_settle_seconds": summarise(cut["settled"]) if cut["settled"] else {},
             "silver_scans": observer.scans,
             "silver_scan_seconds": observer.scan_seconds,
             "load_average": ", ".join(f"{x:.1f}" for x in os.getloadavg()),
@@ -494,7 +500,8 @@ def render(result: dict[str, Any], command: str) -> str:
         f"`run --follow` during the measured load: {result['rounds']} rounds, one ending every "
         f"{interval.get('p50', float('nan')):.1f} s (p50; p95 {interval.get('p95', float('nan')):.1f} s), "
         f"{result['round_tables_mean']:.1f} tables a round, their seconds summing to "
-        f"{result['round_table_seconds_mean']:.1f} s a round (tables run concurrently). Its first round "
+        f"{result['round_table_seconds_mean']:.1f} s a round (tables run concurrently).{_cut_share(result)} "
+        "Its first round "
         f"(a new JVM, {s['tables']} full loads) ended {result['first_round_seconds']:.0f} s after it started. "
         f"Exit codes after SIGINT: {result['exit_codes']}.",
         "",
@@ -516,6 +523,19 @@ def _cut_rows(result: dict[str, Any]) -> list[str]:
         f"| the consistent cut's age, sampled each second (now − T) | {age['p50']:.1f} s | {age['p95']:.1f} s | "
         f"{age['max']:.1f} s | |",
     ]
+
+
+def _cut_share(result: dict[str, Any]) -> str:
+    """What the rounds that published a cut spent on it, beside the round (a result stored before it
+    was measured: nothing)."""
+    settle, interval = result.get("cut_settle_seconds"), result["round_interval"]
+    if not settle or not interval:
+        return ""
+    share = settle["p50"] / interval["p50"]
+    return (
+        f" A round that published a cut spent {settle['p50']:.2f} s on it (p50; p95 {settle['p95']:.2f} s, "
+        f"`settled in` of its `cut:` line): {share:.1%} of the round's p50."
+    )
 
 
 def where_the_time_goes(result: dict[str, Any]) -> str:

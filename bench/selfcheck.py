@@ -166,13 +166,14 @@ def check_the_cut_lag_is_read_from_the_cut_lines_at_publishing_and_each_second()
     lines = [
         (t0 + 3.0, "cut: at 2026-01-01 00:00:01 (lsn 0/10): 2 tables"),
         (t0 + 3.5, "s.t: cdc files=1 2.0s"),
-        (t0 + 6.0, "cut: at 2026-01-01 00:00:05.500000 (lsn 0/20): 2 tables"),
+        (t0 + 6.0, "cut: at 2026-01-01 00:00:05.500000 (lsn 0/20): 2 tables; settled in 0.25 s"),
         (t0 + 7.0, "cut: none: no progress record"),
     ]
     lags = freshness.cut_lags(lines, t0 + 2.0, t0 + 8.0)
     # published 2 s and 0.5 s after their T; sampled at 2..8 s: no cut at 2, then T=1 (3, 4, 5), then T=5.5
     assert lags["published"] == [2.0, 0.5]
     assert lags["age"] == [2.0, 3.0, 4.0, 0.5, 1.5, 2.5]
+    assert lags["settled"] == [0.25]  # the one line that says how long its cut took
 
 
 def check_the_background_load_updates_the_benchmark_tables_and_never_the_marker_column() -> None:
