@@ -26,14 +26,15 @@ import re
 from collections.abc import Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING
 
 from cdclake.identifiers import sql_string
+from cdclake.lake.driver_write import append_collected
 from cdclake.lake.iceberg import IcebergTable
 from cdclake.lake.ledger_record import LATEST_COMMIT_TS_PROPERTY
-from cdclake.lake.tables import SilverTable, commit_with_properties, ensure_table, table_exists
+from cdclake.lake.tables import SilverTable, ensure_table, table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -152,22 +153,30 @@ def _cut_rows(spark: SparkSession, table: SilverTable, at_or_before: str | None)
 def record_cut(spark: SparkSession, catalog: str, database: str, cut: PublishedCut) -> None:
     """Append ``cut`` to ``cdclake_cuts``: one row per table, one commit carrying the whole cut."""
     table = cuts_table(catalog, database)
-    names = ", ".join(name for name, _ in CUT_COLUMNS)
     empty = spark.sql(
         "SELECT " + ", ".join(f"CAST(NULL AS {kind}) AS {name}" for name, kind in CUT_COLUMNS) + " WHERE false"
     )
     ensure_table(spark, table, empty)
 
-    def text(value: str | None) -> str:
-        return "CAST(NULL AS STRING)" if value is None else sql_string(value)
+    import pyarrow as pa
 
-    values = ", ".join(
-        f"({text(cut.commit_ts)}, {text(cut.position)}, {text(cut.position_text)}, {text(cut.kind)}, "
-        f"{text(name)}, CAST({int(snapshot_id)} AS BIGINT), current_timestamp())"
-        for name, snapshot_id in sorted(cut.snapshots.items())
+    tables = sorted(cut.snapshots.items())
+    fixed = {"cut_ts": cut.commit_ts, "cut_position": cut.position, "position_text": cut.position_text}
+    rows = pa.table(
+        {
+            **{name: pa.array([value] * len(tables), pa.string()) for name, value in fixed.items()},
+            "cut_kind": pa.array([cut.kind] * len(tables), pa.string()),
+            "table_name": pa.array([name for name, _ in tables], pa.string()),
+            "snapshot_id": pa.array([int(sid) for _, sid in tables], pa.int64()),
+            "published_at": pa.array([datetime.now(UTC)] * len(tables), pa.timestamp("us", tz="UTC")),
+        }
     )
-    rows = spark.sql(f"SELECT * FROM VALUES {values} AS v({names})")
-    commit_with_properties(spark, {CUT_PROPERTY: cut.to_json()}, rows.writeTo(table.identifier).append)
+    # written by the driver (``lake.driver_write``): no Spark job for a few rows; a cut of no table
+    # yet is a commit all the same (the record is its summary)
+    if tables:
+        append_collected(spark, table.identifier, rows, {CUT_PROPERTY: cut.to_json()})
+    else:
+        IcebergTable.latest(spark, table.identifier).append_nothing({CUT_PROPERTY: cut.to_json()})
 
 
 def tagged_snapshot(spark: SparkSession, table: SilverTable) -> int | None:

@@ -124,11 +124,14 @@ def footer_of(parquet: bytes) -> bytes:
     return parquet[-8 - length : -8]
 
 
-def append_files(table: Any, data_files: Sequence[Any]) -> None:
-    """Commit ``data_files`` to the Iceberg Java ``table`` as one append."""
+def append_files(table: Any, data_files: Sequence[Any], properties: Mapping[str, str] | None = None) -> None:
+    """Commit ``data_files`` to the Iceberg Java ``table`` as one append carrying ``properties`` in
+    its snapshot summary."""
     append = table.newAppend()
     for file in data_files:
         append = append.appendFile(file)
+    for name, value in (properties or {}).items():
+        append = append.set(name, value)
     append.commit()
 
 
@@ -236,9 +239,12 @@ def append_collected_validated(
         return files.commit(metadata.snapshot_id, properties, files.content_files(written, deletes=False))
 
 
-def append_collected(spark: SparkSession, table_identifier: str, rows: pa.Table) -> None:
+def append_collected(
+    spark: SparkSession, table_identifier: str, rows: pa.Table, properties: Mapping[str, str] | None = None
+) -> None:
     """Append ``rows`` (collected in the driver, columns named as the table's) to
-    ``table_identifier`` as one data file and one commit, without a Spark job."""
+    ``table_identifier`` as one data file and one commit carrying ``properties``, without a Spark
+    job (no rows: no commit)."""
     if not rows.num_rows:
         return
     table = iceberg_table(spark, table_identifier)
@@ -246,5 +252,5 @@ def append_collected(spark: SparkSession, table_identifier: str, rows: pa.Table)
     with WrittenFiles(spark, table) as files:
         shaped = arrow_shape(rows, _columns(spark, table, table_identifier))
         written = [files.track(write_parquet(table, shaped, "data"))]
-        append_files(table, files.content_files(written, deletes=False))
+        append_files(table, files.content_files(written, deletes=False), properties)
         files.keep()
