@@ -6,6 +6,7 @@ round mends the tags, and bronze without a progress record has no cut and says w
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -18,7 +19,8 @@ from cdclake.config import parse_config
 from cdclake.context import Engine
 from cdclake.dms.progress import PROGRESS_KEY, CaptureProgress, TableProgress
 from cdclake.dms.writer import change_sequence, write_csv
-from cdclake.engine.run import run
+from cdclake.engine.cut import CutRounds
+from cdclake.engine.run import apply_pending, list_all, run
 from cdclake.errors import CdclakeError
 from cdclake.gold.run import refresh_marts
 from cdclake.lake.committer import IcebergCommitter
@@ -187,6 +189,60 @@ def test_a_crash_while_publishing_leaves_the_previous_cut_whole_and_the_next_rou
     assert final is not None and final.commit_ts == "2024-01-02 00:00:02.000000", again.cut
     assert _tags(engine) == dict(final.snapshots)
     assert {t: _names(engine, t, final.snapshots[t]) for t in "ab"} == {"a": ["a-"], "b": ["b+"]}
+
+
+class FailsOnce(IcebergCommitter):
+    """A committer whose one cut step fails the first time it is taken, and works after; a tag
+    step waits until ``gate`` opens (at most 20 s) and notes whether it had."""
+
+    def __init__(self, step: str) -> None:
+        self.step, self.failed = step, False
+        self.gate, self.waited = threading.Event(), []
+
+    def cut_step(self, step: str, take: Callable[[], None]) -> None:
+        if step.startswith("tag "):
+            self.waited.append(self.gate.wait(timeout=20))
+        if step == self.step and not self.failed:
+            self.failed = True
+            raise RuntimeError(f"the catalog refused the cut's {step}")
+        take()
+
+
+def test_a_follow_round_moves_the_tags_behind_the_record_and_the_next_round_mends_a_failed_one(
+    make_engine: Callable[..., Engine], tmp_path: Path
+) -> None:
+    bronze = tmp_path / "bronze"
+    engine = make_engine(CONFIG)
+    a1, b1 = _cdc(bronze, "a", 1, [("I", 1, "a1")]), _cdc(bronze, "b", 1, [("I", 1, "b1")])
+    _progress(bronze, 1, {"a": a1, "b": b1})
+    run(engine).checked()
+    before = latest_cut(engine.spark, engine.catalog, engine.config.database)
+    assert before is not None
+    # GIVEN a transfer at second 2, and a catalog that refuses b's tag once
+    a2, b2 = _cdc(bronze, "a", 2, [("U", 1, "a-")]), _cdc(bronze, "b", 2, [("U", 1, "b+")])
+    _progress(bronze, 2, {"a": a2, "b": b2})
+    committer = FailsOnce("tag b")
+    follower = replace(engine, committer=committer)
+    rounds = CutRounds(follower, tags_behind=True)
+    # WHEN a follow round settles its cut (the tags moved in their own thread) and the loop ends
+    bound = rounds.bound(lambda: list_all(follower))
+    _, after = apply_pending(follower, bound.listing)
+    line = rounds.settle(bound, after)
+    committer.gate.set()  # the round is over: the tags may move now (had the round moved them, each waited 20 s)
+    rounds.close()
+    assert committer.waited == [True, True], "the tags moved while the round waited for them"
+    # THEN the record is the new cut, whole; a's tag followed it and b's did not (a reader of tags sees a mix)
+    latest = latest_cut(engine.spark, engine.catalog, engine.config.database)
+    assert latest is not None and latest.commit_ts == "2024-01-02 00:00:02.000000", line
+    assert line == "at 2024-01-02 00:00:02.000000 (LSN 0/2): 2 tables"
+    assert _tags(engine) == {"a": latest.snapshots["a"], "b": before.snapshots["b"]}
+    # WHEN the next round settles, with nothing new
+    again = rounds.settle(rounds.bound(lambda: list_all(follower)), after)
+    rounds.close()
+    # THEN every tag is at the latest cut
+    assert again == "at 2024-01-02 00:00:02.000000 (LSN 0/2), unchanged"
+    assert _tags(engine) == dict(latest.snapshots)
+    assert {t: _names(engine, t, latest.snapshots[t]) for t in "ab"} == {"a": ["a-"], "b": ["b+"]}
 
 
 def test_per_table_dms_files_have_no_cut_and_the_report_names_the_setting(

@@ -61,6 +61,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -218,10 +219,19 @@ def cut_after_round(
 
 class CutRounds:
     """What ``run`` and each follow round do about the cut: the bound, read before the round's
-    listing, and after the round the cut it ended at, published (``lake.cuts``)."""
+    listing, and after the round the cut it ended at, published (``lake.cuts``).
 
-    def __init__(self, engine: Engine) -> None:
+    ``tags_behind``: the follow loop's way. The record is written in the round (it is the cut);
+    the tables' tags are moved after it in a thread of their own while the next round works, each
+    a metadata commit that would otherwise hold the round (on AWS a catalog call and an S3 write
+    per table). The next round waits for them before it settles its own cut, so tags never move
+    out of order, and a failure among them has the next settle check every tag again; ``close``
+    waits for the last ones."""
+
+    def __init__(self, engine: Engine, tags_behind: bool = False) -> None:
         self.engine = engine
+        self.tagger = ThreadPoolExecutor(1, thread_name_prefix="cdclake-cut-tags") if tags_behind else None
+        self.tagging: Future[list[str]] | None = None  # the tags of the last cut, moving
         # every table of the database takes part, also those a ``--tables`` run leaves alone
         self.tables = [t for t in engine.config.tables if skip_reason(t) is None]
         self.tags_checked = False  # the tags were found at the latest record (once per loop, or after a failure)
@@ -277,6 +287,7 @@ class CutRounds:
         publisher = CutPublisher(
             spark, catalog, database, engine.committer, CutTags(keep_days=engine.config.cut_tag_days)
         )
+        self._tags_moved()
         known = dict(states)
         for table in self.tables:
             if table.source not in known:
@@ -306,11 +317,33 @@ class CutRounds:
             ):
                 self.commit_ts = latest.commit_ts
                 return f"at {latest.commit_ts} ({latest.position_text}), unchanged"
-        publisher.publish(new, tagged=latest)
+        publisher.record(new)
+        if self.tagger is None:
+            publisher.repair(new, tagged=latest)
+        else:
+            self.tagging = self.tagger.submit(publisher.repair, new, latest)
         self.commit_ts = self.published = new.commit_ts
         log.info("cut published commit_ts=%s position=%s tables=%d", new.commit_ts, new.position_text,
                  len(new.snapshots))  # fmt: skip
         return f"at {new.commit_ts} ({new.position_text}): {len(new.snapshots)} tables"
+
+    def _tags_moved(self) -> None:
+        """Wait for the last cut's tags; if moving them failed, the next settle checks every tag."""
+        tagging, self.tagging = self.tagging, None
+        if tagging is None:
+            return
+        try:
+            tagging.result()
+        except Exception as exc:
+            self.tags_checked = False
+            log.warning("cut tags not all moved (the next round moves them): %s", first_line(exc))
+
+    def close(self) -> None:
+        """Wait for the last cut's tags to be in place (a failure is logged: the next run mends it)."""
+        self._tags_moved()
+        if self.tagger is not None:
+            self.tagger.shutdown()
+            self.tagger = None  # a settle after this moves its tags itself
 
 
 def bound_files(progress: CaptureProgress) -> list[str]:

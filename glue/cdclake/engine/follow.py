@@ -161,7 +161,8 @@ class Follower:
         # between relists starts after each folder's newest key, so it cannot show a file that landed
         # late below it)
         self.relisted_at = datetime.now(UTC).replace(tzinfo=None)
-        self.cuts = CutRounds(engine)  # each round's bound, and the cut it ended at (``engine.cut``)
+        # each round's bound, and the cut it ended at (``engine.cut``), its tags moved while the next round works
+        self.cuts = CutRounds(engine, tags_behind=True)
 
     def run(
         self, on_round: Callable[[Round], None] | None = None, until: Callable[[Round], str] | None = None
@@ -193,8 +194,10 @@ class Follower:
             self.outcome.stopped_by = stop
         finally:
             # Every exit: no event stays in flight for a key the index holds (only one whose key could
-            # not be indexed, when reading bronze failed: it comes back after its visibility timeout).
+            # not be indexed, when reading bronze failed: it comes back after its visibility timeout);
+            # the last cut's tags in place.
             self.notices.settle(self.known)
+            self.cuts.close()
         self.outcome.listings = self.index.requests
         return self.outcome
 

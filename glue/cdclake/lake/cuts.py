@@ -254,8 +254,12 @@ class CutPublisher:
         """Record ``cut``, then move the tags to it (the order the module docstring proves); the
         tables whose tags moved. ``tagged``: the previous cut, when its tags are known to be in place
         (only the tables whose snapshot moved since are looked at, as ``repair`` says)."""
-        self.committer.cut_step("record", lambda: record_cut(self.spark, self.catalog, self.database, cut))
+        self.record(cut)
         return self.repair(cut, tagged)
+
+    def record(self, cut: PublishedCut) -> None:
+        """Record ``cut`` (the ``record`` step): from here on it is the latest cut; its tags follow."""
+        self.committer.cut_step("record", lambda: record_cut(self.spark, self.catalog, self.database, cut))
 
     def repair(self, cut: PublishedCut, tagged: PublishedCut | None = None) -> list[str]:
         """Move every tag that is not at ``cut`` (the latest record) to it, ``tags.workers`` tables at
