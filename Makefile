@@ -74,8 +74,8 @@ bench-throughput: setup ## keeping up on AWS, simulated: 10/100/300 tables x a f
 bench-big-csv: setup ## one big CSV LOAD file loaded whole vs in parallel splits (ROWS=8000000, about 1 GB)
 	$(BIN)/python -m bench.big_csv --rows $(or $(ROWS),8000000)
 
-bench-freshness: setup ## lag from a PostgreSQL commit to silver: capture --follow + run --follow (MINUTES=3)
-	$(BIN)/python -m bench.freshness --minutes $(or $(MINUTES),3) --docs docs
+bench-freshness: setup ## lag from a PostgreSQL commit to silver: capture --follow + run --follow (MINUTES=3, TABLES=30)
+	$(BIN)/python -m bench.freshness --minutes $(or $(MINUTES),3) --tables $(or $(TABLES),30) --docs docs
 
 bench-verify: setup ## verify at size (ROWS=1000000): key-range checksums vs every row read vs a plain SELECT, on a local PostgreSQL
 	$(BIN)/python -m bench.verify --rows $(or $(ROWS),1000000)
