@@ -6,12 +6,14 @@ Two history tables start alike (``keys`` keys, one version each, untimed). Then 
 of ``changes`` changes (updates and deletes of random keys, each later than the last) go into both,
 alternated, timed one by one through ``lake.history.apply_history``:
 
-- ``merge``: the batch's rows held by Spark (``createDataFrame`` parallelizes them), as the Spark
-  path's batches hand them: the versions joined with history and one MERGE (the baseline);
+- ``merge``: the batch's rows held by Spark (``createDataFrame`` parallelizes them), kept there
+  (``driver_versions=0``): the versions joined with history and one MERGE (the baseline);
+- ``collected``: the same rows held by Spark, as a batch prepared in Spark hands them (Parquet
+  files, a bad row), collected by one job, then as ``driver``;
 - ``driver``: the same rows held by the driver (a ``LocalRelation``, as a small batch prepared in
   the driver hands them): one scan of the batch's keys and one RowDelta (``lake.history_delta``).
 
-At the end both tables must hold the same versions. The figures are medians of the batches; the
+At the end the three tables must hold the same versions. The figures are medians of the batches; the
 ratio compares figures of the same run.
 """
 
@@ -47,7 +49,7 @@ def _frame(spark: SparkSession, rows: list[tuple[Any, ...]], way: str) -> DataFr
     from cdclake.runtime.local_relation import local_frame
 
     frame = spark.createDataFrame(rows, SCHEMA)
-    if way == "merge":
+    if way != "driver":
         return frame
     local = local_frame(spark, collect_rows(frame), frame.schema)
     assert local is not None
@@ -72,7 +74,7 @@ def measure(spark: SparkSession, keys: int, changes: int, batches: int, seed: in
     from cdclake.lake.tables import SilverTable
 
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {CATALOG}.{DATABASE}")
-    ways = ("merge", "driver")
+    ways = ("merge", "collected", "driver")
     tables = {way: history_of(SilverTable(CATALOG, DATABASE, f"people_{way}")) for way in ways}
     stamp = START.strftime("%Y-%m-%d %H:%M:%S")
     first = [(k, f"name {k}", k, f"{stamp}|{k:08d}", "I", stamp) for k in range(keys)]
@@ -87,10 +89,10 @@ def measure(spark: SparkSession, keys: int, changes: int, batches: int, seed: in
         for way in ways if index % 2 == 0 else reversed(ways):
             frame = _frame(spark, rows, way)
             started = time.perf_counter()
-            apply_history(spark, tables[way], frame, ["id"])
+            apply_history(spark, tables[way], frame, ["id"], driver_versions=0 if way == "merge" else changes)
             seconds[way].append(round(time.perf_counter() - started, 3))
     held = {way: sorted(map(repr, spark.table(tables[way].identifier).collect())) for way in ways}
-    assert held["merge"] == held["driver"], "the two ways left different histories"
+    assert held["merge"] == held["driver"] == held["collected"], "the ways left different histories"
     median = {way: round(statistics.median(values), 3) for way, values in seconds.items()}
     return {
         "keys": keys,
@@ -100,6 +102,7 @@ def measure(spark: SparkSession, keys: int, changes: int, batches: int, seed: in
         "seconds": seconds,
         "median seconds": median,
         "merge vs driver": round(median["merge"] / median["driver"], 2),
+        "merge vs collected": round(median["merge"] / median["collected"], 2),
     }
 
 

@@ -495,8 +495,9 @@ Change = tuple[int, str | None, str, str]  # id, name, op, commit time (text)
 
 
 # How history takes a batch: rows Spark computed in the driver (a small batch, ``lake.history_delta``:
-# one RowDelta the driver writes) or rows in Spark (a MERGE).
-HISTORY_WAYS = ["driver", "spark"]
+# one RowDelta the driver writes), a few rows Spark holds (collected, the same RowDelta), or rows in
+# Spark kept there (a MERGE: ``driver_versions=0``).
+HISTORY_WAYS = ["driver", "collected", "spark"]
 HISTORY_SCHEMA = "id int, name string, _cdc_order string, _cdc_op string, _cdc_ts string"
 
 
@@ -504,6 +505,13 @@ def _changes(spark: SparkSession, changes: list[Change], way: str = "driver") ->
     """Change rows as a CDC batch hands them to history: key, data, _cdc_order, _cdc_op, _cdc_ts."""
     rows = [(ident, name, f"{ts}|{n:04d}", op, ts) for n, (ident, name, op, ts) in enumerate(changes)]
     return _the_way(spark.createDataFrame(rows, HISTORY_SCHEMA), way)
+
+
+def _apply(spark: SparkSession, history: Any, changes: Any, way: str) -> Any:
+    """``apply_history`` of ``changes`` (keyed by ``id``) the ``way`` asks."""
+    from cdclake.lake.history import apply_history
+
+    return apply_history(spark, history, changes, ["id"], driver_versions=0 if way == "spark" else 5000)
 
 
 def _the_way(frame: Any, way: str) -> Any:
@@ -554,25 +562,15 @@ def history_table(spark: SparkSession) -> Any:
 def test_late_change_splits_the_version_it_falls_into_and_deletes_close(
     spark: SparkSession, history_table: Any, way: str
 ) -> None:
-    from cdclake.lake.history import apply_history
-
     day = "2024-03-01 "
     # GIVEN a history with id 1 inserted at 09:00 and updated at 11:00, id 2 inserted at 09:00
-    apply_history(
-        spark,
-        history_table,
-        _changes(
-            spark,
-            [(1, "a", "I", day + "09:00:00"), (1, "c", "U", day + "11:00:00"), (2, "x", "I", day + "09:00:00")],
-            way,
-        ),
-        ["id"],
-    )
+    first = [(1, "a", "I", day + "09:00:00"), (1, "c", "U", day + "11:00:00"), (2, "x", "I", day + "09:00:00")]
+    _apply(spark, history_table, _changes(spark, first, way), way)
     # WHEN a late batch arrives: id 1 updated at 10:00 (between the two), id 2 deleted at 10:00
     late = _changes(spark, [(1, "b", "U", day + "10:00:00"), (2, None, "D", day + "10:00:00")], way)
-    report = apply_history(spark, history_table, late, ["id"])
+    report = _apply(spark, history_table, late, way)
     # (the driver writes the batch's versions itself; Spark's MERGE writes its own files)
-    assert _driver_files(spark, history_table.identifier) == (1 if way == "driver" else 0)
+    assert _driver_files(spark, history_table.identifier) == (0 if way == "spark" else 1)
     # THEN the late update split id 1's first version, and the delete closed id 2's version
     expected = [
         (1, "a", "I", "09:00", "10:00", False),
@@ -584,10 +582,10 @@ def test_late_change_splits_the_version_it_falls_into_and_deletes_close(
     assert _history_rows(spark, history_table.identifier) == expected
     assert (report.versions_added, report.versions_closed) == (2, 2)
     # AND applying the same batch again changes nothing (exactly once)
-    assert apply_history(spark, history_table, late, ["id"]).versions_added == 0
+    assert _apply(spark, history_table, late, way).versions_added == 0
     assert _history_rows(spark, history_table.identifier) == expected
     # AND a change older than the delete lands before it, not after
-    apply_history(spark, history_table, _changes(spark, [(2, "y", "U", day + "09:30:00")], way), ["id"])
+    _apply(spark, history_table, _changes(spark, [(2, "y", "U", day + "09:30:00")], way), way)
     assert _history_rows(spark, history_table.identifier)[3:] == [
         (2, "x", "I", "09:00", "09:30", False),
         (2, "y", "U", "09:30", "10:00", False),
@@ -609,12 +607,10 @@ def _timeline_oracle(changes: list[Change]) -> list[tuple[Any, ...]]:
     return sorted(result, key=lambda r: (r[0], r[3]))
 
 
-@pytest.mark.parametrize(("seed", "way"), [(3, "driver"), (99, "driver"), (3, "spark")])
+@pytest.mark.parametrize(("seed", "way"), [(3, "driver"), (99, "collected"), (3, "spark")])
 def test_history_of_batches_delivered_out_of_order_equals_the_timeline(
     spark: SparkSession, history_table: Any, seed: int, way: str
 ) -> None:
-    from cdclake.lake.history import apply_history
-
     # GIVEN a random change log of a few keys (distinct commit minutes), cut into batches
     rng = random.Random(seed)
     minutes = rng.sample(range(0, 60 * 9), 14)
@@ -638,7 +634,7 @@ def test_history_of_batches_delivered_out_of_order_equals_the_timeline(
             ),
             way,
         )
-        apply_history(spark, history_table, numbered, ["id"])
+        _apply(spark, history_table, numbered, way)
     # THEN the history is every key's timeline, and its current rows are the source's live rows
     history = _history_rows(spark, history_table.identifier)
     assert history == _timeline_oracle(log)

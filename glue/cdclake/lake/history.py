@@ -44,7 +44,7 @@ from cdclake.columns import (
 )
 from cdclake.errors import CdclakeError
 from cdclake.identifiers import quote
-from cdclake.lake.history_delta import apply_in_driver
+from cdclake.lake.history_delta import DRIVER_VERSIONS, apply_in_driver
 from cdclake.lake.iceberg import IcebergTable, Snapshot
 from cdclake.lake.ledger_record import SnapshotRef
 from cdclake.lake.tables import (
@@ -163,10 +163,12 @@ def apply_history(
     changes: DataFrame,
     key: Sequence[str],
     properties: dict[str, str] | None = None,
+    driver_versions: int = DRIVER_VERSIONS,
 ) -> HistoryReport:
     """Add a batch of ordered changes to ``history`` exactly once, as one Iceberg commit: a small
-    batch computed in the driver as one RowDelta the driver writes (``lake.history_delta``), any
-    other in Spark, its versions' validity by ``with_validity`` and one MERGE.
+    batch (computed in the driver, or up to ``driver_versions`` held by Spark) as one RowDelta
+    the driver writes (``lake.history_delta``), any other in Spark, its versions' validity by
+    ``with_validity`` and one MERGE.
 
     ``changes``: one row per change (every change of the batch, in any row order): the key and
     data columns as silver stores them, ``_cdc_order`` (the change's order text, as in silver),
@@ -184,7 +186,7 @@ def apply_history(
     versions = _versions(changes, data)
     incoming = with_validity(versions, key).dropDuplicates([*key, SILVER_ORDER])
     _ensure_history(spark, history, incoming)
-    in_driver = apply_in_driver(spark, history, versions, key, properties or {})
+    in_driver = apply_in_driver(spark, history, versions, key, properties or {}, driver_versions)
     if in_driver is not None:
         return HistoryReport(*in_driver)
     stored = spark.table(history.identifier)

@@ -2,11 +2,13 @@
 
 ``lake.history.apply_history`` in Spark joins the batch's versions with history (several jobs) and
 commits them with a MERGE (more jobs: its own join, its writes). When the batch's change rows were
-computed in the driver (the local relation of a small batch, ``engine.driver_batch``) and the
-history table takes files written outside Spark's writer (``lake.row_delta.row_delta_blocker``),
-the same is done here:
+computed in the driver (the local relation of a small batch, ``engine.driver_batch``), or Spark
+holds a few of them (``DRIVER_VERSIONS``: a batch prepared in Spark, from Parquet files or with a
+bad row), and the history table takes files written outside Spark's writer
+(``lake.row_delta.row_delta_blocker``), the same is done here:
 
-1. the versions, cast as history stores them, evaluated in the driver (``runtime.local_relation``);
+1. the versions, cast as history stores them, evaluated in the driver (``runtime.local_relation``)
+   or collected by one job;
 2. the stored versions of the batch's keys, with their data file and position (``_file``,
    ``_pos``), read by one scan filtered by the keys (``lake.key_filter``);
 3. each touched key's timeline in Python, by the rule of ``with_validity``: stored and new versions
@@ -18,9 +20,9 @@ the same is done here:
    fail rather than close a version twice.
 
 Anything else (a history not started, a format or type the driver's files do not carry (or Arrow
-does not carry both ways exactly, ``lake.driver_write.collectable``), a key with
-a NULL or a value no SQL literal states exactly, rows Spark cannot evaluate in the driver) returns
-None and Spark applies the batch.
+does not carry both ways exactly, ``lake.driver_write.collectable``), a key with a NULL or a value
+no SQL literal states exactly, more versions in Spark than ``DRIVER_VERSIONS``) returns None and
+Spark applies the batch.
 """
 
 from __future__ import annotations
@@ -42,6 +44,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 Key = tuple[Any, ...]
+# At most this many versions held by Spark (a batch prepared there: Parquet files, a bad row) are
+# taken into the driver by one job and applied this way; more stay in Spark (the key filter would
+# be a long IN list, and the timeline a long Python loop).
+DRIVER_VERSIONS = 5_000
 
 
 def apply_in_driver(
@@ -50,10 +56,12 @@ def apply_in_driver(
     versions: DataFrame,
     key: Sequence[str],
     properties: Mapping[str, str],
+    most: int = DRIVER_VERSIONS,
 ) -> tuple[int, int] | None:
     """Add ``versions`` (one row per change: data columns, ``_cdc_order``, ``operation``,
     ``valid_from``; no validity yet) to ``history`` as one RowDelta carrying ``properties``; how
-    many versions were added and how many stored ones closed. None: this way cannot take them."""
+    many versions were added and how many stored ones closed. None: this way cannot take them.
+    ``most``: how many versions Spark holds that are taken into the driver (0: none)."""
     import pyarrow as pa
     from pyspark.sql import functions as F
 
@@ -70,7 +78,7 @@ def apply_in_driver(
             if name not in (VALID_TO, IS_CURRENT)
         ]
     )
-    rows = local_arrow(shaped) if collectable(shaped) else None
+    rows = _in_driver(shaped, most)
     if rows is None:
         return None
     keys = _keys(rows, key)
@@ -98,6 +106,18 @@ def apply_in_driver(
     table = iceberg_table(spark, history.identifier)
     commit_collected(spark, table, metadata.snapshot_id, properties, images, replaced)
     return len(added), len(moved)
+
+
+def _in_driver(versions: DataFrame, most: int) -> pa.Table | None:
+    """``versions`` as Arrow: computed by the driver (a local relation: no job), or, when Spark
+    holds them, collected by one job if there are at most ``most``; None otherwise."""
+    if not collectable(versions):
+        return None
+    rows = local_arrow(versions)
+    if rows is not None or most <= 0:
+        return rows
+    held = collect_rows(versions.limit(most + 1))
+    return held if held.num_rows <= most else None
 
 
 # A version's new validity: (valid_to, is_current), by its row's index in its table.
