@@ -510,8 +510,9 @@ def _changes(spark: SparkSession, changes: list[Change], way: str = "driver") ->
 def _apply(spark: SparkSession, history: Any, changes: Any, way: str) -> Any:
     """``apply_history`` of ``changes`` (keyed by ``id``) the ``way`` asks."""
     from cdclake.lake.history import apply_history
+    from cdclake.lake.history_delta import DRIVER_VERSIONS
 
-    return apply_history(spark, history, changes, ["id"], driver_versions=0 if way == "spark" else 5000)
+    return apply_history(spark, history, changes, ["id"], driver_versions=0 if way == "spark" else DRIVER_VERSIONS)
 
 
 def _the_way(frame: Any, way: str) -> Any:

@@ -239,7 +239,6 @@ class CutRounds:
         # ``CutLagSeconds``, grows while it stalls); None: there is none, or the round could not say
         self.commit_ts: str | None = None
         self.published: str | None = None  # T of the latest cut this loop published or read
-        self.seconds: float | None = None  # how long the last round's cut took to settle (None: no cut to settle)
 
     def bound(
         self, listing: Callable[[], BronzeListing], announce: Callable[[list[str]], object] | None = None
@@ -255,7 +254,7 @@ class CutRounds:
         """Publish the cut the round ended at, if it is a new one; the report's line. A table the
         round did not work (``--tables``) is judged by its state read now. Never raises: a cut not
         published leaves the previous one standing, and the line says why."""
-        self.commit_ts, self.seconds = None, None
+        self.commit_ts = None
         if bound.kind == NONE:
             return f"none: {bound.why_none}"
         started = time.monotonic()
@@ -267,16 +266,15 @@ class CutRounds:
             self.tags_checked = False
             log.warning("cut not published: %s", first_line(exc))
             return f"not published: {first_line(exc)}"
-        finally:
-            self.seconds = time.monotonic() - started
 
     def settled(self, report: RunReport, bound: CutBound, states: Mapping[str, TableState]) -> None:
         """``settle``, into ``report``: its line, T of the latest cut, and its seconds as the
-        run's ``cut`` phase (what a round pays for its cut)."""
+        run's ``cut`` phase (what a round pays for its cut; none where bronze proves no cut)."""
+        started = time.monotonic()
         report.cut = self.settle(bound, states)
         report.cut_commit_ts = self.commit_ts
-        if self.seconds is not None:
-            report.phase_seconds["cut"] = self.seconds
+        if bound.kind != NONE:
+            report.phase_seconds["cut"] = time.monotonic() - started
 
     def _settle(self, bound: CutBound, states: Mapping[str, TableState]) -> str:
         from cdclake.engine.turn import read_state

@@ -56,7 +56,7 @@ from cdclake.identifiers import quote
 from cdclake.lake.batch import WrittenColumns
 from cdclake.lake.driver_write import collect_rows, collectable
 from cdclake.lake.journals import tombstones_of
-from cdclake.lake.key_filter import key_filter
+from cdclake.lake.key_filter import key_filter, keys_of
 from cdclake.lake.ledger_record import LedgerRecord
 from cdclake.lake.row_delta import append_blocker, row_delta_blocker
 from cdclake.runtime.local_relation import local_arrow
@@ -114,7 +114,7 @@ def prepare_in_driver(batch: BatchContext, files: Sequence[BronzeFile]) -> Chang
         if classified is None:
             return None
         effects = {e: classified.column(EFFECT).to_pylist().count(e) for e in EFFECTS}
-        one_row_per_key(table, silver, effects, len(set(_keys(classified, table.silver_key()))))
+        one_row_per_key(table, silver, effects, len(set(keys_of(classified, table.silver_key()))))
     newest = max(classified.column(COMMIT_TS).to_pylist(), default=None)
     properties = LedgerRecord.batch([f.key for f in files], newest).properties() | dict(batch.checkpoint)
     # Every change, as history takes it: the same rows, evaluated in the driver again when written.
@@ -152,7 +152,7 @@ def _latest_per_key(rows: pa.Table, key: Sequence[str], columns: Sequence[str]) 
 
     orders = [_rank(order) for order in zip(*[rows.column(c).to_pylist() for c in _ORDER], strict=True)]
     last: dict[tuple[Any, ...], int] = {}
-    for index, at in enumerate(_keys(rows, key)):
+    for index, at in enumerate(keys_of(rows, key)):
         if at not in last or orders[index] > orders[last[at]]:
             last[at] = index
     return rows.take(pa.array(sorted(last.values()), pa.int64())).select(list(columns))
@@ -162,10 +162,6 @@ def _rank(order: tuple[Any, ...]) -> tuple[tuple[bool, Any], ...]:
     """An apply order as Python compares it the way Spark compares the struct: NULL fields first;
     text by code point, which is the order of its UTF-8 bytes."""
     return tuple((value is not None, value) for value in order)
-
-
-def _keys(rows: pa.Table, key: Sequence[str]) -> list[tuple[Any, ...]]:
-    return list(zip(*[rows.column(k).to_pylist() for k in key], strict=True))
 
 
 def _stored(batch: BatchContext, key: Sequence[str], where: str) -> pa.Table:
@@ -196,7 +192,7 @@ def _classified(latest: pa.Table, stored: pa.Table, key: Sequence[str]) -> pa.Ta
 
     found: dict[tuple[Any, ...], list[tuple[str, str, int] | None]] = {}
     tombs: dict[tuple[Any, ...], str] = {}
-    for at, row in zip(_keys(stored, key), stored.to_pylist(), strict=True):
+    for at, row in zip(keys_of(stored, key), stored.to_pylist(), strict=True):
         if row[_TOMB]:
             tombs[at] = max(tombs.get(at, row[SILVER_ORDER]), row[SILVER_ORDER])
         else:
@@ -205,7 +201,7 @@ def _classified(latest: pa.Table, stored: pa.Table, key: Sequence[str]) -> pa.Ta
     effects: list[str] = []
     places: list[tuple[str | None, int | None]] = []
     changes = zip(
-        _keys(latest, key), latest.column(SILVER_ORDER).to_pylist(), latest.column(OP).to_pylist(), strict=True
+        keys_of(latest, key), latest.column(SILVER_ORDER).to_pylist(), latest.column(OP).to_pylist(), strict=True
     )
     for index, (at, order, op) in enumerate(changes):
         for match in found.get(at) or [None]:

@@ -152,14 +152,13 @@ def _cut_rows(spark: SparkSession, table: SilverTable, at_or_before: str | None)
 
 def record_cut(spark: SparkSession, catalog: str, database: str, cut: PublishedCut) -> None:
     """Append ``cut`` to ``cdclake_cuts``: one row per table, one commit carrying the whole cut."""
+    import pyarrow as pa
+
     table = cuts_table(catalog, database)
     empty = spark.sql(
         "SELECT " + ", ".join(f"CAST(NULL AS {kind}) AS {name}" for name, kind in CUT_COLUMNS) + " WHERE false"
     )
     ensure_table(spark, table, empty)
-
-    import pyarrow as pa
-
     tables = sorted(cut.snapshots.items())
     fixed = {"cut_ts": cut.commit_ts, "cut_position": cut.position, "position_text": cut.position_text}
     rows = pa.table(

@@ -34,7 +34,7 @@ from cdclake.columns import IS_CURRENT, OPERATION, SILVER_ORDER, STORED_FILE, ST
 from cdclake.identifiers import quote
 from cdclake.lake.batch import read_table_metadata
 from cdclake.lake.driver_write import arrow_shape, collect_rows, collectable, commit_collected
-from cdclake.lake.key_filter import key_filter
+from cdclake.lake.key_filter import key_filter, keys_of
 from cdclake.lake.row_delta import row_delta_blocker
 from cdclake.lake.tables import SilverTable, iceberg_table
 from cdclake.runtime.local_relation import local_arrow
@@ -81,7 +81,7 @@ def apply_in_driver(
     rows = _in_driver(shaped, most)
     if rows is None:
         return None
-    keys = _keys(rows, key)
+    keys = keys_of(rows, key)
     if any(None in k for k in keys):
         return None  # a NULL key matches no stored version in Spark's join: that way decides
     literals = {name: data_type.simpleString() for name, data_type in types.items()}
@@ -134,7 +134,7 @@ def _timelines(rows: pa.Table, keys: list[Key], stored: pa.Table, key: Sequence[
     stored_orders = stored.column(SILVER_ORDER).to_pylist()
     stored_from = stored.column(VALID_FROM).to_pylist()
     stored_ops = stored.column(OPERATION).to_pylist()
-    for index, at in enumerate(_keys(stored, key)):
+    for index, at in enumerate(keys_of(stored, key)):
         if at not in touched:  # the filter's columns matched one by one: another key's version
             continue
         order = stored_orders[index]
@@ -182,7 +182,3 @@ def _rank(order: str | None) -> tuple[bool, str]:
     """``_cdc_order`` as Spark orders it ascending: NULL first, then text by code point (the order
     of its UTF-8 bytes)."""
     return (order is not None, order or "")
-
-
-def _keys(rows: pa.Table, key: Sequence[str]) -> list[Key]:
-    return list(zip(*[rows.column(k).to_pylist() for k in key], strict=True))

@@ -51,3 +51,8 @@ def key_filter(latest: pa.Table, key: Sequence[str], types: dict[str, str]) -> s
             return None
         parts.append(f"{quote(k)} IN ({', '.join(sorted(str(x) for x in literals))})")
     return " AND ".join(parts)
+
+
+def keys_of(rows: pa.Table, key: Sequence[str]) -> list[tuple[Any, ...]]:
+    """Each row's key, as a tuple of its key columns' values (in ``key``'s order)."""
+    return list(zip(*[rows.column(k).to_pylist() for k in key], strict=True))
