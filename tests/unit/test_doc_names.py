@@ -48,6 +48,7 @@ EXTERNAL = {
 NOT_IN_REPOSITORY = {
     "cdclake.yaml", "state/reloads.json", "state/silent.json", "state/failing-tables.json",
     "_cdclake/capture-progress.json",
+    "_cdclake/cut-request.json",
 }  # fmt: skip
 # Dotted names that are not module paths: a placeholder for a table's name.
 NOT_MODULES = {"schema.table"}

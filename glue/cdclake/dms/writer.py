@@ -7,6 +7,7 @@ commit order in plain Python, independent of Spark and of the engine's code path
 from __future__ import annotations
 
 import gzip
+import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -89,3 +90,19 @@ def cdc_records(
             record.append(change.seq)
         records.append(record)
     return records
+
+
+def write_durably(path: Path, data: bytes) -> None:
+    """Write ``path`` atomically: a temporary name, fsync, rename, fsync of the folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    with open(temporary, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)

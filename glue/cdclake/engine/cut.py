@@ -66,6 +66,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from cdclake.config import TableConfig
+from cdclake.dms.cut_request import read_request
 from cdclake.dms.files import BronzeFile, BronzeListing, FileKind, UnrecognisedKey, parse_key
 from cdclake.dms.progress import CaptureProgress, read_progress
 from cdclake.engine.select import TableState, skip_reason
@@ -101,6 +102,9 @@ class CutBound:
     newest_file: BronzeFile | None = None  # TRANSACTIONS: the newest transaction file listed
     transaction_path: str | None = None
     why_none: str = ""
+    # a ``verify --cut`` request stands at this position (``dms.cut_request``): the cut is recorded even when it
+    # is the previous cut's state (nothing changed since), so a cut exists at exactly the position asked for
+    asked: bool = False
     listing: BronzeListing = field(default_factory=lambda: BronzeListing((), ()))  # what the round may apply
 
     def admits(self, file: BronzeFile) -> bool:
@@ -245,10 +249,14 @@ class CutRounds:
     ) -> CutBound:
         """Read the progress record, then list (``listing``); ``announce``: hands the files the
         record names to an index that may not have listed them yet (the follow loop's)."""
-        progress = read_progress(self.engine.store)
-        if progress is not None and announce is not None:
-            announce(bound_files(progress))
-        return cut_bound(progress, self.engine.config.bronze.transaction_path, listing())
+        store = self.engine.store
+        progress = read_progress(store)
+        asked = False
+        if progress is not None:
+            asked = (request := read_request(store)) is not None and request.position == progress.position
+            if announce is not None:
+                announce(bound_files(progress))
+        return replace(cut_bound(progress, self.engine.config.bronze.transaction_path, listing()), asked=asked)
 
     def settle(self, bound: CutBound, states: Mapping[str, TableState]) -> str:
         """Publish the cut the round ended at, if it is a new one; the report's line. A table the
@@ -311,7 +319,7 @@ class CutRounds:
                 self.commit_ts = latest.commit_ts
                 return f"no new cut: {new.position_text} is before the published cut's {latest.position_text}"
             if new.position == latest.position or (
-                new.commit_ts == latest.commit_ts and new.snapshots == latest.snapshots
+                not bound.asked and new.commit_ts == latest.commit_ts and new.snapshots == latest.snapshots
             ):
                 self.commit_ts = latest.commit_ts
                 return f"at {latest.commit_ts} ({latest.position_text}), unchanged"

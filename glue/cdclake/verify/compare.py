@@ -20,6 +20,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from cdclake.config import TableConfig
+from cdclake.lake.cuts import PublishedCut
+from cdclake.lake.iceberg import IcebergTable
 from cdclake.types import TIMESTAMP_TYPES
 from cdclake.verify.checksum import KeyRange, kind_of, range_key, search, spark_boundaries, spark_condition, spark_sums
 from cdclake.verify.checksum_sql import SourceTableShape, Within
@@ -28,17 +30,42 @@ from cdclake.verify.result import TableComparison
 from cdclake.verify.rows import RowShape, compare_digests, digest_rows, unlogged_digests
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column
+    from pyspark.sql import Column, DataFrame
 
     from cdclake.context import Engine
 
 
+@dataclass(frozen=True)
+class SilverSide:
+    """Where verify reads silver: every table as it is now, or each at its snapshot in a published cut
+    (``verify --cut``; a table the cut does not name had no silver table yet, and is read empty)."""
+
+    engine: Engine
+    cut: PublishedCut | None = None
+
+    def exists(self, config: TableConfig) -> bool:
+        from cdclake.lake.tables import table_exists
+
+        return table_exists(self.engine.spark, self.engine.silver_table(config))
+
+    def frame(self, config: TableConfig) -> DataFrame:
+        table = self.engine.silver_table(config)
+        spark = self.engine.spark
+        if self.cut is None:
+            return spark.table(table.identifier)
+        snapshot_id = self.cut.snapshots.get(table.name)
+        if snapshot_id is None:
+            return spark.table(table.identifier).limit(0)
+        IcebergTable.latest(spark, table.identifier)  # a cut newer than the catalog's cached metadata
+        return spark.sql(f"SELECT * FROM {table.identifier} VERSION AS OF {int(snapshot_id)}")
+
+
 def _silver_rows(
-    engine: Engine, config: TableConfig, columns: Sequence[str], types: Mapping[str, str], where: Column | None = None
+    silver: SilverSide, config: TableConfig, columns: Sequence[str], types: Mapping[str, str], where: Column | None
 ) -> Any:
     from pyspark.sql import functions as F
 
-    frame = engine.spark.table(engine.silver_table(config).identifier)
+    frame = silver.frame(config)
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         return missing
@@ -64,7 +91,7 @@ DEFAULT_CHECKSUMS = ChecksumSettings()
 
 
 def compare_table(
-    engine: Engine,
+    silver: SilverSide,
     dialect: SourceDialect[TableT],
     config: TableConfig,
     source: TableT,
@@ -73,18 +100,16 @@ def compare_table(
     """Compare one silver table with its source table (the table's configured columns): by
     checksums of key ranges first (``verify.checksum``; ``checksums`` None: every row), then value
     by value in the ranges that differ."""
-    from cdclake.lake.tables import table_exists
-
     result = TableComparison(table=config.source)
     columns, types = _columns_and_types(config, source)
-    if not table_exists(engine.spark, engine.silver_table(config)):
+    if not silver.exists(config):
         return replace(result, problem="no silver table")
     key = list(config.primary_key)
     kinds = {c: kind_of(types[c]) for c in columns}
     first_kind = kinds.get(key[0]) if key else None
     range_column = (key[0], first_kind) if key and first_kind is not None and range_key(first_kind) else None
     ranges: list[KeyRange] | None = None  # None: every row
-    frame = engine.spark.table(engine.silver_table(config).identifier)
+    frame = silver.frame(config)
     if missing := [c for c in columns if c not in frame.columns]:
         return replace(result, problem=f"silver lacks column(s) {', '.join(missing)}")
     unhashable = [f"{c} ({types[c]})" for c in columns if kinds[c] is None]
@@ -115,7 +140,7 @@ def compare_table(
             return result
         if range_column is None:
             ranges = None  # one range, the whole table: every row
-    result = _compare_rows(engine, dialect, config, source, columns, types, result, (range_column, ranges))
+    result = _compare_rows(silver, dialect, config, source, columns, types, result, (range_column, ranges))
     return replace(result, read_again=(range_column, ranges)) if result.differing_keys else result
 
 
@@ -128,16 +153,16 @@ def _columns_and_types(config: TableConfig, source: SourceTableShape) -> tuple[l
 
 
 def compare_again(
-    engine: Engine, dialect: SourceDialect[TableT], config: TableConfig, source: TableT, within: Within
+    silver: SilverSide, dialect: SourceDialect[TableT], config: TableConfig, source: TableT, within: Within
 ) -> TableComparison:
     """Read the rows of ``within`` from both sides again and compare them value by value."""
     columns, types = _columns_and_types(config, source)
     result = TableComparison(table=config.source, method="rows")
-    return _compare_rows(engine, dialect, config, source, columns, types, result, within)
+    return _compare_rows(silver, dialect, config, source, columns, types, result, within)
 
 
 def _compare_rows(
-    engine: Engine,
+    silver: SilverSide,
     dialect: SourceDialect[TableT],
     config: TableConfig,
     source: TableT,
@@ -153,18 +178,18 @@ def _compare_rows(
     defaults = unlogged_digests(shape, dialect.unlogged_defaults(source, columns, types))
     named: dict[bytes, str] = {}  # a keyless row's digest -> its name (``row_name``), for the report
     where = None if range_column is None or ranges is None else spark_condition(range_column[0], ranges)
-    silver = digest_rows(shape, _silver_rows(engine, config, columns, types, where), named)
+    silver_digests = digest_rows(shape, _silver_rows(silver, config, columns, types, where), named)
     source_rows = dialect.rows(source, columns, types, within)
     try:
         theirs = digest_rows(shape, source_rows, named)
     finally:
         source_rows.close()  # ends the reading transaction now, also after a failure
     if ranges is None or range_column is None:
-        result = replace(result, source_rows=theirs.count, silver_rows=silver.count)
-    found = compare_digests(shape, theirs, silver, defaults, named)
+        result = replace(result, source_rows=theirs.count, silver_rows=silver_digests.count)
+    found = compare_digests(shape, theirs, silver_digests, defaults, named)
     return replace(
         result,
-        rows_read=silver.count + theirs.count,
+        rows_read=silver_digests.count + theirs.count,
         missing=found.missing,
         unexpected=found.unexpected,
         different=found.different,

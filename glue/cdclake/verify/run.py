@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.config import TableConfig
 from cdclake.errors import first_line
-from cdclake.verify.compare import DEFAULT_CHECKSUMS, ChecksumSettings, compare_again, compare_table
+from cdclake.lake.cuts import PublishedCut
+from cdclake.verify.compare import DEFAULT_CHECKSUMS, ChecksumSettings, SilverSide, compare_again, compare_table
 from cdclake.verify.dialect import SourceDialect, TableT
 from cdclake.verify.live import (
     LiveSettings,
@@ -57,14 +58,17 @@ def verify(
     tables: Sequence[TableConfig] | None = None,
     checksums: ChecksumSettings | None = DEFAULT_CHECKSUMS,
     live: LiveCheck | None = None,
+    cut: PublishedCut | None = None,
 ) -> list[TableComparison]:
     """Compare each configured table (or ``tables``) with the source database behind ``dialect``.
 
     A table that cannot be compared (no source table, no silver table, a failure while reading
     either side) comes back with ``problem`` set, and the others are still compared. With ``live``,
     a differing table is compared again once silver has caught up with where the source stood when
-    it was read, and only the keys that still differ are reported (``_settle``).
+    it was read, and only the keys that still differ are reported (``_settle``). With ``cut``, silver is
+    read at the cut's snapshots (``dialect`` then reads the source at the cut's position: ``verify.postgres.at_cut``).
     """
+    silver = SilverSide(engine, cut)
     selected = list(tables or engine.config.tables)
     started = dialect.position()
     schemas = sorted({t.source.split(".", 1)[0] for t in selected})
@@ -78,7 +82,7 @@ def verify(
             continue
 
         def compare(table: TableConfig = table, source: Any = source) -> TableComparison:
-            return compare_table(engine, dialect, table, source, checksums)
+            return compare_table(silver, dialect, table, source, checksums)
 
         began = datetime.now(UTC)
         results.append(replace(_guarded(table, compare), source_at=started, started=began, finished=datetime.now(UTC)))
@@ -90,7 +94,7 @@ def verify(
             table, first = selected[index], results[index]
 
             def settle(table: TableConfig = table, first: TableComparison = first, noted: Any = noted) -> Any:
-                return _settle(engine, dialect, (table, sources[table.source]), (first, noted), live, deadline)
+                return _settle(silver, dialect, (table, sources[table.source]), (first, noted), live, deadline)
 
             first_started = results[index].started
             results[index] = replace(
@@ -111,7 +115,7 @@ def _guarded(table: TableConfig, compare: Callable[[], TableComparison]) -> Tabl
 
 
 def _settle(
-    engine: Engine,
+    silver: SilverSide,
     dialect: SourceDialect[TableT],
     tables: tuple[TableConfig, TableT],
     read: tuple[TableComparison, SourcePosition],
@@ -139,7 +143,7 @@ def _settle(
         if not waited.caught_up:
             kept = replace(kept, lagging=lag_text(waited.silver, noted), lag_seconds=lag_seconds(waited.silver, noted))
             break
-        again = compare_again(engine, dialect, config, source, first.read_again)
+        again = compare_again(silver, dialect, config, source, first.read_again)
         noted = dialect.position()
         rows_read += again.rows_read
         kept = _both(kept, again)

@@ -12,11 +12,7 @@ broken: the test tests something.
 
 from __future__ import annotations
 
-import random
 import signal
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -33,59 +29,12 @@ from cdclake.engine.run import run
 from cdclake.lake.cuts import CUTS_TABLE, PublishedCut, latest_cut, tagged_snapshot
 from cdclake.lake.tables import SilverTable
 from cdclake.report import Round
+from pg_transfers import SCHEMA, TOTAL, Transfers, start_capture
 from readers import newest_metadata_file
 
 pytestmark = pytest.mark.spark
 
 SourceDatabase = Any  # conftest.SourceDatabase
-
-ROWS_BUSY, ROWS_QUIET, OPENING = 40, 4, 1000
-TOTAL = (ROWS_BUSY + ROWS_QUIET) * OPENING
-SCHEMA = f"""
-CREATE TABLE busy (id int PRIMARY KEY, balance bigint NOT NULL);
-CREATE TABLE quiet (id int PRIMARY KEY, balance bigint NOT NULL);
-INSERT INTO busy SELECT g, {OPENING} FROM generate_series(1, {ROWS_BUSY}) g;
-INSERT INTO quiet SELECT g, {OPENING} FROM generate_series(1, {ROWS_QUIET}) g;
-"""
-
-
-class Transfers(threading.Thread):
-    """Transfers in one transaction each: within the busy table always, and between the two tables
-    while ``cross`` is set (the quiet table is written by nothing else)."""
-
-    def __init__(self, db: SourceDatabase) -> None:
-        super().__init__(daemon=True)
-        self.db, self.rng = db, random.Random(5)
-        self.cross = threading.Event()
-        self.done = threading.Event()
-        self.count = 0
-
-    def run(self) -> None:
-        import psycopg2
-
-        conn = psycopg2.connect(self.db.dsn)
-        try:
-            while not self.done.is_set():
-                rng, amount = self.rng, self.rng.randint(1, 50)
-                a, b = rng.randint(1, ROWS_BUSY), rng.randint(1, ROWS_BUSY)
-                target = ("quiet", rng.randint(1, ROWS_QUIET)) if self.cross.is_set() else ("busy", b)
-                with conn, conn.cursor() as cur:
-                    cur.execute("UPDATE busy SET balance = balance - %s WHERE id = %s", (amount, a))
-                    cur.execute(f"UPDATE {target[0]} SET balance = balance + %s WHERE id = %s", (amount, target[1]))
-                self.count += 1
-                time.sleep(0.01)
-        finally:
-            conn.close()
-
-
-def _start_capture(db: SourceDatabase) -> subprocess.Popen[bytes]:
-    settings = db.settings()
-    command = [
-        sys.executable, "-m", "cdclake.shells.cli", "-q", "--config", str(db.config_path), "--bronze", str(db.bronze),
-        "capture", "--dsn", db.dsn, "--state-dir", str(settings.state_dir), "--slot", settings.slot, "--follow",
-        "--max-batch-interval", "0.5", "--min-file-size", "64", "--poll-interval", "0.05",
-    ]  # fmt: skip
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 def _spark_total(engine: Engine, snapshots: dict[str, int]) -> int:
@@ -182,7 +131,7 @@ def test_every_cut_keeps_a_cross_table_invariant_that_latest_snapshots_break(
     transfers = Transfers(source_db)
     transfers.cross.set()
     transfers.start()
-    capture = _start_capture(source_db)
+    capture = start_capture(source_db)
     try:
         quiet_phase: list[PublishedCut] = []
         for round_number in range(6):

@@ -15,9 +15,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cdclake.config import parse_config
+from cdclake.dms.cut_request import read_request
 from cdclake.dms.layout import DMS_OP_COLUMN
 from cdclake.dms.progress import PROGRESS_KEY, CaptureProgress, TableProgress
-from cdclake.dms.writer import Value, csv_text
+from cdclake.dms.store import LocalBronze
+from cdclake.dms.writer import Value, csv_text, write_durably
 from cdclake.sources.postgres.catalog import SourceColumn, SourceTable, column_of_type, declare_columns, value_text
 from cdclake.sources.postgres.pgoutput import (
     UNCHANGED_TOAST,
@@ -41,7 +43,6 @@ from cdclake.sources.postgres.state import (
     column_signature,
     state_path,
     timestamp_text,
-    write_durably,
 )
 
 log = logging.getLogger("cdclake.capture")
@@ -388,10 +389,15 @@ class ChangeCapture:
         self.confirmed_lsn = lsn
 
     def poll(self) -> int:
-        """Decode everything committed up to now; return the number of transactions not seen before."""
+        """Decode everything committed up to now (or up to a position ``verify --cut`` asked capture to stop
+        at, ``dms.cut_request``); return the number of transactions not seen before."""
         with self.conn.cursor() as cur:
             cur.execute("SELECT pg_current_wal_flush_lsn()")  # decoding reads flushed WAL only
             wal_end = parse_lsn(cur.fetchone()[0])
+        stop = self._stop_at(wal_end)
+        if stop is not None and self.progress is not None and stop == self.progress.position and not self.buffers:
+            return 0  # held at the position asked for, until the request is withdrawn or expires
+        upto = wal_end if stop is None else stop
         publications = ",".join(decoded_publications(self.settings, self.state))
         seen = self.new_commits
         self.conn.autocommit = False  # a named (server-side) cursor streams rows inside a transaction
@@ -400,15 +406,32 @@ class ChangeCapture:
             cur.execute(
                 "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, "
                 "'proto_version', '1', 'publication_names', %s)",
-                (self.settings.slot, format_lsn(wal_end), publications),
+                (self.settings.slot, format_lsn(upto), publications),
             )
             for (data,) in cur:
                 self.handle(bytes(data))
         self.conn.commit()
         self.conn.autocommit = True
-        if not self.buffers:
+        if stop is not None:
+            # Every commit before the position has been seen: write every buffered table and the progress
+            # record there, whatever the batch interval, so the next round's cut is at it.
+            self.through_lsn = max(self.through_lsn, stop)
+            self.flush()
+            log.info("capture stopped at LSN %s, as verify --cut asked; it holds there", format_lsn(stop))
+        elif not self.buffers:
             # Every commit up to wal_end has been seen and nothing is waiting to be written.
             self.through_lsn = max(self.through_lsn, wal_end)
             self.write_progress()
             self.confirm(self.through_lsn)
         return self.new_commits - seen
+
+    def _stop_at(self, wal_end: int) -> int | None:
+        """The position a standing ``verify --cut`` request asks capture to stop at (None: none, expired, or
+        one capture has already passed and cannot stop at)."""
+        request = read_request(LocalBronze(self.settings.bronze))
+        if request is None or not request.active():
+            return None
+        reached = max(self.through_lsn, self.confirmed_lsn, self.progress.position if self.progress else 0)
+        if request.position < reached or request.position > wal_end:
+            return None  # passed already (verify asks again), or not yet in the log that decoding reads
+        return request.position

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from cdclake.dms.writer import Value, csv_text, load_file_name
+from cdclake.dms.writer import Value, csv_text, load_file_name, write_durably
 from cdclake.identifiers import IDENTIFIER, name_problem, quote_pg
 from cdclake.sources.postgres.catalog import (
     SourceTable,
@@ -21,7 +21,7 @@ from cdclake.sources.postgres.catalog import (
 from cdclake.sources.postgres.pgoutput import format_lsn, parse_lsn
 from cdclake.sources.postgres.problems import CaptureError, SourceAccessError, capture_problems
 from cdclake.sources.postgres.settings import CaptureReport, CaptureSettings, connect
-from cdclake.sources.postgres.state import CaptureState, change_sequence, state_path, timestamp_text, write_durably
+from cdclake.sources.postgres.state import CaptureState, change_sequence, state_path, timestamp_text
 
 log = logging.getLogger("cdclake.capture")
 

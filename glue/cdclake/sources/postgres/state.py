@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -88,22 +87,6 @@ def capture_holds(state_dir: Path, config_path: Path) -> dict[str, str]:
         if state.config in ("", config):
             holds |= {table: reason for table, (_lsn, reason) in state.held.items()}
     return holds
-
-
-def write_durably(path: Path, data: bytes) -> None:
-    """Write ``path`` atomically: a temporary name, fsync, rename, fsync of the folder."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    with open(temporary, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
 
 
 def state_path(settings: CaptureSettings) -> Path:

@@ -92,11 +92,11 @@ def _source_rows(
     conn: Any, table: SourceTable, columns: Sequence[str], types: Mapping[str, str], where: tuple[str, list[Any]]
 ) -> Generator[tuple[Any, ...], None, None]:
     condition, parameters = where
+    values = [_value_expression(table, name, types[name]) for name in columns]
     conn.autocommit = False  # a named (server-side) cursor streams rows inside a transaction
     try:
         with conn.cursor(name="cdclake_verify") as cur:
             cur.itersize = 5000
-            values = [_value_expression(table, name, types[name]) for name in columns]
             cur.execute(SQL.select(table, values, condition), parameters)  # formatted even when empty
             yield from cur
         conn.commit()
@@ -106,6 +106,19 @@ def _source_rows(
         conn.autocommit = True
 
 
+def _pinned_rows(
+    conn: Any, table: SourceTable, columns: Sequence[str], types: Mapping[str, str], where: tuple[str, list[Any]]
+) -> Generator[tuple[Any, ...], None, None]:
+    """``_source_rows`` inside the transaction ``conn`` holds open at one snapshot (``verify.postgres.at_cut``), which
+    the read neither begins nor ends."""
+    condition, parameters = where
+    values = [_value_expression(table, name, types[name]) for name in columns]
+    with conn.cursor(name="cdclake_verify") as cur:
+        cur.itersize = 5000
+        cur.execute(SQL.select(table, values, condition), parameters)  # formatted even when empty
+        yield from cur
+
+
 def _doubled(text: str) -> str:
     """``text`` in a query run with parameters: every ``%`` doubled."""
     return text.replace("%", "%%")
@@ -113,9 +126,11 @@ def _doubled(text: str) -> str:
 
 @dataclass(frozen=True)
 class PostgresDialect:
-    """PostgreSQL as ``verify.dialect``'s ``SourceDialect``, over a psycopg2 connection."""
+    """PostgreSQL as ``verify.dialect``'s ``SourceDialect``, over a psycopg2 connection; with ``at``, one held
+    in a transaction at the snapshot of that source position (``verify.postgres.at_cut``): every read is made in it."""
 
     conn: Any
+    at: SourcePosition | None = None
 
     def read_tables(self, schemas: Sequence[str]) -> list[SourceTable]:
         with self.conn.cursor() as cur:
@@ -127,7 +142,8 @@ class PostgresDialect:
     def rows(
         self, table: SourceTable, columns: Sequence[str], types: Mapping[str, str], within: Within
     ) -> Generator[tuple[Any, ...], None, None]:
-        return _source_rows(self.conn, table, columns, types, SQL.range_condition(table, *within))
+        read = _source_rows if self.at is None else _pinned_rows
+        return read(self.conn, table, columns, types, SQL.range_condition(table, *within))
 
     def unlogged_defaults(
         self, table: SourceTable, columns: Sequence[str], types: Mapping[str, str]
@@ -138,7 +154,9 @@ class PostgresDialect:
         return []  # every kind is written exactly (module docstring)
 
     def position(self) -> SourcePosition:
-        """The server's clock and its WAL position (on a standby: the position replayed)."""
+        """The server's clock and its WAL position (on a standby: the position replayed); with ``at``, that."""
+        if self.at is not None:
+            return self.at
         with self.conn.cursor() as cur:
             cur.execute(POSITION_SQL)
             clock, lsn = cur.fetchone()
