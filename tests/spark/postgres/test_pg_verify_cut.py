@@ -8,9 +8,13 @@ against the pinned source, must differ: each side is read at the position and at
 
 from __future__ import annotations
 
+import re
 import signal
+import subprocess
+import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +36,7 @@ from cdclake.verify.live import SourcePosition
 from cdclake.verify.postgres.at_cut import CutWait, pin_source, verify_at_cut
 from cdclake.verify.postgres.dialect import PostgresDialect
 from cdclake.verify.run import verify
+from local_databases import PgServer
 from pg_transfers import SCHEMA, TOTAL, Transfers, start_capture
 
 pytestmark = pytest.mark.spark
@@ -163,3 +168,57 @@ def test_verify_cut_on_bronze_without_a_capture_says_why(make_engine: Callable[.
     # THEN verify --cut says it cannot be asked, before it reaches the source
     with pytest.raises(CdclakeError, match="needs the bronze that `cdclake capture` writes"):
         verify_at_cut(engine, "host=127.0.0.1 port=1 dbname=none", waits=CutWait(wait_seconds=1.0))
+
+
+def _cdclake(db: SourceDatabase, *args: str) -> list[str]:
+    return [sys.executable, "-m", "cdclake.shells.cli", "-q", "--config", str(db.config_path),
+            "--bronze", str(db.bronze), *args]  # fmt: skip
+
+
+def test_verify_cut_on_the_command_line_waits_for_capture_and_a_run_meanwhile(
+    source_db: SourceDatabase, pg_server: PgServer
+) -> None:
+    # GIVEN two tables captured (their full load), and a change since
+    source_db.execute(SCHEMA)
+    source_db.capture()
+    _move(source_db, 3)
+    # WHEN a user who may read the tables but not replicate runs verify --cut
+    reader = f"u_{uuid.uuid4().hex[:8]}"
+    source_db.execute(f"CREATE ROLE {reader} LOGIN", f"GRANT SELECT ON busy, quiet TO {reader}")
+    refused = subprocess.run(
+        _cdclake(source_db, "verify", "--cut", "--source", f"host=127.0.0.1 port={pg_server.port} "
+                 f"dbname={source_db.name} user={reader}"),
+        capture_output=True, text=True, timeout=120, cwd=source_db.workdir,
+    )  # fmt: skip
+    # THEN one line, before Spark starts, names what it lacks
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+    assert refused.stderr.strip() == (
+        f"cdclake: Database {source_db.name} is not ready for verify --cut as user {reader}: as a superuser, run: "
+        f'ALTER ROLE {reader} REPLICATION (see docs/capture.md, "What capture needs").'
+    )
+    # WHEN the user who can runs it, and capture and a run are run once meanwhile
+    verifying = subprocess.Popen(
+        _cdclake(source_db, "verify", "--cut", "--wait", "240", "--source", source_db.dsn),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=source_db.workdir,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while read_request(LocalBronze(source_db.bronze)) is None:
+            assert verifying.poll() is None and time.monotonic() < deadline, "verify wrote no request"
+            time.sleep(0.2)
+        _move(source_db, 4)  # after the position: in neither side of the comparison
+        source_db.capture()
+        applied = subprocess.run(_cdclake(source_db, "run"), capture_output=True, text=True, timeout=600,
+                                 cwd=source_db.workdir)  # fmt: skip
+        assert applied.returncode == 0, applied.stderr
+        out, err = verifying.communicate(timeout=300)
+    finally:
+        verifying.kill()
+    # THEN verify compared every table at the cut that run published, and found them equal
+    assert verifying.returncode == 0, out + err
+    assert re.search(r"verify at the cut at \S+ \S+ \(LSN [0-9A-F]+/[0-9A-F]+\)", err), err
+    assert [line.split()[:2] for line in out.splitlines()] == [
+        ["OK", "public.busy:"],
+        ["OK", "public.quiet:"],
+        ["verify:", "2"],
+    ], out

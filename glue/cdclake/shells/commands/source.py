@@ -234,7 +234,7 @@ def _verify_command(settings: CliSettings) -> int:
         if not isinstance(dialect, PostgresDialect):
             return on_engine(settings, lambda engine, s: _verify(engine, s, dialect), writes=False)
         try:
-            if (problem := read_problems(dialect.conn, [t.source for t in tables])) is not None:
+            if (problem := read_problems(dialect.conn, [t.source for t in tables], at_cut=args.cut)) is not None:
                 raise SourceAccessError(problem)
             if args.cut:
                 return on_engine(settings, lambda engine, s: _verify_at_cut(engine, s), writes=False)

@@ -255,14 +255,23 @@ def capture_problems(conn: Any, tables: Sequence[str], publish: Sequence[str], n
     return _sentence(role, "capture", settings, grants)
 
 
-def read_problems(conn: Any, tables: Sequence[str]) -> str | None:
-    """What keeps the user of ``conn`` from reading ``tables`` (for verify). None: nothing."""
+def read_problems(conn: Any, tables: Sequence[str], at_cut: bool = False) -> str | None:
+    """What keeps the user of ``conn`` from reading ``tables`` (for verify; ``at_cut``: for ``verify --cut``,
+    which also makes a temporary logical slot). None: nothing."""
     with conn.cursor() as cur:
         role = _role(cur)
         grants = [] if role.superuser else _table_grants(cur, role, tables, ())
     if conn.status != 1:  # not autocommit: end the transaction the queries opened
         conn.rollback()
-    return _sentence(role, "verify", [], grants)
+    settings: list[str] = []
+    if at_cut:
+        if role.wal_level != "logical":
+            settings.append(f"its wal_level is {role.wal_level}: {WAL_LEVEL_FIX}")
+        if role.free_slots < 1:
+            settings.append(f"all {role.max_slots} replication slots are in use: {SLOTS_FIX}")
+        if not role.replication:
+            grants.insert(0, f"ALTER ROLE {sql_name(role.user)} REPLICATION")
+    return _sentence(role, "verify --cut" if at_cut else "verify", settings, grants)
 
 
 def _sentence(role: _Role, purpose: str, settings: list[str], grants: list[str]) -> str | None:
