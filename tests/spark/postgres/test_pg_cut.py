@@ -5,7 +5,9 @@ total constant, while ``cdclake capture --follow`` writes bronze and ``run`` (th
 applies it round after round. At every published cut the total holds, read by Spark (``VERSION AS
 OF``) and by pyiceberg (an independent reader: the cut record and the tables read from their
 newest metadata files, no Spark, no catalog); every cut's source position and commit time only move
-forward; and cuts advance through rounds in which the quiet table had no change at all. The same
+forward; cuts advance through rounds in which the quiet table had no change at all, and past the quiet
+table's reload by ``capture --reload`` while transfers go on (its LOAD snapshot and the busy table's changes
+meet at the cut). The same
 check at the tables' latest snapshots, between two tables' commits of a round, finds the total
 broken: the test tests something.
 """
@@ -153,6 +155,21 @@ def test_every_cut_keeps_a_cross_table_invariant_that_latest_snapshots_break(
             if round_number in (3, 4):
                 quiet_phase.append(cut)
             assert busy_only.cut is not None
+        # AND the quiet table loaded again by capture mid-way (capture stopped, `capture --reload`, started
+        # again) while transfers between the tables go on: the cut after its reload keeps the total too
+        transfers.cross.set()
+        capture.send_signal(signal.SIGTERM)
+        capture.communicate(timeout=30)
+        source_db.capture(reload=("public.quiet",))
+        capture = start_capture(source_db)
+        before_reload = log.cuts[-1]
+        reloaded = run(engine).checked()
+        quiet = [(t.kind, t.loaded, t.files_applied) for t in reloaded.tables if t.table.endswith("quiet")]
+        assert any(loaded for _, loaded, _ in quiet), quiet
+        assert reloaded.cut is not None and reloaded.cut.startswith("at "), reloaded.cut
+        after_reload = log.check()
+        assert after_reload.position > before_reload.position
+        assert after_reload.snapshots["quiet"] != before_reload.snapshots["quiet"]
         # AND two more rounds through the follow loop
         seen: list[str] = []
 

@@ -418,11 +418,13 @@ class ChangeCapture:
             self.through_lsn = max(self.through_lsn, stop)
             self.flush()
             log.info("capture stopped at LSN %s, as verify --cut asked; it holds there", format_lsn(stop))
-        elif not self.buffers:
-            # Every commit up to wal_end has been seen and nothing is waiting to be written.
+        else:
+            # Every commit up to wal_end has been seen (buffered, or nothing to buffer): the next flush's
+            # progress record stands there, past a table loaded again just before this poll.
             self.through_lsn = max(self.through_lsn, wal_end)
-            self.write_progress()
-            self.confirm(self.through_lsn)
+            if not self.buffers:
+                self.write_progress()
+                self.confirm(self.through_lsn)
         return self.new_commits - seen
 
     def _stop_at(self, wal_end: int) -> int | None:
