@@ -5,11 +5,10 @@ total constant, while ``cdclake capture --follow`` writes bronze and ``run`` (th
 applies it round after round. At every published cut the total holds, read by Spark (``VERSION AS
 OF``) and by pyiceberg (an independent reader: the cut record and the tables read from their
 newest metadata files, no Spark, no catalog); every cut's source position and commit time only move
-forward; cuts advance through rounds in which the quiet table had no change at all, and past the quiet
-table's reload by ``capture --reload`` while transfers go on (its LOAD snapshot and the busy table's changes
-meet at the cut). The same
-check at the tables' latest snapshots, between two tables' commits of a round, finds the total
-broken: the test tests something.
+forward; cuts advance through rounds in which the quiet table had no change at all, and past the
+quiet table's reload by ``capture --reload`` while transfers go on (its LOAD snapshot and the busy
+table's changes meet at the cut). The same check at the tables' latest snapshots, between two
+tables' commits of a round, finds the total broken: the test tests something.
 """
 
 from __future__ import annotations
