@@ -53,7 +53,7 @@ wheel: setup ## the cdclake wheel AWS Glue installs (--additional-python-modules
 # Writes docs/benchmarks.md, docs/benchmarks-<profile>.json and docs/benchmarks.png.
 PROFILE ?= quick
 
-.PHONY: bench bench-check bench-full bench-profile bench-big-csv bench-throughput bench-freshness bench-warm bench-status bench-table-cost bench-cut-publish bench-verify bench-bronze-age bench-history
+.PHONY: bench bench-check bench-full bench-profile bench-big-csv bench-throughput bench-freshness bench-warm bench-status bench-table-cost bench-commit-overlap bench-cut-publish bench-verify bench-bronze-age bench-history
 
 bench: setup bench-check ## benchmarks: ratios against baselines measured in the same run (docs/benchmarks.md)
 	$(BIN)/python -m bench.run --profile $(PROFILE) $(ARGS)
@@ -79,6 +79,9 @@ bench-freshness: setup ## lag from a PostgreSQL commit to silver: capture --foll
 
 bench-verify: setup ## verify at size (ROWS=1000000): key-range checksums vs every row read vs a plain SELECT, on a local PostgreSQL
 	$(BIN)/python -m bench.verify --rows $(or $(ROWS),1000000)
+
+bench-commit-overlap: setup ## how many tables' data commits run at once in a warm round (TABLES=30; 300)
+	$(BIN)/python -m bench.commit_overlap --tables $(or $(TABLES),30)
 
 bench-table-cost: setup ## where one more table's time goes in a CDC batch (TABLES=30): the engine's functions by time per table, beside the bare MERGE
 	$(BIN)/python -m bench.table_cost --tables $(or $(TABLES),30)

@@ -52,7 +52,7 @@ def test_a_job_reads_only_its_own_arguments() -> None:
     assert parse_arguments(argv, "cdc").cdc.follow.poll_seconds == 7
     assert parse_arguments(argv, "cdc").full_load.reload is False
     assert parse_arguments(argv, "full_load").full_load.reload is True
-    assert parse_arguments(argv, "maintain").cdc.follow.poll_seconds == 30  # the job's default pace, untouched
+    assert parse_arguments(argv, "maintain").cdc.follow.poll_seconds == 10  # the job's default pace, untouched
     with pytest.raises(ConfigError, match="The cdc job needs --warehouse"):
         parse_arguments(["job.py", *COMMON[:4]], "cdc")
     with pytest.raises(ConfigError, match="--idle_seconds must not be negative"):

@@ -18,7 +18,7 @@ from cdclake.errors import ConfigError
 from cdclake.gold.refresh import gold_database
 from cdclake.identifiers import IDENTIFIER
 from cdclake.mart_sql import referenced_tables
-from cdclake.shells.glue_job import job_config, parse_arguments
+from cdclake.shells.glue_job import JOB_FOLLOW, job_config, parse_arguments
 
 RESOURCES = template()["Resources"]
 PARAMETERS = template()["Parameters"]
@@ -456,7 +456,8 @@ def test_the_cdc_job_follows_the_file_queue_with_the_stacks_settings() -> None:
                                 ("--max_run_seconds", "CdcMaxRunSeconds")):  # fmt: skip
         assert arguments[argument] == {"Ref": parameter}
         assert len(PARAMETERS[parameter]["Description"]) > 60, parameter
-    assert (PARAMETERS["CdcPollSeconds"]["Default"], PARAMETERS["CdcIdleSeconds"]["Default"]) == (30, 300)
+    assert (PARAMETERS["CdcPollSeconds"]["Default"], PARAMETERS["CdcIdleSeconds"]["Default"]) == (10, 300)
+    assert PARAMETERS["CdcPollSeconds"]["Default"] == JOB_FOLLOW.poll_seconds  # the job's own default pace
     assert PARAMETERS["CdcMaxRunSeconds"]["Default"] == 3600
     # The other jobs do not follow the queue, and the CDC job has every argument the full-load job has but the
     # source's (it never reads the source database) and the verify job's name (it never reloads)

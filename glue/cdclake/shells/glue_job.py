@@ -42,7 +42,7 @@ _FOLLOW = ("queue_url", "poll_seconds", "idle_seconds", "max_run_seconds", "reli
 
 # The CDC job's pace when the template gives none (its parameters CdcPollSeconds, CdcIdleSeconds, CdcMaxRunSeconds,
 # CdcRelistSeconds).
-JOB_FOLLOW = FollowSettings(poll_seconds=30.0, idle_seconds=300.0, max_run_seconds=3600.0, relist_seconds=900.0)
+JOB_FOLLOW = FollowSettings(poll_seconds=10.0, idle_seconds=300.0, max_run_seconds=3600.0, relist_seconds=900.0)
 
 DEFAULT_MAINTENANCE = MaintenanceSettings(changed_only=True)
 
