@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from bench.many_tables import ManyTables, drop_database, generate, table_engine
 from bench.paths import ROOT, scratch_session
+from bench.table_cost import warm_follow_round
 from cdclake.lake.committer import IcebergCommitter
 
 log = logging.getLogger("bench")
@@ -86,11 +87,7 @@ def overlap(spans: list[tuple[float, float]]) -> dict[str, float]:
 
 
 def measure(work: Path, tables: int, changes_per_table: int) -> dict[str, Any]:
-    from cdclake.alerts import LoggedAlerts
-    from cdclake.dms.notices import Polling
-    from cdclake.engine.follow import Follower, FollowSettings
     from cdclake.engine.run import full_load
-    from cdclake.engine.turn import read_state
 
     result: dict[str, Any] = {"tables": tables, "changes_per_table": changes_per_table}
     with scratch_session(work) as spark:
@@ -102,14 +99,7 @@ def measure(work: Path, tables: int, changes_per_table: int) -> dict[str, Any]:
             engine = replace(table_engine(spark, many, tables, database), committer=committer)
             full_load(engine).checked()
             committer.spans.clear()  # the full load's own commits are not the round's
-            follower = Follower(engine, FollowSettings(), Polling(), None, LoggedAlerts())
-            follower.index.relist()
-            follower.states = {t.source: read_state(engine, t) for t in follower.selected}
-            started = time.perf_counter()
-            follower.round(follower.selected, None)
-            seconds = time.perf_counter() - started
-            if follower.outcome.failures:
-                raise RuntimeError(f"the round failed: {follower.outcome.failures}")
+            seconds = warm_follow_round(engine)
             log.info("%s: a round of %d tables in %.2f s, %d commits", round_, tables, seconds, len(committer.spans))
             if round_ == "measured":
                 result |= {"parallel_tables": engine.parallel_tables, "round_seconds": round(seconds, 2)}

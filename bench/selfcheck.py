@@ -15,7 +15,7 @@ import math
 import sys
 from collections.abc import Callable
 
-from bench import bronze_age, freshness, report, verify, warm_cold
+from bench import bronze_age, commit_overlap, freshness, report, verify, warm_cold
 from bench import generate as gen
 
 
@@ -39,6 +39,15 @@ def check_ratios_targets_and_the_generated_section() -> None:
     assert twice.startswith(document.rstrip()) and "Hand-written text." in twice
     both = report.splice(twice, "full", "other")
     assert "second" in both and "other" in both
+
+
+def check_commit_overlap_counts_commits_open_together() -> None:
+    # two commits at once for a second, then one alone: 3 s of commits in 2 s with one open
+    found = commit_overlap.overlap([(0.0, 1.0), (0.0, 1.0), (5.0, 6.0)])
+    assert found["commit_seconds_summed"] == 3.0 and found["seconds_with_a_commit_open"] == 2.0
+    assert found["mean_commits_at_once"] == 1.5 and found["most_commits_at_once"] == 2
+    # one after another: never more than one at once
+    assert commit_overlap.overlap([(0.0, 1.0), (1.0, 2.0)])["most_commits_at_once"] == 1
 
 
 def check_change_sets_have_the_mix_and_touch_distinct_keys() -> None:
