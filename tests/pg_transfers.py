@@ -1,6 +1,6 @@
 """A cross-table workload on a source database: money moved between the rows of a busy and a quiet table in
-transactions that keep the total constant, and ``cdclake capture --follow`` writing bronze meanwhile (the cut
-tests: ``tests/spark/postgres/test_pg_cut.py``, ``test_pg_verify_cut.py``)."""
+transactions that keep the total constant, and ``cdclake capture --follow`` writing bronze meanwhile (used by
+``tests/spark/postgres/test_pg_cut.py``, ``test_pg_verify_cut.py`` and ``test_pg_capture.py``)."""
 
 from __future__ import annotations
 
@@ -52,11 +52,12 @@ class Transfers(threading.Thread):
             conn.close()
 
 
-def start_capture(db: SourceDatabase) -> subprocess.Popen[bytes]:
+def start_capture(db: SourceDatabase, batch_seconds: str = "0.5", file_bytes: str = "64") -> subprocess.Popen[bytes]:
+    """``cdclake capture --follow`` in a process of its own, flushing every ``batch_seconds`` or ``file_bytes``."""
     settings = db.settings()
     command = [
         sys.executable, "-m", "cdclake.shells.cli", "-q", "--config", str(db.config_path), "--bronze", str(db.bronze),
         "capture", "--dsn", db.dsn, "--state-dir", str(settings.state_dir), "--slot", settings.slot, "--follow",
-        "--max-batch-interval", "0.5", "--min-file-size", "64", "--poll-interval", "0.05",
+        "--max-batch-interval", batch_seconds, "--min-file-size", file_bytes, "--poll-interval", "0.05",
     ]  # fmt: skip
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -9,7 +9,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +20,7 @@ from cdclake.sources.postgres.change_stream import ChangeCapture
 from cdclake.verify.report import format_comparisons
 from cdclake.verify.result import TableComparison
 from local_databases import PG_BIN
+from pg_transfers import start_capture
 
 SourceDatabase = Any  # conftest.SourceDatabase (a conftest cannot be imported by name)
 Verify = Callable[[SourceDatabase], list[TableComparison]]
@@ -206,16 +206,6 @@ def test_files_written_but_slot_not_advanced_are_not_written_twice(
     _assert_equal(apply_and_verify(source_db))
 
 
-def _start_follow(db: SourceDatabase) -> subprocess.Popen[bytes]:
-    settings = db.settings()
-    command = [
-        sys.executable, "-m", "cdclake.shells.cli", "-q", "--config", str(db.config_path), "--bronze", str(db.bronze),
-        "capture", "--dsn", db.dsn, "--state-dir", str(settings.state_dir), "--slot", settings.slot, "--follow",
-        "--max-batch-interval", "0.3", "--min-file-size", "2", "--poll-interval", "0.05",
-    ]  # fmt: skip
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-
 def test_follow_mode_killed_and_restarted_mid_workload_loses_nothing(
     source_db: SourceDatabase, apply_and_verify: Verify
 ) -> None:
@@ -237,7 +227,7 @@ def test_follow_mode_killed_and_restarted_mid_workload_loses_nothing(
             )
 
     # GIVEN a continuous capture running while changes are made
-    follower = _start_follow(source_db)
+    follower = start_capture(source_db, "0.3", "2")
     workload(80)
     time.sleep(1.0)
     # WHEN it is killed without warning mid-workload, and started again
@@ -245,7 +235,7 @@ def test_follow_mode_killed_and_restarted_mid_workload_loses_nothing(
     follower.wait(timeout=10)
     files_before_restart = len(_cdc_files(source_db.bronze))
     workload(40)
-    follower = _start_follow(source_db)
+    follower = start_capture(source_db, "0.3", "2")
     workload(80)
     time.sleep(1.0)
     # AND stopped cleanly mid-workload

@@ -242,6 +242,15 @@ def capture_problems(conn: Any, tables: Sequence[str], publish: Sequence[str], n
         role = _role(cur)
         grants = [] if role.superuser else _table_grants(cur, role, tables, publish)
     user = sql_name(role.user)
+    settings = _replication_problems(role, grants, new_slot)
+    if publish and not role.create_in_database and not role.superuser:
+        grants.insert(0, f"GRANT CREATE ON DATABASE {sql_name(role.database)} TO {user}")
+    return _sentence(role, "capture", settings, grants)
+
+
+def _replication_problems(role: _Role, grants: list[str], new_slot: bool) -> list[str]:
+    """The settings that keep ``role`` from decoding changes (``new_slot``: in a slot it creates); the grant it
+    lacks goes first into ``grants``."""
     settings: list[str] = []
     if role.wal_level != "logical":
         settings.append(f"its wal_level is {role.wal_level}: {WAL_LEVEL_FIX}")
@@ -249,10 +258,8 @@ def capture_problems(conn: Any, tables: Sequence[str], publish: Sequence[str], n
         in_use = ", ".join(role.slots) or "none listed"
         settings.append(f"all {role.max_slots} replication slots are in use ({in_use}): {SLOTS_FIX}")
     if not role.replication:
-        grants.insert(0, f"ALTER ROLE {user} REPLICATION")
-    if publish and not role.create_in_database and not role.superuser:
-        grants.insert(0, f"GRANT CREATE ON DATABASE {sql_name(role.database)} TO {user}")
-    return _sentence(role, "capture", settings, grants)
+        grants.insert(0, f"ALTER ROLE {sql_name(role.user)} REPLICATION")
+    return settings
 
 
 def read_problems(conn: Any, tables: Sequence[str], at_cut: bool = False) -> str | None:
@@ -263,14 +270,7 @@ def read_problems(conn: Any, tables: Sequence[str], at_cut: bool = False) -> str
         grants = [] if role.superuser else _table_grants(cur, role, tables, ())
     if conn.status != 1:  # not autocommit: end the transaction the queries opened
         conn.rollback()
-    settings: list[str] = []
-    if at_cut:
-        if role.wal_level != "logical":
-            settings.append(f"its wal_level is {role.wal_level}: {WAL_LEVEL_FIX}")
-        if role.free_slots < 1:
-            settings.append(f"all {role.max_slots} replication slots are in use: {SLOTS_FIX}")
-        if not role.replication:
-            grants.insert(0, f"ALTER ROLE {sql_name(role.user)} REPLICATION")
+    settings = _replication_problems(role, grants, new_slot=True) if at_cut else []
     return _sentence(role, "verify --cut" if at_cut else "verify", settings, grants)
 
 

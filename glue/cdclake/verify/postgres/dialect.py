@@ -91,14 +91,10 @@ def _added_defaults(
 def _source_rows(
     conn: Any, table: SourceTable, columns: Sequence[str], types: Mapping[str, str], where: tuple[str, list[Any]]
 ) -> Generator[tuple[Any, ...], None, None]:
-    condition, parameters = where
-    values = [_value_expression(table, name, types[name]) for name in columns]
+    """``_rows_in_transaction`` in a transaction of its own, ended when the rows are read (or the read stops)."""
     conn.autocommit = False  # a named (server-side) cursor streams rows inside a transaction
     try:
-        with conn.cursor(name="cdclake_verify") as cur:
-            cur.itersize = 5000
-            cur.execute(SQL.select(table, values, condition), parameters)  # formatted even when empty
-            yield from cur
+        yield from _rows_in_transaction(conn, table, columns, types, where)
         conn.commit()
     finally:
         if conn.status != 1:  # still in a transaction: an error (or a reader that stopped early)
@@ -106,11 +102,11 @@ def _source_rows(
         conn.autocommit = True
 
 
-def _pinned_rows(
+def _rows_in_transaction(
     conn: Any, table: SourceTable, columns: Sequence[str], types: Mapping[str, str], where: tuple[str, list[Any]]
 ) -> Generator[tuple[Any, ...], None, None]:
-    """``_source_rows`` inside the transaction ``conn`` holds open at one snapshot (``verify.postgres.at_cut``), which
-    the read neither begins nor ends."""
+    """The rows ``where`` selects, streamed by a named cursor in the transaction ``conn`` is in (with ``at``:
+    the one held at a snapshot, ``verify.postgres.at_cut``), which the read neither begins nor ends."""
     condition, parameters = where
     values = [_value_expression(table, name, types[name]) for name in columns]
     with conn.cursor(name="cdclake_verify") as cur:
@@ -142,7 +138,7 @@ class PostgresDialect:
     def rows(
         self, table: SourceTable, columns: Sequence[str], types: Mapping[str, str], within: Within
     ) -> Generator[tuple[Any, ...], None, None]:
-        read = _source_rows if self.at is None else _pinned_rows
+        read = _source_rows if self.at is None else _rows_in_transaction
         return read(self.conn, table, columns, types, SQL.range_condition(table, *within))
 
     def unlogged_defaults(
